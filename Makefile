@@ -1,0 +1,30 @@
+# One-command set-up on a fresh machine with Python 3.10+: `make test`, `make demo`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: install services test lint demo bench
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[all,dev]"
+	touch $@
+
+services:
+	bash scripts/start-services.sh
+
+test: install services
+	$(PY) -m pytest
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+demo: install
+	$(PY) -m agent_sessions demo
+
+bench: install services
+	$(PY) benchmarks/bench_sqlite.py

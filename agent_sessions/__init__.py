@@ -1,0 +1,60 @@
+"""agent_sessions: session storage for the OpenAI Agents SDK.
+
+Backends (``InMemorySession``, ``SQLiteSession``, and behind extras ``RedisSession``,
+``SQLAlchemySession``, ``MongoDBSession``) and wrappers layered over any Session. Names of
+optional parts resolve lazily, so importing this package imports no optional driver.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from . import errors
+from .backends.memory import InMemorySession, InMemoryStore
+from .backends.sqlite import SQLiteSession
+from .core.base import BaseSession
+from .core.capabilities import SupportsNativeExpiry, SupportsSequencedItems, SupportsSiblings
+from .core.registry import open_session, register_scheme, registered_schemes
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "RedisSession": "agent_sessions.backends.redis",
+    "SQLAlchemySession": "agent_sessions.backends.sqlalchemy",
+    "MongoDBSession": "agent_sessions.backends.mongodb",
+    "EncryptedSession": "agent_sessions.wrappers.encrypted",
+    "TTLSession": "agent_sessions.wrappers.ttl",
+    "UsageTrackingSession": "agent_sessions.wrappers.usage",
+    "BranchingSession": "agent_sessions.wrappers.branching",
+    "AdvancedSession": "agent_sessions.wrappers.advanced",
+    "CompactionSession": "agent_sessions.wrappers.compaction",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    pass
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agent_sessions' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "BaseSession",
+    "InMemorySession",
+    "InMemoryStore",
+    "SQLiteSession",
+    "SupportsNativeExpiry",
+    "SupportsSequencedItems",
+    "SupportsSiblings",
+    "errors",
+    "open_session",
+    "register_scheme",
+    "registered_schemes",
+    *_LAZY,
+]

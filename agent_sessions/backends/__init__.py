@@ -1,0 +1,1 @@
+"""Stores: each keeps ordered JSON items per session id, and nothing else."""

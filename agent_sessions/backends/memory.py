@@ -1,0 +1,120 @@
+"""In-process backend: a dict of sessions in one Python process, nothing persisted."""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.base import BaseSession, Row
+
+
+@dataclass
+class _Entries:
+    seqs: list[int] = field(default_factory=list)
+    payloads: list[str] = field(default_factory=list)
+    next_seq: int = 1
+
+
+class InMemoryStore:
+    """Holds sessions for :class:`InMemorySession`; thread-safe. Items are kept as JSON text,
+    so callers never share mutable objects with the store."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, _Entries] = {}
+        self._lock = threading.Lock()
+
+    def _entries(self, session_id: str) -> _Entries:
+        entries = self._sessions.get(session_id)
+        if entries is None:
+            entries = self._sessions[session_id] = _Entries()
+        return entries
+
+    def session_ids(self) -> list[str]:
+        """Return the ids of sessions that hold items."""
+        with self._lock:
+            return [sid for sid, e in self._sessions.items() if e.seqs]
+
+
+DEFAULT_STORE = InMemoryStore()
+"""The process-wide store used when no ``store`` is given: same id, same conversation."""
+
+
+def _window(entries: _Entries, after: int | None, before: int | None) -> tuple[int, int]:
+    lo = 0 if after is None else bisect_right(entries.seqs, after)
+    hi = len(entries.seqs) if before is None else bisect_left(entries.seqs, before)
+    return lo, max(lo, hi)
+
+
+class InMemorySession(BaseSession):
+    """A session kept in this process's memory (tests, prototypes, ephemeral agents).
+
+    Args:
+        session_id: the conversation's id.
+        store: where sessions live; default the process-wide :data:`DEFAULT_STORE`.
+        **options: ``session_settings``, ``max_item_bytes``, ``strict`` (see BaseSession).
+    """
+
+    _single_dispatch_writes = True
+
+    def __init__(
+        self, session_id: str, *, store: InMemoryStore | None = None, **options: Any
+    ) -> None:
+        super().__init__(session_id, **options)
+        self.store = store if store is not None else DEFAULT_STORE
+
+    def sibling(self, session_id: str) -> InMemorySession:
+        """Return a session of the same store (used by wrappers for side data)."""
+        return InMemorySession(
+            session_id,
+            store=self.store,
+            max_item_bytes=self.max_item_bytes,
+            strict=self.strict,
+            _internal_id=True,
+        )
+
+    async def _append(self, payloads: list[str]) -> list[int]:
+        with self.store._lock:
+            entries = self.store._entries(self.session_id)
+            first = entries.next_seq
+            seqs = list(range(first, first + len(payloads)))
+            entries.next_seq = first + len(payloads)
+            entries.seqs.extend(seqs)
+            entries.payloads.extend(payloads)
+        return seqs
+
+    async def _load(
+        self, limit: int | None, after: int | None = None, before: int | None = None
+    ) -> list[Row]:
+        with self.store._lock:
+            entries = self.store._sessions.get(self.session_id)
+            if entries is None:
+                return []
+            lo, hi = _window(entries, after, before)
+            if limit is not None:
+                lo = max(lo, hi - limit)
+            return list(zip(entries.seqs[lo:hi], entries.payloads[lo:hi]))
+
+    async def _pop(self) -> str | None:
+        with self.store._lock:
+            entries = self.store._sessions.get(self.session_id)
+            if entries is None or not entries.seqs:
+                return None
+            entries.seqs.pop()
+            return entries.payloads.pop()
+
+    async def _clear(self) -> None:
+        with self.store._lock:
+            entries = self.store._sessions.get(self.session_id)
+            if entries is not None:
+                entries.seqs.clear()
+                entries.payloads.clear()
+
+    async def _count(self, after: int | None = None, before: int | None = None) -> int:
+        with self.store._lock:
+            entries = self.store._sessions.get(self.session_id)
+            if entries is None:
+                return 0
+            lo, hi = _window(entries, after, before)
+            return hi - lo

@@ -1,0 +1,1 @@
+"""Protocol layer: the base session, item codec, id rules, capabilities and URL registry."""

@@ -1,0 +1,65 @@
+"""Optional capabilities a session may offer beyond the SDK's four methods.
+
+Wrappers detect them with ``isinstance`` and fall back to the plain Session API when absent, so
+they work over any Session, including the SDK's own classes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory import Session
+
+
+@runtime_checkable
+class SupportsSiblings(Protocol):
+    """Opens other sessions of the same store, sharing this one's connection or pool."""
+
+    def sibling(self, session_id: str) -> Session:
+        """Return a session of the same backend for ``session_id``.
+
+        ``session_id`` may be a derived id (see ``agent_sessions.core.ids.derive_sibling_id``).
+        Closing a sibling never closes the shared connection while others use it.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsSequencedItems(Protocol):
+    """Exposes each item's sequence number: unique per session, increasing in commit order.
+
+    A sequence number is never reused within a session, even after ``pop_item``; only
+    ``clear_session`` may restart numbering. Reads cost O(result), not O(history).
+    """
+
+    async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
+        """Append ``items`` as one all-or-nothing batch; return their sequence numbers."""
+        ...
+
+    async def get_sequenced_items(
+        self,
+        limit: int | None = None,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+    ) -> list[tuple[int, TResponseInputItem]]:
+        """Return ``(seq, item)`` pairs with ``after < seq < before``, the latest ``limit``
+        of them (all when None), in chronological order."""
+        ...
+
+    async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
+        """Return how many items have ``after < seq < before``."""
+        ...
+
+
+@runtime_checkable
+class SupportsNativeExpiry(Protocol):
+    """Expires a whole session natively (Redis EXPIRE, a MongoDB TTL index)."""
+
+    def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
+        """From now on, make every write set all of this session's stored data (items and
+        bookkeeping) to expire ``ttl_seconds`` after that write, in the same round trip.
+        ``None`` stops setting expiry. Takes effect at the next write."""
+        ...

@@ -1,0 +1,16 @@
+"""Test kit: the conformance suite and helpers for ScriptedModel-driven tests.
+
+Importing it needs pytest and pytest-asyncio (the ``[dev]`` extra).
+"""
+
+from .conformance import HOSTILE_ID_SUFFIXES, SessionConformanceSuite
+from .helpers import item_text, model_input_texts, scripted_agent, texts
+
+__all__ = [
+    "HOSTILE_ID_SUFFIXES",
+    "SessionConformanceSuite",
+    "item_text",
+    "model_input_texts",
+    "scripted_agent",
+    "texts",
+]

@@ -1,0 +1,43 @@
+"""Small helpers for tests that drive agents through ``agents.testing.ScriptedModel``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from agents import Agent
+from agents.testing import ScriptedModel, assistant_message
+
+
+def scripted_agent(*replies: str, name: str = "assistant") -> tuple[Agent[Any], ScriptedModel]:
+    """Return an agent whose model answers each call with the next of ``replies``."""
+    model = ScriptedModel([[assistant_message(text, item_id=f"msg-{i}")] for i, text in
+                           enumerate(replies)])
+    return Agent(name=name, instructions="Be brief.", model=model), model
+
+
+def item_text(item: Any) -> str:
+    """Return the text of a user or assistant message item ('' for other items)."""
+    if not isinstance(item, dict):
+        return ""
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "") for part in content if isinstance(part, dict)
+        )
+    return ""
+
+
+def texts(items: Iterable[Any]) -> list[str]:
+    """Return ``item_text`` of each message item, skipping non-message items."""
+    return [item_text(i) for i in items if isinstance(i, dict) and "role" in i]
+
+
+def model_input_texts(model: ScriptedModel, call: int = -1) -> list[str]:
+    """Return the message texts the model saw on call number ``call``."""
+    seen = model.calls[call].input
+    if isinstance(seen, str):
+        return [seen]
+    return texts(seen)

@@ -1,0 +1,1 @@
+"""Layers over any Session: each takes an inner session and is itself a session."""
