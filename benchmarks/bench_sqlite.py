@@ -16,8 +16,8 @@ from agents.extensions.memory.async_sqlite_session import AsyncSQLiteSession
 from agents.memory import SQLiteSession as SDKSQLiteSession
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from agent_sessions import SQLiteSession  # noqa: E402
-from benchmarks.harness import Contender, default_scenarios, run_suite  # noqa: E402
+from agent_sessions import SQLiteSession
+from benchmarks.harness import Contender, default_scenarios, run_suite
 
 SCHEMA = [
     "CREATE TABLE IF NOT EXISTS agent_sessions (session_id TEXT PRIMARY KEY, "

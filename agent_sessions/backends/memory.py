@@ -94,7 +94,7 @@ class InMemorySession(BaseSession):
             lo, hi = _window(entries, after, before)
             if limit is not None:
                 lo = max(lo, hi - limit)
-            return list(zip(entries.seqs[lo:hi], entries.payloads[lo:hi]))
+            return list(zip(entries.seqs[lo:hi], entries.payloads[lo:hi], strict=True))
 
     async def _pop(self) -> str | None:
         with self.store._lock:

@@ -19,8 +19,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import aiosqlite
 
@@ -92,8 +91,8 @@ def _range_sql(base: str, after: int | None, before: int | None) -> tuple[str, l
 class _Database:
     """One aiosqlite connection to one file, shared by every session of that file."""
 
-    _registry: dict[str, _Database] = {}
-    _registry_lock = threading.Lock()
+    _registry: ClassVar[dict[str, _Database]] = {}
+    _registry_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, key: str, path: str, busy_timeout: float, synchronous: str) -> None:
         self.key = key
@@ -114,9 +113,11 @@ class _Database:
             return db
         key = os.path.realpath(os.path.expanduser(path))
         with cls._registry_lock:
-            db = cls._registry.get(key)
-            if db is None or db.closed:
-                db = cls._registry[key] = cls(key, key, busy_timeout, synchronous)
+            found = cls._registry.get(key)
+            db = found if found is not None and not found.closed else cls(
+                key, key, busy_timeout, synchronous
+            )
+            cls._registry[key] = db
             db.users += 1
             return db
 
@@ -153,7 +154,7 @@ class _Database:
                     self._opening = None
                 raise
         if schema.key not in self._schemas:
-            await conn._execute(self._create_schema, conn, schema)
+            await _on_thread(conn, self._create_schema, conn, schema)
             self._schemas.add(schema.key)
         return conn
 
@@ -168,7 +169,7 @@ class _Database:
                 f"cannot open SQLite database {self.path!r}: {exc}; check the path and its "
                 "permissions"
             ) from exc
-        await conn._execute(self._configure, conn)
+        await _on_thread(conn, self._configure, conn)
         self.conn = conn
         return conn
 
@@ -197,6 +198,11 @@ class _Database:
         except BaseException:
             raw.execute("ROLLBACK")
             raise
+
+
+async def _on_thread(conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn(*args)`` on the connection's worker thread as one queued call."""
+    return cast(T, await conn._execute(fn, *args))  # type: ignore[no-untyped-call]
 
 
 def _write(raw: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -274,7 +280,15 @@ class SQLiteSession(BaseSession):
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         conn = await self._db.connection(self._schema)
         try:
-            return await conn._execute(fn, conn._conn, *args)  # type: ignore[no-any-return]
+            return await _on_thread(conn, fn, conn._conn, *args)
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise BackendUnavailableError(
+                    f"SQLite database {self.path!r} stayed locked by another connection for "
+                    f"longer than busy_timeout={self._db.busy_timeout}s; nothing was written. "
+                    "Retry, or raise busy_timeout if writers hold long transactions"
+                ) from exc
+            raise
         except ValueError as exc:
             if str(exc) in ("Connection closed", "no active connection"):
                 raise SessionClosedError("the SQLite connection was closed") from exc

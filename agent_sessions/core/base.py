@@ -139,7 +139,8 @@ class BaseSession(SessionABC):
         if not payloads:
             return []
         self._check_open()
-        return await self._mutate(self._append(payloads))
+        seqs: list[int] = await self._mutate(self._append(payloads))
+        return seqs
 
     async def get_sequenced_items(
         self,

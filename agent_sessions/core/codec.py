@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ..errors import InvalidItemError, ItemTooLargeError
 
+_orjson: Any
 try:  # pragma: no cover - exercised through whichever is installed
     import orjson as _orjson
 except ImportError:  # pragma: no cover
@@ -29,8 +30,7 @@ def _std_dumps(item: Any) -> str:
 
 
 def _orjson_dumps(item: Any) -> str:
-    assert _orjson is not None
-    return _orjson.dumps(item).decode()
+    return str(_orjson.dumps(item).decode())
 
 
 dumps: Callable[[Any], str] = _orjson_dumps if _orjson is not None else _std_dumps
@@ -63,6 +63,14 @@ def _find_problem(value: Any, path: str) -> str | None:
     return f"{path} is of type {type(value).__name__}, which is not JSON"
 
 
+def _invalid(index: int, problem: str) -> InvalidItemError:
+    return InvalidItemError(
+        f"item {index} of the batch cannot be stored as JSON: {problem}; "
+        "nothing of the batch was written",
+        index=index,
+    )
+
+
 def encode_item(item: Any, index: int, max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES) -> str:
     """Validate one item of a batch and return its JSON text.
 
@@ -79,34 +87,18 @@ def encode_item(item: Any, index: int, max_item_bytes: int = DEFAULT_MAX_ITEM_BY
     try:
         text = dumps(item)
     except (TypeError, ValueError, OverflowError) as exc:
-        problem = _find_problem(item, "item") or str(exc)
-        raise InvalidItemError(
-            f"item {index} of the batch cannot be stored as JSON: {problem}; "
-            "nothing of the batch was written",
-            index=index,
-        ) from exc
-    if _orjson is not None and "null" in text:
-        # orjson writes NaN/Infinity as null; the walk catches them without cost on most items.
+        raise _invalid(index, _find_problem(item, "item") or str(exc)) from exc
+    # orjson writes NaN/Infinity as null, so walk only when a null appears; the standard
+    # encoder turns int/None keys into strings and lets lone surrogates through, so always walk.
+    if _orjson is None or "null" in text:
         problem = _find_problem(item, "item")
-        if problem:
-            raise InvalidItemError(
-                f"item {index} of the batch cannot be stored as JSON: {problem}; "
-                "nothing of the batch was written",
-                index=index,
-            )
-    elif _orjson is None:
-        problem = _find_problem(item, "item")  # the std encoder coerces non-string keys
-        if problem is None:
+        if problem is None and _orjson is None:
             try:
                 text.encode()
             except UnicodeEncodeError:
                 problem = "a string holds a lone surrogate, which is not valid Unicode"
         if problem:
-            raise InvalidItemError(
-                f"item {index} of the batch cannot be stored as JSON: {problem}; "
-                "nothing of the batch was written",
-                index=index,
-            )
+            raise _invalid(index, problem)
     # len(str) <= UTF-8 size <= 4 * len(str): encode only when the cheap bounds cannot decide.
     if len(text) > max_item_bytes or (
         4 * len(text) > max_item_bytes and len(text.encode()) > max_item_bytes

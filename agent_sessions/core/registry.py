@@ -108,9 +108,10 @@ register_scheme("memory", _open_memory)
 register_scheme("sqlite", _open_sqlite)
 for _scheme in ("redis", "rediss"):
     register_scheme(_scheme, "agent_sessions.backends.redis:open_url", extra="redis")
-register_scheme("postgresql+asyncpg", "agent_sessions.backends.sqlalchemy:open_url", extra="postgres")
+_SQLALCHEMY = "agent_sessions.backends.sqlalchemy:open_url"
+register_scheme("postgresql+asyncpg", _SQLALCHEMY, extra="postgres")
 for _scheme in ("mysql+asyncmy", "mysql+aiomysql", "mariadb+asyncmy", "mariadb+aiomysql"):
-    register_scheme(_scheme, "agent_sessions.backends.sqlalchemy:open_url", extra="mysql")
-register_scheme("sqlite+aiosqlite", "agent_sessions.backends.sqlalchemy:open_url", extra="sqlalchemy")
+    register_scheme(_scheme, _SQLALCHEMY, extra="mysql")
+register_scheme("sqlite+aiosqlite", _SQLALCHEMY, extra="sqlalchemy")
 for _scheme in ("mongodb", "mongodb+srv"):
     register_scheme(_scheme, "agent_sessions.backends.mongodb:open_url", extra="mongodb")

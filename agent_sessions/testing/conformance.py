@@ -57,7 +57,7 @@ HOSTILE_ID_SUFFIXES = [
 ]
 
 
-def _msg(text: str, role: str = "user") -> dict[str, Any]:
+def _msg(text: str, role: str = "user") -> Any:
     return {"role": role, "content": text}
 
 
@@ -114,7 +114,7 @@ class SessionConformanceSuite:
     async def test_items_round_trip_in_order(self, new_session: SessionFactory) -> None:
         s = await new_session()
         batches = [[_msg("one")], [_msg("two", "assistant"), _msg("three")], [_msg("four")]]
-        nested = {
+        nested: Any = {
             "type": "function_call_output",
             "call_id": "c1",
             "output": {"list": [1, 2.5, True, None, "x"], "deep": {"k": [{"a": []}]}},
@@ -337,8 +337,8 @@ class SessionConformanceSuite:
         got = texts(await s.get_items())
         assert len(got) % size == 0
         for start in range(0, len(got), size):
-            attempt = got[start].split(":")[0]
-            assert got[start : start + size] == [f"{attempt}:{k}" for k in range(size)]
+            tag = got[start].split(":")[0]
+            assert got[start : start + size] == [f"{tag}:{k}" for k in range(size)]
 
     # -- sequenced items capability --------------------------------------------------------
 

@@ -1,0 +1,70 @@
+"""Command line: ``agent-sessions demo | show | clear`` (also ``python -m agent_sessions``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+
+
+async def _show(url: str, session_id: str, limit: int | None) -> int:
+    from ..core.registry import open_session
+
+    session = await open_session(url, session_id)
+    try:
+        for item in await session.get_items(limit):
+            print(json.dumps(item, ensure_ascii=False))
+    finally:
+        close = getattr(session, "close", None)
+        if close is not None:
+            await close()
+    return 0
+
+
+async def _clear(url: str, session_id: str) -> int:
+    from ..core.registry import open_session
+
+    session = await open_session(url, session_id)
+    try:
+        await session.clear_session()
+    finally:
+        close = getattr(session, "close", None)
+        if close is not None:
+            await close()
+    print(f"cleared {session_id!r}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``agent-sessions`` console script."""
+    parser = argparse.ArgumentParser(prog="agent-sessions", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run a conversation, undo a turn, re-ask (offline)")
+    demo.add_argument("--db", help="SQLite file to use (default: a new temporary file)")
+    demo.add_argument("--live", action="store_true", help="use a real model (OPENAI_API_KEY)")
+    demo.add_argument("--model", default="gpt-4.1-mini", help="model for --live")
+    show = sub.add_parser("show", help="print a session's items as JSON lines")
+    show.add_argument("url", help="store URL, e.g. sqlite:///app.db or redis://localhost:6379/0")
+    show.add_argument("session_id")
+    show.add_argument("--limit", type=int, default=None, help="only the latest N items")
+    clear = sub.add_parser("clear", help="delete every item of a session")
+    clear.add_argument("url")
+    clear.add_argument("session_id")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "demo":
+            from .demo import run_demo
+
+            return asyncio.run(run_demo(args.db, args.live, args.model, sys.stdout))
+        if args.command == "show":
+            return asyncio.run(_show(args.url, args.session_id, args.limit))
+        return asyncio.run(_clear(args.url, args.session_id))
+    except Exception as exc:  # a CLI reports, it does not dump tracebacks
+        from ..errors import SessionError
+
+        if not isinstance(exc, SessionError):
+            raise
+        print(f"agent-sessions: {exc}", file=sys.stderr)
+        return 1

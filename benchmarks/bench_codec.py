@@ -1,0 +1,58 @@
+"""Which JSON library the item codec should use: encode and decode speed on typical items.
+``python benchmarks/bench_codec.py``"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import timeit
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from agent_sessions.core import codec
+
+ITEMS: dict[str, Any] = {
+    "user message": {"role": "user", "content": "What is the weather in Paris today?"},
+    "assistant message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+        "content": [{"type": "output_text", "text": "It is sunny, 21°C. " * 10,
+                     "annotations": [], "logprobs": []}],
+    },
+    "tool output 8 KB": {"type": "function_call_output", "call_id": "c1",
+                         "output": json.dumps([{"k": i, "v": "x" * 60} for i in range(100)])},
+}
+
+
+def main() -> None:
+    std = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    candidates: dict[str, tuple[Any, Any]] = {"stdlib json": (std.encode, json.loads)}
+    try:
+        import orjson
+
+        candidates["orjson"] = (orjson.dumps, orjson.loads)
+    except ImportError:
+        pass
+    try:
+        import msgspec
+
+        candidates["msgspec"] = (msgspec.json.encode, msgspec.json.decode)
+    except ImportError:
+        pass
+    print(f"{'item':20}{'library':14}{'encode µs':>11}{'decode µs':>11}")
+    for name, item in ITEMS.items():
+        for lib, (enc, dec) in candidates.items():
+            data = enc(item)
+            n = 20000
+            e = timeit.timeit(lambda enc=enc, item=item: enc(item), number=n) / n * 1e6
+            d = timeit.timeit(lambda dec=dec, data=data: dec(data), number=n) / n * 1e6
+            print(f"{name:20}{lib:14}{e:>11.2f}{d:>11.2f}")
+        n = 20000
+        full = timeit.timeit(lambda item=item: codec.encode_item(item, 0), number=n) / n * 1e6
+        used = codec.dumps.__name__
+        print(f"{name:20}{'codec (ours)':14}{full:>11.2f}   (validate + encode, {used})")
+
+
+if __name__ == "__main__":
+    main()

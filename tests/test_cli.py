@@ -1,0 +1,62 @@
+"""The command line: demo, show, clear."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent_sessions import SQLiteSession
+from agent_sessions.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_demo_runs_offline_and_undoes_the_wrong_turn(tmp_path: Path) -> None:
+    db = tmp_path / "demo.db"
+    out = subprocess.run(
+        [sys.executable, "-m", "agent_sessions", "demo", "--db", str(db)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "popped assistant: '17 * 3 = 41.'" in out.stdout
+    assert "17 * 4 = 68." in out.stdout
+    assert out.stdout.rstrip().endswith("The wrong exchange is gone from history: True")
+    assert db.exists()
+
+
+def test_demo_live_without_a_key_says_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert main(["demo", "--live"]) == 2
+    assert "OPENAI_API_KEY" in capsys.readouterr().out
+
+
+def test_show_and_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "s.db"
+
+    async def fill() -> None:
+        async with SQLiteSession("cli", str(db)) as s:
+            await s.add_items([{"role": "user", "content": f"m{i}"} for i in range(3)])
+
+    asyncio.run(fill())
+    url = f"sqlite:///{db}"
+    assert main(["show", url, "cli", "--limit", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line)["content"] for line in lines] == ["m1", "m2"]
+    assert main(["clear", url, "cli"]) == 0
+    capsys.readouterr()
+    assert main(["show", url, "cli"]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_cli_reports_package_errors_without_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["show", "ftp://nowhere", "x"]) == 1
+    assert "no backend handles the URL scheme 'ftp'" in capsys.readouterr().err

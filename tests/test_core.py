@@ -1,0 +1,179 @@
+"""Protocol layer: ids, codec (both JSON paths), open_session, errors, import hygiene."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agent_sessions
+from agent_sessions import InMemorySession, SQLiteSession, open_session
+from agent_sessions.core import codec
+from agent_sessions.core.ids import SIBLING_MARK, derive_sibling_id, validate_session_id
+from agent_sessions.errors import (
+    InvalidItemError,
+    InvalidSessionIdError,
+    ItemTooLargeError,
+    MissingDependencyError,
+    SessionError,
+    UnknownSchemeError,
+)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", None, 42, b"bytes", "a\x00b", "x" * 257, SIBLING_MARK + "x", "\ud800"],
+    ids=["empty", "none", "int", "bytes", "nul", "too-long", "reserved-prefix", "surrogate"],
+)
+@pytest.mark.parametrize("backend", [InMemorySession, SQLiteSession])
+def test_bad_session_ids_are_refused_at_construction(backend: type, bad: Any) -> None:
+    with pytest.raises(InvalidSessionIdError) as info:
+        backend(bad)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, TypeError)
+    assert "session_id" in str(info.value)
+
+
+def test_sibling_ids_never_equal_a_user_id_and_are_injective() -> None:
+    a = derive_sibling_id("user", "branches")
+    assert a.startswith(SIBLING_MARK)
+    with pytest.raises(InvalidSessionIdError):
+        validate_session_id(a)
+    assert derive_sibling_id("a", "b") != derive_sibling_id(SIBLING_MARK + "b" + SIBLING_MARK, "a")
+    assert derive_sibling_id(derive_sibling_id("u", "x"), "y") != derive_sibling_id("u", "y")
+    with pytest.raises(ValueError):
+        derive_sibling_id("u", "bad" + SIBLING_MARK)
+
+
+@pytest.mark.parametrize("use_orjson", [True, False], ids=["orjson", "stdlib"])
+def test_codec_rules_are_the_same_on_both_json_paths(
+    monkeypatch: pytest.MonkeyPatch, use_orjson: bool
+) -> None:
+    if use_orjson and codec._orjson is None:
+        pytest.skip("orjson not installed")
+    if not use_orjson:
+        monkeypatch.setattr(codec, "_orjson", None)
+        monkeypatch.setattr(codec, "dumps", codec._std_dumps)
+        monkeypatch.setattr(codec, "loads", json.loads)
+    good = {"role": "user", "content": ["é🙂", 1, 2.5, None, True, {"k": []}], "t": (1, 2)}
+    text = codec.encode_item(good, 0)
+    assert codec.decode_item(text) == {**good, "t": [1, 2]}
+    for bad, reason in [
+        ({"x": math.nan}, "nan"),
+        ({"x": -math.inf}, "inf"),
+        ({1: "x"}, "non-string key"),
+        ({None: "x"}, "non-string key"),
+        ({"x": {1, 2}}, "set"),
+        ({"x": b"b"}, "bytes"),
+        ({"x": object()}, "object"),
+        ({"x": "\udc00"}, "surrogate"),
+    ]:
+        with pytest.raises(InvalidItemError) as info:
+            codec.encode_batch([good, bad])
+        assert info.value.index == 1
+        assert "item 1" in str(info.value) and "nothing of the batch was written" in str(
+            info.value
+        ), reason
+    with pytest.raises(ItemTooLargeError, match="max_item_bytes"):
+        codec.encode_item({"x": "é" * 60}, 3, max_item_bytes=100)  # 60 chars, 120 bytes
+    assert codec.encode_item({"x": "é" * 40}, 0, max_item_bytes=100)
+    with pytest.raises(InvalidItemError, match="list of items"):
+        codec.encode_batch({"role": "user"})  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        codec.decode_item("[1, 2]")
+
+
+@pytest.mark.asyncio
+async def test_max_item_bytes_is_configurable_and_validated() -> None:
+    s = InMemorySession("cap", max_item_bytes=50)
+    with pytest.raises(ItemTooLargeError):
+        await s.add_items([{"content": "x" * 60}])
+    with pytest.raises(ValueError, match="max_item_bytes"):
+        InMemorySession("cap", max_item_bytes=0)
+
+
+def test_errors_subclass_the_builtins_the_sdk_raises() -> None:
+    from agent_sessions import errors
+
+    assert issubclass(errors.InvalidItemError, (ValueError, TypeError, SessionError))
+    assert issubclass(errors.SessionClosedError, RuntimeError)
+    assert issubclass(errors.BackendUnavailableError, ConnectionError)
+    assert issubclass(errors.BranchNotFoundError, ValueError)
+    assert issubclass(errors.MissingDependencyError, ImportError)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "url, expected_path",
+    [
+        ("sqlite:///relative.db", "relative.db"),
+        ("sqlite:////ABS/x.db", "/ABS/x.db"),
+        ("sqlite:///:memory:", ":memory:"),
+        ("sqlite://", None),
+    ],
+)
+async def test_open_session_sqlite_urls(url: str, expected_path: str | None) -> None:
+    if expected_path is None:
+        with pytest.raises(UnknownSchemeError, match="three slashes"):
+            await open_session(url, "s")
+        return
+    s = await open_session(url, "s")
+    assert isinstance(s, SQLiteSession)
+    assert s.path == expected_path
+    await s.close()
+
+
+@pytest.mark.asyncio
+async def test_open_session_memory_and_real_file(tmp_path: Path) -> None:
+    m = await open_session("memory://", "open-mem")
+    assert isinstance(m, InMemorySession)
+    f = await open_session(f"sqlite:///{tmp_path}/db.sqlite", "s", busy_timeout=1)
+    assert isinstance(f, SQLiteSession) and f.path == f"{tmp_path}/db.sqlite"
+    await f.add_items([{"role": "user", "content": "x"}])
+    assert len(await f.get_items()) == 1
+    await f.close()
+
+
+@pytest.mark.asyncio
+async def test_open_session_unknown_scheme_names_it() -> None:
+    with pytest.raises(UnknownSchemeError, match="'ftp'"):
+        await open_session("ftp://host/x", "s")
+    with pytest.raises(UnknownSchemeError, match="URL like"):
+        await open_session("not a url", "s")
+
+
+@pytest.mark.asyncio
+async def test_open_session_missing_extra_names_the_pip_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agent_sessions.core import registry
+
+    registry.register_scheme("fakedb", "agent_sessions_no_such_driver:open", extra="fakedb")
+    try:
+        with pytest.raises(MissingDependencyError) as info:
+            await open_session("fakedb://x", "s")
+        assert 'pip install "agent-sessions[fakedb]"' in str(info.value)
+        assert "fakedb://" in str(info.value)
+    finally:
+        registry._SCHEMES.pop("fakedb")
+
+
+def test_importing_the_package_imports_no_optional_driver() -> None:
+    optional = ["redis", "asyncpg", "asyncmy", "aiomysql", "sqlalchemy", "pymongo", "motor",
+                "cryptography", "tiktoken"]
+    code = (
+        "import sys, agents; before = set(sys.modules); import agent_sessions, "
+        "agent_sessions.errors; new = set(sys.modules) - before; "
+        f"print(sorted(m for m in new if m.split('.')[0] in {optional!r}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_lazy_names_resolve_or_fail_clearly() -> None:
+    with pytest.raises(AttributeError, match="no attribute"):
+        agent_sessions.NoSuchThing  # noqa: B018
