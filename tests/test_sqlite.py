@@ -208,3 +208,37 @@ async def test_unopenable_path_is_a_clear_error(tmp_path: Path) -> None:
     s = SQLiteSession("s", str(tmp_path / "missing-dir" / "x.db"))
     with pytest.raises(BackendUnavailableError, match="cannot open"):
         await s.get_items()
+
+
+def _use_after_fork(path: str) -> None:
+    session = _FORK_STATE["session"]
+
+    async def run() -> None:
+        await session.add_items([{"role": "user", "content": "from the child"}])
+
+    asyncio.run(asyncio.wait_for(run(), 20))
+
+
+_FORK_STATE: dict[str, SQLiteSession] = {}
+
+
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+def test_a_forked_child_opens_its_own_connection_instead_of_hanging(tmp_path: Path) -> None:
+    path = str(tmp_path / "fork.db")
+    session = SQLiteSession("fork", path)
+    _FORK_STATE["session"] = session
+
+    async def parent_write() -> None:
+        await session.add_items([{"role": "user", "content": "from the parent"}])
+
+    asyncio.run(parent_write())
+    child = multiprocessing.get_context("fork").Process(target=_use_after_fork, args=(path,))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+
+    async def check() -> list[str]:
+        async with SQLiteSession("fork", path) as s:
+            return texts(await s.get_items())
+
+    assert asyncio.run(check()) == ["from the parent", "from the child"]

@@ -104,6 +104,7 @@ class _Database:
         self._opening: asyncio.Future[aiosqlite.Connection] | None = None
         self._schemas: set[tuple[str, str]] = set()
         self.closed = False
+        self.pid = os.getpid()
 
     @classmethod
     def acquire(cls, path: str, busy_timeout: float, synchronous: str) -> _Database:
@@ -141,6 +142,10 @@ class _Database:
             await conn.close()
 
     async def connection(self, schema: _Schema) -> aiosqlite.Connection:
+        if self.pid != os.getpid():
+            # A forked child inherits the connection object but not its worker thread: using it
+            # would wait forever, so the child opens its own.
+            self.pid, self.conn, self._opening, self._schemas = os.getpid(), None, None, set()
         conn = self.conn
         if conn is None:
             if self.closed:
