@@ -53,7 +53,7 @@ class Summarizer(Protocol):
 
 def summary_message(text: str, role: SummaryRole) -> TResponseInputItem:
     """Return a message input item holding ``text`` under :data:`SUMMARY_HEADER`."""
-    return {"role": role, "content": f"{SUMMARY_HEADER}\n{text}"}  # type: ignore[return-value,misc]
+    return {"role": role, "content": f"{SUMMARY_HEADER}\n{text}"}
 
 
 def _strip_header(text: str) -> str:

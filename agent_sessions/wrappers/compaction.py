@@ -250,11 +250,14 @@ class CompactionSession(SessionABC):
         if not self.background:
             await self.compact(force=force, response_id=response_id)
             return
+        loop = asyncio.get_running_loop()
         if self._task is not None and not self._task.done():
-            queued_force = force or (self._queued is not None and self._queued[0])
-            self._queued = (queued_force, response_id)
-            return
-        self._task = asyncio.get_running_loop().create_task(
+            if self._task.get_loop() is loop or not self._task.get_loop().is_closed():
+                queued_force = force or (self._queued is not None and self._queued[0])
+                self._queued = (queued_force, response_id)
+                return
+            self._queued = None  # left behind by a closed event loop; it never committed
+        self._task = loop.create_task(
             self._background(force, response_id), name=f"compaction {self.session_id!r}"
         )
 
@@ -281,7 +284,7 @@ class CompactionSession(SessionABC):
             if task.get_loop() is not asyncio.get_running_loop():
                 logger.warning("a background compaction belongs to another event loop")
                 return
-            await asyncio.shield(task)
+            await asyncio.wait({task})  # its errors are logged by the task itself
 
     @property
     def compaction_pending(self) -> bool:
@@ -364,11 +367,7 @@ class CompactionSession(SessionABC):
             self._queued = None
             if cancel_pending:
                 task.cancel()
-            try:
-                await asyncio.shield(task)
-            except asyncio.CancelledError:
-                if not task.cancelled():
-                    raise
+            await asyncio.wait({task})
         self._closed = True
         for session in (self._sibling, self.inner):
             close = getattr(session, "close", None)
