@@ -336,6 +336,39 @@ async def test_runner_tool_calls_are_never_split_by_the_boundary() -> None:
     assert_pairs_intact(archived)
 
 
+@pytest.mark.asyncio
+async def test_runner_handoffs_are_never_split_by_the_boundary(tmp_path: Path) -> None:
+    specialist_model = ScriptedModel([[assistant_message(f"b says {t}")] for t in range(3)])
+    specialist = Agent(name="b", instructions="Answer.", model=specialist_model)
+    triage_model = ScriptedModel(
+        [[function_call("transfer_to_b", "{}", call_id=f"h{t}")] for t in range(3)]
+    )
+    triage = Agent(name="a", instructions="Route.", model=triage_model, handoffs=[specialist])
+    session = CompactionSession(
+        SQLiteSession(sid(), str(tmp_path / "h.db")),
+        should_trigger_compaction=every(4),
+        keep_last=2,
+        background=True,
+    )
+    for turn in range(3):
+        result = Runner.run_streamed(triage, f"question {turn}", session=session)
+        async for _ in result.stream_events():
+            pass
+        await session.wait_for_compaction()
+        assert_pairs_intact(await session.get_items())
+        assert_pairs_intact(specialist_model.calls[-1].input)  # type: ignore[arg-type]
+    view = await session.get_items()
+    assert is_summary(view[0])
+    assert [i.get("type", "message") for i in view[1:]] == [
+        "message",
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    assert_pairs_intact(await session.get_archived_items())
+    await session.close()
+
+
 def test_cuts_respect_call_pairs_reasoning_and_pending_calls() -> None:
     items: list[Any] = [
         msg("q"),  # 0
