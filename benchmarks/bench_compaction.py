@@ -29,8 +29,8 @@ from agents import Agent, Runner
 from agents.testing import ScriptedModel, assistant_message
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from agent_sessions import SQLiteSession  # noqa: E402
-from agent_sessions.wrappers.compaction import (  # noqa: E402
+from agent_sessions import SQLiteSession
+from agent_sessions.wrappers.compaction import (
     CompactionSession,
     ExtractiveSummarizer,
     item_count_trigger,
