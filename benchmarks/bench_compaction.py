@@ -64,8 +64,9 @@ class Contender:
 
 
 def scripted(turns: int) -> Agent[Any]:
-    replies = [[assistant_message(f"answer {i} " + "z" * 300, item_id=f"m{i}")] for i in
-               range(turns)]
+    replies = [
+        [assistant_message(f"answer {i} " + "z" * 300, item_id=f"m{i}")] for i in range(turns)
+    ]
     return Agent(name="bench", instructions="Be brief.", model=ScriptedModel(replies))
 
 
@@ -130,17 +131,23 @@ async def main(turns: int, foreground_turns: int) -> None:
         view = await background.get_items()
         archived = await background.get_archived_items()
         base = statistics.median(contenders[0].times)
-        print(f"\n## One turn through Runner.run_streamed (SQLite file; {turns} turns; "
-              f"summarizer sleeps {SUMMARY_SECONDS * 1000:.0f} ms)\n")
+        print(
+            f"\n## One turn through Runner.run_streamed (SQLite file; {turns} turns; "
+            f"summarizer sleeps {SUMMARY_SECONDS * 1000:.0f} ms)\n"
+        )
         print(f"{'contender':22}{'median ms':>11}{'p90 ms':>10}{'max ms':>10}{'vs plain':>10}")
         for c in contenders:
             times = sorted(c.times)
             p90 = times[int(0.9 * (len(times) - 1))]
             median = statistics.median(times)
-            print(f"{c.name:22}{median * 1000:>11.2f}{p90 * 1000:>10.2f}"
-                  f"{times[-1] * 1000:>10.2f}{median / base:>10.2f}x")
-        print(f"\nbackground: {summarizer.calls} compactions committed or attempted during the "
-              f"run; final view {len(view)} items, {len(archived)} originals archived")
+            print(
+                f"{c.name:22}{median * 1000:>11.2f}{p90 * 1000:>10.2f}"
+                f"{times[-1] * 1000:>10.2f}{median / base:>10.2f}x"
+            )
+        print(
+            f"\nbackground: {summarizer.calls} compactions committed or attempted during the "
+            f"run; final view {len(view)} items, {len(archived)} originals archived"
+        )
         for c in contenders:
             await c.session.clear_session()
             await c.session.close()

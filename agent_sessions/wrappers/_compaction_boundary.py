@@ -82,8 +82,8 @@ def safe_cuts(items: Sequence[Any]) -> list[bool]:
     depth = 0
     for c in range(n + 1):
         depth += delta[c]
-        reasoning_before = c > 0 and isinstance(items[c - 1], dict) and (
-            items[c - 1].get("type") == "reasoning"
+        reasoning_before = (
+            c > 0 and isinstance(items[c - 1], dict) and (items[c - 1].get("type") == "reasoning")
         )
         ok.append(depth == 0 and not reasoning_before)
     return ok

@@ -6,9 +6,10 @@ encoding is not available, as ``ceil(characters / 4)``, a common rule of thumb f
 Each item adds :data:`PER_ITEM_OVERHEAD` tokens for its framing.
 
 tiktoken downloads an encoding file the first time it is used on a machine unless it is cached
-(``TIKTOKEN_CACHE_DIR``). That download happens once per process in a worker thread with a
-time limit; if it fails or is slow the estimate falls back to characters / 4 (logged once), so an
-offline machine never blocks or fails a turn. It is never attempted on the event loop.
+(``TIKTOKEN_CACHE_DIR``). That load happens once per process in a worker thread; only the first
+estimate in the process waits for it, up to ``load_timeout`` (2 s). If it fails the estimate is
+characters / 4 from then on (logged once); if it is slow, characters / 4 until it is ready. So an
+offline machine never fails a turn, and the event loop never blocks on it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ _OFF_LOOP_CHARS = 200_000
 """Above this many characters, tokenizing moves to a worker thread."""
 
 _loads: dict[str, Future[Any]] = {}
+_waited: set[str] = set()
 _loads_lock = threading.Lock()
 
 
@@ -68,7 +70,7 @@ class TokenEstimator:
         load_timeout: seconds to wait for the encoding the first time (in a worker thread).
     """
 
-    def __init__(self, encoding: str | None = DEFAULT_ENCODING, load_timeout: float = 5.0) -> None:
+    def __init__(self, encoding: str | None = DEFAULT_ENCODING, load_timeout: float = 2.0) -> None:
         self.encoding_name = encoding
         self.load_timeout = load_timeout
         self._encoding: Any = None
@@ -82,21 +84,40 @@ class TokenEstimator:
         return "chars/4"
 
     async def ensure_loaded(self) -> None:
-        """Load the tokenizer once, off the event loop, within ``load_timeout``."""
+        """Load the tokenizer off the event loop. Only the first caller in a process waits (up to
+        ``load_timeout``); later ones use characters / 4 until a slow load finishes."""
         if self._encoding is not None or self._failed or self.encoding_name is None:
             return
-        future = _start_loading(self.encoding_name)
-        try:
-            self._encoding = await asyncio.wait_for(
-                asyncio.wrap_future(future), timeout=self.load_timeout
-            )
-        except Exception as exc:  # timeout, no tiktoken, no network
+        name = self.encoding_name
+        future = _start_loading(name)
+        if not future.done():
+            with _loads_lock:
+                first = name not in _waited
+                _waited.add(name)
+            if not first:
+                return
+            try:
+                await asyncio.wait_for(
+                    asyncio.shield(asyncio.wrap_future(future)), timeout=self.load_timeout
+                )
+            except asyncio.TimeoutError:
+                logger.info(
+                    "tiktoken encoding %r is slow to load; estimating characters/4 "
+                    "until it is ready",
+                    name,
+                )
+                return
+            except Exception:
+                pass  # reported below
+        if future.exception() is not None:
             self._failed = True
             logger.info(
                 "token estimate falls back to characters/4: tiktoken encoding %r unavailable (%s)",
-                self.encoding_name,
-                exc,
+                name,
+                future.exception(),
             )
+        else:
+            self._encoding = future.result()
 
     def count_text(self, text: str) -> int:
         """Tokens of ``text`` with the current method."""
