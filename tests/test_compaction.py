@@ -185,6 +185,65 @@ class TestBackgroundCompactionOverSQLiteConformance(TestCompactionOverSQLiteConf
     background = True
 
 
+class IdentitySummarizer:
+    """ "Summarises" a part of the history as exactly those items: the view then always equals
+    the full history, so the kit's exact assertions check that compaction keeps the contract."""
+
+    name = "identity"
+
+    async def summarize(self, items: list[Any], *, previous_summary: list[Any]) -> list[Any]:
+        return [*previous_summary, *items]
+
+
+class _CompactingKitBase(SessionConformanceSuite):
+    """The kit with compaction really happening every 4 items (after writes and in the Runner
+    hook), keep_last=2, through the identity summarizer: cuts, records, pops through summary
+    items, limits across the seam and concurrency with compaction all face exact assertions."""
+
+    background = False
+
+    def make_inner(self, session_id: str) -> Session:
+        raise NotImplementedError
+
+    async def create_session(self, session_id: str) -> Session:
+        return CompactionSession(
+            self.make_inner(session_id),
+            summarizer=IdentitySummarizer(),
+            should_trigger_compaction=every(4),
+            keep_last=2,
+            background=self.background,
+            compact_on_write=True,
+        )
+
+    @pytest.mark.asyncio
+    async def test_writes_really_compact(self) -> None:
+        session = await self.create_session(sid())
+        assert isinstance(session, CompactionSession)
+        await session.add_items([msg(f"m{i}") for i in range(10)])
+        await session.wait_for_compaction()
+        assert len(await session.get_archived_items()) == 8
+        assert await session.get_items() == [msg(f"m{i}") for i in range(10)]
+        await self.dispose_session(session)
+
+
+class TestCompactingKitOverMemory(_CompactingKitBase):
+    def make_inner(self, session_id: str) -> Session:
+        return InMemorySession(session_id)
+
+
+class TestCompactingKitOverSQLite(_CompactingKitBase):
+    @pytest.fixture(autouse=True)
+    def _db_path(self, tmp_path: Path) -> None:
+        self.path = str(tmp_path / "sessions.db")
+
+    def make_inner(self, session_id: str) -> Session:
+        return SQLiteSession(session_id, self.path)
+
+
+class TestBackgroundCompactingKitOverSQLite(TestCompactingKitOverSQLite):
+    background = True
+
+
 # -- Runner-driven compaction ----------------------------------------------------------------
 
 

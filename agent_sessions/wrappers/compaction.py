@@ -106,6 +106,9 @@ class CompactionSession(SessionABC):
         background: when True, ``run_compaction`` schedules the work and returns at once.
         sibling_factory: opens the side session for records, given its derived id; needed when
             ``inner`` does not offer ``sibling()`` (e.g. the SDK's own session classes).
+        compact_on_write: also consult the trigger after every ``add_items`` (for use without
+            the Runner, whose hook already does so after each turn). A failure there is logged
+            and kept in ``last_error``, never raised: the items were written.
         token_estimator: how tokens are estimated (default tiktoken, else characters / 4).
         session_settings: SDK settings of this view (default: the inner session's).
     """
@@ -119,6 +122,7 @@ class CompactionSession(SessionABC):
         background: bool = False,
         *,
         sibling_factory: Callable[[str], Session] | None = None,
+        compact_on_write: bool = False,
         token_estimator: TokenEstimator | None = None,
         session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
@@ -137,6 +141,7 @@ class CompactionSession(SessionABC):
         )
         self.keep_last = keep_last
         self.background = background
+        self.compact_on_write = compact_on_write
         self.token_estimator = token_estimator if token_estimator is not None else TokenEstimator()
         if session_settings is not None:
             self.session_settings = coerce_session_settings(session_settings)
@@ -164,7 +169,7 @@ class CompactionSession(SessionABC):
         self._queued: tuple[bool, str | None] | None = None
         self._closed = False
         self.last_error: BaseException | None = None
-        """The last error of a background compaction (they are logged, never raised)."""
+        """The last error of a compaction that was logged instead of raised."""
         self.compactions = 0
         """Compactions committed through this object."""
 
@@ -191,6 +196,20 @@ class CompactionSession(SessionABC):
         """Append ``items`` to the inner session (always after any compaction boundary)."""
         self._check_open()
         await self.inner.add_items(items)
+        if not self.compact_on_write or not items:
+            return
+        if self.background:
+            await self.run_compaction()
+            return
+        try:
+            await self.compact(force=False)
+        except Exception as exc:
+            self.last_error = exc
+            logger.warning(
+                "compaction after a write to %r failed; the history is unchanged",
+                self.session_id,
+                exc_info=True,
+            )
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item of the view.
