@@ -129,7 +129,8 @@ class AgentSummarizer:
         agent: the agent to run; default one built from ``model`` and ``instructions``.
         model: model name or ``Model`` for the default agent (None: the SDK's default model).
         instructions: the summarising prompt of the default agent.
-        run_config: passed to ``Runner.run`` (e.g. a model provider).
+        run_config: passed to ``Runner.run`` (e.g. a model provider); default names the trace
+            workflow "Session compaction".
         role: role of the summary message.
         max_chars_per_item: each item's text is cut to this many characters in the transcript.
     """
@@ -165,6 +166,10 @@ class AgentSummarizer:
         from agents import Runner
 
         text = transcript(items, previous_summary, max_chars_per_item=self.max_chars_per_item)
+        if self.run_config is None:
+            from agents import RunConfig
+
+            self.run_config = RunConfig(workflow_name="Session compaction")
         result = await Runner.run(
             self.agent,
             f"Summarize this conversation:\n\n{text}",
