@@ -499,9 +499,7 @@ class CompactionSession(SessionABC):
                 "session_id": self.session_id,
                 "response_id": response_id,
                 "session_items": view,
-                "compaction_candidate_items": [
-                    i for i in view if not (isinstance(i, dict) and i.get("role") == "user")
-                ],
+                "compaction_candidate_items": [i for i in view if not _user_or_compaction(i)],
                 "item_count": len(view),
                 "items_since_last_compaction": len(snap.tail),
                 "archived_item_count": record.archived if record is not None else 0,
@@ -571,6 +569,13 @@ class CompactionSession(SessionABC):
             items = await self._all_inner_items()
             if items[old_boundary : covered[-1][0]] != [item for _, item in covered]:
                 raise _Aborted("summarised items changed meanwhile")
+
+
+def _user_or_compaction(item: Any) -> bool:
+    """Items the SDK does not count as compaction candidates."""
+    return isinstance(item, dict) and (
+        item.get("role") == "user" or item.get("type") == "compaction"
+    )
 
 
 def _check_summary(summary: Any) -> None:
