@@ -1,0 +1,605 @@
+"""``CompactionSession``: replaces an old part of a history by a summary, losing nothing.
+
+The inner session is never rewritten. A compaction appends one *record* (summary items plus the
+boundary they cover) to a side session; the view served to the Runner is the newest record's
+summary followed by the inner items after its boundary. Hence:
+
+* **lossless**: the originals stay in the inner session (``get_archived_items``,
+  ``search_archive``);
+* **crash-safe**: committing is one atomic append; a failure or crash before it leaves the old
+  view, and a record is either stored whole or not at all;
+* **concurrent writes lose nothing**: ``add_items`` goes to the inner session, after any
+  boundary, while a summary is being made;
+* **non-blocking** (``background=True``): the Runner's ``run_compaction`` hook schedules the work
+  and returns; reads serve the previous view until the record is committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agents.memory import SessionABC, SessionSettings
+from agents.memory.session_settings import coerce_session_settings
+
+from ..core.capabilities import SupportsSequencedItems, SupportsSiblings
+from ..core.ids import derive_sibling_id
+from ..errors import BackendDataError, SessionClosedError
+from ._compaction_boundary import choose_cut
+from ._compaction_records import CompactionRecord
+from ._compaction_summarizers import (
+    AgentSummarizer,
+    ExtractiveSummarizer,
+    ResponsesCompactionSummarizer,
+    Summarizer,
+)
+from ._compaction_text import item_text
+from ._compaction_tokens import TokenEstimator
+from ._compaction_trigger import (
+    DEFAULT_TRIGGER_TOKENS,
+    CompactionTrigger,
+    CompactionTriggerContext,
+    item_count_trigger,
+    token_threshold_trigger,
+)
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory import Session
+    from agents.memory.session import OpenAIResponsesCompactionArgs
+
+logger = logging.getLogger("agent_sessions.compaction")
+
+SIBLING_PURPOSE = "compaction"
+_SEARCH_PAGE = 500
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """What one committed compaction did.
+
+    Attributes:
+        record: the committed record (now in force).
+        compacted_items: original items this compaction archived.
+        kept_items: original items left in the view after the summary.
+        estimated_tokens_before: token estimate of the view before compacting.
+    """
+
+    record: CompactionRecord
+    compacted_items: int
+    kept_items: int
+    estimated_tokens_before: int
+
+
+@dataclass
+class _Snapshot:
+    record: CompactionRecord | None
+    tail: list[tuple[int, TResponseInputItem]]
+    """Inner items after the boundary with their sequence number (or 1-based position)."""
+
+    @property
+    def summary(self) -> list[TResponseInputItem]:
+        return list(self.record.summary) if self.record is not None else []
+
+    @property
+    def view(self) -> list[TResponseInputItem]:
+        return self.summary + [item for _, item in self.tail]
+
+
+class _Aborted(Exception):
+    """The history changed under a compaction; it is dropped, the view stays as it was."""
+
+
+class CompactionSession(SessionABC):
+    """A session whose old history is replaced by a summary, keeping the originals.
+
+    Args:
+        inner: any Session holding the original items (never rewritten).
+        summarizer: makes the summary; default :class:`ExtractiveSummarizer` (no model).
+        should_trigger_compaction: decides from a :class:`CompactionTriggerContext` (may be async);
+            default: estimated tokens of the view >= :data:`DEFAULT_TRIGGER_TOKENS`.
+        keep_last: at least this many of the newest view items are never summarised.
+        background: when True, ``run_compaction`` schedules the work and returns at once.
+        sibling_factory: opens the side session for records, given its derived id; needed when
+            ``inner`` does not offer ``sibling()`` (e.g. the SDK's own session classes).
+        compact_on_write: also consult the trigger after every ``add_items`` (for use without
+            the Runner, whose hook already does so after each turn). A failure there is logged
+            and kept in ``last_error``, never raised: the items were written.
+        token_estimator: how tokens are estimated (default tiktoken, else characters / 4).
+        session_settings: SDK settings of this view (default: the inner session's).
+    """
+
+    def __init__(
+        self,
+        inner: Session,
+        summarizer: Summarizer | None = None,
+        should_trigger_compaction: CompactionTrigger | None = None,
+        keep_last: int = 8,
+        background: bool = False,
+        *,
+        sibling_factory: Callable[[str], Session] | None = None,
+        compact_on_write: bool = False,
+        token_estimator: TokenEstimator | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(keep_last, int) or keep_last < 0:
+            raise ValueError(f"keep_last must be an int >= 0, got {keep_last!r}")
+        summarizer = summarizer if summarizer is not None else ExtractiveSummarizer()
+        if not callable(getattr(summarizer, "summarize", None)):
+            raise TypeError("summarizer must have an async summarize(items, previous_summary=)")
+        self.inner = inner
+        self.session_id = inner.session_id
+        self.summarizer = summarizer
+        self.should_trigger_compaction: CompactionTrigger = (
+            should_trigger_compaction
+            if should_trigger_compaction is not None
+            else token_threshold_trigger(DEFAULT_TRIGGER_TOKENS)
+        )
+        self.keep_last = keep_last
+        self.background = background
+        self.compact_on_write = compact_on_write
+        self.token_estimator = token_estimator if token_estimator is not None else TokenEstimator()
+        if session_settings is not None:
+            self.session_settings = coerce_session_settings(session_settings)
+        else:
+            self.session_settings = getattr(inner, "session_settings", None) or SessionSettings()
+        sibling_id = derive_sibling_id(self.session_id, SIBLING_PURPOSE)
+        if sibling_factory is not None:
+            self._sibling = sibling_factory(sibling_id)
+        elif isinstance(inner, SupportsSiblings):
+            self._sibling = inner.sibling(sibling_id)
+        else:
+            raise TypeError(
+                f"{type(inner).__name__} cannot open side sessions (no sibling()); pass "
+                "sibling_factory=lambda sid: <a session for sid> to store compaction records"
+            )
+        self._sequenced = isinstance(inner, SupportsSequencedItems)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._mutation_lock: asyncio.Lock | None = None
+        self._compaction_lock: asyncio.Lock | None = None
+        self._clears = 0
+        self._pops = 0
+        self._token_cache: dict[int, int] = {}
+        self._summary_tokens: tuple[str, int] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._queued: tuple[bool, str | None] | None = None
+        self._closed = False
+        self.last_error: BaseException | None = None
+        """The last error of a compaction that was logged instead of raised."""
+        self.compactions = 0
+        """Compactions committed through this object."""
+
+    # -- the Session API ---------------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """Return the latest ``limit`` items of the view (summary, then newer items)."""
+        self._check_open()
+        if limit is None and self.session_settings is not None:
+            limit = self.session_settings.limit
+        if limit is not None and limit <= 0:
+            return []
+        record = await self._latest_record()
+        if record is None:
+            return await self.inner.get_items(limit)
+        tail = [item for _, item in await self._read_tail(record, limit)]
+        summary = list(record.summary)
+        if limit is not None:
+            room = max(0, limit - len(tail))
+            summary = summary[max(0, len(summary) - room) :] if room else []
+        return summary + tail
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` to the inner session (always after any compaction boundary)."""
+        self._check_open()
+        await self.inner.add_items(items)
+        if not self.compact_on_write or not items:
+            return
+        if self.background:
+            await self.run_compaction()
+            return
+        try:
+            await self.compact(force=False)
+        except Exception as exc:
+            self.last_error = exc
+            logger.warning(
+                "compaction after a write to %r failed; the history is unchanged",
+                self.session_id,
+                exc_info=True,
+            )
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest item of the view.
+
+        When only summary items are left, the last of them is removed (by committing a record
+        without it) and returned; archived originals are never popped.
+        """
+        self._check_open()
+        async with self._locks()[0]:
+            self._pops += 1
+            record = await self._latest_record()
+            if record is None:
+                return await self.inner.pop_item()
+            if await self._read_tail(record, 1):
+                return await self.inner.pop_item()
+            if not record.summary:
+                return None
+            popped = record.summary[-1]
+            await self._sibling.add_items(
+                [
+                    CompactionRecord(
+                        boundary=record.boundary,
+                        positional=record.positional,
+                        summary=list(record.summary[:-1]),
+                        archived=record.archived,
+                        summarizer=record.summarizer,
+                        reason="pop",
+                    ).to_item()  # type: ignore[list-item]
+                ]
+            )
+            return popped
+
+    async def clear_session(self) -> None:
+        """Delete the view, the archived originals and the compaction records."""
+        self._check_open()
+        async with self._locks()[0]:
+            self._clears += 1
+            self._token_cache.clear()
+            # Records first: a crash in between leaves the full original history visible
+            # rather than a stale boundary over a renumbered inner session.
+            await self._sibling.clear_session()
+            await self.inner.clear_session()
+
+    # -- compaction ------------------------------------------------------------------------------
+
+    async def run_compaction(self, args: OpenAIResponsesCompactionArgs | None = None) -> None:
+        """The SDK's hook, called by the Runner after each turn's write.
+
+        Compacts when ``args["force"]`` is true or the trigger says so. With ``background=True``
+        it only schedules that (at most one compaction runs per session object; calls meanwhile
+        are coalesced into one more run) and errors are logged, never raised; otherwise it
+        finishes first and raises what the summarizer or store raised.
+        """
+        self._check_open()
+        force = bool(args.get("force", False)) if args else False
+        response_id = args.get("response_id") if args else None
+        if not self.background:
+            await self.compact(force=force, response_id=response_id)
+            return
+        loop = asyncio.get_running_loop()
+        if self._task is not None and not self._task.done():
+            if self._task.get_loop() is loop or not self._task.get_loop().is_closed():
+                queued_force = force or (self._queued is not None and self._queued[0])
+                self._queued = (queued_force, response_id)
+                return
+            self._queued = None  # left behind by a closed event loop; it never committed
+        self._task = loop.create_task(
+            self._background(force, response_id), name=f"compaction {self.session_id!r}"
+        )
+
+    async def compact(
+        self, *, force: bool = True, response_id: str | None = None
+    ) -> CompactionResult | None:
+        """Compact now (``force=False``: only if the trigger agrees); wait for the result.
+
+        Returns None when nothing was compacted (trigger declined, nothing outside
+        ``keep_last`` can be cut safely, or the history changed meanwhile).
+        """
+        self._check_open()
+        async with self._locks()[1]:
+            try:
+                return await self._compact(force, response_id)
+            except _Aborted as why:
+                logger.info("compaction of %r dropped: %s", self.session_id, why)
+                return None
+
+    async def wait_for_compaction(self) -> None:
+        """Wait until no background compaction is running or queued."""
+        while self._task is not None and not self._task.done():
+            task = self._task
+            if task.get_loop() is not asyncio.get_running_loop():
+                logger.warning("a background compaction belongs to another event loop")
+                return
+            await asyncio.wait({task})  # its errors are logged by the task itself
+
+    @property
+    def compaction_pending(self) -> bool:
+        """Whether a background compaction is running or queued."""
+        return self._task is not None and not self._task.done()
+
+    # -- archive -------------------------------------------------------------------------------
+
+    async def get_archived_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """Return the original items the summary stands for (the latest ``limit``), oldest
+        first."""
+        self._check_open()
+        if limit is not None and limit <= 0:
+            return []
+        record = await self._latest_record()
+        if record is None:
+            return []
+        if record.positional:
+            archived = (await self._all_inner_items())[: record.boundary]
+            return archived if limit is None else archived[-limit:]
+        pairs = await self.inner.get_sequenced_items(  # type: ignore[attr-defined]
+            limit, before=record.boundary + 1
+        )
+        return [item for _, item in pairs]
+
+    async def search_archive(
+        self, text: str, *, limit: int | None = None
+    ) -> list[TResponseInputItem]:
+        """Return archived items whose text contains ``text`` (case-insensitive), oldest first;
+        with ``limit``, the latest ``limit`` matches. Scans the archive newest first, in pages."""
+        self._check_open()
+        needle = text.casefold()
+        if not needle:
+            raise ValueError("search text must not be empty")
+        record = await self._latest_record()
+        if record is None or (limit is not None and limit <= 0):
+            return []
+        found: list[TResponseInputItem] = []
+        if record.positional:
+            for item in reversed((await self._all_inner_items())[: record.boundary]):
+                if needle in item_text(item).casefold():
+                    found.append(item)
+                    if limit is not None and len(found) >= limit:
+                        break
+            return found[::-1]
+        before = record.boundary + 1
+        while True:
+            page = await self.inner.get_sequenced_items(  # type: ignore[attr-defined]
+                _SEARCH_PAGE, before=before
+            )
+            for _, item in reversed(page):
+                if needle in item_text(item).casefold():
+                    found.append(item)
+                    if limit is not None and len(found) >= limit:
+                        return found[::-1]
+            if len(page) < _SEARCH_PAGE:
+                return found[::-1]
+            before = page[0][0]
+
+    async def get_compaction_records(self) -> list[CompactionRecord]:
+        """Return every committed record, oldest first (the last one is in force)."""
+        self._check_open()
+        where = f"compaction records of {self.session_id!r}"
+        return [CompactionRecord.from_item(i, where) for i in await self._sibling.get_items()]
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
+
+    async def close(self, *, cancel_pending: bool = False) -> None:
+        """Finish (or, with ``cancel_pending``, cancel) a background compaction, then close the
+        record session and the inner session. Idempotent."""
+        if self._closed:
+            return
+        task = self._task
+        if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():
+            self._queued = None
+            if cancel_pending:
+                task.cancel()
+            await asyncio.wait({task})
+        self._closed = True
+        for session in (self._sibling, self.inner):
+            close = getattr(session, "close", None)
+            if close is not None:
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+
+    async def __aenter__(self) -> CompactionSession:
+        self._check_open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"CompactionSession({self.inner!r}, summarizer={self.summarizer!r})"
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError(
+                f"CompactionSession {self.session_id!r} is closed; open a new session"
+            )
+
+    def _locks(self) -> tuple[asyncio.Lock, asyncio.Lock]:
+        """(mutation lock, compaction lock), made for the running event loop."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._mutation_lock is None or self._compaction_lock is None:
+            self._loop = loop
+            self._mutation_lock = asyncio.Lock()
+            self._compaction_lock = asyncio.Lock()
+        return self._mutation_lock, self._compaction_lock
+
+    async def _latest_record(self) -> CompactionRecord | None:
+        items = await self._sibling.get_items(limit=1)
+        if not items:
+            return None
+        record = CompactionRecord.from_item(items[-1], f"compaction records of {self.session_id!r}")
+        if record.positional == self._sequenced:
+            raise BackendDataError(
+                f"the compaction records of {self.session_id!r} were written over a different "
+                "kind of inner session (sequence numbers vs positions)"
+            )
+        return record
+
+    async def _all_inner_items(self) -> list[TResponseInputItem]:
+        return await self.inner.get_items()
+
+    async def _read_tail(
+        self, record: CompactionRecord | None, limit: int | None = None
+    ) -> list[tuple[int, TResponseInputItem]]:
+        """The inner items after the record's boundary, with sequence numbers or positions."""
+        if self._sequenced:
+            after = record.boundary if record is not None else None
+            pairs: list[tuple[int, TResponseInputItem]] = await self.inner.get_sequenced_items(  # type: ignore[attr-defined]
+                limit, after=after
+            )
+            return pairs
+        items = await self._all_inner_items()
+        start = record.boundary if record is not None else 0
+        tail = list(enumerate(items, start=1))[start:]
+        return tail if limit is None else tail[-limit:]
+
+    async def _background(self, force: bool, response_id: str | None) -> None:
+        while True:
+            try:
+                await self.compact(force=force, response_id=response_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.last_error = exc
+                logger.warning(
+                    "background compaction of %r failed; the history is unchanged",
+                    self.session_id,
+                    exc_info=True,
+                )
+            if self._queued is None or self._closed:
+                return
+            force, response_id = self._queued
+            self._queued = None
+
+    async def _estimate(self, snap: _Snapshot) -> int:
+        """Token estimate of the view; per-item counts are cached by sequence number."""
+        total = 0
+        record = snap.record
+        if record is not None:
+            if self._summary_tokens is None or self._summary_tokens[0] != record.id:
+                counts = await self.token_estimator.count_items(record.summary)
+                self._summary_tokens = (record.id, sum(counts))
+            total += self._summary_tokens[1]
+        if not self._sequenced:
+            return total + sum(await self.token_estimator.count_items([i for _, i in snap.tail]))
+        missing = [(seq, item) for seq, item in snap.tail if seq not in self._token_cache]
+        if missing:
+            counts = await self.token_estimator.count_items([item for _, item in missing])
+            self._token_cache.update((seq, n) for (seq, _), n in zip(missing, counts, strict=True))
+        self._token_cache = {seq: self._token_cache[seq] for seq, _ in snap.tail}
+        return total + sum(self._token_cache.values())
+
+    async def _compact(self, force: bool, response_id: str | None) -> CompactionResult | None:
+        generation = (self._clears, self._pops)
+        record = await self._latest_record()
+        snap = _Snapshot(record, await self._read_tail(record))
+        summary, view = snap.summary, snap.view
+        tokens = await self._estimate(snap)
+        if not force:
+            context: CompactionTriggerContext = {
+                "session_id": self.session_id,
+                "response_id": response_id,
+                "session_items": view,
+                "compaction_candidate_items": [i for i in view if not _user_or_compaction(i)],
+                "item_count": len(view),
+                "items_since_last_compaction": len(snap.tail),
+                "archived_item_count": record.archived if record is not None else 0,
+                "estimated_tokens": tokens,
+                "token_estimate_method": self.token_estimator.method,
+            }
+            decision = self.should_trigger_compaction(context)
+            if inspect.isawaitable(decision):
+                decision = await decision
+            if not decision:
+                return None
+        cut = choose_cut(view, lowest=len(summary) + 1, highest=len(view) - self.keep_last)
+        if cut is None:
+            logger.debug("compaction of %r: no safe cut outside keep_last", self.session_id)
+            return None
+        covered = snap.tail[: cut - len(summary)]
+        new_summary = await self.summarizer.summarize(
+            [item for _, item in covered], previous_summary=summary
+        )
+        _check_summary(new_summary)
+        new_record = CompactionRecord(
+            boundary=covered[-1][0],
+            positional=not self._sequenced,
+            summary=list(new_summary),
+            archived=(record.archived if record is not None else 0) + len(covered),
+            summarizer=str(getattr(self.summarizer, "name", type(self.summarizer).__name__)),
+        )
+        async with self._locks()[0]:
+            await self._verify_unchanged(generation, record, covered)
+            await self._sibling.add_items([new_record.to_item()])  # type: ignore[list-item]
+        self.compactions += 1
+        logger.debug(
+            "compacted %r: %d items archived, %d kept",
+            self.session_id,
+            len(covered),
+            len(snap.tail) - len(covered),
+        )
+        return CompactionResult(
+            record=new_record,
+            compacted_items=len(covered),
+            kept_items=len(snap.tail) - len(covered),
+            estimated_tokens_before=tokens,
+        )
+
+    async def _verify_unchanged(
+        self,
+        generation: tuple[int, int],
+        record: CompactionRecord | None,
+        covered: list[tuple[int, TResponseInputItem]],
+    ) -> None:
+        """Raise _Aborted unless the record in force and the covered items are as read."""
+        if self._clears != generation[0]:
+            raise _Aborted("the session was cleared meanwhile")
+        if not self._sequenced and self._pops != generation[1]:
+            raise _Aborted("items were popped meanwhile")
+        latest = await self._latest_record()
+        if (latest.id if latest else None) != (record.id if record else None):
+            raise _Aborted("another compaction or pop committed meanwhile")
+        old_boundary = record.boundary if record is not None else 0
+        if self._sequenced:
+            present = await self.inner.count_items(  # type: ignore[attr-defined]
+                after=old_boundary, before=covered[-1][0] + 1
+            )
+            if present != len(covered):
+                raise _Aborted("summarised items were popped meanwhile")
+        else:
+            items = await self._all_inner_items()
+            if items[old_boundary : covered[-1][0]] != [item for _, item in covered]:
+                raise _Aborted("summarised items changed meanwhile")
+
+
+def _user_or_compaction(item: Any) -> bool:
+    """Items the SDK does not count as compaction candidates."""
+    return isinstance(item, dict) and (
+        item.get("role") == "user" or item.get("type") == "compaction"
+    )
+
+
+def _check_summary(summary: Any) -> None:
+    if not isinstance(summary, list) or not summary:
+        raise ValueError(f"the summarizer must return a non-empty list of items, got {summary!r}")
+    for index, item in enumerate(summary):
+        if not isinstance(item, dict) or not ("type" in item or "role" in item):
+            raise ValueError(
+                f"summary item {index} is not an input item (a dict with 'role' or 'type'): "
+                f"{item!r}"
+            )
+
+
+__all__ = [
+    "AgentSummarizer",
+    "CompactionRecord",
+    "CompactionResult",
+    "CompactionSession",
+    "CompactionTrigger",
+    "CompactionTriggerContext",
+    "ExtractiveSummarizer",
+    "ResponsesCompactionSummarizer",
+    "Summarizer",
+    "TokenEstimator",
+    "item_count_trigger",
+    "token_threshold_trigger",
+]
