@@ -1,0 +1,175 @@
+"""``SessionWrapper``: the shared plumbing of a layer that takes an inner Session and is one.
+
+A wrapper keeps one settings object with its inner session, owns the inner session (closing the
+wrapper closes it), and offers ``sibling()`` exactly when the inner session does, wrapping the
+inner sibling in the same layer so side data gets the same treatment (e.g. encryption).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agents.memory import Session, SessionABC, SessionSettings
+
+from ..core.capabilities import SupportsSiblings
+from ..core.ids import derive_sibling_id
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+
+W = TypeVar("W", bound="SessionWrapper")
+
+Transform = Callable[[list[Any]], list[Any]]
+"""Maps a session's whole item list to a list of the same length: the item to store in each
+position, or None to delete that item. Layers keep their per-item metadata by position."""
+
+ALL_ITEMS = 2**62
+"""A limit larger than any session, used to read everything whatever the settings say."""
+
+
+class SessionWrapper(SessionABC):
+    """Base of a layer over ``inner``; subclasses implement the four Session methods.
+
+    ``session_id`` is the inner session's; ``session_settings`` reads and writes the inner
+    session's, so the whole stack shares one ``limit``. ``sibling(id)`` exists only when
+    ``inner`` offers it (so ``isinstance(w, SupportsSiblings)`` is truthful) and returns
+    ``self.wrap_sibling(inner.sibling(id))``.
+    """
+
+    sibling: Callable[[str], Session]
+
+    def __init__(self, inner: Session) -> None:
+        if not all(
+            callable(getattr(inner, name, None))
+            for name in ("get_items", "add_items", "pop_item", "clear_session")
+        ):
+            raise TypeError(
+                f"{type(self).__name__} wraps a Session (get_items, add_items, pop_item, "
+                f"clear_session); got {type(inner).__name__}"
+            )
+        self.inner = inner
+        self.session_id = inner.session_id
+        if isinstance(inner, SupportsSiblings):
+            self.sibling = self._sibling
+
+    @property  # type: ignore[override]
+    def session_settings(self) -> SessionSettings | None:
+        """The inner session's settings (one object for the whole stack)."""
+        return getattr(self.inner, "session_settings", None)
+
+    @session_settings.setter
+    def session_settings(self, value: SessionSettings | None) -> None:
+        self.inner.session_settings = value
+
+    def resolve_limit(self, limit: int | None) -> int | None:
+        """Apply the SDK's rule: an explicit limit wins, else ``session_settings.limit``."""
+        if limit is None:
+            settings = self.session_settings
+            if settings is not None:
+                return settings.limit
+        return limit
+
+    def wrap_sibling(self, inner_sibling: Session) -> Session:
+        """Return this layer, configured like ``self``, over ``inner_sibling``."""
+        raise NotImplementedError(f"{type(self).__name__} does not define wrap_sibling")
+
+    async def rewrite_items(self, transform: Transform) -> int:
+        """Replace this session's items (as this layer exposes them) by ``transform(items)``,
+        keeping order and this layer's metadata; see :func:`rewrite_session` for safety.
+        Returns how many items the session holds afterwards."""
+        raise NotImplementedError(f"{type(self).__name__} does not support rewrite_items")
+
+    def _sibling(self, session_id: str) -> Session:
+        assert isinstance(self.inner, SupportsSiblings)
+        return self.wrap_sibling(self.inner.sibling(session_id))
+
+    async def close(self) -> None:
+        """Close the inner session (sync or async ``close``), if it has one."""
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            result = close()
+            if inspect.isawaitable(result):
+                await result
+
+    async def __aenter__(self: W) -> W:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"
+
+
+async def read_all(session: Session) -> list[TResponseInputItem]:
+    """Return every item of ``session``, whatever its ``session_settings.limit`` says."""
+    settings = getattr(session, "session_settings", None)
+    if settings is None or settings.limit is None:
+        return await session.get_items()
+    return await session.get_items(limit=ALL_ITEMS)
+
+
+async def rewrite_session(session: Session, transform: Transform, *, attempts: int = 3) -> int:
+    """Replace every stored item of ``session`` by ``transform(items)`` (None deletes),
+    keeping order.
+
+    Uses only the Session API. When ``session`` offers siblings, the new list is first written
+    to a side session (``derive_sibling_id(id, "rewrite")``), so a process dying between the
+    clear and the add leaves a full copy that the next call restores into an empty session.
+    The stored items are read again just before the swap and the swap is retried (up to
+    ``attempts``) when they changed; a write landing in the short window between that check
+    and the swap is still lost, so run rewrites while the session is idle.
+
+    Returns how many items the session holds afterwards.
+    """
+    backup: Session | None = None
+    if isinstance(session, SupportsSiblings):
+        backup = session.sibling(derive_sibling_id(session.session_id, "rewrite"))
+    try:
+        if backup is not None:
+            leftover = await read_all(backup)
+            if leftover:
+                if not await session.get_items(limit=1):
+                    await session.add_items(leftover)  # an earlier swap died mid-way
+                await backup.clear_session()
+        for _ in range(attempts):
+            items = await read_all(session)
+            new = [item for item in transform(list(items)) if item is not None]
+            if new == items:
+                return len(items)
+            if backup is not None:
+                await backup.add_items(new)
+            if await read_all(session) != items:
+                if backup is not None:
+                    await backup.clear_session()
+                continue
+            await session.clear_session()
+            await session.add_items(new)
+            if backup is not None:
+                await backup.clear_session()
+            return len(new)
+        raise RuntimeError(
+            f"session {session.session_id!r} kept changing during the rewrite; retry while "
+            "it is idle"
+        )
+    finally:
+        if backup is not None:
+            close = getattr(backup, "close", None)
+            if close is not None:
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+
+
+async def rewrite_through(session: Session, transform: Transform) -> int:
+    """Rewrite ``session``'s items as it exposes them: through its own ``rewrite_items`` when
+    it is a wrapper (which keeps its own metadata), else with :func:`rewrite_session`."""
+    if isinstance(session, SessionWrapper):
+        return await session.rewrite_items(transform)
+    return await rewrite_session(session, transform)
+
+
+__all__ = ["ALL_ITEMS", "SessionWrapper", "Transform", "read_all", "rewrite_session",
+           "rewrite_through"]
