@@ -21,7 +21,7 @@ from tests.wrapper_stacks import CountingSession, FakeClock, NativeExpiryMemoryS
 DAY = 86_400.0
 
 
-def msg(text: str, role: str = "user") -> dict[str, Any]:
+def msg(text: str, role: str = "user") -> Any:
     return {"role": role, "content": text}
 
 
@@ -178,7 +178,7 @@ async def test_items_not_written_through_the_layer_are_never_shown() -> None:
     assert await s.get_items() == []
     await s.add_items([msg("new")])
     assert texts(await s.get_items()) == ["new"]
-    raw = await inner.get_items()
+    raw: list[Any] = list(await inner.get_items())
     assert raw[-1]["type"] == "agent_sessions.ttl" and raw[-1]["item"] == msg("new")
 
 
@@ -187,7 +187,8 @@ async def test_bad_item_names_its_index_and_writes_nothing() -> None:
     inner = InMemorySession(sid(), store=InMemoryStore())
     s = TTLSession(inner, DAY)
     with pytest.raises(ValueError, match="item 1"):
-        await s.add_items([msg("ok"), {"role": "user", "content": {1}}])
+        bad: Any = {"role": "user", "content": {1}}
+        await s.add_items([msg("ok"), bad])
     with pytest.raises(ValueError, match="item 0"):
         await s.add_items([msg("x" * s.max_item_bytes)])
     assert await inner.get_items() == []
