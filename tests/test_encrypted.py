@@ -402,11 +402,41 @@ async def test_a_rewrite_that_died_mid_swap_is_restored_by_the_next_rotation() -
     await ring.add_items([msg("x"), msg("y")])
     copy = await inner.get_items()
     side = inner.sibling(derive_sibling_id(session_id, "rewrite"))
-    await side.add_items(copy)  # state after: copy written, original cleared, then a crash
+    mark: Any = {"type": "agent_sessions.rewrite", "swap": True}
+    await side.add_items([*copy, mark])  # copy written, swap begun, session cleared: crash
     await inner.clear_session()
     assert await ring.rotate() == 0
     assert texts(await ring.get_items()) == ["x", "y"]
     assert await side.get_items() == []
+
+
+@pytest.mark.asyncio
+async def test_a_rewrite_that_died_before_its_swap_leaves_the_session_as_it_was() -> None:
+    store = InMemoryStore()
+    inner = InMemorySession(sid(), store=store)
+    ring = EncryptedSession(inner, keys={"k2": KEY, "k1": OLD_KEY}, active="k2")
+    await ring.add_items([msg("x")])
+    side = inner.sibling(derive_sibling_id(inner.session_id, "rewrite"))
+    await side.add_items(await inner.get_items())  # copy written, then a crash
+    assert await ring.rotate() == 0
+    assert texts(await ring.get_items()) == ["x"]
+    assert await side.get_items() == []
+
+
+@pytest.mark.asyncio
+async def test_a_died_swap_followed_by_new_writes_is_reported_not_dropped() -> None:
+    store = InMemoryStore()
+    inner = InMemorySession(sid(), store=store)
+    ring = EncryptedSession(inner, keys={"k2": KEY, "k1": OLD_KEY}, active="k2")
+    await ring.add_items([msg("old")])
+    side = inner.sibling(derive_sibling_id(inner.session_id, "rewrite"))
+    mark: Any = {"type": "agent_sessions.rewrite", "swap": True}
+    await side.add_items([*await inner.get_items(), mark])
+    await inner.clear_session()
+    await ring.add_items([msg("new")])
+    with pytest.raises(RuntimeError, match="side session"):
+        await ring.rotate()
+    assert len(await side.get_items()) == 2, "the copy is kept for the operator"
 
 
 # -- siblings -----------------------------------------------------------------------------------

@@ -113,54 +113,80 @@ async def read_all(session: Session) -> list[TResponseInputItem]:
 
 async def rewrite_session(session: Session, transform: Transform, *, attempts: int = 3) -> int:
     """Replace every stored item of ``session`` by ``transform(items)`` (None deletes),
-    keeping order.
+    keeping order; returns how many items the session holds afterwards.
 
     Uses only the Session API. When ``session`` offers siblings, the new list is first written
-    to a side session (``derive_sibling_id(id, "rewrite")``), so a process dying between the
-    clear and the add leaves a full copy that the next call restores into an empty session.
-    The stored items are read again just before the swap and the swap is retried (up to
-    ``attempts``) when they changed; a write landing in the short window between that check
-    and the swap is still lost, so run rewrites while the session is idle.
+    to a side session (``derive_sibling_id(id, "rewrite")``) and a swap mark is added to it
+    before the session is cleared, so a process dying between the clear and the add leaves a
+    full copy that the next call puts back. The stored items are read again just before the
+    swap and the rewrite restarts (up to ``attempts`` times) when they changed; a write landing
+    in the short window between that check and the clear is still lost, so run rewrites while
+    the session is idle.
 
-    Returns how many items the session holds afterwards.
+    Raises:
+        RuntimeError: the session kept changing, or an earlier rewrite died mid-swap and the
+            session has received new items since (the copy is left in the side session).
     """
-    backup: Session | None = None
-    if isinstance(session, SupportsSiblings):
-        backup = session.sibling(derive_sibling_id(session.session_id, "rewrite"))
+    if not isinstance(session, SupportsSiblings):
+        return await _swap(session, transform, None, attempts)
+    backup = session.sibling(derive_sibling_id(session.session_id, "rewrite"))
     try:
-        if backup is not None:
-            leftover = await read_all(backup)
-            if leftover:
-                if not await session.get_items(limit=1):
-                    await session.add_items(leftover)  # an earlier swap died mid-way
-                await backup.clear_session()
-        for _ in range(attempts):
-            items = await read_all(session)
-            new = [item for item in transform(list(items)) if item is not None]
-            if new == items:
-                return len(items)
-            if backup is not None:
-                await backup.add_items(new)
-            if await read_all(session) != items:
-                if backup is not None:
-                    await backup.clear_session()
-                continue
-            await session.clear_session()
-            await session.add_items(new)
-            if backup is not None:
-                await backup.clear_session()
-            return len(new)
-        raise RuntimeError(
-            f"session {session.session_id!r} kept changing during the rewrite; retry while "
-            "it is idle"
-        )
+        await _recover(session, backup)
+        return await _swap(session, transform, backup, attempts)
     finally:
+        close = getattr(backup, "close", None)
+        if close is not None:
+            result = close()
+            if inspect.isawaitable(result):
+                await result
+
+
+_SWAP_MARK: Any = {"type": "agent_sessions.rewrite", "swap": True}
+
+
+async def _recover(session: Session, backup: Session) -> None:
+    leftover = await read_all(backup)
+    if not leftover:
+        return
+    if leftover[-1] == _SWAP_MARK:  # the earlier rewrite died during its swap
+        copy = leftover[:-1]
+        current = await read_all(session)
+        if not current:
+            await session.add_items(copy)
+        elif current[: len(copy)] != copy:
+            raise RuntimeError(
+                f"an earlier rewrite of session {session.session_id!r} died after clearing it, "
+                "and new items were added since; its previous items are kept in the side "
+                f"session {backup.session_id!r}: move them back by hand, then clear that one"
+            )
+    await backup.clear_session()  # without the mark, the session itself was never touched
+
+
+async def _swap(
+    session: Session, transform: Transform, backup: Session | None, attempts: int
+) -> int:
+    for _ in range(attempts):
+        items = await read_all(session)
+        new = [item for item in transform(list(items)) if item is not None]
+        if new == items:
+            return len(items)
         if backup is not None:
-            close = getattr(backup, "close", None)
-            if close is not None:
-                result = close()
-                if inspect.isawaitable(result):
-                    await result
+            await backup.add_items(new)
+        if await read_all(session) != items:
+            if backup is not None:
+                await backup.clear_session()
+            continue
+        if backup is not None:
+            await backup.add_items([_SWAP_MARK])
+        await session.clear_session()
+        await session.add_items(new)
+        if backup is not None:
+            await backup.clear_session()
+        return len(new)
+    raise RuntimeError(
+        f"session {session.session_id!r} kept changing during the rewrite; retry while it is "
+        "idle"
+    )
 
 
 async def rewrite_through(session: Session, transform: Transform) -> int:

@@ -83,7 +83,7 @@ def master_key_bytes(key: str | bytes, name: str = "encryption_key") -> bytes:
 
 
 def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
 
 
 class _Unreadable(Exception):
@@ -147,7 +147,7 @@ class EncryptedSession(SessionWrapper):
         super().__init__(inner)
         self.strict = strict
         self.ttl = ttl
-        self._ciphers: dict[str, AESGCM] = {}
+        self._ciphers: dict[str, tuple[AESGCM, bytes]] = {}
         self._aad_prefix = f"{ENC_TYPE}\x00{ENVELOPE_VERSION}\x00".encode()
         self._aad_suffix = b"\x00" + self.session_id.encode("utf-8")
         self._cipher(self.active_key_id)  # derive now: a bad key fails at construction
@@ -207,46 +207,48 @@ class EncryptedSession(SessionWrapper):
 
     # -- crypto --------------------------------------------------------------------------------
 
-    def _cipher(self, kid: str) -> AESGCM:
-        cipher = self._ciphers.get(kid)
-        if cipher is None:
+    def _cipher(self, kid: str) -> tuple[AESGCM, bytes]:
+        """Return the AEAD for ``kid``'s per-session key and the associated data to use."""
+        entry = self._ciphers.get(kid)
+        if entry is None:
             hkdf = HKDF(
                 algorithm=hashes.SHA256(),
                 length=32,
                 salt=_HKDF_SALT,
                 info=b"agent_sessions.enc.session-key\x00" + self.session_id.encode("utf-8"),
             )
-            cipher = self._ciphers[kid] = AESGCM(hkdf.derive(self._keys[kid]))
-        return cipher
+            aad = self._aad_prefix + kid.encode("ascii") + self._aad_suffix
+            entry = self._ciphers[kid] = (AESGCM(hkdf.derive(self._keys[kid])), aad)
+        return entry
 
-    def _aad(self, kid: str) -> bytes:
-        return self._aad_prefix + kid.encode("ascii") + self._aad_suffix
-
-    def _seal(self, text: str, kid: str | None = None) -> dict[str, Any]:
-        kid = kid or self.active_key_id
+    def _seal(self, text: str) -> dict[str, Any]:
+        kid = self.active_key_id
+        cipher, aad = self._cipher(kid)
         nonce = os.urandom(_NONCE_BYTES)
-        sealed = self._cipher(kid).encrypt(nonce, text.encode("utf-8"), self._aad(kid))
+        sealed = cipher.encrypt(nonce, text.encode("utf-8"), aad)
         return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "n": _b64(nonce),
                 "c": _b64(sealed)}
 
     def _open(self, envelope: Any) -> Any:
         """Return the item inside ``envelope`` or raise _Unreadable."""
-        if not isinstance(envelope, Mapping) or envelope.get("type") != ENC_TYPE:
+        if not isinstance(envelope, dict) or envelope.get("type") != ENC_TYPE:
             raise _Unreadable("it is not an encrypted envelope")
         if envelope.get("v") != ENVELOPE_VERSION:
             raise _Unreadable(f"envelope version {envelope.get('v')!r} is not supported")
         kid = envelope.get("kid")
         if not isinstance(kid, str) or kid not in self._keys:
             raise _Unreadable(f"key id {kid!r} is not in the keyring")
+        cipher, aad = self._cipher(kid)
         try:
-            nonce = base64.b64decode(envelope["n"], validate=True)
-            sealed = base64.b64decode(envelope["c"], validate=True)
-        except (KeyError, TypeError, ValueError, binascii.Error):
+            # Lenient decoding is enough: GCM authenticates the bytes that come out.
+            nonce = binascii.a2b_base64(envelope["n"])
+            sealed = binascii.a2b_base64(envelope["c"])
+        except (KeyError, TypeError, ValueError):
             raise _Unreadable("the envelope's nonce or ciphertext is malformed") from None
         if len(nonce) != _NONCE_BYTES:
             raise _Unreadable("the envelope's nonce is malformed")
         try:
-            plaintext = self._cipher(kid).decrypt(nonce, sealed, self._aad(kid))
+            plaintext = cipher.decrypt(nonce, sealed, aad)
         except InvalidTag:
             raise _Unreadable(
                 "authentication failed (wrong key, altered bytes, or copied from another "

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -69,12 +69,12 @@ def seconds(value: float | timedelta | None, name: str) -> float | None:
 
 def _time(envelope: Any, key: str) -> float | None:
     """Return a finite timestamp from a TTL envelope, or None when it is not one."""
-    if not isinstance(envelope, Mapping) or envelope.get("type") != TTL_TYPE:
+    if type(envelope) is not dict or envelope.get("type") != TTL_TYPE:
         return None
     value = envelope.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
+    if type(value) is float:  # the common case, checked first: reads call this per item
+        return value if math.isfinite(value) else None
+    return float(value) if type(value) is int else None
 
 
 class TTLSession(SessionWrapper):
