@@ -456,3 +456,20 @@ async def test_siblings_are_encrypted_too(tmp_path: Path) -> None:
     foreign = SDKSQLiteSession(sid(), str(tmp_path / "f.db"))
     assert not isinstance(EncryptedSession(foreign, encryption_key=KEY), SupportsSiblings)
     foreign.close()
+
+
+@pytest.mark.asyncio
+async def test_sequenced_items_are_offered_only_when_the_inner_has_them(tmp_path: Path) -> None:
+    from agent_sessions import SupportsSequencedItems
+
+    s = EncryptedSession(InMemorySession(sid(), store=InMemoryStore()), encryption_key=KEY)
+    assert isinstance(s, SupportsSequencedItems)
+    seqs = await s.add_sequenced_items([msg("a"), msg("b")])
+    assert [(q, item_text(i)) for q, i in await s.get_sequenced_items()] == [
+        (seqs[0], "a"), (seqs[1], "b")]
+    assert await s.count_items(after=seqs[0]) == 1
+    over_ttl = EncryptedSession(TTLSession(InMemorySession(sid()), 60), encryption_key=KEY)
+    assert not isinstance(over_ttl, SupportsSequencedItems)
+    foreign = SDKSQLiteSession(sid(), str(tmp_path / "f.db"))
+    assert not isinstance(EncryptedSession(foreign, encryption_key=KEY), SupportsSequencedItems)
+    foreign.close()

@@ -18,12 +18,13 @@ import binascii
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from agents.memory import Session
 
+from ..core.capabilities import SupportsSequencedItems
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, decode_item, dumps, encode_batch
 from ..errors import DecryptionError, MissingDependencyError
 from .base import SessionWrapper, Transform, rewrite_through
@@ -109,11 +110,17 @@ class EncryptedSession(SessionWrapper):
         max_item_bytes: largest accepted item; default: what fits the inner session's cap
             once encrypted, or 16 MiB for a session without a cap.
 
+    Offers ``sibling()`` and the sequenced-items capability exactly when ``inner`` does.
+
     Unreadable items (wrong or unknown key, altered bytes, copied from another session, not
     an envelope) are never returned as plaintext. They keep their slot: ``get_items(limit=n)``
     reads ``n`` stored items and leaves unreadable ones out, and ``pop_item`` on one removes
     exactly that item and returns None (strict mode: raises after removing it).
     """
+
+    add_sequenced_items: Callable[[list[TResponseInputItem]], Awaitable[list[int]]]
+    get_sequenced_items: Callable[..., Awaitable[list[tuple[int, TResponseInputItem]]]]
+    count_items: Callable[..., Awaitable[int]]
 
     def __init__(
         self,
@@ -151,6 +158,10 @@ class EncryptedSession(SessionWrapper):
         self._aad_prefix = f"{ENC_TYPE}\x00{ENVELOPE_VERSION}\x00".encode()
         self._aad_suffix = b"\x00" + self.session_id.encode("utf-8")
         self._cipher(self.active_key_id)  # derive now: a bad key fails at construction
+        if isinstance(inner, SupportsSequencedItems):  # offered only when the inner has it
+            self.add_sequenced_items = self._add_sequenced_items
+            self.get_sequenced_items = self._get_sequenced_items
+            self.count_items = self._count_items
         if max_item_bytes is None:
             inner_cap = getattr(inner, "max_item_bytes", None)
             max_item_bytes = DEFAULT_MAX_ITEM_BYTES
@@ -301,6 +312,39 @@ class EncryptedSession(SessionWrapper):
         except _Unreadable as reason:
             self._unreadable(reason)
             return None
+
+    async def _add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
+        """Like ``add_items``; returns the new items' sequence numbers."""
+        assert isinstance(self.inner, SupportsSequencedItems)
+        texts = encode_batch(items, self.max_item_bytes)
+        if not texts:
+            return []
+        return await self.inner.add_sequenced_items(
+            [self._seal(text) for text in texts]  # type: ignore[misc]
+        )
+
+    async def _get_sequenced_items(
+        self, limit: int | None = None, *, after: int | None = None, before: int | None = None
+    ) -> list[tuple[int, TResponseInputItem]]:
+        """Return ``(seq, item)`` with after < seq < before, the latest ``limit``, oldest first;
+        unreadable items are left out as in ``get_items``."""
+        assert isinstance(self.inner, SupportsSequencedItems)
+        if limit is not None and limit <= 0:
+            return []
+        out = []
+        for seq, envelope in await self.inner.get_sequenced_items(
+            limit, after=after, before=before
+        ):
+            try:
+                out.append((seq, self._open(envelope)))
+            except _Unreadable as reason:
+                self._unreadable(reason)
+        return out
+
+    async def _count_items(self, *, after: int | None = None, before: int | None = None) -> int:
+        """Return how many stored items have after < seq < before (unreadable ones too)."""
+        assert isinstance(self.inner, SupportsSequencedItems)
+        return await self.inner.count_items(after=after, before=before)
 
     async def clear_session(self) -> None:
         """Delete every item of this session."""
