@@ -18,6 +18,7 @@ import binascii
 import logging
 import os
 import re
+from binascii import a2b_base64
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from agents.memory import Session
 
 from ..core.capabilities import SupportsSequencedItems
-from ..core.codec import DEFAULT_MAX_ITEM_BYTES, decode_item, dumps, encode_batch
+from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ..errors import DecryptionError, MissingDependencyError
 from .base import SessionWrapper, Transform, rewrite_through
 from .ttl import TTLSession
@@ -242,33 +243,37 @@ class EncryptedSession(SessionWrapper):
 
     def _open(self, envelope: Any) -> Any:
         """Return the item inside ``envelope`` or raise _Unreadable."""
-        if not isinstance(envelope, dict) or envelope.get("type") != ENC_TYPE:
+        # Reads call this once per item: the common path is kept to a few dict lookups.
+        if type(envelope) is not dict or envelope.get("type") != ENC_TYPE:
             raise _Unreadable("it is not an encrypted envelope")
         if envelope.get("v") != ENVELOPE_VERSION:
             raise _Unreadable(f"envelope version {envelope.get('v')!r} is not supported")
         kid = envelope.get("kid")
-        if not isinstance(kid, str) or kid not in self._keys:
-            raise _Unreadable(f"key id {kid!r} is not in the keyring")
-        cipher, aad = self._cipher(kid)
+        entry = self._ciphers.get(kid) if type(kid) is str else None
+        if entry is None:
+            if kid not in self._keys:
+                raise _Unreadable(f"key id {kid!r} is not in the keyring")
+            entry = self._cipher(kid)
         try:
             # Lenient decoding is enough: GCM authenticates the bytes that come out.
-            nonce = binascii.a2b_base64(envelope["n"])
-            sealed = binascii.a2b_base64(envelope["c"])
+            nonce = a2b_base64(envelope["n"])
+            sealed = a2b_base64(envelope["c"])
         except (KeyError, TypeError, ValueError):
             raise _Unreadable("the envelope's nonce or ciphertext is malformed") from None
         if len(nonce) != _NONCE_BYTES:
             raise _Unreadable("the envelope's nonce is malformed")
         try:
-            plaintext = cipher.decrypt(nonce, sealed, aad)
+            item = loads(entry[0].decrypt(nonce, sealed, entry[1]))
         except InvalidTag:
             raise _Unreadable(
                 "authentication failed (wrong key, altered bytes, or copied from another "
                 "session)"
             ) from None
-        try:
-            return decode_item(plaintext)
         except ValueError:
-            raise _Unreadable("the decrypted data is not a JSON object") from None
+            raise _Unreadable("the decrypted data is not JSON") from None
+        if type(item) is not dict:
+            raise _Unreadable("the decrypted data is not a JSON object")
+        return item
 
     def _unreadable(self, reason: _Unreadable) -> None:
         message = f"EncryptedSession {self.session_id!r}: a stored item is unreadable: {reason}"
