@@ -126,6 +126,7 @@ class TestEncryptedTTLOverSDKSQLiteConformance(SessionConformanceSuite):
         ({"keys": {"a": ""}}, "empty"),
         ({"encryption_key": KEY, "ttl": 0}, "item_ttl"),
         ({"encryption_key": KEY, "ttl": -5}, "positive"),
+        ({"encryption_key": KEY, "max_scan_items": 0}, "max_scan_items"),
     ],
 )
 def test_bad_configuration_is_refused_at_construction(kwargs: dict[str, Any], match: str) -> None:
@@ -137,8 +138,8 @@ def test_sdk_signature_and_key_forms_are_accepted() -> None:
     inner = InMemorySession(sid())
     s = EncryptedSession(session_id=inner.session_id, underlying_session=inner, encryption_key=KEY)
     assert s.inner is inner and s.session_id == inner.session_id
-    positional = EncryptedSession(inner.session_id, inner, KEY)
-    assert positional.inner is inner
+    positional = EncryptedSession(inner.session_id, inner, KEY, 600, max_scan_items=100)
+    assert isinstance(positional.inner, TTLSession) and positional.inner.inner is inner
     with pytest.raises(ValueError, match="differs"):
         EncryptedSession(inner, encryption_key=KEY, session_id="other")
     with pytest.raises(TypeError):

@@ -110,6 +110,8 @@ class EncryptedSession(SessionWrapper):
         session_id: optional, for the SDK's signature; must equal ``inner.session_id``.
         max_item_bytes: largest accepted item; default: what fits the inner session's cap
             once encrypted, or 16 MiB for a session without a cap.
+        max_scan_items: accepted for the SDK's signature (positive or None). Reads here never
+            look beyond ``limit`` stored items, so there is nothing for it to bound.
 
     Offers ``sibling()`` and the sequenced-items capability exactly when ``inner`` does.
 
@@ -135,6 +137,7 @@ class EncryptedSession(SessionWrapper):
         strict: bool = False,
         session_id: str | None = None,
         max_item_bytes: int | None = None,
+        max_scan_items: int | None = None,
     ) -> None:
         if isinstance(inner, str):  # the SDK's positional order: (session_id, session, key)
             session_id, inner = inner, None
@@ -144,6 +147,13 @@ class EncryptedSession(SessionWrapper):
             raise TypeError("pass the inner session once (inner or underlying_session)")
         if inner is None:
             raise TypeError("EncryptedSession needs the session to wrap (inner=...)")
+        if max_scan_items is not None and (
+            isinstance(max_scan_items, bool)
+            or not isinstance(max_scan_items, int)
+            or max_scan_items <= 0
+        ):
+            raise ValueError("max_scan_items must be a positive int or None")
+        self.max_scan_items = max_scan_items
         if session_id is not None and session_id != inner.session_id:
             raise ValueError(
                 f"session_id {session_id!r} differs from the wrapped session's "
