@@ -58,7 +58,10 @@ class SupportsSequencedItems(Protocol):
 class SupportsRangeDelete(Protocol):
     """Deletes the oldest items of a session in one atomic step (used to purge expired data).
 
-    Offered together with :class:`SupportsSequencedItems`, whose sequence numbers it takes.
+    Offered together with :class:`SupportsSequencedItems`, whose sequence numbers it takes. A
+    backend offering it must never reuse a session's sequence numbers, not even after
+    ``clear_session``: a purge that read number N before a concurrent clear would otherwise
+    delete the items written after the clear.
     """
 
     async def delete_items(self, *, before: int) -> int:

@@ -124,8 +124,8 @@ class TTLSession(SessionWrapper):
         if max_item_bytes is None:
             inner_cap = getattr(inner, "max_item_bytes", None)
             max_item_bytes = (
-                inner_cap - ENVELOPE_OVERHEAD
-                if isinstance(inner_cap, int) and inner_cap > 2 * ENVELOPE_OVERHEAD
+                max(1, inner_cap - ENVELOPE_OVERHEAD)
+                if isinstance(inner_cap, int)
                 else DEFAULT_MAX_ITEM_BYTES
             )
         self.max_item_bytes = max_item_bytes
