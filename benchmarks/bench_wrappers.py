@@ -21,10 +21,10 @@ from typing import Any
 from cryptography.fernet import Fernet
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from agent_sessions import SQLiteSession  # noqa: E402
-from agent_sessions.wrappers.encrypted import EncryptedSession  # noqa: E402
-from agent_sessions.wrappers.ttl import TTLSession  # noqa: E402
-from benchmarks.harness import Contender, Scenario, item, run_suite  # noqa: E402
+from agent_sessions import SQLiteSession
+from agent_sessions.wrappers.encrypted import EncryptedSession
+from agent_sessions.wrappers.ttl import TTLSession
+from benchmarks.harness import Contender, Scenario, item, run_suite
 
 BareFactory = Callable[[str], Awaitable[Any]]
 KEY = Fernet.generate_key().decode()
