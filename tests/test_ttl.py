@@ -318,3 +318,25 @@ def test_sibling_exists_only_when_the_inner_has_it(tmp_path: Path) -> None:
     foreign = SDKSQLiteSession(sid(), str(tmp_path / "x.db"))
     assert not isinstance(TTLSession(foreign, 60), SupportsSiblings)
     foreign.close()
+
+
+@pytest.mark.asyncio
+async def test_runner_does_not_see_expired_history() -> None:
+    from agents import Runner
+
+    from agent_sessions.testing.helpers import model_input_texts, scripted_agent
+    from agent_sessions.wrappers.encrypted import EncryptedSession
+
+    clock = FakeClock()
+    ttl = TTLSession(InMemorySession(sid(), store=InMemoryStore()), 600, clock=clock)
+    s = EncryptedSession(ttl, encryption_key="test passphrase that is long enough, really")
+    agent, model = scripted_agent("Noted.", "I do not know.", "Blue.")
+    await Runner.run(agent, "My favourite colour is blue.", session=s)
+    clock.advance(601)
+    await Runner.run(agent, "What is my favourite colour?", session=s)
+    assert model_input_texts(model) == ["What is my favourite colour?"]
+    clock.advance(300)
+    await Runner.run(agent, "Are you sure?", session=s)
+    assert model_input_texts(model) == [
+        "What is my favourite colour?", "I do not know.", "Are you sure?"
+    ]
