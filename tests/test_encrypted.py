@@ -3,6 +3,7 @@ tamper, replay, wrong/unknown key, strict mode, rotation and the raw-store check
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sqlite3
@@ -22,7 +23,7 @@ from agent_sessions.testing import SessionConformanceSuite
 from agent_sessions.testing.helpers import item_text, texts
 from agent_sessions.wrappers.encrypted import EncryptedSession
 from agent_sessions.wrappers.ttl import TTLSession
-from tests.wrapper_stacks import FakeClock
+from tests.wrapper_stacks import FakeClock, YieldingSession
 
 KEY = Fernet.generate_key().decode()
 OLD_KEY = Fernet.generate_key().decode()
@@ -403,7 +404,7 @@ async def test_a_rewrite_that_died_mid_swap_is_restored_by_the_next_rotation() -
     await ring.add_items([msg("x"), msg("y")])
     copy = await inner.get_items()
     side = inner.sibling(derive_sibling_id(session_id, "rewrite"))
-    mark: Any = {"type": "agent_sessions.rewrite", "swap": True}
+    mark: Any = {"type": "agent_sessions.rewrite", "count": 2, "before": "0"}
     await side.add_items([*copy, mark])  # copy written, swap begun, session cleared: crash
     await inner.clear_session()
     assert await ring.rotate() == 0
@@ -431,7 +432,7 @@ async def test_a_died_swap_followed_by_new_writes_is_reported_not_dropped() -> N
     ring = EncryptedSession(inner, keys={"k2": KEY, "k1": OLD_KEY}, active="k2")
     await ring.add_items([msg("old")])
     side = inner.sibling(derive_sibling_id(inner.session_id, "rewrite"))
-    mark: Any = {"type": "agent_sessions.rewrite", "swap": True}
+    mark: Any = {"type": "agent_sessions.rewrite", "count": 1, "before": "0"}
     await side.add_items([*await inner.get_items(), mark])
     await inner.clear_session()
     await ring.add_items([msg("new")])
@@ -474,3 +475,30 @@ async def test_sequenced_items_are_offered_only_when_the_inner_has_them(tmp_path
     foreign = SDKSQLiteSession(sid(), str(tmp_path / "f.db"))
     assert not isinstance(EncryptedSession(foreign, encryption_key=KEY), SupportsSequencedItems)
     foreign.close()
+
+
+@pytest.mark.asyncio
+async def test_rotation_cancelled_at_any_point_loses_nothing() -> None:
+    store = InMemoryStore()
+    expected = [f"item {i}" for i in range(10)]
+    steps, finished = 0, False
+    while not finished:  # cancel after 0, 1, 2, ... event-loop steps until one run completes
+        inner = YieldingSession(sid(), store=store)
+        await EncryptedSession(inner, keys={"k1": OLD_KEY}).add_items(
+            [msg(text) for text in expected]
+        )
+        ring = EncryptedSession(inner, keys={"k2": KEY, "k1": OLD_KEY}, active="k2")
+        task = asyncio.ensure_future(ring.rotate())
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        finished = task.done()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        await ring.rotate()  # finishes the job, restoring the copy if the swap was cut short
+        assert texts(await ring.get_items()) == expected, f"cancelled after {steps} steps"
+        assert {e["kid"] for e in await raw_items(inner)} == {"k2"}
+        steps += 1
+    assert steps > 8, "the rotation should take several steps, else this tests nothing"

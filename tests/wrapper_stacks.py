@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from agent_sessions import InMemorySession
@@ -55,3 +56,27 @@ class CountingSession(InMemorySession):
     async def get_items(self, limit: int | None = None) -> Any:
         self.limits.append(limit)
         return await super().get_items(limit)
+
+
+class YieldingSession(InMemorySession):
+    """Gives the event loop one turn before each operation, so a test can cancel a
+    multi-step task (like a rotation) deterministically between any two operations."""
+
+    async def get_items(self, limit: int | None = None) -> Any:
+        await asyncio.sleep(0)
+        return await super().get_items(limit)
+
+    async def add_items(self, items: Any) -> None:
+        await asyncio.sleep(0)
+        await super().add_items(items)
+
+    async def pop_item(self) -> Any:
+        await asyncio.sleep(0)
+        return await super().pop_item()
+
+    async def clear_session(self) -> None:
+        await asyncio.sleep(0)
+        await super().clear_session()
+
+    def sibling(self, session_id: str) -> YieldingSession:
+        return YieldingSession(session_id, store=self.store, _internal_id=True)

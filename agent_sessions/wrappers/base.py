@@ -7,17 +7,16 @@ inner sibling in the same layer so side data gets the same treatment (e.g. encry
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from agents.memory import Session, SessionABC, SessionSettings
 
 from ..core.capabilities import SupportsSiblings
 from ..core.ids import derive_sibling_id
-
-if TYPE_CHECKING:
-    from agents.items import TResponseInputItem
 
 W = TypeVar("W", bound="SessionWrapper")
 
@@ -103,12 +102,12 @@ class SessionWrapper(SessionABC):
         return f"{type(self).__name__}({self.inner!r})"
 
 
-async def read_all(session: Session) -> list[TResponseInputItem]:
+async def read_all(session: Session) -> list[Any]:
     """Return every item of ``session``, whatever its ``session_settings.limit`` says."""
     settings = getattr(session, "session_settings", None)
     if settings is None or settings.limit is None:
-        return await session.get_items()
-    return await session.get_items(limit=ALL_ITEMS)
+        return list(await session.get_items())
+    return list(await session.get_items(limit=ALL_ITEMS))
 
 
 async def rewrite_session(session: Session, transform: Transform, *, attempts: int = 3) -> int:
@@ -116,12 +115,13 @@ async def rewrite_session(session: Session, transform: Transform, *, attempts: i
     keeping order; returns how many items the session holds afterwards.
 
     Uses only the Session API. When ``session`` offers siblings, the new list is first written
-    to a side session (``derive_sibling_id(id, "rewrite")``) and a swap mark is added to it
-    before the session is cleared, so a process dying between the clear and the add leaves a
-    full copy that the next call puts back. The stored items are read again just before the
-    swap and the rewrite restarts (up to ``attempts`` times) when they changed; a write landing
-    in the short window between that check and the clear is still lost, so run rewrites while
-    the session is idle.
+    to a side session (``derive_sibling_id(id, "rewrite")``) and a swap mark (with a
+    fingerprint of the current items) is added to it before the session is cleared, so a
+    process dying or a task being cancelled anywhere leaves either the untouched session, the
+    finished one, or an empty one plus a full copy that the next call puts back. The stored
+    items are read again just before the swap and the rewrite restarts (up to ``attempts``
+    times) when they changed; a write landing in the short window between that check and the
+    clear is still lost, so run rewrites while the session is idle.
 
     Raises:
         RuntimeError: the session kept changing, or an earlier rewrite died mid-swap and the
@@ -141,25 +141,33 @@ async def rewrite_session(session: Session, transform: Transform, *, attempts: i
                 await result
 
 
-_SWAP_MARK: Any = {"type": "agent_sessions.rewrite", "swap": True}
+_MARK_TYPE = "agent_sessions.rewrite"
+
+
+def _digest(items: list[Any]) -> str:
+    """A fingerprint of an item list that ignores key order (stores may reorder keys)."""
+    text = json.dumps(items, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 async def _recover(session: Session, backup: Session) -> None:
     leftover = await read_all(backup)
     if not leftover:
         return
-    if leftover[-1] == _SWAP_MARK:  # the earlier rewrite died during its swap
+    mark = leftover[-1]
+    if isinstance(mark, dict) and mark.get("type") == _MARK_TYPE:  # died during its swap
         copy = leftover[:-1]
         current = await read_all(session)
         if not current:
-            await session.add_items(copy)
-        elif current[: len(copy)] != copy:
+            await session.add_items(copy)  # died between the clear and the add
+        elif current[: len(copy)] != copy and _digest(current[: mark["count"]]) != mark["before"]:
             raise RuntimeError(
                 f"an earlier rewrite of session {session.session_id!r} died after clearing it, "
                 "and new items were added since; its previous items are kept in the side "
                 f"session {backup.session_id!r}: move them back by hand, then clear that one"
             )
-    await backup.clear_session()  # without the mark, the session itself was never touched
+        # else: the swap had finished, or the session was never cleared
+    await backup.clear_session()  # without a mark, the session itself was never touched
 
 
 async def _swap(
@@ -177,7 +185,8 @@ async def _swap(
                 await backup.clear_session()
             continue
         if backup is not None:
-            await backup.add_items([_SWAP_MARK])
+            mark: Any = {"type": _MARK_TYPE, "count": len(items), "before": _digest(items)}
+            await backup.add_items([mark])
         await session.clear_session()
         await session.add_items(new)
         if backup is not None:
