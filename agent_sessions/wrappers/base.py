@@ -17,6 +17,7 @@ from agents.memory import Session, SessionABC, SessionSettings
 
 from ..core.capabilities import SupportsSiblings
 from ..core.ids import derive_sibling_id
+from ..core.mutation import run_to_completion
 
 W = TypeVar("W", bound="SessionWrapper")
 
@@ -117,8 +118,9 @@ async def rewrite_session(session: Session, transform: Transform, *, attempts: i
     Uses only the Session API. When ``session`` offers siblings, the new list is first written
     to a side session (``derive_sibling_id(id, "rewrite")``) and a swap mark (with a
     fingerprint of the current items) is added to it before the session is cleared, so a
-    process dying or a task being cancelled anywhere leaves either the untouched session, the
-    finished one, or an empty one plus a full copy that the next call puts back. The stored
+    process dying anywhere leaves either the untouched session, the finished one, or an empty
+    one plus a full copy that the next call puts back. A cancelled caller waits for a started
+    swap to finish. The stored
     items are read again just before the swap and the rewrite restarts (up to ``attempts``
     times) when they changed; a write landing in the short window between that check and the
     clear is still lost, so run rewrites while the session is idle.
@@ -184,18 +186,25 @@ async def _swap(
             if backup is not None:
                 await backup.clear_session()
             continue
-        if backup is not None:
-            mark: Any = {"type": _MARK_TYPE, "count": len(items), "before": _digest(items)}
-            await backup.add_items([mark])
-        await session.clear_session()
-        await session.add_items(new)
-        if backup is not None:
-            await backup.clear_session()
+        # A cancelled caller waits for the swap to finish rather than leave the session empty.
+        await run_to_completion(_swap_now(session, items, new, backup))
         return len(new)
     raise RuntimeError(
         f"session {session.session_id!r} kept changing during the rewrite; retry while it is "
         "idle"
     )
+
+
+async def _swap_now(
+    session: Session, items: list[Any], new: list[Any], backup: Session | None
+) -> None:
+    if backup is not None:
+        mark: Any = {"type": _MARK_TYPE, "count": len(items), "before": _digest(items)}
+        await backup.add_items([mark])
+    await session.clear_session()
+    await session.add_items(new)
+    if backup is not None:
+        await backup.clear_session()
 
 
 async def rewrite_through(session: Session, transform: Transform) -> int:
