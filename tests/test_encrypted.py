@@ -502,3 +502,56 @@ async def test_rotation_cancelled_at_any_point_loses_nothing() -> None:
         assert {e["kid"] for e in await raw_items(inner)} == {"k2"}
         steps += 1
     assert steps > 8, "the rotation should take several steps, else this tests nothing"
+
+
+REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+KILLED_ROTATION = """
+import asyncio, os, sys
+sys.path.insert(0, os.getcwd())
+from agent_sessions import SQLiteSession
+from agent_sessions.wrappers.encrypted import EncryptedSession
+
+path, session_id, new_key, old_key = sys.argv[1:5]
+real_clear = SQLiteSession.clear_session
+
+async def clear_then_die(self):
+    await real_clear(self)
+    if self.session_id == session_id:
+        os._exit(17)  # the process dies between the clear and the add of the swap
+
+SQLiteSession.clear_session = clear_then_die
+
+async def main():
+    ring = EncryptedSession(SQLiteSession(session_id, path),
+                            keys={"k2": new_key, "k1": old_key}, active="k2")
+    await ring.rotate()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.asyncio
+async def test_a_process_killed_mid_rotation_loses_nothing(tmp_path: Path) -> None:
+    import sys
+
+    path = str(tmp_path / "killed.db")
+    session_id = sid()
+    old = EncryptedSession(SQLiteSession(session_id, path), keys={"k1": OLD_KEY})
+    expected = [f"item {i}" for i in range(20)]
+    await old.add_items([msg(text) for text in expected])
+    await old.close()
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", KILLED_ROTATION, path, session_id, KEY, OLD_KEY,
+        cwd=REPO_ROOT, stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(child.communicate(), timeout=60)
+    assert child.returncode == 17, stderr.decode()
+    ring = EncryptedSession(
+        SQLiteSession(session_id, path), keys={"k2": KEY, "k1": OLD_KEY}, active="k2"
+    )
+    assert await ring.get_items() == [], "the kill landed between the clear and the add"
+    await ring.rotate()
+    assert texts(await ring.get_items()) == expected
+    assert {e["kid"] for e in await raw_items(ring.inner)} == {"k2"}
+    await ring.clear_session()
+    await ring.close()
