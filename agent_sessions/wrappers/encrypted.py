@@ -28,7 +28,8 @@ from agents.memory import Session
 from ..core.capabilities import SupportsSequencedItems
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ..errors import DecryptionError, MissingDependencyError
-from .base import SessionWrapper, Transform, rewrite_through
+from .base import SessionWrapper
+from .rewrite import Transform, rewrite_through
 from .ttl import TTLSession
 
 try:

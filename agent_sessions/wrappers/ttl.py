@@ -38,7 +38,8 @@ from ..core.capabilities import (
     SupportsSequencedItems,
 )
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
-from .base import SessionWrapper, Transform, rewrite_through
+from .base import SessionWrapper
+from .rewrite import Transform, rewrite_through
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
