@@ -128,6 +128,7 @@ class TestEncryptedTTLOverSDKSQLiteConformance(SessionConformanceSuite):
         ({"encryption_key": KEY, "ttl": 0}, "item_ttl"),
         ({"encryption_key": KEY, "ttl": -5}, "positive"),
         ({"encryption_key": KEY, "max_scan_items": 0}, "max_scan_items"),
+        ({"encryption_key": KEY, "max_item_bytes": 0}, "max_item_bytes"),
     ],
 )
 def test_bad_configuration_is_refused_at_construction(kwargs: dict[str, Any], match: str) -> None:

@@ -95,4 +95,11 @@ class SessionWrapper(SessionABC):
         return f"{type(self).__name__}({self.inner!r})"
 
 
-__all__ = ["SessionWrapper"]
+def check_max_item_bytes(value: object) -> int:
+    """Return ``value`` if it is a positive int, else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"max_item_bytes must be a positive int, got {value!r}")
+    return value
+
+
+__all__ = ["SessionWrapper", "check_max_item_bytes"]

@@ -28,7 +28,7 @@ from agents.memory import Session
 from ..core.capabilities import SupportsSequencedItems
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ..errors import DecryptionError, MissingDependencyError
-from .base import SessionWrapper
+from .base import SessionWrapper, check_max_item_bytes
 from .rewrite import Transform, rewrite_through
 from .ttl import TTLSession
 
@@ -181,7 +181,7 @@ class EncryptedSession(SessionWrapper):
                 longest_kid = max(len(kid) for kid in self._keys)
                 b64_budget = inner_cap - _ENVELOPE_FIXED - longest_kid - 16
                 max_item_bytes = max(1, (b64_budget // 4) * 3 - _TAG_BYTES)
-        self.max_item_bytes = max_item_bytes
+        self.max_item_bytes = check_max_item_bytes(max_item_bytes)
 
     @staticmethod
     def _keyring(

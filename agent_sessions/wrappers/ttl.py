@@ -38,7 +38,7 @@ from ..core.capabilities import (
     SupportsSequencedItems,
 )
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
-from .base import SessionWrapper
+from .base import SessionWrapper, check_max_item_bytes
 from .rewrite import Transform, rewrite_through
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ class TTLSession(SessionWrapper):
                 if isinstance(inner_cap, int)
                 else DEFAULT_MAX_ITEM_BYTES
             )
-        self.max_item_bytes = max_item_bytes
+        self.max_item_bytes = check_max_item_bytes(max_item_bytes)
         if isinstance(inner, SupportsNativeExpiry):
             # The whole session is dead at the latest this long after its last write.
             lifetimes = [s for s in (self.ttl, self.item_ttl) if s is not None]
