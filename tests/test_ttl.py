@@ -340,3 +340,15 @@ async def test_runner_does_not_see_expired_history() -> None:
     assert model_input_texts(model) == [
         "What is my favourite colour?", "I do not know.", "Are you sure?"
     ]
+
+
+@pytest.mark.asyncio
+async def test_sliding_expiry_counts_from_the_newest_remaining_item_after_a_pop() -> None:
+    clock = FakeClock()
+    s = TTLSession(InMemorySession(sid(), store=InMemoryStore()), 60, clock=clock)
+    await s.add_items([msg("a")])
+    clock.advance(50)
+    await s.add_items([msg("b")])
+    clock.advance(50)
+    assert item_text(await s.pop_item()) == "b"
+    assert await s.get_items() == [], "documented: a pop does not extend the session"

@@ -209,7 +209,8 @@ class TTLSession(SessionWrapper):
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest stored item; return it if live, else None (it was expired data,
-        so removing it is just early cleanup). Never returns an expired item."""
+        so removing it is just early cleanup). Never returns an expired item. A pop does not
+        count as a write: sliding expiry then counts from the newest remaining item."""
         envelope: Any = await self.inner.pop_item()
         if envelope is None:
             return None
