@@ -111,6 +111,19 @@ class InMemorySession(BaseSession):
                 entries.seqs.clear()
                 entries.payloads.clear()
 
+    async def delete_items(self, *, before: int) -> int:
+        """Atomically delete this session's items with sequence number < ``before``; return
+        how many were deleted (capability ``SupportsRangeDelete``, used to purge)."""
+        self._check_open()
+        with self.store._lock:
+            entries = self.store._sessions.get(self.session_id)
+            if entries is None:
+                return 0
+            cut = bisect_left(entries.seqs, before)
+            del entries.seqs[:cut]
+            del entries.payloads[:cut]
+            return cut
+
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
         with self.store._lock:
             entries = self.store._sessions.get(self.session_id)

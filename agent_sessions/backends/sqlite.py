@@ -361,6 +361,18 @@ class SQLiteSession(BaseSession):
 
         return await self._run(count)
 
+    async def delete_items(self, *, before: int) -> int:
+        """Atomically delete this session's items with sequence number < ``before``; return
+        how many were deleted (capability ``SupportsRangeDelete``, used to purge)."""
+        self._check_open()
+        sql = f"DELETE FROM {self.messages_table} WHERE session_id = ? AND id < ?"
+        args = (self.session_id, before)
+
+        def delete(raw: sqlite3.Connection) -> int:
+            return raw.execute(sql, args).rowcount
+
+        return await self._mutate(self._run(_write, delete))  # type: ignore[no-any-return]
+
     async def _close(self) -> None:
         await self._db.release()
 

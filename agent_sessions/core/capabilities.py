@@ -55,6 +55,22 @@ class SupportsSequencedItems(Protocol):
 
 
 @runtime_checkable
+class SupportsRangeDelete(Protocol):
+    """Deletes the oldest items of a session in one atomic step (used to purge expired data).
+
+    Offered together with :class:`SupportsSequencedItems`, whose sequence numbers it takes. A
+    backend offering it must never reuse a session's sequence numbers, not even after
+    ``clear_session``: a purge that read number N before a concurrent clear would otherwise
+    delete the items written after the clear.
+    """
+
+    async def delete_items(self, *, before: int) -> int:
+        """Atomically delete every item with a sequence number below ``before``; return how
+        many were deleted. Items written concurrently (higher numbers) are never touched."""
+        ...
+
+
+@runtime_checkable
 class SupportsNativeExpiry(Protocol):
     """Expires a whole session natively (Redis EXPIRE, a MongoDB TTL index)."""
 

@@ -1,0 +1,438 @@
+"""``EncryptedSession``: AES-256-GCM encryption of every item, over any Session.
+
+Each item is stored in the inner session as an envelope holding nothing of the plaintext::
+
+    {"type": "agent_sessions.enc", "v": 1, "kid": "k2", "n": "<nonce>", "c": "<ciphertext>"}
+
+``n`` is a fresh random 96-bit nonce and ``c`` the GCM ciphertext with its tag (both standard
+base64). The key is derived per session with HKDF-SHA256 from the master key named ``kid``
+(info = a version label and the session id), and the associated data binds the envelope to
+the session id, the envelope version and the key id: an envelope copied into another session,
+given another key id, or altered in any byte fails to authenticate.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import os
+import re
+from binascii import a2b_base64
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from agents.memory import Session
+
+from ..core.capabilities import SupportsSequencedItems
+from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
+from ..errors import DecryptionError, MissingDependencyError
+from .base import SessionWrapper, check_max_item_bytes
+from .rewrite import Transform, rewrite_through
+from .ttl import TTLSession
+
+try:
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise MissingDependencyError(
+        "EncryptedSession needs the 'cryptography' package: "
+        "pip install 'agent-sessions[encryption]'"
+    ) from exc
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+
+logger = logging.getLogger("agent_sessions")
+
+ENC_TYPE = "agent_sessions.enc"
+ENVELOPE_VERSION = 1
+DEFAULT_KEY_ID = "default"
+"""The key id of items written with ``encryption_key=`` (name the old key so in a keyring)."""
+
+_KID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_HKDF_SALT = b"agent_sessions.enc.v1"
+_NONCE_BYTES = 12
+_TAG_BYTES = 16
+_ENVELOPE_FIXED = len('{"type":"agent_sessions.enc","v":1,"kid":"","n":"","c":""}') + 16
+
+
+def master_key_bytes(key: str | bytes, name: str = "encryption_key") -> bytes:
+    """Return HKDF input for ``key`` the way the Agents SDK reads it: a urlsafe-base64 text
+    of 32 bytes (e.g. ``Fernet.generate_key()``) is decoded, anything else is a passphrase
+    used as its UTF-8 bytes. Raises ValueError for a missing or empty key."""
+    if isinstance(key, (bytes, bytearray)):
+        key = bytes(key)
+    elif not isinstance(key, str):
+        raise ValueError(
+            f"{name} must be a str or bytes (a 32-byte urlsafe-base64 key such as "
+            f"Fernet.generate_key(), or a long random passphrase), got {type(key).__name__}"
+        )
+    if not key:
+        raise ValueError(
+            f"{name} is empty; pass a 32-byte urlsafe-base64 key (e.g. "
+            "Fernet.generate_key()) or a long random passphrase"
+        )
+    try:
+        decoded = base64.urlsafe_b64decode(key)
+        if len(decoded) == 32:
+            return decoded
+    except (binascii.Error, ValueError):
+        pass
+    return key if isinstance(key, bytes) else key.encode("utf-8")
+
+
+def _b64(data: bytes) -> str:
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+class _Unreadable(Exception):
+    """An envelope that cannot be opened; the message says why (never any plaintext)."""
+
+
+class EncryptedSession(SessionWrapper):
+    """Encrypt every item of ``inner`` with AES-256-GCM under a per-session key.
+
+    Args:
+        inner: any Session (``underlying_session=`` is accepted as the SDK's name).
+        encryption_key: master key: a 32-byte urlsafe-base64 string (``Fernet.generate_key()``)
+            or a passphrase (then it must be long and random: HKDF does not slow down guessing).
+            Its key id is ``"default"``.
+        keys: keyring form instead of ``encryption_key``: ``{"k2": new, "k1": old}``; every key
+            still decrypts, new items use ``active``. Key ids: 1-64 of ``A-Za-z0-9._-``.
+        active: the key id new items are written with (may be omitted for one key).
+        ttl: item lifetime in seconds or ``timedelta``, like the SDK's: ``inner`` is wrapped in
+            ``TTLSession(inner, item_ttl=ttl)``, so expired items are invisible and purgeable.
+        strict: raise :class:`DecryptionError` on an unreadable stored item instead of skipping
+            it with a logged warning.
+        session_id: optional, for the SDK's signature; must equal ``inner.session_id``.
+        max_item_bytes: largest accepted item; default: what fits the inner session's cap
+            once encrypted, or 16 MiB for a session without a cap.
+        max_scan_items: accepted for the SDK's signature (positive or None). Reads here never
+            look beyond ``limit`` stored items, so there is nothing for it to bound.
+
+    Offers ``sibling()`` and the sequenced-items capability exactly when ``inner`` does.
+
+    Unreadable items (wrong or unknown key, altered bytes, copied from another session, not
+    an envelope) are never returned as plaintext. They keep their slot: ``get_items(limit=n)``
+    reads ``n`` stored items and leaves unreadable ones out, and ``pop_item`` on one removes
+    exactly that item and returns None (strict mode: raises after removing it).
+    """
+
+    add_sequenced_items: Callable[[list[TResponseInputItem]], Awaitable[list[int]]]
+    get_sequenced_items: Callable[..., Awaitable[list[tuple[int, TResponseInputItem]]]]
+    count_items: Callable[..., Awaitable[int]]
+
+    def __init__(
+        self,
+        inner: Session | str | None = None,
+        underlying_session: Session | None = None,
+        encryption_key: str | bytes | None = None,
+        ttl: float | timedelta | None = None,
+        *,
+        keys: Mapping[str, str | bytes] | None = None,
+        active: str | None = None,
+        strict: bool = False,
+        session_id: str | None = None,
+        max_item_bytes: int | None = None,
+        max_scan_items: int | None = None,
+    ) -> None:
+        if isinstance(inner, str):  # the SDK's positional order: (session_id, session, key)
+            session_id, inner = inner, None
+        if inner is None:
+            inner = underlying_session
+        elif underlying_session is not None:
+            raise TypeError("pass the inner session once (inner or underlying_session)")
+        if inner is None:
+            raise TypeError("EncryptedSession needs the session to wrap (inner=...)")
+        if max_scan_items is not None and (
+            isinstance(max_scan_items, bool)
+            or not isinstance(max_scan_items, int)
+            or max_scan_items <= 0
+        ):
+            raise ValueError("max_scan_items must be a positive int or None")
+        self.max_scan_items = max_scan_items
+        if session_id is not None and session_id != inner.session_id:
+            raise ValueError(
+                f"session_id {session_id!r} differs from the wrapped session's "
+                f"{inner.session_id!r}; omit session_id or make them equal"
+            )
+        self._keys, self.active_key_id = self._keyring(encryption_key, keys, active)
+        if ttl is not None:
+            inner = TTLSession(inner, item_ttl=ttl)
+        super().__init__(inner)
+        self.strict = strict
+        self.ttl = ttl
+        self._ciphers: dict[str, tuple[AESGCM, bytes]] = {}
+        self._aad_prefix = f"{ENC_TYPE}\x00{ENVELOPE_VERSION}\x00".encode()
+        self._aad_suffix = b"\x00" + self.session_id.encode("utf-8")
+        self._cipher(self.active_key_id)  # derive now: a bad key fails at construction
+        if isinstance(inner, SupportsSequencedItems):  # offered only when the inner has it
+            self.add_sequenced_items = self._add_sequenced_items
+            self.get_sequenced_items = self._get_sequenced_items
+            self.count_items = self._count_items
+        if max_item_bytes is None:
+            inner_cap = getattr(inner, "max_item_bytes", None)
+            max_item_bytes = DEFAULT_MAX_ITEM_BYTES
+            if isinstance(inner_cap, int):
+                longest_kid = max(len(kid) for kid in self._keys)
+                b64_budget = inner_cap - _ENVELOPE_FIXED - longest_kid - 16
+                max_item_bytes = max(1, (b64_budget // 4) * 3 - _TAG_BYTES)
+        self.max_item_bytes = check_max_item_bytes(max_item_bytes)
+
+    @staticmethod
+    def _keyring(
+        encryption_key: str | bytes | None,
+        keys: Mapping[str, str | bytes] | None,
+        active: str | None,
+    ) -> tuple[dict[str, bytes], str]:
+        if encryption_key is not None and keys is not None:
+            raise ValueError("pass either encryption_key= or keys=, not both")
+        if keys is None:
+            if encryption_key is None:
+                raise ValueError(
+                    "encryption_key is required: a 32-byte urlsafe-base64 key (e.g. "
+                    "Fernet.generate_key()) or a long random passphrase, or keys={id: key}"
+                )
+            if active not in (None, DEFAULT_KEY_ID):
+                raise ValueError(f"active={active!r} needs keys=; encryption_key's id is "
+                                 f"{DEFAULT_KEY_ID!r}")
+            return {DEFAULT_KEY_ID: master_key_bytes(encryption_key)}, DEFAULT_KEY_ID
+        if not isinstance(keys, Mapping) or not keys:
+            raise ValueError("keys must be a non-empty mapping of key id to key")
+        ring = {}
+        for kid, key in keys.items():
+            if not isinstance(kid, str) or not _KID.match(kid):
+                raise ValueError(
+                    f"key id {kid!r} is invalid: use 1-64 characters of A-Z a-z 0-9 . _ -"
+                )
+            ring[kid] = master_key_bytes(key, f"keys[{kid!r}]")
+        if active is None:
+            if len(ring) > 1:
+                raise ValueError(f"several keys given; name the one to write with: active= one "
+                                 f"of {sorted(ring)}")
+            active = next(iter(ring))
+        if active not in ring:
+            raise ValueError(f"active={active!r} is not in keys ({sorted(ring)})")
+        return ring, active
+
+    def wrap_sibling(self, inner_sibling: Session) -> EncryptedSession:
+        """Return an EncryptedSession with the same keys over ``inner_sibling``."""
+        return EncryptedSession(
+            inner_sibling,
+            keys=self._keys,
+            active=self.active_key_id,
+            strict=self.strict,
+        )
+
+    # -- crypto --------------------------------------------------------------------------------
+
+    def _cipher(self, kid: str) -> tuple[AESGCM, bytes]:
+        """Return the AEAD for ``kid``'s per-session key and the associated data to use."""
+        entry = self._ciphers.get(kid)
+        if entry is None:
+            hkdf = HKDF(
+                algorithm=hashes.SHA256(),
+                length=32,
+                salt=_HKDF_SALT,
+                info=b"agent_sessions.enc.session-key\x00" + self.session_id.encode("utf-8"),
+            )
+            aad = self._aad_prefix + kid.encode("ascii") + self._aad_suffix
+            entry = self._ciphers[kid] = (AESGCM(hkdf.derive(self._keys[kid])), aad)
+        return entry
+
+    def _seal(self, text: str) -> dict[str, Any]:
+        kid = self.active_key_id
+        cipher, aad = self._cipher(kid)
+        nonce = os.urandom(_NONCE_BYTES)
+        sealed = cipher.encrypt(nonce, text.encode("utf-8"), aad)
+        return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "n": _b64(nonce),
+                "c": _b64(sealed)}
+
+    def _open(self, envelope: Any) -> Any:
+        """Return the item inside ``envelope`` or raise _Unreadable."""
+        # Reads call this once per item: the common path is kept to a few dict lookups.
+        if type(envelope) is not dict or envelope.get("type") != ENC_TYPE:
+            raise _Unreadable("it is not an encrypted envelope")
+        if envelope.get("v") != ENVELOPE_VERSION:
+            raise _Unreadable(f"envelope version {envelope.get('v')!r} is not supported")
+        kid = envelope.get("kid")
+        entry = self._ciphers.get(kid) if type(kid) is str else None
+        if entry is None:
+            if kid not in self._keys:
+                raise _Unreadable(f"key id {kid!r} is not in the keyring")
+            entry = self._cipher(kid)
+        try:
+            # Lenient decoding is enough: GCM authenticates the bytes that come out.
+            nonce = a2b_base64(envelope["n"])
+            sealed = a2b_base64(envelope["c"])
+        except (KeyError, TypeError, ValueError):
+            raise _Unreadable("the envelope's nonce or ciphertext is malformed") from None
+        if len(nonce) != _NONCE_BYTES:
+            raise _Unreadable("the envelope's nonce is malformed")
+        try:
+            item = loads(entry[0].decrypt(nonce, sealed, entry[1]))
+        except InvalidTag:
+            raise _Unreadable(
+                "authentication failed (wrong key, altered bytes, or copied from another "
+                "session)"
+            ) from None
+        except ValueError:
+            raise _Unreadable("the decrypted data is not JSON") from None
+        if type(item) is not dict:
+            raise _Unreadable("the decrypted data is not a JSON object")
+        return item
+
+    def _unreadable(self, reason: _Unreadable) -> None:
+        message = f"EncryptedSession {self.session_id!r}: a stored item is unreadable: {reason}"
+        if self.strict:
+            raise DecryptionError(message)
+        logger.warning("%s; skipping it", message)
+
+    # -- the Session API -----------------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """Return the latest ``limit`` stored items that decrypt, oldest first."""
+        limit = self.resolve_limit(limit)
+        if limit is not None and limit <= 0:
+            return []
+        out = []
+        for envelope in await self.inner.get_items(limit):
+            try:
+                out.append(self._open(envelope))
+            except _Unreadable as reason:
+                self._unreadable(reason)
+        return out
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Encrypt and append ``items`` as one batch.
+
+        Raises:
+            InvalidItemError: an item is not a JSON object or is too large (nothing written).
+        """
+        texts = encode_batch(items, self.max_item_bytes)
+        if texts:
+            await self.inner.add_items([self._seal(text) for text in texts])  # type: ignore[misc]
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove the newest stored item and return it decrypted; None when the session is
+        empty or that item is unreadable (then it is removed all the same)."""
+        envelope = await self.inner.pop_item()
+        if envelope is None:
+            return None
+        try:
+            return self._open(envelope)  # type: ignore[no-any-return]
+        except _Unreadable as reason:
+            self._unreadable(reason)
+            return None
+
+    async def _add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
+        """Like ``add_items``; returns the new items' sequence numbers."""
+        assert isinstance(self.inner, SupportsSequencedItems)
+        texts = encode_batch(items, self.max_item_bytes)
+        if not texts:
+            return []
+        return await self.inner.add_sequenced_items(
+            [self._seal(text) for text in texts]  # type: ignore[misc]
+        )
+
+    async def _get_sequenced_items(
+        self, limit: int | None = None, *, after: int | None = None, before: int | None = None
+    ) -> list[tuple[int, TResponseInputItem]]:
+        """Return ``(seq, item)`` with after < seq < before, the latest ``limit``, oldest first;
+        unreadable items are left out as in ``get_items``."""
+        assert isinstance(self.inner, SupportsSequencedItems)
+        if limit is not None and limit <= 0:
+            return []
+        out = []
+        for seq, envelope in await self.inner.get_sequenced_items(
+            limit, after=after, before=before
+        ):
+            try:
+                out.append((seq, self._open(envelope)))
+            except _Unreadable as reason:
+                self._unreadable(reason)
+        return out
+
+    async def _count_items(self, *, after: int | None = None, before: int | None = None) -> int:
+        """Return how many stored items have after < seq < before (unreadable ones too)."""
+        assert isinstance(self.inner, SupportsSequencedItems)
+        return await self.inner.count_items(after=after, before=before)
+
+    async def clear_session(self) -> None:
+        """Delete every item of this session."""
+        await self.inner.clear_session()
+
+    # -- rotation ------------------------------------------------------------------------------
+
+    async def rotate(self, *, drop_unreadable: bool = False) -> int:
+        """Re-encrypt every item under the active key, keeping order (and TTL timestamps).
+
+        Items already under the active key are left as they are. The rewrite is crash-safe on
+        backends with siblings (see ``rewrite_session``); run it while the session is idle.
+
+        Args:
+            drop_unreadable: delete items that no key opens instead of refusing to rotate.
+
+        Returns:
+            How many items were re-encrypted.
+
+        Raises:
+            DecryptionError: an item is unreadable and ``drop_unreadable`` is False (nothing
+                is changed).
+        """
+        changed = 0
+
+        def reseal(envelopes: list[Any]) -> list[Any]:
+            nonlocal changed
+            changed = 0
+            out: list[Any] = []
+            for envelope in envelopes:
+                try:
+                    item = self._open(envelope)
+                except _Unreadable as reason:
+                    if drop_unreadable:
+                        changed += 1
+                        out.append(None)
+                        continue
+                    raise DecryptionError(
+                        f"EncryptedSession {self.session_id!r}: cannot rotate, a stored item "
+                        f"is unreadable: {reason}; pass drop_unreadable=True to delete such "
+                        "items, or add their key to the keyring"
+                    ) from None
+                if envelope["kid"] == self.active_key_id:
+                    out.append(envelope)
+                else:
+                    out.append(self._seal(dumps(item)))
+                    changed += 1
+            return out
+
+        await rewrite_through(self.inner, reseal)
+        return changed
+
+    async def rewrite_items(self, transform: Transform) -> int:
+        """Rewrite the decrypted items through ``transform`` (one item per item, in order),
+        re-encrypting them under the active key. Unreadable items make it raise
+        DecryptionError."""
+
+        def rewrite(envelopes: list[Any]) -> list[Any]:
+            try:
+                items = [self._open(envelope) for envelope in envelopes]
+            except _Unreadable as reason:
+                raise DecryptionError(
+                    f"EncryptedSession {self.session_id!r}: cannot rewrite: {reason}"
+                ) from None
+            new = transform(items)
+            if len(new) != len(items):
+                raise ValueError("a rewrite transform must return one entry per item")
+            kept = [item for item in new if item is not None]
+            sealed = iter(self._seal(text) for text in encode_batch(kept, self.max_item_bytes))
+            return [None if item is None else next(sealed) for item in new]
+
+        return await rewrite_through(self.inner, rewrite)
+
+
+__all__ = ["DEFAULT_KEY_ID", "ENC_TYPE", "EncryptedSession", "master_key_bytes"]

@@ -1,0 +1,288 @@
+"""``TTLSession``: session and item expiry over any Session.
+
+Each item is stored in the inner session inside a small envelope carrying its write time::
+
+    {"type": "agent_sessions.ttl", "t": 1764694800.12, "item": {...}}
+
+(absolute mode adds ``"c"``, the session's creation time). No side store is needed: the newest
+envelope's ``t`` is the session's last write. Expiry rules, with ``now`` from one clock
+(``time.time`` unless ``clock=`` is given):
+
+- ``item_ttl``: an item is dead when ``now - t > item_ttl``.
+- ``ttl`` sliding: the session dies when ``ttl`` passes without a write. An item is dead when a
+  gap longer than ``ttl`` follows it (between two later writes, or between the newest write and
+  ``now``), so writing to a dead session starts afresh instead of reviving old items.
+- ``ttl`` absolute: an item is dead when ``now - c > ttl``; the first write into an empty, cleared
+  or dead session starts a new lifetime.
+
+Visible history is everything after the newest dead item, so it never has holes. With one clock
+the dead items form a prefix anyway; with skewed clocks an out-of-order timestamp can only move
+the cut, never resurrect an item. Because of that, ``get_items(limit=n)`` reads exactly ``n``
+stored items: if any of them is dead, so is everything older.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from agents.memory import Session
+
+from ..core.capabilities import (
+    SupportsNativeExpiry,
+    SupportsRangeDelete,
+    SupportsSequencedItems,
+)
+from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
+from .base import SessionWrapper, check_max_item_bytes
+from .rewrite import Transform, rewrite_through
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+
+logger = logging.getLogger("agent_sessions")
+
+TTL_TYPE = "agent_sessions.ttl"
+ENVELOPE_OVERHEAD = 128
+"""Bytes an envelope adds around an item's JSON, at most (type, two timestamps, braces)."""
+
+_PURGE_PAGE = 200
+
+
+def seconds(value: float | timedelta | None, name: str) -> float | None:
+    """Return ``value`` as positive finite seconds (None stays None), else raise ValueError."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(
+            f"{name} must be a number of seconds or a datetime.timedelta, got {value!r}"
+        )
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be positive and finite, got {value!r} seconds")
+    return float(value)
+
+
+def _time(envelope: Any, key: str) -> float | None:
+    """Return a finite timestamp from a TTL envelope, or None when it is not one."""
+    if type(envelope) is not dict or envelope.get("type") != TTL_TYPE:
+        return None
+    value = envelope.get(key)
+    if type(value) is float:  # the common case, checked first: reads call this per item
+        return value if math.isfinite(value) else None
+    return float(value) if type(value) is int else None
+
+
+class TTLSession(SessionWrapper):
+    """Expire a session ``ttl`` after its last write (or its creation), and/or each item
+    ``item_ttl`` after it was written.
+
+    Args:
+        inner: any Session; it stores the envelopes.
+        ttl: session lifetime, seconds or ``timedelta``; None for no session expiry.
+        sliding: True (default): ``ttl`` counts from the last write; False: from the first.
+        item_ttl: per-item lifetime; None for none. At least one of ``ttl``/``item_ttl``.
+        clock: returns the current time in seconds (default ``time.time``, wall clock).
+        clock_skew: seconds by which hosts' clocks may disagree. Reads hide data the moment it
+            is dead by this host's clock; physical removal (``purge_expired``, native expiry)
+            waits ``clock_skew`` longer so a slower host never sees data vanish early.
+        max_item_bytes: largest accepted item; default: the inner session's cap minus the
+            envelope, or 16 MiB for a session without a cap.
+
+    Expired data is removed physically: when ``inner`` supports native expiry (Redis,
+    MongoDB) every write also sets the store's expiry, so a dead session disappears by
+    itself; otherwise, and for dead prefixes of live sessions, call :meth:`purge_expired`.
+    """
+
+    def __init__(
+        self,
+        inner: Session,
+        ttl: float | timedelta | None = None,
+        *,
+        sliding: bool = True,
+        item_ttl: float | timedelta | None = None,
+        clock: Callable[[], float] = time.time,
+        clock_skew: float = 5.0,
+        max_item_bytes: int | None = None,
+    ) -> None:
+        super().__init__(inner)
+        self.ttl = seconds(ttl, "ttl")
+        self.item_ttl = seconds(item_ttl, "item_ttl")
+        if self.ttl is None and self.item_ttl is None:
+            raise ValueError("TTLSession needs ttl= (session lifetime) and/or item_ttl=")
+        if isinstance(clock_skew, bool) or not isinstance(clock_skew, (int, float)) or not (
+            math.isfinite(clock_skew) and clock_skew >= 0
+        ):
+            raise ValueError(f"clock_skew must be >= 0 seconds, got {clock_skew!r}")
+        self.sliding = bool(sliding)
+        self.clock = clock
+        self.clock_skew = float(clock_skew)
+        if max_item_bytes is None:
+            inner_cap = getattr(inner, "max_item_bytes", None)
+            max_item_bytes = (
+                max(1, inner_cap - ENVELOPE_OVERHEAD)
+                if isinstance(inner_cap, int)
+                else DEFAULT_MAX_ITEM_BYTES
+            )
+        self.max_item_bytes = check_max_item_bytes(max_item_bytes)
+        if isinstance(inner, SupportsNativeExpiry):
+            # The whole session is dead at the latest this long after its last write.
+            lifetimes = [s for s in (self.ttl, self.item_ttl) if s is not None]
+            inner.set_sliding_ttl(min(lifetimes) + self.clock_skew)
+
+    def wrap_sibling(self, inner_sibling: Session) -> TTLSession:
+        """Return a TTLSession with this one's settings over ``inner_sibling``."""
+        return TTLSession(
+            inner_sibling,
+            self.ttl,
+            sliding=self.sliding,
+            item_ttl=self.item_ttl,
+            clock=self.clock,
+            clock_skew=self.clock_skew,
+        )
+
+    # -- expiry rules --------------------------------------------------------------------------
+
+    def _dead(self, envelope: Any, newer_t: float, now: float, margin: float = 0.0) -> bool:
+        """Whether ``envelope`` is dead, given the write time of the next newer item (``now``
+        for the newest) and a removal margin."""
+        t = _time(envelope, "t")
+        if t is None:
+            return True  # not ours, or damaged: its age is unknown, so it is never shown
+        if self.item_ttl is not None and now - t > self.item_ttl + margin:
+            return True
+        if self.ttl is None:
+            return False
+        if self.sliding:
+            return newer_t - t > self.ttl + margin
+        c = _time(envelope, "c")
+        return c is None or now - c > self.ttl + margin
+
+    def _visible_from(self, envelopes: list[Any], now: float) -> int:
+        """Return the index after the newest dead envelope (0 when none is dead)."""
+        newer_t = now
+        for i in range(len(envelopes) - 1, -1, -1):
+            envelope = envelopes[i]
+            if self._dead(envelope, newer_t, now):
+                return i + 1
+            newer_t = envelope["t"]
+        return 0
+
+    # -- the Session API -----------------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """Return the latest ``limit`` live items, oldest first; reads ``limit`` stored items."""
+        limit = self.resolve_limit(limit)
+        if limit is not None and limit <= 0:
+            return []
+        envelopes: list[Any] = await self.inner.get_items(limit)
+        start = self._visible_from(envelopes, self.clock())
+        return [envelope["item"] for envelope in envelopes[start:]]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` as one batch, stamped with the current time.
+
+        Raises:
+            InvalidItemError: an item is not a JSON object or is too large (nothing written).
+        """
+        encode_batch(items, self.max_item_bytes)  # validate before anything is written
+        if not items:
+            return
+        now = self.clock()
+        stamp: dict[str, Any] = {"type": TTL_TYPE, "t": now}
+        if self.ttl is not None and not self.sliding:
+            stamp["c"] = await self._lifetime_start(now)
+        await self.inner.add_items([{**stamp, "item": item} for item in items])  # type: ignore[misc]
+
+    async def _lifetime_start(self, now: float) -> float:
+        newest = await self.inner.get_items(limit=1)
+        if newest and not self._dead(newest[-1], now, now):
+            c = _time(newest[-1], "c")
+            if c is not None:
+                return c
+        return now
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove the newest stored item; return it if live, else None (it was expired data,
+        so removing it is just early cleanup). Never returns an expired item. A pop does not
+        count as a write: sliding expiry then counts from the newest remaining item."""
+        envelope: Any = await self.inner.pop_item()
+        if envelope is None:
+            return None
+        now = self.clock()
+        if self._dead(envelope, now, now):
+            return None
+        return envelope["item"]  # type: ignore[no-any-return]
+
+    async def clear_session(self) -> None:
+        """Delete every item of this session."""
+        await self.inner.clear_session()
+
+    # -- maintenance ---------------------------------------------------------------------------
+
+    async def purge_expired(self) -> int:
+        """Delete this session's dead items from the store; return how many were deleted.
+
+        Safe while other tasks or processes use the session: it deletes only items already
+        dead (by ``clock_skew`` more than reads require), in one atomic range delete below a
+        sequence number, and nothing written later can be affected. Reads pages of 200
+        items from the newest backwards until it meets the first dead one, so its cost grows
+        with the number of live items, not with the dead ones.
+
+        Needs an inner session with sequenced items and range deletion (this package's
+        backends). Over a session with native expiry but no range deletion it returns 0:
+        the store removes the whole session once it is dead.
+
+        Raises:
+            NotImplementedError: the inner session can neither delete ranges nor expire data.
+        """
+        inner = self.inner
+        if not (
+            isinstance(inner, SupportsSequencedItems) and isinstance(inner, SupportsRangeDelete)
+        ):
+            if isinstance(inner, SupportsNativeExpiry):
+                return 0
+            raise NotImplementedError(
+                f"{type(inner).__name__} offers neither range deletion nor native expiry, so "
+                "expired items stay stored (they are never returned); wrap one of "
+                "agent_sessions' backends to have them removed"
+            )
+        now = self.clock()
+        newer_t = now
+        before: int | None = None
+        while True:
+            rows: list[tuple[int, Any]] = await inner.get_sequenced_items(
+                _PURGE_PAGE, before=before
+            )
+            for seq, envelope in reversed(rows):
+                if self._dead(envelope, newer_t, now, self.clock_skew):
+                    return await inner.delete_items(before=seq + 1)
+                newer_t = envelope["t"]
+            if len(rows) < _PURGE_PAGE:
+                return 0
+            before = rows[0][0]
+
+    async def rewrite_items(self, transform: Transform) -> int:
+        """Rewrite the live items through ``transform`` (see ``Transform``) keeping their
+        timestamps; dead items are dropped."""
+        now = self.clock()
+
+        def rewrite(envelopes: list[Any]) -> list[Any]:
+            live = envelopes[self._visible_from(envelopes, now) :]
+            new_items = transform([envelope["item"] for envelope in live])
+            if len(new_items) != len(live):
+                raise ValueError("a TTLSession rewrite must keep the number of items")
+            return [
+                None if new is None else {**envelope, "item": new}
+                for envelope, new in zip(live, new_items, strict=True)
+            ]
+
+        return await rewrite_through(self.inner, rewrite)
+
+
+__all__ = ["TTL_TYPE", "TTLSession"]

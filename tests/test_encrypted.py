@@ -1,0 +1,558 @@
+"""EncryptedSession: the conformance kit over three inners, alone and over TTLSession, plus
+tamper, replay, wrong/unknown key, strict mode, rotation and the raw-store check."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents.memory import Session
+from agents.memory import SQLiteSession as SDKSQLiteSession
+from cryptography.fernet import Fernet
+
+from agent_sessions import InMemorySession, InMemoryStore, SQLiteSession, SupportsSiblings
+from agent_sessions.core.ids import derive_sibling_id
+from agent_sessions.errors import DecryptionError, ItemTooLargeError
+from agent_sessions.testing import SessionConformanceSuite
+from agent_sessions.testing.helpers import item_text, texts
+from agent_sessions.wrappers.encrypted import EncryptedSession
+from agent_sessions.wrappers.ttl import TTLSession
+from tests.wrapper_stacks import FakeClock, YieldingSession
+
+KEY = Fernet.generate_key().decode()
+OLD_KEY = Fernet.generate_key().decode()
+DAY = 86_400.0
+
+
+def msg(text: str, role: str = "user") -> Any:
+    return {"role": role, "content": text}
+
+
+async def raw_items(session: Any) -> list[Any]:
+    """The stored envelopes of a wrapper's inner session, untyped."""
+    return list(await session.get_items())
+
+
+def sid() -> str:
+    return f"enc-{uuid.uuid4().hex[:12]}"
+
+
+def cap(session: EncryptedSession) -> int:
+    return session.max_item_bytes
+
+
+# -- conformance --------------------------------------------------------------------------------
+
+
+class TestEncryptedOverMemoryConformance(SessionConformanceSuite):
+    max_item_bytes = cap(EncryptedSession(InMemorySession("probe"), encryption_key=KEY))
+
+    async def create_session(self, session_id: str) -> Session:
+        return EncryptedSession(InMemorySession(session_id), encryption_key=KEY)
+
+
+class TestEncryptedOverSQLiteConformance(SessionConformanceSuite):
+    max_item_bytes = cap(EncryptedSession(InMemorySession("probe"), encryption_key=KEY))
+
+    @pytest.fixture(autouse=True)
+    def _db_path(self, tmp_path: Path) -> None:
+        self.path = str(tmp_path / "sessions.db")
+
+    async def create_session(self, session_id: str) -> Session:
+        return EncryptedSession(
+            SQLiteSession(session_id, self.path), keys={"k2": KEY, "k1": OLD_KEY}, active="k2"
+        )
+
+
+class TestEncryptedOverSDKSQLiteConformance(SessionConformanceSuite):
+    @pytest.fixture(autouse=True)
+    def _db_path(self, tmp_path: Path) -> None:
+        self.path = str(tmp_path / "sdk.db")
+
+    async def create_session(self, session_id: str) -> Session:
+        return EncryptedSession(SDKSQLiteSession(session_id, self.path), encryption_key="a long "
+                                "random passphrase, as the SDK accepts")
+
+
+class TestEncryptedTTLOverMemoryConformance(SessionConformanceSuite):
+    max_item_bytes = cap(EncryptedSession(InMemorySession("probe"), encryption_key=KEY, ttl=DAY))
+
+    async def create_session(self, session_id: str) -> Session:
+        return EncryptedSession(InMemorySession(session_id), encryption_key=KEY, ttl=DAY)
+
+
+class TestEncryptedTTLOverSQLiteConformance(SessionConformanceSuite):
+    max_item_bytes = cap(EncryptedSession(InMemorySession("probe"), encryption_key=KEY, ttl=DAY))
+
+    @pytest.fixture(autouse=True)
+    def _db_path(self, tmp_path: Path) -> None:
+        self.path = str(tmp_path / "sessions.db")
+
+    async def create_session(self, session_id: str) -> Session:
+        inner = TTLSession(SQLiteSession(session_id, self.path), DAY, item_ttl=DAY)
+        return EncryptedSession(inner, encryption_key=KEY)
+
+
+class TestEncryptedTTLOverSDKSQLiteConformance(SessionConformanceSuite):
+    @pytest.fixture(autouse=True)
+    def _db_path(self, tmp_path: Path) -> None:
+        self.path = str(tmp_path / "sdk.db")
+
+    async def create_session(self, session_id: str) -> Session:
+        inner = TTLSession(SDKSQLiteSession(session_id, self.path), DAY, sliding=False)
+        return EncryptedSession(inner, encryption_key=KEY)
+
+
+# -- construction -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({}, "encryption_key is required"),
+        ({"encryption_key": ""}, "empty"),
+        ({"encryption_key": b""}, "empty"),
+        ({"encryption_key": 123}, "str or bytes"),
+        ({"encryption_key": KEY, "keys": {"a": KEY}}, "not both"),
+        ({"keys": {}}, "non-empty"),
+        ({"keys": {"bad id": KEY}}, "key id"),
+        ({"keys": {"a": KEY, "b": OLD_KEY}}, "active="),
+        ({"keys": {"a": KEY}, "active": "b"}, "not in keys"),
+        ({"keys": {"a": ""}}, "empty"),
+        ({"encryption_key": KEY, "ttl": 0}, "item_ttl"),
+        ({"encryption_key": KEY, "ttl": -5}, "positive"),
+        ({"encryption_key": KEY, "max_scan_items": 0}, "max_scan_items"),
+        ({"encryption_key": KEY, "max_item_bytes": 0}, "max_item_bytes"),
+    ],
+)
+def test_bad_configuration_is_refused_at_construction(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        EncryptedSession(InMemorySession(sid()), **kwargs)
+
+
+def test_sdk_signature_and_key_forms_are_accepted() -> None:
+    inner = InMemorySession(sid())
+    s = EncryptedSession(session_id=inner.session_id, underlying_session=inner, encryption_key=KEY)
+    assert s.inner is inner and s.session_id == inner.session_id
+    positional = EncryptedSession(inner.session_id, inner, KEY, 600, max_scan_items=100)
+    assert isinstance(positional.inner, TTLSession) and positional.inner.inner is inner
+    with pytest.raises(ValueError, match="differs"):
+        EncryptedSession(inner, encryption_key=KEY, session_id="other")
+    with pytest.raises(TypeError):
+        EncryptedSession(encryption_key=KEY)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "key", [KEY, KEY.encode(), "correct horse battery staple, but much longer", b"\x01" * 32]
+)
+async def test_each_key_form_round_trips_across_objects(key: str | bytes) -> None:
+    store = InMemoryStore()
+    session_id = sid()
+    first = EncryptedSession(InMemorySession(session_id, store=store), encryption_key=key)
+    await first.add_items([msg("hello")])
+    second = EncryptedSession(InMemorySession(session_id, store=store), encryption_key=key)
+    assert texts(await second.get_items()) == ["hello"]
+
+
+def test_ttl_argument_is_the_ttl_layer() -> None:
+    s = EncryptedSession(InMemorySession(sid()), encryption_key=KEY, ttl=60)
+    assert isinstance(s.inner, TTLSession)
+    assert s.inner.item_ttl == 60 and s.inner.ttl is None
+
+
+# -- what the store sees ------------------------------------------------------------------------
+
+SECRET_ITEMS: list[Any] = [
+    {"role": "user", "content": "my secret diagnosis is XYZZY"},
+    {"type": "function_call", "call_id": "call_1", "name": "lookup_patient_record",
+     "arguments": "{\"id\": 42}"},
+    {"type": "function_call_output", "call_id": "call_1", "output": "PLUGH"},
+    {"role": "assistant", "content": [{"type": "output_text", "text": "XYZZY confirmed"}]},
+]
+LEAKS = ["XYZZY", "PLUGH", "lookup_patient_record", "call_1", "function_call", "assistant",
+         "user", "role", "content", "diagnosis"]
+
+
+@pytest.mark.asyncio
+async def test_the_raw_store_holds_no_plaintext(tmp_path: Path) -> None:
+    path = tmp_path / "raw.db"
+    s = EncryptedSession(SQLiteSession(sid(), str(path)), encryption_key=KEY, ttl=DAY)
+    await s.add_items(SECRET_ITEMS)
+    assert await s.get_items() == SECRET_ITEMS
+    await s.close()
+    with sqlite3.connect(path) as conn:
+        rows = [r[0] for r in conn.execute("SELECT message_data FROM agent_messages")]
+    assert len(rows) == len(SECRET_ITEMS)
+    for row in rows:
+        for leak in LEAKS:
+            assert leak not in row, f"{leak!r} visible in the store: {row}"
+        ttl_envelope = json.loads(row)
+        assert set(ttl_envelope) == {"type", "t", "item"}
+        assert set(ttl_envelope["item"]) == {"type", "v", "kid", "n", "c"}
+    raw = path.read_bytes() + (tmp_path / "raw.db-wal").read_bytes()
+    for leak in ("XYZZY", "PLUGH", "lookup_patient_record"):
+        assert leak.encode() not in raw
+
+
+@pytest.mark.asyncio
+async def test_equal_items_get_distinct_nonces_and_ciphertexts() -> None:
+    inner = InMemorySession(sid(), store=InMemoryStore())
+    s = EncryptedSession(inner, encryption_key=KEY)
+    await s.add_items([msg("same"), msg("same")])
+    a, b = await raw_items(inner)
+    assert a["n"] != b["n"] and a["c"] != b["c"]
+
+
+@pytest.mark.asyncio
+async def test_item_too_large_once_encrypted_is_refused_with_its_index() -> None:
+    inner = InMemorySession(sid(), store=InMemoryStore(), max_item_bytes=4096)
+    s = EncryptedSession(inner, encryption_key=KEY)
+    assert 2800 < s.max_item_bytes < 3072
+    biggest = msg("x" * (s.max_item_bytes - len(json.dumps(msg("")))))
+    await s.add_items([biggest])  # exactly at the cap: its envelope fits the inner cap
+    assert await s.get_items() == [biggest]
+    with pytest.raises(ItemTooLargeError, match="item 1"):
+        await s.add_items([msg("ok"), msg("x" * s.max_item_bytes)])
+    assert len(await inner.get_items()) == 1
+
+
+# -- unreadable items ---------------------------------------------------------------------------
+
+
+async def _stack(**kwargs: Any) -> tuple[EncryptedSession, InMemorySession]:
+    inner = InMemorySession(sid(), store=InMemoryStore())
+    return EncryptedSession(inner, **kwargs), inner
+
+
+async def _replace_raw(inner: InMemorySession, index: int, change: Any) -> None:
+    raw = await inner.get_items()
+    raw[index] = change(dict(raw[index]))
+    await inner.clear_session()
+    await inner.add_items(raw)
+
+
+def _flip(b64: str) -> str:
+    import base64
+
+    data = bytearray(base64.b64decode(b64))
+    data[len(data) // 2] ^= 0x01
+    return base64.b64encode(bytes(data)).decode()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda e: {**e, "c": _flip(e["c"])}, id="ciphertext-bit"),
+        pytest.param(lambda e: {**e, "n": _flip(e["n"])}, id="nonce-bit"),
+        pytest.param(lambda e: {**e, "c": e["c"][:-8]}, id="truncated"),
+        pytest.param(lambda e: {**e, "kid": "k1"}, id="key-id-swapped"),
+        pytest.param(lambda e: {**e, "v": 2}, id="version"),
+        pytest.param(lambda e: {**e, "n": "not base64!"}, id="garbage-nonce"),
+        pytest.param(lambda e: {"role": "user", "content": "planted plaintext"}, id="plaintext"),
+    ],
+)
+async def test_tampered_item_is_skipped_or_raises_in_strict_mode(
+    change: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    s, inner = await _stack(keys={"k2": KEY, "k1": OLD_KEY}, active="k2")
+    await s.add_items([msg("a"), msg("b"), msg("c")])
+    await _replace_raw(inner, 1, change)
+    with caplog.at_level(logging.WARNING, logger="agent_sessions"):
+        assert texts(await s.get_items()) == ["a", "c"]
+    assert "unreadable" in caplog.text and "planted" not in caplog.text
+    strict = EncryptedSession(inner, keys={"k2": KEY, "k1": OLD_KEY}, active="k2", strict=True)
+    with pytest.raises(DecryptionError):
+        await strict.get_items()
+    assert texts(await strict.get_items(limit=1)) == ["c"]
+
+
+@pytest.mark.asyncio
+async def test_an_envelope_copied_from_another_session_does_not_open() -> None:
+    store = InMemoryStore()
+    alice_inner = InMemorySession(sid(), store=store)
+    bob_inner = InMemorySession(sid(), store=store)
+    alice = EncryptedSession(alice_inner, encryption_key=KEY)
+    bob = EncryptedSession(bob_inner, encryption_key=KEY, strict=True)
+    await alice.add_items([msg("alice's secret")])
+    await bob.add_items([msg("bob's")])
+    await bob_inner.add_items(await alice_inner.get_items())  # replayed into bob's session
+    with pytest.raises(DecryptionError, match="another session"):
+        await bob.get_items()
+    lenient = EncryptedSession(bob_inner, encryption_key=KEY)
+    assert texts(await lenient.get_items()) == ["bob's"]
+
+
+@pytest.mark.asyncio
+async def test_wrong_key_and_unknown_key_id_never_yield_plaintext(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = InMemoryStore()
+    session_id = sid()
+    writer = EncryptedSession(InMemorySession(session_id, store=store), encryption_key=KEY)
+    await writer.add_items([msg("one"), msg("two")])
+    wrong = EncryptedSession(InMemorySession(session_id, store=store), encryption_key=OLD_KEY)
+    with caplog.at_level(logging.WARNING, logger="agent_sessions"):
+        assert await wrong.get_items() == []
+    assert "authentication failed" in caplog.text
+    unknown = EncryptedSession(
+        InMemorySession(session_id, store=store), keys={"other": KEY}, strict=True
+    )
+    with pytest.raises(DecryptionError, match="not in the keyring"):
+        await unknown.get_items()
+
+
+@pytest.mark.asyncio
+async def test_pop_on_an_unreadable_item_removes_it_and_returns_none() -> None:
+    store = InMemoryStore()
+    session_id = sid()
+    good = EncryptedSession(InMemorySession(session_id, store=store), encryption_key=KEY)
+    await good.add_items([msg("readable")])
+    other = EncryptedSession(InMemorySession(session_id, store=store), encryption_key=OLD_KEY)
+    await other.add_items([msg("other key 1"), msg("other key 2")])
+    assert texts(await good.get_items(limit=1)) == []  # the unreadable newest keeps its slot
+    assert await good.pop_item() is None
+    strict = EncryptedSession(InMemorySession(session_id, store=store), encryption_key=KEY,
+                              strict=True)
+    with pytest.raises(DecryptionError):
+        await strict.pop_item()
+    assert item_text(await good.pop_item()) == "readable"
+    assert await good.pop_item() is None
+    assert await good.inner.get_items() == []
+
+
+# -- rotation -----------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_rotation_rewrites_under_the_active_key_in_order(tmp_path: Path) -> None:
+    path = str(tmp_path / "rot.db")
+    session_id = sid()
+    old = EncryptedSession(SQLiteSession(session_id, path), keys={"k1": OLD_KEY})
+    await old.add_items([msg(f"old {i}") for i in range(5)])
+    await old.close()
+    ring = EncryptedSession(
+        SQLiteSession(session_id, path), keys={"k2": KEY, "k1": OLD_KEY}, active="k2"
+    )
+    await ring.add_items([msg("new 0")])
+    expected = [f"old {i}" for i in range(5)] + ["new 0"]
+    assert texts(await ring.get_items()) == expected
+    assert await ring.rotate() == 5
+    assert {e["kid"] for e in await raw_items(ring.inner)} == {"k2"}
+    assert texts(await ring.get_items()) == expected
+    assert await ring.rotate() == 0
+    await ring.close()
+    only_new = EncryptedSession(SQLiteSession(session_id, path), keys={"k2": KEY}, strict=True)
+    assert texts(await only_new.get_items()) == expected
+    side = SQLiteSession(derive_sibling_id(session_id, "rewrite"), path, _internal_id=True)
+    assert await side.get_items() == [], "the rewrite copy is removed after the swap"
+    await only_new.clear_session()
+    await only_new.close()
+    await side.close()
+
+
+@pytest.mark.asyncio
+async def test_rotation_under_ttl_keeps_timestamps_and_drops_dead_items() -> None:
+    clock = FakeClock()
+    inner = InMemorySession(sid(), store=InMemoryStore())
+    ttl = TTLSession(inner, DAY, item_ttl=100, clock=clock)
+    old = EncryptedSession(ttl, keys={"k1": OLD_KEY})
+    await old.add_items([msg("expired")])
+    clock.advance(50)
+    await old.add_items([msg("a"), msg("b")])
+    clock.advance(60)
+    stamps = [e["t"] for e in await raw_items(inner)][1:]
+    ring = EncryptedSession(ttl, keys={"k2": KEY, "k1": OLD_KEY}, active="k2")
+    assert await ring.rotate() == 2
+    raw = await raw_items(inner)
+    assert [e["t"] for e in raw] == stamps, "rotation must not extend item lifetimes"
+    assert {e["item"]["kid"] for e in raw} == {"k2"}
+    assert texts(await ring.get_items()) == ["a", "b"]
+
+
+@pytest.mark.asyncio
+async def test_rotation_refuses_unreadable_items_unless_told_to_drop_them() -> None:
+    store = InMemoryStore()
+    session_id = sid()
+    ring = EncryptedSession(
+        InMemorySession(session_id, store=store), keys={"k2": KEY, "k1": OLD_KEY}, active="k2"
+    )
+    await ring.add_items([msg("kept")])
+    stranger = EncryptedSession(InMemorySession(session_id, store=store), keys={"k9": KEY})
+    await stranger.add_items([msg("no key for this")])
+    before = await ring.inner.get_items()
+    with pytest.raises(DecryptionError, match="drop_unreadable"):
+        await ring.rotate()
+    assert await ring.inner.get_items() == before
+    assert await ring.rotate(drop_unreadable=True) == 1
+    assert texts(await ring.get_items()) == ["kept"]
+    assert len(await ring.inner.get_items()) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_rewrite_that_died_mid_swap_is_restored_by_the_next_rotation() -> None:
+    store = InMemoryStore()
+    session_id = sid()
+    inner = InMemorySession(session_id, store=store)
+    ring = EncryptedSession(inner, keys={"k2": KEY, "k1": OLD_KEY}, active="k2")
+    await ring.add_items([msg("x"), msg("y")])
+    copy = await inner.get_items()
+    side = inner.sibling(derive_sibling_id(session_id, "rewrite"))
+    mark: Any = {"type": "agent_sessions.rewrite", "count": 2, "before": "0"}
+    await side.add_items([*copy, mark])  # copy written, swap begun, session cleared: crash
+    await inner.clear_session()
+    assert await ring.rotate() == 0
+    assert texts(await ring.get_items()) == ["x", "y"]
+    assert await side.get_items() == []
+
+
+@pytest.mark.asyncio
+async def test_a_rewrite_that_died_before_its_swap_leaves_the_session_as_it_was() -> None:
+    store = InMemoryStore()
+    inner = InMemorySession(sid(), store=store)
+    ring = EncryptedSession(inner, keys={"k2": KEY, "k1": OLD_KEY}, active="k2")
+    await ring.add_items([msg("x")])
+    side = inner.sibling(derive_sibling_id(inner.session_id, "rewrite"))
+    await side.add_items(await inner.get_items())  # copy written, then a crash
+    assert await ring.rotate() == 0
+    assert texts(await ring.get_items()) == ["x"]
+    assert await side.get_items() == []
+
+
+@pytest.mark.asyncio
+async def test_a_died_swap_followed_by_new_writes_is_reported_not_dropped() -> None:
+    store = InMemoryStore()
+    inner = InMemorySession(sid(), store=store)
+    ring = EncryptedSession(inner, keys={"k2": KEY, "k1": OLD_KEY}, active="k2")
+    await ring.add_items([msg("old")])
+    side = inner.sibling(derive_sibling_id(inner.session_id, "rewrite"))
+    mark: Any = {"type": "agent_sessions.rewrite", "count": 1, "before": "0"}
+    await side.add_items([*await inner.get_items(), mark])
+    await inner.clear_session()
+    await ring.add_items([msg("new")])
+    with pytest.raises(RuntimeError, match="side session"):
+        await ring.rotate()
+    assert len(await side.get_items()) == 2, "the copy is kept for the operator"
+
+
+# -- siblings -----------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_siblings_are_encrypted_too(tmp_path: Path) -> None:
+    s = EncryptedSession(InMemorySession(sid(), store=InMemoryStore()), encryption_key=KEY)
+    assert isinstance(s, SupportsSiblings)
+    side = s.sibling(derive_sibling_id(s.session_id, "usage"))
+    assert isinstance(side, EncryptedSession)
+    usage: Any = {"type": "usage", "tokens": 12}
+    await side.add_items([usage])
+    raw = await raw_items(side.inner)
+    assert raw[0]["type"] == "agent_sessions.enc"
+    assert await side.get_items() == [{"type": "usage", "tokens": 12}]
+    foreign = SDKSQLiteSession(sid(), str(tmp_path / "f.db"))
+    assert not isinstance(EncryptedSession(foreign, encryption_key=KEY), SupportsSiblings)
+    foreign.close()
+
+
+@pytest.mark.asyncio
+async def test_sequenced_items_are_offered_only_when_the_inner_has_them(tmp_path: Path) -> None:
+    from agent_sessions import SupportsSequencedItems
+
+    s = EncryptedSession(InMemorySession(sid(), store=InMemoryStore()), encryption_key=KEY)
+    assert isinstance(s, SupportsSequencedItems)
+    seqs = await s.add_sequenced_items([msg("a"), msg("b")])
+    assert [(q, item_text(i)) for q, i in await s.get_sequenced_items()] == [
+        (seqs[0], "a"), (seqs[1], "b")]
+    assert await s.count_items(after=seqs[0]) == 1
+    over_ttl = EncryptedSession(TTLSession(InMemorySession(sid()), 60), encryption_key=KEY)
+    assert not isinstance(over_ttl, SupportsSequencedItems)
+    foreign = SDKSQLiteSession(sid(), str(tmp_path / "f.db"))
+    assert not isinstance(EncryptedSession(foreign, encryption_key=KEY), SupportsSequencedItems)
+    foreign.close()
+
+
+@pytest.mark.asyncio
+async def test_rotation_cancelled_at_any_point_loses_nothing() -> None:
+    store = InMemoryStore()
+    expected = [f"item {i}" for i in range(10)]
+    steps, finished = 0, False
+    while not finished:  # cancel after 0, 1, 2, ... event-loop steps until one run completes
+        inner = YieldingSession(sid(), store=store)
+        await EncryptedSession(inner, keys={"k1": OLD_KEY}).add_items(
+            [msg(text) for text in expected]
+        )
+        ring = EncryptedSession(inner, keys={"k2": KEY, "k1": OLD_KEY}, active="k2")
+        task = asyncio.ensure_future(ring.rotate())
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        finished = task.done()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        await ring.rotate()  # finishes the job, restoring the copy if the swap was cut short
+        assert texts(await ring.get_items()) == expected, f"cancelled after {steps} steps"
+        assert {e["kid"] for e in await raw_items(inner)} == {"k2"}
+        steps += 1
+    assert steps > 8, "the rotation should take several steps, else this tests nothing"
+
+
+REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+KILLED_ROTATION = """
+import asyncio, os, sys
+sys.path.insert(0, os.getcwd())
+from agent_sessions import SQLiteSession
+from agent_sessions.wrappers.encrypted import EncryptedSession
+
+path, session_id, new_key, old_key = sys.argv[1:5]
+real_clear = SQLiteSession.clear_session
+
+async def clear_then_die(self):
+    await real_clear(self)
+    if self.session_id == session_id:
+        os._exit(17)  # the process dies between the clear and the add of the swap
+
+SQLiteSession.clear_session = clear_then_die
+
+async def main():
+    ring = EncryptedSession(SQLiteSession(session_id, path),
+                            keys={"k2": new_key, "k1": old_key}, active="k2")
+    await ring.rotate()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.asyncio
+async def test_a_process_killed_mid_rotation_loses_nothing(tmp_path: Path) -> None:
+    import sys
+
+    path = str(tmp_path / "killed.db")
+    session_id = sid()
+    old = EncryptedSession(SQLiteSession(session_id, path), keys={"k1": OLD_KEY})
+    expected = [f"item {i}" for i in range(20)]
+    await old.add_items([msg(text) for text in expected])
+    await old.close()
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", KILLED_ROTATION, path, session_id, KEY, OLD_KEY,
+        cwd=REPO_ROOT, stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(child.communicate(), timeout=60)
+    assert child.returncode == 17, stderr.decode()
+    ring = EncryptedSession(
+        SQLiteSession(session_id, path), keys={"k2": KEY, "k1": OLD_KEY}, active="k2"
+    )
+    assert await ring.get_items() == [], "the kill landed between the clear and the add"
+    await ring.rotate()
+    assert texts(await ring.get_items()) == expected
+    assert {e["kid"] for e in await raw_items(ring.inner)} == {"k2"}
+    await ring.clear_session()
+    await ring.close()

@@ -1,0 +1,354 @@
+"""TTLSession: the conformance kit over three inners, and expiry with a controllable clock."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents.memory import Session
+from agents.memory import SQLiteSession as SDKSQLiteSession
+
+from agent_sessions import InMemorySession, InMemoryStore, SQLiteSession
+from agent_sessions.testing import SessionConformanceSuite
+from agent_sessions.testing.helpers import item_text, texts
+from agent_sessions.wrappers.ttl import TTLSession
+from tests.wrapper_stacks import CountingSession, FakeClock, NativeExpiryMemorySession
+
+DAY = 86_400.0
+
+
+def msg(text: str, role: str = "user") -> Any:
+    return {"role": role, "content": text}
+
+
+def sid() -> str:
+    return f"ttl-{uuid.uuid4().hex[:12]}"
+
+
+# -- conformance (a TTL long enough not to interfere) ------------------------------------------
+
+
+class TestTTLOverMemoryConformance(SessionConformanceSuite):
+    max_item_bytes = TTLSession(InMemorySession("probe"), DAY).max_item_bytes
+
+    async def create_session(self, session_id: str) -> Session:
+        return TTLSession(InMemorySession(session_id), DAY, item_ttl=DAY)
+
+
+class TestTTLOverSQLiteConformance(SessionConformanceSuite):
+    max_item_bytes = TTLSession(InMemorySession("probe"), DAY).max_item_bytes
+
+    @pytest.fixture(autouse=True)
+    def _db_path(self, tmp_path: Path) -> None:
+        self.path = str(tmp_path / "sessions.db")
+
+    async def create_session(self, session_id: str) -> Session:
+        return TTLSession(SQLiteSession(session_id, self.path), DAY, sliding=False)
+
+
+class TestTTLOverSDKSQLiteConformance(SessionConformanceSuite):
+    """The SDK's own SQLiteSession as a foreign inner (no item cap, so 16 MiB applies)."""
+
+    @pytest.fixture(autouse=True)
+    def _db_path(self, tmp_path: Path) -> None:
+        self.path = str(tmp_path / "sdk.db")
+
+    async def create_session(self, session_id: str) -> Session:
+        return TTLSession(SDKSQLiteSession(session_id, self.path), timedelta(days=1))
+
+
+# -- construction ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [0, -1, 0.0, float("nan"), float("inf"), "60", True,
+                                 timedelta(0), timedelta(seconds=-5)])
+def test_non_positive_or_non_numeric_ttl_is_refused(bad: Any) -> None:
+    with pytest.raises(ValueError, match="ttl"):
+        TTLSession(InMemorySession(sid()), bad)
+    with pytest.raises(ValueError, match="item_ttl"):
+        TTLSession(InMemorySession(sid()), item_ttl=bad)
+
+
+def test_some_lifetime_is_required() -> None:
+    with pytest.raises(ValueError, match="ttl"):
+        TTLSession(InMemorySession(sid()))
+
+
+def test_timedelta_is_seconds() -> None:
+    s = TTLSession(InMemorySession(sid()), timedelta(minutes=2), item_ttl=timedelta(seconds=30))
+    assert (s.ttl, s.item_ttl) == (120.0, 30.0)
+
+
+# -- expiry rules -------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_sliding_ttl_counts_from_the_last_write_and_never_revives() -> None:
+    clock = FakeClock()
+    s = TTLSession(InMemorySession(sid(), store=InMemoryStore()), 60, clock=clock)
+    await s.add_items([msg("a")])
+    clock.advance(50)
+    await s.add_items([msg("b")])
+    clock.advance(50)  # 100 s after a, 50 s after b: the session is alive
+    assert texts(await s.get_items()) == ["a", "b"]
+    clock.advance(11)  # 61 s without a write
+    assert await s.get_items() == []
+    assert await s.get_items(limit=1) == []
+    await s.add_items([msg("c")])
+    assert texts(await s.get_items()) == ["c"], "a write must not bring back dead items"
+    assert item_text(await s.pop_item()) == "c"
+    assert await s.pop_item() is None, "pop must never return an expired item"
+    assert await s.get_items() == []
+
+
+@pytest.mark.asyncio
+async def test_absolute_ttl_counts_from_the_first_write() -> None:
+    clock = FakeClock()
+    s = TTLSession(InMemorySession(sid(), store=InMemoryStore()), 60, sliding=False, clock=clock)
+    await s.add_items([msg("a")])
+    clock.advance(50)
+    await s.add_items([msg("b")])
+    clock.advance(5)
+    assert texts(await s.get_items()) == ["a", "b"]
+    clock.advance(6)  # 61 s after the first write: writes in between did not extend it
+    assert await s.get_items() == []
+    await s.add_items([msg("c")])  # a new lifetime starts
+    clock.advance(59)
+    await s.add_items([msg("d")])
+    assert texts(await s.get_items()) == ["c", "d"]
+    clock.advance(2)
+    assert await s.get_items() == []
+    assert await s.pop_item() is None
+
+
+@pytest.mark.asyncio
+async def test_item_ttl_hides_old_items_and_pop_never_pops_them() -> None:
+    clock = FakeClock()
+    s = TTLSession(InMemorySession(sid(), store=InMemoryStore()), item_ttl=30, clock=clock)
+    await s.add_items([msg("a")])
+    clock.advance(20)
+    await s.add_items([msg("b"), msg("c")])
+    clock.advance(11)  # a is 31 s old, b and c 11 s
+    assert texts(await s.get_items()) == ["b", "c"]
+    assert texts(await s.get_items(limit=5)) == ["b", "c"]
+    assert texts(await s.get_items(limit=1)) == ["c"]
+    assert item_text(await s.pop_item()) == "c"
+    clock.advance(20)  # b is 31 s old
+    assert await s.pop_item() is None
+    assert await s.get_items() == []
+
+
+@pytest.mark.asyncio
+async def test_reads_cost_the_limit_not_the_history() -> None:
+    clock = FakeClock()
+    inner = CountingSession(sid(), store=InMemoryStore())
+    s = TTLSession(inner, 60, item_ttl=30, clock=clock)
+    for i in range(50):
+        await s.add_items([msg(str(i))])
+        clock.advance(1)
+    inner.limits.clear()
+    got = await s.get_items(limit=5)
+    assert texts(got) == ["45", "46", "47", "48", "49"]
+    assert inner.limits == [5]
+    inner.limits.clear()
+    assert len(await s.get_items(limit=40)) == 30  # items 20..49 are younger than 30 s
+    assert inner.limits == [40]
+
+
+@pytest.mark.asyncio
+async def test_session_settings_limit_applies_through_the_layer() -> None:
+    s = TTLSession(InMemorySession(sid(), store=InMemoryStore()), DAY)
+    await s.add_items([msg(str(i)) for i in range(5)])
+    from agents.memory import SessionSettings
+
+    s.session_settings = SessionSettings(limit=2)
+    assert s.inner.session_settings is s.session_settings
+    assert texts(await s.get_items()) == ["3", "4"]
+
+
+@pytest.mark.asyncio
+async def test_items_not_written_through_the_layer_are_never_shown() -> None:
+    inner = InMemorySession(sid(), store=InMemoryStore())
+    await inner.add_items([msg("legacy, age unknown")])
+    s = TTLSession(inner, DAY)
+    assert await s.get_items() == []
+    await s.add_items([msg("new")])
+    assert texts(await s.get_items()) == ["new"]
+    raw: list[Any] = list(await inner.get_items())
+    assert raw[-1]["type"] == "agent_sessions.ttl" and raw[-1]["item"] == msg("new")
+
+
+@pytest.mark.asyncio
+async def test_bad_item_names_its_index_and_writes_nothing() -> None:
+    inner = InMemorySession(sid(), store=InMemoryStore())
+    s = TTLSession(inner, DAY)
+    with pytest.raises(ValueError, match="item 1"):
+        bad: Any = {"role": "user", "content": {1}}
+        await s.add_items([msg("ok"), bad])
+    with pytest.raises(ValueError, match="item 0"):
+        await s.add_items([msg("x" * s.max_item_bytes)])
+    assert await inner.get_items() == []
+
+
+# -- physical removal ---------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_purge_removes_a_dead_session_and_keeps_a_live_one() -> None:
+    clock = FakeClock()
+    store = InMemoryStore()
+    dead = TTLSession(InMemorySession(sid(), store=store), 60, clock=clock, clock_skew=5)
+    live = TTLSession(InMemorySession(sid(), store=store), 60, clock=clock, clock_skew=5)
+    await dead.add_items([msg(str(i)) for i in range(10)])
+    clock.advance(62)
+    await live.add_items([msg("fresh")])
+    assert await dead.get_items() == []
+    assert await dead.purge_expired() == 0, "dead by less than clock_skew: not removed yet"
+    clock.advance(4)
+    assert await dead.purge_expired() == 10
+    assert await dead.inner.count_items() == 0  # type: ignore[attr-defined]
+    assert await live.purge_expired() == 0
+    assert texts(await live.get_items()) == ["fresh"]
+
+
+@pytest.mark.asyncio
+async def test_purge_removes_only_the_dead_prefix(tmp_path: Path) -> None:
+    clock = FakeClock()
+    inner = SQLiteSession(sid(), str(tmp_path / "p.db"))
+    s = TTLSession(inner, 60, item_ttl=30, clock=clock, clock_skew=0)
+    try:
+        for i in range(400):  # more than one purge page
+            await s.add_items([msg(str(i))])
+            clock.advance(0.1)
+        # now = start + 40: items written before start + 10 (0..99) are dead
+        assert await s.purge_expired() == 100
+        assert await inner.count_items() == 300
+        assert texts(await s.get_items()) == [str(i) for i in range(100, 400)]
+        # a gap longer than ttl kills everything before it
+        clock.advance(61)
+        await s.add_items([msg("after the gap")])
+        assert await s.purge_expired() == 300
+        assert texts(await s.get_items()) == ["after the gap"]
+    finally:
+        await s.clear_session()
+        await s.close()
+
+
+@pytest.mark.asyncio
+async def test_purge_concurrent_with_writers_loses_no_live_item(tmp_path: Path) -> None:
+    clock = FakeClock()
+    path = str(tmp_path / "c.db")
+    s = TTLSession(SQLiteSession(sid(), path), item_ttl=5, clock=clock, clock_skew=0)
+    written: list[tuple[float, str]] = []
+    purged = 0
+
+    async def writer(w: int) -> None:
+        for k in range(60):
+            clock.advance(0.05)
+            text = f"{w}:{k}"
+            written.append((clock(), text))  # the layer stamps before its first await
+            await s.add_items([msg(text)])
+
+    async def purger() -> None:
+        nonlocal purged
+        while len(written) < 4 * 60:
+            purged += await s.purge_expired()
+            await asyncio.sleep(0)
+
+    try:
+        await asyncio.gather(*(writer(w) for w in range(4)), purger())
+        now = clock()
+        got = texts(await s.get_items())
+        # every item still within its lifetime is there, each writer's in its own order
+        live = [text for t, text in written if now - t <= 5]
+        assert live and set(live) <= set(got)
+        for w in range(4):
+            mine = [int(text.split(":")[1]) for text in got if text.startswith(f"{w}:")]
+            assert mine == sorted(mine)
+        assert purged > 0
+        purged += await s.purge_expired()
+        assert await s.inner.count_items() == len(got)  # type: ignore[attr-defined]
+        assert purged + len(got) == 4 * 60
+    finally:
+        await s.clear_session()
+        await s.close()
+
+
+@pytest.mark.asyncio
+async def test_purge_over_a_session_without_the_capability_says_so(tmp_path: Path) -> None:
+    s = TTLSession(SDKSQLiteSession(sid(), str(tmp_path / "sdk.db")), 60)
+    with pytest.raises(NotImplementedError, match="range deletion"):
+        await s.purge_expired()
+    await s.close()
+
+
+@pytest.mark.asyncio
+async def test_expiry_is_pushed_down_to_native_expiry() -> None:
+    clock = FakeClock()
+    inner = NativeExpiryMemorySession(sid(), clock=clock, store=InMemoryStore())
+    s = TTLSession(inner, 60, item_ttl=90, clock=clock, clock_skew=5)
+    assert inner.native_ttl == 65  # the session is dead 60 s after its last write, +skew
+    await s.add_items([msg("a")])
+    clock.advance(40)
+    await s.add_items([msg("b")])
+    clock.advance(64)
+    await inner.sweep()
+    assert texts(await s.get_items()) == [], "dead by the layer's clock already"
+    assert await inner.count_items() == 2, "the store keeps it for the skew margin"
+    clock.advance(2)
+    await inner.sweep()
+    assert await inner.count_items() == 0
+
+
+def test_siblings_carry_the_same_expiry() -> None:
+    s = TTLSession(InMemorySession(sid()), 60, sliding=False, item_ttl=10)
+    other = s.sibling("\x1eside\x1e" + s.session_id)
+    assert isinstance(other, TTLSession)
+    assert (other.ttl, other.sliding, other.item_ttl) == (60, False, 10)
+
+
+def test_sibling_exists_only_when_the_inner_has_it(tmp_path: Path) -> None:
+    from agent_sessions import SupportsSiblings
+
+    assert isinstance(TTLSession(InMemorySession(sid()), 60), SupportsSiblings)
+    foreign = SDKSQLiteSession(sid(), str(tmp_path / "x.db"))
+    assert not isinstance(TTLSession(foreign, 60), SupportsSiblings)
+    foreign.close()
+
+
+@pytest.mark.asyncio
+async def test_runner_does_not_see_expired_history() -> None:
+    from agents import Runner
+
+    from agent_sessions.testing.helpers import model_input_texts, scripted_agent
+    from agent_sessions.wrappers.encrypted import EncryptedSession
+
+    clock = FakeClock()
+    ttl = TTLSession(InMemorySession(sid(), store=InMemoryStore()), 600, clock=clock)
+    s = EncryptedSession(ttl, encryption_key="test passphrase that is long enough, really")
+    agent, model = scripted_agent("Noted.", "I do not know.", "Blue.")
+    await Runner.run(agent, "My favourite colour is blue.", session=s)
+    clock.advance(601)
+    await Runner.run(agent, "What is my favourite colour?", session=s)
+    assert model_input_texts(model) == ["What is my favourite colour?"]
+    clock.advance(300)
+    await Runner.run(agent, "Are you sure?", session=s)
+    assert model_input_texts(model) == [
+        "What is my favourite colour?", "I do not know.", "Are you sure?"
+    ]
+
+
+@pytest.mark.asyncio
+async def test_sliding_expiry_counts_from_the_newest_remaining_item_after_a_pop() -> None:
+    clock = FakeClock()
+    s = TTLSession(InMemorySession(sid(), store=InMemoryStore()), 60, clock=clock)
+    await s.add_items([msg("a")])
+    clock.advance(50)
+    await s.add_items([msg("b")])
+    clock.advance(50)
+    assert item_text(await s.pop_item()) == "b"
+    assert await s.get_items() == [], "documented: a pop does not extend the session"

@@ -1,0 +1,82 @@
+"""Shared pieces of the wrapper tests: a controllable clock, inners, and a native-expiry stub."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agent_sessions import InMemorySession
+
+
+class FakeClock:
+    """A clock the test moves by hand; starts at a fixed wall-clock-like time."""
+
+    def __init__(self, start: float = 1_764_700_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class NativeExpiryMemorySession(InMemorySession):
+    """An in-memory session with the SupportsNativeExpiry capability, driven by a FakeClock:
+    every write sets the session's deadline, and ``sweep()`` does what the store's expiry
+    would (Redis EXPIRE / a Mongo TTL index) once that deadline has passed."""
+
+    def __init__(self, session_id: str, *, clock: FakeClock, **options: Any) -> None:
+        super().__init__(session_id, **options)
+        self.clock = clock
+        self.native_ttl: float | None = None
+        self.deadline: float | None = None
+
+    def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
+        self.native_ttl = ttl_seconds
+
+    async def _append(self, payloads: list[str]) -> list[int]:
+        seqs = await super()._append(payloads)
+        if self.native_ttl is not None:
+            self.deadline = self.clock() + self.native_ttl
+        return seqs
+
+    async def sweep(self) -> None:
+        if self.deadline is not None and self.clock() > self.deadline:
+            await self._clear()
+
+
+class CountingSession(InMemorySession):
+    """Records the limit of every get_items call that reaches the store."""
+
+    def __init__(self, session_id: str, **options: Any) -> None:
+        super().__init__(session_id, **options)
+        self.limits: list[int | None] = []
+
+    async def get_items(self, limit: int | None = None) -> Any:
+        self.limits.append(limit)
+        return await super().get_items(limit)
+
+
+class YieldingSession(InMemorySession):
+    """Gives the event loop one turn before each operation, so a test can cancel a
+    multi-step task (like a rotation) deterministically between any two operations."""
+
+    async def get_items(self, limit: int | None = None) -> Any:
+        await asyncio.sleep(0)
+        return await super().get_items(limit)
+
+    async def add_items(self, items: Any) -> None:
+        await asyncio.sleep(0)
+        await super().add_items(items)
+
+    async def pop_item(self) -> Any:
+        await asyncio.sleep(0)
+        return await super().pop_item()
+
+    async def clear_session(self) -> None:
+        await asyncio.sleep(0)
+        await super().clear_session()
+
+    def sibling(self, session_id: str) -> YieldingSession:
+        return YieldingSession(session_id, store=self.store, _internal_id=True)
