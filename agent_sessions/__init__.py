@@ -14,7 +14,12 @@ from . import errors
 from .backends.memory import InMemorySession, InMemoryStore
 from .backends.sqlite import SQLiteSession
 from .core.base import BaseSession
-from .core.capabilities import SupportsNativeExpiry, SupportsSequencedItems, SupportsSiblings
+from .core.capabilities import (
+    SupportsNativeExpiry,
+    SupportsRangeDelete,
+    SupportsSequencedItems,
+    SupportsSiblings,
+)
 from .core.registry import open_session, register_scheme, registered_schemes
 
 __version__ = "0.1.0"
@@ -50,6 +55,7 @@ __all__ = [
     "InMemoryStore",
     "SQLiteSession",
     "SupportsNativeExpiry",
+    "SupportsRangeDelete",
     "SupportsSequencedItems",
     "SupportsSiblings",
     "errors",
