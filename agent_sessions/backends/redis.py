@@ -43,6 +43,11 @@ from ._redis_layout import (
     session_keys,
 )
 
+if sys.version_info >= (3, 11):
+    from asyncio import timeout as _deadline
+else:  # pragma: no cover - redis-py requires async-timeout below Python 3.11.3
+    from async_timeout import timeout as _deadline
+
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 5.0
@@ -102,6 +107,11 @@ class RedisSession(BaseSession):
     can run twice. Sessions made by :meth:`from_url` disable that; for an injected client pass
     ``retry=Retry(NoBackoff(), 0)`` if a lost reply must never duplicate a batch or drop a pop.
     """
+
+    # Each write is one command that Redis runs atomically. A cancelled caller has sent none,
+    # part or all of it; redis-py then drops the connection, and Redis discards a partial
+    # command and runs a complete one whole. So no task is needed to see a write through.
+    _single_dispatch_writes = True
 
     def __init__(
         self,
@@ -232,62 +242,61 @@ class RedisSession(BaseSession):
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:
-        key = self._keys[0]
+        client, key = self._client, self._keys[0]
         if after is None and before is None:
             start = 0 if limit is None else -limit
-            members = await self._call(lambda: self._client.zrange(key, start, -1))
+            members = await self._call(lambda: client.zrange(key, start, -1))
         else:
             low = "-inf" if after is None else f"({after}"
             high = "+inf" if before is None else f"({before}"
             if limit is None:
-                members = await self._call(lambda: self._client.zrangebyscore(key, low, high))
+                members = await self._call(lambda: client.zrangebyscore(key, low, high))
             else:
                 members = await self._call(
-                    lambda: self._client.zrevrangebyscore(key, high, low, start=0, num=limit)
+                    lambda: client.zrevrangebyscore(key, high, low, start=0, num=limit)
                 )
                 members.reverse()
-        return [self._split(m) for m in members]
+        return self._rows(members)
 
     async def _pop(self) -> str | None:
-        member = await self._call(lambda: POP(self._client, self._keys, self._ttl_ms))
-        return None if member is None else self._split(member)[1]
+        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        member = await self._call(lambda: POP(client, keys, ttl))
+        return None if member is None else self._rows([member])[0][1]
 
     async def _clear(self) -> None:
-        await self._call(lambda: CLEAR(self._client, self._keys))
+        client, keys = self._client, self._keys
+        await self._call(lambda: CLEAR(client, keys))
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
-        key = self._keys[0]
+        client, key = self._client, self._keys[0]
         if after is None and before is None:
-            return int(await self._call(lambda: self._client.zcard(key)))
+            return int(await self._call(lambda: client.zcard(key)))
         low = "-inf" if after is None else f"({after}"
         high = "+inf" if before is None else f"({before}"
-        return int(await self._call(lambda: self._client.zcount(key, low, high)))
+        return int(await self._call(lambda: client.zcount(key, low, high)))
 
     async def _close(self) -> None:
         await self._shared.release()
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _split(self, member: str | bytes) -> Row:
-        """Turn a sorted-set member ``"<seq>:<json>"`` into (seq, json)."""
-        head: str | bytes
-        payload: str | bytes
-        sep: str | bytes
-        if isinstance(member, bytes):
-            head, sep, payload = member.partition(b":")
-        else:
-            head, sep, payload = member.partition(":")
-        try:
-            seq = int(head)
-        except ValueError:
-            seq = -1
-        if not sep or seq < 0:  # not written by this package
-            raise BackendDataError(
-                f"Redis key {self._keys[0]!r} holds a member that agent_sessions did not write "
-                f"({member[:40]!r}...); is another application using key_prefix "
-                f"{self.key_prefix!r}? Choose another prefix or remove the key."
-            )
-        return seq, payload  # type: ignore[return-value]  # bytes decode like str
+    def _rows(self, members: list[Any]) -> list[Row]:
+        """Turn sorted-set members ``"<seq>:<json>"`` (str or bytes) into (seq, json) rows;
+        the JSON stays bytes for a bytes client, which the decoder reads as well."""
+        if not members:
+            return []
+        sep = b":" if isinstance(members[0], bytes) else ":"
+        rows = []
+        for member in members:
+            head, found, payload = member.partition(sep)
+            if not found or not head.isdigit():
+                raise BackendDataError(
+                    f"Redis key {self._keys[0]!r} holds a member that agent_sessions did not "
+                    f"write ({member[:40]!r}...); is another application using key_prefix "
+                    f"{self.key_prefix!r}? Choose another prefix or remove the key."
+                )
+            rows.append((int(head), payload))
+        return rows
 
     async def _call(self, command: Callable[[], Awaitable[T]]) -> T:
         """Run one Redis call within ``timeout``, translating failures to this package's errors.
@@ -296,14 +305,18 @@ class RedisSession(BaseSession):
         again (until the timeout) instead of failing under a burst of concurrent calls.
         """
         try:
-            if self.timeout is None:
-                return await self._when_connection_free(command)
-            if sys.version_info >= (3, 11):
-                async with asyncio.timeout(self.timeout):
-                    return await self._when_connection_free(command)
-            return await asyncio.wait_for(  # pragma: no cover
-                self._when_connection_free(command), self.timeout
-            )
+            async with _deadline(self.timeout):
+                if self._cluster:
+                    # Concurrent first calls on a cold RedisCluster race inside redis-py (one
+                    # call's topology discovery closes connections the others are using).
+                    await self._client.initialize()
+                pause = 0.0005
+                while True:
+                    try:
+                        return await command()
+                    except MaxConnectionsError:
+                        await asyncio.sleep(pause)
+                        pause = min(pause * 2, 0.05)
         except ResponseError as exc:
             message = str(exc)
             if "WRONGTYPE" in message:
@@ -318,19 +331,6 @@ class RedisSession(BaseSession):
             raise
         except _UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
-
-    async def _when_connection_free(self, command: Callable[[], Awaitable[T]]) -> T:
-        if self._cluster:
-            # Concurrent first calls on a cold RedisCluster race inside redis-py (one call's
-            # topology discovery closes connections the others use); discover it once, first.
-            await self._client.initialize()
-        pause = 0.0005
-        while True:
-            try:
-                return await command()
-            except MaxConnectionsError:
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 0.05)
 
     def _unavailable(self, exc: BaseException) -> BackendUnavailableError:
         where = _describe(self._client)
