@@ -65,6 +65,14 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
+def _is_int(text: str | bytes) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
 class _SharedClient:
     """A client used by a session and its siblings; closed with the last of them if owned."""
 
@@ -286,17 +294,16 @@ class RedisSession(BaseSession):
         if not members:
             return []
         sep = b":" if isinstance(members[0], bytes) else ":"
-        rows = []
-        for member in members:
-            head, found, payload = member.partition(sep)
-            if not found or not head.isdigit():
-                raise BackendDataError(
-                    f"Redis key {self._keys[0]!r} holds a member that agent_sessions did not "
-                    f"write ({member[:40]!r}...); is another application using key_prefix "
-                    f"{self.key_prefix!r}? Choose another prefix or remove the key."
-                )
-            rows.append((int(head), payload))
-        return rows
+        parts = (m.partition(sep) for m in members)
+        try:
+            return [(int(head), payload) for head, _, payload in parts]
+        except ValueError:
+            bad = next(m for m in members if not _is_int(m.partition(sep)[0]))
+            raise BackendDataError(
+                f"Redis key {self._keys[0]!r} holds a member that agent_sessions did not write "
+                f"({bad[:40]!r}...); is another application using key_prefix "
+                f"{self.key_prefix!r}? Choose another prefix or remove the key."
+            ) from None
 
     async def _call(self, command: Callable[[], Awaitable[T]]) -> T:
         """Run one Redis call within ``timeout``, translating failures to this package's errors.
