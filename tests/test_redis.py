@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -42,6 +43,7 @@ from .servers import REDIS_URL, require_server
 _parts = urlsplit(REDIS_URL)
 REDIS_HOST, REDIS_PORT = _parts.hostname or "127.0.0.1", _parts.port or 6379
 PREFIX = "agent_sessions_test"
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.server
 
@@ -313,6 +315,57 @@ async def test_large_batch_is_one_atomic_write(redis_up: None) -> None:
     finally:
         await s.clear_session()
         await s.close()
+
+
+_WRITER = """
+import asyncio, sys
+from agent_sessions.backends.redis import RedisSession
+
+async def main():
+    s = RedisSession.from_url(sys.argv[2], url=sys.argv[1], key_prefix=sys.argv[3])
+    batch = 0
+    while True:
+        await s.add_items(
+            [{"role": "user", "content": f"{batch}:{k}:" + "x" * 5000} for k in range(200)]
+        )
+        batch += 1
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.asyncio
+async def test_killed_writer_leaves_whole_batches_only(raw: Redis) -> None:
+    """SIGKILL a process that streams 1 MB batches: whatever it sent is whole batches."""
+    sid = _sid("kill")
+    items_key = session_keys(PREFIX, sid)[0]
+    writer = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _WRITER, REDIS_URL, sid, PREFIX,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT,
+    )
+    try:
+        for _ in range(600):  # until two batches are stored, up to 30 s
+            if await raw.zcard(items_key) >= 400 or writer.returncode is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert writer.returncode is None, "the writer process died on its own"
+        writer.send_signal(signal.SIGKILL)
+        await writer.wait()
+        s = RedisSession.from_url(sid, url=REDIS_URL, key_prefix=PREFIX)
+        try:
+            got = [t.split(":")[:2] for t in texts(await s.get_items())]
+            assert len(got) >= 400 and len(got) % 200 == 0
+            for start in range(0, len(got), 200):
+                batch = got[start][0]
+                assert got[start : start + 200] == [[batch, str(k)] for k in range(200)]
+        finally:
+            await s.clear_session()
+            await s.close()
+    finally:
+        if writer.returncode is None:
+            writer.kill()
+            await writer.wait()
 
 
 # -- foreign data at the session's keys ---------------------------------------------------------

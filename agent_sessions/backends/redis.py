@@ -333,7 +333,7 @@ class RedisSession(BaseSession):
                     f"{META_TYPE} at {self._keys[1]!r}); another application may be using "
                     f"key_prefix {self.key_prefix!r}. Nothing was changed. ({message})"
                 ) from exc
-            if isinstance(exc, _UNAVAILABLE):
+            if isinstance(exc, _UNAVAILABLE) or message.startswith("BUSY"):
                 raise self._unavailable(exc) from exc
             raise
         except _UNAVAILABLE as exc:
