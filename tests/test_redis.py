@@ -37,7 +37,7 @@ from agent_sessions.core.registry import open_session
 from agent_sessions.errors import BackendDataError, BackendUnavailableError
 from agent_sessions.testing import HOSTILE_ID_SUFFIXES, SessionConformanceSuite, texts
 
-from .redis_servers import RedisCluster3, RedisServer, require_binaries
+from .redis_servers import RedisCluster3, RedisServer, free_port, require_binaries
 from .servers import REDIS_URL, require_server
 
 _parts = urlsplit(REDIS_URL)
@@ -70,14 +70,19 @@ async def raw(redis_up: None) -> AsyncIterator[Redis]:
 
 
 @pytest.fixture(scope="module")
-def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster3]:
     require_binaries("redis-server", "redis-cli")
-    cluster = RedisCluster3(tmp_path_factory.mktemp("redis-cluster"))
-    cluster.start()
+    started = RedisCluster3(tmp_path_factory.mktemp("redis-cluster"))
+    started.start()
     try:
-        yield cluster.url
+        yield started
     finally:
-        cluster.kill()
+        started.kill()
+
+
+@pytest.fixture
+def cluster_url(cluster: RedisCluster3) -> str:
+    return cluster.url
 
 
 # -- the conformance kit ---------------------------------------------------------------------
@@ -499,10 +504,10 @@ async def test_hung_server_raises_within_the_timeout_and_recovers(
 
 
 @pytest.mark.asyncio
-async def test_wrong_port_raises_backend_unavailable() -> None:
-    from .redis_servers import free_port
-
-    s = RedisSession.from_url(_sid(), url=f"redis://127.0.0.1:{free_port()}/0", timeout=1.0)
+@pytest.mark.parametrize("cluster", [False, True], ids=["standalone", "cluster"])
+async def test_wrong_port_raises_backend_unavailable(cluster: bool) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    s = RedisSession.from_url(_sid(), url=url, cluster=cluster, timeout=1.0)
     try:
         await _every_operation_fails_fast(s, bound=4.0)
     finally:
@@ -526,6 +531,40 @@ async def test_cluster_spreads_sessions_and_keeps_each_in_one_slot(cluster_url: 
             assert key_slot(items.encode()) == key_slot(meta.encode())
             nodes.add(root.client.get_node_from_key(items).name)  # type: ignore[union-attr]
         assert len(nodes) > 1, "sessions should land on more than one master"
+    finally:
+        for s in sessions:
+            await s.clear_session()
+            await s.close()
+
+
+@pytest.mark.asyncio
+async def test_hung_cluster_node_fails_its_sessions_only_and_they_recover(
+    cluster: RedisCluster3,
+) -> None:
+    root = RedisSession.from_url(
+        _sid(), url=cluster.url, cluster=True, key_prefix=PREFIX, timeout=0.5
+    )
+    sessions = [root] + [root.sibling(f"{root.session_id}-{i}") for i in range(12)]
+    try:
+        for s in sessions:
+            await s.add_items([_msg("before")])
+        client: Any = root.client
+        port_of = {s.session_id: client.get_node_from_key(s.keys[0]).port for s in sessions}
+        victim = next(n for n in cluster.nodes if n.port in port_of.values())
+        assert victim.process is not None
+        os.kill(victim.process.pid, signal.SIGSTOP)  # briefly: well under cluster-node-timeout
+        try:  # at most two timeouts (1 s), so the cluster never marks the node as failed
+            on_victim = [s for s in sessions if port_of[s.session_id] == victim.port]
+            for s in on_victim[:2]:
+                with pytest.raises(BackendUnavailableError):
+                    await s.get_items()
+            for s in sessions:
+                if s not in on_victim:
+                    assert texts(await s.get_items()) == ["before"]
+        finally:
+            os.kill(victim.process.pid, signal.SIGCONT)
+        for s in sessions:
+            assert texts(await s.get_items()) == ["before"]
     finally:
         for s in sessions:
             await s.clear_session()

@@ -89,8 +89,8 @@ class _SharedClient:
 
 def _describe(client: Any) -> str:
     if isinstance(client, RedisCluster):
-        nodes = ", ".join(n.name for n in client.get_nodes()) or "no known node"
-        return f"Redis Cluster ({nodes})"
+        nodes = client.get_nodes() or list(client.nodes_manager.startup_nodes.values())
+        return f"Redis Cluster ({', '.join(n.name for n in nodes) or 'no known node'})"
     kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
     if "path" in kwargs:
         return f"Redis at unix:{kwargs['path']}"
