@@ -13,6 +13,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agents.extensions.memory import RedisSession as SDKRedisSession
@@ -45,7 +46,7 @@ class RawRedis:
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         start = 0 if limit is None else -limit
-        members = await self.client.zrange(self.keys[0], start, -1)
+        members: list[Any] = await self.client.zrange(self.keys[0], start, -1)
         return [loads(m.partition(b":")[2]) for m in members]
 
     async def pop_item(self) -> Any:
@@ -68,7 +69,7 @@ async def paired(contenders: list[Contender], calls: int) -> None:
     try:
         for s in sessions:
             await s.add_items([item(i) for i in range(calls + 100)])
-        ops = {
+        ops: dict[str, Callable[[Any], Awaitable[Any]]] = {
             "add 1 item": lambda s: s.add_items(one),
             "get(limit=20)": lambda s: s.get_items(limit=20),
             "pop": lambda s: s.pop_item(),
