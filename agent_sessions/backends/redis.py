@@ -1,0 +1,365 @@
+"""Redis backend on ``redis.asyncio``: standalone Redis or Redis Cluster, one round trip per call.
+
+Each session is two keys that share a hash tag (see ``_redis_layout``): a sorted set of items
+scored by sequence number and a hash with the counter. ``add_items`` is one Lua script (counter,
+write and expiry together, so the batch is atomic), ``get_items(limit)`` one ZRANGE of the newest
+N, ``pop_item`` one script around ZPOPMAX, ``clear_session`` one script. Every call is bounded by
+``timeout``; when Redis cannot be reached it raises :class:`BackendUnavailableError`, and the same
+session works again once Redis is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterError,
+    MaxConnectionsError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisClusterException,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..core.base import BaseSession, Row
+from ..errors import BackendDataError, BackendUnavailableError
+from ._redis_layout import (
+    APPEND,
+    CLEAR,
+    ITEMS_TYPE,
+    META_TYPE,
+    POP,
+    check_key_prefix,
+    session_keys,
+)
+
+if sys.version_info >= (3, 11):
+    from asyncio import timeout as _deadline
+else:  # pragma: no cover - redis-py requires async-timeout below Python 3.11.3
+    from async_timeout import timeout as _deadline
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT = 5.0
+"""Seconds one operation may take before it raises BackendUnavailableError."""
+
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    RedisConnectionError,  # includes BusyLoadingError, AuthenticationError, MaxConnectionsError
+    RedisTimeoutError,
+    ClusterError,  # includes ClusterDownError, MasterDownError
+    RedisClusterException,  # no reachable node, slot not covered
+    TryAgainError,
+    ReadOnlyError,
+    OutOfMemoryError,
+    OSError,
+)
+
+
+def _is_int(text: str | bytes) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+class _SharedClient:
+    """A client used by a session and its siblings; closed with the last of them if owned."""
+
+    def __init__(self, client: Redis | RedisCluster, owned: bool) -> None:
+        self.client = client
+        self.owned = owned
+        self.users = 1
+
+    async def release(self) -> None:
+        self.users -= 1
+        if self.users == 0 and self.owned:
+            await self.client.aclose()
+
+
+def _describe(client: Any) -> str:
+    if isinstance(client, RedisCluster):
+        nodes = client.get_nodes() or list(client.nodes_manager.startup_nodes.values())
+        return f"Redis Cluster ({', '.join(n.name for n in nodes) or 'no known node'})"
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    if "path" in kwargs:
+        return f"Redis at unix:{kwargs['path']}"
+    return f"Redis at {kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+
+
+class RedisSession(BaseSession):
+    """A session stored in Redis or Redis Cluster.
+
+    Args:
+        session_id: the conversation's id (any characters; see ``_redis_layout`` for keys).
+        client: a ``redis.asyncio.Redis`` or ``RedisCluster`` (``decode_responses`` either way).
+            The session never closes it. ``redis_client`` is accepted as an alias (the SDK's name).
+        key_prefix: start of every key; must not contain braces.
+        ttl: seconds after each write when all of the session's keys expire (sliding); None
+            keeps them forever. Fractions are honoured to the millisecond.
+        timeout: seconds one operation may take before raising BackendUnavailableError
+            (None: rely on the client's own socket timeouts).
+        **options: ``session_settings``, ``max_item_bytes``, ``strict`` (see BaseSession).
+
+    Note: redis-py retries a command after a connection error by default, and a retried write
+    can run twice. Sessions made by :meth:`from_url` disable that; for an injected client pass
+    ``retry=Retry(NoBackoff(), 0)`` if a lost reply must never duplicate a batch or drop a pop.
+    """
+
+    # Each write is one command that Redis runs atomically. A cancelled caller has sent none,
+    # part or all of it; redis-py then drops the connection, and Redis discards a partial
+    # command and runs a complete one whole. So no task is needed to see a write through.
+    _single_dispatch_writes = True
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        client: Redis | RedisCluster | None = None,
+        redis_client: Redis | RedisCluster | None = None,
+        key_prefix: str = "agent_sessions",
+        ttl: float | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        _shared: _SharedClient | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(session_id, **options)
+        if _shared is None:
+            if (client is None) == (redis_client is None):
+                raise TypeError(
+                    "RedisSession needs exactly one of client= or redis_client= (a "
+                    "redis.asyncio.Redis or RedisCluster); or use RedisSession.from_url(...)"
+                )
+            _shared = _SharedClient(client or redis_client, owned=False)  # type: ignore[arg-type]
+        if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds or None: {timeout!r}")
+        self._shared = _shared
+        self._client: Any = _shared.client
+        self._cluster = isinstance(_shared.client, RedisCluster)
+        self.key_prefix = check_key_prefix(key_prefix)
+        self.timeout = timeout
+        self._keys = session_keys(self.key_prefix, self.session_id)
+        self._ttl_ms = "0"
+        self.ttl: float | None = None
+        self.set_sliding_ttl(ttl)
+
+    @classmethod
+    def from_url(
+        cls,
+        session_id: str,
+        *,
+        url: str,
+        redis_kwargs: dict[str, Any] | None = None,
+        cluster: bool = False,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        **kwargs: Any,
+    ) -> RedisSession:
+        """Open ``session_id`` on a client made from ``url``, which ``close()`` closes.
+
+        Args:
+            url: ``redis://[user:pass@]host:port/db``, ``rediss://`` (TLS) or ``unix://``.
+            redis_kwargs: passed to ``redis.asyncio.from_url`` / ``RedisCluster.from_url``
+                (e.g. ``decode_responses``, ``ssl_ca_certs``, ``max_connections``).
+            cluster: connect with ``RedisCluster`` (url names any one node).
+            timeout: per-operation bound, also used as connect and socket timeout.
+            **kwargs: the constructor's other options (``key_prefix``, ``ttl``, ...).
+        """
+        client_kwargs: dict[str, Any] = {
+            # A retried write may run twice (a batch stored twice, a pop that drops an item):
+            # fail instead and let the caller decide.
+            "retry": Retry(NoBackoff(), 0),
+            "socket_connect_timeout": timeout,
+            "socket_timeout": timeout,
+        }
+        client_kwargs.update(redis_kwargs or {})
+        client: Redis | RedisCluster
+        if cluster:
+            client = RedisCluster.from_url(url, **client_kwargs)
+        else:
+            client = Redis.from_url(url, **client_kwargs)
+        return cls(
+            session_id, _shared=_SharedClient(client, owned=True), timeout=timeout, **kwargs
+        )
+
+    # -- capabilities ----------------------------------------------------------------------
+
+    def sibling(self, session_id: str) -> RedisSession:
+        """Return a session of the same client, prefix, expiry and timeout (side storage)."""
+        self._check_open()
+        self._shared.users += 1
+        return RedisSession(
+            session_id,
+            key_prefix=self.key_prefix,
+            ttl=self.ttl,
+            timeout=self.timeout,
+            max_item_bytes=self.max_item_bytes,
+            strict=self.strict,
+            _shared=self._shared,
+            _internal_id=True,
+        )
+
+    def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
+        """Make every later write set all of this session's keys to expire ``ttl_seconds``
+        after it (in the same script); None stops setting expiry."""
+        if ttl_seconds is None:
+            self.ttl, self._ttl_ms = None, "0"
+            return
+        if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)):
+            raise TypeError(f"ttl must be a number of seconds or None, got {ttl_seconds!r}")
+        if not 0.001 <= ttl_seconds <= 10**12:
+            raise ValueError(f"ttl must be between 0.001 and 1e12 seconds, got {ttl_seconds!r}")
+        self.ttl, self._ttl_ms = ttl_seconds, str(round(ttl_seconds * 1000))
+
+    # -- public helpers ----------------------------------------------------------------------
+
+    @property
+    def client(self) -> Redis | RedisCluster:
+        """The redis.asyncio client this session uses."""
+        return self._shared.client
+
+    @property
+    def keys(self) -> tuple[str, str]:
+        """This session's Redis keys: (items sorted set, meta hash)."""
+        return self._keys
+
+    async def ping(self) -> bool:
+        """Return whether Redis answers within ``timeout`` (the SDK's method)."""
+        self._check_open()
+        try:
+            return bool(await self._call(self._client.ping))
+        except BackendUnavailableError:
+            return False
+
+    # -- BaseSession hooks -----------------------------------------------------------------------
+
+    async def _append(self, payloads: list[str]) -> list[int]:
+        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        last = int(await self._call(lambda: APPEND(client, keys, ttl, *payloads)))
+        return list(range(last - len(payloads) + 1, last + 1))
+
+    async def _load(
+        self, limit: int | None, after: int | None = None, before: int | None = None
+    ) -> list[Row]:
+        client, key = self._client, self._keys[0]
+        if after is None and before is None:
+            start = 0 if limit is None else -limit
+            members = await self._call(lambda: client.zrange(key, start, -1))
+        else:
+            low = "-inf" if after is None else f"({after}"
+            high = "+inf" if before is None else f"({before}"
+            if limit is None:
+                members = await self._call(lambda: client.zrangebyscore(key, low, high))
+            else:
+                members = await self._call(
+                    lambda: client.zrevrangebyscore(key, high, low, start=0, num=limit)
+                )
+                members.reverse()
+        return self._rows(members)
+
+    async def _pop(self) -> str | None:
+        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        member = await self._call(lambda: POP(client, keys, ttl))
+        return None if member is None else self._rows([member])[0][1]
+
+    async def _clear(self) -> None:
+        client, keys = self._client, self._keys
+        await self._call(lambda: CLEAR(client, keys))
+
+    async def _count(self, after: int | None = None, before: int | None = None) -> int:
+        client, key = self._client, self._keys[0]
+        if after is None and before is None:
+            return int(await self._call(lambda: client.zcard(key)))
+        low = "-inf" if after is None else f"({after}"
+        high = "+inf" if before is None else f"({before}"
+        return int(await self._call(lambda: client.zcount(key, low, high)))
+
+    async def _close(self) -> None:
+        await self._shared.release()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _rows(self, members: list[Any]) -> list[Row]:
+        """Turn sorted-set members ``"<seq>:<json>"`` (str or bytes) into (seq, json) rows;
+        the JSON stays bytes for a bytes client, which the decoder reads as well."""
+        if not members:
+            return []
+        sep = b":" if isinstance(members[0], bytes) else ":"
+        parts = (m.partition(sep) for m in members)
+        try:
+            return [(int(head), payload) for head, _, payload in parts]
+        except ValueError:
+            bad = next(m for m in members if not _is_int(m.partition(sep)[0]))
+            raise BackendDataError(
+                f"Redis key {self._keys[0]!r} holds a member that agent_sessions did not write "
+                f"({bad[:40]!r}...); is another application using key_prefix "
+                f"{self.key_prefix!r}? Choose another prefix or remove the key."
+            ) from None
+
+    async def _call(self, command: Callable[[], Awaitable[T]]) -> T:
+        """Run one Redis call within ``timeout``, translating failures to this package's errors.
+
+        A full connection pool raises before anything is sent, so the call waits and tries
+        again (until the timeout) instead of failing under a burst of concurrent calls.
+        """
+        try:
+            async with _deadline(self.timeout):
+                if self._cluster:
+                    # Concurrent first calls on a cold RedisCluster race inside redis-py (one
+                    # call's topology discovery closes connections the others are using).
+                    await self._client.initialize()
+                pause = 0.0005
+                while True:
+                    try:
+                        return await command()
+                    except MaxConnectionsError:
+                        await asyncio.sleep(pause)
+                        pause = min(pause * 2, 0.05)
+        except ResponseError as exc:
+            message = str(exc)
+            if "WRONGTYPE" in message:
+                raise BackendDataError(
+                    f"RedisSession {self.session_id!r}: a key of this session holds a value of "
+                    f"another type (expected a {ITEMS_TYPE} at {self._keys[0]!r} and a "
+                    f"{META_TYPE} at {self._keys[1]!r}); another application may be using "
+                    f"key_prefix {self.key_prefix!r}. Nothing was changed. ({message})"
+                ) from exc
+            if isinstance(exc, _UNAVAILABLE) or message.startswith("BUSY"):
+                raise self._unavailable(exc) from exc
+            raise
+        except _UNAVAILABLE as exc:
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: BaseException) -> BackendUnavailableError:
+        where = _describe(self._client)
+        if isinstance(exc, (TimeoutError, RedisTimeoutError)):
+            reason = f"did not answer within {self.timeout} s"
+        elif isinstance(exc, BusyLoadingError):
+            reason = "is loading its dataset"
+        else:
+            reason = f"failed: {type(exc).__name__}: {exc}"
+        return BackendUnavailableError(
+            f"{where} {reason} (session {self.session_id!r}); check that it is running and "
+            "reachable. A write that fails this way was applied fully or not at all."
+        )
+
+
+async def open_url(url: str, session_id: str, **options: Any) -> RedisSession:
+    """``open_session`` entry for ``redis://``, ``rediss://`` (and ``unix://``) URLs.
+
+    ``options`` are :meth:`RedisSession.from_url`'s (``redis_kwargs``, ``cluster``,
+    ``timeout``, ``key_prefix``, ``ttl``, ``session_settings``, ...).
+    """
+    return RedisSession.from_url(session_id, url=url, **options)
+
+
+__all__ = ["DEFAULT_TIMEOUT", "RedisSession", "open_url"]
