@@ -242,3 +242,4 @@ def test_a_forked_child_opens_its_own_connection_instead_of_hanging(tmp_path: Pa
             return texts(await s.get_items())
 
     assert asyncio.run(check()) == ["from the parent", "from the child"]
+    asyncio.run(session.close())

@@ -13,13 +13,15 @@ by the SDK's ``SQLiteSession`` opens here and vice versa.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar, cast
+from functools import partial
+from typing import Any, ClassVar, TypeVar
 
 import aiosqlite
 
@@ -206,8 +208,25 @@ class _Database:
 
 
 async def _on_thread(conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn(*args)`` on the connection's worker thread as one queued call."""
-    return cast(T, await conn._execute(fn, *args))  # type: ignore[no-untyped-call]
+    """Run ``fn(*args)`` on the connection's worker thread as one queued call.
+
+    Once queued the call always runs to its end; a cancelled caller waits for that end before
+    the cancellation propagates, so the outcome is settled (and the worker thread never reports
+    to an event loop that was closed in the meantime).
+    """
+    if not conn._running or conn._connection is None:
+        raise ValueError("Connection closed")
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    conn._tx.put_nowait((future, partial(fn, *args)))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        while not future.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({future})
+        if not future.cancelled():
+            future.exception()  # retrieved: the caller asked to be cancelled instead
+        raise
 
 
 def _write(raw: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
