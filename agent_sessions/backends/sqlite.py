@@ -172,6 +172,9 @@ class _Database:
         try:
             await conn
         except sqlite3.Error as exc:
+            # aiosqlite stops its thread on a failed connect; wait for that while this loop
+            # is alive, or the thread would later report to a closed loop.
+            await asyncio.to_thread(conn._thread.join, 5)
             raise BackendUnavailableError(
                 f"cannot open SQLite database {self.path!r}: {exc}; check the path and its "
                 "permissions"
