@@ -27,7 +27,6 @@ from agent_sessions.backends.mongodb import (
     DEFAULT_MAX_ITEM_BYTES,
     MAX_BATCH_BYTES,
     MongoDBSession,
-    _IndexRegistry,
 )
 from agent_sessions.core.capabilities import (
     SupportsNativeExpiry,
@@ -46,14 +45,14 @@ from agent_sessions.testing.helpers import item_text, texts
 from tests.servers import MONGODB_URL
 
 RUN = uuid.uuid4().hex[:10]
-STANDIN = AsyncMongoMockClient()
+STANDIN: Any = AsyncMongoMockClient()
 """One stand-in 'server' for the whole module; it is loop-agnostic, so tests may share it."""
 STANDIN_DB = f"as_test_{RUN}"
 SERVER_DB = "agent_sessions_test"
 SERVER_PREFIX = f"t{RUN}_"
 
 
-def _msg(text: str) -> dict[str, Any]:
+def _msg(text: str) -> Any:
     return {"role": "user", "content": text}
 
 
@@ -195,7 +194,8 @@ async def test_pop_shrinks_a_batch_and_removes_it_when_empty(make: Factory) -> N
     s = make()
     await s.add_items([_msg("a"), _msg("b")])
     assert item_text(await s.pop_item()) == "b"
-    assert [(d["n"], d["items"]) for d in await _docs(s)] == [(1, ['{"role":"user","content":"a"}'])]
+    docs = await _docs(s)
+    assert [(d["n"], d["items"]) for d in docs] == [(1, ['{"role":"user","content":"a"}'])]
     assert item_text(await s.pop_item()) == "a"
     assert await _docs(s) == []
 
@@ -292,9 +292,8 @@ async def test_sliding_ttl_sets_and_refreshes_every_document(make: Factory) -> N
         spec.get("expireAfterSeconds") == 0 and spec["key"] == [("expires_at", 1)]
         for spec in indexes.values()
     )
-    assert any(
-        spec.get("expireAfterSeconds") == 0 for spec in (await counters.index_information()).values()
-    )
+    counter_indexes = await counters.index_information()
+    assert any(spec.get("expireAfterSeconds") == 0 for spec in counter_indexes.values())
     s.set_sliding_ttl(None)
     await s.add_items([_msg("after ttl")])
     assert set(await expiries()) == {None}, "switching the TTL off removes the expiry"
@@ -327,7 +326,6 @@ async def test_indexes_are_created_once_per_client_and_collections(
     await asyncio.gather(*(s.clear_session() for s in sessions))
     await messages.drop()
     await sessions[0].client[sessions[0].database][sessions[0].sessions_collection].drop()
-    _IndexRegistry._done.clear()
 
 
 @pytest.mark.asyncio
@@ -389,7 +387,7 @@ async def test_unreachable_server_raises_backend_unavailable() -> None:
 @pytest.mark.asyncio
 async def test_open_session_with_a_mongodb_url() -> None:
     port = _closed_port()
-    s = await open_session(
+    s: Any = await open_session(
         f"mongodb://127.0.0.1:{port}/mydb", "via-url",
         client_kwargs={"serverSelectionTimeoutMS": 200},
     )
@@ -439,6 +437,40 @@ async def test_owned_client_is_closed_with_the_last_sibling() -> None:
     assert closed == []
     await sib.close()
     assert closed == [True]
+
+
+@pytest.mark.asyncio
+async def test_an_unresolvable_srv_host_raises_backend_unavailable() -> None:
+    s = MongoDBSession.from_uri(
+        "x", uri="mongodb+srv://no-such-host.invalid/", client_kwargs={"connectTimeoutMS": 2000}
+    )
+    try:
+        with pytest.raises(BackendUnavailableError, match="resolve"):
+            await s.get_items()
+    finally:
+        await s.close()
+
+
+@pytest.mark.asyncio
+async def test_latest_n_reads_examine_n_documents_through_the_index() -> None:
+    url = _require_server()
+    s = MongoDBSession.from_uri(
+        f"explain-{uuid.uuid4().hex[:8]}", uri=url, database=SERVER_DB,
+        collection_prefix=SERVER_PREFIX,
+    )
+    try:
+        for i in range(50):
+            await s.add_items([_msg(str(i))])
+        assert texts(await s.get_items(limit=3)) == ["47", "48", "49"]
+        _, messages = _collections(s)
+        cursor = messages.find({"session_id": s.session_id, "n": {"$gt": 0}}).sort("seq", -1)
+        plan = await cursor.limit(3).explain()
+        stats = plan["executionStats"]
+        assert stats["totalDocsExamined"] <= 3, stats
+        assert "IXSCAN" in str(plan["queryPlanner"]["winningPlan"])
+        await s.clear_session()
+    finally:
+        await s.close()
 
 
 def test_bad_arguments_are_refused() -> None:

@@ -101,8 +101,15 @@ async def _translated(what: str) -> AsyncIterator[None]:
         yield
     except (ConnectionFailure, ExecutionTimeout) as exc:
         raise BackendUnavailableError(
-            f"MongoDB is unreachable ({what}): {exc}; check that the server is up and that the "
-            "URI's host, port and credentials are right"
+            f"MongoDB is unreachable or timed out ({what}): {exc}; check that the server is up "
+            "and that the URI's host and port are right"
+        ) from exc
+    except ConfigurationError as exc:
+        if "DNS" not in str(exc):
+            raise
+        # PyMongo's async client resolves a mongodb+srv:// seed list on first use.
+        raise BackendUnavailableError(
+            f"cannot resolve the MongoDB host ({what}): {exc}; check the mongodb+srv:// host name"
         ) from exc
 
 
@@ -455,6 +462,12 @@ class MongoDBSession(BaseSession):
                 f"{self.session_id!r} that agent_sessions did not write (no 'items' list or "
                 "'seq'); use another database or collection_prefix"
             )
+        if not all(isinstance(payload, str) for payload in items):
+            raise BackendDataError(
+                f"{self.database}.{self.messages_collection} holds a batch of session "
+                f"{self.session_id!r} whose items are not JSON text; agent_sessions did not "
+                "write it: use another database or collection_prefix"
+            )
         rows = [(seq + i, payload) for i, payload in enumerate(items)]
         if after is not None or before is not None:
             lo = -1 if after is None else after
@@ -485,12 +498,17 @@ class MongoDBSession(BaseSession):
                 cursor = self._messages.find(query, projection).sort("seq", -1).limit(limit)
                 chunks: list[list[Row]] = []
                 got = 0
-                async for doc in cursor.batch_size(limit):
-                    chunk = self._rows(doc, None, before)
-                    chunks.append(chunk)
-                    got += len(chunk)
-                    if got >= limit:
-                        break
+                try:
+                    async for doc in cursor.batch_size(limit):
+                        chunk = self._rows(doc, None, before)
+                        chunks.append(chunk)
+                        got += len(chunk)
+                        if got >= limit:
+                            break
+                finally:
+                    closing = cursor.close()  # a coroutine on PyMongo, a future on Motor
+                    if inspect.isawaitable(closing):
+                        await closing
                 for chunk in reversed(chunks):
                     rows.extend(chunk)
             if after is not None and (limit is None or len(rows) < limit):
