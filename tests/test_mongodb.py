@@ -27,6 +27,7 @@ from agent_sessions.backends.mongodb import (
     DEFAULT_MAX_ITEM_BYTES,
     MAX_BATCH_BYTES,
     MongoDBSession,
+    ttl_slack,
 )
 from agent_sessions.core.capabilities import (
     SupportsNativeExpiry,
@@ -266,11 +267,14 @@ async def test_a_batch_larger_than_one_document_is_refused_whole(make: Factory) 
     assert MAX_BATCH_BYTES < 16 * 1024 * 1024
 
 
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)  # PyMongo returns naive UTC
+
+
 @pytest.mark.asyncio
-async def test_sliding_ttl_sets_and_refreshes_every_document(make: Factory) -> None:
+async def test_sliding_ttl_keeps_every_document_alive_past_the_last_write(make: Factory) -> None:
     s = make()
     await s.add_items([_msg("before ttl")])
-    s.set_sliding_ttl(3600)
     counters, messages = _collections(s)
 
     async def expiries() -> list[Any]:
@@ -278,15 +282,24 @@ async def test_sliding_ttl_sets_and_refreshes_every_document(make: Factory) -> N
         assert counter is not None
         return [counter.get("expires_at")] + [d.get("expires_at") for d in await _docs(s)]
 
-    start = datetime.now(timezone.utc).replace(tzinfo=None)
-    await s.add_items([_msg("a"), _msg("b")])
-    first = await expiries()
-    assert len(first) == 3 and len(set(first)) == 1 and first[0] is not None
-    when = first[0].replace(tzinfo=None)
-    assert start + timedelta(seconds=3590) <= when <= start + timedelta(seconds=3700)
-    await s.pop_item()
-    after_pop = await expiries()
-    assert len(set(after_pop)) == 1 and after_pop[0] >= first[0]
+    async def write_and_check(ttl: float, write: Callable[[], Any]) -> list[Any]:
+        before = _utc_now()
+        await write()
+        after = _utc_now()
+        got = await expiries()
+        low = before + timedelta(seconds=ttl)
+        high = after + timedelta(seconds=ttl + ttl_slack(ttl))
+        assert all(e is not None and low <= e <= high for e in got), (low, got, high)
+        return got
+
+    s.set_sliding_ttl(3600)
+    first = await write_and_check(3600, lambda: s.add_items([_msg("a"), _msg("b")]))
+    assert len(first) == 3 and len(set(first)) == 1, "one write sets one expiry everywhere"
+    after_pop = await write_and_check(3600, s.pop_item)
+    assert after_pop[1] == first[1], "a document far from expiry is not rewritten"
+    s.set_sliding_ttl(7200)
+    await write_and_check(7200, lambda: s.add_items([_msg("c")]))
+    await write_and_check(7200, s.clear_session)
     indexes = await messages.index_information()
     assert any(
         spec.get("expireAfterSeconds") == 0 and spec["key"] == [("expires_at", 1)]
@@ -294,6 +307,7 @@ async def test_sliding_ttl_sets_and_refreshes_every_document(make: Factory) -> N
     )
     counter_indexes = await counters.index_information()
     assert any(spec.get("expireAfterSeconds") == 0 for spec in counter_indexes.values())
+    await s.add_items([_msg("d")])
     s.set_sliding_ttl(None)
     await s.add_items([_msg("after ttl")])
     assert set(await expiries()) == {None}, "switching the TTL off removes the expiry"

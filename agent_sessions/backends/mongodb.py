@@ -67,6 +67,12 @@ DEFAULT_MAX_ITEM_BYTES = MAX_BATCH_BYTES - _ITEM_OVERHEAD
 _DRIVER_INFO = DriverInfo(name="agent_sessions")
 
 
+def ttl_slack(ttl_seconds: float) -> float:
+    """How much later than ``ttl_seconds`` after the last write a session's documents may be
+    deleted: max(60 s, a tenth of the TTL). MongoDB's TTL monitor itself runs once a minute."""
+    return max(60.0, ttl_seconds / 10)
+
+
 def _uri_sets(uri: str, option: str) -> bool:
     return any(key.lower() == option.lower() for key, _ in parse_qsl(urlsplit(uri).query))
 
@@ -309,9 +315,10 @@ class MongoDBSession(BaseSession):
         )
 
     def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
-        """Make every later write set all of this session's documents to expire ``ttl_seconds``
-        after it (a TTL index on ``expires_at``); ``None`` stops. MongoDB's TTL monitor deletes
-        expired documents within about a minute of their time, not at once."""
+        """Make every later write keep all of this session's documents (items and counter)
+        alive at least ``ttl_seconds`` after it, and at most :func:`ttl_slack` longer, through
+        a TTL index on ``expires_at``; ``None`` removes the expiry at the next write. MongoDB's
+        TTL monitor deletes expired documents within about a minute, not at once."""
         if ttl_seconds is not None and (
             isinstance(ttl_seconds, bool)
             or not isinstance(ttl_seconds, (int, float))
@@ -356,15 +363,30 @@ class MongoDBSession(BaseSession):
                 await collection.create_index(
                     "expires_at", expireAfterSeconds=0, name="expires_at_ttl"
                 )
+            await self._messages.create_index(
+                [("session_id", 1), ("expires_at", 1)], name="session_expires"
+            )
 
-    def _expiry(self) -> dict[str, Any]:
-        """The update that sets (or, once after a TTL was switched off, removes) expiry."""
+    def _expiry(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Return the update that sets (or, once after the TTL was switched off, removes) the
+        expiry of the documents a write touches, and the filter of the session's other
+        documents that need the same update; ``({}, {})`` when there is nothing to do.
+
+        Rewriting every batch document at every write would cost O(history) per write (MongoDB
+        rewrites a whole document to change one field). Instead a document gets
+        ``now + ttl + slack`` and is rewritten only once its expiry falls below ``now + ttl``:
+        each document then expires no earlier than ``ttl`` after the session's last write and
+        at most ``slack`` later, and is rewritten at most once per ``slack`` seconds. The
+        ``(session_id, expires_at)`` index finds those few documents without scanning.
+        """
         if self._ttl is not None:
-            when = datetime.now(timezone.utc) + timedelta(seconds=self._ttl)
-            return {"$set": {"expires_at": when}}
+            now = datetime.now(timezone.utc)
+            due = now + timedelta(seconds=self._ttl)
+            when = due + timedelta(seconds=ttl_slack(self._ttl))
+            return {"$set": {"expires_at": when}}, {"expires_at": {"$not": {"$gte": due}}}
         if self._unset_expiry:
-            return {"$unset": {"expires_at": ""}}
-        return {}
+            return {"$unset": {"expires_at": ""}}, {"expires_at": {"$exists": True}}
+        return {}, {}
 
     def _expiry_done(self, expiry: dict[str, Any]) -> None:
         if "$unset" in expiry:
@@ -384,7 +406,7 @@ class MongoDBSession(BaseSession):
                 )
         await self._ensure_indexes()
         now = datetime.now(timezone.utc)
-        expiry = self._expiry()
+        expiry, stale = self._expiry()
         n = len(payloads)
         async with _translated("adding items"):
             counter = await self._reserve(n, now, expiry)
@@ -393,13 +415,11 @@ class MongoDBSession(BaseSession):
             try:
                 if expiry:
                     doc.update(expiry.get("$set", {}))
-                    # The insert and the refresh of the older batches travel in one round trip.
+                    # The insert and the refresh of older batches travel in one round trip.
                     await self._messages.bulk_write(
                         [
                             InsertOne(doc),
-                            UpdateMany(
-                                {"session_id": self.session_id, "seq": {"$lt": first}}, expiry
-                            ),
+                            UpdateMany({"session_id": self.session_id, **stale}, expiry),
                         ],
                         ordered=True,
                     )
@@ -526,7 +546,7 @@ class MongoDBSession(BaseSession):
 
     async def _pop(self) -> str | None:
         await self._ensure_indexes()
-        expiry = self._expiry()
+        expiry, stale = self._expiry()
         async with _translated("popping an item"):
             # One atomic update takes the newest item off the newest batch: two concurrent pops
             # can never take the same item. ``$slice`` returns only that item, not the batch.
@@ -551,7 +571,7 @@ class MongoDBSession(BaseSession):
                 )
             emptied = doc.get("n") == 1  # drop an emptied batch (readers skip n == 0 meanwhile)
             if expiry:
-                refresh: list[Any] = [UpdateMany({"session_id": self.session_id}, expiry)]
+                refresh: list[Any] = [UpdateMany({"session_id": self.session_id, **stale}, expiry)]
                 if emptied:
                     refresh.insert(0, DeleteOne({"_id": doc["_id"], "n": 0}))
                 await asyncio.gather(
@@ -568,7 +588,7 @@ class MongoDBSession(BaseSession):
 
     async def _clear(self) -> None:
         await self._ensure_indexes()
-        expiry = self._expiry()
+        expiry, _ = self._expiry()
         async with _translated("clearing the session"):
             # The counter document stays, so sequence numbers keep growing after a clear and a
             # write racing with the clear can never reuse a number.
