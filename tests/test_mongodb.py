@@ -487,6 +487,58 @@ async def test_latest_n_reads_examine_n_documents_through_the_index() -> None:
         await s.close()
 
 
+_KILL_WRITER = """
+import asyncio, sys
+from agent_sessions.backends.mongodb import MongoDBSession
+
+async def main():
+    url, db, prefix, sid = sys.argv[1:5]
+    s = MongoDBSession.from_uri(sid, uri=url, database=db, collection_prefix=prefix)
+    for b in range(100000):
+        await s.add_items([{"role": "user", "content": f"{b}:{k}"} for k in range(20)])
+        print(b, flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_writer_leaves_only_whole_batches() -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    url = _require_server()
+    sid = f"kill-{uuid.uuid4().hex[:8]}"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILL_WRITER, url, SERVER_DB, SERVER_PREFIX, sid],
+        stdout=subprocess.PIPE, cwd=root, env={**os.environ, "PYTHONPATH": root},
+    )
+    assert proc.stdout is not None
+    for _ in range(30):  # let it commit a few batches, then kill it mid-stream
+        if not proc.stdout.readline():
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+
+    async def check() -> None:
+        s = MongoDBSession.from_uri(
+            sid, uri=url, database=SERVER_DB, collection_prefix=SERVER_PREFIX
+        )
+        try:
+            got = texts(await s.get_items())
+            assert len(got) >= 20 * 30 and len(got) % 20 == 0
+            for start in range(0, len(got), 20):
+                batch = got[start].split(":")[0]
+                assert got[start : start + 20] == [f"{batch}:{k}" for k in range(20)]
+            await s.clear_session()
+        finally:
+            await s.close()
+
+    asyncio.run(check())
+
+
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(TypeError, match="from_uri"):
         MongoDBSession("x", client=None)
