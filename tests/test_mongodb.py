@@ -27,6 +27,7 @@ from agent_sessions.backends.mongodb import (
     DEFAULT_MAX_ITEM_BYTES,
     MAX_BATCH_BYTES,
     MongoDBSession,
+    _IndexRegistry,
     ttl_slack,
 )
 from agent_sessions.core.capabilities import (
@@ -396,6 +397,57 @@ async def test_unreachable_server_raises_backend_unavailable() -> None:
         assert await s.ping() is False
     finally:
         await s.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("driver", ["pymongo", "motor"])
+async def test_every_operation_passes_the_real_driver_and_fails_only_on_the_network(
+    driver: str,
+) -> None:
+    """Without a server, the real drivers still check each call's arguments before selecting
+    a server: every operation must get as far as the network, then raise our error."""
+    uri = f"mongodb://127.0.0.1:{_closed_port()}/?serverSelectionTimeoutMS=100"
+    if driver == "motor":
+        from motor.motor_asyncio import AsyncIOMotorClient
+
+        client: Any = AsyncIOMotorClient(uri)
+    else:
+        from pymongo import AsyncMongoClient
+
+        client = AsyncMongoClient(uri)
+    s = MongoDBSession(f"validate-{driver}", client=client)
+    try:
+        with pytest.raises(BackendUnavailableError):
+            await s.get_items()  # index creation is the first call to reach the network
+        names = (s.database, s.sessions_collection, s.messages_collection)
+        for ttl in (False, True):  # from here on, pretend the indexes exist
+            _IndexRegistry._done.add((id(client), *names, ttl))
+        reads_and_writes: list[Callable[[], Any]] = [
+            lambda: s.add_items([_msg("a"), _msg("b")]),
+            s.get_items,
+            lambda: s.get_items(limit=2),
+            lambda: s.get_sequenced_items(2, after=1, before=5),
+            lambda: s.get_sequenced_items(after=1),
+            s.pop_item,
+            s.clear_session,
+            s.count_items,
+            lambda: s.count_items(after=1, before=5),
+        ]
+        writes: list[Callable[[], Any]] = [
+            lambda: s.add_items([_msg("c")]), s.pop_item, s.clear_session
+        ]
+        # Plain, then with a TTL to set, then with one to remove (the writes differ each time).
+        for ttl, operations in ((None, reads_and_writes), (3600.0, writes), (None, writes)):
+            s.set_sliding_ttl(ttl)
+            for operation in operations:
+                with pytest.raises(BackendUnavailableError):
+                    await operation()
+        assert await s.ping() is False
+    finally:
+        await s.close()
+        closing = client.close()
+        if asyncio.iscoroutine(closing):
+            await closing
 
 
 @pytest.mark.asyncio
