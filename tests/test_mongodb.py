@@ -420,8 +420,8 @@ async def test_every_operation_passes_the_real_driver_and_fails_only_on_the_netw
         with pytest.raises(BackendUnavailableError):
             await s.get_items()  # index creation is the first call to reach the network
         names = (s.database, s.sessions_collection, s.messages_collection)
-        for ttl in (False, True):  # from here on, pretend the indexes exist
-            _IndexRegistry._done.add((id(client), *names, ttl))
+        for with_ttl in (False, True):  # from here on, pretend the indexes exist
+            _IndexRegistry._done.add((id(client), *names, with_ttl))
         reads_and_writes: list[Callable[[], Any]] = [
             lambda: s.add_items([_msg("a"), _msg("b")]),
             s.get_items,
