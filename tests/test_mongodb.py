@@ -203,6 +203,25 @@ async def test_pop_shrinks_a_batch_and_removes_it_when_empty(make: Factory) -> N
 
 
 @pytest.mark.asyncio
+async def test_a_pop_whose_cleanup_fails_still_returns_the_item(make: Factory) -> None:
+    from pymongo.errors import AutoReconnect
+
+    s = make()
+    await s.add_items([_msg("a")])
+    await s.add_items([_msg("b")])
+
+    async def lost_connection(*args: Any, **kwargs: Any) -> Any:
+        raise AutoReconnect("connection lost after the pop")
+
+    s._messages.delete_one = lost_connection  # only the emptied batch's removal fails
+    assert item_text(await s.pop_item()) == "b"
+    assert texts(await s.get_items()) == ["a"], "the emptied batch left behind stays invisible"
+    assert await s.count_items() == 1
+    assert item_text(await s.pop_item()) == "a"
+    assert await s.pop_item() is None
+
+
+@pytest.mark.asyncio
 async def test_ranged_reads_and_counts_cut_through_batches(make: Factory) -> None:
     s = make()
     await s.add_items([_msg(str(i)) for i in range(1, 6)])  # seqs 1-5, one document
@@ -314,8 +333,9 @@ async def test_sliding_ttl_keeps_every_document_alive_past_the_last_write(make: 
     assert set(await expiries()) == {None}, "switching the TTL off removes the expiry"
     with pytest.raises(ValueError):
         s.set_sliding_ttl(0)
-    with pytest.raises(ValueError):
-        s.set_sliding_ttl(True)
+    for bad in (True, float("inf"), float("nan"), -1, "60"):
+        with pytest.raises(ValueError):
+            s.set_sliding_ttl(bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.asyncio

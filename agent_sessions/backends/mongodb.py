@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
 from agents.memory import SessionSettings
@@ -47,9 +48,10 @@ from pymongo.errors import (
 )
 
 from ..core.base import BaseSession, Row
+from ..core.ids import validate_session_id
 from ..errors import BackendDataError, BackendUnavailableError, ItemTooLargeError
 
-T = TypeVar("T")
+logger = logging.getLogger("agent_sessions")
 
 DEFAULT_DATABASE = "agent_sessions"
 DEFAULT_SERVER_SELECTION_TIMEOUT_MS = 3000
@@ -65,6 +67,7 @@ DEFAULT_MAX_ITEM_BYTES = MAX_BATCH_BYTES - _ITEM_OVERHEAD
 """Default ``max_item_bytes``: the largest item a batch document can hold."""
 
 _DRIVER_INFO = DriverInfo(name="agent_sessions")
+_MAX_TTL_SECONDS = 100 * 365.25 * 86400
 
 
 def ttl_slack(ttl_seconds: float) -> float:
@@ -92,9 +95,7 @@ def make_client(uri: str, **client_kwargs: Any) -> AsyncMongoClient[Any]:
         return AsyncMongoClient(uri, **client_kwargs)
     except ConfigurationError as exc:
         if "DNS" in str(exc):  # mongodb+srv:// resolves its seed list when the client is made
-            raise BackendUnavailableError(
-                f"cannot resolve the MongoDB host of {uri!r}: {exc}"
-            ) from exc
+            raise BackendUnavailableError(f"cannot resolve the MongoDB host: {exc}") from exc
         raise ValueError(f"invalid MongoDB URI or client option: {exc}") from exc
     except ValueError as exc:
         raise ValueError(f"invalid MongoDB URI or client option: {exc}") from exc
@@ -302,6 +303,8 @@ class MongoDBSession(BaseSession):
 
     def sibling(self, session_id: str) -> MongoDBSession:
         """Return a session of the same database and collections, sharing the client."""
+        self._check_open()
+        validate_session_id(session_id, internal=True)  # before taking a share of the client
         return MongoDBSession(
             session_id,
             client=self._handle.client,
@@ -322,9 +325,12 @@ class MongoDBSession(BaseSession):
         if ttl_seconds is not None and (
             isinstance(ttl_seconds, bool)
             or not isinstance(ttl_seconds, (int, float))
-            or not ttl_seconds > 0
+            or not 0 < ttl_seconds <= _MAX_TTL_SECONDS
         ):
-            raise ValueError(f"ttl_seconds must be a positive number or None, got {ttl_seconds!r}")
+            raise ValueError(
+                f"ttl_seconds must be a number of seconds above 0 and at most "
+                f"{_MAX_TTL_SECONDS:.0f} (100 years), or None; got {ttl_seconds!r}"
+            )
         if ttl_seconds is None:
             self._unset_expiry = self._unset_expiry or self._ttl is not None
             self._ttl = None
@@ -430,7 +436,13 @@ class MongoDBSession(BaseSession):
             except BulkWriteError as exc:
                 if _is_duplicate(exc):
                     raise self._foreign_data(exc) from exc
-                raise
+                if exc.details.get("nInserted") != 1:
+                    raise
+                # The batch is stored; only refreshing older batches' expiry failed.
+                logger.warning(
+                    "MongoDBSession %r: batch stored, but refreshing the expiry of older "
+                    "batches failed: %s", self.session_id, exc
+                )
         self._expiry_done(expiry)
         return list(range(first, first + n))
 
@@ -569,19 +581,31 @@ class MongoDBSession(BaseSession):
                     f"{self.session_id!r} that agent_sessions did not write; use another "
                     "database or collection_prefix"
                 )
-            emptied = doc.get("n") == 1  # drop an emptied batch (readers skip n == 0 meanwhile)
+        # The item is ours now: what follows is housekeeping, and its failure must not turn a
+        # completed pop into an error (the caller would lose the item).
+        emptied = doc.get("n") == 1  # drop an emptied batch (readers skip n == 0 meanwhile)
+        try:
             if expiry:
                 refresh: list[Any] = [UpdateMany({"session_id": self.session_id, **stale}, expiry)]
                 if emptied:
                     refresh.insert(0, DeleteOne({"_id": doc["_id"], "n": 0}))
-                await asyncio.gather(
+                results = await asyncio.gather(
                     self._messages.bulk_write(refresh, ordered=False),
                     self._refresh_counter(expiry),
+                    return_exceptions=True,
                 )
+                for result in results:
+                    if isinstance(result, BaseException):
+                        raise result
                 self._expiry_done(expiry)
             elif emptied:
                 await self._messages.delete_one({"_id": doc["_id"], "n": 0})
-            return items[-1]
+        except Exception as exc:
+            logger.warning(
+                "MongoDBSession %r: popped an item, but cleaning up after it failed: %s",
+                self.session_id, exc,
+            )
+        return items[-1]
 
     async def _refresh_counter(self, expiry: dict[str, Any]) -> None:
         await self._counters.update_one({"_id": self.session_id}, expiry)
