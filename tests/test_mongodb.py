@@ -222,6 +222,22 @@ async def test_a_pop_whose_cleanup_fails_still_returns_the_item(make: Factory) -
 
 
 @pytest.mark.asyncio
+async def test_latest_n_of_large_batches_after_pops(make: Factory) -> None:
+    s = make()
+    await s.add_items([_msg(f"a{i}") for i in range(50)])  # seqs 1-50
+    await s.add_items([_msg("b")])  # seq 51
+    await s.add_items([_msg(f"c{i}") for i in range(10)])  # seqs 52-61
+    for _ in range(3):
+        await s.pop_item()  # c9, c8, c7
+    assert texts(await s.get_items(limit=3)) == ["c4", "c5", "c6"]
+    assert texts(await s.get_items(limit=9)) == ["a49", "b"] + [f"c{i}" for i in range(7)]
+    pairs = await s.get_sequenced_items(10)
+    assert [seq for seq, _ in pairs] == list(range(49, 59))
+    assert texts(i for _, i in pairs) == ["a48", "a49", "b"] + [f"c{i}" for i in range(7)]
+    assert len(await s.get_items()) == 58
+
+
+@pytest.mark.asyncio
 async def test_ranged_reads_and_counts_cut_through_batches(make: Factory) -> None:
     s = make()
     await s.add_items([_msg(str(i)) for i in range(1, 6)])  # seqs 1-5, one document

@@ -486,14 +486,21 @@ class MongoDBSession(BaseSession):
     def _base_filter(self) -> dict[str, Any]:
         return {"session_id": self.session_id, "n": {"$gt": 0}}
 
-    def _rows(self, doc: Any, after: int | None, before: int | None) -> list[Row]:
-        items, seq = doc.get("items"), doc.get("seq")
-        if not isinstance(items, list) or not isinstance(seq, int):
+    def _rows(
+        self, doc: Any, after: int | None, before: int | None, tail: int | None = None
+    ) -> list[Row]:
+        """The rows of one batch document with after < seq < before; ``tail``: the document's
+        items were projected to its last ``tail`` (``$slice``), and only those are wanted."""
+        items, seq, n = doc.get("items"), doc.get("seq"), doc.get("n")
+        if not isinstance(items, list) or not isinstance(seq, int) or not isinstance(n, int):
             raise BackendDataError(
                 f"{self.database}.{self.messages_collection} holds a document for session "
-                f"{self.session_id!r} that agent_sessions did not write (no 'items' list or "
-                "'seq'); use another database or collection_prefix"
+                f"{self.session_id!r} that agent_sessions did not write (no 'items' list, "
+                "'seq' or 'n'); use another database or collection_prefix"
             )
+        if tail is not None:
+            items = items[-tail:]
+            seq += n - len(items)  # the first returned item's number
         if not all(isinstance(payload, str) for payload in items):
             raise BackendDataError(
                 f"{self.database}.{self.messages_collection} holds a batch of session "
@@ -518,7 +525,7 @@ class MongoDBSession(BaseSession):
             bounds["$lt"] = before
         if bounds:
             query["seq"] = bounds
-        projection = {"_id": 0, "seq": 1, "items": 1}
+        projection: dict[str, Any] = {"_id": 0, "seq": 1, "n": 1, "items": 1}
         rows: list[Row] = []
         async with _translated("reading items"):
             if limit is None:
@@ -526,13 +533,19 @@ class MongoDBSession(BaseSession):
                     rows.extend(self._rows(doc, None, before))
             else:
                 # Every matching document holds at least one wanted item, so ``limit``
-                # documents, newest first through the index, are enough: O(limit) reads.
-                cursor = self._messages.find(query, projection).sort("seq", -1).limit(limit)
+                # documents, newest first through the index, are enough; without ``before``,
+                # no document can contribute more than its last ``limit`` items, so only those
+                # travel. Reading the latest N costs O(N) however large the batches.
+                tail = limit if before is None else None
+                latest = (
+                    {**projection, "items": {"$slice": -limit}} if tail is not None else projection
+                )
+                cursor = self._messages.find(query, latest).sort("seq", -1).limit(limit)
                 chunks: list[list[Row]] = []
                 got = 0
                 try:
                     async for doc in cursor.batch_size(limit):
-                        chunk = self._rows(doc, None, before)
+                        chunk = self._rows(doc, None, before, None if tail is None else limit - got)
                         chunks.append(chunk)
                         got += len(chunk)
                         if got >= limit:
