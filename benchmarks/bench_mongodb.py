@@ -61,11 +61,12 @@ class RawMongo:
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         query = {"session_id": self.sid, "n": {"$gt": 0}}
-        projection = {"_id": 0, "items": 1}
+        projection: dict[str, Any] = {"_id": 0, "items": 1}
         if limit is None:
             docs = [d async for d in self.messages.find(query, projection).sort("seq", 1)]
             return [json.loads(p) for d in docs for p in d["items"]]
-        cursor = self.messages.find(query, projection).sort("seq", -1).limit(limit)
+        latest = {**projection, "items": {"$slice": -limit}}
+        cursor = self.messages.find(query, latest).sort("seq", -1).limit(limit)
         docs = [d async for d in cursor.batch_size(limit)]
         payloads = [p for d in reversed(docs) for p in d["items"]][-limit:]
         return [json.loads(p) for p in payloads]
