@@ -61,7 +61,7 @@ class RawMongo:
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         query = {"session_id": self.sid, "n": {"$gt": 0}}
-        projection: dict[str, Any] = {"_id": 0, "items": 1}
+        projection: dict[str, Any] = {"_id": 0, "seq": 1, "n": 1, "items": 1}
         if limit is None:
             docs = [d async for d in self.messages.find(query, projection).sort("seq", 1)]
             return [json.loads(p) for d in docs for p in d["items"]]
