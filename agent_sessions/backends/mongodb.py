@@ -1,0 +1,703 @@
+"""MongoDB backend on PyMongo's native async API (``AsyncMongoClient``); Motor clients work too.
+
+Two collections (names from ``collection_prefix``, or the SDK's ``sessions_collection`` /
+``messages_collection`` arguments):
+
+- sessions: one small counter document per session,
+  ``{_id: session_id, seq: last sequence number handed out, created_at, updated_at}``.
+- messages: one document per ``add_items`` batch,
+  ``{session_id, seq: sequence number of its first item, n: items left, items: [JSON text]}``;
+  item ``i`` of a batch has sequence number ``seq + i``. Unique index on ``(session_id, seq)``.
+
+Why one document per batch and no transaction: a single-document write is atomic on every
+MongoDB deployment (standalone, replica set, sharded), so a batch is all-or-nothing whatever the
+topology, and a client killed mid-write leaves either the whole batch or nothing. A transaction
+would give the same guarantee only on replica sets and mongos, cost extra round trips
+(start, commit) and need a second code path for standalone servers. The price is MongoDB's
+16 MiB document limit per batch; a larger batch is refused before anything is written.
+
+Ordering comes from the counter (``find_one_and_update`` with ``$inc`` by the batch size,
+upsert), never from insertion time or ObjectIds; numbers are never reused, even after a pop or a
+clear (the counter document survives ``clear_session``). Session ids are only ever stored and
+matched as values, never used as field names or aggregation expressions, so ``$`` and ``.`` in
+them mean nothing to the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta, timezone
+from typing import Any, ClassVar
+from urllib.parse import parse_qsl, urlsplit
+
+from agents.memory import SessionSettings
+from pymongo import AsyncMongoClient, DeleteOne, InsertOne, ReturnDocument, UpdateMany
+from pymongo.driver_info import DriverInfo
+from pymongo.errors import (
+    BulkWriteError,
+    ConfigurationError,
+    ConnectionFailure,
+    DuplicateKeyError,
+    ExecutionTimeout,
+)
+
+from ..core.base import BaseSession, Row
+from ..core.ids import validate_session_id
+from ..errors import BackendDataError, BackendUnavailableError, ItemTooLargeError
+
+logger = logging.getLogger("agent_sessions")
+
+DEFAULT_DATABASE = "agent_sessions"
+DEFAULT_SERVER_SELECTION_TIMEOUT_MS = 3000
+"""Server selection timeout of clients this module creates, unless the URI or ``client_kwargs``
+set one: an unreachable server fails within this many milliseconds instead of PyMongo's 30 s."""
+
+_DOCUMENT_LIMIT = 16 * 1024 * 1024  # MongoDB's maximum BSON document size
+_DOCUMENT_OVERHEAD = 4096  # a 512-character session id (<= 2 KiB in UTF-8) and the other fields
+_ITEM_OVERHEAD = 16  # one BSON array element: type byte, index key, length prefix, NUL
+MAX_BATCH_BYTES = _DOCUMENT_LIMIT - _DOCUMENT_OVERHEAD
+"""Largest batch (sum of UTF-8 JSON sizes plus 16 bytes per item) one ``add_items`` may store."""
+DEFAULT_MAX_ITEM_BYTES = MAX_BATCH_BYTES - _ITEM_OVERHEAD
+"""Default ``max_item_bytes``: the largest item a batch document can hold."""
+
+_DRIVER_INFO = DriverInfo(name="agent_sessions")
+_MAX_TTL_SECONDS = 100 * 365.25 * 86400
+
+
+def ttl_slack(ttl_seconds: float) -> float:
+    """How much later than ``ttl_seconds`` after the last write a session's documents may be
+    deleted: max(60 s, a tenth of the TTL). MongoDB's TTL monitor itself runs once a minute."""
+    return max(60.0, ttl_seconds / 10)
+
+
+def _uri_sets(uri: str, option: str) -> bool:
+    return any(key.lower() == option.lower() for key, _ in parse_qsl(urlsplit(uri).query))
+
+
+def make_client(uri: str, **client_kwargs: Any) -> AsyncMongoClient[Any]:
+    """Return an ``AsyncMongoClient`` for ``uri`` that connects lazily and gives up on an
+    unreachable server after :data:`DEFAULT_SERVER_SELECTION_TIMEOUT_MS` unless told otherwise.
+
+    Raises:
+        BackendUnavailableError: a ``mongodb+srv://`` host name does not resolve.
+        ValueError: the URI or an option is invalid.
+    """
+    if not _uri_sets(uri, "serverSelectionTimeoutMS"):
+        client_kwargs.setdefault("serverSelectionTimeoutMS", DEFAULT_SERVER_SELECTION_TIMEOUT_MS)
+    client_kwargs.setdefault("driver", _DRIVER_INFO)
+    try:
+        return AsyncMongoClient(uri, **client_kwargs)
+    except ConfigurationError as exc:
+        if "DNS" in str(exc):  # mongodb+srv:// resolves its seed list when the client is made
+            raise BackendUnavailableError(f"cannot resolve the MongoDB host: {exc}") from exc
+        raise ValueError(f"invalid MongoDB URI or client option: {exc}") from exc
+    except ValueError as exc:
+        raise ValueError(f"invalid MongoDB URI or client option: {exc}") from exc
+
+
+@asynccontextmanager
+async def _translated(what: str) -> AsyncIterator[None]:
+    """Turn PyMongo's connectivity errors into :class:`BackendUnavailableError`."""
+    try:
+        yield
+    except (ConnectionFailure, ExecutionTimeout) as exc:
+        raise BackendUnavailableError(
+            f"MongoDB is unreachable or timed out ({what}): {exc}; check that the server is up "
+            "and that the URI's host and port are right"
+        ) from exc
+    except ConfigurationError as exc:
+        if "DNS" not in str(exc):
+            raise
+        # PyMongo's async client resolves a mongodb+srv:// seed list on first use.
+        raise BackendUnavailableError(
+            f"cannot resolve the MongoDB host ({what}): {exc}; check the mongodb+srv:// host name"
+        ) from exc
+
+
+class _ClientHandle:
+    """A client shared by a session and its siblings; closed with the last of them if owned."""
+
+    def __init__(self, client: Any, owned: bool) -> None:
+        self.client = client
+        self.owned = owned
+        self.users = 1
+        self._lock = threading.Lock()
+
+    def share(self) -> _ClientHandle:
+        with self._lock:
+            self.users += 1
+        return self
+
+    async def release(self) -> None:
+        with self._lock:
+            self.users -= 1
+            last = self.users == 0
+        if last and self.owned:
+            result = self.client.close()  # a coroutine on PyMongo, plain on Motor
+            if inspect.isawaitable(result):
+                await result
+
+
+_IndexKey = tuple[int, str, str, str, bool]
+"""(id(client), database, sessions collection, messages collection, TTL indexes)."""
+
+
+class _IndexRegistry:
+    """Creates each collection pair's indexes once per client (and per TTL use), process-wide.
+
+    Keyed by ``id(client)``; an entry is dropped when its client is garbage-collected, so a new
+    client that reuses the id starts afresh. Concurrent first uses on one event loop share one
+    creation; ``create_index`` is idempotent, so a rare duplicate across loops is harmless.
+    """
+
+    _lock = threading.Lock()
+    _done: ClassVar[set[_IndexKey]] = set()
+    _tracked: ClassVar[set[int]] = set()
+    _inflight: ClassVar[dict[_IndexKey, asyncio.Future[None]]] = {}
+
+    @classmethod
+    async def ensure(
+        cls, client: Any, key: _IndexKey, create: Callable[[], Awaitable[None]]
+    ) -> None:
+        with cls._lock:
+            if key in cls._done:
+                return
+            future = cls._inflight.get(key)
+            loop = asyncio.get_running_loop()
+            if future is None or future.done() or future.get_loop() is not loop:
+                future = asyncio.ensure_future(create())
+                future.add_done_callback(cls._finished(client, key))
+                cls._inflight[key] = future
+        await asyncio.shield(future)
+
+    @classmethod
+    def _finished(cls, client: Any, key: _IndexKey) -> Callable[[asyncio.Future[None]], None]:
+        def done(future: asyncio.Future[None]) -> None:
+            with cls._lock:
+                if cls._inflight.get(key) is future:
+                    del cls._inflight[key]
+                if future.cancelled() or future.exception() is not None:
+                    return  # the next operation tries again
+                cls._done.add(key)
+                if key[0] not in cls._tracked:
+                    cls._tracked.add(key[0])
+                    try:
+                        weakref.finalize(client, cls._forget, key[0])
+                    except TypeError:  # not weak-referenceable: keep the entry
+                        pass
+
+        return done
+
+    @classmethod
+    def _forget(cls, client_id: int) -> None:
+        with cls._lock:
+            cls._tracked.discard(client_id)
+            cls._done.difference_update({k for k in cls._done if k[0] == client_id})
+
+
+class MongoDBSession(BaseSession):
+    """A session stored in MongoDB.
+
+    Args:
+        session_id: the conversation's id.
+        client: a ``pymongo.AsyncMongoClient`` (or a Motor ``AsyncIOMotorClient``) that your
+            application manages; ``close()`` leaves it open. Use :meth:`from_uri` to let the
+            session own a client.
+        database: database name (default ``"agent_sessions"``).
+        collection_prefix: collections are ``{prefix}sessions`` and ``{prefix}messages``.
+        sessions_collection, messages_collection: explicit collection names (the SDK's
+            arguments); they take precedence over ``collection_prefix``.
+        session_settings, max_item_bytes, strict: see :class:`BaseSession`;
+            ``max_item_bytes`` defaults to what one MongoDB document can hold.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        client: Any,
+        database: str = DEFAULT_DATABASE,
+        collection_prefix: str = "",
+        sessions_collection: str | None = None,
+        messages_collection: str | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+        strict: bool = False,
+        _internal_id: bool = False,
+        _handle: _ClientHandle | None = None,
+    ) -> None:
+        super().__init__(
+            session_id,
+            session_settings=session_settings,
+            max_item_bytes=max_item_bytes,
+            strict=strict,
+            _internal_id=_internal_id,
+        )
+        if client is None:
+            raise TypeError(
+                "MongoDBSession needs client=AsyncMongoClient(...); or use "
+                "MongoDBSession.from_uri(session_id, uri='mongodb://...')"
+            )
+        for name, value in (("database", database), ("collection_prefix", collection_prefix)):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+        if not database:
+            raise ValueError("database must not be empty")
+        self.database = database
+        self.collection_prefix = collection_prefix
+        self.sessions_collection = sessions_collection or f"{collection_prefix}sessions"
+        self.messages_collection = messages_collection or f"{collection_prefix}messages"
+        self._handle = _handle or _ClientHandle(client, owned=False)
+        db = client[database]
+        self._counters = db[self.sessions_collection]
+        self._messages = db[self.messages_collection]
+        self._ttl: float | None = None
+        self._unset_expiry = False  # set_sliding_ttl(None) after a TTL: clear it at next write
+
+    @classmethod
+    def from_uri(
+        cls,
+        session_id: str,
+        *,
+        uri: str,
+        database: str | None = None,
+        client_kwargs: dict[str, Any] | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> MongoDBSession:
+        """Return a session that owns a new client for ``uri`` (closed by ``close()``).
+
+        ``database`` defaults to the URI's database, else ``"agent_sessions"``. The client
+        connects on first use; ``serverSelectionTimeoutMS`` defaults to 3000 (see
+        :func:`make_client`). ``kwargs`` go to the constructor.
+        """
+        client = make_client(uri, **dict(client_kwargs or {}))
+        if database is None:
+            try:
+                database = client.get_default_database().name
+            except ConfigurationError:  # the URI names no database
+                database = DEFAULT_DATABASE
+        try:
+            return cls(
+                session_id,
+                client=client,
+                database=database,
+                session_settings=session_settings,
+                _handle=_ClientHandle(client, owned=True),
+                **kwargs,
+            )
+        except BaseException:
+            _close_soon(client)
+            raise
+
+    @property
+    def client(self) -> Any:
+        """The MongoDB client this session uses."""
+        return self._handle.client
+
+    def sibling(self, session_id: str) -> MongoDBSession:
+        """Return a session of the same database and collections, sharing the client."""
+        self._check_open()
+        validate_session_id(session_id, internal=True)  # before taking a share of the client
+        return MongoDBSession(
+            session_id,
+            client=self._handle.client,
+            database=self.database,
+            sessions_collection=self.sessions_collection,
+            messages_collection=self.messages_collection,
+            max_item_bytes=self.max_item_bytes,
+            strict=self.strict,
+            _internal_id=True,
+            _handle=self._handle.share(),
+        )
+
+    def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
+        """Make every later write keep all of this session's documents (items and counter)
+        alive at least ``ttl_seconds`` after it, and at most :func:`ttl_slack` longer, through
+        a TTL index on ``expires_at``; ``None`` removes the expiry at the next write. MongoDB's
+        TTL monitor deletes expired documents within about a minute, not at once."""
+        if ttl_seconds is not None and (
+            isinstance(ttl_seconds, bool)
+            or not isinstance(ttl_seconds, (int, float))
+            or not 0 < ttl_seconds <= _MAX_TTL_SECONDS
+        ):
+            raise ValueError(
+                f"ttl_seconds must be a number of seconds above 0 and at most "
+                f"{_MAX_TTL_SECONDS:.0f} (100 years), or None; got {ttl_seconds!r}"
+            )
+        if ttl_seconds is None:
+            self._unset_expiry = self._unset_expiry or self._ttl is not None
+            self._ttl = None
+        else:
+            self._ttl, self._unset_expiry = float(ttl_seconds), False
+
+    async def ping(self) -> bool:
+        """Return whether the server answers (the SDK's method)."""
+        self._check_open()
+        try:
+            await self._handle.client.admin.command("ping")
+        except Exception:
+            return False
+        return True
+
+    # -- the storage hooks -----------------------------------------------------------------
+
+    async def _ensure_indexes(self) -> None:
+        client = self._handle.client
+        names = (self.database, self.sessions_collection, self.messages_collection)
+        await _IndexRegistry.ensure(client, (id(client), *names, False), self._create_index)
+        if self._ttl is not None:
+            await _IndexRegistry.ensure(
+                client, (id(client), *names, True), self._create_ttl_indexes
+            )
+
+    async def _create_index(self) -> None:
+        async with _translated("creating indexes"):
+            await self._messages.create_index(
+                [("session_id", 1), ("seq", 1)], unique=True, name="session_seq"
+            )
+
+    async def _create_ttl_indexes(self) -> None:
+        async with _translated("creating TTL indexes"):
+            for collection in (self._messages, self._counters):
+                await collection.create_index(
+                    "expires_at", expireAfterSeconds=0, name="expires_at_ttl"
+                )
+            await self._messages.create_index(
+                [("session_id", 1), ("expires_at", 1)], name="session_expires"
+            )
+
+    def _expiry(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Return the update that sets (or, once after the TTL was switched off, removes) the
+        expiry of the documents a write touches, and the filter of the session's other
+        documents that need the same update; ``({}, {})`` when there is nothing to do.
+
+        Rewriting every batch document at every write would cost O(history) per write (MongoDB
+        rewrites a whole document to change one field). Instead a document gets
+        ``now + ttl + slack`` and is rewritten only once its expiry falls below ``now + ttl``:
+        each document then expires no earlier than ``ttl`` after the session's last write and
+        at most ``slack`` later, and is rewritten at most once per ``slack`` seconds. The
+        ``(session_id, expires_at)`` index finds those few documents without scanning.
+        """
+        if self._ttl is not None:
+            now = datetime.now(timezone.utc)
+            due = now + timedelta(seconds=self._ttl)
+            when = due + timedelta(seconds=ttl_slack(self._ttl))
+            return {"$set": {"expires_at": when}}, {"expires_at": {"$not": {"$gte": due}}}
+        if self._unset_expiry:
+            return {"$unset": {"expires_at": ""}}, {"expires_at": {"$exists": True}}
+        return {}, {}
+
+    def _expiry_done(self, expiry: dict[str, Any]) -> None:
+        if "$unset" in expiry:
+            self._unset_expiry = False
+
+    async def _append(self, payloads: list[str]) -> list[int]:
+        cost = 0
+        for index, payload in enumerate(payloads):
+            cost += len(payload.encode()) + _ITEM_OVERHEAD
+            if cost > MAX_BATCH_BYTES:
+                raise ItemTooLargeError(
+                    f"the batch reaches {cost} bytes at item {index}, above the {MAX_BATCH_BYTES} "
+                    "bytes one MongoDB document holds (a batch is stored as one document so it "
+                    "is all-or-nothing); add these items in smaller batches; nothing of the "
+                    "batch was written",
+                    index=index,
+                )
+        await self._ensure_indexes()
+        now = datetime.now(timezone.utc)
+        expiry, stale = self._expiry()
+        n = len(payloads)
+        async with _translated("adding items"):
+            counter = await self._reserve(n, now, expiry)
+            first = counter["seq"] - n + 1
+            doc = {"session_id": self.session_id, "seq": first, "n": n, "items": payloads}
+            try:
+                if expiry:
+                    doc.update(expiry.get("$set", {}))
+                    # The insert and the refresh of older batches travel in one round trip.
+                    await self._messages.bulk_write(
+                        [
+                            InsertOne(doc),
+                            UpdateMany({"session_id": self.session_id, **stale}, expiry),
+                        ],
+                        ordered=True,
+                    )
+                else:
+                    await self._messages.insert_one(doc)
+            except DuplicateKeyError as exc:
+                raise self._foreign_data(exc) from exc
+            except BulkWriteError as exc:
+                if _is_duplicate(exc):
+                    raise self._foreign_data(exc) from exc
+                if exc.details.get("nInserted") != 1:
+                    raise
+                # The batch is stored; only refreshing older batches' expiry failed.
+                logger.warning(
+                    "MongoDBSession %r: batch stored, but refreshing the expiry of older "
+                    "batches failed: %s", self.session_id, exc
+                )
+        self._expiry_done(expiry)
+        return list(range(first, first + n))
+
+    async def _reserve(self, n: int, now: datetime, expiry: dict[str, Any]) -> Any:
+        update = {
+            **expiry,
+            "$inc": {"seq": n},
+            "$set": {"updated_at": now, **expiry.get("$set", {})},
+            "$setOnInsert": {"created_at": now},
+        }
+        for attempt in range(2):
+            try:
+                counter = await self._counters.find_one_and_update(
+                    {"_id": self.session_id},
+                    update,
+                    upsert=True,
+                    return_document=ReturnDocument.AFTER,
+                    projection={"seq": 1},
+                )
+                break
+            except DuplicateKeyError:  # two first writes upserted at once; the loser retries
+                if attempt:
+                    raise
+        if not isinstance(counter, dict) or not isinstance(counter.get("seq"), int):
+            raise BackendDataError(
+                f"the counter document of session {self.session_id!r} in "
+                f"{self.database}.{self.sessions_collection} has no integer 'seq'; that "
+                "collection holds data agent_sessions did not write: use another collection"
+            )
+        return counter
+
+    def _foreign_data(self, exc: Exception) -> BackendDataError:
+        return BackendDataError(
+            f"{self.database}.{self.messages_collection} already holds a document for session "
+            f"{self.session_id!r} at a sequence number agent_sessions just reserved; the "
+            "collection holds data it did not write (for example from the Agents SDK's "
+            "MongoDBSession, whose format differs): use another database or collection_prefix "
+            f"({exc})"
+        )
+
+    def _base_filter(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "n": {"$gt": 0}}
+
+    def _rows(
+        self, doc: Any, after: int | None, before: int | None, tail: int | None = None
+    ) -> list[Row]:
+        """The rows of one batch document with after < seq < before; ``tail``: the document's
+        items were projected to its last ``tail`` (``$slice``), and only those are wanted."""
+        items, seq, n = doc.get("items"), doc.get("seq"), doc.get("n")
+        if not isinstance(items, list) or not isinstance(seq, int) or not isinstance(n, int):
+            raise BackendDataError(
+                f"{self.database}.{self.messages_collection} holds a document for session "
+                f"{self.session_id!r} that agent_sessions did not write (no 'items' list, "
+                "'seq' or 'n'); use another database or collection_prefix"
+            )
+        if tail is not None:
+            items = items[-tail:]
+            seq += n - len(items)  # the first returned item's number
+        if not all(isinstance(payload, str) for payload in items):
+            raise BackendDataError(
+                f"{self.database}.{self.messages_collection} holds a batch of session "
+                f"{self.session_id!r} whose items are not JSON text; agent_sessions did not "
+                "write it: use another database or collection_prefix"
+            )
+        rows = [(seq + i, payload) for i, payload in enumerate(items)]
+        if after is not None or before is not None:
+            lo = -1 if after is None else after
+            rows = [r for r in rows if r[0] > lo and (before is None or r[0] < before)]
+        return rows
+
+    async def _load(
+        self, limit: int | None, after: int | None = None, before: int | None = None
+    ) -> list[Row]:
+        await self._ensure_indexes()
+        query = self._base_filter()
+        bounds: dict[str, int] = {}
+        if after is not None:
+            bounds["$gt"] = after
+        if before is not None:
+            bounds["$lt"] = before
+        if bounds:
+            query["seq"] = bounds
+        projection: dict[str, Any] = {"_id": 0, "seq": 1, "n": 1, "items": 1}
+        rows: list[Row] = []
+        async with _translated("reading items"):
+            if limit is None:
+                async for doc in self._messages.find(query, projection).sort("seq", 1):
+                    rows.extend(self._rows(doc, None, before))
+            else:
+                # Every matching document holds at least one wanted item, so ``limit``
+                # documents, newest first through the index, are enough; without ``before``,
+                # no document can contribute more than its last ``limit`` items, so only those
+                # travel. Reading the latest N costs O(N) however large the batches.
+                tail = limit if before is None else None
+                latest = (
+                    {**projection, "items": {"$slice": -limit}} if tail is not None else projection
+                )
+                cursor = self._messages.find(query, latest).sort("seq", -1).limit(limit)
+                chunks: list[list[Row]] = []
+                got = 0
+                try:
+                    async for doc in cursor.batch_size(limit):
+                        chunk = self._rows(doc, None, before, None if tail is None else limit - got)
+                        chunks.append(chunk)
+                        got += len(chunk)
+                        if got >= limit:
+                            break
+                finally:
+                    closing = cursor.close()  # a coroutine on PyMongo, a future on Motor
+                    if inspect.isawaitable(closing):
+                        await closing
+                for chunk in reversed(chunks):
+                    rows.extend(chunk)
+            if after is not None and (limit is None or len(rows) < limit):
+                # The batch that starts at or before ``after`` may still hold later items.
+                straddler = await self._messages.find_one(
+                    {**self._base_filter(), "seq": {"$lte": after}},
+                    projection,
+                    sort=[("seq", -1)],
+                )
+                if straddler is not None:
+                    rows[:0] = self._rows(straddler, after, before)
+        if limit is not None and len(rows) > limit:
+            rows = rows[-limit:]
+        return rows
+
+    async def _pop(self) -> str | None:
+        await self._ensure_indexes()
+        expiry, stale = self._expiry()
+        async with _translated("popping an item"):
+            # One atomic update takes the newest item off the newest batch: two concurrent pops
+            # can never take the same item. ``$slice`` returns only that item, not the batch.
+            doc = await self._messages.find_one_and_update(
+                self._base_filter(),
+                {**expiry, "$pop": {"items": 1}, "$inc": {"n": -1}},
+                sort=[("seq", -1)],
+                projection={"_id": 1, "n": 1, "items": {"$slice": -1}},
+                return_document=ReturnDocument.BEFORE,
+            )
+            if doc is None:
+                if expiry:
+                    await self._refresh_counter(expiry)
+                    self._expiry_done(expiry)
+                return None
+            items = doc.get("items")
+            if not isinstance(items, list) or not items or not isinstance(items[-1], str):
+                raise BackendDataError(
+                    f"{self.database}.{self.messages_collection} holds a document for session "
+                    f"{self.session_id!r} that agent_sessions did not write; use another "
+                    "database or collection_prefix"
+                )
+        # The item is ours now: what follows is housekeeping, and its failure must not turn a
+        # completed pop into an error (the caller would lose the item).
+        emptied = doc.get("n") == 1  # drop an emptied batch (readers skip n == 0 meanwhile)
+        try:
+            if expiry:
+                refresh: list[Any] = [UpdateMany({"session_id": self.session_id, **stale}, expiry)]
+                if emptied:
+                    refresh.insert(0, DeleteOne({"_id": doc["_id"], "n": 0}))
+                results = await asyncio.gather(
+                    self._messages.bulk_write(refresh, ordered=False),
+                    self._refresh_counter(expiry),
+                    return_exceptions=True,
+                )
+                for result in results:
+                    if isinstance(result, BaseException):
+                        raise result
+                self._expiry_done(expiry)
+            elif emptied:
+                await self._messages.delete_one({"_id": doc["_id"], "n": 0})
+        except Exception as exc:
+            logger.warning(
+                "MongoDBSession %r: popped an item, but cleaning up after it failed: %s",
+                self.session_id, exc,
+            )
+        return items[-1]
+
+    async def _refresh_counter(self, expiry: dict[str, Any]) -> None:
+        await self._counters.update_one({"_id": self.session_id}, expiry)
+
+    async def _clear(self) -> None:
+        await self._ensure_indexes()
+        expiry, _ = self._expiry()
+        async with _translated("clearing the session"):
+            # The counter document stays, so sequence numbers keep growing after a clear and a
+            # write racing with the clear can never reuse a number.
+            await self._messages.delete_many({"session_id": self.session_id})
+            if expiry:
+                await self._refresh_counter(expiry)
+                self._expiry_done(expiry)
+
+    async def _count(self, after: int | None = None, before: int | None = None) -> int:
+        await self._ensure_indexes()
+        query = self._base_filter()
+        async with _translated("counting items"):
+            lo: int | None = None
+            if after is not None:
+                straddler = await self._messages.find_one(
+                    {**query, "seq": {"$lte": after}}, {"_id": 0, "seq": 1}, sort=[("seq", -1)]
+                )
+                lo = straddler["seq"] if straddler is not None else after + 1
+            bounds: dict[str, int] = {}
+            if lo is not None:
+                bounds["$gte"] = lo
+            if before is not None:
+                bounds["$lt"] = before
+            if bounds:
+                query["seq"] = bounds
+            # Items of each batch inside (after, before): min(end, before) - max(seq, after + 1).
+            end: Any = {"$add": ["$seq", "$n"]}
+            if before is not None:
+                end = {"$min": [end, before]}
+            start: Any = "$seq" if after is None else {"$max": ["$seq", after + 1]}
+            inside = {"$max": [0, {"$subtract": [end, start]}]}
+            pipeline = [
+                {"$match": query},
+                {"$group": {"_id": None, "total": {"$sum": inside}}},
+            ]
+            cursor = self._messages.aggregate(pipeline)
+            if inspect.isawaitable(cursor):  # PyMongo's is a coroutine, Motor's a cursor
+                cursor = await cursor
+            async for doc in cursor:
+                return int(doc["total"])
+        return 0
+
+    async def _close(self) -> None:
+        await self._handle.release()
+
+
+def _is_duplicate(exc: Exception) -> bool:
+    details = getattr(exc, "details", None) or {}
+    return any(e.get("code") == 11000 for e in details.get("writeErrors", []))
+
+
+def _close_soon(client: Any) -> None:
+    result = client.close()
+    if inspect.iscoroutine(result):
+        result.close()  # nothing connected yet: there is nothing to release
+
+
+def open_url(url: str, session_id: str, **options: Any) -> MongoDBSession:
+    """Open ``session_id`` at a ``mongodb://`` or ``mongodb+srv://`` URL (for open_session).
+
+    ``options`` go to :meth:`MongoDBSession.from_uri` (``database``, ``client_kwargs``,
+    ``collection_prefix``, ``session_settings``, ...).
+    """
+    return MongoDBSession.from_uri(session_id, uri=url, **options)
+
+
+__all__ = [
+    "DEFAULT_DATABASE",
+    "DEFAULT_MAX_ITEM_BYTES",
+    "DEFAULT_SERVER_SELECTION_TIMEOUT_MS",
+    "MAX_BATCH_BYTES",
+    "MongoDBSession",
+    "make_client",
+    "open_url",
+]
