@@ -1,0 +1,166 @@
+"""A branch's view: segments of storages read newest-first, and a cached scan of their structure.
+
+A lineage is a tuple of segments ``(storage key, before)``: the items of that storage with a
+sequence number below ``before`` (all of them when None; only the last segment is open). A
+branch's items are the concatenation of its segments, so a branch shares its parent's items
+instead of copying them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._branch_items import classify_message_type, extract_tool_name, is_user_message
+from ._branch_store import Storages, count_rows, read_rows
+
+Segment = tuple[str, "int | None"]
+Lineage = tuple[Segment, ...]
+
+
+@dataclass
+class Scan:
+    """The structure of one storage's items up to sequence number ``through``."""
+
+    through: int = 0
+    seqs: list[int] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    tools: list[str | None] = field(default_factory=list)
+    user_seqs: list[int] = field(default_factory=list)
+    user_contents: list[Any] = field(default_factory=list)
+
+    def add(self, rows: list[tuple[int, Any]]) -> None:
+        for seq, item in rows:
+            self.seqs.append(seq)
+            self.kinds.append(classify_message_type(item))
+            self.tools.append(extract_tool_name(item))
+            if is_user_message(item):
+                self.user_seqs.append(seq)
+                self.user_contents.append(item.get("content", ""))
+            self.through = max(self.through, seq)
+
+    def items_below(self, before: int | None) -> int:
+        return len(self.seqs) if before is None else bisect_left(self.seqs, before)
+
+    def users_below(self, before: int | None) -> int:
+        return len(self.user_seqs) if before is None else bisect_left(self.user_seqs, before)
+
+
+@dataclass
+class Turn:
+    """One user turn of a view."""
+
+    number: int
+    segment: int
+    seq: int
+    content: Any
+
+
+class View:
+    """Reads views over :class:`Storages` and caches per-storage scans.
+
+    A cached scan is checked with one count query before use (another session object may have
+    popped or appended), then extended with the items after it, so a warm scan costs O(new items).
+    """
+
+    def __init__(self, storages: Storages) -> None:
+        self.storages = storages
+        self._scans: dict[str, Scan] = {}
+
+    def forget(self) -> None:
+        self._scans.clear()
+
+    async def read(self, lineage: Lineage, limit: int | None) -> list[Any]:
+        """Return the latest ``limit`` items of the view (all when None), oldest first."""
+        out: list[Any] = []
+        remaining = limit
+        for key, before in reversed(lineage):
+            rows = await read_rows(self.storages.storage(key), remaining, before=before)
+            out[:0] = [item for _, item in rows]
+            if remaining is not None:
+                remaining -= len(rows)
+                if remaining <= 0:
+                    break
+        return out
+
+    async def newest(self, lineage: Lineage) -> tuple[int, int, Any] | None:
+        """Return ``(segment index, seq, item)`` of the view's newest item, or None."""
+        for index in range(len(lineage) - 1, -1, -1):
+            key, before = lineage[index]
+            rows = await read_rows(self.storages.storage(key), 1, before=before)
+            if rows:
+                return index, rows[0][0], rows[0][1]
+        return None
+
+    async def count(self, lineage: Lineage) -> int:
+        """Return how many items the view holds."""
+        total = 0
+        for key, before in lineage:
+            total += await count_rows(self.storages.storage(key), before=before)
+        return total
+
+    async def scan(self, key: str, before: int | None) -> Scan:
+        """Return a scan of storage ``key`` complete at least below ``before``."""
+        session = self.storages.storage(key)
+        if not self.storages.sequenced:
+            fresh = Scan()
+            fresh.add(await read_rows(session, before=before))
+            return fresh
+        cached = self._scans.get(key)
+        if cached is not None:
+            covered = before is not None and cached.through >= before - 1
+            upto = before if covered else cached.through + 1
+            if await count_rows(session, before=upto) != cached.items_below(upto):
+                cached = None  # another object popped here: rebuild
+            elif not covered:
+                cached.add(await read_rows(session, after=cached.through))
+        if cached is None:
+            cached = Scan()
+            cached.add(await read_rows(session))
+            self._scans[key] = cached
+        return cached
+
+    async def scans(self, lineage: Lineage) -> list[Scan]:
+        return [await self.scan(key, before) for key, before in lineage]
+
+    async def turn(self, lineage: Lineage, number: int) -> Turn | None:
+        """Return user turn ``number`` (from 1) of the view, or None."""
+        if number < 1:
+            return None
+        seen = 0
+        for index, (key, before) in enumerate(lineage):
+            scan = await self.scan(key, before)
+            users = scan.users_below(before)
+            if number <= seen + users:
+                k = number - seen - 1
+                return Turn(number, index, scan.user_seqs[k], scan.user_contents[k])
+            seen += users
+        return None
+
+    async def turns(self, lineage: Lineage) -> list[Turn]:
+        """Return every user turn of the view in order."""
+        out: list[Turn] = []
+        scans = await self.scans(lineage)
+        for index, ((_, before), scan) in enumerate(zip(lineage, scans, strict=True)):
+            for k in range(scan.users_below(before)):
+                out.append(Turn(len(out) + 1, index, scan.user_seqs[k], scan.user_contents[k]))
+        return out
+
+    async def turn_count(self, lineage: Lineage) -> int:
+        """Return how many user turns the view holds."""
+        return sum(
+            scan.users_below(before)
+            for (_, before), scan in zip(lineage, await self.scans(lineage), strict=False)
+        )
+
+    async def structure(self, lineage: Lineage) -> list[tuple[int, str, str | None]]:
+        """Return ``(turn number, message type, tool name)`` of every item of the view."""
+        out: list[tuple[int, str, str | None]] = []
+        turn = 0
+        for (_, before), scan in zip(lineage, await self.scans(lineage), strict=False):
+            for i in range(scan.items_below(before)):
+                if scan.kinds[i] == "user":
+                    turn += 1
+                out.append((turn, scan.kinds[i], scan.tools[i]))
+        return out
