@@ -160,7 +160,7 @@ async def test_store_run_usage_without_a_turn_or_usage_stores_nothing(make: Any)
     s = make()
 
     class NoUsage:
-        class context_wrapper:  # noqa: N801 - mimics the RunResult attribute
+        class context_wrapper:
             usage = None
 
     await s.store_run_usage(NoUsage())  # type: ignore[arg-type]
@@ -211,7 +211,7 @@ async def test_tool_usage_by_turn(make: Any) -> None:
 
 @pytest.mark.asyncio
 async def test_usage_per_branch(tmp_path: Path) -> None:
-    s = AdvancedSession(SQLiteSession("per-branch", str(tmp_path / "b.db")))
+    s: Any = AdvancedSession(SQLiteSession("per-branch", str(tmp_path / "b.db")))
     agent, _ = usage_agent(*[(f"r{i}", usage(1, 10 * i, i)) for i in range(1, 6)])
     for q in ("q1", "q2", "q3"):
         await s.store_run_usage(await Runner.run(agent, q, session=s))
