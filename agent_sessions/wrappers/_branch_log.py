@@ -10,6 +10,7 @@ keeps the folded state and reads only the records after the last one it applied.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -122,16 +123,20 @@ class BranchState:
 class BranchLog:
     """Keeps a :class:`BranchState` in step with the log session."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, on_reset: Callable[[], None] | None = None) -> None:
         self.session = session
         self.state = BranchState()
         self._applied = 0
+        self._on_reset = on_reset
 
     async def sync(self) -> BranchState:
         """Apply the records appended since the last sync (by anyone); return the state."""
         for seq, record in await read_rows(self.session, after=self._applied):
             self.state.apply(record)
             self._applied = max(self._applied, seq)
+            if self._on_reset is not None and isinstance(record, dict):
+                if record.get("op") == "reset":
+                    self._on_reset()  # storages were cleared: cached scans are void
         return self.state
 
     async def append(self, record: dict[str, Any]) -> BranchState:

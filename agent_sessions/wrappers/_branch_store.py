@@ -46,6 +46,19 @@ def resolve_sibling_factory(
     )
 
 
+_SEQUENCED: dict[type, bool] = {}
+
+
+def is_sequenced(session: Session) -> bool:
+    """Whether ``session`` offers sequence numbers (checked once per class: a runtime protocol
+    check costs more than a small read)."""
+    cls = type(session)
+    known = _SEQUENCED.get(cls)
+    if known is None:
+        known = _SEQUENCED[cls] = isinstance(session, SupportsSequencedItems)
+    return known
+
+
 def check_items(session: Session, items: Any) -> None:
     """Validate a batch for a session of another package (ours validate on their own).
 
@@ -66,8 +79,9 @@ async def read_rows(
     """Return ``(seq, item)`` with after < seq < before, the latest ``limit``, oldest first."""
     if limit is not None and limit <= 0:
         return []
-    if isinstance(session, SupportsSequencedItems):
-        return await session.get_sequenced_items(limit, after=after, before=before)
+    if is_sequenced(session):
+        seq_session: SupportsSequencedItems = session  # type: ignore[assignment]
+        return await seq_session.get_sequenced_items(limit, after=after, before=before)
     items = await session.get_items(_EVERYTHING)
     lo = 0 if after is None else max(0, after)
     hi = len(items) if before is None else min(len(items), before - 1)
@@ -79,8 +93,9 @@ async def count_rows(
     session: Session, *, after: int | None = None, before: int | None = None
 ) -> int:
     """Return how many items have after < seq < before."""
-    if isinstance(session, SupportsSequencedItems):
-        return await session.count_items(after=after, before=before)
+    if is_sequenced(session):
+        seq_session: SupportsSequencedItems = session  # type: ignore[assignment]
+        return await seq_session.count_items(after=after, before=before)
     return len(await read_rows(session, after=after, before=before))
 
 
@@ -104,7 +119,7 @@ class Storages:
     @property
     def sequenced(self) -> bool:
         """Whether storages have real sequence numbers (so scans can be cached)."""
-        return isinstance(self.inner, SupportsSequencedItems)
+        return is_sequenced(self.inner)
 
     def side(self, purpose: str) -> Session:
         """Return the sibling session for ``purpose`` (e.g. ``"branches"``)."""

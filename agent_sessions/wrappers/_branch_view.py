@@ -40,6 +40,18 @@ class Scan:
                 self.user_contents.append(item.get("content", ""))
             self.through = max(self.through, seq)
 
+    def drop_last(self, seq: int) -> bool:
+        """Forget the newest item if it is ``seq`` (it was popped); return whether it was."""
+        if not self.seqs or self.seqs[-1] != seq:
+            return False
+        self.seqs.pop()
+        self.kinds.pop()
+        self.tools.pop()
+        if self.user_seqs and self.user_seqs[-1] == seq:
+            self.user_seqs.pop()
+            self.user_contents.pop()
+        return True
+
     def items_below(self, before: int | None) -> int:
         return len(self.seqs) if before is None else bisect_left(self.seqs, before)
 
@@ -70,6 +82,12 @@ class View:
 
     def forget(self) -> None:
         self._scans.clear()
+
+    def popped(self, key: str, seq: int) -> None:
+        """Note that item ``seq`` of storage ``key`` was popped, so its scan stays usable."""
+        scan = self._scans.get(key)
+        if scan is not None and not scan.drop_last(seq):
+            del self._scans[key]
 
     async def read(self, lineage: Lineage, limit: int | None) -> list[Any]:
         """Return the latest ``limit`` items of the view (all when None), oldest first."""
@@ -109,9 +127,13 @@ class View:
             return fresh
         cached = self._scans.get(key)
         if cached is not None:
+            # Pops take the newest item first, so the cached items below `upto` are all still
+            # there exactly when the newest of them is: one indexed row read, not a count.
             covered = before is not None and cached.through >= before - 1
             upto = before if covered else cached.through + 1
-            if await count_rows(session, before=upto) != cached.items_below(upto):
+            known = cached.items_below(upto)
+            newest = await read_rows(session, 1, before=upto)
+            if (newest[0][0] if newest else None) != (cached.seqs[known - 1] if known else None):
                 cached = None  # another object popped here: rebuild
             elif not covered:
                 cached.add(await read_rows(session, after=cached.through))

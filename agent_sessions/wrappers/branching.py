@@ -63,7 +63,7 @@ class BranchingSession(SessionABC):
         self.session_settings = getattr(inner, "session_settings", None)
         self._storages = Storages(inner, factory)
         self._view = View(self._storages)
-        self._log = BranchLog(self._storages.side("branches"))
+        self._log = BranchLog(self._storages.side("branches"), on_reset=self._view.forget)
         self._lock = asyncio.Lock()
         self._logger = logger if logger is not None else logging.getLogger("agent_sessions")
 
@@ -90,9 +90,7 @@ class BranchingSession(SessionABC):
             return []
         async with self._lock:
             lineage = self._lineage(await self._log.sync(), branch_id)
-            if lineage is None:
-                return []
-            return await self._view.read(lineage, limit)
+            return await self._view.read(lineage, limit) if lineage is not None else []
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` to the current branch as one all-or-nothing batch."""
@@ -121,6 +119,7 @@ class BranchingSession(SessionABC):
                     popped = await self._storages.storage(key).pop_item()
                     if popped is None:
                         continue  # another object emptied it meanwhile
+                    self._view.popped(key, seq)
                     await self._after_pop(name, lineage, popped)
                     return popped
                 tail = (uuid.uuid4().hex, None) if index == len(lineage) - 1 else lineage[-1]

@@ -82,7 +82,11 @@ class UsageTrackingSession(SessionABC):
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item; popping a user message drops its turn's usage."""
+        newest = await read_rows(self.inner, 1) if self._storages.sequenced else []
         item = await self.inner.pop_item()
+        if newest and newest[0][1] == item:
+            async with self._scan_lock:  # keeps the turn scan valid without a rescan
+                self._view.popped(MAIN, newest[0][0])
         if is_user_message(item):
             async with self._scan_lock:
                 turn = await self._view.turn_count(MAIN_LINEAGE) + 1
