@@ -80,7 +80,7 @@ class TestAdvancedOnABranch(SessionConformanceSuite):
 
     async def create_session(self, session_id: str) -> Session:
         session = AdvancedSession(SQLiteSession(session_id, self.path))
-        if not await session.get_items():
+        if len(await session.list_branches()) == 1:  # first object on this id
             await session.add_items([user("q1")])
             await session.create_branch_from_turn(1, "b")
         return session
@@ -206,6 +206,10 @@ async def test_errors_match_the_sdk(make: Any) -> None:
     for blank in ("", "   "):
         with pytest.raises(ValueError, match="Branch name cannot be empty"):
             await s.create_branch_from_turn(1, blank)
+    with pytest.raises(BranchError, match="branch_name must be a str"):
+        await s.create_branch_from_turn(1, 7)
+    with pytest.raises(BranchError, match="Turn 1.0 does not contain a user message"):
+        await s.create_branch_from_turn(1.0)
     await s.create_branch_from_turn(2, "b1")
     with pytest.raises(BranchError, match="Branch ID 'b1' has already been used"):
         await s.create_branch_from_turn(1, "b1")

@@ -266,3 +266,10 @@ async def test_same_usage_results_as_the_sdk(tmp_path: Path) -> None:
         sdk.close()
         await ours.close()
     assert got == expected
+
+
+def test_a_foreign_session_needs_a_sibling_factory(tmp_path: Path) -> None:
+    inner = SDKSQLiteSession("x", str(tmp_path / "f.db"))
+    with pytest.raises(TypeError, match="sibling_factory"):
+        UsageTrackingSession(inner)
+    inner.close()

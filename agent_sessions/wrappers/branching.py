@@ -171,8 +171,9 @@ class BranchingSession(SessionABC):
             BranchError (a ValueError): the turn is not a user message of the current branch, or
                 ``branch_name`` is blank or was used before in this session.
         """
-        blank = not isinstance(branch_name, str) or not branch_name.strip()
-        if branch_name is not None and blank:
+        if branch_name is not None and not isinstance(branch_name, str):
+            raise BranchError(f"branch_name must be a str or None, got {branch_name!r}")
+        if branch_name is not None and not branch_name.strip():
             raise BranchError("Branch name cannot be empty")
         async with self._lock:
             state, source, lineage = await self._current()
