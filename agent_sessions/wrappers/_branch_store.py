@@ -89,16 +89,6 @@ async def read_rows(
     return rows if limit is None else rows[-limit:]
 
 
-async def count_rows(
-    session: Session, *, after: int | None = None, before: int | None = None
-) -> int:
-    """Return how many items have after < seq < before."""
-    if is_sequenced(session):
-        seq_session: SupportsSequencedItems = session  # type: ignore[assignment]
-        return await seq_session.count_items(after=after, before=before)
-    return len(await read_rows(session, after=after, before=before))
-
-
 async def close_session(session: Session) -> None:
     """Close ``session`` if it can be closed (sync or async ``close``)."""
     close = getattr(session, "close", None)
@@ -115,11 +105,6 @@ class Storages:
         self.inner = inner
         self._factory = sibling_factory
         self._open: dict[str, Session] = {}
-
-    @property
-    def sequenced(self) -> bool:
-        """Whether storages have real sequence numbers (so scans can be cached)."""
-        return is_sequenced(self.inner)
 
     def side(self, purpose: str) -> Session:
         """Return the sibling session for ``purpose`` (e.g. ``"branches"``)."""

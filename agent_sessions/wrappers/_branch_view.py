@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._branch_items import classify_message_type, extract_tool_name, is_user_message
-from ._branch_store import Storages, count_rows, read_rows
+from ._branch_store import Storages, is_sequenced, read_rows
 
 Segment = tuple[str, "int | None"]
 Lineage = tuple[Segment, ...]
@@ -72,8 +72,9 @@ class Turn:
 class View:
     """Reads views over :class:`Storages` and caches per-storage scans.
 
-    A cached scan is checked with one count query before use (another session object may have
-    popped or appended), then extended with the items after it, so a warm scan costs O(new items).
+    A cached scan is checked with one single-row read before use (another session object may
+    have popped or appended), then extended with the items after it, so a warm scan costs
+    O(new items). Storages without sequence numbers are scanned in full every time.
     """
 
     def __init__(self, storages: Storages) -> None:
@@ -111,17 +112,10 @@ class View:
                 return index, rows[0][0], rows[0][1]
         return None
 
-    async def count(self, lineage: Lineage) -> int:
-        """Return how many items the view holds."""
-        total = 0
-        for key, before in lineage:
-            total += await count_rows(self.storages.storage(key), before=before)
-        return total
-
     async def scan(self, key: str, before: int | None) -> Scan:
         """Return a scan of storage ``key`` complete at least below ``before``."""
         session = self.storages.storage(key)
-        if not self.storages.sequenced:
+        if not is_sequenced(session):
             fresh = Scan()
             fresh.add(await read_rows(session, before=before))
             return fresh

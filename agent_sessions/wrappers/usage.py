@@ -24,6 +24,7 @@ from ._branch_store import (
     Storages,
     check_items,
     close_session,
+    is_sequenced,
     read_rows,
     resolve_sibling_factory,
 )
@@ -82,7 +83,7 @@ class UsageTrackingSession(SessionABC):
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item; popping a user message drops its turn's usage."""
-        newest = await read_rows(self.inner, 1) if self._storages.sequenced else []
+        newest = await read_rows(self.inner, 1) if is_sequenced(self.inner) else []
         item = await self.inner.pop_item()
         if newest and newest[0][1] == item:
             async with self._scan_lock:  # keeps the turn scan valid without a rescan
