@@ -616,3 +616,48 @@ async def test_same_results_as_the_sdk_advanced_sqlite_session(tmp_path: Path) -
         sdk.close()
         await ours.close()
     assert got == expected
+
+
+@pytest.mark.asyncio
+async def test_wrapping_an_existing_conversation_keeps_it_as_main(db: str) -> None:
+    plain = SQLiteSession("existing", db)
+    await plain.add_items(turns(2))
+    s = AdvancedSession(plain)
+    assert contents(await s.get_items()) == contents(turns(2))
+    await s.create_branch_from_turn(2, "b")
+    await s.add_items([user("b2")])
+    assert contents(await plain.get_items()) == contents(turns(2))  # main is the inner itself
+    await s.clear_session()
+    await s.close()
+
+
+@pytest.mark.asyncio
+async def test_cancelled_branch_operations_leave_a_consistent_state(make: Any) -> None:
+    s = make()
+    await s.add_items(turns(3))
+    for attempt in range(8):
+        task = asyncio.ensure_future(s.create_branch_from_turn(2, f"c{attempt}"))
+        for _ in range(attempt):
+            await asyncio.sleep(0)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        await s.switch_to_branch("main")
+        pop = asyncio.ensure_future(s.pop_item())
+        for _ in range(attempt):
+            await asyncio.sleep(0)
+        pop.cancel()
+        try:
+            await pop
+        except asyncio.CancelledError:
+            pass
+        await s.add_items([assistant("refill")])
+    # every branch that exists is whole: q1 r1 and nothing else
+    for branch in await s.list_branches():
+        if branch["branch_id"] != "main":
+            assert contents(await s.get_items(branch_id=branch["branch_id"])) == ["q1", "r1"]
+    main = contents(await s.get_items(branch_id="main"))
+    assert main[:2] == ["q1", "r1"] and len(main) >= 6
+    await s.close()
