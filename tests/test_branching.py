@@ -208,7 +208,7 @@ async def test_errors_match_the_sdk(make: Any) -> None:
             await s.create_branch_from_turn(1, blank)
     with pytest.raises(BranchError, match="branch_name must be a str"):
         await s.create_branch_from_turn(1, 7)
-    with pytest.raises(BranchError, match="Turn 1.0 does not contain a user message"):
+    with pytest.raises(BranchError, match=r"Turn 1\.0 does not contain a user message"):
         await s.create_branch_from_turn(1.0)
     await s.create_branch_from_turn(2, "b1")
     with pytest.raises(BranchError, match="Branch ID 'b1' has already been used"):
