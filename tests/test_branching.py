@@ -601,7 +601,27 @@ async def _script(s: Any) -> list[Any]:
     out.append(await s.get_session_usage())
     out.append(await s.get_turn_usage())
     out.append(await s.get_turn_usage(1))
+    await s.add_items([user("tools"), *TOOL_ITEMS])
+    out.append(await s.get_tool_usage())
+    out.append(await s.get_conversation_by_turns())
     return out
+
+
+TOOL_ITEMS: list[Any] = [
+    {"type": "function_call", "name": "f", "namespace": "ns", "call_id": "1", "arguments": "{}"},
+    {"type": "function_call", "name": "g", "namespace": "g", "call_id": "2", "arguments": "{}"},
+    {"type": "mcp_call", "server_label": "srv", "name": "t", "id": "3", "arguments": "{}"},
+    {"type": "mcp_approval_request", "server_label": "srv", "id": "4", "arguments": "{}"},
+    {"type": "computer_call", "id": "5", "call_id": "5"},
+    {"type": "web_search_call", "id": "6"},
+    {"type": "tool_search_call", "id": "7"},
+    {"type": "tool_search_output", "id": "8"},
+    {"type": "tool_search_output", "id": "9"},
+    {"type": "shell_call", "id": "10"},
+    {"type": "custom_tool_call", "name": "custom", "id": "11"},
+    {"type": "function_call_output", "call_id": "1", "output": "x"},
+    {"type": "reasoning", "id": "12", "summary": []},
+]
 
 
 @pytest.mark.asyncio

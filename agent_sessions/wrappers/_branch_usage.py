@@ -119,7 +119,7 @@ def turn_usage(
 
 
 def tool_usage(structure: list[tuple[int, str, str | None]]) -> list[tuple[str, int, int]]:
-    """Return ``(tool_name, count, turn)`` per tool and turn, ordered by turn."""
+    """Return ``(tool_name, count, turn)`` per tool and turn, ordered by turn and name."""
     search_calls = {
         (turn, tool) for turn, kind, tool in structure if kind == "tool_search_call"
     }
@@ -134,5 +134,8 @@ def tool_usage(structure: list[tuple[int, str, str | None]]) -> list[tuple[str, 
         else:
             continue
         counts[(name, turn)] = counts.get((name, turn), 0) + 1
-    ordered = sorted(counts.items(), key=lambda kv: kv[0][1])
+    # The SDK's GROUP BY orders by turn, then tool name (NULL first).
+    ordered = sorted(
+        counts.items(), key=lambda kv: (kv[0][1], kv[0][0] is not None, str(kv[0][0] or ""))
+    )
     return [(name, count, turn) for (name, turn), count in ordered]
