@@ -18,8 +18,10 @@ from agents.usage import Usage
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
 from agent_sessions import InMemorySession, InMemoryStore, SQLiteSession
+from agent_sessions.core.capabilities import SupportsSiblings
 from agent_sessions.testing import SessionConformanceSuite
 from agent_sessions.wrappers.advanced import AdvancedSession
+from agent_sessions.wrappers.branching import BranchingSession
 from agent_sessions.wrappers.usage import UsageTrackingSession
 
 from ._branch_fixtures import sdk_factory, usage_agent, user
@@ -273,3 +275,19 @@ def test_a_foreign_session_needs_a_sibling_factory(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="sibling_factory"):
         UsageTrackingSession(inner)
     inner.close()
+
+
+@pytest.mark.asyncio
+async def test_stacked_usage_over_branching_keeps_side_data_in_the_same_store(
+    tmp_path: Path,
+) -> None:
+    branching = BranchingSession(SQLiteSession("stack", str(tmp_path / "s.db")))
+    assert isinstance(branching, SupportsSiblings)
+    stacked = UsageTrackingSession(branching)  # no factory needed: the layer offers siblings
+    agent, _ = usage_agent(("a", usage(1, 3, 4)))
+    await stacked.store_run_usage(await Runner.run(agent, "q", session=stacked))
+    assert await stacked.get_session_usage() == {
+        "requests": 1, "input_tokens": 3, "output_tokens": 4, "total_tokens": 7, "total_turns": 1
+    }
+    await stacked.clear_session()
+    await stacked.close()

@@ -116,6 +116,10 @@ class Storages:
             )
         return session
 
+    def open_sibling(self, session_id: str) -> Session:
+        """Open a session of the same store for ``session_id`` (the caller closes it)."""
+        return self._factory(session_id)
+
     def storage(self, key: str) -> Session:
         """Return the session holding the items of storage ``key``."""
         if key == MAIN:

@@ -143,6 +143,11 @@ class BranchingSession(SessionABC):
             await self._log.append({"op": "reset"})
             self._view.forget()
 
+    def sibling(self, session_id: str) -> Session:
+        """Return a plain session of the inner session's store, for layers stacked on this
+        one to keep their side data in the same backend."""
+        return self._storages.open_sibling(session_id)
+
     async def close(self) -> None:
         """Close the side sessions and the inner session."""
         await self._storages.close()

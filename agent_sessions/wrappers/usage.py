@@ -99,6 +99,11 @@ class UsageTrackingSession(SessionABC):
         await self.inner.clear_session()
         await self._usage.clear()
 
+    def sibling(self, session_id: str) -> Session:
+        """Return a plain session of the inner session's store, for layers stacked on this
+        one to keep their side data in the same backend."""
+        return self._storages.open_sibling(session_id)
+
     async def close(self) -> None:
         """Close the side sessions and the inner session."""
         await self._storages.close()
