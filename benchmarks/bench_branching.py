@@ -1,6 +1,6 @@
-"""Branching on SQLite: ours (AdvancedSession over SQLiteSession) vs the SDK's
-AdvancedSQLiteSession and the bare backend, in one run.
-``python benchmarks/bench_branching.py [--quick]``
+"""Branching: ours (AdvancedSession over SQLiteSession, or over any backend given by
+``--url``) vs the SDK's AdvancedSQLiteSession and the bare backend, in one run.
+``python benchmarks/bench_branching.py [--quick] [--url redis://127.0.0.1:6379/0]``
 
 - create_branch_from_turn at 10 and 5000 turns. "warm": the object has read the session
   before (the usual case for a long-lived session object); "cold": a new object's first call,
@@ -21,14 +21,16 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agents.extensions.memory.advanced_sqlite_session import AdvancedSQLiteSession
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from agent_sessions import SQLiteSession
+from agent_sessions import SQLiteSession, open_session
 from agent_sessions.wrappers.advanced import AdvancedSession
+
+MakeInner = Callable[[str], Awaitable[Any]]
 
 
 def history(turns: int, tag: str = "") -> list[Any]:
@@ -52,15 +54,14 @@ async def timed_ms(op: Awaitable[Any]) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-async def bench_create(tmp: str, rounds: int, sdk_rounds: int) -> None:
-    path = os.path.join(tmp, "create.db")
+async def bench_create(make: MakeInner, tmp: str, rounds: int, sdk_rounds: int) -> None:
     sdk_path = os.path.join(tmp, "create-sdk.db")
     sizes = (10, 5000)
     ours: dict[int, AdvancedSession] = {}
     sdk: dict[int, AdvancedSQLiteSession] = {}
     sids = {n: f"c{n}-{uuid.uuid4().hex[:6]}" for n in sizes}
     for n in sizes:
-        ours[n] = AdvancedSession(SQLiteSession(sids[n], path))
+        ours[n] = AdvancedSession(await make(sids[n]))
         await fill(ours[n], n)
         await ours[n].get_conversation_turns()  # warm
         sdk[n] = AdvancedSQLiteSession(session_id=sids[n], db_path=sdk_path, create_tables=True)
@@ -81,7 +82,7 @@ async def bench_create(tmp: str, rounds: int, sdk_rounds: int) -> None:
                 )
                 await q.switch_to_branch("main")
             if r < 5:
-                fresh = AdvancedSession(SQLiteSession(sids[n], path))
+                fresh = AdvancedSession(await make(sids[n]))
                 times.setdefault(f"cold{n}", []).append(
                     await timed_ms(fresh.create_branch_from_turn(n // 2))
                 )
@@ -93,7 +94,7 @@ async def bench_create(tmp: str, rounds: int, sdk_rounds: int) -> None:
         sdk[n].close()
 
     med = {k: statistics.median(v) for k, v in times.items()}
-    print("\n## create_branch_from_turn on SQLite (median ms per call)\n")
+    print("\n## create_branch_from_turn (median ms per call)\n")
     print("| turns | ours warm | ours cold (first call) | SDK AdvancedSQLiteSession "
           "| SDK / ours warm |")
     print("|---:|---:|---:|---:|---:|")
@@ -104,14 +105,13 @@ async def bench_create(tmp: str, rounds: int, sdk_rounds: int) -> None:
           f"SDK: {med['sdk5000'] / med['sdk10']:.0f}x")
 
 
-async def bench_get(tmp: str, rounds: int, calls: int) -> None:
-    path = os.path.join(tmp, "get.db")
+async def bench_get(make: MakeInner, tmp: str, rounds: int, calls: int) -> None:
     sid = uuid.uuid4().hex[:6]
-    bare = SQLiteSession(f"bare-{sid}", path)
+    bare = await make(f"bare-{sid}")
     await fill(bare, 5000)
-    contenders: dict[str, Any] = {"bare SQLiteSession (main, 10000 items)": bare}
+    contenders: dict[str, Any] = {"bare backend (10000 items)": bare}
     for own in (5, 20):
-        s = AdvancedSession(SQLiteSession(f"ours{own}-{sid}", path))
+        s = AdvancedSession(await make(f"ours{own}-{sid}"))
         await fill(s, 5000)
         await s.create_branch_from_turn(2500, "b")
         await s.add_items(history(own, "b"))
@@ -136,7 +136,7 @@ async def bench_get(tmp: str, rounds: int, calls: int) -> None:
             for _ in range(n):
                 await s.get_items(limit=20)
             best[name] = min(best[name], (time.perf_counter() - start) / n * 1e6)
-    base = best["bare SQLiteSession (main, 10000 items)"]
+    base = best["bare backend (10000 items)"]
     print("\n## get_items(limit=20), 5000-turn history (best round, microseconds per call)\n")
     print("| session | us / call | vs bare |")
     print("|---|---:|---:|")
@@ -150,13 +150,23 @@ async def bench_get(tmp: str, rounds: int, calls: int) -> None:
             await s.close()
 
 
-async def main(quick: bool) -> None:
+async def main(quick: bool, url: str | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        await bench_create(tmp, rounds=20 if quick else 60, sdk_rounds=5 if quick else 10)
-        await bench_get(tmp, rounds=10 if quick else 30, calls=100)
+        path = os.path.join(tmp, "ours.db")
+
+        async def make(session_id: str) -> Any:
+            if url is not None:
+                return await open_session(url, f"bench-{session_id}")
+            return SQLiteSession(session_id, path)
+
+        print(f"ours over: {url or 'SQLiteSession (file)'}; the SDK: AdvancedSQLiteSession (file)")
+        await bench_create(make, tmp, rounds=20 if quick else 60, sdk_rounds=5 if quick else 10)
+        await bench_get(make, tmp, rounds=10 if quick else 30, calls=100)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    asyncio.run(main(parser.parse_args().quick))
+    parser.add_argument("--url", help="run ours over this backend (open_session URL)")
+    args = parser.parse_args()
+    asyncio.run(main(args.quick, args.url))
