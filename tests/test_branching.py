@@ -681,3 +681,38 @@ async def test_cancelled_branch_operations_leave_a_consistent_state(make: Any) -
     main = contents(await s.get_items(branch_id="main"))
     assert main[:2] == ["q1", "r1"] and len(main) >= 6
     await s.close()
+
+
+class _PausingSession(InMemorySession):
+    """An in-memory session that runs ``before_append`` once, just before its next append."""
+
+    before_append: Any = None
+
+    async def add_sequenced_items(self, items: list[Any]) -> list[int]:
+        hook, self.before_append = self.before_append, None
+        if hook is not None:
+            await hook()
+        return await super().add_sequenced_items(items)
+
+
+@pytest.mark.asyncio
+async def test_an_add_racing_a_pop_that_moves_the_branch_is_not_lost() -> None:
+    store = InMemoryStore()
+    a = AdvancedSession(InMemorySession("race", store=store))
+    inner_c = _PausingSession("race", store=store)
+    c = AdvancedSession(inner_c)
+    await a.add_items(turns(2))
+    await a.create_branch_from_turn(2, "child")  # child sees q1 r1 of main's storage
+    await a.switch_to_branch("main")
+    await c.get_items()  # c has read the state: main writes to its own storage
+
+    async def pop_below_the_child() -> None:
+        popped = [await a.pop_item() for _ in range(3)]
+        assert contents(popped) == ["r2", "q2", "r1"]
+
+    inner_c.before_append = pop_below_the_child
+    await c.add_items([user("late")])
+    assert contents(await a.get_items()) == ["q1", "late"]
+    assert contents(await c.get_items()) == ["q1", "late"]
+    assert contents(await a.get_items(branch_id="child")) == ["q1", "r1"]
+    await close_all(a, c)

@@ -116,6 +116,12 @@ class BranchState:
                     return True
         return False
 
+    def shares(self, key: str, *, besides: str) -> bool:
+        """Whether a branch other than ``besides`` reads storage ``key``."""
+        return any(
+            key == k for name, b in self.branches.items() if name != besides for k, _ in b.lineage
+        )
+
     def referenced(self, key: str) -> bool:
         return any(key == k for b in self.branches.values() for k, _ in b.lineage)
 

@@ -27,6 +27,7 @@ from ._branch_store import (
     Storages,
     check_items,
     close_session,
+    is_sequenced,
     resolve_sibling_factory,
 )
 from ._branch_view import Lineage, View
@@ -95,10 +96,34 @@ class BranchingSession(SessionABC):
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` to the current branch as one all-or-nothing batch."""
         async with self._lock:
-            _, _, lineage = await self._current()
-            storage = self._storages.storage(lineage[-1][0])
+            state, name, lineage = await self._current()
+            key = lineage[-1][0]
+            storage = self._storages.storage(key)
             check_items(storage, items)
-            await storage.add_items(items)
+            if not items or not is_sequenced(storage) or not state.shares(key, besides=name):
+                await storage.add_items(items)
+                return
+            # Another object may, right now, pop this branch below a child's fork point, which
+            # moves the branch to a fresh storage; then this batch must follow it there.
+            seqs = await storage.add_sequenced_items(items)  # type: ignore[attr-defined]
+            await self._follow_moved_tail(name, key, seqs, items)
+
+    async def _follow_moved_tail(
+        self, name: str, key: str, seqs: list[int], items: list[TResponseInputItem]
+    ) -> None:
+        """Re-append ``items`` (stored as ``seqs`` in ``key``) to ``name``'s current storage if
+        a concurrent pop put the branch's fork point on ``key`` below all of them."""
+        for _ in range(8):
+            branch = (await self._log.sync()).branches.get(name)
+            if branch is None or not seqs:
+                return
+            bound = next((b for k, b in branch.lineage if k == key), None)
+            if bound is None or bound > min(seqs):
+                return  # still the open tail, or the batch is (partly) seen: nothing lost
+            key = branch.lineage[-1][0]
+            storage = self._storages.storage(key)
+            seqs = await storage.add_sequenced_items(items)  # type: ignore[attr-defined]
+        raise BranchError(f"branch '{name}' kept moving while adding items; try again")
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item of the current branch, or None.
