@@ -716,3 +716,25 @@ async def test_an_add_racing_a_pop_that_moves_the_branch_is_not_lost() -> None:
     assert contents(await c.get_items()) == ["q1", "late"]
     assert contents(await a.get_items(branch_id="child")) == ["q1", "r1"]
     await close_all(a, c)
+
+
+@pytest.mark.asyncio
+async def test_reads_reaching_into_the_parent_stay_exact(make: Any) -> None:
+    a, b = make(), make()
+    await a.add_items(turns(40))
+    await a.create_branch_from_turn(40, "b")
+    await a.add_items([user("own")])
+    first = await a.get_items(limit=5)
+    assert contents(first) == ["q38", "r38", "q39", "r39", "own"]
+    first[0]["content"] = "mutated by the caller"
+    assert contents(await a.get_items(limit=5)) == ["q38", "r38", "q39", "r39", "own"]
+    assert contents(await a.get_items(limit=100)) == [*contents(turns(39)), "own"]
+    assert len(await a.get_items(limit=70)) == 70
+    await b.pop_item()  # "own"
+    await b.pop_item()  # r39 of main: hidden from b, kept for main
+    assert contents(await a.get_items(limit=3)) == ["q38", "r38", "q39"]
+    assert contents(await a.get_items(limit=2, branch_id="main")) == ["q40", "r40"]
+    await b.clear_session()
+    assert await a.get_items(limit=3) == []
+    assert await a.get_items(branch_id="b") == []
+    await close_all(a, b)

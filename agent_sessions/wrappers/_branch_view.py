@@ -12,10 +12,13 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.codec import dumps, loads
 from ._branch_items import classify_message_type, extract_tool_name, is_user_message
 from ._branch_store import Storages, is_sequenced, read_rows
 
 Segment = tuple[str, "int | None"]
+FROZEN_TAIL = 64
+"""How many of the newest items below a fork point a view keeps in memory per segment."""
 Lineage = tuple[Segment, ...]
 
 
@@ -80,9 +83,12 @@ class View:
     def __init__(self, storages: Storages) -> None:
         self.storages = storages
         self._scans: dict[str, Scan] = {}
+        self._frozen: dict[Segment, tuple[bool, list[tuple[int, str]]]] = {}
 
     def forget(self) -> None:
+        """Drop every cache (the storages were cleared)."""
         self._scans.clear()
+        self._frozen.clear()
 
     def popped(self, key: str, seq: int) -> None:
         """Note that item ``seq`` of storage ``key`` was popped, so its scan stays usable."""
@@ -95,13 +101,33 @@ class View:
         out: list[Any] = []
         remaining = limit
         for key, before in reversed(lineage):
-            rows = await read_rows(self.storages.storage(key), remaining, before=before)
+            if before is not None and remaining is not None and remaining <= FROZEN_TAIL:
+                rows = await self._frozen_rows(key, before, remaining)
+            else:
+                rows = await read_rows(self.storages.storage(key), remaining, before=before)
             out[:0] = [item for _, item in rows]
             if remaining is not None:
                 remaining -= len(rows)
                 if remaining <= 0:
                     break
         return out
+
+    async def _frozen_rows(self, key: str, before: int, want: int) -> list[tuple[int, Any]]:
+        """The latest ``want`` (<= FROZEN_TAIL) rows of storage ``key`` below ``before``.
+
+        Items below a fork point never change (pops hide them instead of deleting them, and a
+        clear resets every cache), so the newest few are kept after the first read: a branch
+        read that reaches into its parent costs no extra round trip.
+        """
+        cached = self._frozen.get((key, before))
+        if cached is None or (len(cached[1]) < want and not cached[0]):
+            rows = await read_rows(self.storages.storage(key), FROZEN_TAIL, before=before)
+            if len(self._frozen) >= 512:
+                self._frozen.clear()
+            cached = (len(rows) < FROZEN_TAIL, [(seq, dumps(item)) for seq, item in rows])
+            self._frozen[(key, before)] = cached
+        # Fresh objects per call, as a read from the store would give.
+        return [(seq, loads(text)) for seq, text in cached[1][-want:]] if want else []
 
     async def newest(self, lineage: Lineage) -> tuple[int, int, Any] | None:
         """Return ``(segment index, seq, item)`` of the view's newest item, or None."""
