@@ -41,6 +41,7 @@ def _decode_lineage(value: Any) -> Lineage | None:
             not isinstance(segment, list)
             or len(segment) != 2
             or not isinstance(segment[0], str)
+            or not (segment[0] == MAIN or (segment[0].isalnum() and len(segment[0]) <= 40))
             or not (segment[1] is None or isinstance(segment[1], int))
         ):
             return None
