@@ -55,6 +55,20 @@ class TestUsageOverSDKSQLite(SessionConformanceSuite):
         return UsageTrackingSession(inner, sibling_factory=sdk_factory(self.path))
 
 
+class TestUsageOverBranchingStack(SessionConformanceSuite):
+    @pytest.fixture(autouse=True)
+    def _db_path(self, tmp_path: Path) -> None:
+        self.path = str(tmp_path / "stack.db")
+
+    async def create_session(self, session_id: str) -> Session:
+        return UsageTrackingSession(BranchingSession(SQLiteSession(session_id, self.path)))
+
+
+class TestBranchingOverUsageStack(SessionConformanceSuite):
+    async def create_session(self, session_id: str) -> Session:
+        return BranchingSession(UsageTrackingSession(InMemorySession(session_id, store=STORE)))
+
+
 def usage(requests: int, inp: int, out: int, cached: int = 0, reasoning: int = 0) -> Usage:
     return Usage(
         requests=requests,
