@@ -305,3 +305,53 @@ async def test_stacked_usage_over_branching_keeps_side_data_in_the_same_store(
     }
     await stacked.clear_session()
     await stacked.close()
+
+
+@pytest.mark.asyncio
+async def test_a_new_object_per_turn_counts_turns_without_rescanning(make: Any) -> None:
+    agent, _ = usage_agent(*[(f"r{i}", usage(1, i, 1)) for i in range(1, 7)])
+    for i in range(1, 4):
+        s = make()
+        await s.store_run_usage(await Runner.run(agent, f"q{i}", session=s))
+        if i > 1 and not isinstance(s.inner, SDKSQLiteSession):
+            assert s._view._scans == {}, "the anchor of the last record should have sufficed"
+        await s.close()
+    s = make()
+    await s.pop_item()
+    await s.pop_item()  # turn 3 gone, and its usage
+    await s.close()
+    s = make()
+    await s.store_run_usage(await Runner.run(agent, "q3-again", session=s))
+    await s.store_run_usage(await Runner.run(agent, "q4", session=s))
+    got = [(t["user_turn_number"], t["input_tokens"]) for t in await s.get_turn_usage()]
+    assert got == [(1, 1), (2, 2), (3, 4), (4, 5)]
+    await s.clear_session()
+    await s.close()
+
+
+@pytest.mark.asyncio
+async def test_turns_after_branch_switches_on_new_objects(tmp_path: Path) -> None:
+    path = str(tmp_path / "anchor.db")
+    agent, _ = usage_agent(*[(f"r{i}", usage(1, i, 1)) for i in range(1, 8)])
+
+    def fresh() -> Any:
+        return AdvancedSession(SQLiteSession("anchored", path))
+
+    for q in ("q1", "q2", "q3"):
+        s = fresh()
+        await s.store_run_usage(await Runner.run(agent, q, session=s))
+        await s.close()
+    s = fresh()
+    await s.create_branch_from_turn(2, "alt")
+    await s.close()
+    for q in ("alt2", "alt3"):
+        s = fresh()
+        await s.store_run_usage(await Runner.run(agent, q, session=s))
+        await s.close()
+    s = fresh()
+    await s.switch_to_branch("main")
+    await s.store_run_usage(await Runner.run(agent, "q4", session=s))
+    main_turns = [t["user_turn_number"] for t in await s.get_turn_usage()]
+    alt_turns = [t["user_turn_number"] for t in await s.get_turn_usage(branch_id="alt")]
+    assert (main_turns, alt_turns) == ([1, 2, 3, 4], [2, 3])
+    await s.close()

@@ -13,7 +13,9 @@ from agents.memory import Session
 from agents.usage import Usage
 
 from ._branch_items import TOOL_CALL_TYPES
+from ._branch_log import encode_lineage
 from ._branch_store import read_rows
+from ._branch_view import Lineage, View
 
 UsageKey = tuple[str, int]
 
@@ -48,8 +50,18 @@ class UsageLog:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    async def store(self, branch: str, turn: int, usage: Usage) -> None:
-        await self.session.add_items([usage_record(branch, turn, usage)])  # type: ignore[list-item]
+    async def store(
+        self, branch: str, turn: int, usage: Usage, anchor: dict[str, Any] | None = None
+    ) -> None:
+        record = usage_record(branch, turn, usage)
+        if anchor is not None:
+            record["v"] = anchor
+        await self.session.add_items([record])  # type: ignore[list-item]
+
+    async def latest(self) -> Any:
+        """Return the newest record, or None."""
+        rows = await read_rows(self.session, 1)
+        return rows[0][1] if rows else None
 
     async def drop_turn(self, branch: str, turn: int) -> None:
         await self.session.add_items([{"b": branch, "t": turn, "drop": True}])  # type: ignore[list-item]
@@ -139,3 +151,30 @@ def tool_usage(structure: list[tuple[int, str, str | None]]) -> list[tuple[str, 
         counts.items(), key=lambda kv: (kv[0][1], kv[0][0] is not None, str(kv[0][0] or ""))
     )
     return [(name, count, turn) for (name, turn), count in ordered]
+
+
+async def current_turn(
+    view: View, lineage: Lineage, branch: str, log: UsageLog
+) -> tuple[int, dict[str, Any] | None]:
+    """Return the number of user turns of ``branch`` (viewed as ``lineage``) and the anchor to
+    store with a usage record for it.
+
+    The anchor records where the view ended and how many turns it held. When the newest usage
+    record is this branch's and its anchor still holds, only the items after it are read, so a
+    new session object per request does not rescan the history on every ``store_run_usage``.
+    """
+    encoded = encode_lineage(lineage)
+    latest = await log.latest()
+    anchor = latest.get("v") if isinstance(latest, dict) and latest.get("b") == branch else None
+    if isinstance(anchor, dict) and anchor.get("lineage") == encoded:
+        found = await view.turns_since(lineage, anchor.get("seg"), anchor.get("seq"),
+                                       anchor.get("turns"))
+        if found is not None:
+            turns, position = found
+            return turns, {"lineage": encoded, "seg": position[0], "seq": position[1],
+                           "turns": turns}
+    turns = await view.turn_count(lineage)
+    newest = await view.newest(lineage)
+    if newest is None:
+        return turns, None
+    return turns, {"lineage": encoded, "seg": newest[0], "seq": newest[1], "turns": turns}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._branch_items import is_user_message
 from ._branch_store import SiblingFactory
-from ._branch_usage import UsageLog, session_usage, tool_usage, turn_usage
+from ._branch_usage import UsageLog, current_turn, session_usage, tool_usage, turn_usage
 from ._branch_view import Lineage
 from .branching import BranchingSession
 
@@ -62,12 +62,12 @@ class AdvancedSession(BranchingSession):
             if usage is None:
                 return
             async with self._lock:
-                _state, branch, lineage = await self._current()
-                turn = await self._view.turn_count(lineage)
+                _, branch, lineage = await self._current()
+                turn, anchor = await current_turn(self._view, lineage, branch, self._usage)
                 if turn == 0:
                     self._logger.debug("Skipping usage store: no turn on branch %r", branch)
                     return
-                await self._usage.store(branch, turn, usage)
+                await self._usage.store(branch, turn, usage, anchor)
         except Exception as exc:  # the SDK's contract: usage never breaks a conversation
             self._logger.error("Failed to store session usage: %s", exc, exc_info=True)
 

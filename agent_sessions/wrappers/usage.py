@@ -28,7 +28,7 @@ from ._branch_store import (
     read_rows,
     resolve_sibling_factory,
 )
-from ._branch_usage import UsageLog, session_usage, tool_usage, turn_usage
+from ._branch_usage import UsageLog, current_turn, session_usage, tool_usage, turn_usage
 from ._branch_view import View
 
 if TYPE_CHECKING:
@@ -122,11 +122,11 @@ class UsageTrackingSession(SessionABC):
             if usage is None:
                 return
             async with self._scan_lock:
-                turn = await self._view.turn_count(MAIN_LINEAGE)
+                turn, anchor = await current_turn(self._view, MAIN_LINEAGE, MAIN, self._usage)
             if turn == 0:
                 self._logger.debug("Skipping usage store: no user turn yet")
                 return
-            await self._usage.store(MAIN, turn, usage)
+            await self._usage.store(MAIN, turn, usage, anchor)
         except Exception as exc:  # the SDK's contract: usage never breaks a conversation
             self._logger.error("Failed to store session usage: %s", exc, exc_info=True)
 
