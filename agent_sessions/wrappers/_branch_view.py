@@ -1,0 +1,234 @@
+"""A branch's view: segments of storages read newest-first, and a cached scan of their structure.
+
+A lineage is a tuple of segments ``(storage key, before)``: the items of that storage with a
+sequence number below ``before`` (all of them when None; only the last segment is open). A
+branch's items are the concatenation of its segments, so a branch shares its parent's items
+instead of copying them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.codec import dumps, loads
+from ._branch_items import classify_message_type, extract_tool_name, is_user_message
+from ._branch_store import Storages, is_sequenced, read_rows
+
+Segment = tuple[str, "int | None"]
+FROZEN_TAIL = 64
+"""How many of the newest items below a fork point a view keeps in memory per segment."""
+Lineage = tuple[Segment, ...]
+
+
+@dataclass
+class Scan:
+    """The structure of one storage's items up to sequence number ``through``."""
+
+    through: int = 0
+    seqs: list[int] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    tools: list[str | None] = field(default_factory=list)
+    user_seqs: list[int] = field(default_factory=list)
+    user_contents: list[Any] = field(default_factory=list)
+
+    def add(self, rows: list[tuple[int, Any]]) -> None:
+        for seq, item in rows:
+            self.seqs.append(seq)
+            self.kinds.append(classify_message_type(item))
+            self.tools.append(extract_tool_name(item))
+            if is_user_message(item):
+                self.user_seqs.append(seq)
+                self.user_contents.append(item.get("content", ""))
+            self.through = max(self.through, seq)
+
+    def drop_last(self, seq: int) -> bool:
+        """Forget the newest item if it is ``seq`` (it was popped); return whether it was."""
+        if not self.seqs or self.seqs[-1] != seq:
+            return False
+        self.seqs.pop()
+        self.kinds.pop()
+        self.tools.pop()
+        if self.user_seqs and self.user_seqs[-1] == seq:
+            self.user_seqs.pop()
+            self.user_contents.pop()
+        return True
+
+    def items_below(self, before: int | None) -> int:
+        return len(self.seqs) if before is None else bisect_left(self.seqs, before)
+
+    def users_below(self, before: int | None) -> int:
+        return len(self.user_seqs) if before is None else bisect_left(self.user_seqs, before)
+
+
+@dataclass
+class Turn:
+    """One user turn of a view."""
+
+    number: int
+    segment: int
+    seq: int
+    content: Any
+
+
+class View:
+    """Reads views over :class:`Storages` and caches per-storage scans.
+
+    A cached scan is checked with one single-row read before use (another session object may
+    have popped or appended), then extended with the items after it, so a warm scan costs
+    O(new items). Storages without sequence numbers are scanned in full every time.
+    """
+
+    def __init__(self, storages: Storages) -> None:
+        self.storages = storages
+        self._scans: dict[str, Scan] = {}
+        self._frozen: dict[Segment, tuple[bool, list[tuple[int, str]]]] = {}
+
+    def forget(self) -> None:
+        """Drop every cache (the storages were cleared)."""
+        self._scans.clear()
+        self._frozen.clear()
+
+    def popped(self, key: str, seq: int) -> None:
+        """Note that item ``seq`` of storage ``key`` was popped, so its scan stays usable."""
+        scan = self._scans.get(key)
+        if scan is not None and not scan.drop_last(seq):
+            del self._scans[key]
+
+    async def read(self, lineage: Lineage, limit: int | None) -> list[Any]:
+        """Return the latest ``limit`` items of the view (all when None), oldest first."""
+        out: list[Any] = []
+        remaining = limit
+        for key, before in reversed(lineage):
+            if before is not None and remaining is not None and remaining <= FROZEN_TAIL:
+                rows = await self._frozen_rows(key, before, remaining)
+            else:
+                rows = await read_rows(self.storages.storage(key), remaining, before=before)
+            out[:0] = [item for _, item in rows]
+            if remaining is not None:
+                remaining -= len(rows)
+                if remaining <= 0:
+                    break
+        return out
+
+    async def _frozen_rows(self, key: str, before: int, want: int) -> list[tuple[int, Any]]:
+        """The latest ``want`` (<= FROZEN_TAIL) rows of storage ``key`` below ``before``.
+
+        Items below a fork point never change (pops hide them instead of deleting them, and a
+        clear resets every cache), so the newest few are kept after the first read: a branch
+        read that reaches into its parent costs no extra round trip.
+        """
+        cached = self._frozen.get((key, before))
+        if cached is None or (len(cached[1]) < want and not cached[0]):
+            rows = await read_rows(self.storages.storage(key), FROZEN_TAIL, before=before)
+            if len(self._frozen) >= 512:
+                self._frozen.clear()
+            cached = (len(rows) < FROZEN_TAIL, [(seq, dumps(item)) for seq, item in rows])
+            self._frozen[(key, before)] = cached
+        # Fresh objects per call, as a read from the store would give.
+        return [(seq, loads(text)) for seq, text in cached[1][-want:]] if want else []
+
+    async def newest(self, lineage: Lineage) -> tuple[int, int, Any] | None:
+        """Return ``(segment index, seq, item)`` of the view's newest item, or None."""
+        for index in range(len(lineage) - 1, -1, -1):
+            key, before = lineage[index]
+            rows = await read_rows(self.storages.storage(key), 1, before=before)
+            if rows:
+                return index, rows[0][0], rows[0][1]
+        return None
+
+    async def scan(self, key: str, before: int | None) -> Scan:
+        """Return a scan of storage ``key`` complete at least below ``before``."""
+        session = self.storages.storage(key)
+        if not is_sequenced(session):
+            fresh = Scan()
+            fresh.add(await read_rows(session, before=before))
+            return fresh
+        cached = self._scans.get(key)
+        if cached is not None:
+            # Pops take the newest item first, so the cached items below `upto` are all still
+            # there exactly when the newest of them is: one indexed row read, not a count.
+            covered = before is not None and cached.through >= before - 1
+            upto = before if covered else cached.through + 1
+            known = cached.items_below(upto)
+            newest = await read_rows(session, 1, before=upto)
+            if (newest[0][0] if newest else None) != (cached.seqs[known - 1] if known else None):
+                cached = None  # another object popped here: rebuild
+            elif not covered:
+                cached.add(await read_rows(session, after=cached.through))
+        if cached is None:
+            cached = Scan()
+            cached.add(await read_rows(session))
+            self._scans[key] = cached
+        return cached
+
+    async def scans(self, lineage: Lineage) -> list[Scan]:
+        return [await self.scan(key, before) for key, before in lineage]
+
+    async def turn(self, lineage: Lineage, number: int) -> Turn | None:
+        """Return user turn ``number`` (from 1) of the view, or None."""
+        if number < 1:
+            return None
+        seen = 0
+        for index, (key, before) in enumerate(lineage):
+            scan = await self.scan(key, before)
+            users = scan.users_below(before)
+            if number <= seen + users:
+                k = number - seen - 1
+                return Turn(number, index, scan.user_seqs[k], scan.user_contents[k])
+            seen += users
+        return None
+
+    async def turns(self, lineage: Lineage) -> list[Turn]:
+        """Return every user turn of the view in order."""
+        out: list[Turn] = []
+        scans = await self.scans(lineage)
+        for index, ((_, before), scan) in enumerate(zip(lineage, scans, strict=True)):
+            for k in range(scan.users_below(before)):
+                out.append(Turn(len(out) + 1, index, scan.user_seqs[k], scan.user_contents[k]))
+        return out
+
+    async def turns_since(
+        self, lineage: Lineage, seg: Any, seq: Any, turns: Any
+    ) -> tuple[int, tuple[int, int]] | None:
+        """Given that the view held ``turns`` user turns up to item ``seq`` of segment ``seg``,
+        return its turns now and the position of its newest item, reading only the items after
+        that one; None when that item is gone (popped) or the anchor does not fit."""
+        last = len(lineage) - 1
+        if not (
+            isinstance(seg, int) and isinstance(seq, int) and isinstance(turns, int)
+            and 0 <= seg <= last
+        ):
+            return None
+        key, before = lineage[seg]
+        tail = self.storages.storage(lineage[-1][0])
+        storage = self.storages.storage(key)
+        if not (is_sequenced(storage) and is_sequenced(tail)):
+            return None
+        if before is not None and seq >= before:
+            return None
+        still = await read_rows(storage, 1, before=seq + 1)
+        if not still or still[0][0] != seq:
+            return None  # popped since: pops take the newest item, so later ones went first
+        newer = await read_rows(tail, after=seq if seg == last else None)
+        users = sum(1 for _, item in newer if is_user_message(item))
+        return turns + users, ((last, newer[-1][0]) if newer else (seg, seq))
+
+    async def turn_count(self, lineage: Lineage) -> int:
+        """Return how many user turns the view holds."""
+        return sum(
+            scan.users_below(before)
+            for (_, before), scan in zip(lineage, await self.scans(lineage), strict=False)
+        )
+
+    async def structure(self, lineage: Lineage) -> list[tuple[int, str, str | None]]:
+        """Return ``(turn number, message type, tool name)`` of every item of the view."""
+        out: list[tuple[int, str, str | None]] = []
+        turn = 0
+        for (_, before), scan in zip(lineage, await self.scans(lineage), strict=False):
+            for i in range(scan.items_below(before)):
+                if scan.kinds[i] == "user":
+                    turn += 1
+                out.append((turn, scan.kinds[i], scan.tools[i]))
+        return out

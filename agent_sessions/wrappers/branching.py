@@ -1,0 +1,385 @@
+"""``BranchingSession``: copy-on-write conversation branches over any Session.
+
+A branch is a list of segments (storage, fork point): its parent's items up to the fork point,
+then its own items, stored in a sibling of the inner session. Creating a branch appends one
+metadata record and copies no item, so it costs the same at 10 turns as at 5000. ``main``'s
+items are the inner session's own items, so wrapping an existing session keeps its history.
+See docs/branching.md for the design and its guarantees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from agents.memory import SessionABC
+from agents.memory.session_settings import resolve_session_limit
+
+from ..errors import BranchError, BranchNotFoundError
+from ._branch_items import content_matches, content_preview
+from ._branch_log import BranchLog, BranchState, encode_lineage, now_text
+from ._branch_store import (
+    MAIN,
+    SiblingFactory,
+    Storages,
+    check_items,
+    close_session,
+    is_sequenced,
+    resolve_sibling_factory,
+)
+from ._branch_view import Lineage, View
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory import Session
+
+
+class BranchingSession(SessionABC):
+    """A session whose history can branch at any user turn; the SDK's branching API.
+
+    ``get_items``/``add_items``/``pop_item``/``clear_session`` act on the current branch, which
+    is stored with the conversation: other objects on the same id, and a restarted process,
+    see the same current branch.
+
+    Args:
+        inner: the session that stores ``main`` (any Session).
+        sibling_factory: opens a session of the same store for a derived id; needed only when
+            ``inner`` cannot open siblings itself (e.g. the SDK's own session classes).
+        logger: where branch operations are logged.
+    """
+
+    def __init__(
+        self,
+        inner: Session,
+        *,
+        sibling_factory: SiblingFactory | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        factory = resolve_sibling_factory(inner, sibling_factory, type(self).__name__)
+        self.inner = inner
+        self.session_id = inner.session_id
+        self.session_settings = getattr(inner, "session_settings", None)
+        self._storages = Storages(inner, factory)
+        self._view = View(self._storages)
+        self._log = BranchLog(self._storages.side("branches"), on_reset=self._view.forget)
+        self._lock = asyncio.Lock()
+        self._logger = logger if logger is not None else logging.getLogger("agent_sessions")
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _lineage(state: BranchState, branch_id: str | None) -> Lineage | None:
+        branch = state.branches.get(state.current if branch_id is None else branch_id)
+        return branch.lineage if branch is not None else None
+
+    async def _current(self) -> tuple[BranchState, str, Lineage]:
+        state = await self._log.sync()
+        return state, state.current, state.branches[state.current].lineage
+
+    # -- the Session API on the current branch -------------------------------------------------
+
+    async def get_items(
+        self, limit: int | None = None, branch_id: str | None = None
+    ) -> list[TResponseInputItem]:
+        """Return the latest ``limit`` items of the current branch (or of ``branch_id``;
+        ``[]`` for an unknown branch), oldest first."""
+        limit = resolve_session_limit(limit, self.session_settings)
+        if limit is not None and limit <= 0:
+            return []
+        async with self._lock:
+            lineage = self._lineage(await self._log.sync(), branch_id)
+            return await self._view.read(lineage, limit) if lineage is not None else []
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` to the current branch as one all-or-nothing batch."""
+        async with self._lock:
+            state, name, lineage = await self._current()
+            key = lineage[-1][0]
+            storage = self._storages.storage(key)
+            check_items(storage, items)
+            if not items or not is_sequenced(storage) or not state.shares(key, besides=name):
+                await storage.add_items(items)
+                return
+            # Another object may, right now, pop this branch below a child's fork point, which
+            # moves the branch to a fresh storage; then this batch must follow it there.
+            seqs = await storage.add_sequenced_items(items)  # type: ignore[attr-defined]
+            await self._follow_moved_tail(name, key, seqs, items)
+
+    async def _follow_moved_tail(
+        self, name: str, key: str, seqs: list[int], items: list[TResponseInputItem]
+    ) -> None:
+        """Re-append ``items`` (stored as ``seqs`` in ``key``) to ``name``'s current storage if
+        a concurrent pop put the branch's fork point on ``key`` below all of them."""
+        for _ in range(8):
+            branch = (await self._log.sync()).branches.get(name)
+            if branch is None or not seqs:
+                return
+            bound = next((b for k, b in branch.lineage if k == key), None)
+            if bound is None or bound > min(seqs):
+                return  # still the open tail, or the batch is (partly) seen: nothing lost
+            key = branch.lineage[-1][0]
+            storage = self._storages.storage(key)
+            seqs = await storage.add_sequenced_items(items)  # type: ignore[attr-defined]
+        raise BranchError(f"branch '{name}' kept moving while adding items; try again")
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest item of the current branch, or None.
+
+        An item that another branch still sees (an ancestor's item below a fork point, or this
+        branch's item that a child forked after) is hidden from this branch by moving its fork
+        point down; it is never deleted. Other items are deleted.
+        """
+        async with self._lock:
+            while True:
+                state, name, lineage = await self._current()
+                found = await self._view.newest(lineage)
+                if found is None:
+                    return None
+                index, seq, item = found
+                key = lineage[index][0]
+                if index == len(lineage) - 1 and not state.depended_on(key, seq, besides=name):
+                    popped = await self._storages.storage(key).pop_item()
+                    if popped is None:
+                        continue  # another object emptied it meanwhile
+                    self._view.popped(key, seq)
+                    await self._after_pop(name, lineage, popped)
+                    return popped
+                tail = (uuid.uuid4().hex, None) if index == len(lineage) - 1 else lineage[-1]
+                moved = (*lineage[:index], (key, seq), tail)
+                await self._log.append(
+                    {"op": "lineage", "name": name, "lineage": encode_lineage(moved)}
+                )
+                await self._after_pop(name, moved, item)
+                return item  # type: ignore[no-any-return]
+
+    async def clear_session(self) -> None:
+        """Delete every branch and all their items, and make ``main`` current again.
+
+        Branch names used before stay reserved (as in the SDK).
+        """
+        async with self._lock:
+            state = await self._log.sync()
+            for key in sorted(state.keys):
+                await self._storages.storage(key).clear_session()
+            await self._after_clear()
+            await self._log.append({"op": "reset"})
+            self._view.forget()
+
+    def sibling(self, session_id: str) -> Session:
+        """Return a plain session of the inner session's store, for layers stacked on this
+        one to keep their side data in the same backend."""
+        return self._storages.open_sibling(session_id)
+
+    async def close(self) -> None:
+        """Close the side sessions and the inner session."""
+        await self._storages.close()
+        await close_session(self.inner)
+
+    # -- hooks for AdvancedSession (called with the lock held) ---------------------------------
+
+    async def _after_pop(self, branch: str, lineage: Lineage, item: Any) -> None:
+        """Called after ``item`` left ``branch`` (``lineage`` is the branch after the pop)."""
+
+    async def _after_delete(self, branch: str) -> None:
+        """Called after ``branch`` was deleted."""
+
+    async def _after_clear(self) -> None:
+        """Called when the session is being cleared, before the branches are reset."""
+
+    # -- branches --------------------------------------------------------------------------------
+
+    async def create_branch_from_turn(
+        self, turn_number: int, branch_name: str | None = None
+    ) -> str:
+        """Create a branch holding everything before user turn ``turn_number`` of the current
+        branch, make it current and return its id.
+
+        Raises:
+            BranchError (a ValueError): the turn is not a user message of the current branch, or
+                ``branch_name`` is blank or was used before in this session.
+        """
+        if branch_name is not None and not isinstance(branch_name, str):
+            raise BranchError(f"branch_name must be a str or None, got {branch_name!r}")
+        if branch_name is not None and not branch_name.strip():
+            raise BranchError("Branch name cannot be empty")
+        async with self._lock:
+            state, source, lineage = await self._current()
+            turn = None
+            if isinstance(turn_number, int) and not isinstance(turn_number, bool):
+                turn = await self._view.turn(lineage, turn_number)
+            if turn is None:
+                raise BranchError(
+                    f"Turn {turn_number} does not contain a user message in branch '{source}'"
+                )
+            if branch_name is not None and branch_name in state.used:
+                raise BranchError(
+                    f"Branch ID '{branch_name}' has already been used. Choose a new branch ID."
+                )
+            name = branch_name if branch_name is not None else _auto_name(state, turn_number)
+            forked = (
+                *lineage[: turn.segment],
+                (lineage[turn.segment][0], turn.seq),
+                (uuid.uuid4().hex, None),
+            )
+            op_id = uuid.uuid4().hex
+            state = await self._log.append(
+                {
+                    "op": "create",
+                    "id": op_id,
+                    "name": name,
+                    "parent": source,
+                    "turn": turn_number,
+                    "lineage": encode_lineage(forked),
+                    "at": now_text(),
+                }
+            )
+            created = state.branches.get(name)
+            if created is None or created.op_id != op_id:
+                raise BranchError(
+                    f"Branch ID '{name}' has already been used. Choose a new branch ID."
+                )
+        self._logger.debug("Created branch '%s' from turn %s in '%s'", name, turn_number, source)
+        return name
+
+    async def create_branch_from_content(
+        self, search_term: str, branch_name: str | None = None
+    ) -> str:
+        """Create a branch from the first user turn containing ``search_term``.
+
+        Raises:
+            BranchError (a ValueError): no user turn matches, or as ``create_branch_from_turn``.
+        """
+        matching = await self.find_turns_by_content(search_term)
+        if not matching:
+            raise BranchError(f"No user turns found containing '{search_term}'")
+        return await self.create_branch_from_turn(matching[0]["turn"], branch_name)
+
+    async def switch_to_branch(self, branch_id: str) -> None:
+        """Make ``branch_id`` the current branch.
+
+        Raises:
+            BranchNotFoundError (a ValueError): no such branch.
+        """
+        async with self._lock:
+            state = await self._log.sync()
+            if branch_id not in state.branches:
+                raise BranchNotFoundError(f"Branch '{branch_id}' does not exist")
+            old = state.current
+            if old != branch_id:
+                await self._log.append({"op": "switch", "name": branch_id})
+        self._logger.info("Switched from branch '%s' to '%s'", old, branch_id)
+
+    async def delete_branch(self, branch_id: str, force: bool = False) -> None:
+        """Delete ``branch_id``; its id stays reserved. Items that other branches still see
+        (through fork points) are kept; the rest are deleted.
+
+        Raises:
+            BranchError (a ValueError): blank id, ``main``, or the current branch without
+                ``force`` (with ``force``, ``main`` becomes current first).
+            BranchNotFoundError: no such branch.
+        """
+        if not isinstance(branch_id, str) or not branch_id.strip():
+            raise BranchError("Branch ID cannot be empty")
+        if branch_id == MAIN:
+            raise BranchError("Cannot delete the 'main' branch")
+        async with self._lock:
+            state = await self._log.sync()
+            if branch_id == state.current and not force:
+                raise BranchError(
+                    f"Cannot delete current branch '{branch_id}'. Use force=True or switch "
+                    "branches first"
+                )
+            branch = state.branches.get(branch_id)
+            if branch is None:
+                raise BranchNotFoundError(f"Branch '{branch_id}' does not exist")
+            state = await self._log.append({"op": "delete", "name": branch_id})
+            await self._after_delete(branch_id)
+            for key, _ in branch.lineage:
+                if key != MAIN and not state.referenced(key):
+                    await self._storages.storage(key).clear_session()
+        self._logger.info("Deleted branch '%s'", branch_id)
+
+    async def list_branches(self) -> list[dict[str, Any]]:
+        """Return ``{"branch_id", "message_count", "user_turns", "is_current", "created_at"}``
+        for every branch, ``main`` first, then in creation order."""
+        async with self._lock:
+            state = await self._log.sync()
+            out = []
+            for name, branch in state.branches.items():
+                scans = await self._view.scans(branch.lineage)
+                pairs = list(zip(branch.lineage, scans, strict=False))
+                out.append(
+                    {
+                        "branch_id": name,
+                        "message_count": sum(s.items_below(b) for (_, b), s in pairs),
+                        "user_turns": sum(s.users_below(b) for (_, b), s in pairs),
+                        "is_current": name == state.current,
+                        "created_at": branch.created_at,
+                    }
+                )
+            return out
+
+    async def get_conversation_turns(self, branch_id: str | None = None) -> list[dict[str, Any]]:
+        """Return the user turns of a branch (current when None; ``[]`` when unknown):
+        ``{"turn", "content"`` (cut to 100 characters), ``"full_content", "timestamp"``
+        (None: items carry no time), ``"can_branch"}``."""
+        return [
+            {**turn, "content": content_preview(turn["full_content"], 100)}
+            for turn in await self._turn_dicts(branch_id)
+        ]
+
+    async def find_turns_by_content(
+        self, search_term: str, branch_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Return the user turns whose text contains ``search_term`` (ASCII case-insensitive),
+        shaped as ``get_conversation_turns`` with the content uncut."""
+        return [
+            turn
+            for turn in await self._turn_dicts(branch_id)
+            if content_matches(turn["full_content"], search_term)
+        ]
+
+    async def get_conversation_by_turns(
+        self, branch_id: str | None = None
+    ) -> dict[int, list[dict[str, str | None]]]:
+        """Return ``{turn: [{"type", "tool_name"}, ...]}`` for every item of a branch (items
+        before the first user message are turn 0)."""
+        turns: dict[int, list[dict[str, str | None]]] = {}
+        for turn, kind, tool in await self._structure(branch_id):
+            turns.setdefault(turn, []).append({"type": kind, "tool_name": tool})
+        return turns
+
+    async def _turn_dicts(self, branch_id: str | None) -> list[dict[str, Any]]:
+        async with self._lock:
+            lineage = self._lineage(await self._log.sync(), branch_id)
+            turns = await self._view.turns(lineage) if lineage is not None else []
+        return [
+            {
+                "turn": t.number,
+                "content": content_preview(t.content),
+                "full_content": t.content,
+                "timestamp": None,
+                "can_branch": True,
+            }
+            for t in turns
+        ]
+
+    async def _structure(self, branch_id: str | None) -> list[tuple[int, str, str | None]]:
+        async with self._lock:
+            lineage = self._lineage(await self._log.sync(), branch_id)
+            return await self._view.structure(lineage) if lineage is not None else []
+
+
+def _auto_name(state: BranchState, turn_number: int) -> str:
+    base = f"branch_from_turn_{turn_number}_{int(time.time())}"
+    name, suffix = base, 1
+    while name in state.used:
+        suffix += 1
+        name = f"{base}_{suffix}"
+    return name
+
+
+__all__ = ["BranchingSession"]

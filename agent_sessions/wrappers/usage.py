@@ -1,0 +1,155 @@
+"""``UsageTrackingSession``: token usage per turn and per session, and tool usage, over any
+Session.
+
+Usage records live in a sibling of the inner session (same backend); turn numbers count the
+user messages of the inner session from 1. The methods have the names, arguments and return
+shapes of the Agents SDK's ``AdvancedSQLiteSession``; over a single history the branch is always
+``"main"`` (use ``AdvancedSession`` for usage per branch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from agents.memory import SessionABC
+from agents.memory.session_settings import resolve_session_limit
+
+from ._branch_items import is_user_message
+from ._branch_log import MAIN_LINEAGE
+from ._branch_store import (
+    MAIN,
+    SiblingFactory,
+    Storages,
+    check_items,
+    close_session,
+    is_sequenced,
+    read_rows,
+    resolve_sibling_factory,
+)
+from ._branch_usage import UsageLog, current_turn, session_usage, tool_usage, turn_usage
+from ._branch_view import View
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory import Session
+    from agents.result import RunResult, RunResultBase
+
+
+class UsageTrackingSession(SessionABC):
+    """Records the usage of each run per user turn, next to the conversation.
+
+    Args:
+        inner: the session that stores the conversation (any Session).
+        sibling_factory: opens a session of the same store for a derived id; needed only when
+            ``inner`` cannot open siblings itself (e.g. the SDK's own session classes).
+        logger: where failures of ``store_run_usage`` are logged (it never raises, as the SDK's).
+    """
+
+    def __init__(
+        self,
+        inner: Session,
+        *,
+        sibling_factory: SiblingFactory | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        factory = resolve_sibling_factory(inner, sibling_factory, type(self).__name__)
+        self.inner = inner
+        self.session_id = inner.session_id
+        self.session_settings = getattr(inner, "session_settings", None)
+        self._storages = Storages(inner, factory)
+        self._view = View(self._storages)
+        self._usage = UsageLog(self._storages.side("usage"))
+        self._scan_lock = asyncio.Lock()
+        self._logger = logger if logger is not None else logging.getLogger("agent_sessions")
+
+    # -- the Session API, delegated ----------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """Return the latest ``limit`` items (``session_settings.limit`` when None), oldest
+        first."""
+        limit = resolve_session_limit(limit, self.session_settings)
+        if limit is None:
+            return [item for _, item in await read_rows(self.inner)]
+        if limit <= 0:
+            return []
+        return await self.inner.get_items(limit)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` to the inner session."""
+        check_items(self.inner, items)
+        await self.inner.add_items(items)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest item; popping a user message drops its turn's usage."""
+        newest = await read_rows(self.inner, 1) if is_sequenced(self.inner) else []
+        item = await self.inner.pop_item()
+        if newest and newest[0][1] == item:
+            async with self._scan_lock:  # keeps the turn scan valid without a rescan
+                self._view.popped(MAIN, newest[0][0])
+        if is_user_message(item):
+            async with self._scan_lock:
+                turn = await self._view.turn_count(MAIN_LINEAGE) + 1
+            await self._usage.drop_turn(MAIN, turn)
+        return item
+
+    async def clear_session(self) -> None:
+        """Delete the conversation and its usage records."""
+        await self.inner.clear_session()
+        await self._usage.clear()
+
+    def sibling(self, session_id: str) -> Session:
+        """Return a plain session of the inner session's store, for layers stacked on this
+        one to keep their side data in the same backend."""
+        return self._storages.open_sibling(session_id)
+
+    async def close(self) -> None:
+        """Close the side sessions and the inner session."""
+        await self._storages.close()
+        await close_session(self.inner)
+
+    # -- usage ---------------------------------------------------------------------------------
+
+    async def store_run_usage(self, result: RunResult | RunResultBase) -> None:
+        """Store the usage of ``result`` for the current (latest) user turn.
+
+        Call after ``Runner.run``. A later call for the same turn replaces the earlier one.
+        Failures are logged, never raised (as the SDK's).
+        """
+        try:
+            usage = result.context_wrapper.usage
+            if usage is None:
+                return
+            async with self._scan_lock:
+                turn, anchor = await current_turn(self._view, MAIN_LINEAGE, MAIN, self._usage)
+            if turn == 0:
+                self._logger.debug("Skipping usage store: no user turn yet")
+                return
+            await self._usage.store(MAIN, turn, usage, anchor)
+        except Exception as exc:  # the SDK's contract: usage never breaks a conversation
+            self._logger.error("Failed to store session usage: %s", exc, exc_info=True)
+
+    async def get_session_usage(self, branch_id: str | None = None) -> dict[str, int] | None:
+        """Return ``{"requests", "input_tokens", "output_tokens", "total_tokens",
+        "total_turns"}`` summed over the session, or None when nothing was stored."""
+        return session_usage(await self._usage.turns(), branch_id)
+
+    async def get_turn_usage(
+        self, user_turn_number: int | None = None, branch_id: str | None = None
+    ) -> list[dict[str, Any]] | dict[str, Any]:
+        """Return one turn's usage with token details (``{}`` when none), or a list of every
+        turn's usage (each with ``user_turn_number``) ordered by turn."""
+        branch = branch_id if branch_id is not None else MAIN
+        return turn_usage(await self._usage.turns(), branch, user_turn_number)
+
+    async def get_tool_usage(self, branch_id: str | None = None) -> list[tuple[str, int, int]]:
+        """Return ``(tool_name, usage_count, turn_number)`` for the tools called, by turn."""
+        if branch_id not in (None, MAIN):
+            return []
+        async with self._scan_lock:
+            structure = await self._view.structure(MAIN_LINEAGE)
+        return tool_usage(structure)
+
+
+__all__ = ["UsageTrackingSession"]
