@@ -1,29 +1,44 @@
 """Every backend and every wrapper stack, for tests that must hold for all of them.
 
-``BACKENDS`` maps a name to a factory of sessions of that store; ``STACKS`` maps a name to a
-function that wraps an inner session. ``tests/test_matrix.py`` runs the conformance kit on each
-pair.
+``BACKENDS`` lists the stores (with the server each needs); ``STACKS`` maps a name to a function
+wrapping an inner session. ``tests/test_matrix.py`` runs the conformance kit on each pair.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from agents.memory import Session
+from cryptography.fernet import Fernet
 
-from agent_sessions import InMemorySession, SQLiteSession
+from agent_sessions import (
+    AdvancedSession,
+    BranchingSession,
+    CompactionSession,
+    EncryptedSession,
+    InMemorySession,
+    SQLiteSession,
+    TTLSession,
+    UsageTrackingSession,
+)
+from agent_sessions.wrappers.compaction import item_count_trigger
+from tests.servers import MONGODB_URL, REDIS_URL, require_server
+from tests.wrapper_stacks import IdentitySummarizer
 
 
 @dataclass(frozen=True)
 class Backend:
     name: str
     open: Callable[[str], Awaitable[Session]]  # session id -> session
-    needs: Callable[[], None] | None = None  # skips / fails (CI) when its server is missing
+    needs: Callable[[], None] | None = None  # skips (fails under CI=true) without its server
 
 
+_RUN = uuid.uuid4().hex[:8]
 _SQLITE_DIR = tempfile.mkdtemp(prefix="agent-sessions-matrix-")
 
 
@@ -35,16 +50,75 @@ async def _sqlite(session_id: str) -> Session:
     return SQLiteSession(session_id, os.path.join(_SQLITE_DIR, "matrix.db"))
 
 
+async def _redis(session_id: str) -> Session:
+    from agent_sessions import RedisSession
+
+    return RedisSession.from_url(session_id, url=REDIS_URL, key_prefix=f"matrix{_RUN}")
+
+
+def _redis_up() -> None:
+    require_server("Redis", "127.0.0.1", 6379)
+
+
+_MONGO_STANDIN: Any = None
+
+
+async def _mongodb_standin(session_id: str) -> Session:
+    global _MONGO_STANDIN
+    from mongomock_motor import AsyncMongoMockClient
+
+    from agent_sessions import MongoDBSession
+
+    if _MONGO_STANDIN is None:
+        _MONGO_STANDIN = AsyncMongoMockClient()
+    return MongoDBSession(session_id, client=_MONGO_STANDIN, database=f"matrix{_RUN}")
+
+
 BACKENDS: list[Backend] = [
     Backend("memory", _memory),
     Backend("sqlite", _sqlite),
+    Backend("redis", _redis, _redis_up),
+    Backend("mongodb-standin", _mongodb_standin),
 ]
+
+if MONGODB_URL:
+
+    async def _mongodb(session_id: str) -> Session:
+        from agent_sessions import MongoDBSession
+
+        return MongoDBSession.from_uri(
+            session_id, uri=MONGODB_URL, database=f"agent_sessions_matrix{_RUN}"
+        )
+
+    BACKENDS.append(Backend("mongodb", _mongodb))
 
 Stack = Callable[[Session], Session]
 
+KEY = Fernet.generate_key().decode()
+DAY = 86_400.0
 
-def _bare(inner: Session) -> Session:
-    return inner
+
+def _compaction(inner: Session) -> Session:
+    """Compaction really cutting every 4 items; the identity summariser keeps views exact."""
+    return CompactionSession(
+        inner,
+        summarizer=IdentitySummarizer(),
+        should_trigger_compaction=item_count_trigger(4),
+        keep_last=2,
+        compact_on_write=True,
+    )
 
 
-STACKS: dict[str, Stack] = {"bare": _bare}
+STACKS: dict[str, Stack] = {
+    "bare": lambda inner: inner,
+    "encrypted": lambda inner: EncryptedSession(inner, encryption_key=KEY),
+    "ttl": lambda inner: TTLSession(inner, ttl=DAY),
+    "encrypted-ttl": lambda inner: EncryptedSession(TTLSession(inner, ttl=DAY), encryption_key=KEY),
+    "usage": lambda inner: UsageTrackingSession(inner),
+    "branching": lambda inner: BranchingSession(inner),
+    "advanced": lambda inner: AdvancedSession(inner),
+    "compaction": _compaction,
+    "full": lambda inner: _compaction(
+        AdvancedSession(EncryptedSession(TTLSession(inner, ttl=DAY), encryption_key=KEY))
+    ),
+}

@@ -39,6 +39,7 @@ from agent_sessions.wrappers.compaction import (
     item_count_trigger,
     token_threshold_trigger,
 )
+from tests.wrapper_stacks import IdentitySummarizer
 
 
 def msg(text: str, role: str = "user") -> Any:
@@ -183,16 +184,6 @@ class TestCompactionOverSQLiteConformance(_KitBase):
 
 class TestBackgroundCompactionOverSQLiteConformance(TestCompactionOverSQLiteConformance):
     background = True
-
-
-class IdentitySummarizer:
-    """ "Summarises" a part of the history as exactly those items: the view then always equals
-    the full history, so the kit's exact assertions check that compaction keeps the contract."""
-
-    name = "identity"
-
-    async def summarize(self, items: list[Any], *, previous_summary: list[Any]) -> list[Any]:
-        return [*previous_summary, *items]
 
 
 class _CompactingKitBase(SessionConformanceSuite):

@@ -80,3 +80,13 @@ class YieldingSession(InMemorySession):
 
     def sibling(self, session_id: str) -> YieldingSession:
         return YieldingSession(session_id, store=self.store, _internal_id=True)
+
+
+class IdentitySummarizer:
+    """ "Summarises" a part of the history as exactly those items: the view then always equals
+    the full history, so the kit's exact assertions check that compaction keeps the contract."""
+
+    name = "identity"
+
+    async def summarize(self, items: list[Any], *, previous_summary: list[Any]) -> list[Any]:
+        return [*previous_summary, *items]
