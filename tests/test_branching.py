@@ -29,34 +29,6 @@ STORE = InMemoryStore()
 # -- conformance ---------------------------------------------------------------------------------
 
 
-class TestBranchingOverMemory(SessionConformanceSuite):
-    async def create_session(self, session_id: str) -> Session:
-        return BranchingSession(InMemorySession(session_id, store=STORE))
-
-
-class TestBranchingOverSQLite(SessionConformanceSuite):
-    @pytest.fixture(autouse=True)
-    def _db_path(self, tmp_path: Path) -> None:
-        self.path = str(tmp_path / "sessions.db")
-
-    async def create_session(self, session_id: str) -> Session:
-        return BranchingSession(SQLiteSession(session_id, self.path))
-
-
-class TestAdvancedOverMemory(SessionConformanceSuite):
-    async def create_session(self, session_id: str) -> Session:
-        return AdvancedSession(InMemorySession(session_id, store=STORE))
-
-
-class TestAdvancedOverSQLite(SessionConformanceSuite):
-    @pytest.fixture(autouse=True)
-    def _db_path(self, tmp_path: Path) -> None:
-        self.path = str(tmp_path / "sessions.db")
-
-    async def create_session(self, session_id: str) -> Session:
-        return AdvancedSession(SQLiteSession(session_id, self.path))
-
-
 class TestAdvancedOverSDKSQLite(SessionConformanceSuite):
     """A foreign inner session: no siblings, no sequence numbers; side data via a factory."""
 

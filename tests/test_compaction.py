@@ -217,11 +217,6 @@ class _CompactingKitBase(SessionConformanceSuite):
         await self.dispose_session(session)
 
 
-class TestCompactingKitOverMemory(_CompactingKitBase):
-    def make_inner(self, session_id: str) -> Session:
-        return InMemorySession(session_id)
-
-
 class TestCompactingKitOverSQLite(_CompactingKitBase):
     @pytest.fixture(autouse=True)
     def _db_path(self, tmp_path: Path) -> None:

@@ -50,26 +50,6 @@ def cap(session: EncryptedSession) -> int:
 # -- conformance --------------------------------------------------------------------------------
 
 
-class TestEncryptedOverMemoryConformance(SessionConformanceSuite):
-    max_item_bytes = cap(EncryptedSession(InMemorySession("probe"), encryption_key=KEY))
-
-    async def create_session(self, session_id: str) -> Session:
-        return EncryptedSession(InMemorySession(session_id), encryption_key=KEY)
-
-
-class TestEncryptedOverSQLiteConformance(SessionConformanceSuite):
-    max_item_bytes = cap(EncryptedSession(InMemorySession("probe"), encryption_key=KEY))
-
-    @pytest.fixture(autouse=True)
-    def _db_path(self, tmp_path: Path) -> None:
-        self.path = str(tmp_path / "sessions.db")
-
-    async def create_session(self, session_id: str) -> Session:
-        return EncryptedSession(
-            SQLiteSession(session_id, self.path), keys={"k2": KEY, "k1": OLD_KEY}, active="k2"
-        )
-
-
 class TestEncryptedOverSDKSQLiteConformance(SessionConformanceSuite):
     @pytest.fixture(autouse=True)
     def _db_path(self, tmp_path: Path) -> None:
@@ -78,25 +58,6 @@ class TestEncryptedOverSDKSQLiteConformance(SessionConformanceSuite):
     async def create_session(self, session_id: str) -> Session:
         return EncryptedSession(SDKSQLiteSession(session_id, self.path), encryption_key="a long "
                                 "random passphrase, as the SDK accepts")
-
-
-class TestEncryptedTTLOverMemoryConformance(SessionConformanceSuite):
-    max_item_bytes = cap(EncryptedSession(InMemorySession("probe"), encryption_key=KEY, ttl=DAY))
-
-    async def create_session(self, session_id: str) -> Session:
-        return EncryptedSession(InMemorySession(session_id), encryption_key=KEY, ttl=DAY)
-
-
-class TestEncryptedTTLOverSQLiteConformance(SessionConformanceSuite):
-    max_item_bytes = cap(EncryptedSession(InMemorySession("probe"), encryption_key=KEY, ttl=DAY))
-
-    @pytest.fixture(autouse=True)
-    def _db_path(self, tmp_path: Path) -> None:
-        self.path = str(tmp_path / "sessions.db")
-
-    async def create_session(self, session_id: str) -> Session:
-        inner = TTLSession(SQLiteSession(session_id, self.path), DAY, item_ttl=DAY)
-        return EncryptedSession(inner, encryption_key=KEY)
 
 
 class TestEncryptedTTLOverSDKSQLiteConformance(SessionConformanceSuite):

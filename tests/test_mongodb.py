@@ -94,15 +94,6 @@ def _drop_server_collections() -> Iterator[None]:
 # -- the conformance kit ---------------------------------------------------------------------
 
 
-class TestStandInConformance(SessionConformanceSuite):
-    """The kit against mongomock-motor (Motor's API over an in-process imitation of MongoDB)."""
-
-    max_item_bytes = DEFAULT_MAX_ITEM_BYTES
-
-    async def create_session(self, session_id: str) -> Session:
-        return MongoDBSession(session_id, client=STANDIN, database=STANDIN_DB)
-
-
 class TestServerConformance(SessionConformanceSuite):
     """The kit against a real MongoDB server (AGENT_SESSIONS_MONGODB_URL), one owned client per
     session so that no client outlives the event loop it was used on."""

@@ -88,17 +88,6 @@ def cluster_url(cluster: RedisCluster3) -> str:
 # -- the conformance kit ---------------------------------------------------------------------
 
 
-class TestRedisConformanceBytes(SessionConformanceSuite):
-    """decode_responses=False (redis-py's default)."""
-
-    @pytest.fixture(autouse=True)
-    def _server(self, redis_up: None) -> None:
-        pass
-
-    async def create_session(self, session_id: str) -> Session:
-        return RedisSession.from_url(session_id, url=REDIS_URL, key_prefix=PREFIX)
-
-
 class TestRedisConformanceDecoded(SessionConformanceSuite):
     """decode_responses=True, with sliding expiry on so every write runs the expiry path."""
 

@@ -32,24 +32,6 @@ def sid() -> str:
 # -- conformance (a TTL long enough not to interfere) ------------------------------------------
 
 
-class TestTTLOverMemoryConformance(SessionConformanceSuite):
-    max_item_bytes = TTLSession(InMemorySession("probe"), DAY).max_item_bytes
-
-    async def create_session(self, session_id: str) -> Session:
-        return TTLSession(InMemorySession(session_id), DAY, item_ttl=DAY)
-
-
-class TestTTLOverSQLiteConformance(SessionConformanceSuite):
-    max_item_bytes = TTLSession(InMemorySession("probe"), DAY).max_item_bytes
-
-    @pytest.fixture(autouse=True)
-    def _db_path(self, tmp_path: Path) -> None:
-        self.path = str(tmp_path / "sessions.db")
-
-    async def create_session(self, session_id: str) -> Session:
-        return TTLSession(SQLiteSession(session_id, self.path), DAY, sliding=False)
-
-
 class TestTTLOverSDKSQLiteConformance(SessionConformanceSuite):
     """The SDK's own SQLiteSession as a foreign inner (no item cap, so 16 MiB applies)."""
 

@@ -29,20 +29,6 @@ from ._branch_fixtures import sdk_factory, usage_agent, user
 STORE = InMemoryStore()
 
 
-class TestUsageOverMemory(SessionConformanceSuite):
-    async def create_session(self, session_id: str) -> Session:
-        return UsageTrackingSession(InMemorySession(session_id, store=STORE))
-
-
-class TestUsageOverSQLite(SessionConformanceSuite):
-    @pytest.fixture(autouse=True)
-    def _db_path(self, tmp_path: Path) -> None:
-        self.path = str(tmp_path / "sessions.db")
-
-    async def create_session(self, session_id: str) -> Session:
-        return UsageTrackingSession(SQLiteSession(session_id, self.path))
-
-
 class TestUsageOverSDKSQLite(SessionConformanceSuite):
     concurrent_tasks = 50
 
