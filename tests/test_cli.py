@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,37 @@ def test_cli_reports_package_errors_without_a_traceback(
 ) -> None:
     assert main(["show", "ftp://nowhere", "x"]) == 1
     assert "no backend handles the URL scheme 'ftp'" in capsys.readouterr().err
+
+
+def test_purge_removes_expired_items_of_a_ttl_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_sessions import TTLSession
+
+    db = tmp_path / "ttl.db"
+    hour_ago = time.time() - 3600
+
+    async def fill() -> None:
+        async with SQLiteSession("old", str(db)) as inner:
+            old = TTLSession(inner, ttl=60, clock=lambda: hour_ago)
+            await old.add_items([{"role": "user", "content": f"old {i}"} for i in range(3)])
+        async with SQLiteSession("fresh", str(db)) as inner:
+            await TTLSession(inner, ttl=60).add_items([{"role": "user", "content": "new"}])
+
+    async def stored(session_id: str) -> int:
+        async with SQLiteSession(session_id, str(db)) as raw:
+            return len(await raw.get_items())
+
+    asyncio.run(fill())
+    assert main(["purge", f"sqlite:///{db}", "old", "fresh", "--ttl", "60"]) == 0
+    out = capsys.readouterr().out
+    assert "old: removed 3 expired item(s)" in out
+    assert "fresh: removed 0 expired item(s)" in out
+    assert asyncio.run(stored("old")) == 0
+    assert asyncio.run(stored("fresh")) == 1
+
+
+def test_purge_without_a_ttl_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["purge", "memory://", "x"])
+    assert "--ttl" in capsys.readouterr().err

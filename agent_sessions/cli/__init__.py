@@ -1,4 +1,4 @@
-"""Command line: ``agent-sessions demo | show | clear`` (also ``python -m agent_sessions``)."""
+"""The ``agent-sessions`` command line (also ``python -m agent_sessions``)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,26 @@ async def _clear(url: str, session_id: str) -> int:
     return 0
 
 
+async def _purge(
+    url: str, session_ids: list[str], ttl: float | None, sliding: bool, item_ttl: float | None
+) -> int:
+    from ..core.registry import open_session
+    from ..wrappers.ttl import TTLSession
+
+    for session_id in session_ids:
+        inner = await open_session(url, session_id)
+        try:
+            removed = await TTLSession(
+                inner, ttl=ttl, sliding=sliding, item_ttl=item_ttl
+            ).purge_expired()
+        finally:
+            close = getattr(inner, "close", None)
+            if close is not None:
+                await close()
+        print(f"{session_id}: removed {removed} expired item(s)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agent-sessions`` console script."""
     parser = argparse.ArgumentParser(prog="agent-sessions", description=__doc__)
@@ -52,6 +72,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     clear = sub.add_parser("clear", help="delete every item of a session")
     clear.add_argument("url")
     clear.add_argument("session_id")
+    purge = sub.add_parser(
+        "purge", help="physically remove expired items of TTLSession-written sessions"
+    )
+    purge.add_argument("url")
+    purge.add_argument("session_ids", nargs="+", metavar="session_id")
+    purge.add_argument("--ttl", type=float, help="session ttl in seconds, as the app uses it")
+    purge.add_argument("--absolute", action="store_true", help="the app uses sliding=False")
+    purge.add_argument("--item-ttl", type=float, help="per-item ttl in seconds")
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
@@ -60,11 +88,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(run_demo(args.db, args.live, args.model, sys.stdout))
         if args.command == "show":
             return asyncio.run(_show(args.url, args.session_id, args.limit))
+        if args.command == "purge":
+            if args.ttl is None and args.item_ttl is None:
+                parser.error("purge needs --ttl and/or --item-ttl, the values the app uses")
+            return asyncio.run(
+                _purge(args.url, args.session_ids, args.ttl, not args.absolute, args.item_ttl)
+            )
         return asyncio.run(_clear(args.url, args.session_id))
     except Exception as exc:  # a CLI reports, it does not dump tracebacks
         from ..errors import SessionError
 
-        if not isinstance(exc, SessionError):
+        if not isinstance(exc, (SessionError, ValueError, NotImplementedError)):
             raise
         print(f"agent-sessions: {exc}", file=sys.stderr)
         return 1
