@@ -27,4 +27,4 @@ demo: install
 	$(PY) -m agent_sessions demo
 
 bench: install services
-	$(PY) benchmarks/bench_sqlite.py
+	$(PY) benchmarks/run.py
