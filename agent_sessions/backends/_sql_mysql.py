@@ -96,7 +96,8 @@ class MySQLDialect(SqlDialect):
                 "?charset=utf8mb4 to the URL (or connect_args={'charset': 'utf8mb4'})"
             )
         async with conn.cursor() as cur:
-            if create:
+            version = await self._version(cur, create)
+            if version is None and create:
                 name = f"agent_sessions:{t.lock_key():x}"
                 await cur.execute("SELECT GET_LOCK(%s, 60)", (name,))
                 await cur.fetchall()
@@ -107,9 +108,8 @@ class MySQLDialect(SqlDialect):
                 finally:
                     await cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
                     await cur.fetchall()
-            await cur.execute(f"SELECT version FROM {t.schema} WHERE table_name = %s", (t.messages,))
-            row = await cur.fetchone()
-            check_version(t, row[0] if row else None)
+                version = await self._version(cur, False)
+            check_version(t, version)
             await cur.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE 1 = 0")
             await cur.fetchall()
             await cur.execute(f"SELECT session_id, seq, message_data FROM {t.messages} WHERE 1 = 0")
@@ -118,6 +118,18 @@ class MySQLDialect(SqlDialect):
             row = await cur.fetchone()
             self.max_packet = min(int(row[0]), _PACKET_CAP)
         await _end_read(conn)
+
+    async def _version(self, cur: Any, missing_ok: bool) -> Any:
+        try:
+            await cur.execute(
+                f"SELECT version FROM {self.t.schema} WHERE table_name = %s", (self.t.messages,)
+            )
+        except Exception as exc:
+            if missing_ok and _code(exc) == 1146:
+                return None
+            raise
+        row = await cur.fetchone()
+        return row[0] if row else None
 
     def _chunks(self, session_id: str, payloads: list[str]) -> list[list[int]]:
         """Split the batch into INSERTs that fit one packet (almost always just one)."""

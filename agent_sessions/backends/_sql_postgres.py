@@ -81,19 +81,28 @@ class PostgresDialect(SqlDialect):
 
     async def prepare(self, conn: Any, create: bool) -> None:
         t = self.t
-        if create:
+        version = await self._version(conn, create)
+        if version is None and create:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", t.lock_key())
                 for statement in create_statements(t):
                     await conn.execute(statement)
-        version = await conn.fetchval(
-            f"SELECT version FROM {t.schema} WHERE table_name = $1", t.messages
-        )
+            version = await self._version(conn, False)
         check_version(t, version)
         await conn.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE false")
         await conn.execute(
             f"SELECT session_id, seq, message_data FROM {t.messages} WHERE false"
         )
+
+    async def _version(self, conn: Any, missing_ok: bool) -> Any:
+        try:
+            return await conn.fetchval(
+                f"SELECT version FROM {self.t.schema} WHERE table_name = $1", self.t.messages
+            )
+        except pg.UndefinedTableError:
+            if missing_ok:
+                return None
+            raise
 
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
         return int(await conn.fetchval(self._append, session_id, len(payloads), payloads))

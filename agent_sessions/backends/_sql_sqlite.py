@@ -65,18 +65,30 @@ class SqliteDialect(SqlDialect):
 
     async def prepare(self, conn: Any, create: bool) -> None:
         t = self.t
-        if create:
+        version = await self._version(conn, create)
+        if version is None and create:
 
             async def run() -> None:
                 for statement in create_statements(t):
                     await conn.execute(statement)
 
             await self._write(conn, run)
-        cur = await conn.execute(f"SELECT version FROM {t.schema} WHERE table_name = ?", (t.messages,))
-        row = await cur.fetchone()
-        check_version(t, row[0] if row else None)
+            version = await self._version(conn, False)
+        check_version(t, version)
         await conn.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE 0")
         await conn.execute(f"SELECT session_id, seq, message_data FROM {t.messages} WHERE 0")
+
+    async def _version(self, conn: Any, missing_ok: bool) -> Any:
+        try:
+            cur = await conn.execute(
+                f"SELECT version FROM {self.t.schema} WHERE table_name = ?", (self.t.messages,)
+            )
+        except sqlite3.OperationalError as exc:
+            if missing_ok and "no such table" in str(exc):
+                return None
+            raise
+        row = await cur.fetchone()
+        return row[0] if row else None
 
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
         n = len(payloads)
