@@ -39,6 +39,7 @@ _DRIVERS = {
     ("sqlite", "aiosqlite"),
 }
 _RETRIES = 5
+_KEEP_IDLE = 4
 
 
 def _make_dialect(engine: AsyncEngine, tables: Tables) -> SqlDialect:
@@ -72,27 +73,58 @@ def _check_engine(engine: Any) -> AsyncEngine:
 
 
 class _Store:
-    """One engine's view of one set of tables: its SQL and whether the tables were checked."""
+    """One engine's view of one set of tables: its SQL, whether the tables were checked, and
+    (for engines this module owns) a few idle connections kept out of the pool, which saves
+    the pool's check-out and check-in on every operation."""
 
-    def __init__(self, engine: AsyncEngine, tables: Tables) -> None:
+    def __init__(self, engine: AsyncEngine, tables: Tables, keep_idle: int) -> None:
         self.engine = engine
         self.dialect = _make_dialect(engine, tables)
         self.ready = False
         self.preparing: asyncio.Future[None] | None = None
         self.lock = asyncio.Lock() if self.dialect.exclusive else None
+        self.keep_idle = keep_idle
+        self.idle: list[PoolProxiedConnection] = []
+
+    async def checkin(self, fairy: PoolProxiedConnection) -> None:
+        if len(self.idle) < self.keep_idle:
+            self.idle.append(fairy)
+        elif self.dialect.checkin_needs_greenlet and self.engine.pool._reset_on_return:
+            await greenlet_spawn(fairy.close)
+        else:
+            fairy.close()
+
+    def drop_idle(self) -> None:
+        """Close the idle connections (no I/O): the server went away."""
+        idle, self.idle = self.idle, []
+        for fairy in idle:
+            fairy.invalidate()
+            fairy.close()
+
+    async def release_idle(self) -> None:
+        """Give the idle connections back to the pool."""
+        self.keep_idle = 0
+        idle, self.idle = self.idle, []
+        for fairy in idle:
+            await self.checkin(fairy)
 
 
 _stores: weakref.WeakKeyDictionary[Engine, dict[Tables, _Store]] = weakref.WeakKeyDictionary()
 _stores_lock = threading.Lock()
 
 
-def _store_for(engine: AsyncEngine, tables: Tables) -> _Store:
+def _store_for(engine: AsyncEngine, tables: Tables, keep_idle: int = 0) -> _Store:
     with _stores_lock:
         by_tables = _stores.setdefault(engine.sync_engine, {})
         store = by_tables.get(tables)
         if store is None:
-            store = by_tables[tables] = _Store(engine, tables)
+            store = by_tables[tables] = _Store(engine, tables, keep_idle)
         return store
+
+
+def _stores_of(engine: AsyncEngine) -> list[_Store]:
+    with _stores_lock:
+        return list(_stores.get(engine.sync_engine, {}).values())
 
 
 def _default_engine_kwargs(
@@ -184,6 +216,9 @@ class _SharedEngine:
         running = asyncio.get_running_loop()
         for loop, engine in engines.items():
             # Connections of another (maybe closed) loop cannot be closed from this one.
+            if loop is running:
+                for store in _stores_of(engine):
+                    await store.release_idle()
             await engine.dispose(close=loop is running)
 
 
@@ -225,6 +260,7 @@ class SQLAlchemySession(BaseSession):
         self._shared = _shared
         self._engine = None if _shared is not None else _check_engine(engine)
         self._options = options
+        self._cached: tuple[asyncio.AbstractEventLoop, _Store] | None = None
 
     @classmethod
     def from_url(
@@ -312,8 +348,14 @@ class SQLAlchemySession(BaseSession):
     # -- running an operation -------------------------------------------------------------
 
     async def _run(self, op: Callable[[SqlDialect, Any], Awaitable[T]], write: bool) -> T:
-        engine = self.engine
-        store = _store_for(engine, self._tables)
+        loop = asyncio.get_running_loop()
+        cached = self._cached
+        if cached is not None and cached[0] is loop:
+            store = cached[1]
+        else:
+            keep = _KEEP_IDLE if self._shared is not None else 0
+            store = _store_for(self.engine, self._tables, keep)
+            self._cached = (loop, store)
         if not store.ready:
             await self._prepare(store)
         if store.lock is None:
@@ -325,7 +367,7 @@ class SQLAlchemySession(BaseSession):
         self, store: _Store, op: Callable[[SqlDialect, Any], Awaitable[T]], write: bool
     ) -> T:
         for attempt in range(_RETRIES):
-            fairy = await self._checkout(store)
+            fairy = store.idle.pop() if store.idle else await self._checkout(store)
             try:
                 result = await op(store.dialect, fairy.driver_connection)
             except BaseException as exc:
@@ -336,7 +378,7 @@ class SQLAlchemySession(BaseSession):
                         continue
                     raise self._translate(store, exc, write) from exc
                 raise
-            await self._checkin(store, fairy)
+            await store.checkin(fairy)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -347,18 +389,12 @@ class SQLAlchemySession(BaseSession):
             raise self._translate(store, exc, False) from exc
 
     @staticmethod
-    async def _checkin(store: _Store, fairy: PoolProxiedConnection) -> None:
-        if store.dialect.checkin_needs_greenlet and store.engine.pool._reset_on_return:
-            await greenlet_spawn(fairy.close)
-        else:
-            fairy.close()
-
-    @staticmethod
     def _discard(store: _Store, fairy: PoolProxiedConnection, exc: BaseException) -> None:
         """Drop a connection an operation failed on (its state is unknown); no I/O, so this
         also runs safely during cancellation. On a lost server, drop the idle ones too."""
         try:
             if isinstance(exc, Exception) and store.dialect.unavailable(exc):
+                store.drop_idle()
                 store.engine.sync_engine.pool._invalidate(fairy, exc)
             else:
                 fairy.invalidate(exc)
@@ -405,7 +441,7 @@ class SQLAlchemySession(BaseSession):
             if isinstance(exc, Exception):
                 raise self._translate(store, exc, False) from exc
             raise
-        await self._checkin(store, fairy)
+        await store.checkin(fairy)
         store.ready = True
 
     # -- BaseSession hooks ------------------------------------------------------------------
