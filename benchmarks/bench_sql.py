@@ -17,17 +17,17 @@ import uuid
 from typing import Any
 
 import asyncmy
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession as SDKSession
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from agent_sessions.backends import _sql_mysql, _sql_postgres  # noqa: E402
-from agent_sessions.backends._sql_common import Tables  # noqa: E402
-from agent_sessions.backends.sqlalchemy import SQLAlchemySession  # noqa: E402
-from agent_sessions.core.codec import dumps, loads  # noqa: E402
-from benchmarks.harness import Contender, default_scenarios, run_suite  # noqa: E402
+from agent_sessions.backends import _sql_mysql, _sql_postgres
+from agent_sessions.backends._sql_common import Tables
+from agent_sessions.backends.sqlalchemy import SQLAlchemySession
+from agent_sessions.core.codec import dumps, loads
+from benchmarks.harness import Contender, default_scenarios, run_suite
 
 PG_URL = os.environ.get(
     "AGENT_SESSIONS_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
@@ -85,15 +85,16 @@ class RawMySQL:
     async def add_items(self, items: list[dict[str, Any]]) -> None:
         payloads = [dumps(i) for i in items]
         n = len(payloads)
+        values = ",".join(f"(%s,LAST_INSERT_ID()-{n - 1 - i},%s)" for i in range(n))
+        args: list[Any] = [self.sid, n, n]
+        for p in payloads:
+            args += (self.sid, p)
         async with self.conn.cursor() as cur:
-            await self.conn.begin()
-            await cur.execute(self.sql._bump, (self.sid, n, n))
-            first = int(cur.lastrowid) - n + 1
-            args: list[Any] = []
-            for i, p in enumerate(payloads):
-                args += (self.sid, first + i, p)
-            await cur.execute(self.sql._insert + ",".join(["(%s,%s,%s)"] * n), args)
-            await self.conn.commit()
+            await cur.execute(
+                f"START TRANSACTION;{self.sql._bump};{self.sql._insert}{values};COMMIT", args
+            )
+            while await cur.nextset():
+                pass
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         async with self.conn.cursor() as cur:
@@ -184,6 +185,25 @@ async def bench_mariadb(quick: bool, rounds: int, big: int, drivers: bool) -> No
             await cur.execute(statement)
     aiomysql_url = MARIADB_URL.replace("+asyncmy", "+aiomysql")
     sdk_engine = create_async_engine(MARIADB_URL + "?charset=utf8mb4")
+    # The SDK's create_tables fails on MySQL (VARCHAR without a length): its schema, by hand.
+    async with sdk_engine.begin() as conn:
+        await conn.execute(
+            text(
+                f"CREATE TABLE {sdk_p}sessions (session_id VARCHAR(255) PRIMARY KEY, "
+                "created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, "
+                "updated_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP)"
+            )
+        )
+        await conn.execute(
+            text(
+                f"CREATE TABLE {sdk_p}messages (id INTEGER AUTO_INCREMENT PRIMARY KEY, "
+                "session_id VARCHAR(255) NOT NULL, message_data TEXT NOT NULL, "
+                "created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, "
+                f"INDEX idx_{sdk_p}messages_session_time (session_id, created_at), "
+                f"FOREIGN KEY (session_id) REFERENCES {sdk_p}sessions (session_id) "
+                "ON DELETE CASCADE)"
+            )
+        )
     keep = [
         SQLAlchemySession.from_url("keep", url=MARIADB_URL, table_prefix=ours_p),
         SQLAlchemySession.from_url("keep", url=aiomysql_url, table_prefix=ours_p),
@@ -202,14 +222,16 @@ async def bench_mariadb(quick: bool, rounds: int, big: int, drivers: bool) -> No
         return SDKSession(
             sid,
             engine=sdk_engine,
-            create_tables=True,
             sessions_table=f"{sdk_p}sessions",
             messages_table=f"{sdk_p}messages",
         )
 
     try:
         if drivers:
-            contenders = [Contender("ours asyncmy", ours), Contender("ours aiomysql", ours_aiomysql)]
+            contenders = [
+                Contender("ours asyncmy", ours),
+                Contender("ours aiomysql", ours_aiomysql),
+            ]
             title = "MariaDB 10.11: driver choice"
         else:
             contenders = [

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from agent_sessions.testing.helpers import item_text, texts
 from tests.servers import MARIADB_URL, POSTGRES_URL, require_server
 
 PROCESSES = 4
@@ -31,7 +32,7 @@ async def _work(url: str, prefix: str, sid: str, mode: str, worker: int) -> list
             return []
         popped = []
         while (item := await s.pop_item()) is not None:
-            popped.append(item["content"])
+            popped.append(item_text(item))
         return popped
     finally:
         await s.close()
@@ -68,7 +69,7 @@ async def _items(url: str, prefix: str, sid: str) -> list[str]:
 
     s = SQLAlchemySession.from_url(sid, url=url, table_prefix=prefix)
     try:
-        return [i["content"] for i in await s.get_items()]
+        return texts(await s.get_items())
     finally:
         await s.close()
 

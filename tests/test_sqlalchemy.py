@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 from agents.memory import Session
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from agent_sessions import open_session
 from agent_sessions.backends.sqlalchemy import SQLAlchemySession, _SharedEngine
@@ -29,7 +29,7 @@ from agent_sessions.errors import (
     ItemTooLargeError,
 )
 from agent_sessions.testing import SessionConformanceSuite
-from agent_sessions.testing.helpers import texts
+from agent_sessions.testing.helpers import item_text, texts
 from tests.servers import MARIADB_URL, POSTGRES_URL, require_server
 
 PREFIX = f"t{uuid.uuid4().hex[:10]}_"
@@ -41,7 +41,7 @@ SERVERS = {
 _created: dict[str, set[str]] = {"postgres": set(), "mariadb": set()}
 
 
-def _msg(text: str) -> dict[str, Any]:
+def _msg(text: str) -> Any:
     return {"role": "user", "content": text}
 
 
@@ -74,7 +74,7 @@ async def _drop(url: str, prefixes: set[str]) -> None:
 def _drop_tables_at_end() -> Iterator[None]:
     yield
     for kind, prefixes in _created.items():
-        url, name, port = SERVERS[kind]
+        url = SERVERS[kind][0]
         if prefixes:
             with contextlib.suppress(Exception):
                 asyncio.run(_drop(url, prefixes))
@@ -184,6 +184,7 @@ class TcpProxy:
         self.port = _free_port()
         self.server: asyncio.AbstractServer | None = None
         self.writers: set[asyncio.StreamWriter] = set()
+        self.frozen = asyncio.Event()  # set: swallow traffic, keep connections open
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
@@ -207,14 +208,16 @@ class TcpProxy:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
                 while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
+                    if not self.frozen.is_set():
+                        dst.write(data)
+                        await dst.drain()
             except (OSError, asyncio.CancelledError):
                 pass
             finally:
                 dst.transport.abort()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        with contextlib.suppress(asyncio.CancelledError):  # the test's loop is closing
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
 
 def _via(url: str, port: int) -> str:
@@ -224,7 +227,7 @@ def _via(url: str, port: int) -> str:
 
 @pytest.mark.asyncio
 async def test_closed_port_raises_backend_unavailable(server: tuple[str, str]) -> None:
-    kind, url = server
+    url = server[1]
     s = SQLAlchemySession.from_url("x", url=_via(url, _free_port()), connect_timeout=3)
     try:
         with pytest.raises(BackendUnavailableError) as info:
@@ -258,6 +261,32 @@ async def test_server_lost_then_back_recovers(server: tuple[str, str]) -> None:
         await s.close()
         with contextlib.suppress(Exception):
             await proxy.stop()
+
+
+@pytest.mark.asyncio
+async def test_server_that_stops_answering_times_out(server: tuple[str, str]) -> None:
+    kind, url = server
+    proxy = TcpProxy(int(SERVERS[kind][0].split("@", 1)[1].split("/")[0].split(":")[1]))
+    await proxy.start()
+    s = SQLAlchemySession.from_url(
+        "mute",
+        url=_via(url, proxy.port),
+        table_prefix=_prefix(kind),
+        command_timeout=1,
+        connect_timeout=1,
+    )
+    try:
+        await s.add_items([_msg("before")])
+        proxy.frozen.set()
+        with pytest.raises(BackendUnavailableError):
+            await asyncio.wait_for(s.get_items(), 30)  # a guard against a hang
+        with pytest.raises(BackendUnavailableError):  # new connections hang as well
+            await asyncio.wait_for(s.add_items([_msg("unknown")]), 30)
+        proxy.frozen.clear()
+        await s.clear_session()
+    finally:
+        await s.close()
+        await proxy.stop()
 
 
 @pytest.mark.asyncio
@@ -322,7 +351,7 @@ async def test_mysql_locking_pop_path(opened: list[SQLAlchemySession]) -> None:
         popped = await asyncio.gather(*(s.pop_item() for _ in range(70)))
     finally:
         store_dialect.mariadb = True  # type: ignore[attr-defined]
-    got = sorted(int(p["content"]) for p in popped if p is not None)
+    got = sorted(int(item_text(p)) for p in popped if p is not None)
     assert got == list(range(60))
 
 
@@ -350,7 +379,7 @@ def test_engine_must_be_an_async_engine() -> None:
 async def test_missing_tables_without_create_tables_is_a_clear_error(
     server: tuple[str, str],
 ) -> None:
-    kind, url = server
+    url = server[1]
     s = SQLAlchemySession.from_url(
         "x", url=url, create_tables=False, table_prefix=f"{PREFIX}absent_"
     )
@@ -473,8 +502,8 @@ async def test_open_session_schemes(scheme: str, tmp_path: Path) -> None:
         url, kind = _need("mariadb").replace("mysql+asyncmy", scheme), "mariadb"
     prefix = _prefix(kind) if kind else "o_"
     s = await open_session(url, "opened", table_prefix=prefix)
+    assert isinstance(s, SQLAlchemySession)
     try:
-        assert isinstance(s, SQLAlchemySession)
         await s.add_items([_msg("hi")])
         assert texts(await s.get_items()) == ["hi"]
         await s.clear_session()
@@ -488,6 +517,6 @@ async def test_bad_batch_writes_nothing(
 ) -> None:
     s = _open(server, opened)
     with pytest.raises(InvalidItemError):
-        await s.add_items([_msg("ok"), {"bad": {1, 2}}])
+        await s.add_items([_msg("ok"), {"bad": {1, 2}}])  # type: ignore[list-item]
     assert await s.count_items() == 0
     assert await s.add_sequenced_items([_msg("ok")]) == [1]

@@ -28,9 +28,7 @@ class Tables:
     schema: str
 
     @classmethod
-    def build(
-        cls, prefix: str, sessions_table: str | None, messages_table: str | None
-    ) -> Tables:
+    def build(cls, prefix: str, sessions_table: str | None, messages_table: str | None) -> Tables:
         if not isinstance(prefix, str):
             raise ValueError(f"table_prefix must be a str, got {type(prefix).__name__}")
         return cls(
@@ -52,6 +50,8 @@ class SqlDialect(ABC):
     checkin_needs_greenlet = True
     #: operations on one engine must not overlap (SQLite's shared static connection).
     exclusive = False
+    #: the driver has no cheap statement timeout of its own: the session enforces one.
+    watchdog = False
 
     def __init__(self, tables: Tables) -> None:
         self.t = tables
@@ -86,10 +86,12 @@ class SqlDialect(ABC):
         """Delete the session's rows and its counter."""
 
     @abstractmethod
-    async def count(
-        self, conn: Any, session_id: str, after: int | None, before: int | None
-    ) -> int:
+    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         """Count the session's rows with after < seq < before."""
+
+    def abort(self, conn: Any) -> None:
+        """Break ``conn`` so an operation waiting on it fails now (the command timeout)."""
+        raise NotImplementedError
 
     @abstractmethod
     def unavailable(self, exc: BaseException) -> bool:
@@ -108,7 +110,7 @@ class SqlDialect(ABC):
 def range_clause(after: int | None, before: int | None, mark: Any) -> tuple[str, list[int]]:
     """SQL (`` AND seq > ..``) and parameters bounding seq; ``mark(i)`` renders parameter i
     (0-based among these)."""
-    sql, params = "", []
+    sql, params = "", list[int]()
     if after is not None:
         sql += f" AND seq > {mark(len(params))}"
         params.append(after)

@@ -1,10 +1,11 @@
 """MariaDB / MySQL SQL for the SQLAlchemy backend, run on asyncmy or aiomysql connections.
 
-- append: one transaction of two statements. ``INSERT .. ON DUPLICATE KEY UPDATE last_seq =
-  LAST_INSERT_ID(last_seq + n)`` locks the session row (writers of one session queue up, so
-  numbers are contiguous and follow commit order) and returns the new counter in the OK packet,
-  without a result set; then one multi-row INSERT (split only when it would exceed the server's
-  ``max_allowed_packet``).
+- append: one round trip of ``START TRANSACTION; INSERT .. ON DUPLICATE KEY UPDATE last_seq =
+  LAST_INSERT_ID(last_seq + n); INSERT .. VALUES (.., LAST_INSERT_ID() - k, ..), ..; COMMIT``.
+  The first INSERT locks the session row (writers of one session queue up, so numbers are
+  contiguous and follow commit order) and reports the new counter in its OK packet; the items'
+  numbers are derived from it by the server. A batch above the server's ``max_allowed_packet``
+  is sent as several INSERTs in one transaction instead.
 - pop: on MariaDB one ``DELETE .. ORDER BY seq DESC LIMIT 1 RETURNING``: the row lock makes a
   concurrent pop skip to the next row. On MySQL, which lacks ``DELETE .. RETURNING``,
   ``SELECT .. FOR UPDATE`` then ``DELETE`` in one transaction.
@@ -61,6 +62,8 @@ def _code(exc: BaseException) -> int | None:
 
 class MySQLDialect(SqlDialect):
     """SQL for MariaDB 10.5+ (and MySQL 8, through the locking pop)."""
+
+    watchdog = True
 
     def __init__(self, tables: Tables, mariadb: bool) -> None:
         super().__init__(tables)
@@ -158,18 +161,36 @@ class MySQLDialect(SqlDialect):
         n = len(payloads)
         chunks = self._chunks(session_id, payloads)
         async with conn.cursor() as cur:
+            if len(chunks) == 1:
+                # One round trip: both drivers enable multi-statements; the items' numbers are
+                # computed by the server from the counter the first INSERT just set.
+                values = ",".join(f"(%s,LAST_INSERT_ID()-{n - 1 - i},%s)" for i in range(n))
+                args: list[Any] = [session_id, n, n]
+                for p in payloads:
+                    args += (session_id, p)
+                await cur.execute(
+                    f"START TRANSACTION;{self._bump};{self._insert}{values};COMMIT", args
+                )
+                await cur.nextset()
+                last = int(cur.lastrowid)
+                while await cur.nextset():
+                    pass
+                return last
             if conn.get_autocommit():
                 await conn.begin()
             await cur.execute(self._bump, (session_id, n, n))
             last = int(cur.lastrowid)
             first = last - n + 1
             for chunk in chunks:
-                args: list[Any] = []
+                args = []
                 for i in chunk:
                     args += (session_id, first + i, payloads[i])
                 await cur.execute(self._insert + ",".join(["(%s,%s,%s)"] * len(chunk)), args)
             await conn.commit()
         return last
+
+    def abort(self, conn: Any) -> None:
+        conn.close()  # closes the socket: a read in progress fails at once
 
     async def load(
         self,
@@ -220,9 +241,7 @@ class MySQLDialect(SqlDialect):
                 await cur.execute(statement, (session_id,))
             await conn.commit()
 
-    async def count(
-        self, conn: Any, session_id: str, after: int | None, before: int | None
-    ) -> int:
+    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         bounds, args = range_clause(after, before, lambda i: "%s")
         async with conn.cursor() as cur:
             await cur.execute(

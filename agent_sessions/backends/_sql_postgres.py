@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import asyncpg.exceptions as pg
+import asyncpg.exceptions as pg  # type: ignore[import-untyped]
 
 from ..core.base import Row
 from ._sql_common import SCHEMA_VERSION, SqlDialect, Tables, causes, check_version, range_clause
@@ -90,9 +90,7 @@ class PostgresDialect(SqlDialect):
             version = await self._version(conn, False)
         check_version(t, version)
         await conn.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE false")
-        await conn.execute(
-            f"SELECT session_id, seq, message_data FROM {t.messages} WHERE false"
-        )
+        await conn.execute(f"SELECT session_id, seq, message_data FROM {t.messages} WHERE false")
 
     async def _version(self, conn: Any, missing_ok: bool) -> Any:
         try:
@@ -143,9 +141,7 @@ class PostgresDialect(SqlDialect):
             for statement in self._clear:
                 await conn.execute(statement, session_id)
 
-    async def count(
-        self, conn: Any, session_id: str, after: int | None, before: int | None
-    ) -> int:
+    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         key = (after is not None, before is not None)
         sql = self._counts.get(key)
         if sql is None:
@@ -167,4 +163,3 @@ class PostgresDialect(SqlDialect):
         return any(
             isinstance(e, (pg.UndefinedTableError, pg.UndefinedColumnError)) for e in causes(exc)
         )
-

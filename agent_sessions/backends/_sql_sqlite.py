@@ -143,9 +143,7 @@ class SqliteDialect(SqlDialect):
 
         await self._write(conn, run)
 
-    async def count(
-        self, conn: Any, session_id: str, after: int | None, before: int | None
-    ) -> int:
+    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         bounds, args = range_clause(after, before, lambda i: "?")
         cur = await conn.execute(
             f"SELECT COUNT(*) FROM {self.t.messages} WHERE session_id = ?{bounds}",

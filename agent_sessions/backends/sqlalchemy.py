@@ -16,7 +16,7 @@ import random
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine, make_url
@@ -77,7 +77,9 @@ class _Store:
     (for engines this module owns) a few idle connections kept out of the pool, which saves
     the pool's check-out and check-in on every operation."""
 
-    def __init__(self, engine: AsyncEngine, tables: Tables, keep_idle: int) -> None:
+    def __init__(
+        self, engine: AsyncEngine, tables: Tables, keep_idle: int, timeout: float | None
+    ) -> None:
         self.engine = engine
         self.dialect = _make_dialect(engine, tables)
         self.ready = False
@@ -85,6 +87,7 @@ class _Store:
         self.lock = asyncio.Lock() if self.dialect.exclusive else None
         self.keep_idle = keep_idle
         self.idle: list[PoolProxiedConnection] = []
+        self.watchdog = timeout if self.dialect.watchdog else None
 
     async def checkin(self, fairy: PoolProxiedConnection) -> None:
         if len(self.idle) < self.keep_idle:
@@ -113,12 +116,14 @@ _stores: weakref.WeakKeyDictionary[Engine, dict[Tables, _Store]] = weakref.WeakK
 _stores_lock = threading.Lock()
 
 
-def _store_for(engine: AsyncEngine, tables: Tables, keep_idle: int = 0) -> _Store:
+def _store_for(
+    engine: AsyncEngine, tables: Tables, keep_idle: int = 0, timeout: float | None = None
+) -> _Store:
     with _stores_lock:
         by_tables = _stores.setdefault(engine.sync_engine, {})
         store = by_tables.get(tables)
         if store is None:
-            store = by_tables[tables] = _Store(engine, tables, keep_idle)
+            store = by_tables[tables] = _Store(engine, tables, keep_idle, timeout)
         return store
 
 
@@ -143,8 +148,6 @@ def _default_engine_kwargs(
             "autocommit": True,
             "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
         }
-        if parsed.get_driver_name() == "asyncmy" and command_timeout is not None:
-            connect_args["read_timeout"] = command_timeout
         if "charset" not in parsed.query:
             connect_args["charset"] = "utf8mb4"
         # Every operation ends its own transaction, so check-in needs no ROLLBACK round trip.
@@ -159,11 +162,14 @@ class _SharedEngine:
     are disposed when the last session using them closes.
     """
 
-    _registry: dict[tuple[str, str], _SharedEngine] = {}
-    _registry_lock = threading.Lock()
+    _registry: ClassVar[dict[tuple[str, str], _SharedEngine]] = {}
+    _registry_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, key: tuple[str, str], url: str, kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, key: tuple[str, str], url: str, kwargs: dict[str, Any], timeout: float | None
+    ) -> None:
         self.key = key
+        self.command_timeout = timeout
         self.url = url
         self.kwargs = kwargs
         self.users = 0
@@ -171,12 +177,12 @@ class _SharedEngine:
         self.closed = False
 
     @classmethod
-    def acquire(cls, url: str, kwargs: dict[str, Any]) -> _SharedEngine:
-        key = (url, repr(sorted(kwargs.items())))
+    def acquire(cls, url: str, kwargs: dict[str, Any], timeout: float | None) -> _SharedEngine:
+        key = (url, repr((sorted(kwargs.items()), timeout)))
         with cls._registry_lock:
             shared = cls._registry.get(key)
             if shared is None:
-                shared = cls._registry[key] = cls(key, url, kwargs)
+                shared = cls._registry[key] = cls(key, url, kwargs, timeout)
             shared.users += 1
         if not shared.engines:
             shared.current()  # build now, so a bad URL or missing driver fails at once
@@ -220,6 +226,11 @@ class _SharedEngine:
                 for store in _stores_of(engine):
                     await store.release_idle()
             await engine.dispose(close=loop is running)
+
+
+def _abort(dialect: SqlDialect, conn: Any, fired: list[bool]) -> None:
+    fired.append(True)
+    dialect.abort(conn)
 
 
 class SQLAlchemySession(BaseSession):
@@ -285,8 +296,8 @@ class SQLAlchemySession(BaseSession):
             create_tables: create the tables if missing (default True here).
             connect_timeout: seconds to wait for a new connection before failing with
                 BackendUnavailableError.
-            command_timeout: seconds a statement may take before the connection is given up
-                (asyncpg and asyncmy; None waits forever).
+            command_timeout: seconds an operation may wait for the server before its
+                connection is given up with BackendUnavailableError (None: no limit).
             **kwargs: the constructor's arguments (``table_prefix``, ``session_settings``...).
         """
         if not isinstance(url, str):
@@ -297,7 +308,7 @@ class SQLAlchemySession(BaseSession):
             **defaults.get("connect_args", {}),
             **(engine_kwargs or {}).get("connect_args", {}),
         }
-        shared = _SharedEngine.acquire(url, merged)
+        shared = _SharedEngine.acquire(url, merged, command_timeout)
         try:
             return cls(
                 session_id,
@@ -353,8 +364,12 @@ class SQLAlchemySession(BaseSession):
         if cached is not None and cached[0] is loop:
             store = cached[1]
         else:
-            keep = _KEEP_IDLE if self._shared is not None else 0
-            store = _store_for(self.engine, self._tables, keep)
+            if self._shared is not None:
+                store = _store_for(
+                    self.engine, self._tables, _KEEP_IDLE, self._shared.command_timeout
+                )
+            else:
+                store = _store_for(self.engine, self._tables)
             self._cached = (loop, store)
         if not store.ready:
             await self._prepare(store)
@@ -368,16 +383,32 @@ class SQLAlchemySession(BaseSession):
     ) -> T:
         for attempt in range(_RETRIES):
             fairy = store.idle.pop() if store.idle else await self._checkout(store)
+            conn = fairy.driver_connection
+            fired: list[bool] = []
+            watchdog = None
+            if store.watchdog is not None:
+                watchdog = asyncio.get_running_loop().call_later(
+                    store.watchdog, _abort, store.dialect, conn, fired
+                )
             try:
-                result = await op(store.dialect, fairy.driver_connection)
+                result = await op(store.dialect, conn)
             except BaseException as exc:
                 self._discard(store, fairy, exc)
                 if isinstance(exc, Exception):
+                    if fired:
+                        raise BackendUnavailableError(
+                            f"the database at {self._url(store)} did not answer within "
+                            f"{store.watchdog} s (command_timeout); the operation was abandoned"
+                            + (" and may or may not have been stored" if write else "")
+                        ) from exc
                     if store.dialect.retryable(exc) and attempt < _RETRIES - 1:
                         await asyncio.sleep(random.uniform(0.001, 0.02) * (attempt + 1))
                         continue
                     raise self._translate(store, exc, write) from exc
                 raise
+            finally:
+                if watchdog is not None:
+                    watchdog.cancel()
             await store.checkin(fairy)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
@@ -401,8 +432,12 @@ class SQLAlchemySession(BaseSession):
         finally:
             fairy.close()
 
+    @staticmethod
+    def _url(store: _Store) -> str:
+        return store.engine.url.render_as_string(hide_password=True)
+
     def _translate(self, store: _Store, exc: Exception, write: bool) -> Exception:
-        url = store.engine.url.render_as_string(hide_password=True)
+        url = self._url(store)
         if isinstance(exc, sa_exc.TimeoutError):
             return BackendUnavailableError(
                 f"no connection to {url} became free in time ({exc}); raise the pool size "
