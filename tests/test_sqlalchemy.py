@@ -26,6 +26,7 @@ from agent_sessions.errors import (
     BackendDataError,
     BackendUnavailableError,
     InvalidItemError,
+    InvalidSessionIdError,
     ItemTooLargeError,
 )
 from agent_sessions.testing import SessionConformanceSuite
@@ -373,6 +374,9 @@ def test_table_prefix_must_be_an_identifier(prefix: str) -> None:
 def test_engine_must_be_an_async_engine() -> None:
     with pytest.raises(TypeError, match="AsyncEngine"):
         SQLAlchemySession("x", engine="postgresql://localhost/db")  # type: ignore[arg-type]
+    with pytest.raises(InvalidSessionIdError):
+        SQLAlchemySession.from_url("", url="sqlite+aiosqlite:///:memory:")
+    assert not any(k[0] == "sqlite+aiosqlite:///:memory:" for k in _SharedEngine._registry)
 
 
 @pytest.mark.asyncio
@@ -388,6 +392,27 @@ async def test_missing_tables_without_create_tables_is_a_clear_error(
             await s.get_items()
     finally:
         await s.close()
+
+
+@pytest.mark.asyncio
+async def test_schema_statements_create_usable_tables(server: tuple[str, str]) -> None:
+    kind, url = server
+    prefix = _prefix(kind, "ddl_")
+    engine = create_async_engine(url)
+    try:
+        dialect = "postgresql" if kind == "postgres" else "mariadb"
+        async with engine.begin() as conn:
+            for statement in SQLAlchemySession.schema_statements(dialect, table_prefix=prefix):
+                await conn.execute(text(statement))
+        s = SQLAlchemySession("x", engine=engine, table_prefix=prefix)  # create_tables=False
+        await s.add_items([_msg("a")])
+        assert texts(await s.get_items()) == ["a"]
+        await s.clear_session()
+        await s.close()
+    finally:
+        await engine.dispose()
+    with pytest.raises(ValueError):
+        SQLAlchemySession.schema_statements("oracle")
 
 
 @pytest.mark.asyncio

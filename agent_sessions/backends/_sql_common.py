@@ -50,6 +50,8 @@ class SqlDialect(ABC):
     checkin_needs_greenlet = True
     #: operations on one engine must not overlap (SQLite's shared static connection).
     exclusive = False
+    #: a connection an operation failed on is dropped (False: it stays usable and is kept).
+    discard_on_error = True
     #: the driver has no cheap statement timeout of its own: the session enforces one.
     watchdog = False
 

@@ -2,7 +2,8 @@
 
 Writes take the write lock up front (``BEGIN IMMEDIATE``); operations on one engine are also
 serialized in-process, since SQLAlchemy may hand one shared connection to several tasks (an
-in-memory database uses a single static connection).
+in-memory database uses a single static connection). The connection is kept between operations
+and after errors.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class SqliteDialect(SqlDialect):
     """SQL for SQLite 3.35+ (``RETURNING``)."""
 
     exclusive = True
+    # Dropping the connection of an in-memory database would drop the database; aiosqlite
+    # finishes a statement even when its caller is cancelled, and writes roll back on error.
+    discard_on_error = False
 
     def __init__(self, tables: Tables) -> None:
         super().__init__(tables)

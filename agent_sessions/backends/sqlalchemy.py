@@ -185,8 +185,19 @@ class _SharedEngine:
                 shared = cls._registry[key] = cls(key, url, kwargs, timeout)
             shared.users += 1
         if not shared.engines:
-            shared.current()  # build now, so a bad URL or missing driver fails at once
+            try:
+                shared.current()  # build now, so a bad URL or missing driver fails at once
+            except BaseException:
+                shared.forget()
+                raise
         return shared
+
+    def forget(self) -> None:
+        """Undo one ``acquire`` of a session that was never built (no connection exists)."""
+        with self._registry_lock:
+            self.users -= 1
+            if self.users <= 0 and self._registry.get(self.key) is self:
+                del self._registry[self.key]
 
     def share(self) -> _SharedEngine:
         with self._registry_lock:
@@ -270,6 +281,10 @@ class SQLAlchemySession(BaseSession):
         self._create_tables = bool(create_tables)
         self._shared = _shared
         self._engine = None if _shared is not None else _check_engine(engine)
+        # A server-side write is one statement or one transaction that the server rolls back
+        # when a cancelled operation's connection is dropped: it cannot be half-done, so no
+        # extra task is needed to finish it. SQLite keeps its connection, so it needs one.
+        self._single_dispatch_writes = self.engine.dialect.name != "sqlite"
         self._options = options
         self._cached: tuple[asyncio.AbstractEventLoop, _Store] | None = None
 
@@ -318,8 +333,37 @@ class SQLAlchemySession(BaseSession):
                 **kwargs,
             )
         except BaseException:
-            shared.users -= 1
+            shared.forget()
             raise
+
+    @staticmethod
+    def schema_statements(
+        dialect: str,
+        *,
+        table_prefix: str = "agent_sessions_",
+        sessions_table: str | None = None,
+        messages_table: str | None = None,
+    ) -> list[str]:
+        """Return the SQL that ``create_tables=True`` runs, for migration tools or a DBA.
+
+        ``dialect`` is ``"postgresql"``, ``"mariadb"``, ``"mysql"`` or ``"sqlite"``.
+        """
+        tables = Tables.build(table_prefix, sessions_table, messages_table)
+        if dialect == "postgresql":
+            from ._sql_postgres import create_statements
+
+            return create_statements(tables)
+        if dialect in ("mariadb", "mysql"):
+            from ._sql_mysql import create_statements as mysql_statements
+
+            return mysql_statements(tables, mariadb=dialect == "mariadb")
+        if dialect == "sqlite":
+            from ._sql_sqlite import create_statements as sqlite_statements
+
+            return sqlite_statements(tables)
+        raise ValueError(
+            f"dialect must be 'postgresql', 'mariadb', 'mysql' or 'sqlite', got {dialect!r}"
+        )
 
     # -- SDK-compatible attributes --------------------------------------------------------
 
@@ -399,7 +443,7 @@ class SQLAlchemySession(BaseSession):
                         raise BackendUnavailableError(
                             f"the database at {self._url(store)} did not answer within "
                             f"{store.watchdog} s (command_timeout); the operation was abandoned"
-                            + (" and may or may not have been stored" if write else "")
+                            + ("; the write may or may not have taken effect" if write else "")
                         ) from exc
                     if store.dialect.retryable(exc) and attempt < _RETRIES - 1:
                         await asyncio.sleep(random.uniform(0.001, 0.02) * (attempt + 1))
@@ -423,6 +467,9 @@ class SQLAlchemySession(BaseSession):
     def _discard(store: _Store, fairy: PoolProxiedConnection, exc: BaseException) -> None:
         """Drop a connection an operation failed on (its state is unknown); no I/O, so this
         also runs safely during cancellation. On a lost server, drop the idle ones too."""
+        if not store.dialect.discard_on_error:
+            store.idle.append(fairy)  # its operations end their transactions themselves
+            return
         try:
             if isinstance(exc, Exception) and store.dialect.unavailable(exc):
                 store.drop_idle()
@@ -444,7 +491,7 @@ class SQLAlchemySession(BaseSession):
                 "(engine_kwargs={'pool_size': ...}) or lower concurrency"
             )
         if store.dialect.unavailable(exc):
-            outcome = " (a write in flight may or may not have been stored)" if write else ""
+            outcome = " (the write may or may not have taken effect)" if write else ""
             return BackendUnavailableError(
                 f"the database at {url} is unreachable: {type(exc).__name__}: {exc}{outcome}; "
                 "check that it runs and accepts connections"
