@@ -517,7 +517,9 @@ async def test_sessions_from_one_url_share_an_engine_until_the_last_closes(
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("scheme", ["postgres", "mysql+asyncmy", "mysql+aiomysql", "sqlite"])
+@pytest.mark.parametrize(
+    "scheme", ["postgres", "mysql+asyncmy", "mysql+aiomysql", "mariadb+asyncmy", "sqlite"]
+)
 async def test_open_session_schemes(scheme: str, tmp_path: Path) -> None:
     if scheme == "postgres":
         url, kind = _need("postgres"), "postgres"

@@ -174,7 +174,6 @@ class _SharedEngine:
         self.kwargs = kwargs
         self.users = 0
         self.engines: dict[asyncio.AbstractEventLoop | None, AsyncEngine] = {}
-        self.closed = False
 
     @classmethod
     def acquire(cls, url: str, kwargs: dict[str, Any], timeout: float | None) -> _SharedEngine:
