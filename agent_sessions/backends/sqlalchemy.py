@@ -78,7 +78,11 @@ class _Store:
     the pool's check-out and check-in on every operation."""
 
     def __init__(
-        self, engine: AsyncEngine, tables: Tables, keep_idle: int, timeout: float | None
+        self,
+        engine: AsyncEngine,
+        tables: Tables,
+        keep_idle: int,
+        timeouts: tuple[float | None, float | None],
     ) -> None:
         self.engine = engine
         self.dialect = _make_dialect(engine, tables)
@@ -87,7 +91,9 @@ class _Store:
         self.lock = asyncio.Lock() if self.dialect.exclusive else None
         self.keep_idle = keep_idle
         self.idle: list[PoolProxiedConnection] = []
-        self.watchdog = timeout if self.dialect.watchdog else None
+        # (command, connect) limits the session enforces where the driver does not.
+        self.watchdog = timeouts[0] if self.dialect.watchdog else None
+        self.connect_limit = timeouts[1] if self.dialect.watchdog else None
 
     async def checkin(self, fairy: PoolProxiedConnection) -> None:
         if len(self.idle) < self.keep_idle:
@@ -117,13 +123,16 @@ _stores_lock = threading.Lock()
 
 
 def _store_for(
-    engine: AsyncEngine, tables: Tables, keep_idle: int = 0, timeout: float | None = None
+    engine: AsyncEngine,
+    tables: Tables,
+    keep_idle: int = 0,
+    timeouts: tuple[float | None, float | None] = (None, None),
 ) -> _Store:
     with _stores_lock:
         by_tables = _stores.setdefault(engine.sync_engine, {})
         store = by_tables.get(tables)
         if store is None:
-            store = by_tables[tables] = _Store(engine, tables, keep_idle, timeout)
+            store = by_tables[tables] = _Store(engine, tables, keep_idle, timeouts)
         return store
 
 
@@ -166,22 +175,28 @@ class _SharedEngine:
     _registry_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(
-        self, key: tuple[str, str], url: str, kwargs: dict[str, Any], timeout: float | None
+        self,
+        key: tuple[str, str],
+        url: str,
+        kwargs: dict[str, Any],
+        timeouts: tuple[float | None, float | None],
     ) -> None:
         self.key = key
-        self.command_timeout = timeout
+        self.timeouts = timeouts
         self.url = url
         self.kwargs = kwargs
         self.users = 0
         self.engines: dict[asyncio.AbstractEventLoop | None, AsyncEngine] = {}
 
     @classmethod
-    def acquire(cls, url: str, kwargs: dict[str, Any], timeout: float | None) -> _SharedEngine:
-        key = (url, repr((sorted(kwargs.items()), timeout)))
+    def acquire(
+        cls, url: str, kwargs: dict[str, Any], timeouts: tuple[float | None, float | None]
+    ) -> _SharedEngine:
+        key = (url, repr((sorted(kwargs.items()), timeouts)))
         with cls._registry_lock:
             shared = cls._registry.get(key)
             if shared is None:
-                shared = cls._registry[key] = cls(key, url, kwargs, timeout)
+                shared = cls._registry[key] = cls(key, url, kwargs, timeouts)
             shared.users += 1
         if not shared.engines:
             try:
@@ -322,7 +337,7 @@ class SQLAlchemySession(BaseSession):
             **defaults.get("connect_args", {}),
             **(engine_kwargs or {}).get("connect_args", {}),
         }
-        shared = _SharedEngine.acquire(url, merged, command_timeout)
+        shared = _SharedEngine.acquire(url, merged, (command_timeout, connect_timeout))
         try:
             return cls(
                 session_id,
@@ -408,9 +423,7 @@ class SQLAlchemySession(BaseSession):
             store = cached[1]
         else:
             if self._shared is not None:
-                store = _store_for(
-                    self.engine, self._tables, _KEEP_IDLE, self._shared.command_timeout
-                )
+                store = _store_for(self.engine, self._tables, _KEEP_IDLE, self._shared.timeouts)
             else:
                 store = _store_for(self.engine, self._tables)
             self._cached = (loop, store)
@@ -458,7 +471,10 @@ class SQLAlchemySession(BaseSession):
 
     async def _checkout(self, store: _Store) -> PoolProxiedConnection:
         try:
-            return await store.engine.raw_connection()
+            if store.connect_limit is None:
+                return await store.engine.raw_connection()
+            # The MySQL drivers' connect_timeout does not cover the server's handshake.
+            return await asyncio.wait_for(store.engine.raw_connection(), store.connect_limit)
         except Exception as exc:
             raise self._translate(store, exc, False) from exc
 
