@@ -1,0 +1,152 @@
+"""What the SQLAlchemy backend's per-dialect SQL modules share: table names and their interface.
+
+Each dialect module runs its SQL directly on the driver connection that SQLAlchemy's pool hands
+out, so a statement costs one driver call, not a trip through SQLAlchemy's execution layer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.base import Row
+from ..errors import BackendDataError
+from .sqlite import check_identifier
+
+SCHEMA_VERSION = 1
+"""The layout these modules read and write; stored per messages table in the schema table."""
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The three table names of one store (validated identifiers)."""
+
+    sessions: str
+    messages: str
+    schema: str
+
+    @classmethod
+    def build(cls, prefix: str, sessions_table: str | None, messages_table: str | None) -> Tables:
+        if not isinstance(prefix, str):
+            raise ValueError(f"table_prefix must be a str, got {type(prefix).__name__}")
+        return cls(
+            check_identifier(sessions_table or f"{prefix}sessions", "sessions_table/table_prefix"),
+            check_identifier(messages_table or f"{prefix}messages", "messages_table/table_prefix"),
+            check_identifier(f"{prefix}schema", "table_prefix"),
+        )
+
+    def lock_key(self) -> int:
+        """A signed 64-bit number naming this store, for database-wide advisory locks."""
+        digest = hashlib.sha256(f"agent_sessions:{self.messages}".encode()).digest()
+        return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class SqlDialect(ABC):
+    """The SQL of one database family, run on a driver connection ``conn``."""
+
+    #: the SQLAlchemy pool's check-in must run inside SQLAlchemy's greenlet (driver I/O).
+    checkin_needs_greenlet = True
+    #: operations on one engine must not overlap (SQLite's shared static connection).
+    exclusive = False
+    #: a connection an operation failed on is dropped (False: it stays usable and is kept).
+    discard_on_error = True
+    #: the driver has no cheap statement timeout of its own: the session enforces one.
+    watchdog = False
+
+    def __init__(self, tables: Tables) -> None:
+        self.t = tables
+
+    @abstractmethod
+    async def prepare(self, conn: Any, create: bool) -> None:
+        """Create the tables when ``create`` (idempotent, safe across processes), then check
+        that they exist and carry a schema version this code reads."""
+
+    @abstractmethod
+    async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
+        """Store ``payloads`` as one transaction; return the last sequence number assigned."""
+
+    @abstractmethod
+    async def load(
+        self,
+        conn: Any,
+        session_id: str,
+        limit: int | None,
+        after: int | None,
+        before: int | None,
+    ) -> list[Row]:
+        """Return the latest ``limit`` rows (all when None) with after < seq < before, oldest
+        first."""
+
+    @abstractmethod
+    async def pop(self, conn: Any, session_id: str) -> str | None:
+        """Delete the newest row and return its payload; None when there is none."""
+
+    @abstractmethod
+    async def clear(self, conn: Any, session_id: str) -> None:
+        """Delete the session's rows and its counter."""
+
+    @abstractmethod
+    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
+        """Count the session's rows with after < seq < before."""
+
+    def abort(self, conn: Any) -> None:
+        """Break ``conn`` so an operation waiting on it fails now (the command timeout)."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def unavailable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means the server cannot be reached (or the connection broke)."""
+
+    @abstractmethod
+    def retryable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` rolled the whole transaction back and a retry may succeed
+        (deadlock, serialization failure)."""
+
+    @abstractmethod
+    def missing_table(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says a table or column does not exist."""
+
+
+def range_clause(after: int | None, before: int | None, mark: Any) -> tuple[str, list[int]]:
+    """SQL (`` AND seq > ..``) and parameters bounding seq; ``mark(i)`` renders parameter i
+    (0-based among these)."""
+    sql, params = "", list[int]()
+    if after is not None:
+        sql += f" AND seq > {mark(len(params))}"
+        params.append(after)
+    if before is not None:
+        sql += f" AND seq < {mark(len(params))}"
+        params.append(before)
+    return sql, params
+
+
+def causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it wraps (SQLAlchemy's ``orig``, ``__cause__``), outermost first."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen and len(seen) < 8:
+        seen.append(current)
+        orig = getattr(current, "orig", None)
+        current = orig if isinstance(orig, BaseException) else current.__cause__
+    return seen
+
+
+def check_version(t: Tables, version: Any) -> None:
+    """Raise BackendDataError unless ``version`` is the schema version this code reads."""
+    if version is None:
+        raise BackendDataError(
+            f"table {t.schema} has no schema version for {t.messages}; create the tables with "
+            "create_tables=True (or the statements in docs/sqlalchemy.md)"
+        )
+    if int(version) > SCHEMA_VERSION:
+        raise BackendDataError(
+            f"tables {t.sessions}/{t.messages} have schema version {version}, newer than "
+            f"version {SCHEMA_VERSION} that this agent_sessions reads; upgrade agent_sessions"
+        )
+    if int(version) < SCHEMA_VERSION:  # pragma: no cover - no older version exists yet
+        raise BackendDataError(
+            f"tables {t.sessions}/{t.messages} have schema version {version}; migrate them as "
+            "described in docs/sqlalchemy.md"
+        )

@@ -1,0 +1,275 @@
+"""MariaDB / MySQL SQL for the SQLAlchemy backend, run on asyncmy or aiomysql connections.
+
+- append: one round trip of ``START TRANSACTION; INSERT .. ON DUPLICATE KEY UPDATE last_seq =
+  LAST_INSERT_ID(last_seq + n); INSERT .. VALUES (.., LAST_INSERT_ID() - k, ..), ..; COMMIT``.
+  The first INSERT locks the session row (writers of one session queue up, so numbers are
+  contiguous and follow commit order) and reports the new counter in its OK packet; the items'
+  numbers are derived from it by the server. A batch above the server's ``max_allowed_packet``
+  is sent as several INSERTs in one transaction instead.
+- pop: on MariaDB one ``DELETE .. ORDER BY seq DESC LIMIT 1 RETURNING``: the row lock makes a
+  concurrent pop skip to the next row. On MySQL, which lacks ``DELETE .. RETURNING``,
+  ``SELECT .. FOR UPDATE`` then ``DELETE`` in one transaction.
+
+Session ids use a binary NO PAD collation, so ``'a'``, ``'A'`` and ``'a '`` are three ids.
+Works whether or not the connection is in autocommit mode; sessions opened from a URL use
+autocommit and READ COMMITTED, which saves a round trip per read and avoids gap-lock deadlocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..core.base import Row
+from ..errors import ItemTooLargeError
+from ._sql_common import SCHEMA_VERSION, SqlDialect, Tables, causes, check_version, range_clause
+
+_GONE = {1040, 1053, 1927, 2002, 2003, 2005, 2006, 2013, 2026, 2055}
+"""Client/server error codes meaning the server is unreachable or the connection broke."""
+_DRIVERS = ("asyncmy", "aiomysql", "pymysql")
+_PACKET_CAP = 16 * 1024 * 1024  # the drivers' own default client-side limit
+_ROW_OVERHEAD = 64
+
+
+def create_statements(t: Tables, mariadb: bool = True) -> list[str]:
+    """The DDL of schema version 1."""
+    # NO PAD binary collation: ids compare byte by byte, trailing spaces included.
+    collation = "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
+    sid = f"VARCHAR(512) CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL"
+    return [
+        f"CREATE TABLE IF NOT EXISTS {t.schema} (table_name VARCHAR(64) CHARACTER SET ascii "
+        "COLLATE ascii_bin NOT NULL PRIMARY KEY, version INT NOT NULL) ENGINE=InnoDB",
+        f"CREATE TABLE IF NOT EXISTS {t.sessions} (session_id {sid} PRIMARY KEY, "
+        "last_seq BIGINT NOT NULL, "
+        "created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+        "updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB",
+        # LONGTEXT: a TEXT column holds only 64 KiB.
+        f"CREATE TABLE IF NOT EXISTS {t.messages} (session_id {sid}, seq BIGINT NOT NULL, "
+        "message_data LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, "
+        "created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+        "PRIMARY KEY (session_id, seq)) ENGINE=InnoDB",
+        f"INSERT IGNORE INTO {t.schema} (table_name, version) "
+        f"VALUES ('{t.messages}', {SCHEMA_VERSION})",
+    ]
+
+
+def _code(exc: BaseException) -> int | None:
+    if not type(exc).__module__.startswith(_DRIVERS):
+        return None
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+class MySQLDialect(SqlDialect):
+    """SQL for MariaDB 10.5+ (and MySQL 8, through the locking pop)."""
+
+    watchdog = True
+
+    def __init__(self, tables: Tables, mariadb: bool) -> None:
+        super().__init__(tables)
+        s, m = tables.sessions, tables.messages
+        self.mariadb = mariadb
+        self.max_packet = _PACKET_CAP
+        self._bump = (
+            f"INSERT INTO {s} (session_id, last_seq) VALUES (%s, LAST_INSERT_ID(%s)) "
+            "ON DUPLICATE KEY UPDATE last_seq = LAST_INSERT_ID(last_seq + %s), "
+            "updated_at = CURRENT_TIMESTAMP(6)"
+        )
+        self._insert = f"INSERT INTO {m} (session_id, seq, message_data) VALUES "
+        self._pop = (
+            f"DELETE FROM {m} WHERE session_id = %s ORDER BY seq DESC LIMIT 1 "
+            "RETURNING message_data"
+        )
+        self._lock_newest = (
+            f"SELECT seq, message_data FROM {m} WHERE session_id = %s "
+            "ORDER BY seq DESC LIMIT 1 FOR UPDATE"
+        )
+        self._delete_one = f"DELETE FROM {m} WHERE session_id = %s AND seq = %s"
+        self._clear = [
+            f"DELETE FROM {s} WHERE session_id = %s",  # first: waits for a writer in progress
+            f"DELETE FROM {m} WHERE session_id = %s",
+        ]
+
+    async def prepare(self, conn: Any, create: bool) -> None:
+        t = self.t
+        charset = str(getattr(conn, "charset", "utf8mb4")).lower()
+        if charset != "utf8mb4":
+            raise ValueError(
+                f"the MySQL connection uses charset {charset!r}; items need utf8mb4: add "
+                "?charset=utf8mb4 to the URL (or connect_args={'charset': 'utf8mb4'})"
+            )
+        async with conn.cursor() as cur:
+            version = await self._version(cur, create)
+            if version is None and create:
+                name = f"agent_sessions:{t.lock_key():x}"
+                await cur.execute("SELECT GET_LOCK(%s, 60)", (name,))
+                await cur.fetchall()
+                try:
+                    for statement in create_statements(t, self.mariadb):
+                        await cur.execute(statement)
+                    await conn.commit()
+                finally:
+                    await cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
+                    await cur.fetchall()
+                version = await self._version(cur, False)
+            check_version(t, version)
+            await cur.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE 1 = 0")
+            await cur.fetchall()
+            await cur.execute(f"SELECT session_id, seq, message_data FROM {t.messages} WHERE 1 = 0")
+            await cur.fetchall()
+            await cur.execute("SELECT @@max_allowed_packet")
+            row = await cur.fetchone()
+            self.max_packet = min(int(row[0]), _PACKET_CAP)
+        await _end_read(conn)
+
+    async def _version(self, cur: Any, missing_ok: bool) -> Any:
+        try:
+            await cur.execute(
+                f"SELECT version FROM {self.t.schema} WHERE table_name = %s", (self.t.messages,)
+            )
+        except Exception as exc:
+            if missing_ok and _code(exc) == 1146:
+                return None
+            raise
+        row = await cur.fetchone()
+        return row[0] if row else None
+
+    def _chunks(self, session_id: str, payloads: list[str]) -> list[list[int]]:
+        """Split the batch into INSERTs that fit one packet (almost always just one)."""
+        budget = self.max_packet - 1024 - len(self._insert)
+        per_row = _ROW_OVERHEAD + 8 * len(session_id)
+        chunks: list[list[int]] = [[]]
+        used = 0
+        for i, p in enumerate(payloads):
+            size = len(p) if p.isascii() else len(p.encode())
+            size += p.count('"') + p.count("\\") + p.count("'") + per_row  # escaping
+            if size > budget:
+                raise ItemTooLargeError(
+                    f"item {i} of the batch needs {size} bytes in a statement, above this "
+                    f"server's max_allowed_packet ({self.max_packet}); raise max_allowed_packet "
+                    "or store smaller items; nothing of the batch was written",
+                    index=i,
+                )
+            if used + size > budget and chunks[-1]:
+                chunks.append([])
+                used = 0
+            chunks[-1].append(i)
+            used += size
+        return chunks
+
+    async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
+        n = len(payloads)
+        chunks = self._chunks(session_id, payloads)
+        async with conn.cursor() as cur:
+            if len(chunks) == 1:
+                # One round trip: both drivers enable multi-statements; the items' numbers are
+                # computed by the server from the counter the first INSERT just set.
+                values = ",".join(f"(%s,LAST_INSERT_ID()-{n - 1 - i},%s)" for i in range(n))
+                args: list[Any] = [session_id, n, n]
+                for p in payloads:
+                    args += (session_id, p)
+                await cur.execute(
+                    f"START TRANSACTION;{self._bump};{self._insert}{values};COMMIT", args
+                )
+                await cur.nextset()
+                last = int(cur.lastrowid)
+                while await cur.nextset():
+                    pass
+                return last
+            if conn.get_autocommit():
+                await conn.begin()
+            await cur.execute(self._bump, (session_id, n, n))
+            last = int(cur.lastrowid)
+            first = last - n + 1
+            for chunk in chunks:
+                args = []
+                for i in chunk:
+                    args += (session_id, first + i, payloads[i])
+                await cur.execute(self._insert + ",".join(["(%s,%s,%s)"] * len(chunk)), args)
+            await conn.commit()
+        return last
+
+    def abort(self, conn: Any) -> None:
+        conn.close()  # closes the socket: a read in progress fails at once
+
+    async def load(
+        self,
+        conn: Any,
+        session_id: str,
+        limit: int | None,
+        after: int | None,
+        before: int | None,
+    ) -> list[Row]:
+        bounds, args = range_clause(after, before, lambda i: "%s")
+        sql = f"SELECT seq, message_data FROM {self.t.messages} WHERE session_id = %s{bounds}"
+        if limit is None:
+            sql += " ORDER BY seq"
+        else:
+            sql += " ORDER BY seq DESC LIMIT %s"
+            args.append(limit)
+        async with conn.cursor() as cur:
+            await cur.execute(sql, (session_id, *args))
+            rows: list[Row] = [(r[0], r[1]) for r in await cur.fetchall()]
+        await _end_read(conn)
+        if limit is not None:
+            rows.reverse()
+        return rows
+
+    async def pop(self, conn: Any, session_id: str) -> str | None:
+        auto = conn.get_autocommit()
+        async with conn.cursor() as cur:
+            if self.mariadb:
+                await cur.execute(self._pop, (session_id,))
+                row = await cur.fetchone()
+            else:
+                if auto:
+                    await conn.begin()
+                await cur.execute(self._lock_newest, (session_id,))
+                locked = await cur.fetchone()
+                if locked is not None:
+                    await cur.execute(self._delete_one, (session_id, locked[0]))
+                row = None if locked is None else (locked[1],)
+            if not auto or not self.mariadb:
+                await conn.commit()
+        return None if row is None else str(row[0])
+
+    async def clear(self, conn: Any, session_id: str) -> None:
+        async with conn.cursor() as cur:
+            if conn.get_autocommit():
+                await conn.begin()
+            for statement in self._clear:
+                await cur.execute(statement, (session_id,))
+            await conn.commit()
+
+    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
+        bounds, args = range_clause(after, before, lambda i: "%s")
+        async with conn.cursor() as cur:
+            await cur.execute(
+                f"SELECT COUNT(*) FROM {self.t.messages} WHERE session_id = %s{bounds}",
+                (session_id, *args),
+            )
+            row = await cur.fetchone()
+        await _end_read(conn)
+        return int(row[0])
+
+    def unavailable(self, exc: BaseException) -> bool:
+        for e in causes(exc):
+            if isinstance(e, (OSError, asyncio.TimeoutError)):
+                return True
+            if _code(e) in _GONE or (
+                type(e).__name__ == "InterfaceError" and type(e).__module__.startswith(_DRIVERS)
+            ):
+                return True
+        return False
+
+    def retryable(self, exc: BaseException) -> bool:
+        return any(_code(e) == 1213 for e in causes(exc))  # deadlock: transaction rolled back
+
+    def missing_table(self, exc: BaseException) -> bool:
+        return any(_code(e) in (1146, 1054) for e in causes(exc))
+
+
+async def _end_read(conn: Any) -> None:
+    """Without autocommit a read opened a transaction; end it so no snapshot lingers."""
+    if not conn.get_autocommit():
+        await conn.rollback()

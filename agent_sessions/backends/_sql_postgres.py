@@ -1,0 +1,165 @@
+"""PostgreSQL SQL for the SQLAlchemy backend, run on asyncpg connections.
+
+Every operation but ``clear`` is one statement in autocommit mode, hence one round trip and
+atomic by itself:
+
+- append: a data-modifying CTE bumps the session's counter (``INSERT .. ON CONFLICT DO UPDATE``
+  locks the session row, so concurrent writers of one session queue up and get contiguous
+  numbers in commit order) and inserts the whole batch from one ``unnest`` of a text array.
+- pop: ``DELETE .. WHERE seq = (SELECT .. ORDER BY seq DESC LIMIT 1 FOR UPDATE) RETURNING``.
+  A concurrent pop that deleted the locked row makes the sub-select move on to the next one,
+  so two pops never return the same row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg.exceptions as pg  # type: ignore[import-untyped]
+
+from ..core.base import Row
+from ._sql_common import SCHEMA_VERSION, SqlDialect, Tables, causes, check_version, range_clause
+
+_UNAVAILABLE = (
+    OSError,
+    asyncio.TimeoutError,
+    pg.ConnectionDoesNotExistError,
+    pg.PostgresConnectionError,
+    pg.CannotConnectNowError,
+    pg.AdminShutdownError,
+    pg.CrashShutdownError,
+    pg.TooManyConnectionsError,
+)
+
+
+def create_statements(t: Tables) -> list[str]:
+    """The DDL of schema version 1 (``COLLATE "C"``: ids compare byte by byte)."""
+    return [
+        f"CREATE TABLE IF NOT EXISTS {t.schema} (table_name VARCHAR(64) PRIMARY KEY, "
+        "version INTEGER NOT NULL)",
+        f'CREATE TABLE IF NOT EXISTS {t.sessions} (session_id VARCHAR(512) COLLATE "C" '
+        "PRIMARY KEY, last_seq BIGINT NOT NULL, "
+        "created_at TIMESTAMPTZ NOT NULL DEFAULT now(), "
+        "updated_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+        # TEXT, not JSONB: items may hold "\u0000" escapes, which jsonb rejects.
+        f'CREATE TABLE IF NOT EXISTS {t.messages} (session_id VARCHAR(512) COLLATE "C" '
+        "NOT NULL, seq BIGINT NOT NULL, message_data TEXT NOT NULL, "
+        "created_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (session_id, seq))",
+        f"INSERT INTO {t.schema} (table_name, version) VALUES ('{t.messages}', {SCHEMA_VERSION}) "
+        "ON CONFLICT (table_name) DO NOTHING",
+    ]
+
+
+class PostgresDialect(SqlDialect):
+    """SQL for PostgreSQL (asyncpg)."""
+
+    checkin_needs_greenlet = False  # asyncpg runs in autocommit; check-in does no I/O
+
+    def __init__(self, tables: Tables) -> None:
+        super().__init__(tables)
+        s, m = tables.sessions, tables.messages
+        self._append = (
+            f"WITH c AS (INSERT INTO {s} AS s (session_id, last_seq) VALUES ($1, $2::bigint) "
+            "ON CONFLICT (session_id) DO UPDATE SET last_seq = s.last_seq + EXCLUDED.last_seq, "
+            "updated_at = now() RETURNING last_seq), "
+            f"i AS (INSERT INTO {m} (session_id, seq, message_data) "
+            "SELECT $1, c.last_seq - $2::bigint + u.ord, u.data "
+            "FROM c, unnest($3::text[]) WITH ORDINALITY AS u(data, ord)) "
+            "SELECT last_seq FROM c"
+        )
+        self._pop = (
+            f"DELETE FROM {m} WHERE session_id = $1 AND seq = (SELECT seq FROM {m} "
+            "WHERE session_id = $1 ORDER BY seq DESC LIMIT 1 FOR UPDATE) RETURNING message_data"
+        )
+        self._clear = [
+            f"DELETE FROM {s} WHERE session_id = $1",  # first: waits for a writer in progress
+            f"DELETE FROM {m} WHERE session_id = $1",
+        ]
+        self._loads: dict[tuple[bool, bool, bool], str] = {}
+        self._counts: dict[tuple[bool, bool], str] = {}
+
+    async def prepare(self, conn: Any, create: bool) -> None:
+        t = self.t
+        version = await self._version(conn, create)
+        if version is None and create:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", t.lock_key())
+                for statement in create_statements(t):
+                    await conn.execute(statement)
+            version = await self._version(conn, False)
+        check_version(t, version)
+        await conn.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE false")
+        await conn.execute(f"SELECT session_id, seq, message_data FROM {t.messages} WHERE false")
+
+    async def _version(self, conn: Any, missing_ok: bool) -> Any:
+        try:
+            return await conn.fetchval(
+                f"SELECT version FROM {self.t.schema} WHERE table_name = $1", self.t.messages
+            )
+        except pg.UndefinedTableError:
+            if missing_ok:
+                return None
+            raise
+
+    async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
+        return int(await conn.fetchval(self._append, session_id, len(payloads), payloads))
+
+    async def load(
+        self,
+        conn: Any,
+        session_id: str,
+        limit: int | None,
+        after: int | None,
+        before: int | None,
+    ) -> list[Row]:
+        key = (limit is None, after is not None, before is not None)
+        sql = self._loads.get(key)
+        if sql is None:
+            bounds, _ = range_clause(after, before, lambda i: f"${i + 2}")
+            sql = f"SELECT seq, message_data FROM {self.t.messages} WHERE session_id = $1{bounds}"
+            n = 2 + key[1] + key[2]
+            sql += " ORDER BY seq" if limit is None else f" ORDER BY seq DESC LIMIT ${n}"
+            self._loads[key] = sql
+        args: list[Any] = [session_id]
+        args += [b for b in (after, before) if b is not None]
+        if limit is not None:
+            args.append(limit)
+        rows = await conn.fetch(sql, *args)
+        out = [(r[0], r[1]) for r in rows]
+        if limit is not None:
+            out.reverse()
+        return out
+
+    async def pop(self, conn: Any, session_id: str) -> str | None:
+        value = await conn.fetchval(self._pop, session_id)
+        return None if value is None else str(value)
+
+    async def clear(self, conn: Any, session_id: str) -> None:
+        # READ COMMITTED: the second statement sees the rows of a writer the first waited for.
+        async with conn.transaction(isolation="read_committed"):
+            for statement in self._clear:
+                await conn.execute(statement, session_id)
+
+    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
+        key = (after is not None, before is not None)
+        sql = self._counts.get(key)
+        if sql is None:
+            bounds, _ = range_clause(after, before, lambda i: f"${i + 2}")
+            sql = f"SELECT count(*) FROM {self.t.messages} WHERE session_id = $1{bounds}"
+            self._counts[key] = sql
+        args = [b for b in (after, before) if b is not None]
+        return int(await conn.fetchval(sql, session_id, *args))
+
+    def unavailable(self, exc: BaseException) -> bool:
+        return any(isinstance(e, _UNAVAILABLE) for e in causes(exc))
+
+    def retryable(self, exc: BaseException) -> bool:
+        return any(
+            isinstance(e, (pg.DeadlockDetectedError, pg.SerializationError)) for e in causes(exc)
+        )
+
+    def missing_table(self, exc: BaseException) -> bool:
+        return any(
+            isinstance(e, (pg.UndefinedTableError, pg.UndefinedColumnError)) for e in causes(exc)
+        )

@@ -1,0 +1,173 @@
+"""SQLite SQL for the SQLAlchemy backend (``sqlite+aiosqlite``), run on aiosqlite connections.
+
+Writes take the write lock up front (``BEGIN IMMEDIATE``); operations on one engine are also
+serialized in-process, since SQLAlchemy may hand one shared connection to several tasks (an
+in-memory database uses a single static connection). The connection is kept between operations
+and after errors.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from ..core.base import Row
+from ._sql_common import SCHEMA_VERSION, SqlDialect, Tables, causes, check_version, range_clause
+
+
+def create_statements(t: Tables) -> list[str]:
+    """The DDL of schema version 1 (TEXT compares byte by byte in SQLite)."""
+    return [
+        f"CREATE TABLE IF NOT EXISTS {t.schema} (table_name TEXT PRIMARY KEY, "
+        "version INTEGER NOT NULL)",
+        f"CREATE TABLE IF NOT EXISTS {t.sessions} (session_id TEXT PRIMARY KEY, "
+        "last_seq INTEGER NOT NULL, created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP, "
+        "updated_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP)",
+        f"CREATE TABLE IF NOT EXISTS {t.messages} (session_id TEXT NOT NULL, "
+        "seq INTEGER NOT NULL, message_data TEXT NOT NULL, "
+        "created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP, PRIMARY KEY (session_id, seq))",
+        f"INSERT OR IGNORE INTO {t.schema} (table_name, version) "
+        f"VALUES ('{t.messages}', {SCHEMA_VERSION})",
+    ]
+
+
+class SqliteDialect(SqlDialect):
+    """SQL for SQLite 3.35+ (``RETURNING``)."""
+
+    exclusive = True
+    # Dropping the connection of an in-memory database would drop the database; aiosqlite
+    # finishes a statement even when its caller is cancelled, and writes roll back on error.
+    discard_on_error = False
+
+    def __init__(self, tables: Tables) -> None:
+        super().__init__(tables)
+        s, m = tables.sessions, tables.messages
+        self._bump = (
+            f"INSERT INTO {s} (session_id, last_seq) VALUES (?, ?) ON CONFLICT(session_id) "
+            "DO UPDATE SET last_seq = last_seq + excluded.last_seq, "
+            "updated_at = CURRENT_TIMESTAMP RETURNING last_seq"
+        )
+        self._insert = f"INSERT INTO {m} (session_id, seq, message_data) VALUES (?, ?, ?)"
+        self._pop = (
+            f"DELETE FROM {m} WHERE session_id = ? AND seq = (SELECT seq FROM {m} "
+            "WHERE session_id = ? ORDER BY seq DESC LIMIT 1) RETURNING message_data"
+        )
+        self._clear = [
+            f"DELETE FROM {s} WHERE session_id = ?",
+            f"DELETE FROM {m} WHERE session_id = ?",
+        ]
+
+    async def _write(self, conn: Any, statements: Any) -> Any:
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = await statements()
+        except BaseException:
+            await conn.rollback()
+            raise
+        await conn.commit()
+        return result
+
+    async def prepare(self, conn: Any, create: bool) -> None:
+        t = self.t
+        version = await self._version(conn, create)
+        if version is None and create:
+
+            async def run() -> None:
+                for statement in create_statements(t):
+                    await conn.execute(statement)
+
+            await self._write(conn, run)
+            version = await self._version(conn, False)
+        check_version(t, version)
+        await conn.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE 0")
+        await conn.execute(f"SELECT session_id, seq, message_data FROM {t.messages} WHERE 0")
+
+    async def _version(self, conn: Any, missing_ok: bool) -> Any:
+        try:
+            cur = await conn.execute(
+                f"SELECT version FROM {self.t.schema} WHERE table_name = ?", (self.t.messages,)
+            )
+        except sqlite3.OperationalError as exc:
+            if missing_ok and "no such table" in str(exc):
+                return None
+            raise
+        row = await cur.fetchone()
+        return row[0] if row else None
+
+    async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
+        n = len(payloads)
+
+        async def run() -> int:
+            cur = await conn.execute(self._bump, (session_id, n))
+            row = await cur.fetchone()
+            await cur.close()
+            last = int(row[0])
+            first = last - n + 1
+            await conn.executemany(
+                self._insert, [(session_id, first + i, p) for i, p in enumerate(payloads)]
+            )
+            return last
+
+        return int(await self._write(conn, run))
+
+    async def load(
+        self,
+        conn: Any,
+        session_id: str,
+        limit: int | None,
+        after: int | None,
+        before: int | None,
+    ) -> list[Row]:
+        bounds, args = range_clause(after, before, lambda i: "?")
+        sql = f"SELECT seq, message_data FROM {self.t.messages} WHERE session_id = ?{bounds}"
+        if limit is None:
+            sql += " ORDER BY seq"
+        else:
+            sql += " ORDER BY seq DESC LIMIT ?"
+            args.append(limit)
+        cur = await conn.execute(sql, (session_id, *args))
+        rows: list[Row] = [(r[0], r[1]) for r in await cur.fetchall()]
+        if limit is not None:
+            rows.reverse()
+        return rows
+
+    async def pop(self, conn: Any, session_id: str) -> str | None:
+        async def run() -> Any:
+            cur = await conn.execute(self._pop, (session_id, session_id))
+            rows = await cur.fetchall()  # drain RETURNING before COMMIT
+            return rows[0][0] if rows else None
+
+        value = await self._write(conn, run)
+        return None if value is None else str(value)
+
+    async def clear(self, conn: Any, session_id: str) -> None:
+        async def run() -> None:
+            for statement in self._clear:
+                await conn.execute(statement, (session_id,))
+
+        await self._write(conn, run)
+
+    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
+        bounds, args = range_clause(after, before, lambda i: "?")
+        cur = await conn.execute(
+            f"SELECT COUNT(*) FROM {self.t.messages} WHERE session_id = ?{bounds}",
+            (session_id, *args),
+        )
+        row = await cur.fetchone()
+        return int(row[0])
+
+    def unavailable(self, exc: BaseException) -> bool:
+        return any(
+            isinstance(e, sqlite3.OperationalError) and "unable to open" in str(e)
+            for e in causes(exc)
+        )
+
+    def retryable(self, exc: BaseException) -> bool:
+        return False  # BEGIN IMMEDIATE already waits busy_timeout for the write lock
+
+    def missing_table(self, exc: BaseException) -> bool:
+        return any(
+            isinstance(e, sqlite3.OperationalError)
+            and ("no such table" in str(e) or "no such column" in str(e))
+            for e in causes(exc)
+        )

@@ -1,0 +1,600 @@
+"""Sessions in PostgreSQL, MariaDB/MySQL or SQLite through a SQLAlchemy ``AsyncEngine``.
+
+SQLAlchemy provides the engine (URL handling, connection pool, dialect detection); the SQL of
+each operation is run directly on the pooled driver connection (``_sql_postgres``,
+``_sql_mysql``, ``_sql_sqlite``), so an operation costs about what the raw driver costs.
+
+Layout (schema version 1): ``{prefix}sessions`` holds one row per session with a counter,
+``{prefix}messages`` one row per item keyed by ``(session_id, seq)``, ``{prefix}schema`` the
+schema version. See docs/sqlalchemy.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, TypeVar
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.util import greenlet_spawn
+
+from ..core.base import BaseSession, Row
+from ..errors import BackendDataError, BackendUnavailableError
+from ._sql_common import SqlDialect, Tables
+
+T = TypeVar("T")
+
+_DRIVERS = {
+    ("postgresql", "asyncpg"),
+    ("mysql", "asyncmy"),
+    ("mysql", "aiomysql"),
+    ("mariadb", "asyncmy"),
+    ("mariadb", "aiomysql"),
+    ("sqlite", "aiosqlite"),
+}
+_RETRIES = 5
+_KEEP_IDLE = 4
+
+
+def _make_dialect(engine: AsyncEngine, tables: Tables) -> SqlDialect:
+    name = engine.dialect.name
+    if name == "postgresql":
+        from ._sql_postgres import PostgresDialect
+
+        return PostgresDialect(tables)
+    if name in ("mysql", "mariadb"):
+        from ._sql_mysql import MySQLDialect
+
+        return MySQLDialect(tables, mariadb=bool(getattr(engine.dialect, "is_mariadb", False)))
+    from ._sql_sqlite import SqliteDialect
+
+    return SqliteDialect(tables)
+
+
+def _check_engine(engine: Any) -> AsyncEngine:
+    if not isinstance(engine, AsyncEngine):
+        raise TypeError(
+            f"engine must be a sqlalchemy.ext.asyncio.AsyncEngine, got {type(engine).__name__}; "
+            "create one with create_async_engine('postgresql+asyncpg://...')"
+        )
+    if (engine.dialect.name, engine.driver) not in _DRIVERS:
+        raise ValueError(
+            f"SQLAlchemySession supports postgresql+asyncpg, mysql/mariadb+asyncmy, "
+            f"mysql/mariadb+aiomysql and sqlite+aiosqlite, not "
+            f"{engine.dialect.name}+{engine.driver}"
+        )
+    return engine
+
+
+class _Store:
+    """One engine's view of one set of tables: its SQL, whether the tables were checked, and
+    (for engines this module owns) a few idle connections kept out of the pool, which saves
+    the pool's check-out and check-in on every operation."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        tables: Tables,
+        keep_idle: int,
+        timeouts: tuple[float | None, float | None],
+    ) -> None:
+        self.engine = engine
+        self.dialect = _make_dialect(engine, tables)
+        self.ready = False
+        self.preparing: asyncio.Future[None] | None = None
+        self.lock = asyncio.Lock() if self.dialect.exclusive else None
+        self.keep_idle = keep_idle
+        self.idle: list[PoolProxiedConnection] = []
+        # (command, connect) limits the session enforces where the driver does not.
+        self.watchdog = timeouts[0] if self.dialect.watchdog else None
+        self.connect_limit = timeouts[1] if self.dialect.watchdog else None
+
+    async def checkin(self, fairy: PoolProxiedConnection) -> None:
+        if len(self.idle) < self.keep_idle:
+            self.idle.append(fairy)
+        elif self.dialect.checkin_needs_greenlet and self.engine.pool._reset_on_return:
+            await greenlet_spawn(fairy.close)
+        else:
+            fairy.close()
+
+    def drop_idle(self) -> None:
+        """Close the idle connections (no I/O): the server went away."""
+        idle, self.idle = self.idle, []
+        for fairy in idle:
+            fairy.invalidate()
+            fairy.close()
+
+    async def release_idle(self) -> None:
+        """Give the idle connections back to the pool."""
+        self.keep_idle = 0
+        idle, self.idle = self.idle, []
+        for fairy in idle:
+            await self.checkin(fairy)
+
+
+_stores: weakref.WeakKeyDictionary[Engine, dict[Tables, _Store]] = weakref.WeakKeyDictionary()
+_stores_lock = threading.Lock()
+
+
+def _store_for(
+    engine: AsyncEngine,
+    tables: Tables,
+    keep_idle: int = 0,
+    timeouts: tuple[float | None, float | None] = (None, None),
+) -> _Store:
+    with _stores_lock:
+        by_tables = _stores.setdefault(engine.sync_engine, {})
+        store = by_tables.get(tables)
+        if store is None:
+            store = by_tables[tables] = _Store(engine, tables, keep_idle, timeouts)
+        return store
+
+
+def _stores_of(engine: AsyncEngine) -> list[_Store]:
+    with _stores_lock:
+        return list(_stores.get(engine.sync_engine, {}).values())
+
+
+def _default_engine_kwargs(
+    url: str, connect_timeout: float, command_timeout: float | None
+) -> dict[str, Any]:
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    connect_args: dict[str, Any]
+    if backend == "postgresql":
+        connect_args = {"timeout": connect_timeout, "command_timeout": command_timeout}
+        return {"connect_args": connect_args}
+    if backend in ("mysql", "mariadb"):
+        connect_args = {
+            "connect_timeout": connect_timeout,
+            # Autocommit: a read or a pop is one round trip; writes open their own transaction.
+            "autocommit": True,
+            "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        }
+        if "charset" not in parsed.query:
+            connect_args["charset"] = "utf8mb4"
+        # Every operation ends its own transaction, so check-in needs no ROLLBACK round trip.
+        return {"connect_args": connect_args, "pool_reset_on_return": None}
+    return {}
+
+
+class _SharedEngine:
+    """The engines made from one URL and options, shared by every session opened with them.
+
+    One engine per event loop (driver connections belong to the loop that opened them); all
+    are disposed when the last session using them closes.
+    """
+
+    _registry: ClassVar[dict[tuple[str, str], _SharedEngine]] = {}
+    _registry_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(
+        self,
+        key: tuple[str, str],
+        url: str,
+        kwargs: dict[str, Any],
+        timeouts: tuple[float | None, float | None],
+    ) -> None:
+        self.key = key
+        self.timeouts = timeouts
+        self.url = url
+        self.kwargs = kwargs
+        self.users = 0
+        self.engines: dict[asyncio.AbstractEventLoop | None, AsyncEngine] = {}
+
+    @classmethod
+    def acquire(
+        cls, url: str, kwargs: dict[str, Any], timeouts: tuple[float | None, float | None]
+    ) -> _SharedEngine:
+        key = (url, repr((sorted(kwargs.items()), timeouts)))
+        with cls._registry_lock:
+            shared = cls._registry.get(key)
+            if shared is None:
+                shared = cls._registry[key] = cls(key, url, kwargs, timeouts)
+            shared.users += 1
+        if not shared.engines:
+            try:
+                shared.current()  # build now, so a bad URL or missing driver fails at once
+            except BaseException:
+                shared.forget()
+                raise
+        return shared
+
+    def forget(self) -> None:
+        """Undo one ``acquire`` of a session that was never built (no connection exists)."""
+        with self._registry_lock:
+            self.users -= 1
+            if self.users <= 0 and self._registry.get(self.key) is self:
+                del self._registry[self.key]
+
+    def share(self) -> _SharedEngine:
+        with self._registry_lock:
+            self.users += 1
+        return self
+
+    def current(self) -> AsyncEngine:
+        """The engine for the running event loop (the first one built when none runs)."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self._registry_lock:
+            engine = self.engines.get(loop)
+            if engine is None and loop is not None and None in self.engines:
+                engine = self.engines[loop] = self.engines.pop(None)  # built before any loop
+            if engine is None and loop is None and self.engines:
+                engine = next(iter(self.engines.values()))
+            if engine is None:
+                engine = self.engines[loop] = _check_engine(
+                    create_async_engine(self.url, **self.kwargs)
+                )
+            return engine
+
+    async def release(self) -> None:
+        with self._registry_lock:
+            self.users -= 1
+            if self.users > 0:
+                return
+            if self._registry.get(self.key) is self:
+                del self._registry[self.key]
+            engines, self.engines = self.engines, {}
+        running = asyncio.get_running_loop()
+        for loop, engine in engines.items():
+            # Connections of another (maybe closed) loop cannot be closed from this one.
+            if loop is running:
+                for store in _stores_of(engine):
+                    await store.release_idle()
+            await engine.dispose(close=loop is running)
+
+
+def _abort(dialect: SqlDialect, conn: Any, fired: list[bool]) -> None:
+    fired.append(True)
+    dialect.abort(conn)
+
+
+class SQLAlchemySession(BaseSession):
+    """A session stored through a SQLAlchemy ``AsyncEngine`` (PostgreSQL, MariaDB, SQLite).
+
+    Args:
+        session_id: the conversation's id.
+        engine: an ``AsyncEngine`` (``postgresql+asyncpg``, ``mysql+asyncmy``,
+            ``mysql+aiomysql``, ``mariadb+...``, ``sqlite+aiosqlite``); the caller owns it.
+        create_tables: create the tables if missing (idempotent, safe when several processes
+            start at once). Otherwise they must exist (see docs/sqlalchemy.md).
+        table_prefix: prefix of the table names ``{prefix}sessions``, ``{prefix}messages``
+            and ``{prefix}schema``; letters, digits and underscores only.
+        sessions_table, messages_table: override single table names (the SDK's arguments).
+        **options: ``session_settings``, ``max_item_bytes``, ``strict`` (see BaseSession).
+
+    Raises:
+        ValueError: a table name is not a plain identifier, or the engine's driver is not
+            supported.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        engine: AsyncEngine,
+        create_tables: bool = False,
+        table_prefix: str = "agent_sessions_",
+        sessions_table: str | None = None,
+        messages_table: str | None = None,
+        _shared: _SharedEngine | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(session_id, **options)
+        self._tables = Tables.build(table_prefix, sessions_table, messages_table)
+        self.table_prefix = table_prefix
+        self._create_tables = bool(create_tables)
+        self._shared = _shared
+        self._engine = None if _shared is not None else _check_engine(engine)
+        # A server-side write is one statement or one transaction that the server rolls back
+        # when a cancelled operation's connection is dropped: it cannot be half-done, so no
+        # extra task is needed to finish it. SQLite keeps its connection, so it needs one.
+        self._single_dispatch_writes = self.engine.dialect.name != "sqlite"
+        self._options = options
+        self._cached: tuple[asyncio.AbstractEventLoop, _Store] | None = None
+
+    @classmethod
+    def from_url(
+        cls,
+        session_id: str,
+        *,
+        url: str,
+        engine_kwargs: dict[str, Any] | None = None,
+        create_tables: bool = True,
+        connect_timeout: float = 10.0,
+        command_timeout: float | None = 30.0,
+        **kwargs: Any,
+    ) -> SQLAlchemySession:
+        """Open ``session_id`` in the database at ``url``.
+
+        Sessions opened with the same URL and options share one engine (per event loop),
+        disposed when the last of them closes.
+
+        Args:
+            url: a SQLAlchemy async URL, e.g. ``postgresql+asyncpg://user:pw@host/db``.
+            engine_kwargs: extra arguments for ``create_async_engine`` (pool size, ...).
+            create_tables: create the tables if missing (default True here).
+            connect_timeout: seconds to wait for a new connection before failing with
+                BackendUnavailableError.
+            command_timeout: seconds an operation may wait for the server before its
+                connection is given up with BackendUnavailableError (None: no limit).
+            **kwargs: the constructor's arguments (``table_prefix``, ``session_settings``...).
+        """
+        if not isinstance(url, str):
+            url = str(url)
+        defaults = _default_engine_kwargs(url, connect_timeout, command_timeout)
+        merged = {**defaults, **(engine_kwargs or {})}
+        merged["connect_args"] = {
+            **defaults.get("connect_args", {}),
+            **(engine_kwargs or {}).get("connect_args", {}),
+        }
+        shared = _SharedEngine.acquire(url, merged, (command_timeout, connect_timeout))
+        try:
+            return cls(
+                session_id,
+                engine=None,  # type: ignore[arg-type]
+                create_tables=create_tables,
+                _shared=shared,
+                **kwargs,
+            )
+        except BaseException:
+            shared.forget()
+            raise
+
+    @staticmethod
+    def schema_statements(
+        dialect: str,
+        *,
+        table_prefix: str = "agent_sessions_",
+        sessions_table: str | None = None,
+        messages_table: str | None = None,
+    ) -> list[str]:
+        """Return the SQL that ``create_tables=True`` runs, for migration tools or a DBA.
+
+        ``dialect`` is ``"postgresql"``, ``"mariadb"``, ``"mysql"`` or ``"sqlite"``.
+        """
+        tables = Tables.build(table_prefix, sessions_table, messages_table)
+        if dialect == "postgresql":
+            from ._sql_postgres import create_statements
+
+            return create_statements(tables)
+        if dialect in ("mariadb", "mysql"):
+            from ._sql_mysql import create_statements as mysql_statements
+
+            return mysql_statements(tables, mariadb=dialect == "mariadb")
+        if dialect == "sqlite":
+            from ._sql_sqlite import create_statements as sqlite_statements
+
+            return sqlite_statements(tables)
+        raise ValueError(
+            f"dialect must be 'postgresql', 'mariadb', 'mysql' or 'sqlite', got {dialect!r}"
+        )
+
+    # -- SDK-compatible attributes --------------------------------------------------------
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine in use (for a URL-opened session: the one of the running loop)."""
+        if self._shared is not None:
+            return self._shared.current()
+        assert self._engine is not None
+        return self._engine
+
+    @property
+    def sessions_table(self) -> str:
+        """Name of the sessions table."""
+        return self._tables.sessions
+
+    @property
+    def messages_table(self) -> str:
+        """Name of the items table."""
+        return self._tables.messages
+
+    def sibling(self, session_id: str) -> SQLAlchemySession:
+        """Return a session of the same engine and tables (the pool is shared)."""
+        self._check_open()
+        return SQLAlchemySession(
+            session_id,
+            engine=self._engine,  # type: ignore[arg-type]
+            create_tables=self._create_tables,
+            table_prefix=self.table_prefix,
+            sessions_table=self._tables.sessions,
+            messages_table=self._tables.messages,
+            _shared=self._shared.share() if self._shared is not None else None,
+            _internal_id=True,
+            **self._options,
+        )
+
+    # -- running an operation -------------------------------------------------------------
+
+    async def _run(self, op: Callable[[SqlDialect, Any], Awaitable[T]], write: bool) -> T:
+        loop = asyncio.get_running_loop()
+        cached = self._cached
+        if cached is not None and cached[0] is loop:
+            store = cached[1]
+        else:
+            if self._shared is not None:
+                store = _store_for(self.engine, self._tables, _KEEP_IDLE, self._shared.timeouts)
+            else:
+                store = _store_for(self.engine, self._tables)
+            self._cached = (loop, store)
+        if not store.ready:
+            await self._prepare(store)
+        if store.lock is None:
+            return await self._attempt(store, op, write)
+        async with store.lock:
+            return await self._attempt(store, op, write)
+
+    async def _attempt(
+        self, store: _Store, op: Callable[[SqlDialect, Any], Awaitable[T]], write: bool
+    ) -> T:
+        for attempt in range(_RETRIES):
+            fairy = store.idle.pop() if store.idle else await self._checkout(store)
+            conn = fairy.driver_connection
+            fired: list[bool] = []
+            watchdog = None
+            if store.watchdog is not None:
+                watchdog = asyncio.get_running_loop().call_later(
+                    store.watchdog, _abort, store.dialect, conn, fired
+                )
+            try:
+                result = await op(store.dialect, conn)
+            except BaseException as exc:
+                self._discard(store, fairy, exc)
+                if isinstance(exc, Exception):
+                    if fired:
+                        raise BackendUnavailableError(
+                            f"the database at {self._url(store)} did not answer within "
+                            f"{store.watchdog} s (command_timeout); the operation was abandoned"
+                            + ("; the write may or may not have taken effect" if write else "")
+                        ) from exc
+                    if store.dialect.retryable(exc) and attempt < _RETRIES - 1:
+                        await asyncio.sleep(random.uniform(0.001, 0.02) * (attempt + 1))
+                        continue
+                    raise self._translate(store, exc, write) from exc
+                raise
+            finally:
+                if watchdog is not None:
+                    watchdog.cancel()
+            await store.checkin(fairy)
+            return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _checkout(self, store: _Store) -> PoolProxiedConnection:
+        try:
+            if store.connect_limit is None:
+                return await store.engine.raw_connection()
+            # The MySQL drivers' connect_timeout does not cover the server's handshake.
+            return await asyncio.wait_for(store.engine.raw_connection(), store.connect_limit)
+        except Exception as exc:
+            raise self._translate(store, exc, False) from exc
+
+    @staticmethod
+    def _discard(store: _Store, fairy: PoolProxiedConnection, exc: BaseException) -> None:
+        """Drop a connection an operation failed on (its state is unknown); no I/O, so this
+        also runs safely during cancellation. On a lost server, drop the idle ones too."""
+        if not store.dialect.discard_on_error:
+            store.idle.append(fairy)  # its operations end their transactions themselves
+            return
+        try:
+            if isinstance(exc, Exception) and store.dialect.unavailable(exc):
+                store.drop_idle()
+                store.engine.sync_engine.pool._invalidate(fairy, exc)
+            else:
+                fairy.invalidate(exc)
+        finally:
+            fairy.close()
+
+    @staticmethod
+    def _url(store: _Store) -> str:
+        return store.engine.url.render_as_string(hide_password=True)
+
+    def _translate(self, store: _Store, exc: Exception, write: bool) -> Exception:
+        url = self._url(store)
+        if isinstance(exc, sa_exc.TimeoutError):
+            return BackendUnavailableError(
+                f"no connection to {url} became free in time ({exc}); raise the pool size "
+                "(engine_kwargs={'pool_size': ...}) or lower concurrency"
+            )
+        if store.dialect.unavailable(exc):
+            outcome = " (the write may or may not have taken effect)" if write else ""
+            return BackendUnavailableError(
+                f"the database at {url} is unreachable: {type(exc).__name__}: {exc}{outcome}; "
+                "check that it runs and accepts connections"
+            )
+        if store.dialect.missing_table(exc):
+            return BackendDataError(
+                f"the tables {self._tables.sessions}/{self._tables.messages} are missing or "
+                f"not agent_sessions tables ({exc}); create them with create_tables=True or the "
+                "statements in docs/sqlalchemy.md, or pick another table_prefix"
+            )
+        return exc
+
+    async def _prepare(self, store: _Store) -> None:
+        if store.preparing is None or (
+            store.preparing.done() and store.preparing.exception() is not None
+        ):
+            store.preparing = asyncio.ensure_future(self._prepare_now(store))
+        await asyncio.shield(store.preparing)
+
+    async def _prepare_now(self, store: _Store) -> None:
+        fairy = await self._checkout(store)
+        dialect = store.dialect
+        if hasattr(dialect, "mariadb"):  # known only once the first connection was made
+            dialect.mariadb = bool(getattr(store.engine.dialect, "is_mariadb", False))
+        try:
+            await dialect.prepare(fairy.driver_connection, self._create_tables)
+        except BaseException as exc:
+            self._discard(store, fairy, exc)
+            if isinstance(exc, Exception):
+                raise self._translate(store, exc, False) from exc
+            raise
+        await store.checkin(fairy)
+        store.ready = True
+
+    # -- BaseSession hooks ------------------------------------------------------------------
+
+    async def _append(self, payloads: list[str]) -> list[int]:
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> int:
+            return await d.append(conn, sid, payloads)
+
+        last = await self._run(op, write=True)
+        return list(range(last - len(payloads) + 1, last + 1))
+
+    async def _load(
+        self, limit: int | None, after: int | None = None, before: int | None = None
+    ) -> list[Row]:
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> list[Row]:
+            return await d.load(conn, sid, limit, after, before)
+
+        return await self._run(op, write=False)
+
+    async def _pop(self) -> str | None:
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> str | None:
+            return await d.pop(conn, sid)
+
+        return await self._run(op, write=True)
+
+    async def _clear(self) -> None:
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> None:
+            await d.clear(conn, sid)
+
+        await self._run(op, write=True)
+
+    async def _count(self, after: int | None = None, before: int | None = None) -> int:
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> int:
+            return await d.count(conn, sid, after, before)
+
+        return await self._run(op, write=False)
+
+    async def _close(self) -> None:
+        if self._shared is not None:
+            await self._shared.release()
+
+
+async def open_url(url: str, session_id: str, **options: Any) -> SQLAlchemySession:
+    """``open_session`` entry for ``postgresql+asyncpg://``, ``mysql+asyncmy://``,
+    ``mysql+aiomysql://``, ``mariadb+...://`` and ``sqlite+aiosqlite://`` URLs."""
+    return SQLAlchemySession.from_url(session_id, url=url, **options)
+
+
+__all__ = ["SQLAlchemySession", "open_url"]
