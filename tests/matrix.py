@@ -27,7 +27,7 @@ from agent_sessions import (
     UsageTrackingSession,
 )
 from agent_sessions.wrappers.compaction import item_count_trigger
-from tests.servers import MONGODB_URL, REDIS_URL, require_server
+from tests.servers import MARIADB_URL, MONGODB_URL, POSTGRES_URL, REDIS_URL, require_server
 from tests.wrapper_stacks import IdentitySummarizer
 
 
@@ -50,10 +50,13 @@ async def _sqlite(session_id: str) -> Session:
     return SQLiteSession(session_id, os.path.join(_SQLITE_DIR, "matrix.db"))
 
 
+REDIS_PREFIX = f"matrix{_RUN}"
+
+
 async def _redis(session_id: str) -> Session:
     from agent_sessions import RedisSession
 
-    return RedisSession.from_url(session_id, url=REDIS_URL, key_prefix=f"matrix{_RUN}")
+    return RedisSession.from_url(session_id, url=REDIS_URL, key_prefix=REDIS_PREFIX)
 
 
 def _redis_up() -> None:
@@ -74,11 +77,40 @@ async def _mongodb_standin(session_id: str) -> Session:
     return MongoDBSession(session_id, client=_MONGO_STANDIN, database=f"matrix{_RUN}")
 
 
+SQL_PREFIX = f"matrix{_RUN}_"
+"""Table prefix of the SQL backends' tables; tests/test_matrix.py drops them at the end."""
+
+
+def _sql(url: str) -> Callable[[str], Awaitable[Session]]:
+    async def open_sql(session_id: str) -> Session:
+        from agent_sessions import SQLAlchemySession
+
+        return SQLAlchemySession.from_url(session_id, url=url, table_prefix=SQL_PREFIX)
+
+    return open_sql
+
+
+def _postgres_up() -> None:
+    require_server("PostgreSQL", "127.0.0.1", 5432)
+
+
+def _mariadb_up() -> None:
+    require_server("MariaDB", "127.0.0.1", 3306)
+
+
+SQL_URLS = {"postgres": POSTGRES_URL, "mariadb": MARIADB_URL}
+
 BACKENDS: list[Backend] = [
     Backend("memory", _memory),
     Backend("sqlite", _sqlite),
     Backend("redis", _redis, _redis_up),
     Backend("mongodb-standin", _mongodb_standin),
+    Backend("postgres", _sql(POSTGRES_URL), _postgres_up),
+    Backend("mariadb", _sql(MARIADB_URL), _mariadb_up),
+    Backend(
+        "sqlalchemy-sqlite",
+        _sql(f"sqlite+aiosqlite:///{os.path.join(_SQLITE_DIR, 'sqlalchemy.db')}"),
+    ),
 ]
 
 if MONGODB_URL:

@@ -2,12 +2,61 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from agents.memory import Session
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from agent_sessions.testing import SessionConformanceSuite
-from tests.matrix import BACKENDS, STACKS, Backend, Stack
+from tests.matrix import (
+    BACKENDS,
+    REDIS_PREFIX,
+    SQL_PREFIX,
+    SQL_URLS,
+    STACKS,
+    Backend,
+    Stack,
+)
+from tests.servers import REDIS_URL
+
+
+async def _drop_sql_tables(url: str) -> None:
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+            for table in ("sessions", "messages", "schema"):
+                await conn.execute(text(f"DROP TABLE IF EXISTS {SQL_PREFIX}{table}"))
+    finally:
+        await engine.dispose()
+
+
+async def _drop_redis_keys() -> None:
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(REDIS_URL)
+    try:
+        keys = [key async for key in client.scan_iter(match=f"{REDIS_PREFIX}*", count=1000)]
+        for start in range(0, len(keys), 500):
+            await client.delete(*keys[start : start + 500])
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_leftovers_at_end() -> Iterator[None]:
+    """Remove this run's tables and keys, including side data that clear_session keeps on
+    purpose (branching keeps used branch names reserved, as the SDK does)."""
+    yield
+    for url in SQL_URLS.values():
+        with contextlib.suppress(Exception):  # a server that was down has nothing to drop
+            asyncio.run(_drop_sql_tables(url))
+    with contextlib.suppress(Exception):
+        asyncio.run(_drop_redis_keys())
 
 
 class _MatrixSuite(SessionConformanceSuite):

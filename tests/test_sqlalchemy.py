@@ -84,26 +84,6 @@ def _drop_tables_at_end() -> Iterator[None]:
 # -- the conformance kit on every database --------------------------------------------------
 
 
-class TestPostgresConformance(SessionConformanceSuite):
-    @pytest.fixture(autouse=True)
-    def _server(self) -> None:
-        self.url = _need("postgres")
-        self.prefix = _prefix("postgres")
-
-    async def create_session(self, session_id: str) -> Session:
-        return SQLAlchemySession.from_url(session_id, url=self.url, table_prefix=self.prefix)
-
-
-class TestMariaDBConformance(SessionConformanceSuite):
-    @pytest.fixture(autouse=True)
-    def _server(self) -> None:
-        self.url = _need("mariadb")
-        self.prefix = _prefix("mariadb")
-
-    async def create_session(self, session_id: str) -> Session:
-        return SQLAlchemySession.from_url(session_id, url=self.url, table_prefix=self.prefix)
-
-
 class _OwnEngineSession(SQLAlchemySession):
     """Disposes its private engine on close (the caller's job for a real application)."""
 
@@ -126,15 +106,6 @@ class TestMariaDBCallerEngineConformance(SessionConformanceSuite):
         return _OwnEngineSession(
             session_id, engine=engine, create_tables=True, table_prefix=self.prefix
         )
-
-
-class TestSQLiteConformance(SessionConformanceSuite):
-    @pytest.fixture(autouse=True)
-    def _db(self, tmp_path: Path) -> None:
-        self.url = f"sqlite+aiosqlite:///{tmp_path / 'sa.db'}"
-
-    async def create_session(self, session_id: str) -> Session:
-        return SQLAlchemySession.from_url(session_id, url=self.url)
 
 
 # -- fixtures for the targeted tests ------------------------------------------------------
