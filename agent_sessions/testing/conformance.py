@@ -26,7 +26,7 @@ import pytest_asyncio
 from agents import RunConfig, Runner
 from agents.memory import Session, SessionSettings
 
-from ..core.capabilities import SupportsSequencedItems
+from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems
 from .helpers import item_text, model_input_texts, scripted_agent, texts
 
 SessionFactory = Callable[..., Awaitable[Session]]
@@ -364,6 +364,25 @@ class SessionConformanceSuite:
         assert await s.count_items(after=first[0]) == 2
         assert await s.count_items(after=first[0], before=third[0]) == 1
         assert await s.add_sequenced_items([]) == []
+
+    @pytest.mark.asyncio
+    async def test_range_delete_when_offered(self, new_session: SessionFactory) -> None:
+        s = await new_session()
+        if not (isinstance(s, SupportsRangeDelete) and isinstance(s, SupportsSequencedItems)):
+            pytest.skip("the session does not offer range deletion")
+        seqs = await s.add_sequenced_items([_msg(str(i)) for i in range(6)])
+        assert await s.delete_items(before=seqs[0]) == 0
+        assert await s.delete_items(before=seqs[3]) == 3
+        assert texts(await s.get_items()) == ["3", "4", "5"]
+        assert await s.delete_items(before=seqs[3]) == 0
+        other = await new_session()
+        await other.add_items([_msg("untouched")])
+        await s.clear_session()
+        after_clear = await s.add_sequenced_items([_msg("new")])
+        assert after_clear[0] > seqs[-1], "numbers must not restart after clear_session"
+        assert await s.delete_items(before=seqs[-1] + 1) == 0  # a stale purge spares new items
+        assert texts(await s.get_items()) == ["new"]
+        assert texts(await other.get_items()) == ["untouched"]
 
     # -- Runner integration ----------------------------------------------------------------
 
