@@ -31,7 +31,9 @@ from agent_sessions.errors import (
 )
 from agent_sessions.testing import SessionConformanceSuite
 from agent_sessions.testing.helpers import item_text, texts
+from agent_sessions.wrappers.ttl import TTLSession
 from tests.servers import MARIADB_URL, POSTGRES_URL, require_server
+from tests.wrapper_stacks import FakeClock
 
 PREFIX = f"t{uuid.uuid4().hex[:10]}_"
 AIOMYSQL_URL = MARIADB_URL.replace("+asyncmy", "+aiomysql")
@@ -518,3 +520,71 @@ async def test_bad_batch_writes_nothing(
         await s.add_items([_msg("ok"), {"bad": {1, 2}}])  # type: ignore[list-item]
     assert await s.count_items() == 0
     assert await s.add_sequenced_items([_msg("ok")]) == [1]
+
+
+# -- range deletion (the TTL layer's purge) ---------------------------------------------------
+
+
+async def _rows(s: SQLAlchemySession) -> int:
+    async with s.engine.connect() as conn:
+        result = await conn.execute(
+            text(f"SELECT COUNT(*) FROM {s.messages_table} WHERE session_id = :sid"),
+            {"sid": s.session_id},
+        )
+        return int(result.scalar_one())
+
+
+@pytest.mark.asyncio
+async def test_ttl_purge_removes_dead_rows_from_the_table(
+    server: tuple[str, str], opened: list[SQLAlchemySession]
+) -> None:
+    clock = FakeClock()
+    inner = _open(server, opened)
+    s = TTLSession(inner, 3600, item_ttl=30, clock=clock, clock_skew=0)
+    for i in range(10):
+        await s.add_items([_msg(str(i))])
+        clock.advance(5)
+    # now = start + 50: items written before start + 20 (0..3) are dead
+    assert await _rows(inner) == 10
+    assert await s.purge_expired() == 4
+    assert await _rows(inner) == 6
+    assert texts(await s.get_items()) == [str(i) for i in range(4, 10)]
+    assert await s.purge_expired() == 0
+
+
+@pytest.mark.asyncio
+async def test_range_delete_concurrent_with_writers_spares_every_newer_row(
+    server: tuple[str, str], opened: list[SQLAlchemySession]
+) -> None:
+    writer = _open(server, opened)
+    purger = SQLAlchemySession.from_url(
+        writer.session_id, url=server[1], table_prefix=_prefix(server[0])
+    )
+    opened.append(purger)
+    seqs = await writer.add_sequenced_items([_msg(f"old{i}") for i in range(50)])
+    cut = seqs[-1] + 1
+
+    async def write() -> list[int]:
+        got: list[int] = []
+        for i in range(40):
+            got += await writer.add_sequenced_items([_msg(f"new{i}"), _msg(f"new{i}b")])
+        return got
+
+    deleted, new_seqs = await asyncio.gather(purger.delete_items(before=cut), write())
+    assert deleted == 50
+    assert min(new_seqs) >= cut
+    assert await _rows(writer) == 80
+    assert [item_text(i) for i in await writer.get_items(limit=2)] == ["new39", "new39b"]
+
+
+@pytest.mark.asyncio
+async def test_clear_keeps_the_counter_so_numbers_are_never_reused(
+    server: tuple[str, str], opened: list[SQLAlchemySession]
+) -> None:
+    s = _open(server, opened)
+    assert await s.add_sequenced_items([_msg("a"), _msg("b")]) == [1, 2]
+    await s.clear_session()
+    assert await _rows(s) == 0
+    assert await s.add_sequenced_items([_msg("c")]) == [3]
+    assert await s.delete_items(before=3) == 0  # a purge that read before the clear
+    assert texts(await s.get_items()) == ["c"]

@@ -85,7 +85,12 @@ class SqlDialect(ABC):
 
     @abstractmethod
     async def clear(self, conn: Any, session_id: str) -> None:
-        """Delete the session's rows and its counter."""
+        """Delete the session's rows, keeping its counter so no sequence number is reused
+        (a purge that read number N before the clear must not hit items written after it)."""
+
+    @abstractmethod
+    async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
+        """Delete the session's rows with seq < ``before`` in one statement; return how many."""
 
     @abstractmethod
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:

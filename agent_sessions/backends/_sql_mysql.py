@@ -86,9 +86,11 @@ class MySQLDialect(SqlDialect):
         )
         self._delete_one = f"DELETE FROM {m} WHERE session_id = %s AND seq = %s"
         self._clear = [
-            f"DELETE FROM {s} WHERE session_id = %s",  # first: waits for a writer in progress
+            # first: locks the counter row, so it waits for a writer in progress
+            f"UPDATE {s} SET updated_at = CURRENT_TIMESTAMP(6) WHERE session_id = %s",
             f"DELETE FROM {m} WHERE session_id = %s",
         ]
+        self._delete_before = f"DELETE FROM {m} WHERE session_id = %s AND seq < %s"
 
     async def prepare(self, conn: Any, create: bool) -> None:
         t = self.t
@@ -240,6 +242,14 @@ class MySQLDialect(SqlDialect):
             for statement in self._clear:
                 await cur.execute(statement, (session_id,))
             await conn.commit()
+
+    async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
+        async with conn.cursor() as cur:
+            await cur.execute(self._delete_before, (session_id, before))
+            deleted = int(cur.rowcount)
+        if not conn.get_autocommit():
+            await conn.commit()
+        return deleted
 
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         bounds, args = range_clause(after, before, lambda i: "%s")

@@ -73,9 +73,11 @@ class PostgresDialect(SqlDialect):
             "WHERE session_id = $1 ORDER BY seq DESC LIMIT 1 FOR UPDATE) RETURNING message_data"
         )
         self._clear = [
-            f"DELETE FROM {s} WHERE session_id = $1",  # first: waits for a writer in progress
+            # first: locks the counter row, so it waits for a writer in progress
+            f"UPDATE {s} SET updated_at = now() WHERE session_id = $1",
             f"DELETE FROM {m} WHERE session_id = $1",
         ]
+        self._delete_before = f"DELETE FROM {m} WHERE session_id = $1 AND seq < $2"
         self._loads: dict[tuple[bool, bool, bool], str] = {}
         self._counts: dict[tuple[bool, bool], str] = {}
 
@@ -140,6 +142,10 @@ class PostgresDialect(SqlDialect):
         async with conn.transaction(isolation="read_committed"):
             for statement in self._clear:
                 await conn.execute(statement, session_id)
+
+    async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
+        status = await conn.execute(self._delete_before, session_id, before)
+        return int(str(status).rsplit(" ", 1)[-1])  # "DELETE <n>"
 
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         key = (after is not None, before is not None)

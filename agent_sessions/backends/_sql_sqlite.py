@@ -52,10 +52,8 @@ class SqliteDialect(SqlDialect):
             f"DELETE FROM {m} WHERE session_id = ? AND seq = (SELECT seq FROM {m} "
             "WHERE session_id = ? ORDER BY seq DESC LIMIT 1) RETURNING message_data"
         )
-        self._clear = [
-            f"DELETE FROM {s} WHERE session_id = ?",
-            f"DELETE FROM {m} WHERE session_id = ?",
-        ]
+        self._clear = [f"DELETE FROM {m} WHERE session_id = ?"]
+        self._delete_before = f"DELETE FROM {m} WHERE session_id = ? AND seq < ?"
 
     async def _write(self, conn: Any, statements: Any) -> Any:
         await conn.execute("BEGIN IMMEDIATE")
@@ -146,6 +144,15 @@ class SqliteDialect(SqlDialect):
                 await conn.execute(statement, (session_id,))
 
         await self._write(conn, run)
+
+    async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
+        async def run() -> int:
+            cur = await conn.execute(self._delete_before, (session_id, before))
+            deleted = int(cur.rowcount)
+            await cur.close()
+            return deleted
+
+        return int(await self._write(conn, run))
 
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         bounds, args = range_clause(after, before, lambda i: "?")

@@ -586,6 +586,17 @@ class SQLAlchemySession(BaseSession):
 
         return await self._run(op, write=False)
 
+    async def delete_items(self, *, before: int) -> int:
+        """Atomically delete this session's items with sequence number < ``before``; return
+        how many were deleted (capability ``SupportsRangeDelete``, used to purge)."""
+        self._check_open()
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> int:
+            return await d.delete_before(conn, sid, before)
+
+        return await self._mutate(self._run(op, write=True))  # type: ignore[no-any-return]
+
     async def _close(self) -> None:
         if self._shared is not None:
             await self._shared.release()
