@@ -1,7 +1,7 @@
 """Wrapper overhead: a bare backend vs EncryptedSession vs EncryptedSession over TTLSession,
 in one run, with 1 KB items, on ``add 1 item`` and ``get(limit=20)`` of a 100-item session.
 
-    python benchmarks/bench_wrappers.py [--quick]
+    python benchmarks/bench_wrappers.py [--quick] [--redis-url redis://...]
 
 Goal (issue 6): Encrypted+TTL within 1.3x of the bare backend's time. Each backend is one
 entry of ``BACKENDS`` (name -> async factory of a bare session for an id); add Redis or any
@@ -55,12 +55,19 @@ def stacks(make_bare: BareFactory, prefill: int = 0) -> list[Contender]:
     ]
 
 
-def backends(tmp: str) -> dict[str, BareFactory]:
+def backends(tmp: str, redis_url: str | None) -> dict[str, BareFactory]:
     async def sqlite(session_id: str) -> Any:
         return SQLiteSession(session_id, os.path.join(tmp, "wrappers.db"))
 
-    # e.g. "Redis": lambda sid: RedisSession.from_url(sid, url=REDIS_URL), once it exists.
-    return {"SQLite (file, WAL)": sqlite}
+    found: dict[str, BareFactory] = {"SQLite (file, WAL)": sqlite}
+    if redis_url:
+        from agent_sessions.backends.redis import RedisSession
+
+        async def redis(session_id: str) -> Any:
+            return RedisSession.from_url(session_id, url=redis_url)
+
+        found["Redis (loopback)"] = redis
+    return found
 
 
 async def cpu_per_op(
@@ -85,14 +92,14 @@ async def cpu_per_op(
     return {name: seconds * 1e6 for name, seconds in best.items()}
 
 
-async def main(quick: bool) -> None:
+async def main(quick: bool, redis_url: str | None) -> None:
     tmp = tempfile.mkdtemp(prefix="bench-wrappers-")
     ops = 300 if quick else 2000
     one_kb = [item(0, ITEM_BYTES)]
     add = Scenario("add 1 item (1 KB)", 0, lambda s, _: s.add_items(one_kb), ops)
     get = Scenario("get(limit=20) @100", 0, lambda s, _: s.get_items(limit=20), ops)
     rounds = 2 if quick else 5
-    for name, make_bare in backends(tmp).items():
+    for name, make_bare in backends(tmp, redis_url).items():
         # Warm-up: the file, its WAL and the first contender's caches otherwise skew row one.
         await run_suite(f"{name}: warm-up (ignore)", stacks(make_bare), [add], rounds=1)
         added = await run_suite(f"{name}: add", stacks(make_bare), [add], rounds=rounds)
@@ -114,4 +121,10 @@ async def main(quick: bool) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer operations and rounds")
-    asyncio.run(main(parser.parse_args().quick))
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("AGENT_SESSIONS_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        help="Redis to measure too ('' to skip)",
+    )
+    args = parser.parse_args()
+    asyncio.run(main(args.quick, args.redis_url or None))

@@ -90,6 +90,8 @@ class TestEncryptedTTLOverSDKSQLiteConformance(SessionConformanceSuite):
         ({"encryption_key": KEY, "ttl": -5}, "positive"),
         ({"encryption_key": KEY, "max_scan_items": 0}, "max_scan_items"),
         ({"encryption_key": KEY, "max_item_bytes": 0}, "max_item_bytes"),
+        ({"encryption_key": KEY, "cache_bytes": -1}, "cache_bytes"),
+        ({"encryption_key": KEY, "cache_bytes": 1.5}, "cache_bytes"),
     ],
 )
 def test_bad_configuration_is_refused_at_construction(kwargs: dict[str, Any], match: str) -> None:
@@ -233,6 +235,27 @@ async def test_tampered_item_is_skipped_or_raises_in_strict_mode(
     with pytest.raises(DecryptionError):
         await strict.get_items()
     assert texts(await strict.get_items(limit=1)) == ["c"]
+
+
+@pytest.mark.asyncio
+async def test_plaintext_cache_is_bounded_and_hands_out_independent_copies() -> None:
+    s, inner = await _stack(encryption_key=KEY, cache_bytes=64 * 1024)
+    await s.add_items([msg(f"{i}:" + "x" * 1000) for i in range(200)])  # ~400 KB of entries
+    assert 0 < s._plain_size <= 64 * 1024
+    assert len(s._plain) < 200
+    first = await s.get_items(limit=1)
+    first[0]["content"] = "mutated by the caller"
+    assert item_text((await s.get_items(limit=1))[0]).startswith("199:")
+    # a reader object fills its cache from what it opened, and reads the same again
+    reader = EncryptedSession(inner, encryption_key=KEY)
+    assert len(reader._plain) == 0
+    assert len(await reader.get_items(limit=5)) == 5 and len(reader._plain) == 5
+    assert texts(await reader.get_items(limit=5)) == texts(await s.get_items(limit=5))
+    off = EncryptedSession(inner, encryption_key=KEY, cache_bytes=0)
+    await off.add_items([msg("uncached")])
+    assert texts(await off.get_items(limit=1)) == ["uncached"] and len(off._plain) == 0
+    await s.clear_session()
+    assert len(s._plain) == 0 and s._plain_size == 0
 
 
 @pytest.mark.asyncio

@@ -85,6 +85,11 @@ def master_key_bytes(key: str | bytes, name: str = "encryption_key") -> bytes:
     return key if isinstance(key, bytes) else key.encode("utf-8")
 
 
+def _pop_oldest(cache: dict[str, tuple[str, str, bytes]]) -> tuple[str, tuple[str, str, bytes]]:
+    key = next(iter(cache))
+    return key, cache.pop(key)
+
+
 def _b64(data: bytes) -> str:
     return binascii.b2a_base64(data, newline=False).decode("ascii")
 
@@ -113,6 +118,10 @@ class EncryptedSession(SessionWrapper):
             once encrypted, or 16 MiB for a session without a cap.
         max_scan_items: accepted for the SDK's signature (positive or None). Reads here never
             look beyond ``limit`` stored items, so there is nothing for it to bound.
+        cache_bytes: plaintext kept in memory of items this object wrote or opened, so the
+            next read of the same envelope skips base64 and AES (each Runner turn re-reads the
+            history). An entry is used only for a byte-identical envelope (key id, nonce and
+            ciphertext), which would authenticate to the same plaintext. 0 disables it.
 
     Offers ``sibling()`` and the sequenced-items capability exactly when ``inner`` does.
 
@@ -139,6 +148,7 @@ class EncryptedSession(SessionWrapper):
         session_id: str | None = None,
         max_item_bytes: int | None = None,
         max_scan_items: int | None = None,
+        cache_bytes: int = 4 * 1024 * 1024,
     ) -> None:
         if isinstance(inner, str):  # the SDK's positional order: (session_id, session, key)
             session_id, inner = inner, None
@@ -167,6 +177,12 @@ class EncryptedSession(SessionWrapper):
         self.strict = strict
         self.ttl = ttl
         self._ciphers: dict[str, tuple[AESGCM, bytes]] = {}
+        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
+            raise ValueError("cache_bytes must be an int >= 0 (0 disables the plaintext cache)")
+        self.cache_bytes = cache_bytes
+        # nonce text -> (key id, ciphertext text, plaintext); insertion order = eviction order
+        self._plain: dict[str, tuple[str, str, bytes]] = {}
+        self._plain_size = 0
         self._aad_prefix = f"{ENC_TYPE}\x00{ENVELOPE_VERSION}\x00".encode()
         self._aad_suffix = b"\x00" + self.session_id.encode("utf-8")
         self._cipher(self.active_key_id)  # derive now: a bad key fails at construction
@@ -226,6 +242,7 @@ class EncryptedSession(SessionWrapper):
             keys=self._keys,
             active=self.active_key_id,
             strict=self.strict,
+            cache_bytes=self.cache_bytes,
         )
 
     # -- crypto --------------------------------------------------------------------------------
@@ -248,9 +265,21 @@ class EncryptedSession(SessionWrapper):
         kid = self.active_key_id
         cipher, aad = self._cipher(kid)
         nonce = os.urandom(_NONCE_BYTES)
-        sealed = cipher.encrypt(nonce, text.encode("utf-8"), aad)
-        return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "n": _b64(nonce),
-                "c": _b64(sealed)}
+        plain = text.encode("utf-8")
+        n, c = _b64(nonce), _b64(cipher.encrypt(nonce, plain, aad))
+        self._remember(n, kid, c, plain)
+        return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "n": n, "c": c}
+
+    def _remember(self, n: str, kid: str, c: str, plain: bytes) -> None:
+        size = len(plain) + len(c)
+        if size * 4 > self.cache_bytes or n in self._plain:
+            return
+        cache = self._plain
+        while self._plain_size + size > self.cache_bytes:
+            _, (_, old_c, old_plain) = _pop_oldest(cache)
+            self._plain_size -= len(old_plain) + len(old_c)
+        cache[n] = (kid, c, plain)
+        self._plain_size += size
 
     def _open(self, envelope: Any) -> Any:
         """Return the item inside ``envelope`` or raise _Unreadable."""
@@ -260,6 +289,10 @@ class EncryptedSession(SessionWrapper):
         if envelope.get("v") != ENVELOPE_VERSION:
             raise _Unreadable(f"envelope version {envelope.get('v')!r} is not supported")
         kid = envelope.get("kid")
+        n, c = envelope.get("n"), envelope.get("c")
+        hit = self._plain.get(n) if type(n) is str else None
+        if hit is not None and hit[1] == c and hit[0] == kid:
+            return loads(hit[2])  # a byte-identical envelope authenticated before
         entry = self._ciphers.get(kid) if type(kid) is str else None
         if entry is None:
             if kid not in self._keys:
@@ -267,14 +300,15 @@ class EncryptedSession(SessionWrapper):
             entry = self._cipher(kid)
         try:
             # Lenient decoding is enough: GCM authenticates the bytes that come out.
-            nonce = a2b_base64(envelope["n"])
-            sealed = a2b_base64(envelope["c"])
-        except (KeyError, TypeError, ValueError):
+            nonce = a2b_base64(n)  # type: ignore[arg-type]
+            sealed = a2b_base64(c)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
             raise _Unreadable("the envelope's nonce or ciphertext is malformed") from None
         if len(nonce) != _NONCE_BYTES:
             raise _Unreadable("the envelope's nonce is malformed")
         try:
-            item = loads(entry[0].decrypt(nonce, sealed, entry[1]))
+            plain = entry[0].decrypt(nonce, sealed, entry[1])
+            item = loads(plain)
         except InvalidTag:
             raise _Unreadable(
                 "authentication failed (wrong key, altered bytes, or copied from another "
@@ -284,6 +318,7 @@ class EncryptedSession(SessionWrapper):
             raise _Unreadable("the decrypted data is not JSON") from None
         if type(item) is not dict:
             raise _Unreadable("the decrypted data is not a JSON object")
+        self._remember(n, kid, c, plain)  # type: ignore[arg-type]
         return item
 
     def _unreadable(self, reason: _Unreadable) -> None:
@@ -365,6 +400,8 @@ class EncryptedSession(SessionWrapper):
     async def clear_session(self) -> None:
         """Delete every item of this session."""
         await self.inner.clear_session()
+        self._plain.clear()
+        self._plain_size = 0
 
     # -- rotation ------------------------------------------------------------------------------
 
