@@ -31,6 +31,7 @@ from agent_sessions.wrappers._compaction_boundary import choose_cut, safe_cuts
 from agent_sessions.wrappers._compaction_summarizers import SUMMARY_HEADER
 from agent_sessions.wrappers.compaction import (
     AgentSummarizer,
+    CompactionRecord,
     CompactionSession,
     CompactionTriggerContext,
     ExtractiveSummarizer,
@@ -39,7 +40,8 @@ from agent_sessions.wrappers.compaction import (
     item_count_trigger,
     token_threshold_trigger,
 )
-from tests.wrapper_stacks import IdentitySummarizer
+from agent_sessions.wrappers.encrypted import EncryptedSession
+from tests.wrapper_stacks import IdentitySummarizer, YieldingSession
 
 
 def msg(text: str, role: str = "user") -> Any:
@@ -933,3 +935,219 @@ async def test_close_waits_for_a_pending_compaction() -> None:
     await closing
     reopened = CompactionSession(InMemorySession(session.session_id))
     assert originals(await reopened.get_items()) == ["m3", "m4"]
+
+
+# -- pruning the archive ----------------------------------------------------------------------
+
+KEY = "a long random passphrase for the compaction tests"
+
+
+class SequencedOnly:
+    """A sequenced store without range deletion (as the Redis and SQL backends are today)."""
+
+    def __init__(self, real: InMemorySession) -> None:
+        self.real = real
+        self.session_id = real.session_id
+        self.session_settings = real.session_settings
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        return await self.real.get_items(limit)
+
+    async def add_items(self, items: list[Any]) -> None:
+        await self.real.add_items(items)
+
+    async def pop_item(self) -> Any:
+        return await self.real.pop_item()
+
+    async def clear_session(self) -> None:
+        await self.real.clear_session()
+
+    async def add_sequenced_items(self, items: list[Any]) -> list[int]:
+        return await self.real.add_sequenced_items(items)
+
+    async def get_sequenced_items(
+        self, limit: int | None = None, *, after: int | None = None, before: int | None = None
+    ) -> list[tuple[int, Any]]:
+        return await self.real.get_sequenced_items(limit, after=after, before=before)
+
+    async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
+        return await self.real.count_items(after=after, before=before)
+
+    def sibling(self, session_id: str) -> SequencedOnly:
+        return SequencedOnly(self.real.sibling(session_id))
+
+
+def pruning_inner(kind: str, tmp_path: Path) -> Session:
+    if kind == "memory":
+        return InMemorySession(sid(), store=InMemoryStore())
+    if kind == "yielding-memory":
+        return YieldingSession(sid(), store=InMemoryStore())
+    if kind == "sqlite":
+        return SQLiteSession(sid(), str(tmp_path / "prune.db"))
+    assert kind == "encrypted-sqlite"
+    return EncryptedSession(SQLiteSession(sid(), str(tmp_path / "prune.db")), encryption_key=KEY)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "encrypted-sqlite"])
+async def test_prune_archive_deletes_only_archived_originals(kind: str, tmp_path: Path) -> None:
+    session = CompactionSession(pruning_inner(kind, tmp_path), keep_last=2)
+    items = [msg(f"m{i}") for i in range(14)]
+    await session.add_items(items[:6])
+    assert (await session.compact()) is not None  # archives m0-m3
+    await session.add_items(items[6:10])
+    assert (await session.compact()) is not None  # archives m4-m7
+    view = await session.get_items()
+    assert originals(view) == ["m8", "m9"]
+    records = await session.get_compaction_records()
+    assert [r.archived for r in records] == [4, 8]
+
+    assert await session.prune_archive(keep_compactions=2) == 0
+    assert await session.get_archived_items() == items[:8]
+    assert await session.prune_archive(keep_compactions=1) == 4  # what the first one archived
+    assert await session.get_items() == view
+    assert await session.get_archived_items() == items[4:8]
+    assert await session.search_archive("m1") == []
+    assert await session.search_archive("m5") == [items[5]]
+    assert await session.get_compaction_records() == records
+    assert await session.inner.get_items() == items[4:10]
+
+    assert await session.prune_archive() == 4
+    assert await session.get_items() == view
+    assert await session.get_archived_items() == []
+    assert await session.inner.get_items() == items[8:10]
+    assert await session.prune_archive() == 0
+    assert await session.get_compaction_records() == records
+
+    # a later compaction extends the kept summary and archives only what it covers
+    await session.add_items(items[10:14])
+    result = await session.compact()
+    assert result is not None and result.compacted_items == 4
+    view = await session.get_items()
+    assert originals(view) == ["m12", "m13"]
+    assert "m0" in item_text(view[0]) and "m11" in item_text(view[0])
+    assert await session.get_archived_items() == items[8:12]
+    assert [r.archived for r in await session.get_compaction_records()] == [4, 8, 12]
+    assert await session.prune_archive() == 4
+    assert await session.get_items() == view
+    assert await session.inner.get_items() == items[12:14]
+    await session.close()
+
+
+@pytest.mark.asyncio
+async def test_prune_counts_compactions_not_pop_records() -> None:
+    session = new_session(keep_last=2)
+    items = [msg(f"m{i}") for i in range(6)]
+    await session.add_items(items)
+    await session.compact()
+    assert [item_text(await session.pop_item()) for _ in range(2)] == ["m5", "m4"]
+    assert is_summary(await session.pop_item())  # commits a "pop" record, same boundary
+    assert [r.reason for r in await session.get_compaction_records()] == ["compaction", "pop"]
+    assert await session.prune_archive(keep_compactions=1) == 0
+    assert await session.get_archived_items() == items[:4]
+    assert await session.prune_archive() == 4
+    assert await session.get_items() == []
+    assert await session.inner.get_items() == []
+    await session.add_items([msg("after")])
+    assert await session.get_items() == [msg("after")]
+
+
+@pytest.mark.asyncio
+async def test_prune_without_compaction_is_a_noop() -> None:
+    session = new_session()
+    items = [msg(f"m{i}") for i in range(3)]
+    await session.add_items(items)
+    assert await session.prune_archive() == 0
+    assert await session.prune_archive(keep_compactions=3) == 0
+    assert await session.get_items() == items
+    assert await session.inner.get_items() == items
+    for bad in (-1, True, 1.0):
+        with pytest.raises(ValueError, match="keep_compactions"):
+            await session.prune_archive(keep_compactions=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("stack", ["encrypted-ttl", "sequenced-only"])
+async def test_prune_over_a_stack_without_range_delete_refuses_and_keeps_all(stack: str) -> None:
+    inner: Session
+    if stack == "encrypted-ttl":  # TTLSession exposes no sequence numbers: positions
+        inner = EncryptedSession(InMemorySession(sid()), encryption_key=KEY, ttl=3600)
+    else:
+        inner = SequencedOnly(InMemorySession(sid(), store=InMemoryStore()))
+    session = CompactionSession(inner, keep_last=2)
+    items = [msg(f"m{i}") for i in range(6)]
+    with pytest.raises(NotImplementedError, match="range deletion"):
+        await session.prune_archive()
+    await session.add_items(items)
+    assert (await session.compact()) is not None
+    view = await session.get_items()
+    with pytest.raises(NotImplementedError, match="clear_session"):
+        await session.prune_archive()
+    assert await session.get_items() == view
+    assert originals(view) == ["m4", "m5"]
+    assert await session.get_archived_items() == items[:4]
+    assert await session.inner.get_items() == items
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["yielding-memory", "sqlite"])
+async def test_concurrent_writes_during_prune_lose_nothing(kind: str, tmp_path: Path) -> None:
+    session = CompactionSession(pruning_inner(kind, tmp_path), keep_last=2)
+    items = [msg(f"m{i}") for i in range(20)]
+    await session.add_items(items)
+    await session.compact()
+    summary = (await session.get_items())[0]
+    assert is_summary(summary)
+
+    async def writer(w: int) -> None:
+        for k in range(5):
+            await session.add_items([msg(f"w{w}-{k}"), msg(f"w{w}-{k}b", "assistant")])
+            await asyncio.sleep(0)
+
+    pruned, *_ = await asyncio.gather(session.prune_archive(), *(writer(w) for w in range(8)))
+    assert pruned == 18
+    stored = await session.inner.get_items()
+    assert stored[:2] == items[18:]
+    written = [item_text(i) for i in stored[2:]]
+    assert sorted(written) == sorted(
+        f"w{w}-{k}{b}" for w in range(8) for k in range(5) for b in ("", "b")
+    )
+    for w in range(8):  # each writer's items in its order
+        mine = [t for t in written if t.startswith(f"w{w}-")]
+        assert mine == [f"w{w}-{k}{b}" for k in range(5) for b in ("", "b")]
+    assert await session.get_items() == [summary, *stored]
+    assert await session.get_archived_items() == []
+    await session.close()
+
+
+@pytest.mark.asyncio
+async def test_prune_during_a_compaction_keeps_its_commit() -> None:
+    session = new_session(keep_last=2)
+    items = [msg(f"m{i}") for i in range(10)]
+    await session.add_items(items[:6])
+    await session.compact()  # archives m0-m3
+    await session.add_items(items[6:])
+    gate = GatedSummarizer()
+    session.summarizer = gate
+    task = asyncio.ensure_future(session.compact())
+    await asyncio.wait_for(gate.started.wait(), 5)
+    assert await session.prune_archive() == 4  # while m4-m7 are being summarised
+    gate.release.set()
+    result = await task
+    assert result is not None and result.compacted_items == 4
+    assert originals(await session.get_items()) == ["m8", "m9"]
+    assert await session.get_archived_items() == items[4:8]
+    assert await session.inner.get_items() == items[4:]
+
+
+@pytest.mark.asyncio
+async def test_prune_refuses_records_counting_positions() -> None:
+    session = new_session()
+    await session.add_items([msg(f"m{i}") for i in range(4)])
+    record = CompactionRecord(
+        boundary=2, positional=True, summary=[msg("s")], archived=2, summarizer="x"
+    )
+    await session._sibling.add_items([record.to_item()])
+    with pytest.raises(BackendDataError, match="different kind"):
+        await session.prune_archive()
+    assert await session.inner.get_items() == [msg(f"m{i}") for i in range(4)]

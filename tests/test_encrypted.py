@@ -463,6 +463,22 @@ async def test_sequenced_items_are_offered_only_when_the_inner_has_them(tmp_path
 
 
 @pytest.mark.asyncio
+async def test_range_delete_is_offered_only_when_the_inner_has_it(tmp_path: Path) -> None:
+    from agent_sessions import SupportsRangeDelete
+
+    inner = SQLiteSession(sid(), str(tmp_path / "r.db"))
+    s = EncryptedSession(inner, encryption_key=KEY)
+    assert isinstance(s, SupportsRangeDelete)
+    seqs = await s.add_sequenced_items([msg("a"), msg("b")])
+    await inner.add_items([msg("not an envelope")])  # unreadable, still one numbered item
+    await s.add_items([msg("c")])
+    assert await s.delete_items(before=seqs[1] + 2) == 3  # unreadable ones are deleted too
+    assert texts(await s.get_items()) == ["c"]
+    assert not isinstance(EncryptedSession(inner, encryption_key=KEY, ttl=60), SupportsRangeDelete)
+    await s.close()
+
+
+@pytest.mark.asyncio
 async def test_rotation_cancelled_at_any_point_loses_nothing() -> None:
     store = InMemoryStore()
     expected = [f"item {i}" for i in range(10)]

@@ -5,7 +5,7 @@ boundary they cover) to a side session; the view served to the Runner is the new
 summary followed by the inner items after its boundary. Hence:
 
 * **lossless**: the originals stay in the inner session (``get_archived_items``,
-  ``search_archive``);
+  ``search_archive``) until ``prune_archive`` is asked to delete them;
 * **crash-safe**: committing is one atomic append; a failure or crash before it leaves the old
   view, and a record is either stored whole or not at all;
 * **concurrent writes lose nothing**: ``add_items`` goes to the inner session, after any
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from agents.memory import SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings
 
-from ..core.capabilities import SupportsSequencedItems, SupportsSiblings
+from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems, SupportsSiblings
 from ..core.ids import derive_sibling_id
 from ..errors import BackendDataError, SessionClosedError
 from ._compaction_boundary import choose_cut
@@ -368,6 +368,53 @@ class CompactionSession(SessionABC):
         self._check_open()
         where = f"compaction records of {self.session_id!r}"
         return [CompactionRecord.from_item(i, where) for i in await self._sibling.get_items()]
+
+    async def prune_archive(self, *, keep_compactions: int = 0) -> int:
+        """Delete archived originals from the store; return how many were deleted.
+
+        Deletes the originals archived by all compactions but the newest ``keep_compactions``
+        (by default every archived original) with one atomic range delete below a sequence
+        number: the view, the records and items written meanwhile are never touched, and a
+        crash leaves the archive either whole or pruned. Records stay (``archived`` still
+        counts pruned originals). Returns 0 when there are no more compactions than
+        ``keep_compactions``.
+
+        Raises:
+            ValueError: ``keep_compactions`` is not an int >= 0.
+            NotImplementedError: the inner session lacks sequenced items or range deletion.
+        """
+        self._check_open()
+        if (
+            isinstance(keep_compactions, bool)
+            or not isinstance(keep_compactions, int)
+            or keep_compactions < 0
+        ):
+            raise ValueError(f"keep_compactions must be an int >= 0, got {keep_compactions!r}")
+        inner = self.inner
+        if not (self._sequenced and isinstance(inner, SupportsRangeDelete)):
+            raise NotImplementedError(
+                f"prune_archive needs an inner session with sequence numbers and atomic range "
+                f"deletion (agent_sessions' in-memory and SQLite backends, also under "
+                f"EncryptedSession without ttl=); {type(inner).__name__} lacks them, and "
+                "rewriting its history through the Session API could lose concurrent writes "
+                "or break the view on a crash. The archive is kept; clear_session() deletes "
+                "everything"
+            )
+        async with self._locks()[0]:
+            records = await self.get_compaction_records()
+            if any(record.positional for record in records):
+                raise BackendDataError(
+                    f"the compaction records of {self.session_id!r} were written over a "
+                    "different kind of inner session (positions, not sequence numbers)"
+                )
+            # Pop records repeat the boundary of the compaction before them.
+            boundaries = [r.boundary for r in records if r.reason == "compaction"]
+            if len(boundaries) <= keep_compactions:
+                return 0
+            # Safe against concurrent writers and clears (also in other processes): a range
+            # deleting store never reuses sequence numbers, so everything newer than this
+            # committed boundary stays.
+            return await inner.delete_items(before=boundaries[-1 - keep_compactions] + 1)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

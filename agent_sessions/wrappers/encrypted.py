@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.memory import Session
 
-from ..core.capabilities import SupportsSequencedItems
+from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ..errors import DecryptionError, MissingDependencyError
 from .base import SessionWrapper, check_max_item_bytes
@@ -123,7 +123,8 @@ class EncryptedSession(SessionWrapper):
             history). An entry is used only for a byte-identical envelope (key id, nonce and
             ciphertext), which would authenticate to the same plaintext. 0 disables it.
 
-    Offers ``sibling()`` and the sequenced-items capability exactly when ``inner`` does.
+    Offers ``sibling()``, the sequenced-items and the range-delete capabilities exactly when
+    ``inner`` does (sequence numbers are the inner session's, one per stored item).
 
     Unreadable items (wrong or unknown key, altered bytes, copied from another session, not
     an envelope) are never returned as plaintext. They keep their slot: ``get_items(limit=n)``
@@ -134,6 +135,7 @@ class EncryptedSession(SessionWrapper):
     add_sequenced_items: Callable[[list[TResponseInputItem]], Awaitable[list[int]]]
     get_sequenced_items: Callable[..., Awaitable[list[tuple[int, TResponseInputItem]]]]
     count_items: Callable[..., Awaitable[int]]
+    delete_items: Callable[..., Awaitable[int]]
 
     def __init__(
         self,
@@ -190,6 +192,8 @@ class EncryptedSession(SessionWrapper):
             self.add_sequenced_items = self._add_sequenced_items
             self.get_sequenced_items = self._get_sequenced_items
             self.count_items = self._count_items
+            if isinstance(inner, SupportsRangeDelete):
+                self.delete_items = self._delete_items
         if max_item_bytes is None:
             inner_cap = getattr(inner, "max_item_bytes", None)
             max_item_bytes = DEFAULT_MAX_ITEM_BYTES
@@ -396,6 +400,12 @@ class EncryptedSession(SessionWrapper):
         """Return how many stored items have after < seq < before (unreadable ones too)."""
         assert isinstance(self.inner, SupportsSequencedItems)
         return await self.inner.count_items(after=after, before=before)
+
+    async def _delete_items(self, *, before: int) -> int:
+        """Atomically delete the stored items with seq < ``before`` (unreadable ones too);
+        return how many were deleted."""
+        assert isinstance(self.inner, SupportsRangeDelete)
+        return await self.inner.delete_items(before=before)
 
     async def clear_session(self) -> None:
         """Delete every item of this session."""
