@@ -32,6 +32,7 @@ from agent_sessions.backends.mongodb import (
 )
 from agent_sessions.core.capabilities import (
     SupportsNativeExpiry,
+    SupportsRangeDelete,
     SupportsSequencedItems,
     SupportsSiblings,
 )
@@ -253,6 +254,52 @@ async def test_ranged_reads_and_counts_cut_through_batches(make: Factory) -> Non
 
 
 @pytest.mark.asyncio
+async def test_range_delete_trims_a_straddling_batch_and_counts_exactly(make: Factory) -> None:
+    s = make()
+    assert isinstance(s, SupportsRangeDelete)
+    await s.add_items([_msg(t) for t in "abc"])  # 1-3
+    await s.add_items([_msg(t) for t in "defg"])  # 4-7
+    await s.add_items([_msg("h")])  # 8
+    assert await s.delete_items(before=2) == 1
+    assert await s.delete_items(before=6) == 4  # 2-3 whole, 4-5 off the front of 4-7
+    docs = await _docs(s)
+    assert [(d["seq"], d["n"], len(d["items"])) for d in docs] == [(6, 2, 2), (8, 1, 1)]
+    assert texts(await s.get_items()) == ["f", "g", "h"]
+    assert [seq for seq, _ in await s.get_sequenced_items(after=6)] == [7, 8]
+    assert await s.count_items(after=5, before=8) == 2
+    assert item_text(await s.pop_item()) == "h"
+    assert item_text(await s.pop_item()) == "g"
+    assert await s.delete_items(before=6) == 0
+    assert await s.delete_items(before=100) == 1
+    assert await _docs(s) == []
+    counters, _ = _collections(s)
+    assert await counters.count_documents({"_id": s.session_id}) == 1
+    assert await s.add_sequenced_items([_msg("i")]) == [9]
+
+
+@pytest.mark.asyncio
+async def test_concurrent_range_deletes_and_pops_count_every_item_once(make: Factory) -> None:
+    s = make()
+    total = 0
+    for size in (3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8):
+        await s.add_items([_msg(str(total + i)) for i in range(size)])
+        total += size
+    seen: list[int] = []
+
+    async def purge(before: int) -> None:
+        seen.append(await s.delete_items(before=before))
+
+    async def pop() -> None:
+        seen.append(0 if await s.pop_item() is None else 1)
+
+    await asyncio.gather(*(purge(b) for b in (5, 20, 12, 33, 2, 40)), *(pop() for _ in range(6)))
+    remaining = await s.get_sequenced_items()
+    assert sum(seen) + len(remaining) == total
+    assert all(seq >= 40 for seq, _ in remaining)
+    assert [seq for seq, _ in remaining] == list(range(40, 40 + len(remaining)))
+
+
+@pytest.mark.asyncio
 async def test_session_ids_are_values_never_operators_or_paths(make: Factory) -> None:
     ids = ["$gt", "$where", "a.b", "$a.$b", "{\"$ne\": null}", "ünï.cødé", "日本.語", "$"]
     sessions = [make(sid) for sid in ids]
@@ -459,6 +506,7 @@ async def test_every_operation_passes_the_real_driver_and_fails_only_on_the_netw
             s.clear_session,
             s.count_items,
             lambda: s.count_items(after=1, before=5),
+            lambda: s.delete_items(before=3),
         ]
         writes: list[Callable[[], Any]] = [
             lambda: s.add_items([_msg("c")]), s.pop_item, s.clear_session

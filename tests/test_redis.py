@@ -4,6 +4,7 @@ and on a private redis-server that the fault tests stop and restart."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -29,6 +30,7 @@ from agent_sessions.backends._redis_layout import (
 from agent_sessions.backends.redis import RedisSession
 from agent_sessions.core.capabilities import (
     SupportsNativeExpiry,
+    SupportsRangeDelete,
     SupportsSequencedItems,
     SupportsSiblings,
 )
@@ -42,7 +44,8 @@ from .servers import REDIS_URL, require_server
 
 _parts = urlsplit(REDIS_URL)
 REDIS_HOST, REDIS_PORT = _parts.hostname or "127.0.0.1", _parts.port or 6379
-PREFIX = "agent_sessions_test"
+PREFIX = f"agent_sessions_test{uuid.uuid4().hex[:8]}"
+"""Per run: clear_session keeps each session's counter hash, which the module drops at its end."""
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.server
@@ -67,6 +70,23 @@ async def raw(redis_up: None) -> AsyncIterator[Redis]:
     client = Redis.from_url(REDIS_URL, decode_responses=True)
     yield client
     await client.aclose()
+
+
+async def _drop_this_runs_keys() -> None:
+    client = Redis.from_url(REDIS_URL)
+    try:
+        keys = [key async for key in client.scan_iter(match=f"{PREFIX}:*", count=1000)]
+        for start in range(0, len(keys), 500):
+            await client.delete(*keys[start : start + 500])
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_leftovers_at_end() -> Iterator[None]:
+    yield
+    with contextlib.suppress(Exception):  # a server that was down has nothing to drop
+        asyncio.run(_drop_this_runs_keys())
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +152,7 @@ def test_capabilities_are_offered() -> None:
     assert isinstance(s, SupportsSiblings)
     assert isinstance(s, SupportsSequencedItems)
     assert isinstance(s, SupportsNativeExpiry)
+    assert isinstance(s, SupportsRangeDelete)
 
 
 def test_constructor_rejects_bad_arguments() -> None:
@@ -238,7 +259,11 @@ async def test_siblings_share_the_client_and_outlive_their_parent(raw: Redis) ->
     await long_side.close()
     await side.clear_session()
     await side.close()
-    assert await raw.exists(*parent.keys, *side.keys, *long_side.keys) == 0
+    items_keys = (parent.keys[0], side.keys[0], long_side.keys[0])
+    assert await raw.exists(*items_keys) == 0
+    assert await raw.exists(parent.keys[1], side.keys[1], long_side.keys[1]) == 3, (
+        "clear_session keeps each counter, so numbers are never reused"
+    )
 
 
 @pytest.mark.asyncio
@@ -261,6 +286,30 @@ async def test_sliding_ttl_covers_every_key_and_every_write(raw: Redis) -> None:
             assert await raw.pttl(key) == -1
         await other.clear_session()
         await other.close()
+    finally:
+        await s.clear_session()
+        await s.close()
+
+
+@pytest.mark.asyncio
+async def test_clear_keeps_only_the_counter_and_it_keeps_expiring(raw: Redis) -> None:
+    s = RedisSession.from_url(_sid(), url=REDIS_URL, key_prefix=PREFIX, ttl=100)
+    items, meta = s.keys
+    try:
+        seqs = await s.add_sequenced_items([_msg("a"), _msg("b"), _msg("c")])
+        await raw.pexpire(meta, 5_000)
+        await s.clear_session()
+        assert await raw.exists(items) == 0
+        assert await raw.hgetall(meta) == {"seq": str(seqs[-1])}
+        assert await raw.pttl(meta) > 5_000, "clear is a write: it refreshes the kept counter"
+        again = await s.add_sequenced_items([_msg("d"), _msg("e")])
+        assert again[0] == seqs[-1] + 1
+        for key in s.keys:
+            await raw.pexpire(key, 5_000)
+        assert await s.delete_items(before=again[1]) == 1
+        assert await raw.zcard(items) == 1
+        for key in s.keys:
+            assert 0 < await raw.pttl(key) <= 5_000, "a purge must not prolong the rest"
     finally:
         await s.clear_session()
         await s.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -257,6 +258,69 @@ async def test_purge_concurrent_with_writers_loses_no_live_item(tmp_path: Path) 
         assert purged + len(got) == 4 * 60
     finally:
         await s.clear_session()
+        await s.close()
+
+
+async def _native_inner(backend: str) -> tuple[Any, Callable[[], Awaitable[int]]]:
+    """A Redis (real server) or MongoDB (stand-in) session, and a probe that counts the items
+    physically stored for it, read from the raw store."""
+    if backend == "redis":
+        from urllib.parse import urlsplit
+
+        from agent_sessions import RedisSession
+        from tests.servers import REDIS_URL, require_server
+
+        parts = urlsplit(REDIS_URL)
+        require_server("Redis", parts.hostname or "127.0.0.1", parts.port or 6379)
+        redis = RedisSession.from_url(sid(), url=REDIS_URL, key_prefix="agent_sessions_ttl_test")
+
+        async def stored_in_redis() -> int:
+            return int(await redis.client.zcard(redis.keys[0]))
+
+        return redis, stored_in_redis
+    from mongomock_motor import AsyncMongoMockClient
+
+    from agent_sessions import MongoDBSession
+
+    mongo = MongoDBSession(sid(), client=AsyncMongoMockClient(), database="ttl_test")
+    messages = mongo.client[mongo.database][mongo.messages_collection]
+
+    async def stored_in_mongodb() -> int:
+        docs = [d async for d in messages.find({"session_id": mongo.session_id})]
+        assert all(d["n"] == len(d["items"]) for d in docs)
+        return sum(d["n"] for d in docs)
+
+    return mongo, stored_in_mongodb
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["redis", "mongodb-standin"])
+async def test_purge_physically_removes_expired_items_from_redis_and_mongodb(
+    backend: str,
+) -> None:
+    clock = FakeClock()
+    inner, stored = await _native_inner(backend)
+    s = TTLSession(inner, item_ttl=30, clock=clock, clock_skew=0)
+    try:
+        for i in range(5):  # batches of two written at t = 0, 10, 20, 30, 40
+            await s.add_items([msg(f"{i}a"), msg(f"{i}b")])
+            clock.advance(10)
+        clock.advance(1)  # t = 51: the batches of t = 0, 10 and 20 are older than 30 s
+        assert await stored() == 10
+        assert await s.purge_expired() == 6
+        assert await stored() == 4, "expired items must be gone from the store itself"
+        assert texts(await s.get_items()) == ["3a", "3b", "4a", "4b"]
+        assert await s.purge_expired() == 0
+        await s.clear_session()
+        await s.add_items([msg("after clear")])
+        assert texts(await s.get_items()) == ["after clear"]
+        clock.advance(31)
+        assert await s.purge_expired() == 1
+        assert await stored() == 0
+    finally:
+        await s.clear_session()
+        if backend == "redis":
+            await inner.client.delete(*inner.keys)  # the counter hash clear_session keeps
         await s.close()
 
 

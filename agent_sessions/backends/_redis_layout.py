@@ -4,7 +4,9 @@ Keys of one session (``P`` = key prefix, ``T`` = the session id with ``%``, ``{`
 percent-escaped)::
 
     P:{T}:items   sorted set; score = sequence number, member = "<seq>:<item JSON>"
-    P:{T}:meta    hash; field "seq" = the highest sequence number ever assigned
+    P:{T}:meta    hash; field "seq" = the highest sequence number ever assigned (it survives
+                  ``clear_session``, so numbers are never reused and a range delete computed
+                  before a clear cannot reach items written after it)
 
 Both keys carry the hash tag ``{T}``, so a session lives in one Redis Cluster slot and every
 script may touch all of its keys. ``T`` holds no brace, so the tag is exactly ``T`` whatever the
@@ -122,8 +124,11 @@ return popped[1]
 """
 )
 
-# KEYS: items, meta. Deletes both, but refuses (deleting nothing) when either holds a value
-# of another type: that value is not ours to delete.
+# KEYS: items, meta. ARGV[1]: expiry in ms ("0" = leave expiry alone). Deletes the items but
+# keeps the counter (recording the highest score too, in case the meta hash was lost), so
+# numbering continues after a clear; the kept hash gets the sliding expiry like any write.
+# Refuses (deleting nothing) when either key holds a value of another type: that value is not
+# ours to delete.
 CLEAR = Script(
     """
 local expected = {'"""
@@ -138,6 +143,15 @@ for i = 1, 2 do
       ', not a ' .. expected[i] .. '; nothing was deleted')
   end
 end
-return redis.call('DEL', KEYS[1], KEYS[2])
+local last = tonumber(redis.call('HGET', KEYS[2], 'seq') or '0')
+local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
+local deleted = redis.call('DEL', KEYS[1])
+if last > 0 then
+  redis.call('HSET', KEYS[2], 'seq', string.format('%d', last))
+  local ttl = tonumber(ARGV[1])
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+end
+return deleted
 """
 )

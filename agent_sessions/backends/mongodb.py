@@ -8,6 +8,7 @@ Two collections (names from ``collection_prefix``, or the SDK's ``sessions_colle
 - messages: one document per ``add_items`` batch,
   ``{session_id, seq: sequence number of its first item, n: items left, items: [JSON text]}``;
   item ``i`` of a batch has sequence number ``seq + i``. Unique index on ``(session_id, seq)``.
+  A pop takes items off the end; a range delete (``delete_items``) off the front, moving ``seq``.
 
 Why one document per batch and no transaction: a single-document write is atomic on every
 MongoDB deployment (standalone, replica set, sharded), so a batch is all-or-nothing whatever the
@@ -633,6 +634,72 @@ class MongoDBSession(BaseSession):
             if expiry:
                 await self._refresh_counter(expiry)
                 self._expiry_done(expiry)
+
+    async def delete_items(self, *, before: int) -> int:
+        """Delete this session's items with sequence number < ``before``; return how many were
+        deleted (capability ``SupportsRangeDelete``, used to purge).
+
+        Without a transaction a delete spanning documents cannot be one step, so each document
+        changes in one atomic write, oldest first: at any moment what is gone is a prefix, the
+        state some smaller ``before`` would have left, never a hole. Whole batches go by
+        ``find_one_and_delete``, which returns the ``n`` it removed; the one batch that
+        straddles ``before`` is trimmed at the front by an update guarded on its ``seq`` and
+        ``n``. So the count is exact even beside concurrent pops, clears and other purges.
+        Costs one round trip per batch removed (a purge usually removes the few that died
+        since the last); leaves expiry alone so it never prolongs the rest."""
+        self._check_open()
+        deleted: int = await self._mutate(self._delete_before(int(before)))
+        return deleted
+
+    async def _delete_before(self, before: int) -> int:
+        await self._ensure_indexes()
+        sid = self.session_id
+        deleted = 0
+        async with _translated("deleting items"):
+            while True:
+                # The newest batch starting below ``before``: the only one that can straddle it.
+                top = await self._messages.find_one(
+                    {"session_id": sid, "seq": {"$lt": before}},
+                    {"_id": 1, "seq": 1, "n": 1},
+                    sort=[("seq", -1)],
+                )
+                if top is None:
+                    return deleted
+                seq, n = self._seq_n(top)
+                whole_below = seq if seq + n > before else before
+                while True:
+                    gone = await self._messages.find_one_and_delete(
+                        {"session_id": sid, "seq": {"$lt": whole_below}},
+                        {"_id": 0, "seq": 1, "n": 1},
+                        sort=[("seq", 1)],
+                    )
+                    if gone is None:
+                        break
+                    deleted += self._seq_n(gone)[1]
+                if whole_below == before:
+                    return deleted
+                cut = before - seq
+                trimmed = await self._messages.update_one(
+                    {"_id": top["_id"], "seq": seq, "n": n},
+                    {
+                        "$set": {"seq": before},
+                        "$inc": {"n": -cut},
+                        "$push": {"items": {"$each": [], "$slice": cut - n}},  # keep the last
+                    },
+                )
+                if trimmed.modified_count:
+                    return deleted + cut
+                # A pop or another purge changed that batch meanwhile: look again.
+
+    def _seq_n(self, doc: Any) -> tuple[int, int]:
+        seq, n = doc.get("seq"), doc.get("n")
+        if type(seq) is not int or type(n) is not int:
+            raise BackendDataError(
+                f"{self.database}.{self.messages_collection} holds a document for session "
+                f"{self.session_id!r} that agent_sessions did not write (no integer 'seq' or "
+                "'n'); use another database or collection_prefix"
+            )
+        return seq, n
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
         await self._ensure_indexes()

@@ -3,7 +3,8 @@
 Each session is two keys that share a hash tag (see ``_redis_layout``): a sorted set of items
 scored by sequence number and a hash with the counter. ``add_items`` is one Lua script (counter,
 write and expiry together, so the batch is atomic), ``get_items(limit)`` one ZRANGE of the newest
-N, ``pop_item`` one script around ZPOPMAX, ``clear_session`` one script. Every call is bounded by
+N, ``pop_item`` one script around ZPOPMAX, ``clear_session`` one script (it keeps the counter, so
+numbers are never reused), ``delete_items`` one ZREMRANGEBYSCORE. Every call is bounded by
 ``timeout``; when Redis cannot be reached it raises :class:`BackendUnavailableError`, and the same
 session works again once Redis is back.
 """
@@ -272,8 +273,19 @@ class RedisSession(BaseSession):
         return None if member is None else self._rows([member])[0][1]
 
     async def _clear(self) -> None:
-        client, keys = self._client, self._keys
-        await self._call(lambda: CLEAR(client, keys))
+        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        await self._call(lambda: CLEAR(client, keys, ttl))
+
+    async def delete_items(self, *, before: int) -> int:
+        """Atomically delete this session's items with sequence number < ``before``; return
+        how many were deleted (capability ``SupportsRangeDelete``, used to purge).
+
+        One ZREMRANGEBYSCORE, atomic by itself. It leaves expiry alone: removing dead items
+        must not prolong the life of the rest."""
+        self._check_open()
+        client, key, high = self._client, self._keys[0], f"({int(before)}"
+        removed = await self._mutate(self._call(lambda: client.zremrangebyscore(key, "-inf", high)))
+        return int(removed)
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
         client, key = self._client, self._keys[0]
