@@ -332,6 +332,27 @@ async def test_expired_session_disappears_whole(raw: Redis) -> None:
 
 
 @pytest.mark.asyncio
+async def test_numbers_keep_growing_after_the_session_expired(raw: Redis) -> None:
+    s = RedisSession.from_url(_sid(), url=REDIS_URL, key_prefix=PREFIX, ttl=0.3)
+    try:
+        old = await s.add_sequenced_items([_msg(f"old{i}") for i in range(5)])
+        assert old == list(range(old[0], old[0] + 5)) and old[0] > 10**15  # server clock, us
+        for _ in range(200):
+            if not await raw.exists(*s.keys):
+                break
+            await asyncio.sleep(0.05)
+        assert await raw.exists(*s.keys) == 0
+        new = await s.add_sequenced_items([_msg("new")])
+        assert new[0] > old[-1], "a session that expired must not reuse its numbers"
+        # a purge that read the old numbers just before the expiry spares the new item
+        assert await s.delete_items(before=old[-1] + 1) == 0
+        assert texts(await s.get_items()) == ["new"]
+    finally:
+        await s.clear_session()
+        await s.close()
+
+
+@pytest.mark.asyncio
 async def test_sequence_numbers_survive_a_lost_meta_key(raw: Redis) -> None:
     s = RedisSession.from_url(_sid(), url=REDIS_URL, key_prefix=PREFIX)
     try:

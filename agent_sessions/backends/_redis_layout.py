@@ -8,6 +8,11 @@ percent-escaped)::
                   ``clear_session``, so numbers are never reused and a range delete computed
                   before a clear cannot reach items written after it)
 
+Numbers start at 1, except in a session written with an expiry: its keys may expire together
+and the session start again, so its first number is then the server's clock in microseconds
+(about 1.8e15, exact in a score up to 2**53), above any number a previous incarnation used
+unless it wrote more than a million items per second of its life.
+
 Both keys carry the hash tag ``{T}``, so a session lives in one Redis Cluster slot and every
 script may touch all of its keys. ``T`` holds no brace, so the tag is exactly ``T`` whatever the
 id contains, and the escape is reversible, so two ids never share keys. The prefix may not hold
@@ -88,6 +93,12 @@ local items, meta = KEYS[1], KEYS[2]
 local last = tonumber(redis.call('HGET', meta, 'seq') or '0')
 local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
 if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
+local ttl = tonumber(ARGV[1])
+if last == 0 and ttl > 0 then
+  -- An expiring session may have expired before: start above any number it can have used.
+  local now = redis.call('TIME')
+  last = tonumber(now[1]) * 1000000 + tonumber(now[2])
+end
 local n = #ARGV - 1
 local args, k = {}, 0
 for i = 1, n do
@@ -101,8 +112,7 @@ for i = 1, n do
   end
 end
 if k > 0 then redis.call('ZADD', items, unpack(args)) end
-redis.call('HSET', meta, 'seq', last + n)
-local ttl = tonumber(ARGV[1])
+redis.call('HSET', meta, 'seq', string.format('%d', last + n))
 if ttl > 0 then
   redis.call('PEXPIRE', items, ttl)
   redis.call('PEXPIRE', meta, ttl)

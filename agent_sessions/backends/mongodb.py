@@ -71,6 +71,17 @@ _DRIVER_INFO = DriverInfo(name="agent_sessions")
 _MAX_TTL_SECONDS = 100 * 365.25 * 86400
 
 
+COUNTER_GRACE = timedelta(days=1)
+"""How much longer than its items a session's counter document lives under a TTL: a session
+written again after its items expired keeps numbering upwards, so a purge that read numbers
+just before the expiry cannot delete the new items."""
+
+
+def _counter_expiry(expiry: dict[str, Any]) -> dict[str, Any]:
+    when = expiry.get("$set", {}).get("expires_at")
+    return expiry if when is None else {"$set": {"expires_at": when + COUNTER_GRACE}}
+
+
 def ttl_slack(ttl_seconds: float) -> float:
     """How much later than ``ttl_seconds`` after the last write a session's documents may be
     deleted: max(60 s, a tenth of the TTL). MongoDB's TTL monitor itself runs once a minute."""
@@ -451,7 +462,7 @@ class MongoDBSession(BaseSession):
         update = {
             **expiry,
             "$inc": {"seq": n},
-            "$set": {"updated_at": now, **expiry.get("$set", {})},
+            "$set": {"updated_at": now, **_counter_expiry(expiry).get("$set", {})},
             "$setOnInsert": {"created_at": now},
         }
         for attempt in range(2):
@@ -622,7 +633,7 @@ class MongoDBSession(BaseSession):
         return items[-1]
 
     async def _refresh_counter(self, expiry: dict[str, Any]) -> None:
-        await self._counters.update_one({"_id": self.session_id}, expiry)
+        await self._counters.update_one({"_id": self.session_id}, _counter_expiry(expiry))
 
     async def _clear(self) -> None:
         await self._ensure_indexes()
