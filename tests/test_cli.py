@@ -95,3 +95,32 @@ def test_purge_without_a_ttl_is_refused(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit):
         main(["purge", "memory://", "x"])
     assert "--ttl" in capsys.readouterr().err
+
+
+def test_options_reach_open_session(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "custom.db"
+    tables = {"sessions_table": "app_sessions", "messages_table": "app_messages"}
+
+    async def fill() -> None:
+        async with SQLiteSession("cli", str(db), **tables) as s:
+            await s.add_items([{"role": "user", "content": "in custom tables"}])
+
+    asyncio.run(fill())
+    url = f"sqlite:///{db}"
+    options = [arg for key, value in tables.items() for arg in ("-o", f"{key}={value}")]
+    assert main(["show", url, "cli", *options]) == 0
+    assert [json.loads(line)["content"] for line in capsys.readouterr().out.splitlines()] == [
+        "in custom tables"
+    ]
+    assert main(["show", url, "cli"]) == 0  # the default tables hold nothing for it
+    assert capsys.readouterr().out == ""
+    assert main(["clear", url, "cli", *options]) == 0
+    capsys.readouterr()
+    assert main(["show", url, "cli", *options]) == 0
+    assert capsys.readouterr().out == ""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["show", url, "cli", "-o", "no-equals-sign"])
+    assert exit_info.value.code == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
+    assert main(["show", url, "cli", "-o", "no_such_option=1"]) == 1
+    assert "no_such_option" in capsys.readouterr().err
