@@ -37,7 +37,16 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    pass
+    # The lazy names, typed for checkers (the `as` form re-exports them explicitly).
+    from .backends.mongodb import MongoDBSession as MongoDBSession
+    from .backends.redis import RedisSession as RedisSession
+    from .backends.sqlalchemy import SQLAlchemySession as SQLAlchemySession
+    from .wrappers.advanced import AdvancedSession as AdvancedSession
+    from .wrappers.branching import BranchingSession as BranchingSession
+    from .wrappers.compaction import CompactionSession as CompactionSession
+    from .wrappers.encrypted import EncryptedSession as EncryptedSession
+    from .wrappers.ttl import TTLSession as TTLSession
+    from .wrappers.usage import UsageTrackingSession as UsageTrackingSession
 
 
 def __getattr__(name: str) -> Any:

@@ -80,7 +80,7 @@ class RawAiosqlite:
             "session_id = ? ORDER BY id DESC LIMIT 1) RETURNING message_data",
             (self.sid,),
         )
-        rows = await cur.fetchall()
+        rows = list(await cur.fetchall())
         await self.db.execute("COMMIT")
         return json.loads(rows[0][0]) if rows else None
 

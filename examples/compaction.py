@@ -9,6 +9,8 @@ Runs offline with a scripted model: ``python examples/compaction.py``.
 """
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any
 
 from agents import Agent, Runner, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message
@@ -28,7 +30,7 @@ TURNS = [
 ]
 
 
-def text(item: dict) -> str:
+def text(item: Mapping[str, Any]) -> str:
     """The text of a message item, whether its content is a string or a list of parts."""
     content = item.get("content")
     if isinstance(content, list):

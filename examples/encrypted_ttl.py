@@ -31,7 +31,7 @@ async def main() -> None:
         await Runner.run(agent, f"Remember: {SECRET}", session=session)
         result = await Runner.run(agent, "What does my card number end in?", session=session)
         print("answer:", result.final_output)
-        print("decrypted first item:", (await session.get_items(limit=None))[0]["content"])
+        print("decrypted first item:", (await session.get_items(limit=None))[0].get("content"))
 
         raw = (await store.get_items())[0]
         raw_text = json.dumps(raw)

@@ -114,12 +114,13 @@ BACKENDS: list[Backend] = [
 ]
 
 if MONGODB_URL:
+    _MONGODB_URL: str = MONGODB_URL  # narrowed here; the closure below would see str | None
 
     async def _mongodb(session_id: str) -> Session:
         from agent_sessions import MongoDBSession
 
         return MongoDBSession.from_uri(
-            session_id, uri=MONGODB_URL, database=f"agent_sessions_matrix{_RUN}"
+            session_id, uri=_MONGODB_URL, database=f"agent_sessions_matrix{_RUN}"
         )
 
     BACKENDS.append(Backend("mongodb", _mongodb))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from typing import Any, cast
 
 from agent_sessions import SQLiteSession
 
@@ -21,9 +22,9 @@ def add_worker(path: str, session_id: str, worker: int, count: int) -> None:
 def pop_worker(path: str, session_id: str) -> list[str]:
     async def run() -> list[str]:
         session = SQLiteSession(session_id, path, busy_timeout=30)
-        got = []
+        got: list[str] = []
         while (item := await session.pop_item()) is not None:
-            got.append(item["content"])
+            got.append(cast("dict[str, Any]", item)["content"])
         await session.close()
         return got
 

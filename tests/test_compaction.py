@@ -8,10 +8,11 @@ import json
 import logging
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from agents import Agent, Runner, function_tool
+from agents.items import TResponseInputItem
 from agents.memory import Session
 from agents.memory import SQLiteSession as SDKSQLiteSession
 from agents.memory.openai_responses_compaction_session import default_should_trigger_compaction
@@ -1147,7 +1148,7 @@ async def test_prune_refuses_records_counting_positions() -> None:
     record = CompactionRecord(
         boundary=2, positional=True, summary=[msg("s")], archived=2, summarizer="x"
     )
-    await session._sibling.add_items([record.to_item()])
+    await session._sibling.add_items([cast("TResponseInputItem", record.to_item())])
     with pytest.raises(BackendDataError, match="different kind"):
         await session.prune_archive()
     assert await session.inner.get_items() == [msg(f"m{i}") for i in range(4)]

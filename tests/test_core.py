@@ -7,9 +7,10 @@ import math
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from agents.items import TResponseInputItem
 
 import agent_sessions
 from agent_sessions import InMemorySession, SQLiteSession, open_session
@@ -91,7 +92,7 @@ def test_codec_rules_are_the_same_on_both_json_paths(
 async def test_max_item_bytes_is_configurable_and_validated() -> None:
     s = InMemorySession("cap", max_item_bytes=50)
     with pytest.raises(ItemTooLargeError):
-        await s.add_items([{"content": "x" * 60}])
+        await s.add_items([cast("TResponseInputItem", {"content": "x" * 60})])
     with pytest.raises(ValueError, match="max_item_bytes"):
         InMemorySession("cap", max_item_bytes=0)
 

@@ -9,7 +9,7 @@ import logging
 import sqlite3
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from agents.memory import Session
@@ -244,7 +244,7 @@ async def test_plaintext_cache_is_bounded_and_hands_out_independent_copies() -> 
     assert 0 < s._plain_size <= 64 * 1024
     assert len(s._plain) < 200
     first = await s.get_items(limit=1)
-    first[0]["content"] = "mutated by the caller"
+    cast("dict[str, Any]", first[0])["content"] = "mutated by the caller"
     assert item_text((await s.get_items(limit=1))[0]).startswith("199:")
     # a reader object fills its cache from what it opened, and reads the same again
     reader = EncryptedSession(inner, encryption_key=KEY)

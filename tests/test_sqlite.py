@@ -15,8 +15,10 @@ import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import cast
 
 import pytest
+from agents.items import TResponseInputItem
 from agents.memory import SQLiteSession as SDKSQLiteSession
 
 from agent_sessions import SQLiteSession
@@ -135,7 +137,8 @@ async def test_close_is_idempotent_and_use_after_close_is_a_clear_error(tmp_path
     await s.add_items([{"role": "user", "content": "x"}])
     await s.close()
     await s.close()
-    for call in (s.get_items(), s.add_items([{"role": "user"}]), s.pop_item(), s.clear_session()):
+    items = [cast("TResponseInputItem", {"role": "user"})]
+    for call in (s.get_items(), s.add_items(items), s.pop_item(), s.clear_session()):
         with pytest.raises(SessionClosedError, match="closed"):
             await call
     async with SQLiteSession("c", str(tmp_path / "c.db")) as again:
