@@ -102,7 +102,9 @@ def test_options_reach_open_session(tmp_path: Path, capsys: pytest.CaptureFixtur
     tables = {"sessions_table": "app_sessions", "messages_table": "app_messages"}
 
     async def fill() -> None:
-        async with SQLiteSession("cli", str(db), **tables) as s:
+        async with SQLiteSession(
+            "cli", str(db), sessions_table="app_sessions", messages_table="app_messages"
+        ) as s:
             await s.add_items([{"role": "user", "content": "in custom tables"}])
 
     asyncio.run(fill())
