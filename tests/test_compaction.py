@@ -637,6 +637,20 @@ async def test_search_pages_through_a_large_archive() -> None:
 
 
 @pytest.mark.asyncio
+async def test_search_pages_past_a_page_shortened_by_a_skipped_item() -> None:
+    # A non-strict inner leaves an undecodable item out of a read: the page comes back
+    # shorter than asked, but older archived items are still there to search.
+    store = InMemoryStore()
+    inner = InMemorySession(sid(), store=store)
+    session = CompactionSession(inner, keep_last=1)
+    await session.add_items([msg(f"item {i}" + (" needle" if i < 3 else "")) for i in range(700)])
+    await session.compact()
+    store._sessions[inner.session_id].payloads[-10] = "{damaged"  # in the newest page
+    found = await session.search_archive("needle")
+    assert [item_text(f) for f in found] == [f"item {i} needle" for i in range(3)]
+
+
+@pytest.mark.asyncio
 async def test_limits_pop_and_repeated_compaction_over_the_view() -> None:
     session = new_session(keep_last=2)
     await session.add_items([msg(f"m{i}") for i in range(6)])
