@@ -222,6 +222,24 @@ async def test_purge_removes_only_the_dead_prefix(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
+async def test_purge_reaches_the_dead_prefix_past_a_page_shortened_by_skipped_items() -> None:
+    # A non-strict inner leaves undecodable rows out of a read, so a page can come back
+    # shorter than asked although older rows exist: that is not the start of the session.
+    clock = FakeClock()
+    store = InMemoryStore()
+    inner = InMemorySession(sid(), store=store)
+    s = TTLSession(inner, item_ttl=30, clock=clock, clock_skew=0)
+    for i in range(260):
+        await s.add_items([msg(str(i))])
+        clock.advance(0.1)
+    # now = start + 26 + 10: items 0..59 (written before start + 6) are dead
+    clock.advance(10)
+    store._sessions[inner.session_id].payloads[-5] = "{damaged"  # in the newest page
+    assert await s.purge_expired() == 60
+    assert texts(await s.get_items()) == [str(i) for i in range(60, 260) if i != 255]
+
+
+@pytest.mark.asyncio
 async def test_purge_concurrent_with_writers_loses_no_live_item(tmp_path: Path) -> None:
     clock = FakeClock()
     path = str(tmp_path / "c.db")

@@ -7,7 +7,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.base import BaseSession, Row
+from ..core.base import BaseSession, Row, check_before
 
 
 @dataclass
@@ -114,6 +114,7 @@ class InMemorySession(BaseSession):
     async def delete_items(self, *, before: int) -> int:
         """Atomically delete this session's items with sequence number < ``before``; return
         how many were deleted (capability ``SupportsRangeDelete``, used to purge)."""
+        before = check_before(before)
         self._check_open()
         with self.store._lock:
             entries = self.store._sessions.get(self.session_id)

@@ -48,7 +48,7 @@ from pymongo.errors import (
     ExecutionTimeout,
 )
 
-from ..core.base import BaseSession, Row
+from ..core.base import BaseSession, Row, check_before
 from ..core.ids import validate_session_id
 from ..errors import BackendDataError, BackendUnavailableError, ItemTooLargeError
 
@@ -658,8 +658,9 @@ class MongoDBSession(BaseSession):
         ``n``. So the count is exact even beside concurrent pops, clears and other purges.
         Costs one round trip per batch removed (a purge usually removes the few that died
         since the last); leaves expiry alone so it never prolongs the rest."""
+        before = check_before(before)
         self._check_open()
-        deleted: int = await self._mutate(self._delete_before(int(before)))
+        deleted: int = await self._mutate(self._delete_before(before))
         return deleted
 
     async def _delete_before(self, before: int) -> int:

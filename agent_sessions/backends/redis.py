@@ -32,7 +32,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..core.base import BaseSession, Row
+from ..core.base import BaseSession, Row, check_before
 from ..errors import BackendDataError, BackendUnavailableError
 from ._redis_layout import (
     APPEND,
@@ -282,8 +282,9 @@ class RedisSession(BaseSession):
 
         One ZREMRANGEBYSCORE, atomic by itself. It leaves expiry alone: removing dead items
         must not prolong the life of the rest."""
+        before = check_before(before)
         self._check_open()
-        client, key, high = self._client, self._keys[0], f"({int(before)}"
+        client, key, high = self._client, self._keys[0], f"({before}"
         removed = await self._mutate(self._call(lambda: client.zremrangebyscore(key, "-inf", high)))
         return int(removed)
 

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
-from ..core.base import BaseSession, Row
+from ..core.base import BaseSession, Row, check_before
 from ..errors import BackendDataError, BackendUnavailableError
 from ._sql_common import SqlDialect, Tables
 
@@ -589,6 +589,7 @@ class SQLAlchemySession(BaseSession):
     async def delete_items(self, *, before: int) -> int:
         """Atomically delete this session's items with sequence number < ``before``; return
         how many were deleted (capability ``SupportsRangeDelete``, used to purge)."""
+        before = check_before(before)
         self._check_open()
         sid = self.session_id
 

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, TypeVar
 
 import aiosqlite
 
-from ..core.base import BaseSession, Row
+from ..core.base import BaseSession, Row, check_before
 from ..errors import BackendUnavailableError, SessionClosedError
 
 T = TypeVar("T")
@@ -386,6 +386,7 @@ class SQLiteSession(BaseSession):
     async def delete_items(self, *, before: int) -> int:
         """Atomically delete this session's items with sequence number < ``before``; return
         how many were deleted (capability ``SupportsRangeDelete``, used to purge)."""
+        before = check_before(before)
         self._check_open()
         sql = f"DELETE FROM {self.messages_table} WHERE session_id = ? AND id < ?"
         args = (self.session_id, before)

@@ -27,6 +27,17 @@ Row = tuple[int, str]
 """A stored item as the backend returns it: (sequence number, JSON text)."""
 
 
+def check_before(before: object) -> int:
+    """Return ``before`` if it is an int (a sequence number bound), else raise TypeError.
+
+    A range delete must never guess: SQLite compares a number with text as "less", so a
+    string bound there would delete everything, and ``None`` would silently delete nothing.
+    """
+    if isinstance(before, bool) or not isinstance(before, int):
+        raise TypeError(f"before must be an int sequence number, got {before!r}")
+    return before
+
+
 class BaseSession(SessionABC):
     """Common behaviour of this package's backends.
 
@@ -222,4 +233,4 @@ class BaseSession(SessionABC):
         return out
 
 
-__all__ = ["BaseSession", "InvalidItemError", "Row"]
+__all__ = ["BaseSession", "InvalidItemError", "Row", "check_before"]

@@ -384,6 +384,19 @@ class SessionConformanceSuite:
         assert texts(await s.get_items()) == ["new"]
         assert texts(await other.get_items()) == ["untouched"]
 
+    @pytest.mark.asyncio
+    async def test_range_delete_rejects_a_bound_that_is_not_an_int(
+        self, new_session: SessionFactory
+    ) -> None:
+        s = await new_session()
+        if not (isinstance(s, SupportsRangeDelete) and isinstance(s, SupportsSequencedItems)):
+            pytest.skip("the session does not offer range deletion")
+        seqs = await s.add_sequenced_items([_msg(str(i)) for i in range(3)])
+        for bad in (None, "zzz", str(seqs[-1] + 1), float(seqs[1]) + 0.5, True):
+            with pytest.raises(TypeError, match="before"):
+                await s.delete_items(before=bad)  # type: ignore[arg-type]
+        assert texts(await s.get_items()) == ["0", "1", "2"], "a bad bound must delete nothing"
+
     # -- Runner integration ----------------------------------------------------------------
 
     @pytest.mark.asyncio

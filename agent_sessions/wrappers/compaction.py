@@ -354,13 +354,13 @@ class CompactionSession(SessionABC):
             page = await self.inner.get_sequenced_items(  # type: ignore[attr-defined]
                 _SEARCH_PAGE, before=before
             )
+            if not page:  # only an empty page ends it: reads leave unreadable items out
+                return found[::-1]
             for _, item in reversed(page):
                 if needle in item_text(item).casefold():
                     found.append(item)
                     if limit is not None and len(found) >= limit:
                         return found[::-1]
-            if len(page) < _SEARCH_PAGE:
-                return found[::-1]
             before = page[0][0]
 
     async def get_compaction_records(self) -> list[CompactionRecord]:

@@ -259,12 +259,14 @@ class TTLSession(SessionWrapper):
             rows: list[tuple[int, Any]] = await inner.get_sequenced_items(
                 _PURGE_PAGE, before=before
             )
+            if not rows:
+                return 0
             for seq, envelope in reversed(rows):
                 if self._dead(envelope, newer_t, now, self.clock_skew):
                     return await inner.delete_items(before=seq + 1)
                 newer_t = envelope["t"]
-            if len(rows) < _PURGE_PAGE:
-                return 0
+            # Only an empty page ends the walk: a page may come back short while older items
+            # exist (the inner leaves undecodable or unreadable items out of reads).
             before = rows[0][0]
 
     async def rewrite_items(self, transform: Transform) -> int:
