@@ -151,7 +151,13 @@ STACKS: dict[str, Stack] = {
     "branching": lambda inner: BranchingSession(inner),
     "advanced": lambda inner: AdvancedSession(inner),
     "compaction": _compaction,
-    "full": lambda inner: _compaction(
-        AdvancedSession(EncryptedSession(TTLSession(inner, ttl=DAY), encryption_key=KEY))
+    # Every layer at once. Compaction over AdvancedSession keeps positions (a branch view has
+    # no sequence numbers), so expiry cannot sit below it: the TTL stacks are the two below.
+    "full": lambda inner: _compaction(AdvancedSession(EncryptedSession(inner, encryption_key=KEY))),
+    "advanced-ttl": lambda inner: AdvancedSession(
+        EncryptedSession(TTLSession(inner, ttl=DAY), encryption_key=KEY)
+    ),
+    "compaction-ttl": lambda inner: _compaction(
+        EncryptedSession(TTLSession(inner, ttl=DAY), encryption_key=KEY)
     ),
 }

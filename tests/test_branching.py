@@ -712,14 +712,8 @@ async def test_reads_reaching_into_the_parent_stay_exact(make: Any) -> None:
     await close_all(a, b)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: over TTLSession (no sequence numbers) a fork point is a position in "
-    "TTLSession's reads, which shift when the oldest items expire, so the branch then shows "
-    "main's items written after the fork",
-)
 @pytest.mark.asyncio
-async def test_expiry_below_a_positional_fork_point_does_not_shift_the_branch() -> None:
+async def test_expiry_below_a_fork_point_does_not_shift_the_branch() -> None:
     from agent_sessions.wrappers.ttl import TTLSession
     from tests.wrapper_stacks import FakeClock
 

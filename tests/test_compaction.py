@@ -1082,13 +1082,9 @@ async def test_prune_without_compaction_is_a_noop() -> None:
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("stack", ["encrypted-ttl", "sequenced-only"])
+@pytest.mark.parametrize("stack", ["sequenced-only"])
 async def test_prune_over_a_stack_without_range_delete_refuses_and_keeps_all(stack: str) -> None:
-    inner: Session
-    if stack == "encrypted-ttl":  # TTLSession exposes no sequence numbers: positions
-        inner = EncryptedSession(InMemorySession(sid()), encryption_key=KEY, ttl=3600)
-    else:
-        inner = SequencedOnly(InMemorySession(sid(), store=InMemoryStore()))
+    inner: Session = SequencedOnly(InMemorySession(sid(), store=InMemoryStore()))
     session = CompactionSession(inner, keep_last=2)
     items = [msg(f"m{i}") for i in range(6)]
     with pytest.raises(NotImplementedError, match="range deletion"):
@@ -1168,14 +1164,8 @@ async def test_prune_refuses_records_counting_positions() -> None:
     assert await session.inner.get_items() == [msg(f"m{i}") for i in range(4)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: over TTLSession (no sequence numbers) the boundary is an item count, "
-    "and expiry removes the oldest items from TTLSession's reads, so the count then covers "
-    "live items that were never summarised; they vanish from the view",
-)
 @pytest.mark.asyncio
-async def test_expiry_below_a_positional_boundary_keeps_the_unsummarised_items() -> None:
+async def test_expiry_below_a_boundary_keeps_the_unsummarised_items() -> None:
     from agent_sessions.wrappers.ttl import TTLSession
     from tests.wrapper_stacks import FakeClock
 

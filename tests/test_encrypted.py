@@ -456,9 +456,12 @@ async def test_sequenced_items_are_offered_only_when_the_inner_has_them(tmp_path
         (seqs[0], "a"), (seqs[1], "b")]
     assert await s.count_items(after=seqs[0]) == 1
     over_ttl = EncryptedSession(TTLSession(InMemorySession(sid()), 60), encryption_key=KEY)
-    assert not isinstance(over_ttl, SupportsSequencedItems)
+    assert isinstance(over_ttl, SupportsSequencedItems)  # TTLSession passes the inner's on
+    assert [q for q, _ in await over_ttl.get_sequenced_items()] == []
     foreign = SDKSQLiteSession(sid(), str(tmp_path / "f.db"))
     assert not isinstance(EncryptedSession(foreign, encryption_key=KEY), SupportsSequencedItems)
+    over_foreign_ttl = EncryptedSession(TTLSession(foreign, 60), encryption_key=KEY)
+    assert not isinstance(over_foreign_ttl, SupportsSequencedItems)
     foreign.close()
 
 
@@ -474,7 +477,10 @@ async def test_range_delete_is_offered_only_when_the_inner_has_it(tmp_path: Path
     await s.add_items([msg("c")])
     assert await s.delete_items(before=seqs[1] + 2) == 3  # unreadable ones are deleted too
     assert texts(await s.get_items()) == ["c"]
-    assert not isinstance(EncryptedSession(inner, encryption_key=KEY, ttl=60), SupportsRangeDelete)
+    assert isinstance(EncryptedSession(inner, encryption_key=KEY, ttl=60), SupportsRangeDelete)
+    foreign = SDKSQLiteSession(sid(), str(tmp_path / "f.db"))
+    assert not isinstance(EncryptedSession(foreign, encryption_key=KEY), SupportsRangeDelete)
+    foreign.close()
     await s.close()
 
 

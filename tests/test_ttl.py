@@ -416,3 +416,134 @@ async def test_sliding_expiry_counts_from_the_newest_remaining_item_after_a_pop(
     clock.advance(50)
     assert item_text(await s.pop_item()) == "b"
     assert await s.get_items() == [], "documented: a pop does not extend the session"
+
+
+# -- sequence numbers through the TTL layer ----------------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"item_ttl": 30},
+        {"ttl": 25},
+        {"ttl": 60, "sliding": False},
+        {"ttl": 40, "item_ttl": 70},
+    ],
+    ids=["item_ttl", "sliding", "absolute", "sliding+item_ttl"],
+)
+@pytest.mark.parametrize("seed", range(6))
+async def test_ranged_reads_agree_with_get_items_while_items_expire(
+    settings: dict[str, Any], seed: int
+) -> None:
+    """Random adds, pops, clock jumps and clears: after each step the sequenced view equals
+    get_items(), ranged reads and counts are its slices, and every live item keeps its number."""
+    import random
+
+    rng = random.Random(seed)
+    clock = FakeClock()
+    inner = InMemorySession(sid(), store=InMemoryStore())
+    s = TTLSession(inner, clock=clock, clock_skew=0, **settings)
+    other = TTLSession(inner, clock=clock, clock_skew=0, **settings)  # a second object
+    numbers: dict[str, int] = {}
+    for step in range(120):
+        roll = rng.random()
+        if roll < 0.45:
+            batch = [msg(f"{step}.{k}") for k in range(rng.randint(1, 3))]
+            writer = s if rng.random() < 0.7 else other
+            for seq, item in zip(await writer.add_sequenced_items(batch), batch, strict=True):
+                numbers[item_text(item)] = seq
+        elif roll < 0.6:
+            await (s if rng.random() < 0.5 else other).pop_item()
+        elif roll < 0.95:
+            clock.advance(rng.choice([1, 3, 8, 20, 35]))
+        else:
+            await other.clear_session()
+        visible = texts(await s.get_items())
+        rows = await s.get_sequenced_items()
+        assert [item_text(i) for _, i in rows] == visible
+        assert all(numbers[item_text(i)] == q for q, i in rows), "numbers never shift"
+        assert await s.count_items() == len(visible)
+        if len(rows) >= 3:
+            lo, hi = rows[0][0], rows[-1][0]
+            middle = [item_text(i) for _, i in await s.get_sequenced_items(after=lo, before=hi)]
+            assert middle == visible[1:-1]
+            assert texts(await s.get_items(2)) == visible[-2:]
+            assert [item_text(i) for _, i in await s.get_sequenced_items(2, before=hi)] == (
+                visible[-3:-1]
+            )
+            assert await s.count_items(after=lo, before=hi) == len(visible) - 2
+        assert [item_text(i) for _, i in await other.get_sequenced_items()] == visible
+
+
+@pytest.mark.asyncio
+async def test_a_foreign_or_damaged_row_hides_everything_older_in_ranged_reads() -> None:
+    clock = FakeClock()
+    inner = InMemorySession(sid(), store=InMemoryStore())
+    s = TTLSession(inner, item_ttl=100, clock=clock)
+    await s.add_items([msg("a"), msg("b")])
+    await inner.add_items([msg("planted, no envelope")])
+    await s.add_items([msg("c")])
+    assert texts(await s.get_items()) == ["c"]
+    assert [item_text(i) for _, i in await s.get_sequenced_items()] == ["c"]
+    assert await s.count_items() == 1
+
+
+@pytest.mark.parametrize("wrapper", ["branching", "usage", "compaction", "advanced"])
+def test_position_keeping_wrappers_refuse_expiry_without_sequence_numbers(
+    wrapper: str, tmp_path: Path
+) -> None:
+    from agent_sessions.wrappers.advanced import AdvancedSession
+    from agent_sessions.wrappers.branching import BranchingSession
+    from agent_sessions.wrappers.compaction import CompactionSession
+    from agent_sessions.wrappers.encrypted import EncryptedSession
+    from agent_sessions.wrappers.usage import UsageTrackingSession
+
+    make: dict[str, Callable[..., Any]] = {
+        "branching": BranchingSession,
+        "usage": UsageTrackingSession,
+        "compaction": CompactionSession,
+        "advanced": AdvancedSession,
+    }
+    foreign = SDKSQLiteSession(sid(), str(tmp_path / "sdk.db"))
+    factory = {"sibling_factory": lambda i: SDKSQLiteSession(i, str(tmp_path / "sdk.db"))}
+    try:
+        stack = EncryptedSession(TTLSession(foreign, 3600), encryption_key="k" * 40)
+        with pytest.raises(ValueError, match="TTLSession inside removes the oldest items"):
+            make[wrapper](stack, **factory)
+        make[wrapper](foreign, **factory)  # without expiry, positions are stable
+        numbered = TTLSession(InMemorySession(sid()), 3600)
+        make[wrapper](EncryptedSession(numbered, encryption_key="k" * 40))  # numbered: fine
+    finally:
+        foreign.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("change", ["clear", "deep-pops", "purge-then-pops"])
+async def test_ranged_reads_follow_big_changes_made_by_another_object(change: str) -> None:
+    clock = FakeClock()
+    inner = InMemorySession(sid(), store=InMemoryStore())
+    s = TTLSession(inner, item_ttl=1000, clock=clock, clock_skew=0)
+    other = TTLSession(inner, item_ttl=1000, clock=clock, clock_skew=0)
+    await s.add_items([msg(f"old{i}") for i in range(30)])
+    assert len(await s.get_sequenced_items()) == 30  # s now knows 30 live items
+    if change == "clear":
+        await other.clear_session()
+        await other.add_items([msg("new")])
+        expected = ["new"]
+    elif change == "deep-pops":
+        for _ in range(12):  # more than the tail a refresh re-reads
+            await other.pop_item()
+        await other.add_items([msg("new")])
+        expected = [f"old{i}" for i in range(18)] + ["new"]
+    else:
+        clock.advance(500)
+        await other.add_items([msg(f"mid{i}") for i in range(10)])
+        clock.advance(600)  # the 30 old items are dead, the 10 mid ones live
+        assert await other.purge_expired() == 30
+        for _ in range(3):
+            await other.pop_item()
+        expected = [f"mid{i}" for i in range(7)]
+    assert [item_text(i) for _, i in await s.get_sequenced_items()] == expected
+    assert texts(await s.get_items()) == expected
+    assert await s.count_items() == len(expected)

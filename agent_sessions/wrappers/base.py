@@ -102,4 +102,29 @@ def check_max_item_bytes(value: object) -> int:
     return value
 
 
-__all__ = ["SessionWrapper", "check_max_item_bytes"]
+def refuse_positions_over_expiry(inner: Session, wrapper: str) -> None:
+    """Refuse an ``inner`` without sequence numbers that has an expiring layer inside it.
+
+    Without sequence numbers a wrapper keeps positions into the history, and expiry removes
+    the oldest items from reads, which would shift every such position (a branch would show
+    items written after its fork point, a compaction would hide unsummarised items).
+
+    Raises:
+        ValueError: saying what to do instead.
+    """
+    if callable(getattr(inner, "get_sequenced_items", None)):
+        return
+    layer: object = inner
+    while layer is not None:
+        if getattr(type(layer), "expires_items", False):
+            raise ValueError(
+                f"{wrapper} over {inner!r} is not supported: that stack has no sequence "
+                f"numbers, so {wrapper} would keep positions into its history, and the "
+                f"{type(layer).__name__} inside removes the oldest items as they expire, "
+                "which shifts them. Put the expiring layer over one of agent_sessions' "
+                "backends (they number items), or drop it"
+            )
+        layer = getattr(layer, "inner", None)
+
+
+__all__ = ["SessionWrapper", "check_max_item_bytes", "refuse_positions_over_expiry"]

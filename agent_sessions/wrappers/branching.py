@@ -31,6 +31,7 @@ from ._branch_store import (
     resolve_sibling_factory,
 )
 from ._branch_view import Lineage, View
+from .base import refuse_positions_over_expiry
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -58,6 +59,7 @@ class BranchingSession(SessionABC):
         sibling_factory: SiblingFactory | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
+        refuse_positions_over_expiry(inner, type(self).__name__)
         factory = resolve_sibling_factory(inner, sibling_factory, type(self).__name__)
         self.inner = inner
         self.session_id = inner.session_id

@@ -46,6 +46,7 @@ from ._compaction_trigger import (
     item_count_trigger,
     token_threshold_trigger,
 )
+from .base import refuse_positions_over_expiry
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -131,6 +132,7 @@ class CompactionSession(SessionABC):
         summarizer = summarizer if summarizer is not None else ExtractiveSummarizer()
         if not callable(getattr(summarizer, "summarize", None)):
             raise TypeError("summarizer must have an async summarize(items, previous_summary=)")
+        refuse_positions_over_expiry(inner, type(self).__name__)
         self.inner = inner
         self.session_id = inner.session_id
         self.summarizer = summarizer

@@ -23,12 +23,13 @@ stored items: if any of them is dead, so is everything older.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import Session
 
@@ -38,6 +39,7 @@ from ..core.capabilities import (
     SupportsSequencedItems,
 )
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
+from ._ttl_boundary import Boundary
 from .base import SessionWrapper, check_max_item_bytes
 from .rewrite import Transform, rewrite_through
 
@@ -97,7 +99,20 @@ class TTLSession(SessionWrapper):
     Expired data is removed physically: when ``inner`` supports native expiry (Redis,
     MongoDB) every write also sets the store's expiry, so a dead session disappears by
     itself; otherwise, and for dead prefixes of live sessions, call :meth:`purge_expired`.
+
+    Offers the sequenced-items capability (and range deletion) exactly when ``inner`` does,
+    with the inner's numbers, so layers above that keep pointers into the history (branching,
+    compaction, usage) stay exact while old items expire. Ranged reads cost one extra small
+    read: see ``_ttl_boundary``.
     """
+
+    expires_items: ClassVar[bool] = True
+    """Items vanish from reads on their own (see ``refuse_positions_over_expiry``)."""
+
+    add_sequenced_items: Callable[[list[TResponseInputItem]], Awaitable[list[int]]]
+    get_sequenced_items: Callable[..., Awaitable[list[tuple[int, TResponseInputItem]]]]
+    count_items: Callable[..., Awaitable[int]]
+    delete_items: Callable[..., Awaitable[int]]
 
     def __init__(
         self,
@@ -130,6 +145,17 @@ class TTLSession(SessionWrapper):
                 else DEFAULT_MAX_ITEM_BYTES
             )
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
+        if isinstance(inner, SupportsSequencedItems):  # offered only when the inner has it
+            self._boundary = Boundary(
+                ttl=self.ttl, sliding=self.sliding, item_ttl=self.item_ttl,
+                dead=self._dead, time=_time,
+            )
+            self._boundary_lock = asyncio.Lock()
+            self.add_sequenced_items = self._add_sequenced_items
+            self.get_sequenced_items = self._get_sequenced_items
+            self.count_items = self._count_items
+            if isinstance(inner, SupportsRangeDelete):
+                self.delete_items = self._delete_items
         if isinstance(inner, SupportsNativeExpiry):
             # The whole session is dead at the latest this long after its last write.
             lifetimes = [s for s in (self.ttl, self.item_ttl) if s is not None]
@@ -190,14 +216,62 @@ class TTLSession(SessionWrapper):
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
         """
+        envelopes = await self._stamp(items)
+        if envelopes:
+            await self.inner.add_items(envelopes)
+
+    async def _stamp(self, items: list[TResponseInputItem]) -> list[Any]:
         encode_batch(items, self.max_item_bytes)  # validate before anything is written
         if not items:
-            return
+            return []
         now = self.clock()
         stamp: dict[str, Any] = {"type": TTL_TYPE, "t": now}
         if self.ttl is not None and not self.sliding:
             stamp["c"] = await self._lifetime_start(now)
-        await self.inner.add_items([{**stamp, "item": item} for item in items])  # type: ignore[misc]
+        return [{**stamp, "item": item} for item in items]
+
+    # -- sequenced items (offered when the inner session has them) ------------------------------
+
+    async def _add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
+        """Like ``add_items``; returns the new items' sequence numbers (the inner's)."""
+        assert isinstance(self.inner, SupportsSequencedItems)
+        envelopes = await self._stamp(items)
+        return await self.inner.add_sequenced_items(envelopes) if envelopes else []
+
+    async def _newest_dead(self) -> int:
+        async with self._boundary_lock:
+            now = self.clock()
+            await self._boundary.refresh(self.inner, now)
+            return self._boundary.newest_dead(now)
+
+    async def _get_sequenced_items(
+        self, limit: int | None = None, *, after: int | None = None, before: int | None = None
+    ) -> list[tuple[int, TResponseInputItem]]:
+        """Return the live ``(seq, item)`` with after < seq < before, the latest ``limit``,
+        oldest first."""
+        assert isinstance(self.inner, SupportsSequencedItems)
+        if limit is not None and limit <= 0:
+            return []
+        dead = await self._newest_dead()
+        rows: list[tuple[int, Any]] = await self.inner.get_sequenced_items(
+            limit, after=dead if after is None else max(after, dead), before=before
+        )
+        # An envelope that is not ours can only be newer than the boundary if it was written
+        # since the refresh; like get_items, never show it.
+        return [(seq, env["item"]) for seq, env in rows if _time(env, "t") is not None]
+
+    async def _count_items(self, *, after: int | None = None, before: int | None = None) -> int:
+        """Return how many live items have after < seq < before."""
+        assert isinstance(self.inner, SupportsSequencedItems)
+        dead = await self._newest_dead()
+        return await self.inner.count_items(
+            after=dead if after is None else max(after, dead), before=before
+        )
+
+    async def _delete_items(self, *, before: int) -> int:
+        """Delete the stored items numbered below ``before`` (live or not); return how many."""
+        assert isinstance(self.inner, SupportsRangeDelete)
+        return await self.inner.delete_items(before=before)
 
     async def _lifetime_start(self, now: float) -> float:
         newest = await self.inner.get_items(limit=1)

@@ -30,6 +30,7 @@ from ._branch_store import (
 )
 from ._branch_usage import UsageLog, current_turn, session_usage, tool_usage, turn_usage
 from ._branch_view import View
+from .base import refuse_positions_over_expiry
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -54,6 +55,7 @@ class UsageTrackingSession(SessionABC):
         sibling_factory: SiblingFactory | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
+        refuse_positions_over_expiry(inner, type(self).__name__)
         factory = resolve_sibling_factory(inner, sibling_factory, type(self).__name__)
         self.inner = inner
         self.session_id = inner.session_id

@@ -1,0 +1,154 @@
+"""Where a TTL session's visible history starts, by sequence number, kept up to date cheaply.
+
+``TTLSession.get_items(limit)`` finds the newest dead item inside the window it reads. Ranged
+reads (``get_sequenced_items(after=, before=)``) cannot: an item's death may depend on items
+outside the range (a gap longer than ``ttl`` after it). :class:`Boundary` therefore keeps, per
+session object, the live items' sequence numbers and timestamps, and answers "the sequence
+number of the newest dead item" (everything at or below it is invisible) for any ``now``:
+
+- deaths that never change are folded into ``floor``: an envelope that is not ours, and, in
+  sliding mode, a gap longer than ``ttl`` between two stored items;
+- deaths that come with time are answered by binary search: ``item_ttl`` over the suffix
+  minimum of write times, absolute ``ttl`` over the suffix minimum of lifetime starts, and a
+  sliding session whose newest write is older than ``ttl``.
+
+Each refresh reads only the newest few known items and anything newer (one ranged read); a
+pop since the last refresh is noticed there, a clear or a deep pop triggers a rebuild that
+reads the live items once, newest first, until the first dead one.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+from typing import Any
+
+_TAIL = 8
+"""How many of the newest known items a refresh re-reads to notice pops."""
+_PAGE = 200
+
+Dead = Callable[[Any, float, float], bool]
+"""``dead(envelope, newer_t, now)``: the TTL layer's rule for one item."""
+Time = Callable[[Any, str], "float | None"]
+
+
+class Boundary:
+    """The live items of one TTL session, as far as expiry is concerned."""
+
+    floor: int  # the newest item known dead for good (0: none)
+    seqs: list[int]  # the live items after it, oldest first ...
+    ts: list[float]  # ... their write times ...
+    _cs: list[float]  # ... and lifetime starts (absolute mode; 0.0 otherwise)
+    _tmin: list[float]  # suffix minimum of ts
+    _cmin: list[float]  # suffix minimum of _cs
+
+    def __init__(
+        self, *, ttl: float | None, sliding: bool, item_ttl: float | None, dead: Dead, time: Time
+    ) -> None:
+        self.ttl, self.sliding, self.item_ttl = ttl, sliding, item_ttl
+        self._dead, self._time = dead, time
+        self.built = False
+        self._reset_to(0)
+
+    # -- answering -----------------------------------------------------------------------------
+
+    def newest_dead(self, now: float) -> int:
+        """The sequence number of the newest dead item at ``now`` (0: none is dead)."""
+        if not self.seqs:
+            return self.floor
+        best = -1
+        if self.ttl is not None and self.sliding and now - self.ts[-1] > self.ttl:
+            return self.seqs[-1]
+        if self.item_ttl is not None:
+            best = max(best, bisect_left(self._tmin, now - self.item_ttl) - 1)
+        if self.ttl is not None and not self.sliding:
+            best = max(best, bisect_left(self._cmin, now - self.ttl) - 1)
+        return self.seqs[best] if best >= 0 else self.floor
+
+    # -- keeping up ----------------------------------------------------------------------------
+
+    async def refresh(self, inner: Any, now: float) -> None:
+        """Bring the live items up to date with the store (one ranged read when nothing
+        unusual happened)."""
+        if not self.built:
+            await self._rebuild(inner, now)
+            return
+        tail = self.seqs[-_TAIL:]
+        deep = len(self.seqs) > _TAIL
+        rows = await inner.get_sequenced_items(after=tail[0] - 1 if deep else self.floor)
+        kept = 0
+        while kept < len(tail) and kept < len(rows) and rows[kept][0] == tail[kept]:
+            kept += 1
+        if kept < len(tail):
+            # Only pops of the newest known items are patched up; anything else (a clear,
+            # more pops than the tail holds, a hole) is read again from scratch.
+            if (deep and kept == 0) or (kept < len(rows) and rows[kept][0] <= tail[-1]):
+                await self._rebuild(inner, now)
+                return
+            self._truncate(len(self.seqs) - (len(tail) - kept))
+        self._extend(rows[kept:])
+
+    async def _rebuild(self, inner: Any, now: float) -> None:
+        self._reset_to(0)
+        live: list[tuple[int, Any]] = []
+        newer_t, before = now, None
+        while True:
+            rows = await inner.get_sequenced_items(_PAGE, before=before)
+            for seq, envelope in reversed(rows):
+                if self._dead(envelope, newer_t, now):
+                    self.floor = seq
+                    break
+                live.append((seq, envelope))
+                newer_t = envelope["t"]
+            else:
+                if rows:
+                    before = rows[0][0]
+                    continue
+            break
+        live.reverse()
+        self._extend(live)
+        self.built = True
+
+    def _truncate(self, n: int) -> None:
+        """Forget all but the oldest ``n`` live items (the others were popped)."""
+        del self.seqs[n:], self.ts[n:], self._cs[n:]
+        self._tmin = _suffix_min(self.ts)
+        self._cmin = _suffix_min(self._cs)
+
+    def _extend(self, rows: list[tuple[int, Any]]) -> None:
+        """Append rows newer than every known one, oldest first."""
+        for seq, envelope in rows:
+            t = self._time(envelope, "t")
+            c = self._time(envelope, "c") if self.ttl is not None and not self.sliding else 0.0
+            if t is None or c is None:
+                self._reset_to(seq)  # never shown (not ours, or no lifetime start)
+                continue
+            if self.ttl is not None and self.sliding and self.ts and t - self.ts[-1] > self.ttl:
+                self._reset_to(self.seqs[-1])  # the session died before this write
+            self.seqs.append(seq)
+            self.ts.append(t)
+            self._cs.append(c)
+            _push_min(self._tmin, t)
+            _push_min(self._cmin, c)
+
+    def _reset_to(self, seq: int) -> None:
+        """Make ``seq`` the newest item known dead for good; forget every live item."""
+        self.floor = seq
+        self.seqs, self.ts, self._cs, self._tmin, self._cmin = [], [], [], [], []
+
+
+def _push_min(mins: list[float], value: float) -> None:
+    """Append ``value`` to a suffix-minimum list (each entry: the least value from there on)."""
+    i = len(mins) - 1
+    while i >= 0 and mins[i] > value:
+        mins[i] = value
+        i -= 1
+    mins.append(value)
+
+
+def _suffix_min(values: list[float]) -> list[float]:
+    out = list(values)
+    for i in range(len(out) - 2, -1, -1):
+        if out[i + 1] < out[i]:
+            out[i] = out[i + 1]
+    return out
