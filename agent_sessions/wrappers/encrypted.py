@@ -8,7 +8,7 @@ Each item is stored in the inner session as an envelope holding nothing of the p
 base64). The key is derived per session with HKDF-SHA256 from the master key named ``kid``
 (info = a version label and the session id), and the associated data binds the envelope to
 the session id, the envelope version and the key id: an envelope copied into another session,
-given another key id, or altered in any byte fails to authenticate.
+given another key id, or altered in any decoded byte fails to authenticate.
 """
 
 from __future__ import annotations
