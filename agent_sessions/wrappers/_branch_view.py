@@ -15,6 +15,7 @@ from typing import Any
 from ..core.codec import dumps, loads
 from ._branch_items import classify_message_type, extract_tool_name, is_user_message
 from ._branch_store import Storages, is_sequenced, read_rows
+from .base import expiring_layer
 
 Segment = tuple[str, "int | None"]
 FROZEN_TAIL = 64
@@ -55,6 +56,15 @@ class Scan:
             self.user_contents.pop()
         return True
 
+    def drop_first(self, n: int) -> None:
+        """Forget the oldest ``n`` items (they expired)."""
+        if n <= 0:
+            return
+        oldest_kept = self.seqs[n] if n < len(self.seqs) else self.through + 1
+        users = bisect_left(self.user_seqs, oldest_kept)
+        del self.seqs[:n], self.kinds[:n], self.tools[:n]
+        del self.user_seqs[:users], self.user_contents[:users]
+
     def items_below(self, before: int | None) -> int:
         return len(self.seqs) if before is None else bisect_left(self.seqs, before)
 
@@ -84,6 +94,17 @@ class View:
         self.storages = storages
         self._scans: dict[str, Scan] = {}
         self._frozen: dict[Segment, tuple[bool, list[tuple[int, str]]]] = {}
+        self._expiring: dict[str, bool] = {}
+
+    def _expires(self, key: str) -> bool:
+        """Whether storage ``key``'s oldest items vanish from reads on their own (a
+        TTLSession in its stack): then rows cached below a fork point or in a scan expire too."""
+        known = self._expiring.get(key)
+        if known is None:
+            known = self._expiring[key] = (
+                expiring_layer(self.storages.storage(key)) is not None
+            )
+        return known
 
     def forget(self) -> None:
         """Drop every cache (the storages were cleared)."""
@@ -101,7 +122,10 @@ class View:
         out: list[Any] = []
         remaining = limit
         for key, before in reversed(lineage):
-            if before is not None and remaining is not None and remaining <= FROZEN_TAIL:
+            if (
+                before is not None and remaining is not None and remaining <= FROZEN_TAIL
+                and not self._expires(key)
+            ):
                 rows = await self._frozen_rows(key, before, remaining)
             else:
                 rows = await read_rows(self.storages.storage(key), remaining, before=before)
@@ -155,8 +179,11 @@ class View:
             newest = await read_rows(session, 1, before=upto)
             if (newest[0][0] if newest else None) != (cached.seqs[known - 1] if known else None):
                 cached = None  # another object popped here: rebuild
-            elif not covered:
-                cached.add(await read_rows(session, after=cached.through))
+            else:
+                if self._expires(key):
+                    await _drop_expired(session, cached)
+                if not covered:
+                    cached.add(await read_rows(session, after=cached.through))
         if cached is None:
             cached = Scan()
             cached.add(await read_rows(session))
@@ -232,3 +259,27 @@ class View:
                     turn += 1
                 out.append((turn, scan.kinds[i], scan.tools[i]))
         return out
+
+
+async def _drop_expired(session: Any, scan: Scan) -> None:
+    """Forget the scan's oldest items that expired since it was made.
+
+    Expiry hides a prefix by sequence number, so the first still-visible item is found by
+    binary search, each probe one single-row read; nothing expired (the usual case) costs one.
+    """
+    seqs = scan.seqs
+
+    async def visible(i: int) -> bool:
+        rows = await read_rows(session, 1, before=seqs[i] + 1)
+        return bool(rows) and rows[0][0] == seqs[i]
+
+    if not seqs or await visible(0):
+        return
+    lo, hi = 1, len(seqs)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if await visible(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    scan.drop_first(lo)

@@ -114,17 +114,30 @@ def refuse_positions_over_expiry(inner: Session, wrapper: str) -> None:
     """
     if callable(getattr(inner, "get_sequenced_items", None)):
         return
-    layer: object = inner
-    while layer is not None:
+    layer = expiring_layer(inner)
+    if layer is not None:
+        raise ValueError(
+            f"{wrapper} over {inner!r} is not supported: that stack has no sequence "
+            f"numbers, so {wrapper} would keep positions into its history, and the "
+            f"{type(layer).__name__} inside removes the oldest items as they expire, "
+            "which shifts them. Put the expiring layer over one of agent_sessions' "
+            "backends (they number items), or drop it"
+        )
+
+
+def expiring_layer(session: Session) -> object | None:
+    """Return the first layer of ``session``'s stack (following ``.inner``) whose items
+    vanish from reads on their own (``expires_items``), or None."""
+    layer: object = session
+    seen: set[int] = set()
+    while layer is not None and id(layer) not in seen:
         if getattr(type(layer), "expires_items", False):
-            raise ValueError(
-                f"{wrapper} over {inner!r} is not supported: that stack has no sequence "
-                f"numbers, so {wrapper} would keep positions into its history, and the "
-                f"{type(layer).__name__} inside removes the oldest items as they expire, "
-                "which shifts them. Put the expiring layer over one of agent_sessions' "
-                "backends (they number items), or drop it"
-            )
+            return layer
+        seen.add(id(layer))
         layer = getattr(layer, "inner", None)
+    return None
 
 
-__all__ = ["SessionWrapper", "check_max_item_bytes", "refuse_positions_over_expiry"]
+__all__ = [
+    "SessionWrapper", "check_max_item_bytes", "expiring_layer", "refuse_positions_over_expiry"
+]
