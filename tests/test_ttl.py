@@ -547,3 +547,17 @@ async def test_ranged_reads_follow_big_changes_made_by_another_object(change: st
     assert [item_text(i) for _, i in await s.get_sequenced_items()] == expected
     assert texts(await s.get_items()) == expected
     assert await s.count_items() == len(expected)
+
+
+@pytest.mark.asyncio
+async def test_ranged_reads_forget_items_once_they_expire() -> None:
+    """The boundary tracker keeps only what can still expire: with item_ttl, an object that
+    lives long (a server's) must not hold every item it ever saw."""
+    clock = FakeClock()
+    s = TTLSession(InMemorySession(sid(), store=InMemoryStore()), item_ttl=10, clock=clock)
+    for i in range(300):
+        await s.add_items([msg(f"m{i}")])
+        clock.advance(1)
+        rows = await s.get_sequenced_items()
+        assert len(rows) == min(i + 1, 10)
+    assert len(s._boundary.seqs) <= 11

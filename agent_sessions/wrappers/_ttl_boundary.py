@@ -10,7 +10,8 @@ number of the newest dead item" (everything at or below it is invisible) for any
   sliding mode, a gap longer than ``ttl`` between two stored items;
 - deaths that come with time are answered by binary search: ``item_ttl`` over the suffix
   minimum of write times, absolute ``ttl`` over the suffix minimum of lifetime starts, and a
-  sliding session whose newest write is older than ``ttl``.
+  sliding session whose newest write is older than ``ttl``; once found, those are folded into
+  ``floor`` too (dead items stay dead), so the tracker never holds more than the live items.
 
 Each refresh reads only the newest few known items and anything newer (one ranged read); a
 pop since the last refresh is noticed there, a clear or a deep pop triggers a rebuild that
@@ -35,8 +36,8 @@ Time = Callable[[Any, str], "float | None"]
 class Boundary:
     """The live items of one TTL session, as far as expiry is concerned."""
 
-    floor: int  # the newest item known dead for good (0: none)
-    seqs: list[int]  # the live items after it, oldest first ...
+    floor: int  # the newest item known dead (0: none); dead items stay dead
+    seqs: list[int]  # the items after it, alive when last asked, oldest first ...
     ts: list[float]  # ... their write times ...
     _cs: list[float]  # ... and lifetime starts (absolute mode; 0.0 otherwise)
     _tmin: list[float]  # suffix minimum of ts
@@ -53,17 +54,22 @@ class Boundary:
     # -- answering -----------------------------------------------------------------------------
 
     def newest_dead(self, now: float) -> int:
-        """The sequence number of the newest dead item at ``now`` (0: none is dead)."""
+        """The sequence number of the newest dead item at ``now`` (0: none is dead).
+
+        Dead items stay dead, so they are folded into ``floor`` and forgotten: the tracker
+        holds only items that are still alive."""
         if not self.seqs:
             return self.floor
         best = -1
         if self.ttl is not None and self.sliding and now - self.ts[-1] > self.ttl:
-            return self.seqs[-1]
+            best = len(self.seqs) - 1
         if self.item_ttl is not None:
             best = max(best, bisect_left(self._tmin, now - self.item_ttl) - 1)
         if self.ttl is not None and not self.sliding:
             best = max(best, bisect_left(self._cmin, now - self.ttl) - 1)
-        return self.seqs[best] if best >= 0 else self.floor
+        if best >= 0:
+            self._forget_oldest(best + 1)
+        return self.floor
 
     # -- keeping up ----------------------------------------------------------------------------
 
@@ -130,6 +136,11 @@ class Boundary:
             self._cs.append(c)
             _push_min(self._tmin, t)
             _push_min(self._cmin, c)
+
+    def _forget_oldest(self, n: int) -> None:
+        """Make the ``n``-th oldest live item the newest known dead one; forget those ``n``."""
+        self.floor = self.seqs[n - 1]
+        del self.seqs[:n], self.ts[:n], self._cs[:n], self._tmin[:n], self._cmin[:n]
 
     def _reset_to(self, seq: int) -> None:
         """Make ``seq`` the newest item known dead for good; forget every live item."""
