@@ -754,3 +754,38 @@ async def test_cached_reads_and_scans_of_an_expiring_parent_drop_expired_items()
     assert [t["content"] for t in await s.get_conversation_turns(branch_id="main")] == [
         "q1", "q2", "q3", "q4", "q5"
     ]
+
+
+
+class _Forwarding:
+    """Like the SDK's EncryptedSession: transforms items, forwards unknown attributes."""
+
+    def __init__(self, inner: Any) -> None:
+        self.underlying, self.session_id = inner, inner.session_id
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.underlying, name)
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        return [row["wrapped"] for row in await self.underlying.get_items(limit)]
+
+    async def add_items(self, items: list[Any]) -> None:
+        await self.underlying.add_items([{"wrapped": item} for item in items])
+
+    async def pop_item(self) -> Any:
+        row: Any = await self.underlying.pop_item()
+        return None if row is None else row["wrapped"]
+
+    async def clear_session(self) -> None:
+        await self.underlying.clear_session()
+
+
+@pytest.mark.asyncio
+async def test_a_forwarding_proxy_does_not_pass_for_a_sequenced_session() -> None:
+    """A proxy forwarding unknown attributes (as the SDK's EncryptedSession does) seems to
+    offer get_sequenced_items, but that is its inner's, returning the inner's rows."""
+    sid = f"p-{uuid.uuid4().hex[:8]}"
+    s = BranchingSession(_Forwarding(InMemorySession(sid)))
+    await s.add_items([user("q0"), assistant("a0")])
+    assert texts(await s.get_items()) == ["q0", "a0"]
+    assert texts(await s.get_items(limit=1)) == ["a0"]

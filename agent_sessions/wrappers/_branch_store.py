@@ -51,11 +51,12 @@ def is_sequenced(session: Session) -> bool:
     instance (when their inner does), so they are checked each time."""
     if isinstance(session, BaseSession):
         return True
-    # The three methods of SupportsSequencedItems; a runtime protocol check costs ~8 us.
-    return (
-        getattr(session, "add_sequenced_items", None) is not None
-        and getattr(session, "get_sequenced_items", None) is not None
-        and getattr(session, "count_items", None) is not None
+    # The three methods of SupportsSequencedItems; a runtime protocol check costs ~8 us. Each
+    # must be the session's own: a proxy that forwards unknown attributes (the SDK's
+    # EncryptedSession) would otherwise hand out its inner session's rows, untransformed.
+    return all(
+        getattr(getattr(session, name, None), "__self__", None) is session
+        for name in ("add_sequenced_items", "get_sequenced_items", "count_items")
     )
 
 

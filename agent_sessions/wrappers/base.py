@@ -112,7 +112,9 @@ def refuse_positions_over_expiry(inner: Session, wrapper: str) -> None:
     Raises:
         ValueError: saying what to do instead.
     """
-    if callable(getattr(inner, "get_sequenced_items", None)):
+    from ._branch_store import is_sequenced  # the test the layers themselves use
+
+    if is_sequenced(inner):
         return
     layer = expiring_layer(inner)
     if layer is not None:

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 from agents.memory import SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings
 
-from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems, SupportsSiblings
+from ..core.capabilities import SupportsRangeDelete, SupportsSiblings
 from ..core.ids import derive_sibling_id
 from ..errors import BackendDataError, SessionClosedError
+from ._branch_store import is_sequenced
 from ._compaction_boundary import choose_cut
 from ._compaction_records import CompactionRecord
 from ._compaction_summarizers import (
@@ -159,7 +160,7 @@ class CompactionSession(SessionABC):
                 f"{type(inner).__name__} cannot open side sessions (no sibling()); pass "
                 "sibling_factory=lambda sid: <a session for sid> to store compaction records"
             )
-        self._sequenced = isinstance(inner, SupportsSequencedItems)
+        self._sequenced = is_sequenced(inner)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._mutation_lock: asyncio.Lock | None = None
         self._compaction_lock: asyncio.Lock | None = None

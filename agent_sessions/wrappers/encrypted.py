@@ -28,6 +28,7 @@ from agents.memory import Session
 from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ..errors import DecryptionError, MissingDependencyError
+from ._branch_store import is_sequenced
 from .base import SessionWrapper, check_max_item_bytes
 from .rewrite import Transform, rewrite_through
 from .ttl import TTLSession
@@ -188,7 +189,7 @@ class EncryptedSession(SessionWrapper):
         self._aad_prefix = f"{ENC_TYPE}\x00{ENVELOPE_VERSION}\x00".encode()
         self._aad_suffix = b"\x00" + self.session_id.encode("utf-8")
         self._cipher(self.active_key_id)  # derive now: a bad key fails at construction
-        if isinstance(inner, SupportsSequencedItems):  # offered only when the inner has it
+        if is_sequenced(inner):  # offered only when the inner has it (its own methods)
             self.add_sequenced_items = self._add_sequenced_items
             self.get_sequenced_items = self._get_sequenced_items
             self.count_items = self._count_items

@@ -39,6 +39,7 @@ from ..core.capabilities import (
     SupportsSequencedItems,
 )
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
+from ._branch_store import is_sequenced
 from ._ttl_boundary import Boundary
 from .base import SessionWrapper, check_max_item_bytes
 from .rewrite import Transform, rewrite_through
@@ -145,7 +146,7 @@ class TTLSession(SessionWrapper):
                 else DEFAULT_MAX_ITEM_BYTES
             )
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
-        if isinstance(inner, SupportsSequencedItems):  # offered only when the inner has it
+        if is_sequenced(inner):  # offered only when the inner has it (its own methods)
             self._boundary = Boundary(
                 ttl=self.ttl, sliding=self.sliding, item_ttl=self.item_ttl,
                 dead=self._dead, time=_time,
