@@ -561,3 +561,28 @@ async def test_ranged_reads_forget_items_once_they_expire() -> None:
         rows = await s.get_sequenced_items()
         assert len(rows) == min(i + 1, 10)
     assert len(s._boundary.seqs) <= 11
+
+
+@pytest.mark.parametrize("wrapper", ["branching", "usage", "compaction"])
+def test_the_sdks_expiring_encrypted_session_is_refused_too(wrapper: str, tmp_path: Path) -> None:
+    """The SDK's EncryptedSession hides items older than its ttl (always set, 600 s by
+    default), so positions into it shift exactly as over a TTLSession."""
+    from agents.extensions.memory.encrypt_session import EncryptedSession as SDKEncrypted
+
+    from agent_sessions.wrappers.branching import BranchingSession
+    from agent_sessions.wrappers.compaction import CompactionSession
+    from agent_sessions.wrappers.usage import UsageTrackingSession
+
+    make: dict[str, Callable[..., Any]] = {
+        "branching": BranchingSession,
+        "usage": UsageTrackingSession,
+        "compaction": CompactionSession,
+    }
+    path = str(tmp_path / "sdk.db")
+    foreign = SDKSQLiteSession("s", path)
+    factory = {"sibling_factory": lambda i: SDKSQLiteSession(i, path)}
+    try:
+        with pytest.raises(ValueError, match="EncryptedSession inside removes the oldest"):
+            make[wrapper](SDKEncrypted("s", foreign, "k" * 44, ttl=60), **factory)
+    finally:
+        foreign.close()

@@ -128,12 +128,19 @@ def refuse_positions_over_expiry(inner: Session, wrapper: str) -> None:
 
 
 def expiring_layer(session: Session) -> object | None:
-    """Return the first layer of ``session``'s stack (following ``.inner``) whose items
-    vanish from reads on their own (``expires_items``), or None."""
+    """Return the first layer of ``session``'s stack (following ``.inner``) whose items vanish
+    from reads on their own, or None: ours say so with ``expires_items``; the SDK's
+    EncryptedSession always has a ttl (Fernet's, 600 s by default)."""
+    try:
+        from agents.extensions.memory.encrypt_session import EncryptedSession as SDKEncrypted
+    except ImportError:  # pragma: no cover - the SDK's extra needs cryptography
+        sdk_encrypted: tuple[type, ...] = ()
+    else:
+        sdk_encrypted = (SDKEncrypted,)
     layer: object = session
     seen: set[int] = set()
     while layer is not None and id(layer) not in seen:
-        if getattr(type(layer), "expires_items", False):
+        if getattr(type(layer), "expires_items", False) or isinstance(layer, sdk_encrypted):
             return layer
         seen.add(id(layer))
         layer = getattr(layer, "inner", None)
