@@ -487,6 +487,16 @@ async def test_a_foreign_or_damaged_row_hides_everything_older_in_ranged_reads()
     assert texts(await s.get_items()) == ["c"]
     assert [item_text(i) for _, i in await s.get_sequenced_items()] == ["c"]
     assert await s.count_items() == 1
+    await inner.add_items([{"type": "agent_sessions.ttl", "t": clock()}])  # type: ignore[list-item]
+    await s.add_items([msg("d")])
+    assert texts(await s.get_items()) == ["d"], "an envelope without an item is damaged: hidden"
+    assert [item_text(i) for _, i in await s.get_sequenced_items()] == ["d"]
+    assert item_text(await s.pop_item()) == "d"
+    assert await s.get_items() == []  # the damaged envelope is now the newest: nothing older
+    assert await s.pop_item() is None  # the damaged one: removed, never returned
+    await s.add_items([msg("e")])
+    assert texts(await s.get_items()) == ["c", "e"]
+    assert [item_text(i) for _, i in await s.get_sequenced_items()] == ["c", "e"]
 
 
 @pytest.mark.parametrize("wrapper", ["branching", "usage", "compaction", "advanced"])

@@ -81,17 +81,23 @@ class Boundary:
             return
         tail = self.seqs[-_TAIL:]
         deep = len(self.seqs) > _TAIL
-        rows = await inner.get_sequenced_items(after=tail[0] - 1 if deep else self.floor)
+        # Without many live items the floor row itself is re-read: a damaged or foreign row
+        # hides what is older only while it is stored, so popping it must be noticed.
+        expect = tail if deep or not self.floor else [self.floor, *tail]
+        rows = await inner.get_sequenced_items(after=expect[0] - 1 if expect else self.floor)
         kept = 0
-        while kept < len(tail) and kept < len(rows) and rows[kept][0] == tail[kept]:
+        while kept < len(expect) and kept < len(rows) and rows[kept][0] == expect[kept]:
             kept += 1
-        if kept < len(tail):
-            # Only pops of the newest known items are patched up; anything else (a clear,
-            # more pops than the tail holds, a hole) is read again from scratch.
-            if (deep and kept == 0) or (kept < len(rows) and rows[kept][0] <= tail[-1]):
+        if kept < len(expect):
+            # Only pops of the newest known live items are patched up; anything else (a clear,
+            # more pops than the tail holds, the floor row gone, a hole) is read again.
+            floor_gone = expect is not tail and kept == 0
+            if (deep and kept == 0) or floor_gone or (
+                kept < len(rows) and rows[kept][0] <= expect[-1]
+            ):
                 await self._rebuild(inner, now)
                 return
-            self._truncate(len(self.seqs) - (len(tail) - kept))
+            self._truncate(len(self.seqs) - (len(expect) - kept))
         self._extend(rows[kept:])
 
     async def _rebuild(self, inner: Any, now: float) -> None:

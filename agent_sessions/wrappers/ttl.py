@@ -73,7 +73,7 @@ def seconds(value: float | timedelta | None, name: str) -> float | None:
 
 def _time(envelope: Any, key: str) -> float | None:
     """Return a finite timestamp from a TTL envelope, or None when it is not one."""
-    if type(envelope) is not dict or envelope.get("type") != TTL_TYPE:
+    if type(envelope) is not dict or envelope.get("type") != TTL_TYPE or "item" not in envelope:
         return None
     value = envelope.get(key)
     if type(value) is float:  # the common case, checked first: reads call this per item
