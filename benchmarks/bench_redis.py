@@ -9,11 +9,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
-import time
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agents.extensions.memory import RedisSession as SDKRedisSession
@@ -27,7 +24,7 @@ from benchmarks.harness import (
     Contender,
     Scenario,
     default_scenarios,
-    item,
+    paired,
     print_table,
     run_suite,
 )
@@ -55,38 +52,6 @@ class RawRedis:
 
     async def clear_session(self) -> None:
         await self.client.delete(*self.keys)
-
-
-async def paired(contenders: list[Contender], calls: int) -> None:
-    """Alternate the contenders call by call and print median latencies: on a busy machine
-    this cancels the load swings that whole-pass timings suffer from."""
-    one = [item(0)]
-    sessions = [await c.make(f"bench-paired-{uuid.uuid4().hex[:8]}") for c in contenders]
-    names = [c.name for c in contenders]
-    print(f"\n## paired: median us per call, {calls} alternating calls (ratio = ours / other)\n")
-    print(f"{'operation':24}" + "".join(f"{n:>18}" for n in names)
-          + "".join(f"{'ours/' + n[:10]:>18}" for n in names[1:]))
-    try:
-        for s in sessions:
-            await s.add_items([item(i) for i in range(calls + 100)])
-        ops: dict[str, Callable[[Any], Awaitable[Any]]] = {
-            "add 1 item": lambda s: s.add_items(one),
-            "get(limit=20)": lambda s: s.get_items(limit=20),
-            "pop": lambda s: s.pop_item(),
-        }
-        for label, op in ops.items():
-            samples: list[list[float]] = [[] for _ in sessions]
-            for _ in range(calls):
-                for k, s in enumerate(sessions):
-                    started = time.perf_counter()
-                    await op(s)
-                    samples[k].append(time.perf_counter() - started)
-            med = [statistics.median(x) * 1e6 for x in samples]
-            print(f"{label:24}" + "".join(f"{m:>18.0f}" for m in med)
-                  + "".join(f"{m / med[0]:>18.2f}" for m in med[1:]))
-    finally:
-        for s in sessions:
-            await s.clear_session()
 
 
 async def main(quick: bool, url: str, repeat: int) -> None:

@@ -27,7 +27,7 @@ from agent_sessions.backends import _sql_mysql, _sql_postgres
 from agent_sessions.backends._sql_common import Tables
 from agent_sessions.backends.sqlalchemy import SQLAlchemySession
 from agent_sessions.core.codec import dumps, loads
-from benchmarks.harness import Contender, default_scenarios, run_suite
+from benchmarks.harness import Contender, default_scenarios, paired, run_suite
 
 PG_URL = os.environ.get(
     "AGENT_SESSIONS_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
@@ -154,13 +154,12 @@ async def bench_postgres(quick: bool, rounds: int, big: int) -> None:
             messages_table=f"{sdk_p}messages",
         )
 
+    contenders = [Contender("ours", ours), Contender("raw asyncpg", raw), Contender("SDK", sdk)]
     try:
         await run_suite(
-            "PostgreSQL 15 (asyncpg)",
-            [Contender("ours", ours), Contender("raw asyncpg", raw), Contender("SDK", sdk)],
-            default_scenarios(quick, big=big),
-            rounds=rounds,
+            "PostgreSQL 15 (asyncpg)", contenders, default_scenarios(quick, big=big), rounds=rounds
         )
+        await paired(contenders, 300 if quick else 1500)
     finally:
         await keep[0].close()
         await raw_conn.close()
@@ -241,6 +240,7 @@ async def bench_mariadb(quick: bool, rounds: int, big: int, drivers: bool) -> No
             ]
             title = "MariaDB 10.11 (asyncmy)"
         await run_suite(title, contenders, default_scenarios(quick, big=big), rounds=rounds)
+        await paired(contenders, 300 if quick else 1500)
     finally:
         for s in keep:
             await s.close()

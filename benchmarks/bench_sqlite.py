@@ -17,7 +17,7 @@ from agents.memory import SQLiteSession as SDKSQLiteSession
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from agent_sessions import SQLiteSession
-from benchmarks.harness import Contender, default_scenarios, run_suite
+from benchmarks.harness import Contender, default_scenarios, paired, run_suite
 
 SCHEMA = [
     "CREATE TABLE IF NOT EXISTS agent_sessions (session_id TEXT PRIMARY KEY, "
@@ -105,17 +105,17 @@ async def main(quick: bool) -> None:
         return AsyncSQLiteSession(sid, os.path.join(tmp, "sdk_async.db"))
 
     big = 10_000 if quick else 100_000
+    contenders = [
+        Contender("ours", ours),
+        Contender("raw aiosqlite", raw),
+        Contender("SDK SQLiteSession", sdk),
+        Contender("SDK AsyncSQLite", sdk_async),
+    ]
     await run_suite(
-        "SQLite (file, WAL)",
-        [
-            Contender("ours", ours),
-            Contender("raw aiosqlite", raw),
-            Contender("SDK SQLiteSession", sdk),
-            Contender("SDK AsyncSQLite", sdk_async),
-        ],
-        default_scenarios(quick, big=big),
+        "SQLite (file, WAL)", contenders, default_scenarios(quick, big=big),
         rounds=2 if quick else 3,
     )
+    await paired(contenders, 300 if quick else 1500)
     await raw_db.close()
 
 
