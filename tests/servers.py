@@ -36,3 +36,17 @@ def require_server(name: str, host: str, port: int) -> None:
     if IN_CI:
         pytest.fail(f"{message}; CI=true requires it (.ci/run starts it)", pytrace=False)
     pytest.skip(f"{message}; start it to run these tests")
+
+
+async def drop_redis_keys(url: str, match: str) -> None:
+    """Delete every key of the Redis at ``url`` matching the glob ``match`` (a test run's
+    prefix), including what clear_session keeps on purpose (counters)."""
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(url)
+    try:
+        keys = [key async for key in client.scan_iter(match=match, count=1000)]
+        for start in range(0, len(keys), 500):
+            await client.delete(*keys[start : start + 500])
+    finally:
+        await client.aclose()

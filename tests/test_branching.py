@@ -712,19 +712,28 @@ async def test_reads_reaching_into_the_parent_stay_exact(make: Any) -> None:
     await close_all(a, b)
 
 
-@pytest.mark.asyncio
-async def test_expiry_below_a_fork_point_does_not_shift_the_branch() -> None:
+async def _branched_over_expiring_items(
+    wrapper: type[BranchingSession], clock: Any
+) -> BranchingSession:
+    """Six turns 10 s apart over TTLSession(item_ttl=100), then a branch "alt" from turn 4."""
     from agent_sessions.wrappers.ttl import TTLSession
-    from tests.wrapper_stacks import FakeClock
 
-    clock = FakeClock()
-    s = BranchingSession(
+    s = wrapper(
         TTLSession(InMemorySession(f"ttl-{uuid.uuid4().hex[:8]}"), item_ttl=100, clock=clock)
     )
     for i in range(6):
         await s.add_items([user(f"q{i}"), assistant(f"a{i}")])
         clock.advance(10)
     await s.create_branch_from_turn(4, "alt")
+    return s
+
+
+@pytest.mark.asyncio
+async def test_expiry_below_a_fork_point_does_not_shift_the_branch() -> None:
+    from tests.wrapper_stacks import FakeClock
+
+    clock = FakeClock()
+    s = await _branched_over_expiring_items(BranchingSession, clock)
     assert texts(await s.get_items()) == ["q0", "a0", "q1", "a1", "q2", "a2"]
     clock.advance(45)  # q0 and a0 expire
     assert texts(await s.get_items()) == ["q1", "a1", "q2", "a2"]
@@ -734,17 +743,10 @@ async def test_expiry_below_a_fork_point_does_not_shift_the_branch() -> None:
 async def test_cached_reads_and_scans_of_an_expiring_parent_drop_expired_items() -> None:
     """The view caches the newest rows below a fork point and each storage's turn scan; with a
     TTLSession below, those rows expire, so the caches must not keep showing them."""
-    from agent_sessions.wrappers.ttl import TTLSession
     from tests.wrapper_stacks import FakeClock
 
     clock = FakeClock()
-    s = AdvancedSession(
-        TTLSession(InMemorySession(f"ttl-{uuid.uuid4().hex[:8]}"), item_ttl=100, clock=clock)
-    )
-    for i in range(6):
-        await s.add_items([user(f"q{i}"), assistant(f"a{i}")])
-        clock.advance(10)
-    await s.create_branch_from_turn(4, "alt")
+    s = await _branched_over_expiring_items(AdvancedSession, clock)
     assert texts(await s.get_items(limit=10)) == ["q0", "a0", "q1", "a1", "q2", "a2"]
     assert [t["content"] for t in await s.get_conversation_turns()] == ["q0", "q1", "q2"]
     clock.advance(45)  # q0 and a0 expire

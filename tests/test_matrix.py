@@ -22,7 +22,7 @@ from tests.matrix import (
     Backend,
     Stack,
 )
-from tests.servers import REDIS_URL
+from tests.servers import REDIS_URL, drop_redis_keys
 
 
 async def _drop_sql_tables(url: str) -> None:
@@ -35,18 +35,6 @@ async def _drop_sql_tables(url: str) -> None:
         await engine.dispose()
 
 
-async def _drop_redis_keys() -> None:
-    from redis.asyncio import Redis
-
-    client = Redis.from_url(REDIS_URL)
-    try:
-        keys = [key async for key in client.scan_iter(match=f"{REDIS_PREFIX}*", count=1000)]
-        for start in range(0, len(keys), 500):
-            await client.delete(*keys[start : start + 500])
-    finally:
-        await client.aclose()
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _drop_leftovers_at_end() -> Iterator[None]:
     """Remove this run's tables and keys, including side data that clear_session keeps on
@@ -56,7 +44,7 @@ def _drop_leftovers_at_end() -> Iterator[None]:
         with contextlib.suppress(Exception):  # a server that was down has nothing to drop
             asyncio.run(_drop_sql_tables(url))
     with contextlib.suppress(Exception):
-        asyncio.run(_drop_redis_keys())
+        asyncio.run(drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*"))
 
 
 class _MatrixSuite(SessionConformanceSuite):

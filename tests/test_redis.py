@@ -40,7 +40,7 @@ from agent_sessions.errors import BackendDataError, BackendUnavailableError
 from agent_sessions.testing import HOSTILE_ID_SUFFIXES, SessionConformanceSuite, texts
 
 from .redis_servers import RedisCluster3, RedisServer, free_port, require_binaries
-from .servers import REDIS_URL, require_server
+from .servers import REDIS_URL, drop_redis_keys, require_server
 
 _parts = urlsplit(REDIS_URL)
 REDIS_HOST, REDIS_PORT = _parts.hostname or "127.0.0.1", _parts.port or 6379
@@ -72,21 +72,11 @@ async def raw(redis_up: None) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
-async def _drop_this_runs_keys() -> None:
-    client = Redis.from_url(REDIS_URL)
-    try:
-        keys = [key async for key in client.scan_iter(match=f"{PREFIX}:*", count=1000)]
-        for start in range(0, len(keys), 500):
-            await client.delete(*keys[start : start + 500])
-    finally:
-        await client.aclose()
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _drop_leftovers_at_end() -> Iterator[None]:
     yield
     with contextlib.suppress(Exception):  # a server that was down has nothing to drop
-        asyncio.run(_drop_this_runs_keys())
+        asyncio.run(drop_redis_keys(REDIS_URL, f"{PREFIX}:*"))
 
 
 @pytest.fixture(scope="module")
