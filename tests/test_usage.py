@@ -19,12 +19,15 @@ from openai.types.responses.response_usage import InputTokensDetails, OutputToke
 
 from agent_sessions import InMemorySession, InMemoryStore, SQLiteSession
 from agent_sessions.core.capabilities import SupportsSiblings
+from agent_sessions.core.ids import derive_sibling_id
 from agent_sessions.testing import SessionConformanceSuite
 from agent_sessions.wrappers.advanced import AdvancedSession
 from agent_sessions.wrappers.branching import BranchingSession
+from agent_sessions.wrappers.ttl import TTLSession
 from agent_sessions.wrappers.usage import UsageTrackingSession
 
-from ._branch_fixtures import sdk_factory, usage_agent, user
+from ._branch_fixtures import assistant, sdk_factory, usage_agent, user
+from .wrapper_stacks import FakeClock
 
 STORE = InMemoryStore()
 
@@ -300,7 +303,7 @@ async def test_a_new_object_per_turn_counts_turns_without_rescanning(make: Any) 
         s = make()
         await s.store_run_usage(await Runner.run(agent, f"q{i}", session=s))
         if i > 1 and not isinstance(s.inner, SDKSQLiteSession):
-            assert s._view._scans == {}, "the anchor of the last record should have sufficed"
+            assert s._view._scans == {}, "reading back to the newest question should suffice"
         await s.close()
     s = make()
     await s.pop_item()
@@ -343,21 +346,11 @@ async def test_turns_after_branch_switches_on_new_objects(tmp_path: Path) -> Non
     await s.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: turn numbers are counts of the visible user messages; with item_ttl "
-    "the oldest turns expire, so a count made afresh (a pop, or a store whose anchor item is "
-    "gone) is lower than the anchored count that numbered the records, and the pop drops an "
-    "older turn's record. Needs records keyed by the turn's sequence number",
-)
 @pytest.mark.asyncio
 async def test_popping_a_turn_over_expiring_items_drops_that_turns_usage() -> None:
     """Over a TTLSession, old turns expire while usage is tracked: popping the newest turn
     must drop the newest turn's usage record, not an older turn's."""
     from types import SimpleNamespace
-
-    from agent_sessions.wrappers.ttl import TTLSession
-    from tests.wrapper_stacks import FakeClock
 
     clock = FakeClock()
     s = UsageTrackingSession(
@@ -381,3 +374,221 @@ async def test_popping_a_turn_over_expiring_items_drops_that_turns_usage() -> No
     await s.pop_item()  # turn 3 is gone: its usage goes, turn 2's stays
     after = await s.get_turn_usage()
     assert isinstance(after, list) and [t["input_tokens"] for t in after] == [20]
+
+
+def ran(u: Usage) -> Any:
+    """A stand-in for a RunResult reporting ``u``."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(context_wrapper=SimpleNamespace(usage=u))
+
+
+async def listed(s: Any, branch_id: str | None = None) -> list[tuple[int, int]]:
+    got = await s.get_turn_usage(branch_id=branch_id)
+    assert isinstance(got, list)
+    return [(t["user_turn_number"], t["input_tokens"]) for t in got]
+
+
+@pytest.fixture(params=["usage-memory", "usage-sqlite", "advanced-memory", "advanced-sqlite"])
+def expiring(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Any, FakeClock]:
+    """A factory of fresh wrapper objects over a TTLSession (item_ttl=100) on one id, and the
+    clock they share."""
+    sid = f"x-{uuid.uuid4().hex[:8]}"
+    path = str(tmp_path / "x.db")
+    store = InMemoryStore()
+    clock = FakeClock()
+
+    def factory() -> Any:
+        kind, backend = request.param.split("-")
+        inner: Session = (
+            InMemorySession(sid, store=store) if backend == "memory" else SQLiteSession(sid, path)
+        )
+        ttl = TTLSession(inner, item_ttl=100, clock=clock)
+        return UsageTrackingSession(ttl) if kind == "usage" else AdvancedSession(ttl)
+
+    return factory, clock
+
+
+async def _turn(s: Any, n: int, inp: int | None = None) -> None:
+    await s.add_items([user(f"q{n}"), assistant(f"a{n}")])
+    await s.store_run_usage(ran(usage(1, inp if inp is not None else n * 10, n)))
+
+
+@pytest.mark.asyncio
+async def test_pops_and_stores_while_turns_expire(expiring: tuple[Any, FakeClock]) -> None:
+    make, clock = expiring
+    s = make()
+    await _turn(s, 1)
+    clock.advance(50)
+    await _turn(s, 2)
+    clock.advance(60)  # turn 1 and its record expired: turn 2 is turn 1 now
+    await _turn(s, 3)
+    assert await listed(s) == [(1, 20), (2, 30)]
+    assert (await s.get_turn_usage(1))["input_tokens"] == 20
+    assert await s.get_turn_usage(3) == {}
+    assert await s.get_session_usage() == {
+        "requests": 2, "input_tokens": 50, "output_tokens": 5, "total_tokens": 55,
+        "total_turns": 2,
+    }
+    await s.close()
+
+    s = make()  # a fresh object numbers the same way
+    assert await listed(s) == [(1, 20), (2, 30)]
+    await s.pop_item()
+    await s.pop_item()  # q3 popped: exactly its record goes
+    assert await listed(s) == [(1, 20)]
+    await s.close()
+
+    clock.advance(30)
+    s = make()  # a fresh object stores for a new turn without rescanning
+    await _turn(s, 4)
+    assert s._view._scans == {}
+    assert await listed(s) == [(1, 20), (2, 40)]
+    await s.store_run_usage(ran(usage(1, 99, 9)))  # the same turn again: replaces
+    assert await listed(s) == [(1, 20), (2, 99)]
+    clock.advance(70)  # q2 expired as well: q4 is turn 1
+    assert await listed(s) == [(1, 99)]
+    assert await s.get_session_usage() == {
+        "requests": 1, "input_tokens": 99, "output_tokens": 9, "total_tokens": 108,
+        "total_turns": 1,
+    }
+    await s.pop_item()
+    await s.pop_item()
+    assert await listed(s) == []
+    assert await s.get_session_usage() is None
+    await s.clear_session()
+    await s.close()
+
+
+@pytest.mark.asyncio
+async def test_usage_of_an_expired_turn_is_not_counted(expiring: tuple[Any, FakeClock]) -> None:
+    """A record outlives its user message a little (it is written later): from then on it is
+    neither listed nor summed, so both queries agree."""
+    make, clock = expiring
+    s = make()
+    await s.add_items([user("q1"), assistant("a1")])
+    clock.advance(30)
+    await s.store_run_usage(ran(usage(1, 10, 1)))
+    clock.advance(80)  # q1 expired (110 s old), its record (80 s old) not yet
+    assert await s.get_turn_usage() == []
+    assert await s.get_turn_usage(1) == {}
+    assert await s.get_session_usage() is None
+    assert await s.get_session_usage("main") is None
+    await _turn(s, 2)
+    assert await listed(s) == [(1, 20)]
+    assert (await s.get_session_usage())["total_turns"] == 1
+    await s.close()
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@pytest.mark.asyncio
+async def test_branch_usage_while_parent_turns_expire(backend: str, tmp_path: Path) -> None:
+    clock = FakeClock()
+    inner: Session = (
+        InMemorySession(f"b-{uuid.uuid4().hex[:8]}") if backend == "memory"
+        else SQLiteSession("b", str(tmp_path / "b.db"))
+    )
+    s: Any = AdvancedSession(TTLSession(inner, item_ttl=100, clock=clock))
+    await _turn(s, 1)
+    clock.advance(50)
+    await _turn(s, 2)
+    await _turn(s, 3)
+    await s.create_branch_from_turn(3, "alt")  # alt: q1, q2 (in main's storage)
+    await s.store_run_usage(ran(usage(1, 7, 1)))  # alt's newest turn is inherited q2
+    assert await listed(s) == [(2, 7)]
+    clock.advance(10)
+    await s.add_items([user("alt3"), assistant("b3")])
+    await s.store_run_usage(ran(usage(1, 33, 1)))
+    assert await listed(s) == [(2, 7), (3, 33)]
+    assert await listed(s, "main") == [(1, 10), (2, 20), (3, 30)]
+    clock.advance(50)  # q1 expired, in both branches
+    assert await listed(s) == [(1, 7), (2, 33)]
+    assert await listed(s, "main") == [(1, 20), (2, 30)]
+    assert (await s.get_session_usage())["input_tokens"] == 90
+    assert (await s.get_session_usage("alt"))["total_turns"] == 2
+    for _ in range(4):  # alt3 (deleted), then q2 (inherited: hidden from alt only)
+        await s.pop_item()
+    assert await listed(s) == []
+    assert await s.get_session_usage("alt") is None
+    assert await listed(s, "main") == [(1, 20), (2, 30)]
+    assert (await s.get_session_usage())["input_tokens"] == 50
+    await s.close()
+
+
+def _legacy(turn: int, inp: int) -> dict[str, Any]:
+    """A usage record as earlier versions wrote it: filed by turn number, with an anchor."""
+    return {
+        "b": "main", "t": turn, "requests": 1, "input_tokens": inp, "output_tokens": 1,
+        "total_tokens": inp + 1, "input_tokens_details": None, "output_tokens_details": None,
+        "v": {"lineage": [["main", None]], "seg": 0, "seq": 2 * turn, "turns": turn},
+    }
+
+
+@pytest.mark.parametrize("kind", ["usage-memory", "usage-sqlite", "advanced-sqlite"])
+@pytest.mark.asyncio
+async def test_old_records_filed_by_number_are_still_read(kind: str, tmp_path: Path) -> None:
+    sid = f"o-{uuid.uuid4().hex[:8]}"
+    inner: Any = (
+        InMemorySession(sid, store=InMemoryStore()) if kind.endswith("memory")
+        else SQLiteSession(sid, str(tmp_path / "o.db"))
+    )
+    s: Any = UsageTrackingSession(inner) if kind.startswith("usage") else AdvancedSession(inner)
+    await s.add_items([user("q1"), assistant("a1"), user("q2"), assistant("a2")])
+    log = inner.sibling(derive_sibling_id(sid, "usage"))
+    await log.add_items([
+        _legacy(1, 10), _legacy(2, 20), {"b": "main", "t": 2, "drop": True}, _legacy(2, 22)
+    ])
+    assert await listed(s) == [(1, 10), (2, 22)]
+    assert (await s.get_session_usage())["total_turns"] == 2
+    await _turn(s, 3)  # a new record, filed by its question's position
+    assert await listed(s) == [(1, 10), (2, 22), (3, 30)]
+    await s.pop_item()
+    await s.pop_item()
+    assert await listed(s) == [(1, 10), (2, 22)]
+    await s.pop_item()
+    await s.pop_item()  # q2 popped: the old record filed under 2 goes
+    assert await listed(s) == [(1, 10)]
+    await s.store_run_usage(ran(usage(1, 11, 1)))  # replaces the old record of turn 1
+    assert await listed(s) == [(1, 11)]
+    assert await s.get_session_usage() == {
+        "requests": 1, "input_tokens": 11, "output_tokens": 1, "total_tokens": 12,
+        "total_turns": 1,
+    }
+    await s.clear_session()
+    await s.close()
+
+
+@pytest.mark.parametrize("kind", ["usage", "advanced"])
+@pytest.mark.asyncio
+async def test_a_foreign_inner_still_files_usage_by_turn_number(kind: str, tmp_path: Path) -> None:
+    path = str(tmp_path / "f.db")
+    sid = f"f-{uuid.uuid4().hex[:8]}"
+    inner = SDKSQLiteSession(sid, path)
+    wrapper = UsageTrackingSession if kind == "usage" else AdvancedSession
+    s: Any = wrapper(inner, sibling_factory=sdk_factory(path))
+    for n in (1, 2, 3):
+        await _turn(s, n)
+    await s.pop_item()
+    await s.pop_item()
+    assert await listed(s) == [(1, 10), (2, 20)]
+    log = SDKSQLiteSession(derive_sibling_id(sid, "usage"), path)
+    raw: list[Any] = await log.get_items()
+    assert [(r["t"], "p" in r, bool(r.get("drop"))) for r in raw] == [
+        (1, False, False), (2, False, False), (3, False, False), (3, False, True)
+    ]
+    log.close()
+    await s.close()
+
+
+
+@pytest.mark.parametrize("kind", ["usage", "advanced"])
+@pytest.mark.asyncio
+async def test_a_long_turn_is_found_by_reading_back_in_pages(kind: str, tmp_path: Path) -> None:
+    inner = SQLiteSession("long", str(tmp_path / "l.db"))
+    s: Any = UsageTrackingSession(inner) if kind == "usage" else AdvancedSession(inner)
+    await s.add_items([user("q1"), assistant("a1"), user("q2")])
+    await s.add_items([assistant(f"step {i}") for i in range(300)])
+    await s.store_run_usage(ran(usage(1, 5, 1)))
+    assert s._view._scans == {}
+    assert await listed(s) == [(2, 5)]
+    await s.close()

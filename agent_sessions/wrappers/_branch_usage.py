@@ -1,8 +1,16 @@
 """Usage records kept as JSON items in a sibling session, and the SDK-shaped queries over them.
 
-Each ``store_run_usage`` appends one record for (branch, turn); the latest record of a
-(branch, turn) wins, like the SDK's ``INSERT OR REPLACE``. Drop records remove a turn's or a
-branch's usage when that turn is popped or that branch deleted.
+A record belongs to one turn of one branch. Over sequenced storage (all of this package's
+backends) it names the turn by the position of its user message, ``"p": [storage key, seq]``,
+and the turn's number is worked out when usage is read, from the branch's current view: so
+expiry (or anything else that changes how many turns precede it) never moves a record to
+another turn, and a record whose user message is no longer visible is left out. Over storage
+without sequence numbers (a foreign inner session) a record names its turn by number, ``"t"``,
+counted when it is stored, as records written by earlier versions always do.
+
+The latest record of a turn wins, like the SDK's ``INSERT OR REPLACE``. Drop records remove a
+turn's usage (by position and/or number) when its user message is popped, or a branch's when
+it is deleted.
 """
 
 from __future__ import annotations
@@ -13,11 +21,12 @@ from agents.memory import Session
 from agents.usage import Usage
 
 from ._branch_items import TOOL_CALL_TYPES
-from ._branch_log import encode_lineage
 from ._branch_store import read_rows
 from ._branch_view import Lineage, View
 
 UsageKey = tuple[str, int]
+Position = tuple[str, int]
+"""Where a turn's user message is: (storage key, sequence number)."""
 
 
 def _details(value: Any) -> dict[str, Any] | None:
@@ -30,18 +39,38 @@ def _details(value: Any) -> dict[str, Any] | None:
     return {k: v for k, v in data.items() if isinstance(v, (int, float, str, bool)) or v is None}
 
 
-def usage_record(branch: str, turn: int, usage: Usage) -> dict[str, Any]:
-    """Return the record stored for ``usage`` of (branch, turn)."""
-    return {
-        "b": branch,
-        "t": turn,
-        "requests": usage.requests or 0,
-        "input_tokens": usage.input_tokens or 0,
-        "output_tokens": usage.output_tokens or 0,
-        "total_tokens": usage.total_tokens or 0,
-        "input_tokens_details": _details(getattr(usage, "input_tokens_details", None)),
-        "output_tokens_details": _details(getattr(usage, "output_tokens_details", None)),
-    }
+def position_of(record: dict[str, Any]) -> Position | None:
+    """Return the position a record names its turn by, or None (a record keyed by number)."""
+    found = record.get("p")
+    if (
+        isinstance(found, list) and len(found) == 2 and isinstance(found[0], str)
+        and isinstance(found[1], int) and not isinstance(found[1], bool)
+    ):
+        return found[0], found[1]
+    return None
+
+
+def usage_record(
+    branch: str, usage: Usage, *, turn: int | None = None, position: Position | None = None
+) -> dict[str, Any]:
+    """Return the record stored for ``usage`` of a turn of ``branch`` (named by ``position``
+    when given, else by ``turn``)."""
+    record: dict[str, Any] = {"b": branch}
+    if position is not None:
+        record["p"] = [position[0], position[1]]
+    if turn is not None:
+        record["t"] = turn
+    record.update(
+        {
+            "requests": usage.requests or 0,
+            "input_tokens": usage.input_tokens or 0,
+            "output_tokens": usage.output_tokens or 0,
+            "total_tokens": usage.total_tokens or 0,
+            "input_tokens_details": _details(getattr(usage, "input_tokens_details", None)),
+            "output_tokens_details": _details(getattr(usage, "output_tokens_details", None)),
+        }
+    )
+    return record
 
 
 class UsageLog:
@@ -51,20 +80,23 @@ class UsageLog:
         self.session = session
 
     async def store(
-        self, branch: str, turn: int, usage: Usage, anchor: dict[str, Any] | None = None
+        self, branch: str, usage: Usage, *, turn: int | None = None,
+        position: Position | None = None,
     ) -> None:
-        record = usage_record(branch, turn, usage)
-        if anchor is not None:
-            record["v"] = anchor
+        record = usage_record(branch, usage, turn=turn, position=position)
         await self.session.add_items([record])  # type: ignore[list-item]
 
-    async def latest(self) -> Any:
-        """Return the newest record, or None."""
-        rows = await read_rows(self.session, 1)
-        return rows[0][1] if rows else None
-
-    async def drop_turn(self, branch: str, turn: int) -> None:
-        await self.session.add_items([{"b": branch, "t": turn, "drop": True}])  # type: ignore[list-item]
+    async def drop_turn(
+        self, branch: str, turn: int | None, position: Position | None = None
+    ) -> None:
+        """Drop the record of the turn whose user message is at ``position``, and the record
+        filed under number ``turn`` (a record by number, e.g. written by an earlier version)."""
+        record: dict[str, Any] = {"b": branch, "drop": True}
+        if position is not None:
+            record["p"] = [position[0], position[1]]
+        if turn is not None:
+            record["t"] = turn
+        await self.session.add_items([record])  # type: ignore[list-item]
 
     async def drop_branch(self, branch: str) -> None:
         await self.session.add_items([{"b": branch, "drop_branch": True}])  # type: ignore[list-item]
@@ -72,24 +104,72 @@ class UsageLog:
     async def clear(self) -> None:
         await self.session.clear_session()
 
-    async def turns(self) -> dict[UsageKey, dict[str, Any]]:
-        """Return the current record of every (branch, turn), in storing order."""
-        out: dict[UsageKey, dict[str, Any]] = {}
+    async def records(self) -> list[dict[str, Any]]:
+        """Return the current record of every turn, in storing order (each turn named by its
+        position or, for records without one, by its number)."""
+        out: dict[tuple[Any, ...], dict[str, Any]] = {}
         for _, record in await read_rows(self.session):
             if not isinstance(record, dict) or not isinstance(record.get("b"), str):
                 continue
             branch = record["b"]
             if record.get("drop_branch"):
-                for key in [k for k in out if k[0] == branch]:
-                    del out[key]
+                for gone in [k for k in out if k[1] == branch]:
+                    del out[gone]
                 continue
+            position = position_of(record)
             turn = record.get("t")
-            if not isinstance(turn, int):
+            by_number: tuple[Any, ...] | None = (
+                ("t", branch, turn) if isinstance(turn, int) else None
+            )
+            if record.get("drop"):
+                if position is not None:
+                    out.pop(("p", branch, *position), None)
+                if by_number is not None:
+                    out.pop(by_number, None)
                 continue
-            out.pop((branch, turn), None)
-            if not record.get("drop"):
-                out[(branch, turn)] = record
-        return out
+            key: tuple[Any, ...] | None = (
+                ("p", branch, *position) if position is not None else by_number
+            )
+            if key is None:
+                continue
+            out.pop(key, None)
+            out[key] = record
+        return list(out.values())
+
+
+def positioned_branches(records: list[dict[str, Any]], branch_id: str | None) -> set[str]:
+    """The branches (``branch_id`` only, when given) with records named by position: the ones
+    whose views must be read to number their turns."""
+    return {
+        r["b"] for r in records
+        if position_of(r) is not None and (branch_id is None or r["b"] == branch_id)
+    }
+
+
+async def turn_numbers(view: View, lineage: Lineage) -> dict[Position, int]:
+    """Return the current turn number of every user message visible in ``lineage``."""
+    return {(lineage[t.segment][0], t.seq): t.number for t in await view.turns(lineage)}
+
+
+def numbered(
+    records: list[dict[str, Any]], numbers: dict[str, dict[Position, int]]
+) -> dict[UsageKey, dict[str, Any]]:
+    """Return the record of every (branch, turn number), in storing order.
+
+    A record named by position takes the number its user message has now in ``numbers[branch]``
+    and is left out when that message is not visible there (it expired, or the branch is
+    gone); a record named by number keeps it. When both kinds land on one turn the later wins.
+    """
+    out: dict[UsageKey, dict[str, Any]] = {}
+    for record in records:
+        branch = record["b"]
+        position = position_of(record)
+        turn = record.get("t") if position is None else numbers.get(branch, {}).get(position)
+        if not isinstance(turn, int):
+            continue
+        out.pop((branch, turn), None)
+        out[(branch, turn)] = record
+    return out
 
 
 def session_usage(
@@ -153,28 +233,10 @@ def tool_usage(structure: list[tuple[int, str, str | None]]) -> list[tuple[str, 
     return [(name, count, turn) for (name, turn), count in ordered]
 
 
-async def current_turn(
-    view: View, lineage: Lineage, branch: str, log: UsageLog
-) -> tuple[int, dict[str, Any] | None]:
-    """Return the number of user turns of ``branch`` (viewed as ``lineage``) and the anchor to
-    store with a usage record for it.
-
-    The anchor records where the view ended and how many turns it held. When the newest usage
-    record is this branch's and its anchor still holds, only the items after it are read, so a
-    new session object per request does not rescan the history on every ``store_run_usage``.
-    """
-    encoded = encode_lineage(lineage)
-    latest = await log.latest()
-    anchor = latest.get("v") if isinstance(latest, dict) and latest.get("b") == branch else None
-    if isinstance(anchor, dict) and anchor.get("lineage") == encoded:
-        found = await view.turns_since(lineage, anchor.get("seg"), anchor.get("seq"),
-                                       anchor.get("turns"))
-        if found is not None:
-            turns, position = found
-            return turns, {"lineage": encoded, "seg": position[0], "seq": position[1],
-                           "turns": turns}
-    turns = await view.turn_count(lineage)
-    newest = await view.newest(lineage)
-    if newest is None:
-        return turns, None
-    return turns, {"lineage": encoded, "seg": newest[0], "seq": newest[1], "turns": turns}
+async def locate_turn(view: View, lineage: Lineage) -> tuple[int, Position | None]:
+    """Return the view's current (newest) turn for a usage record: ``(0, position of its user
+    message)`` over sequenced storage, else ``(its number, None)``; ``(0, None)`` when the view
+    holds no user turn. Over sequenced storage only the newest turn's items are read."""
+    if view.sequenced(lineage):
+        return 0, await view.newest_user(lineage)
+    return await view.turn_count(lineage), None

@@ -216,31 +216,28 @@ class View:
                 out.append(Turn(len(out) + 1, index, scan.user_seqs[k], scan.user_contents[k]))
         return out
 
-    async def turns_since(
-        self, lineage: Lineage, seg: Any, seq: Any, turns: Any
-    ) -> tuple[int, tuple[int, int]] | None:
-        """Given that the view held ``turns`` user turns up to item ``seq`` of segment ``seg``,
-        return its turns now and the position of its newest item, reading only the items after
-        that one; None when that item is gone (popped) or the anchor does not fit."""
-        last = len(lineage) - 1
-        if not (
-            isinstance(seg, int) and isinstance(seq, int) and isinstance(turns, int)
-            and 0 <= seg <= last
-        ):
-            return None
-        key, before = lineage[seg]
-        tail = self.storages.storage(lineage[-1][0])
-        storage = self.storages.storage(key)
-        if not (is_sequenced(storage) and is_sequenced(tail)):
-            return None
-        if before is not None and seq >= before:
-            return None
-        still = await read_rows(storage, 1, before=seq + 1)
-        if not still or still[0][0] != seq:
-            return None  # popped since: pops take the newest item, so later ones went first
-        newer = await read_rows(tail, after=seq if seg == last else None)
-        users = sum(1 for _, item in newer if is_user_message(item))
-        return turns + users, ((last, newer[-1][0]) if newer else (seg, seq))
+    def sequenced(self, lineage: Lineage) -> bool:
+        """Whether every storage of the view offers sequence numbers."""
+        return all(is_sequenced(self.storages.storage(key)) for key, _ in lineage)
+
+    async def newest_user(self, lineage: Lineage) -> tuple[str, int] | None:
+        """Return ``(storage key, seq)`` of the view's newest user message, or None.
+
+        Reads backwards from the newest item in growing pages, so it costs O(items of the
+        newest turn), not O(history), and needs no scan.
+        """
+        for key, before in reversed(lineage):
+            storage = self.storages.storage(key)
+            page, cursor = 8, before
+            while True:
+                rows = await read_rows(storage, page, before=cursor)
+                for seq, item in reversed(rows):
+                    if is_user_message(item):
+                        return key, seq
+                if len(rows) < page:
+                    break
+                page, cursor = min(page * 4, 512), rows[0][0]
+        return None
 
     async def turn_count(self, lineage: Lineage) -> int:
         """Return how many user turns the view holds."""

@@ -147,14 +147,14 @@ class BranchingSession(SessionABC):
                     if popped is None:
                         continue  # another object emptied it meanwhile
                     self._view.popped(key, seq)
-                    await self._after_pop(name, lineage, popped)
+                    await self._after_pop(name, lineage, popped, (key, seq))
                     return popped
                 tail = (uuid.uuid4().hex, None) if index == len(lineage) - 1 else lineage[-1]
                 moved = (*lineage[:index], (key, seq), tail)
                 await self._log.append(
                     {"op": "lineage", "name": name, "lineage": encode_lineage(moved)}
                 )
-                await self._after_pop(name, moved, item)
+                await self._after_pop(name, moved, item, (key, seq))
                 return item  # type: ignore[no-any-return]
 
     async def clear_session(self) -> None:
@@ -182,8 +182,12 @@ class BranchingSession(SessionABC):
 
     # -- hooks for AdvancedSession (called with the lock held) ---------------------------------
 
-    async def _after_pop(self, branch: str, lineage: Lineage, item: Any) -> None:
-        """Called after ``item`` left ``branch`` (``lineage`` is the branch after the pop)."""
+    async def _after_pop(
+        self, branch: str, lineage: Lineage, item: Any, position: tuple[str, int]
+    ) -> None:
+        """Called after ``item`` left ``branch`` (``lineage`` is the branch after the pop;
+        ``position`` is where the item is, (storage key, seq), a position in a full read when
+        that storage has no sequence numbers)."""
 
     async def _after_delete(self, branch: str) -> None:
         """Called after ``branch`` was deleted."""

@@ -2,9 +2,11 @@
 Session.
 
 Usage records live in a sibling of the inner session (same backend); turn numbers count the
-user messages of the inner session from 1. The methods have the names, arguments and return
-shapes of the Agents SDK's ``AdvancedSQLiteSession``; over a single history the branch is always
-``"main"`` (use ``AdvancedSession`` for usage per branch).
+user messages of the inner session from 1, as it is now (a record is tied to its turn's user
+message, so expiring old turns renumbers the records instead of mixing them up). The methods
+have the names, arguments and return shapes of the Agents SDK's ``AdvancedSQLiteSession``;
+over a single history the branch is always ``"main"`` (use ``AdvancedSession`` for usage per
+branch).
 """
 
 from __future__ import annotations
@@ -28,7 +30,17 @@ from ._branch_store import (
     read_rows,
     resolve_sibling_factory,
 )
-from ._branch_usage import UsageLog, current_turn, session_usage, tool_usage, turn_usage
+from ._branch_usage import (
+    UsageKey,
+    UsageLog,
+    locate_turn,
+    numbered,
+    positioned_branches,
+    session_usage,
+    tool_usage,
+    turn_numbers,
+    turn_usage,
+)
 from ._branch_view import View
 from .base import refuse_positions_over_expiry
 
@@ -87,13 +99,15 @@ class UsageTrackingSession(SessionABC):
         """Remove and return the newest item; popping a user message drops its turn's usage."""
         newest = await read_rows(self.inner, 1) if is_sequenced(self.inner) else []
         item = await self.inner.pop_item()
-        if newest and newest[0][1] == item:
+        position = (MAIN, newest[0][0]) if newest and newest[0][1] == item else None
+        if position is not None:
             async with self._scan_lock:  # keeps the turn scan valid without a rescan
-                self._view.popped(MAIN, newest[0][0])
+                self._view.popped(MAIN, position[1])
         if is_user_message(item):
+            # The number too, for records filed by number (foreign inners, earlier versions).
             async with self._scan_lock:
                 turn = await self._view.turn_count(MAIN_LINEAGE) + 1
-            await self._usage.drop_turn(MAIN, turn)
+            await self._usage.drop_turn(MAIN, turn, position)
         return item
 
     async def clear_session(self) -> None:
@@ -124,18 +138,19 @@ class UsageTrackingSession(SessionABC):
             if usage is None:
                 return
             async with self._scan_lock:
-                turn, anchor = await current_turn(self._view, MAIN_LINEAGE, MAIN, self._usage)
-            if turn == 0:
+                turn, position = await locate_turn(self._view, MAIN_LINEAGE)
+            if turn == 0 and position is None:
                 self._logger.debug("Skipping usage store: no user turn yet")
                 return
-            await self._usage.store(MAIN, turn, usage, anchor)
+            await self._usage.store(MAIN, usage, turn=turn or None, position=position)
         except Exception as exc:  # the SDK's contract: usage never breaks a conversation
             self._logger.error("Failed to store session usage: %s", exc, exc_info=True)
 
     async def get_session_usage(self, branch_id: str | None = None) -> dict[str, int] | None:
         """Return ``{"requests", "input_tokens", "output_tokens", "total_tokens",
-        "total_turns"}`` summed over the session, or None when nothing was stored."""
-        return session_usage(await self._usage.turns(), branch_id)
+        "total_turns"}`` summed over the turns ``get_turn_usage`` lists, or None when there
+        are none (usage of turns whose user message expired is not counted)."""
+        return session_usage(await self._numbered(branch_id or None), branch_id)
 
     async def get_turn_usage(
         self, user_turn_number: int | None = None, branch_id: str | None = None
@@ -143,7 +158,16 @@ class UsageTrackingSession(SessionABC):
         """Return one turn's usage with token details (``{}`` when none), or a list of every
         turn's usage (each with ``user_turn_number``) ordered by turn."""
         branch = branch_id if branch_id is not None else MAIN
-        return turn_usage(await self._usage.turns(), branch, user_turn_number)
+        return turn_usage(await self._numbered(branch), branch, user_turn_number)
+
+    async def _numbered(self, branch_id: str | None) -> dict[UsageKey, dict[str, Any]]:
+        """The current records (of ``branch_id``'s, when given), by (branch, turn number)."""
+        records = await self._usage.records()
+        numbers = {}
+        if MAIN in positioned_branches(records, branch_id):
+            async with self._scan_lock:
+                numbers[MAIN] = await turn_numbers(self._view, MAIN_LINEAGE)
+        return numbered(records, numbers)
 
     async def get_tool_usage(self, branch_id: str | None = None) -> list[tuple[str, int, int]]:
         """Return ``(tool_name, usage_count, turn_number)`` for the tools called, by turn."""
