@@ -92,6 +92,11 @@ async def main(quick: bool) -> None:
     tmp = tempfile.mkdtemp(prefix="bench-sqlite-")
     raw_db = await RawAiosqlite.connect(os.path.join(tmp, "raw.db"))
 
+    # Holds the file's shared connection open across rounds, as an application would (the
+    # harness closes each session; the last close would otherwise close the connection).
+    keep = SQLiteSession("keep", os.path.join(tmp, "ours.db"))
+    await keep.get_items(limit=1)
+
     async def ours(sid: str) -> Any:
         return SQLiteSession(sid, os.path.join(tmp, "ours.db"))
 
@@ -116,6 +121,7 @@ async def main(quick: bool) -> None:
         rounds=2 if quick else 3,
     )
     await paired(contenders, 300 if quick else 1500)
+    await keep.close()
     await raw_db.close()
 
 
