@@ -592,3 +592,33 @@ async def test_a_long_turn_is_found_by_reading_back_in_pages(kind: str, tmp_path
     assert s._view._scans == {}
     assert await listed(s) == [(2, 5)]
     await s.close()
+
+
+class RowCountingSession(InMemorySession):
+    """Counts the rows its sequenced reads return (the conversation's own, not a sibling's)."""
+
+    rows_read = 0
+
+    async def get_sequenced_items(self, limit: int | None = None, **bounds: Any) -> Any:
+        rows = await super().get_sequenced_items(limit, **bounds)
+        type(self).rows_read += len(rows)
+        return rows
+
+
+@pytest.mark.parametrize("kind", ["usage", "advanced"])
+@pytest.mark.asyncio
+async def test_undoing_a_turn_on_a_warm_object_does_not_rescan_the_history(kind: str) -> None:
+    inner = RowCountingSession(f"w-{uuid.uuid4().hex[:8]}", store=InMemoryStore())
+    s: Any = UsageTrackingSession(inner) if kind == "usage" else AdvancedSession(inner)
+    for n in range(1, 301):
+        await _turn(s, n)
+    assert len(await listed(s)) == 300  # the object is warm: it has scanned the history
+    for n in (301, 302):
+        await _turn(s, n, inp=n)
+        RowCountingSession.rows_read = 0
+        await s.pop_item()
+        await s.pop_item()  # the undo: the turn's answer, then its question
+        assert RowCountingSession.rows_read < 50, "popping a question must not rescan the history"
+        await _turn(s, n, inp=n + 1000)  # re-asked
+    assert (await listed(s))[-2:] == [(301, 1301), (302, 1302)]
+    await s.close()

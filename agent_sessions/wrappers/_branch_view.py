@@ -114,7 +114,9 @@ class View:
     def popped(self, key: str, seq: int) -> None:
         """Note that item ``seq`` of storage ``key`` was popped, so its scan stays usable."""
         scan = self._scans.get(key)
-        if scan is not None and not scan.drop_last(seq):
+        # An item newer than the scan (appended since it was last extended) was never in it:
+        # the scan stays valid as it is.
+        if scan is not None and seq <= scan.through and not scan.drop_last(seq):
             del self._scans[key]
 
     async def read(self, lineage: Lineage, limit: int | None) -> list[Any]:
