@@ -102,22 +102,10 @@ class Boundary:
 
     async def _rebuild(self, inner: Any, now: float) -> None:
         self._reset_to(0)
-        live: list[tuple[int, Any]] = []
-        newer_t, before = now, None
-        while True:
-            rows = await inner.get_sequenced_items(_PAGE, before=before)
-            for seq, envelope in reversed(rows):
-                if self._dead(envelope, newer_t, now):
-                    self.floor = seq
-                    break
-                live.append((seq, envelope))
-                newer_t = envelope["t"]
-            else:
-                if rows:
-                    before = rows[0][0]
-                    continue
-            break
-        live.reverse()
+        dead, live = await newest_dead_by_scan(
+            inner, lambda envelope, newer_t: self._dead(envelope, newer_t, now), now
+        )
+        self.floor = dead
         self._extend(live)
         self.built = True
 
@@ -152,6 +140,31 @@ class Boundary:
         """Make ``seq`` the newest item known dead for good; forget every live item."""
         self.floor = seq
         self.seqs, self.ts, self._cs, self._tmin, self._cmin = [], [], [], [], []
+
+
+async def newest_dead_by_scan(
+    inner: Any, dead: Callable[[Any, float], bool], now: float, *, keep_live: bool = True
+) -> tuple[int, list[tuple[int, Any]]]:
+    """Walk ``inner``'s items from the newest back, a page at a time, to the first one for
+    which ``dead(envelope, newer_t)`` holds; return its sequence number (0: none) and the live
+    rows after it, oldest first (none unless ``keep_live``). Only an empty page ends the walk:
+    a page may come back short while older items exist (the inner leaves undecodable or
+    unreadable items out of reads)."""
+    live: list[tuple[int, Any]] = []
+    newer_t, before = now, None
+    while True:
+        rows = await inner.get_sequenced_items(_PAGE, before=before)
+        if not rows:
+            live.reverse()
+            return 0, live
+        for seq, envelope in reversed(rows):
+            if dead(envelope, newer_t):
+                live.reverse()
+                return seq, live
+            if keep_live:
+                live.append((seq, envelope))
+            newer_t = envelope["t"]
+        before = rows[0][0]
 
 
 def _push_min(mins: list[float], value: float) -> None:

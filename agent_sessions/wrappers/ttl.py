@@ -40,7 +40,7 @@ from ..core.capabilities import (
 )
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ._branch_store import is_sequenced
-from ._ttl_boundary import Boundary
+from ._ttl_boundary import Boundary, newest_dead_by_scan
 from .base import SessionWrapper, check_max_item_bytes
 from .rewrite import Transform, rewrite_through
 
@@ -53,7 +53,6 @@ TTL_TYPE = "agent_sessions.ttl"
 ENVELOPE_OVERHEAD = 128
 """Bytes an envelope adds around an item's JSON, at most (type, two timestamps, braces)."""
 
-_PURGE_PAGE = 200
 
 
 def seconds(value: float | timedelta | None, name: str) -> float | None:
@@ -328,21 +327,13 @@ class TTLSession(SessionWrapper):
                 "agent_sessions' backends to have them removed"
             )
         now = self.clock()
-        newer_t = now
-        before: int | None = None
-        while True:
-            rows: list[tuple[int, Any]] = await inner.get_sequenced_items(
-                _PURGE_PAGE, before=before
-            )
-            if not rows:
-                return 0
-            for seq, envelope in reversed(rows):
-                if self._dead(envelope, newer_t, now, self.clock_skew):
-                    return await inner.delete_items(before=seq + 1)
-                newer_t = envelope["t"]
-            # Only an empty page ends the walk: a page may come back short while older items
-            # exist (the inner leaves undecodable or unreadable items out of reads).
-            before = rows[0][0]
+        dead, _ = await newest_dead_by_scan(
+            inner,
+            lambda envelope, newer_t: self._dead(envelope, newer_t, now, self.clock_skew),
+            now,
+            keep_live=False,
+        )
+        return await inner.delete_items(before=dead + 1) if dead else 0
 
     async def rewrite_items(self, transform: Transform) -> int:
         """Rewrite the live items through ``transform`` (see ``Transform``) keeping their
