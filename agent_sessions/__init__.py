@@ -15,10 +15,12 @@ from .backends.memory import InMemorySession, InMemoryStore
 from .backends.sqlite import SQLiteSession
 from .core.base import BaseSession
 from .core.capabilities import (
+    Capability,
     SupportsNativeExpiry,
     SupportsRangeDelete,
     SupportsSequencedItems,
-    SupportsSiblings,
+    capabilities_of,
+    supports,
 )
 from .core.registry import open_session, register_scheme, registered_schemes
 
@@ -60,16 +62,18 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BaseSession",
+    "Capability",
     "InMemorySession",
     "InMemoryStore",
     "SQLiteSession",
     "SupportsNativeExpiry",
     "SupportsRangeDelete",
     "SupportsSequencedItems",
-    "SupportsSiblings",
+    "capabilities_of",
     "errors",
     "open_session",
     "register_scheme",
     "registered_schemes",
+    "supports",
     *_LAZY,
 ]

@@ -32,7 +32,8 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..core.base import BaseSession, Row, check_before
+from ..core.base import STORE_CAPABILITIES, BaseSession, Row
+from ..core.capabilities import Capability
 from ..errors import BackendDataError, BackendUnavailableError
 from ._redis_layout import (
     APPEND,
@@ -40,6 +41,7 @@ from ._redis_layout import (
     ITEMS_TYPE,
     META_TYPE,
     POP,
+    REWRITE,
     check_key_prefix,
     session_keys,
 )
@@ -82,6 +84,10 @@ class _SharedClient:
         self.owned = owned
         self.users = 1
 
+    def share(self) -> _SharedClient:
+        self.users += 1
+        return self
+
     async def release(self) -> None:
         self.users -= 1
         if self.users == 0 and self.owned:
@@ -117,6 +123,7 @@ class RedisSession(BaseSession):
     ``retry=Retry(NoBackoff(), 0)`` if a lost reply must never duplicate a batch or drop a pop.
     """
 
+    capabilities = STORE_CAPABILITIES | {Capability.NATIVE_EXPIRY}
     # Each write is one command that Redis runs atomically. A cancelled caller has sent none,
     # part or all of it; redis-py then drops the connection, and Redis discards a partial
     # command and runs a complete one whole. So no task is needed to see a write through.
@@ -194,20 +201,14 @@ class RedisSession(BaseSession):
 
     # -- capabilities ----------------------------------------------------------------------
 
-    def sibling(self, session_id: str) -> RedisSession:
-        """Return a session of the same client, prefix, expiry and timeout (side storage)."""
-        self._check_open()
-        self._shared.users += 1
-        return RedisSession(
-            session_id,
-            key_prefix=self.key_prefix,
-            ttl=self.ttl,
-            timeout=self.timeout,
-            max_item_bytes=self.max_item_bytes,
-            strict=self.strict,
-            _shared=self._shared,
-            _internal_id=True,
-        )
+    def _member_options(self) -> dict[str, Any]:
+        # The expiry too: native expiry applies to the whole family.
+        return {
+            "key_prefix": self.key_prefix,
+            "ttl": self.ttl,
+            "timeout": self.timeout,
+            "_shared": self._shared.share(),
+        }
 
     def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
         """Make every later write set all of this session's keys to expire ``ttl_seconds``
@@ -276,17 +277,16 @@ class RedisSession(BaseSession):
         client, keys, ttl = self._client, self._keys, self._ttl_ms
         await self._call(lambda: CLEAR(client, keys, ttl))
 
-    async def delete_items(self, *, before: int) -> int:
-        """Atomically delete this session's items with sequence number < ``before``; return
-        how many were deleted (capability ``SupportsRangeDelete``, used to purge).
-
-        One ZREMRANGEBYSCORE, atomic by itself. It leaves expiry alone: removing dead items
-        must not prolong the life of the rest."""
-        before = check_before(before)
-        self._check_open()
+    async def _delete_before(self, before: int) -> int:
+        # One ZREMRANGEBYSCORE, atomic by itself. It leaves expiry alone: removing dead items
+        # must not prolong the life of the rest.
         client, key, high = self._client, self._keys[0], f"({before}"
-        removed = await self._mutate(self._call(lambda: client.zremrangebyscore(key, "-inf", high)))
-        return int(removed)
+        return int(await self._call(lambda: client.zremrangebyscore(key, "-inf", high)))
+
+    async def _rewrite(self, rows: list[Row]) -> int:
+        client, keys = self._client, self._keys
+        args = [part for seq, payload in rows for part in (str(seq), payload)]
+        return int(await self._call(lambda: REWRITE(client, keys, *args)))
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
         client, key = self._client, self._keys[0]

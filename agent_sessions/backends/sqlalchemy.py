@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
-from ..core.base import BaseSession, Row, check_before
+from ..core.base import STORE_CAPABILITIES, BaseSession, Row
 from ..errors import BackendDataError, BackendUnavailableError
 from ._sql_common import SqlDialect, Tables
 
@@ -277,6 +277,8 @@ class SQLAlchemySession(BaseSession):
             supported.
     """
 
+    capabilities = STORE_CAPABILITIES
+
     def __init__(
         self,
         session_id: str,
@@ -299,7 +301,6 @@ class SQLAlchemySession(BaseSession):
         # when a cancelled operation's connection is dropped: it cannot be half-done, so no
         # extra task is needed to finish it. SQLite keeps its connection, so it needs one.
         self._single_dispatch_writes = self.engine.dialect.name != "sqlite"
-        self._options = options
         self._cached: tuple[asyncio.AbstractEventLoop, _Store] | None = None
 
     @classmethod
@@ -399,20 +400,15 @@ class SQLAlchemySession(BaseSession):
         """Name of the items table."""
         return self._tables.messages
 
-    def sibling(self, session_id: str) -> SQLAlchemySession:
-        """Return a session of the same engine and tables (the pool is shared)."""
-        self._check_open()
-        return SQLAlchemySession(
-            session_id,
-            engine=self._engine,  # type: ignore[arg-type]
-            create_tables=self._create_tables,
-            table_prefix=self.table_prefix,
-            sessions_table=self._tables.sessions,
-            messages_table=self._tables.messages,
-            _shared=self._shared.share() if self._shared is not None else None,
-            _internal_id=True,
-            **self._options,
-        )
+    def _member_options(self) -> dict[str, Any]:
+        return {
+            "engine": self._engine,
+            "create_tables": self._create_tables,
+            "table_prefix": self.table_prefix,
+            "sessions_table": self._tables.sessions,
+            "messages_table": self._tables.messages,
+            "_shared": self._shared.share() if self._shared is not None else None,
+        }
 
     # -- running an operation -------------------------------------------------------------
 
@@ -586,17 +582,21 @@ class SQLAlchemySession(BaseSession):
 
         return await self._run(op, write=False)
 
-    async def delete_items(self, *, before: int) -> int:
-        """Atomically delete this session's items with sequence number < ``before``; return
-        how many were deleted (capability ``SupportsRangeDelete``, used to purge)."""
-        before = check_before(before)
-        self._check_open()
+    async def _delete_before(self, before: int) -> int:
         sid = self.session_id
 
         async def op(d: SqlDialect, conn: Any) -> int:
             return await d.delete_before(conn, sid, before)
 
-        return await self._mutate(self._run(op, write=True))  # type: ignore[no-any-return]
+        return await self._run(op, write=True)
+
+    async def _rewrite(self, rows: list[Row]) -> int:
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> int:
+            return await d.rewrite(conn, sid, rows)
+
+        return await self._run(op, write=True)
 
     async def _close(self) -> None:
         if self._shared is not None:

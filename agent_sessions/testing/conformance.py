@@ -26,7 +26,7 @@ import pytest_asyncio
 from agents import RunConfig, Runner
 from agents.memory import Session, SessionSettings
 
-from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems
+from ..core.capabilities import Capability, supports
 from .helpers import item_text, model_input_texts, scripted_agent, texts
 
 SessionFactory = Callable[..., Awaitable[Session]]
@@ -344,8 +344,8 @@ class SessionConformanceSuite:
 
     @pytest.mark.asyncio
     async def test_sequence_numbers_when_offered(self, new_session: SessionFactory) -> None:
-        s = await new_session()
-        if not isinstance(s, SupportsSequencedItems):
+        s: Any = await new_session()
+        if not supports(s, Capability.SEQUENCED):
             pytest.skip("the session does not offer sequenced items")
         first = await s.add_sequenced_items([_msg("a"), _msg("b")])
         second = await s.add_sequenced_items([_msg("c")])
@@ -367,8 +367,8 @@ class SessionConformanceSuite:
 
     @pytest.mark.asyncio
     async def test_range_delete_when_offered(self, new_session: SessionFactory) -> None:
-        s = await new_session()
-        if not (isinstance(s, SupportsRangeDelete) and isinstance(s, SupportsSequencedItems)):
+        s: Any = await new_session()
+        if not (supports(s, Capability.RANGE_DELETE) and supports(s, Capability.SEQUENCED)):
             pytest.skip("the session does not offer range deletion")
         seqs = await s.add_sequenced_items([_msg(str(i)) for i in range(6)])
         assert await s.delete_items(before=seqs[0]) == 0
@@ -388,13 +388,13 @@ class SessionConformanceSuite:
     async def test_range_delete_rejects_a_bound_that_is_not_an_int(
         self, new_session: SessionFactory
     ) -> None:
-        s = await new_session()
-        if not (isinstance(s, SupportsRangeDelete) and isinstance(s, SupportsSequencedItems)):
+        s: Any = await new_session()
+        if not (supports(s, Capability.RANGE_DELETE) and supports(s, Capability.SEQUENCED)):
             pytest.skip("the session does not offer range deletion")
         seqs = await s.add_sequenced_items([_msg(str(i)) for i in range(3)])
         for bad in (None, "zzz", str(seqs[-1] + 1), float(seqs[1]) + 0.5, True):
             with pytest.raises(TypeError, match="before"):
-                await s.delete_items(before=bad)  # type: ignore[arg-type]
+                await s.delete_items(before=bad)
         assert texts(await s.get_items()) == ["0", "1", "2"], "a bad bound must delete nothing"
 
     # -- Runner integration ----------------------------------------------------------------

@@ -12,9 +12,10 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.capabilities import Capability, supports
 from ..core.codec import dumps, loads
 from ._branch_items import classify_message_type, extract_tool_name, is_user_message
-from ._branch_store import Storages, is_sequenced, read_rows
+from ._branch_store import Storages, read_rows
 from .base import expiring_layer
 
 Segment = tuple[str, "int | None"]
@@ -167,7 +168,7 @@ class View:
     async def scan(self, key: str, before: int | None) -> Scan:
         """Return a scan of storage ``key`` complete at least below ``before``."""
         session = self.storages.storage(key)
-        if not is_sequenced(session):
+        if not supports(session, Capability.SEQUENCED):
             fresh = Scan()
             fresh.add(await read_rows(session, before=before))
             return fresh
@@ -220,7 +221,9 @@ class View:
 
     def sequenced(self, lineage: Lineage) -> bool:
         """Whether every storage of the view offers sequence numbers."""
-        return all(is_sequenced(self.storages.storage(key)) for key, _ in lineage)
+        return all(
+            supports(self.storages.storage(key), Capability.SEQUENCED) for key, _ in lineage
+        )
 
     async def newest_user(self, lineage: Lineage) -> tuple[str, int] | None:
         """Return ``(storage key, seq)`` of the view's newest user message, or None.

@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ..core.capabilities import Capability, supports
 from ._branch_items import is_user_message
-from ._branch_store import SiblingFactory, is_sequenced
+from ._branch_store import SiblingFactory
 from ._branch_usage import (
     Position,
     UsageKey,
@@ -57,7 +58,7 @@ class AdvancedSession(BranchingSession):
     ) -> None:
         if is_user_message(item):  # the turn it opened is gone, and so is its usage
             turn = await self._view.turn_count(lineage) + 1  # for records filed by number
-            sequenced = is_sequenced(self._storages.storage(position[0]))
+            sequenced = supports(self._storages.storage(position[0]), Capability.SEQUENCED)
             await self._usage.drop_turn(branch, turn, position if sequenced else None)
 
     async def _after_delete(self, branch: str) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agents.memory import SessionABC
 from agents.memory.session_settings import resolve_session_limit
 
+from ..core.capabilities import Capability, supports
 from ..errors import BranchError, BranchNotFoundError
 from ._branch_items import content_matches, content_preview
 from ._branch_log import BranchLog, BranchState, encode_lineage, now_text
@@ -27,7 +28,6 @@ from ._branch_store import (
     Storages,
     check_items,
     close_session,
-    is_sequenced,
     resolve_sibling_factory,
 )
 from ._branch_view import Lineage, View
@@ -102,7 +102,8 @@ class BranchingSession(SessionABC):
             key = lineage[-1][0]
             storage = self._storages.storage(key)
             check_items(storage, items)
-            if not items or not is_sequenced(storage) or not state.shares(key, besides=name):
+            sequenced = supports(storage, Capability.SEQUENCED)
+            if not items or not sequenced or not state.shares(key, besides=name):
                 await storage.add_items(items)
                 return
             # Another object may, right now, pop this branch below a child's fork point, which
@@ -170,10 +171,12 @@ class BranchingSession(SessionABC):
             await self._log.append({"op": "reset"})
             self._view.forget()
 
-    def sibling(self, session_id: str) -> Session:
-        """Return a plain session of the inner session's store, for layers stacked on this
-        one to keep their side data in the same backend."""
-        return self._storages.open_sibling(session_id)
+    capabilities = frozenset({Capability.FAMILY})
+
+    def side_store(self, purpose: str) -> Session:
+        """Return the side store for ``purpose`` in the inner session's family (for layers
+        stacked on this one); closed with this object."""
+        return self._storages.side(purpose)
 
     async def close(self) -> None:
         """Close the side sessions and the inner session."""

@@ -19,18 +19,16 @@ import logging
 import os
 import re
 from binascii import a2b_base64
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import Session
 
-from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems
+from ..core.capabilities import Capability
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ..errors import DecryptionError, MissingDependencyError
-from ._branch_store import is_sequenced
 from .base import SessionWrapper, check_max_item_bytes
-from .rewrite import Transform, rewrite_through
 from .ttl import TTLSession
 
 try:
@@ -124,8 +122,8 @@ class EncryptedSession(SessionWrapper):
             history). An entry is used only for a byte-identical envelope (key id, nonce and
             ciphertext), which would authenticate to the same plaintext. 0 disables it.
 
-    Offers ``sibling()``, the sequenced-items and the range-delete capabilities exactly when
-    ``inner`` does (sequence numbers are the inner session's, one per stored item).
+    Passes on the inner session's sequence numbers (one per stored item), range delete,
+    rewrite in place, native expiry and family; side stores are encrypted with the same keys.
 
     Unreadable items (wrong or unknown key, altered bytes, copied from another session, not
     an envelope) are never returned as plaintext. They keep their slot: ``get_items(limit=n)``
@@ -133,10 +131,7 @@ class EncryptedSession(SessionWrapper):
     exactly that item and returns None (strict mode: raises after removing it).
     """
 
-    add_sequenced_items: Callable[[list[TResponseInputItem]], Awaitable[list[int]]]
-    get_sequenced_items: Callable[..., Awaitable[list[tuple[int, TResponseInputItem]]]]
-    count_items: Callable[..., Awaitable[int]]
-    delete_items: Callable[..., Awaitable[int]]
+    passes: ClassVar[frozenset[Capability]] = frozenset(Capability)
 
     def __init__(
         self,
@@ -189,12 +184,6 @@ class EncryptedSession(SessionWrapper):
         self._aad_prefix = f"{ENC_TYPE}\x00{ENVELOPE_VERSION}\x00".encode()
         self._aad_suffix = b"\x00" + self.session_id.encode("utf-8")
         self._cipher(self.active_key_id)  # derive now: a bad key fails at construction
-        if is_sequenced(inner):  # offered only when the inner has it (its own methods)
-            self.add_sequenced_items = self._add_sequenced_items
-            self.get_sequenced_items = self._get_sequenced_items
-            self.count_items = self._count_items
-            if isinstance(inner, SupportsRangeDelete):
-                self.delete_items = self._delete_items
         if max_item_bytes is None:
             inner_cap = getattr(inner, "max_item_bytes", None)
             max_item_bytes = DEFAULT_MAX_ITEM_BYTES
@@ -240,10 +229,10 @@ class EncryptedSession(SessionWrapper):
             raise ValueError(f"active={active!r} is not in keys ({sorted(ring)})")
         return ring, active
 
-    def wrap_sibling(self, inner_sibling: Session) -> EncryptedSession:
-        """Return an EncryptedSession with the same keys over ``inner_sibling``."""
+    def wrap_member(self, member: Session) -> EncryptedSession:
+        """Return an EncryptedSession with the same keys over the side store ``member``."""
         return EncryptedSession(
-            inner_sibling,
+            member,
             keys=self._keys,
             active=self.active_key_id,
             strict=self.strict,
@@ -369,44 +358,51 @@ class EncryptedSession(SessionWrapper):
             self._unreadable(reason)
             return None
 
-    async def _add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
-        """Like ``add_items``; returns the new items' sequence numbers."""
-        assert isinstance(self.inner, SupportsSequencedItems)
+    async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
+        """Like ``add_items``; returns the new items' sequence numbers (SEQUENCED)."""
         texts = encode_batch(items, self.max_item_bytes)
         if not texts:
             return []
-        return await self.inner.add_sequenced_items(
-            [self._seal(text) for text in texts]  # type: ignore[misc]
-        )
+        inner = self._inner(Capability.SEQUENCED)
+        seqs: list[int] = await inner.add_sequenced_items([self._seal(text) for text in texts])
+        return seqs
 
-    async def _get_sequenced_items(
+    async def get_sequenced_items(
         self, limit: int | None = None, *, after: int | None = None, before: int | None = None
     ) -> list[tuple[int, TResponseInputItem]]:
         """Return ``(seq, item)`` with after < seq < before, the latest ``limit``, oldest first;
         unreadable items are left out as in ``get_items``."""
-        assert isinstance(self.inner, SupportsSequencedItems)
+        inner = self._inner(Capability.SEQUENCED)
         if limit is not None and limit <= 0:
             return []
         out = []
-        for seq, envelope in await self.inner.get_sequenced_items(
-            limit, after=after, before=before
-        ):
+        for seq, envelope in await inner.get_sequenced_items(limit, after=after, before=before):
             try:
                 out.append((seq, self._open(envelope)))
             except _Unreadable as reason:
                 self._unreadable(reason)
         return out
 
-    async def _count_items(self, *, after: int | None = None, before: int | None = None) -> int:
+    async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
         """Return how many stored items have after < seq < before (unreadable ones too)."""
-        assert isinstance(self.inner, SupportsSequencedItems)
-        return await self.inner.count_items(after=after, before=before)
+        count: int = await self._inner(Capability.SEQUENCED).count_items(after=after, before=before)
+        return count
 
-    async def _delete_items(self, *, before: int) -> int:
+    async def delete_items(self, *, before: int) -> int:
         """Atomically delete the stored items with seq < ``before`` (unreadable ones too);
-        return how many were deleted."""
-        assert isinstance(self.inner, SupportsRangeDelete)
-        return await self.inner.delete_items(before=before)
+        return how many were deleted (RANGE_DELETE)."""
+        deleted: int = await self._inner(Capability.RANGE_DELETE).delete_items(before=before)
+        return deleted
+
+    async def rewrite_items(self, pairs: list[tuple[int, TResponseInputItem]]) -> int:
+        """Encrypt each ``(seq, item)`` under the active key and replace stored item ``seq``
+        with it, in one atomic step (REWRITE); returns how many were replaced."""
+        inner = self._inner(Capability.REWRITE)
+        texts = encode_batch([item for _, item in pairs], self.max_item_bytes)
+        replaced: int = await inner.rewrite_items(
+            [(seq, self._seal(text)) for (seq, _), text in zip(pairs, texts, strict=True)]
+        )
+        return replaced
 
     async def clear_session(self) -> None:
         """Delete every item of this session."""
@@ -417,13 +413,19 @@ class EncryptedSession(SessionWrapper):
     # -- rotation ------------------------------------------------------------------------------
 
     async def rotate(self, *, drop_unreadable: bool = False) -> int:
-        """Re-encrypt every item under the active key, keeping order (and TTL timestamps).
+        """Re-encrypt every item of this session's family (the conversation and every side
+        store: branches, usage, compaction records) under the active key, in place.
 
-        Items already under the active key are left as they are. The rewrite is crash-safe on
-        backends with siblings (see ``rewrite_session``); run it while the session is idle.
+        Each stored item keeps its sequence number and its place (layers above cannot notice
+        except by content); items already under the active key are left alone. Each member
+        is rewritten in one atomic step, so a crash or cancellation leaves every item readable
+        with the keyring, and running ``rotate()`` again finishes the job: keep the old key
+        in the keyring until a rotation has returned. Items that expired under a TTL layer are
+        not rewritten (they are never shown again).
 
         Args:
-            drop_unreadable: delete items that no key opens instead of refusing to rotate.
+            drop_unreadable: leave items that no key opens as they are (unreadable, skipped by
+                reads) instead of refusing to rotate.
 
         Returns:
             How many items were re-encrypted.
@@ -431,56 +433,53 @@ class EncryptedSession(SessionWrapper):
         Raises:
             DecryptionError: an item is unreadable and ``drop_unreadable`` is False (nothing
                 is changed).
+            NotImplementedError: the inner session cannot rewrite items in place (a session
+                from outside this package): a rotation through clear and re-add would renumber
+                the history under every layer above and could lose concurrent writes.
         """
-        changed = 0
+        members: list[EncryptedSession] = [self]
+        for purpose in await self.family_purposes():
+            member = self.side_store(purpose)
+            assert isinstance(member, EncryptedSession)
+            members.append(member)
+        plans = [await member._reseal_plan(drop_unreadable) for member in members]
+        for member, plan in zip(members, plans, strict=True):
+            if plan:
+                await member._inner(Capability.REWRITE).rewrite_items(plan)
+        return sum(len(plan) for plan in plans)
 
-        def reseal(envelopes: list[Any]) -> list[Any]:
-            nonlocal changed
-            changed = 0
-            out: list[Any] = []
-            for envelope in envelopes:
+    async def _reseal_plan(self, drop_unreadable: bool) -> list[tuple[int, Any]]:
+        """The ``(seq, new envelope)`` pairs that put this session under the active key."""
+        inner = self._inner(Capability.REWRITE)
+        plan: list[tuple[int, Any]] = []
+        before = None
+        while True:  # newest page first; only an empty page ends (reads may skip items)
+            rows = await inner.get_sequenced_items(_ROTATE_PAGE, before=before)
+            if not rows:
+                plan.reverse()
+                return plan
+            for seq, envelope in reversed(rows):
                 try:
                     item = self._open(envelope)
                 except _Unreadable as reason:
                     if drop_unreadable:
-                        changed += 1
-                        out.append(None)
+                        logger.warning(
+                            "EncryptedSession %r: item %d stays unreadable: %s",
+                            self.session_id, seq, reason,
+                        )
                         continue
                     raise DecryptionError(
-                        f"EncryptedSession {self.session_id!r}: cannot rotate, a stored item "
-                        f"is unreadable: {reason}; pass drop_unreadable=True to delete such "
-                        "items, or add their key to the keyring"
+                        f"EncryptedSession {self.session_id!r}: cannot rotate, stored item "
+                        f"{seq} is unreadable: {reason}; pass drop_unreadable=True to leave "
+                        "such items as they are, or add their key to the keyring"
                     ) from None
-                if envelope["kid"] == self.active_key_id:
-                    out.append(envelope)
-                else:
-                    out.append(self._seal(dumps(item)))
-                    changed += 1
-            return out
+                if envelope["kid"] != self.active_key_id:
+                    plan.append((seq, self._seal(dumps(item))))
+            before = rows[0][0]
 
-        await rewrite_through(self.inner, reseal)
-        return changed
 
-    async def rewrite_items(self, transform: Transform) -> int:
-        """Rewrite the decrypted items through ``transform`` (one item per item, in order),
-        re-encrypting them under the active key. Unreadable items make it raise
-        DecryptionError."""
 
-        def rewrite(envelopes: list[Any]) -> list[Any]:
-            try:
-                items = [self._open(envelope) for envelope in envelopes]
-            except _Unreadable as reason:
-                raise DecryptionError(
-                    f"EncryptedSession {self.session_id!r}: cannot rewrite: {reason}"
-                ) from None
-            new = transform(items)
-            if len(new) != len(items):
-                raise ValueError("a rewrite transform must return one entry per item")
-            kept = [item for item in new if item is not None]
-            sealed = iter(self._seal(text) for text in encode_batch(kept, self.max_item_bytes))
-            return [None if item is None else next(sealed) for item in new]
-
-        return await rewrite_through(self.inner, rewrite)
+_ROTATE_PAGE = 500
 
 
 __all__ = ["DEFAULT_KEY_ID", "ENC_TYPE", "EncryptedSession", "master_key_bytes"]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agents.memory import SessionABC
 from agents.memory.session_settings import resolve_session_limit
 
+from ..core.capabilities import Capability, supports
 from ._branch_items import is_user_message
 from ._branch_log import MAIN_LINEAGE
 from ._branch_store import (
@@ -26,7 +27,6 @@ from ._branch_store import (
     Storages,
     check_items,
     close_session,
-    is_sequenced,
     read_rows,
     resolve_sibling_factory,
 )
@@ -97,7 +97,8 @@ class UsageTrackingSession(SessionABC):
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item; popping a user message drops its turn's usage."""
-        newest = await read_rows(self.inner, 1) if is_sequenced(self.inner) else []
+        sequenced = supports(self.inner, Capability.SEQUENCED)
+        newest = await read_rows(self.inner, 1) if sequenced else []
         item = await self.inner.pop_item()
         position = (MAIN, newest[0][0]) if newest and newest[0][1] == item else None
         if position is not None:
@@ -115,10 +116,12 @@ class UsageTrackingSession(SessionABC):
         await self.inner.clear_session()
         await self._usage.clear()
 
-    def sibling(self, session_id: str) -> Session:
-        """Return a plain session of the inner session's store, for layers stacked on this
-        one to keep their side data in the same backend."""
-        return self._storages.open_sibling(session_id)
+    capabilities = frozenset({Capability.FAMILY})
+
+    def side_store(self, purpose: str) -> Session:
+        """Return the side store for ``purpose`` in the inner session's family (for layers
+        stacked on this one); closed with this object."""
+        return self._storages.side(purpose)
 
     async def close(self) -> None:
         """Close the side sessions and the inner session."""
