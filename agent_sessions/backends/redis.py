@@ -299,6 +299,9 @@ class RedisSession(BaseSession):
     async def _close(self) -> None:
         await self._shared.release()
 
+    def _owns_resources(self) -> bool:
+        return self._shared.owned  # the caller's own client: close() is a no-op, as the SDK's
+
     # -- helpers ---------------------------------------------------------------------------------
 
     def _rows(self, members: list[Any]) -> list[Row]:

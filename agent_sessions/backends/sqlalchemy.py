@@ -602,6 +602,9 @@ class SQLAlchemySession(BaseSession):
         if self._shared is not None:
             await self._shared.release()
 
+    def _owns_resources(self) -> bool:
+        return self._shared is not None  # the caller's engine: close() is a no-op
+
 
 async def open_url(url: str, session_id: str, **options: Any) -> SQLAlchemySession:
     """``open_session`` entry for ``postgresql+asyncpg://``, ``mysql+asyncmy://``,

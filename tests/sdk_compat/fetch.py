@@ -71,7 +71,7 @@ def _download(version: str, into: Path) -> Path:
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired as exc:
         raise FetchError(f"pip download of openai-agents=={version} timed out") from exc
-    archives = sorted(into.glob("openai_agents-*.tar.gz")) + sorted(into.glob("openai-agents-*.tar.gz"))
+    archives = sorted(into.glob("openai[_-]agents-*.tar.gz"))
     if done.returncode != 0 or not archives:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
         raise FetchError(f"pip download of the openai-agents=={version} sdist failed:\n{tail}")

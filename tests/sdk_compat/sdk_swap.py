@@ -21,9 +21,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import exclusions  # type: ignore[import-not-found]  # tests/sdk_compat/exclusions.py
 import pytest
-
-import exclusions  # tests/sdk_compat/exclusions.py, on PYTHONPATH
 
 TARGET = os.environ.get("AGENT_SESSIONS_SDK_TARGET", "sqlite")
 REPORT = os.environ.get("AGENT_SESSIONS_SDK_REPORT")
@@ -123,7 +122,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         previous = _outcomes.get(report.nodeid)
         if previous in ("failed", "error"):
             return
-        outcome = report.outcome
+        outcome: str = report.outcome
         if report.when != "call" and report.outcome == "failed":
             outcome = "error"
         if outcome == "skipped":
@@ -157,6 +156,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 # -- pointing the SQL and Redis tests at the target's server ------------------------------------
 
+_SQL_TEST_MODULES = ("test_sqlalchemy_session", "test_sqlalchemy_compaction")
 _SQLITE_URL = re.compile(r"^sqlite(\+aiosqlite)?://")
 
 
@@ -182,7 +182,7 @@ def _sql_target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     """On postgres/mariadb, send every SQLite URL an SQL test opens to this test's own schema
     or database on the server (the SDK's tests use SQLite files and ``:memory:``)."""
     module = request.module
-    is_sql = module.__name__.split(".")[-1] in ("test_sqlalchemy_session", "test_sqlalchemy_compaction")
+    is_sql = module.__name__.rsplit(".", 1)[-1] in _SQL_TEST_MODULES
     if TARGET not in ("postgres", "mariadb") or not is_sql:
         yield
         return
@@ -218,14 +218,14 @@ def _sql_target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
             return real_create(url, **merged)
         return real_create(engine_url, **kwargs)
 
-    def from_url(cls: Any, session_id: str, *, url: str, **kwargs: Any) -> Any:
+    def from_url(cls: Any, *args: Any, url: str, **kwargs: Any) -> Any:
         if _SQLITE_URL.match(url):
             if engine_kwargs:
                 extra = dict(kwargs.get("engine_kwargs") or {})
                 extra.update(engine_kwargs)
                 kwargs["engine_kwargs"] = extra
             url = target_url
-        return real_from_url(cls, session_id, url=url, **kwargs)
+        return real_from_url(cls, *args, url=url, **kwargs)
 
     target_url = url
     monkeypatch.setattr(SQLAlchemySession, "from_url", classmethod(from_url))
