@@ -218,7 +218,7 @@ def _sql_target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
             return real_create(url, **merged)
         return real_create(engine_url, **kwargs)
 
-    def from_url(cls: Any, *args: Any, url: str, **kwargs: Any) -> Any:
+    def from_url(cls: Any, /, *args: Any, url: str, **kwargs: Any) -> Any:
         if _SQLITE_URL.match(url):
             if engine_kwargs:
                 extra = dict(kwargs.get("engine_kwargs") or {})
