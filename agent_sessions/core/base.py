@@ -15,6 +15,7 @@ from agents.memory.session_settings import coerce_session_settings
 
 from ..errors import CorruptItemError, InvalidItemError, SessionClosedError
 from .capabilities import Capability
+from .closing import Closing
 from .codec import DEFAULT_MAX_ITEM_BYTES, decode_item, encode_batch
 from .family import REGISTRY, Family, purposes_in
 from .ids import derive_sibling_id, validate_session_id
@@ -88,6 +89,7 @@ class BaseSession(SessionABC):
         self._closed = False
         self._family: Family | None = None
         self._registration: tuple[BaseSession, str] | None = None
+        self._closing: Closing | None = None
 
     # -- what a backend implements -------------------------------------------------------------
 
@@ -174,10 +176,10 @@ class BaseSession(SessionABC):
 
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers."""
+        self._check_open()  # before the empty check: the SDK refuses [] on a closed session
         payloads = encode_batch(items, self.max_item_bytes)
         if not payloads:
             return []
-        self._check_open()
         if self._registration is not None:
             await self._register()
         seqs: list[int] = await self._mutate(self._append(payloads))
@@ -285,13 +287,27 @@ class BaseSession(SessionABC):
         """Whether ``close()`` was called."""
         return self._closed
 
-    async def close(self) -> None:
-        """Release this session's resources; idempotent. Later use raises SessionClosedError."""
-        if self._closed:
-            return
-        self._closed = True
+    def close(self) -> Closing:
+        """Release this session's resources; idempotent. Later use raises SessionClosedError.
+
+        Works called bare, like the SDK's sync ``SQLiteSession.close()`` (the session is
+        closed at once; the release finishes in the background, or right away when no event
+        loop runs), or awaited, which waits for the release. A session over a client or
+        engine the caller passed in leaves it open (see ``_owns_resources``).
+        """
+        if self._closing is None:
+            self._closed = self._closed or self._owns_resources()
+            self._closing = Closing(self._release() if self._closed else None)
+        return self._closing
+
+    def _owns_resources(self) -> bool:
+        """Whether closing ends this session: False for one over the caller's own client,
+        whose close is a no-op as in the SDK."""
+        return True
+
+    async def _release(self) -> None:
         if self._family is not None:
-            await self._family.close()
+            await self._family.close()  # the side stores this object opened
         await self._close()
 
     async def __aenter__(self) -> BaseSession:

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, TypeVar
 from agents.memory import Session, SessionABC, SessionSettings
 
 from ..core.capabilities import Capability, capabilities_of, supports
+from ..core.closing import Closing
 from ..core.family import Family, close_quietly, member_purposes, side_store
 
 W = TypeVar("W", bound="SessionWrapper")
@@ -43,6 +44,7 @@ class SessionWrapper(SessionABC):
         self.capabilities = capabilities_of(inner) & self.passes
         self._family: Family | None = None
         self._closed = False
+        self._closing: Closing | None = None
 
     @property  # type: ignore[override]
     def session_settings(self) -> SessionSettings | None:
@@ -96,11 +98,15 @@ class SessionWrapper(SessionABC):
         """Whether ``close()`` was called."""
         return self._closed
 
-    async def close(self) -> None:
-        """Close the side stores this object opened, then the inner session; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+    def close(self) -> Closing:
+        """Close the side stores this object opened, then the inner session (sync or async
+        ``close``); idempotent; works called bare or awaited (see ``core.closing.Closing``)."""
+        if self._closing is None:
+            self._closed = True
+            self._closing = Closing(self._release())
+        return self._closing
+
+    async def _release(self) -> None:
         if self._family is not None:
             await self._family.close()
         await close_quietly(self.inner)

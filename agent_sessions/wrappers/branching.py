@@ -19,6 +19,7 @@ from agents.memory import SessionABC
 from agents.memory.session_settings import resolve_session_limit
 
 from ..core.capabilities import Capability, supports
+from ..core.closing import Closing
 from ..errors import BranchError, BranchNotFoundError
 from ._branch_items import content_matches, content_preview
 from ._branch_log import BranchLog, BranchState, encode_lineage, now_text
@@ -178,8 +179,11 @@ class BranchingSession(SessionABC):
         stacked on this one); closed with this object."""
         return self._storages.side(purpose)
 
-    async def close(self) -> None:
-        """Close the side sessions and the inner session."""
+    def close(self) -> Closing:
+        """Close the side sessions and the inner session; works called bare or awaited."""
+        return Closing(self._close_all())
+
+    async def _close_all(self) -> None:
         await self._storages.close()
         await close_session(self.inner)
 

@@ -19,6 +19,7 @@ from agents.memory import SessionABC
 from agents.memory.session_settings import resolve_session_limit
 
 from ..core.capabilities import Capability, supports
+from ..core.closing import Closing
 from ._branch_items import is_user_message
 from ._branch_log import MAIN_LINEAGE
 from ._branch_store import (
@@ -123,8 +124,11 @@ class UsageTrackingSession(SessionABC):
         stacked on this one); closed with this object."""
         return self._storages.side(purpose)
 
-    async def close(self) -> None:
-        """Close the side sessions and the inner session."""
+    def close(self) -> Closing:
+        """Close the side sessions and the inner session; works called bare or awaited."""
+        return Closing(self._close_all())
+
+    async def _close_all(self) -> None:
         await self._storages.close()
         await close_session(self.inner)
 
