@@ -36,7 +36,11 @@ _LAZY = {
     "UsageTrackingSession": "agent_sessions.wrappers.usage",
     "BranchingSession": "agent_sessions.wrappers.branching",
     "AdvancedSession": "agent_sessions.wrappers.advanced",
+    "AdvancedSQLiteSession": "agent_sessions.wrappers.advanced",
     "CompactionSession": "agent_sessions.wrappers.compaction",
+    "WindowSession": "agent_sessions.wrappers.window",
+    "MicroCompaction": "agent_sessions.wrappers.window",
+    "window_input_callback": "agent_sessions.wrappers.window",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,11 +49,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from .backends.redis import RedisSession as RedisSession
     from .backends.sqlalchemy import SQLAlchemySession as SQLAlchemySession
     from .wrappers.advanced import AdvancedSession as AdvancedSession
+    from .wrappers.advanced import AdvancedSQLiteSession as AdvancedSQLiteSession
     from .wrappers.branching import BranchingSession as BranchingSession
     from .wrappers.compaction import CompactionSession as CompactionSession
     from .wrappers.encrypted import EncryptedSession as EncryptedSession
     from .wrappers.ttl import TTLSession as TTLSession
     from .wrappers.usage import UsageTrackingSession as UsageTrackingSession
+    from .wrappers.window import MicroCompaction as MicroCompaction
+    from .wrappers.window import WindowSession as WindowSession
+    from .wrappers.window import window_input_callback as window_input_callback
 
 if TYPE_CHECKING:  # pragma: no cover
     # The core names, lazy too so that importing the package does not import the SDK.
@@ -65,8 +73,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.registry import register_scheme as register_scheme
     from .core.registry import registered_schemes as registered_schemes
 
+    AsyncSQLiteSession = SQLiteSession
+
+
+_ALIASES = {"AsyncSQLiteSession": "SQLiteSession"}
+"""The SDK's ``AsyncSQLiteSession`` name: ``SQLiteSession`` is already aiosqlite-based."""
+
 
 def __getattr__(name: str) -> Any:
+    if name in _ALIASES:
+        value = globals()[name] = __getattr__(_ALIASES[name])
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'agent_sessions' has no attribute {name!r}")
@@ -75,4 +92,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["errors", *_LAZY]
+__all__ = ["AsyncSQLiteSession", "errors", *_LAZY]
