@@ -8,11 +8,10 @@ import json
 import logging
 import uuid
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from agents import Agent, Runner, function_tool
-from agents.items import TResponseInputItem
 from agents.memory import Session
 from agents.memory import SQLiteSession as SDKSQLiteSession
 from agents.memory.openai_responses_compaction_session import default_should_trigger_compaction
@@ -32,7 +31,6 @@ from agent_sessions.wrappers._compaction_boundary import choose_cut, safe_cuts
 from agent_sessions.wrappers._compaction_summarizers import SUMMARY_HEADER
 from agent_sessions.wrappers.compaction import (
     AgentSummarizer,
-    CompactionRecord,
     CompactionSession,
     CompactionTriggerContext,
     ExtractiveSummarizer,
@@ -1149,19 +1147,6 @@ async def test_prune_during_a_compaction_keeps_its_commit() -> None:
     assert originals(await session.get_items()) == ["m8", "m9"]
     assert await session.get_archived_items() == items[4:8]
     assert await session.inner.get_items() == items[4:]
-
-
-@pytest.mark.asyncio
-async def test_prune_refuses_records_counting_positions() -> None:
-    session = new_session()
-    await session.add_items([msg(f"m{i}") for i in range(4)])
-    record = CompactionRecord(
-        boundary=2, positional=True, summary=[msg("s")], archived=2, summarizer="x"
-    )
-    await session._sibling.add_items([cast("TResponseInputItem", record.to_item())])
-    with pytest.raises(BackendDataError, match="different kind"):
-        await session.prune_archive()
-    assert await session.inner.get_items() == [msg(f"m{i}") for i in range(4)]
 
 
 @pytest.mark.asyncio
