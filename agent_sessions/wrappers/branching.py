@@ -141,9 +141,19 @@ class BranchingSession(SessionABC):
                     return popped
                 tail = (uuid.uuid4().hex, None) if index == len(lineage) - 1 else lineage[-1]
                 moved = (*lineage[:index], (key, seq), tail)
-                await self._log.append(
-                    {"op": "lineage", "name": name, "lineage": encode_lineage(moved)}
+                op_id = uuid.uuid4().hex
+                state = await self._log.append(
+                    {
+                        "op": "lineage",
+                        "id": op_id,
+                        "name": name,
+                        "from": encode_lineage(lineage),
+                        "lineage": encode_lineage(moved),
+                    }
                 )
+                branch = state.branches.get(name)
+                if branch is None or branch.moved_by != op_id:
+                    continue  # another object moved this branch first: pop its new newest
                 await self._after_pop(name, moved, item, (key, seq))
                 return item  # type: ignore[no-any-return]
 
