@@ -22,6 +22,9 @@ from .core.capabilities import (
 )
 from .core.registry import open_session, register_scheme, registered_schemes
 
+AsyncSQLiteSession = SQLiteSession
+"""The SDK's ``AsyncSQLiteSession`` name: ``SQLiteSession`` is already aiosqlite-based."""
+
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -33,6 +36,7 @@ _LAZY = {
     "UsageTrackingSession": "agent_sessions.wrappers.usage",
     "BranchingSession": "agent_sessions.wrappers.branching",
     "AdvancedSession": "agent_sessions.wrappers.advanced",
+    "AdvancedSQLiteSession": "agent_sessions.wrappers.advanced",
     "CompactionSession": "agent_sessions.wrappers.compaction",
 }
 
@@ -42,6 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .backends.redis import RedisSession as RedisSession
     from .backends.sqlalchemy import SQLAlchemySession as SQLAlchemySession
     from .wrappers.advanced import AdvancedSession as AdvancedSession
+    from .wrappers.advanced import AdvancedSQLiteSession as AdvancedSQLiteSession
     from .wrappers.branching import BranchingSession as BranchingSession
     from .wrappers.compaction import CompactionSession as CompactionSession
     from .wrappers.encrypted import EncryptedSession as EncryptedSession
@@ -59,6 +64,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AsyncSQLiteSession",
     "BaseSession",
     "InMemorySession",
     "InMemoryStore",

@@ -32,6 +32,8 @@ from ..errors import SessionClosedError
 from ._branch_store import read_rows
 from ._compaction_boundary import choose_cut
 from ._compaction_records import CompactionRecord
+from ._compaction_running import RunningView
+from ._compaction_running import refresh as refresh_running
 from ._compaction_summarizers import (
     AgentSummarizer,
     ExtractiveSummarizer,
@@ -47,7 +49,7 @@ from ._compaction_trigger import (
     item_count_trigger,
     token_threshold_trigger,
 )
-from .foreign import sequenced
+from .foreign import expiring_layer, sequenced
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -164,7 +166,9 @@ class CompactionSession(SessionABC):
         self._mutation_lock: asyncio.Lock | None = None
         self._compaction_lock: asyncio.Lock | None = None
         self._clears = 0
-        self._token_cache: dict[int, int] = {}
+        self._running: RunningView | None = None
+        # Expiry removes items without a pop, which the incremental check cannot notice.
+        self._incremental = expiring_layer(inner) is None
         self._summary_tokens: tuple[str, int] | None = None
         self._task: asyncio.Task[None] | None = None
         self._queued: tuple[bool, str | None] | None = None
@@ -246,7 +250,7 @@ class CompactionSession(SessionABC):
         self._check_open()
         async with self._locks()[0]:
             self._clears += 1
-            self._token_cache.clear()
+            self._running = None
             # Records first: a crash in between leaves the full original history visible
             # rather than a stale boundary over a renumbered inner session.
             await self._sibling.clear_session()
@@ -463,8 +467,7 @@ class CompactionSession(SessionABC):
         self, record: CompactionRecord | None, limit: int | None = None
     ) -> list[tuple[int, TResponseInputItem]]:
         """The inner items after the record's boundary, with their sequence numbers."""
-        after = record.boundary if record is not None else None
-        return await read_rows(self.inner, limit, after=after)
+        return await read_rows(self.inner, limit, after=record.boundary if record else None)
 
     async def _background(self, force: bool, response_id: str | None) -> None:
         while True:
@@ -484,45 +487,17 @@ class CompactionSession(SessionABC):
             force, response_id = self._queued
             self._queued = None
 
-    async def _estimate(self, snap: _Snapshot) -> int:
-        """Token estimate of the view; per-item counts are cached by sequence number."""
-        total = 0
-        record = snap.record
-        if record is not None:
-            if self._summary_tokens is None or self._summary_tokens[0] != record.id:
-                counts = await self.token_estimator.count_items(record.summary)
-                self._summary_tokens = (record.id, sum(counts))
-            total += self._summary_tokens[1]
-        missing = [(seq, item) for seq, item in snap.tail if seq not in self._token_cache]
-        if missing:
-            counts = await self.token_estimator.count_items([item for _, item in missing])
-            self._token_cache.update((seq, n) for (seq, _), n in zip(missing, counts, strict=True))
-        self._token_cache = {seq: self._token_cache[seq] for seq, _ in snap.tail}
-        return total + sum(self._token_cache.values())
-
     async def _compact(self, force: bool, response_id: str | None) -> CompactionResult | None:
         generation = self._clears
         record = await self._latest_record()
-        snap = _Snapshot(record, await self._read_tail(record))
+        # Deciding reads only the items written since the last check; compacting re-reads
+        # the whole tail, so a summary never works from a stale view.
+        if not force and not await self._decide(record, response_id, incremental=True):
+            return None
+        running = await self._refresh_running(record, incremental=False)
+        snap = _Snapshot(record, list(zip(running.seqs, running.tail, strict=True)))
+        tokens = await self._summary_token_count(record) + running.tokens
         summary, view = snap.summary, snap.view
-        tokens = await self._estimate(snap)
-        if not force:
-            context: CompactionTriggerContext = {
-                "session_id": self.session_id,
-                "response_id": response_id,
-                "session_items": view,
-                "compaction_candidate_items": [i for i in view if not _user_or_compaction(i)],
-                "item_count": len(view),
-                "items_since_last_compaction": len(snap.tail),
-                "archived_item_count": record.archived if record is not None else 0,
-                "estimated_tokens": tokens,
-                "token_estimate_method": self.token_estimator.method,
-            }
-            decision = self.should_trigger_compaction(context)
-            if inspect.isawaitable(decision):
-                decision = await decision
-            if not decision:
-                return None
         cut = choose_cut(view, lowest=len(summary) + 1, highest=len(view) - self.keep_last)
         if cut is None:
             logger.debug("compaction of %r: no safe cut outside keep_last", self.session_id)
@@ -555,6 +530,55 @@ class CompactionSession(SessionABC):
             estimated_tokens_before=tokens,
         )
 
+    async def _decide(
+        self, record: CompactionRecord | None, response_id: str | None, *, incremental: bool
+    ) -> bool:
+        """Ask the trigger about the view, read incrementally when that is provably safe."""
+        running = await self._refresh_running(record, incremental=incremental)
+        sizes = len(running.view), len(running.candidates)
+        context: CompactionTriggerContext = {
+            "session_id": self.session_id,
+            "response_id": response_id,
+            "session_items": running.view,
+            "compaction_candidate_items": running.candidates,
+            "item_count": len(running.view),
+            "items_since_last_compaction": len(running.seqs),
+            "archived_item_count": record.archived if record is not None else 0,
+            "estimated_tokens": await self._summary_token_count(record) + running.tokens,
+            "token_estimate_method": self.token_estimator.method,
+        }
+        try:
+            decision = self.should_trigger_compaction(context)
+            if inspect.isawaitable(decision):
+                decision = await decision
+        finally:
+            if not running.unchanged(*sizes):
+                self._running = None  # the trigger changed the lists it was shown
+        return bool(decision)
+
+    async def _refresh_running(
+        self, record: CompactionRecord | None, *, incremental: bool
+    ) -> RunningView:
+        self._running = await refresh_running(
+            self._running,
+            self.inner,
+            record_id=record.id if record is not None else None,
+            summary=list(record.summary) if record is not None else [],
+            boundary=record.boundary if record is not None else None,
+            generation=self._clears,
+            incremental=incremental and self._incremental,
+            estimator=self.token_estimator,
+        )
+        return self._running
+
+    async def _summary_token_count(self, record: CompactionRecord | None) -> int:
+        if record is None:
+            return 0
+        if self._summary_tokens is None or self._summary_tokens[0] != record.id:
+            counts = await self.token_estimator.count_items(record.summary)
+            self._summary_tokens = (record.id, sum(counts))
+        return self._summary_tokens[1]
+
     async def _verify_unchanged(
         self,
         generation: int,
@@ -573,13 +597,6 @@ class CompactionSession(SessionABC):
         )
         if present != len(covered):
             raise _Aborted("summarised items were popped meanwhile")
-
-
-def _user_or_compaction(item: Any) -> bool:
-    """Items the SDK does not count as compaction candidates."""
-    return isinstance(item, dict) and (
-        item.get("role") == "user" or item.get("type") == "compaction"
-    )
 
 
 def _check_summary(summary: Any) -> None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import uuid
 import weakref
@@ -393,14 +394,14 @@ class ForeignSession(SessionWrapper):
         hi = state.n if before is None else state.below(before)
         return max(0, hi - lo)
 
-    async def close(self) -> None:
-        """Close the numbering log and the foreign session."""
+    async def _close_inner(self) -> None:
+        """Close the numbering log, then the foreign session."""
         close = getattr(self._log, "close", None)
         if close is not None:
             result = close()
-            if asyncio.iscoroutine(result):
+            if inspect.isawaitable(result):
                 await result
-        await super().close()
+        await super()._close_inner()
 
 
 __all__ = ["ForeignSession", "SiblingFactory", "expiring_layer", "is_sequenced", "sequenced"]
