@@ -38,6 +38,9 @@ _LAZY = {
     "AdvancedSession": "agent_sessions.wrappers.advanced",
     "AdvancedSQLiteSession": "agent_sessions.wrappers.advanced",
     "CompactionSession": "agent_sessions.wrappers.compaction",
+    "WindowSession": "agent_sessions.wrappers.window",
+    "MicroCompaction": "agent_sessions.wrappers.window",
+    "window_input_callback": "agent_sessions.wrappers.window",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,6 +55,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .wrappers.encrypted import EncryptedSession as EncryptedSession
     from .wrappers.ttl import TTLSession as TTLSession
     from .wrappers.usage import UsageTrackingSession as UsageTrackingSession
+    from .wrappers.window import MicroCompaction as MicroCompaction
+    from .wrappers.window import WindowSession as WindowSession
+    from .wrappers.window import window_input_callback as window_input_callback
 
 
 def __getattr__(name: str) -> Any:

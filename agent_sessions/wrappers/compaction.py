@@ -404,6 +404,19 @@ class CompactionSession(SessionABC):
             # committed boundary stays.
             return await inner.delete_items(before=boundaries[-1 - keep_compactions] + 1)
 
+    async def get_summary_and_tail(
+        self, limit: int | None = None
+    ) -> tuple[list[TResponseInputItem], list[TResponseInputItem]]:
+        """Return the two parts of the view read together: the summary in force (empty before
+        the first compaction) and the latest ``limit`` items after it (all when None), oldest
+        first. ``WindowSession`` uses it to keep the summary in front of its window."""
+        self._check_open()
+        record = await self._latest_record()
+        summary = list(record.summary) if record is not None else []
+        if limit is not None and limit <= 0:
+            return summary, []
+        return summary, [item for _, item in await self._read_tail(record, limit)]
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     @property
