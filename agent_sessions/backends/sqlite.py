@@ -36,7 +36,7 @@ _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 def check_identifier(name: str, what: str) -> str:
     """Return ``name`` if it is a plain SQL identifier, else raise ValueError."""
-    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
         raise ValueError(
             f"{what} must be a plain identifier (letters, digits, underscore; at most 63 "
             f"characters, not starting with a digit), got {name!r}"
