@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import raw
-from benchmarks.harness import Factory, Result, alternate, close, item, new_id, prefill
+from benchmarks.harness import Factory, Result, alternate, close, item, later, new_id, prefill
 
 REDIS_URL = os.environ.get("AGENT_SESSIONS_REDIS_URL", "redis://127.0.0.1:6379/0")
 PG_URL = os.environ.get(
@@ -274,9 +274,11 @@ async def measure(backend: Backend, sizes: list[int], calls: int) -> list[Result
             for session in warm.values():
                 await prefill(session, size)
 
-            def result(op: str, mode: str, samples: dict[str, list[float]], note: str = "") -> None:
-                results.append(Result(backend.name, op, size, mode, samples, note))
-                print(f"  {backend.name}: {op} @{size} {mode} done", flush=True)
+            def result(
+                op: str, mode: str, samples: dict[str, list[float]], note: str = "", n: int = size
+            ) -> None:
+                results.append(Result(backend.name, op, n, mode, samples, note))
+                print(f"  {backend.name}: {op} @{n} {mode} done", flush=True)
 
             result("get(limit=20)", "warm", await alternate(warm, get20, calls))
             if size == sizes[0]:
@@ -284,9 +286,7 @@ async def measure(backend: Backend, sizes: list[int], calls: int) -> list[Result
             result("pop", "warm", await alternate(warm, _pop, calls, restore=add_one))
             result("add 1", "warm", await alternate(warm, add_one, calls, restore=_pop))
             if size == sizes[0]:
-                fresh = {
-                    name: _bind(make, ids[name]) for name, make in backend.contenders.items()
-                }
+                fresh = {name: later(make, ids[name]) for name, make in backend.contenders.items()}
                 result(
                     "get(limit=20)", "fresh", await alternate(warm, get20, calls, fresh=fresh)
                 )
@@ -306,13 +306,6 @@ async def measure(backend: Backend, sizes: list[int], calls: int) -> list[Result
                 await session.clear_session()
                 await close(session)
     return results
-
-
-def _bind(make: Factory, session_id: str) -> Callable[[], Awaitable[Any]]:
-    async def fresh() -> Any:
-        return await make(session_id)
-
-    return fresh
 
 
 async def collect(quick: bool, only: list[str] | None = None) -> tuple[list[Result], list[str]]:

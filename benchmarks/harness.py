@@ -95,6 +95,7 @@ async def alternate(
     *,
     fresh: dict[str, Callable[[], Awaitable[Any]]] | None = None,
     restore: Op | None = None,
+    settle: Op | None = None,
     warmup: int = 5,
 ) -> dict[str, list[float]]:
     """Time ``op`` ``calls`` times per contender, alternating in a shuffled order per round.
@@ -102,7 +103,8 @@ async def alternate(
     ``contenders`` maps a name to its warm object. With ``fresh`` (name -> factory of a new
     object for the same session), each timed call builds a new object, runs ``op`` on it and
     closes it. ``restore`` runs untimed after each call, on the warm object (e.g. a pop after
-    an add keeps the history's size constant).
+    an add keeps the history's size constant). ``settle`` runs untimed on the object the call
+    used (in fresh mode before its close, which is then untimed too).
     """
     names = list(contenders)
     samples: dict[str, list[float]] = {n: [] for n in names}
@@ -111,18 +113,30 @@ async def alternate(
         rng.shuffle(names)
         for name in names:
             started = time.perf_counter()
-            if fresh is not None:
-                session = await fresh[name]()
-                await op(session)
+            session = await fresh[name]() if fresh is not None else contenders[name]
+            await op(session)
+            if fresh is not None and settle is None:
                 await close(session)
-            else:
-                await op(contenders[name])
             elapsed = time.perf_counter() - started
+            if settle is not None:
+                await settle(session)
+                if fresh is not None:
+                    await close(session)
             if n >= warmup:
                 samples[name].append(elapsed)
             if restore is not None:
                 await restore(contenders[name])
     return samples
+
+
+def later(make: Callable[..., Any], *args: Any) -> Callable[[], Awaitable[Any]]:
+    """A factory of ``make(*args)`` (awaited when it returns an awaitable), for fresh mode."""
+
+    async def call() -> Any:
+        made = make(*args)
+        return await made if inspect.isawaitable(made) else made
+
+    return call
 
 
 def new_id(tag: str) -> str:
