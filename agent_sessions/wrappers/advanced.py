@@ -1,24 +1,24 @@
 """``AdvancedSession``: branching plus usage per branch over any Session.
 
 The drop-in replacement for the Agents SDK's ``AdvancedSQLiteSession``: the same methods,
-arguments, return shapes and errors; only the constructor differs
-(``AdvancedSession(inner)`` instead of ``AdvancedSQLiteSession(session_id=..., db_path=...)``).
+arguments, return shapes and errors. It takes any Session (``AdvancedSession(inner)``) or, the
+SDK's way, ``session_id=`` and ``db_path=`` for one over this package's ``SQLiteSession``;
+``AdvancedSQLiteSession`` is the same class under the SDK's name.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from ._branch_items import is_user_message
-from ._branch_store import SiblingFactory, is_sequenced
 from ._branch_usage import (
     Position,
     UsageKey,
     UsageLog,
-    locate_turn,
     numbered,
-    positioned_branches,
+    record_branches,
     session_usage,
     tool_usage,
     turn_numbers,
@@ -26,9 +26,10 @@ from ._branch_usage import (
 )
 from ._branch_view import Lineage
 from .branching import BranchingSession
+from .foreign import SiblingFactory
 
 if TYPE_CHECKING:
-    from agents.memory import Session
+    from agents.memory import Session, SessionSettings
     from agents.result import RunResult, RunResultBase
 
 
@@ -36,19 +37,56 @@ class AdvancedSession(BranchingSession):
     """Conversation branching and usage analytics (per branch) over any Session.
 
     Args:
-        inner: the session that stores ``main`` (any Session).
+        inner: the session that stores ``main`` (any Session); or omit it and pass
+            ``session_id=`` (and ``db_path=``) for a ``SQLiteSession``, as the SDK's
+            ``AdvancedSQLiteSession(session_id=..., db_path=..., create_tables=...)``.
         sibling_factory: opens a session of the same store for a derived id; needed only when
             ``inner`` cannot open siblings itself (e.g. the SDK's own session classes).
         logger: where branch operations and usage-store failures are logged.
+        session_id, db_path, create_tables, session_settings, sqlite_options: the SDK's
+            constructor: a ``SQLiteSession(session_id, db_path, session_settings=...,
+            **sqlite_options)`` (e.g. ``sessions_table=``, ``messages_table=``) becomes
+            ``inner``. ``create_tables`` is accepted for the SDK's signature: tables are always
+            created on first use here.
     """
 
     def __init__(
         self,
-        inner: Session,
+        inner: Session | None = None,
         *,
         sibling_factory: SiblingFactory | None = None,
         logger: logging.Logger | None = None,
+        session_id: str | None = None,
+        db_path: str | os.PathLike[str] | None = None,
+        create_tables: bool = False,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        **sqlite_options: Any,
     ) -> None:
+        if inner is None:
+            if session_id is None:
+                raise TypeError(
+                    "AdvancedSession needs the session to wrap (inner=...) or, the SDK's way, "
+                    "session_id= (and db_path=) for a SQLite one"
+                )
+            from ..backends.sqlite import SQLiteSession
+
+            inner = SQLiteSession(
+                session_id,
+                ":memory:" if db_path is None else db_path,
+                session_settings=session_settings,
+                **sqlite_options,
+            )
+        elif db_path is not None or sqlite_options or session_settings is not None:
+            raise TypeError(
+                "db_path=, session_settings= and SQLite options build the inner session; "
+                "configure the session you pass as inner instead"
+            )
+        elif session_id is not None and session_id != inner.session_id:
+            raise ValueError(
+                f"session_id {session_id!r} differs from the wrapped session's "
+                f"{inner.session_id!r}; omit session_id or make them equal"
+            )
+        self.create_tables = create_tables
         super().__init__(inner, sibling_factory=sibling_factory, logger=logger)
         self._usage = UsageLog(self._storages.side("usage"))
 
@@ -56,9 +94,7 @@ class AdvancedSession(BranchingSession):
         self, branch: str, lineage: Lineage, item: Any, position: Position
     ) -> None:
         if is_user_message(item):  # the turn it opened is gone, and so is its usage
-            turn = await self._view.turn_count(lineage) + 1  # for records filed by number
-            sequenced = is_sequenced(self._storages.storage(position[0]))
-            await self._usage.drop_turn(branch, turn, position if sequenced else None)
+            await self._usage.drop_turn(branch, position)
 
     async def _after_delete(self, branch: str) -> None:
         await self._usage.drop_branch(branch)
@@ -78,11 +114,11 @@ class AdvancedSession(BranchingSession):
                 return
             async with self._lock:
                 _, branch, lineage = await self._current()
-                turn, position = await locate_turn(self._view, lineage)
-                if turn == 0 and position is None:
+                position = await self._view.newest_user(lineage)
+                if position is None:
                     self._logger.debug("Skipping usage store: no turn on branch %r", branch)
                     return
-                await self._usage.store(branch, usage, turn=turn or None, position=position)
+                await self._usage.store(branch, usage, position)
         except Exception as exc:  # the SDK's contract: usage never breaks a conversation
             self._logger.error("Failed to store session usage: %s", exc, exc_info=True)
 
@@ -108,7 +144,7 @@ class AdvancedSession(BranchingSession):
         each branch's records are numbered by that branch's own view."""
         records = await self._usage.records()
         numbers = {}
-        wanted = positioned_branches(records, branch_id)
+        wanted = record_branches(records, branch_id)
         if wanted:
             async with self._lock:
                 state = await self._log.sync()
@@ -124,4 +160,24 @@ class AdvancedSession(BranchingSession):
         return tool_usage(await self._structure(branch_id))
 
 
-__all__ = ["AdvancedSession"]
+    # The SDK's attribute names, read from the inner session when it has them.
+    @property
+    def db_path(self) -> Any:
+        """The inner session's database path (``None`` when it has none)."""
+        return getattr(self.inner, "db_path", None)
+
+    @property
+    def sessions_table(self) -> str | None:
+        """The inner session's sessions table name (``None`` when it has none)."""
+        return getattr(self.inner, "sessions_table", None)
+
+    @property
+    def messages_table(self) -> str | None:
+        """The inner session's messages table name (``None`` when it has none)."""
+        return getattr(self.inner, "messages_table", None)
+
+
+AdvancedSQLiteSession = AdvancedSession
+"""The SDK's name: ``AdvancedSQLiteSession(session_id=..., db_path=..., create_tables=...)``."""
+
+__all__ = ["AdvancedSQLiteSession", "AdvancedSession"]

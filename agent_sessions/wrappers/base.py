@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 from agents.memory import Session, SessionABC, SessionSettings
 
 from ..core.capabilities import SupportsSiblings
+from ..core.closing import Closing
 
 if TYPE_CHECKING:
     from .rewrite import Transform
@@ -77,8 +78,12 @@ class SessionWrapper(SessionABC):
         assert isinstance(self.inner, SupportsSiblings)
         return self.wrap_sibling(self.inner.sibling(session_id))
 
-    async def close(self) -> None:
-        """Close the inner session (sync or async ``close``), if it has one."""
+    def close(self) -> Closing:
+        """Close the inner session (sync or async ``close``), if it has one; works called
+        bare or awaited (see ``core.closing.Closing``)."""
+        return Closing(self._close_inner())
+
+    async def _close_inner(self) -> None:
         close = getattr(self.inner, "close", None)
         if close is not None:
             result = close()
@@ -102,51 +107,4 @@ def check_max_item_bytes(value: object) -> int:
     return value
 
 
-def refuse_positions_over_expiry(inner: Session, wrapper: str) -> None:
-    """Refuse an ``inner`` without sequence numbers that has an expiring layer inside it.
-
-    Without sequence numbers a wrapper keeps positions into the history, and expiry removes
-    the oldest items from reads, which would shift every such position (a branch would show
-    items written after its fork point, a compaction would hide unsummarised items).
-
-    Raises:
-        ValueError: saying what to do instead.
-    """
-    from ._branch_store import is_sequenced  # the test the layers themselves use
-
-    if is_sequenced(inner):
-        return
-    layer = expiring_layer(inner)
-    if layer is not None:
-        raise ValueError(
-            f"{wrapper} over {inner!r} is not supported: that stack has no sequence "
-            f"numbers, so {wrapper} would keep positions into its history, and the "
-            f"{type(layer).__name__} inside removes the oldest items as they expire, "
-            "which shifts them. Put the expiring layer over one of agent_sessions' "
-            "backends (they number items), or drop it"
-        )
-
-
-def expiring_layer(session: Session) -> object | None:
-    """Return the first layer of ``session``'s stack (following ``.inner``) whose items vanish
-    from reads on their own, or None: ours say so with ``expires_items``; the SDK's
-    EncryptedSession always has a ttl (Fernet's, 600 s by default)."""
-    try:
-        from agents.extensions.memory.encrypt_session import EncryptedSession as SDKEncrypted
-    except ImportError:  # pragma: no cover - the SDK's extra needs cryptography
-        sdk_encrypted: tuple[type, ...] = ()
-    else:
-        sdk_encrypted = (SDKEncrypted,)
-    layer: object = session
-    seen: set[int] = set()
-    while layer is not None and id(layer) not in seen:
-        if getattr(type(layer), "expires_items", False) or isinstance(layer, sdk_encrypted):
-            return layer
-        seen.add(id(layer))
-        layer = getattr(layer, "inner", None)
-    return None
-
-
-__all__ = [
-    "SessionWrapper", "check_max_item_bytes", "expiring_layer", "refuse_positions_over_expiry"
-]
+__all__ = ["SessionWrapper", "check_max_item_bytes"]
