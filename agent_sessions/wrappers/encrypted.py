@@ -28,8 +28,8 @@ from agents.memory import Session
 from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ..errors import DecryptionError, MissingDependencyError
-from ._branch_store import is_sequenced
 from .base import SessionWrapper, check_max_item_bytes
+from .foreign import is_sequenced
 from .rewrite import Transform, rewrite_through
 from .ttl import TTLSession
 
