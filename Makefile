@@ -26,8 +26,10 @@ lint: install
 demo: install
 	$(PY) -m agent_sessions demo
 
+# Writes docs/benchmarks.md, .png and .json; `make bench QUICK=1` for the short run.
 bench: install services
-	$(PY) benchmarks/run.py
+	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) benchmarks/run.py $(if $(QUICK),--quick,)
 
 # Long property runs of the window layer (CI runs a few examples per backend).
 test-window-long: install services
