@@ -2,59 +2,41 @@
 
 Everything lives in the inner session's own backend: the ``main`` storage is the inner session
 itself, other storages are side stores of its family (``core.family``) or come from a caller's
-``sibling_factory``. Reads use sequence numbers (``Capability.SEQUENCED``) when the session
-declares them, so they cost O(result); otherwise positions in a full read stand in for them.
+``sibling_factory``. Every storage has sequence numbers: a foreign session enters through
+``ForeignSession`` (see ``foreign.sequenced``), so reads cost O(result) on this package's
+backends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from agents.memory import Session
 
-from ..core.base import BaseSession
 from ..core.capabilities import Capability, SupportsSequencedItems, supports
-from ..core.codec import encode_batch
 from ..core.family import close_quietly, side_store
 from ..core.ids import derive_sibling_id
-
-SiblingFactory = Callable[[str], Session]
-"""Makes a session of the same store for a derived id (for inner sessions without siblings)."""
-
-_EVERYTHING = 2**62
-"""A limit larger than any history, for full reads of sessions that apply a default limit."""
+from .foreign import SiblingFactory, sequenced
 
 MAIN = "main"
 """The storage key of the inner session itself."""
 
 
-def resolve_sibling_factory(
+def open_storages(
     inner: Session, sibling_factory: SiblingFactory | None, wrapper: str
-) -> SiblingFactory | None:
-    """Return the caller's factory for side stores, None when ``inner``'s family provides
-    them, or raise TypeError naming the fix."""
-    if sibling_factory is not None:
-        if not callable(sibling_factory):
-            raise TypeError(f"{wrapper}: sibling_factory must be callable, got {sibling_factory!r}")
-        return sibling_factory
-    if supports(inner, Capability.FAMILY):
-        return None
-    raise TypeError(
-        f"{wrapper} keeps its side data in the same store as the inner session, but a "
-        f"{type(inner).__name__} cannot open sibling sessions; pass sibling_factory=, e.g. "
-        "sibling_factory=lambda sid: SQLiteSession(sid, db_path)"
-    )
-
-
-def check_items(session: Session, items: Any) -> None:
-    """Validate a batch for a session of another package (ours validate on their own).
-
-    Raises:
-        InvalidItemError: an item is not a JSON object or too large; nothing is written.
-    """
-    if not isinstance(session, BaseSession):
-        encode_batch(items)
+) -> Storages:
+    """Return the storages of a layer over ``inner`` (a foreign ``inner`` is numbered by
+    ``ForeignSession``), or raise TypeError naming the fix."""
+    if sibling_factory is not None and not callable(sibling_factory):
+        raise TypeError(f"{wrapper}: sibling_factory must be callable, got {sibling_factory!r}")
+    main = sequenced(inner, sibling_factory, wrapper=wrapper)
+    if sibling_factory is None and not supports(main, Capability.FAMILY):
+        raise TypeError(
+            f"{wrapper} keeps its side data in the same store as the inner session, but a "
+            f"{type(inner).__name__} cannot open sibling sessions; pass sibling_factory=, "
+            "e.g. sibling_factory=lambda sid: SQLiteSession(sid, db_path)"
+        )
+    return Storages(main, sibling_factory)
 
 
 async def read_rows(
@@ -67,21 +49,16 @@ async def read_rows(
     """Return ``(seq, item)`` with after < seq < before, the latest ``limit``, oldest first."""
     if limit is not None and limit <= 0:
         return []
-    if supports(session, Capability.SEQUENCED):
-        seq_session: SupportsSequencedItems = session  # type: ignore[assignment]
-        return await seq_session.get_sequenced_items(limit, after=after, before=before)
-    items = await session.get_items(_EVERYTHING)
-    lo = 0 if after is None else max(0, after)
-    hi = len(items) if before is None else min(len(items), before - 1)
-    rows = [(i + 1, items[i]) for i in range(lo, max(lo, hi))]
-    return rows if limit is None else rows[-limit:]
+    seq_session: SupportsSequencedItems = session  # type: ignore[assignment]
+    return await seq_session.get_sequenced_items(limit, after=after, before=before)
 
 
 close_session = close_quietly
 
 
 class Storages:
-    """Opens and remembers the sessions that hold one conversation's data."""
+    """Opens and remembers the sessions that hold one conversation's data; each of them has
+    sequence numbers."""
 
     def __init__(self, inner: Session, sibling_factory: SiblingFactory | None) -> None:
         self.inner = inner
@@ -89,14 +66,16 @@ class Storages:
         self._open: dict[str, Session] = {}
 
     def side(self, purpose: str) -> Session:
-        """Return the side store for ``purpose`` (e.g. ``"branches"``)."""
+        """Return the side store for ``purpose`` (e.g. ``"branches"``): from the inner
+        session's family, or from the caller's ``sibling_factory`` when one was given."""
         key = "\x00" + purpose
         session = self._open.get(key)
         if session is None:
             if self._factory is None:
                 session = side_store(self.inner, purpose)
             else:
-                session = self._factory(derive_sibling_id(self.inner.session_id, purpose))
+                sid = derive_sibling_id(self.inner.session_id, purpose)
+                session = sequenced(self._factory(sid), self._factory)
             self._open[key] = session
         return session
 

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, TypeVar
 
 from agents.memory import Session, SessionABC, SessionSettings
 
-from ..core.capabilities import Capability, capabilities_of, supports
+from ..core.capabilities import Capability, capabilities_of
 from ..core.closing import Closing
 from ..core.family import Family, close_quietly, member_purposes, side_store
 
@@ -79,8 +79,11 @@ class SessionWrapper(SessionABC):
         """Return the side store for ``purpose`` in this session's family (see
         ``core.family``), with this layer's treatment of side data."""
         if self._family is None:
-            self._family = Family(lambda p: self.wrap_member(side_store(self.inner, p)))
+            self._family = Family(self._open_member)
         return self._family.member(purpose)
+
+    def _open_member(self, purpose: str) -> Session:
+        return self.wrap_member(side_store(self.inner, purpose))
 
     def wrap_member(self, member: Session) -> Session:
         """Return ``member`` (a side store of the inner session) as this layer keeps it:
@@ -128,49 +131,4 @@ def check_max_item_bytes(value: object) -> int:
     return value
 
 
-def refuse_positions_over_expiry(inner: Session, wrapper: str) -> None:
-    """Refuse an ``inner`` without sequence numbers that has an expiring layer inside it.
-
-    Without sequence numbers a wrapper keeps positions into the history, and expiry removes
-    the oldest items from reads, which would shift every such position (a branch would show
-    items written after its fork point, a compaction would hide unsummarised items).
-
-    Raises:
-        ValueError: saying what to do instead.
-    """
-    if supports(inner, Capability.SEQUENCED):
-        return
-    layer = expiring_layer(inner)
-    if layer is not None:
-        raise ValueError(
-            f"{wrapper} over {inner!r} is not supported: that stack has no sequence "
-            f"numbers, so {wrapper} would keep positions into its history, and the "
-            f"{type(layer).__name__} inside removes the oldest items as they expire, "
-            "which shifts them. Put the expiring layer over one of agent_sessions' "
-            "backends (they number items), or drop it"
-        )
-
-
-def expiring_layer(session: Session) -> object | None:
-    """Return the first layer of ``session``'s stack (following ``.inner``) whose items vanish
-    from reads on their own, or None: ours say so with ``expires_items``; the SDK's
-    EncryptedSession always has a ttl (Fernet's, 600 s by default)."""
-    try:
-        from agents.extensions.memory.encrypt_session import EncryptedSession as SDKEncrypted
-    except ImportError:  # pragma: no cover - the SDK's extra needs cryptography
-        sdk_encrypted: tuple[type, ...] = ()
-    else:
-        sdk_encrypted = (SDKEncrypted,)
-    layer: object = session
-    seen: set[int] = set()
-    while layer is not None and id(layer) not in seen:
-        if getattr(type(layer), "expires_items", False) or isinstance(layer, sdk_encrypted):
-            return layer
-        seen.add(id(layer))
-        layer = getattr(layer, "inner", None)
-    return None
-
-
-__all__ = [
-    "SessionWrapper", "check_max_item_bytes", "expiring_layer", "refuse_positions_over_expiry"
-]
+__all__ = ["SessionWrapper", "check_max_item_bytes"]

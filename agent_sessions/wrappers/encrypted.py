@@ -215,7 +215,7 @@ class EncryptedSession(SessionWrapper):
             raise ValueError("keys must be a non-empty mapping of key id to key")
         ring = {}
         for kid, key in keys.items():
-            if not isinstance(kid, str) or not _KID.match(kid):
+            if not isinstance(kid, str) or not _KID.fullmatch(kid):
                 raise ValueError(
                     f"key id {kid!r} is invalid: use 1-64 characters of A-Z a-z 0-9 . _ -"
                 )

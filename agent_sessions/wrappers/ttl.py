@@ -100,7 +100,7 @@ class TTLSession(SessionWrapper):
     """
 
     expires_items: ClassVar[bool] = True
-    """Items vanish from reads on their own (see ``refuse_positions_over_expiry``)."""
+    """Items vanish from reads on their own (see ``foreign.expiring_layer``)."""
 
     passes: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.SEQUENCED, Capability.RANGE_DELETE, Capability.REWRITE, Capability.FAMILY}
