@@ -51,6 +51,7 @@ from agents.memory import Session
 
 from ..core.capabilities import Capability, supports
 from ..core.codec import encode_batch
+from ..core.family import side_store
 from ..core.ids import derive_sibling_id
 from .base import SessionWrapper
 
@@ -205,22 +206,29 @@ class ForeignSession(SessionWrapper):
             )
         if sibling_factory is not None and not callable(sibling_factory):
             raise TypeError(f"{wrapper}: sibling_factory must be callable, got {sibling_factory!r}")
-        if sibling_factory is None:
+        if sibling_factory is None and not supports(inner, Capability.FAMILY):
             raise TypeError(
                 f"{wrapper} keeps side data (item numbering, branches, records) in the same "
                 f"store as the session, but a {type(inner).__name__} cannot open other "
                 "sessions; pass sibling_factory=, e.g. "
                 "sibling_factory=lambda sid: SQLiteSession(sid, db_path)"
             )
-        self._factory: SiblingFactory = sibling_factory
+        self._factory = sibling_factory
         self.capabilities = frozenset({Capability.SEQUENCED, Capability.FAMILY})
-        self._log = sibling_factory(derive_sibling_id(self.session_id, "seq"))
+        self._log = (
+            side_store(inner, "seq")
+            if sibling_factory is None
+            else sibling_factory(derive_sibling_id(self.session_id, "seq"))
+        )
         self._key = _store_key(inner)
         self._resolved: tuple[Any, Numbering] | None = None
         self._newest: str | None = None
 
     def _open_member(self, purpose: str) -> Session:
-        """Side stores come from ``sibling_factory``, numbered in turn."""
+        """Side stores come from ``sibling_factory`` (else the inner session's family),
+        numbered in turn."""
+        if self._factory is None:
+            return sequenced(side_store(self.inner, purpose))
         side = self._factory(derive_sibling_id(self.session_id, purpose))
         return ForeignSession(side, sibling_factory=self._factory)
 
