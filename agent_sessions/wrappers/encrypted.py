@@ -23,18 +23,21 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agents.memory import Session
+from agents.memory import OpenAIResponsesCompactionSession, Session
 
+from ..core import capabilities
 from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ..errors import DecryptionError, MissingDependencyError
 from ._branch_store import is_sequenced
+from ._sdk_calls import call_with_wrapper
 from .base import SessionWrapper, check_max_item_bytes
 from .rewrite import Transform, rewrite_through
 from .ttl import TTLSession
 
 try:
     from cryptography.exceptions import InvalidTag
+    from cryptography.fernet import InvalidToken
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -99,6 +102,32 @@ class _Unreadable(Exception):
     """An envelope that cannot be opened; the message says why (never any plaintext)."""
 
 
+class _NotAnEnvelope(_Unreadable):
+    """A stored item that is not one of our envelopes (plaintext or foreign): skipped, and
+    ``pop_item`` removes it on its way to the newest readable item, as the SDK's does."""
+
+
+class KeyMismatchError(DecryptionError, InvalidToken):
+    """``pop_item`` found the newest stored item sealed under a key this session does not
+    hold (or altered); nothing was removed. Also the SDK's ``InvalidToken``, which its
+    ``EncryptedSession.pop_item`` raises in the same case."""
+
+
+DEFAULT_TTL = 600
+"""Item lifetime in seconds when built the SDK's way (``EncryptedSession(session_id, session,
+key)`` or ``underlying_session=``) without ``ttl``: the SDK's Fernet default."""
+
+_NOT_FORWARDED = frozenset(
+    name
+    for protocol in vars(capabilities).values()
+    if isinstance(protocol, type) and getattr(protocol, "_is_protocol", False)
+    for name in vars(protocol)
+    if not name.startswith("_")
+) | {"inner", "underlying_session", "close", "rewrite_items", "rotate"}
+"""Names never looked up on the wrapped session: a capability reached past this layer would
+read or write ciphertext (or plaintext) behind its back."""
+
+
 class EncryptedSession(SessionWrapper):
     """Encrypt every item of ``inner`` with AES-256-GCM under a per-session key.
 
@@ -112,13 +141,18 @@ class EncryptedSession(SessionWrapper):
         active: the key id new items are written with (may be omitted for one key).
         ttl: item lifetime in seconds or ``timedelta``, like the SDK's: ``inner`` is wrapped in
             ``TTLSession(inner, item_ttl=ttl)``, so expired items are invisible and purgeable.
+            Built the SDK's way (``EncryptedSession(session_id, session, key)`` or with
+            ``underlying_session=``) it defaults to the SDK's 600 s; pass ``no_ttl=True``
+            to keep items forever. With ``inner=`` it defaults to no expiry.
         strict: raise :class:`DecryptionError` on an unreadable stored item instead of skipping
             it with a logged warning.
         session_id: optional, for the SDK's signature; must equal ``inner.session_id``.
         max_item_bytes: largest accepted item; default: what fits the inner session's cap
             once encrypted, or 16 MiB for a session without a cap.
-        max_scan_items: accepted for the SDK's signature (positive or None). Reads here never
-            look beyond ``limit`` stored items, so there is nothing for it to bound.
+        max_scan_items: the SDK's per-read budget of stored items (positive or None for
+            unbounded): ``get_items`` reads growing windows until it has ``limit`` readable
+            items, and raises RuntimeError when the budget runs out first (and ValueError for
+            a negative limit, before reading).
         cache_bytes: plaintext kept in memory of items this object wrote or opened, so the
             next read of the same envelope skips base64 and AES (each Runner turn re-reads the
             history). An entry is used only for a byte-identical envelope (key id, nonce and
@@ -128,9 +162,15 @@ class EncryptedSession(SessionWrapper):
     ``inner`` does (sequence numbers are the inner session's, one per stored item).
 
     Unreadable items (wrong or unknown key, altered bytes, copied from another session, not
-    an envelope) are never returned as plaintext. They keep their slot: ``get_items(limit=n)``
-    reads ``n`` stored items and leaves unreadable ones out, and ``pop_item`` on one removes
-    exactly that item and returns None (strict mode: raises after removing it).
+    an envelope) are never returned as plaintext. ``get_items(limit=n)`` returns the latest
+    ``n`` readable items. ``pop_item`` removes and returns the newest readable item, removing
+    plaintext or foreign items above it on the way (as the SDK's); an envelope it cannot open
+    (wrong key, altered) is never removed: it raises :class:`KeyMismatchError` instead.
+
+    Methods this class does not define are looked up on the wrapped session (e.g. a custom
+    ``get_stats()``), except the storage capabilities, which would bypass encryption. Over the
+    SDK's ``OpenAIResponsesCompactionSession`` it offers ``run_compaction`` (items are
+    decrypted for the compaction call and the result is stored encrypted).
     """
 
     add_sequenced_items: Callable[[list[TResponseInputItem]], Awaitable[list[int]]]
@@ -152,13 +192,17 @@ class EncryptedSession(SessionWrapper):
         max_item_bytes: int | None = None,
         max_scan_items: int | None = None,
         cache_bytes: int = 4 * 1024 * 1024,
+        no_ttl: bool = False,
     ) -> None:
+        sdk_form = isinstance(inner, str) or underlying_session is not None
         if isinstance(inner, str):  # the SDK's positional order: (session_id, session, key)
             session_id, inner = inner, None
         if inner is None:
             inner = underlying_session
         elif underlying_session is not None:
             raise TypeError("pass the inner session once (inner or underlying_session)")
+        if ttl is None and sdk_form and not no_ttl:
+            ttl = DEFAULT_TTL
         if inner is None:
             raise TypeError("EncryptedSession needs the session to wrap (inner=...)")
         if max_scan_items is not None and (
@@ -166,7 +210,7 @@ class EncryptedSession(SessionWrapper):
             or not isinstance(max_scan_items, int)
             or max_scan_items <= 0
         ):
-            raise ValueError("max_scan_items must be a positive int or None")
+            raise ValueError("max_scan_items must be positive or None (a positive int)")
         self.max_scan_items = max_scan_items
         if session_id is not None and session_id != inner.session_id:
             raise ValueError(
@@ -174,6 +218,8 @@ class EncryptedSession(SessionWrapper):
                 f"{inner.session_id!r}; omit session_id or make them equal"
             )
         self._keys, self.active_key_id = self._keyring(encryption_key, keys, active)
+        self.underlying_session = inner
+        """The session passed in (the SDK's attribute; ``inner`` adds the ttl layer)."""
         if ttl is not None:
             inner = TTLSession(inner, item_ttl=ttl)
         super().__init__(inner)
@@ -290,7 +336,7 @@ class EncryptedSession(SessionWrapper):
         """Return the item inside ``envelope`` or raise _Unreadable."""
         # Reads call this once per item: the common path is kept to a few dict lookups.
         if type(envelope) is not dict or envelope.get("type") != ENC_TYPE:
-            raise _Unreadable("it is not an encrypted envelope")
+            raise _NotAnEnvelope("it is not an encrypted envelope")
         if envelope.get("v") != ENVELOPE_VERSION:
             raise _Unreadable(f"envelope version {envelope.get('v')!r} is not supported")
         kid = envelope.get("kid")
@@ -334,40 +380,202 @@ class EncryptedSession(SessionWrapper):
 
     # -- the Session API -----------------------------------------------------------------------
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """Return the latest ``limit`` stored items that decrypt, oldest first."""
-        limit = self.resolve_limit(limit)
-        if limit is not None and limit <= 0:
-            return []
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names this object lacks: forward custom methods (the SDK's
+        # delegation), never a storage capability, which would bypass encryption.
+        if name.startswith("__") or name in _NOT_FORWARDED:
+            raise AttributeError(name)
+        inner = self.__dict__.get("underlying_session")
+        if inner is None:
+            raise AttributeError(name)
+        if isinstance(inner, OpenAIResponsesCompactionSession):
+            if name == "run_compaction":
+                return self._run_compaction
+            if name == "_defer_compaction":
+                return self._defer_compaction
+        return getattr(inner, name)
+
+    def _open_all(self, envelopes: list[Any]) -> list[TResponseInputItem]:
         out = []
-        for envelope in await self.inner.get_items(limit):
+        for envelope in envelopes:
             try:
                 out.append(self._open(envelope))
             except _Unreadable as reason:
                 self._unreadable(reason)
         return out
 
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
+    async def get_items(
+        self, limit: int | None = None, *, wrapper: Any = None
+    ) -> list[TResponseInputItem]:
+        """Return the latest ``limit`` items that decrypt, oldest first.
+
+        Raises:
+            ValueError: ``max_scan_items`` is set and the limit is negative (nothing read).
+            RuntimeError: ``max_scan_items`` stored items were read without establishing the
+                result (too many unreadable or expired items).
+        """
+        limit = self.resolve_limit(limit)
+        budget = self.max_scan_items
+        if budget is not None and limit is not None and limit < 0:
+            raise ValueError(
+                "limit must be non-negative when max_scan_items is set; use 0 for no items"
+            )
+        if limit is not None and limit <= 0:
+            return []
+        read = self.inner.get_items
+        if limit is None and budget is None:
+            return self._open_all(await call_with_wrapper(read, None, wrapper=wrapper))
+        window = min(x for x in (limit, budget) if x is not None)
+        remaining = budget
+        while True:
+            envelopes = await call_with_wrapper(read, window, wrapper=wrapper)
+            items = self._open_all(envelopes)
+            if limit is not None and len(items) >= limit:
+                return items[-limit:]
+            if len(envelopes) < window:
+                return items
+            grown = window * 2
+            if remaining is not None:
+                remaining -= len(envelopes)
+                grown = min(grown, remaining)
+                if grown <= window:
+                    raise RuntimeError(
+                        f"EncryptedSession {self.session_id!r}: max_scan_items ({budget}) "
+                        "stored items were read before the latest readable ones could be "
+                        "established; raise max_scan_items or remove unreadable history"
+                    )
+            window = grown
+
+    async def add_items(self, items: list[TResponseInputItem], *, wrapper: Any = None) -> None:
         """Encrypt and append ``items`` as one batch.
 
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
         """
         texts = encode_batch(items, self.max_item_bytes)
-        if texts:
-            await self.inner.add_items([self._seal(text) for text in texts])  # type: ignore[misc]
+        sealed = [self._seal(text) for text in texts]
+        await call_with_wrapper(self.inner.add_items, sealed, wrapper=wrapper)
 
-    async def pop_item(self) -> TResponseInputItem | None:
-        """Remove the newest stored item and return it decrypted; None when the session is
-        empty or that item is unreadable (then it is removed all the same)."""
-        envelope = await self.inner.pop_item()
-        if envelope is None:
-            return None
+    def _seal_items(self, items: list[TResponseInputItem]) -> list[TResponseInputItem]:
+        return [self._seal(text) for text in encode_batch(items, self.max_item_bytes)]  # type: ignore[misc]
+
+    async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
+        """Remove and return the newest readable item; None when there is none.
+
+        Plaintext or foreign items above it are removed on the way (as the SDK's). An
+        envelope this session cannot open is never removed.
+
+        Raises:
+            KeyMismatchError: the newest envelope does not open with these keys (wrong or
+                unknown key, altered bytes); it is kept. Also the SDK's ``InvalidToken``.
+        """
+        inner = self.inner
+        while True:
+            newest = await call_with_wrapper(inner.get_items, 1, wrapper=wrapper)
+            if not newest:
+                return None
+            self._check_poppable(newest[-1])
+            popped = await call_with_wrapper(inner.pop_item, wrapper=wrapper)
+            if popped is None:
+                return None
+            try:
+                return self._open(popped)  # type: ignore[no-any-return]
+            except _NotAnEnvelope:
+                continue  # plaintext or foreign: drained, as the SDK does
+            except _Unreadable as reason:
+                # Another writer replaced the newest item between the check and the pop
+                # with one we cannot open: put it back rather than lose it.
+                await call_with_wrapper(inner.add_items, [popped], wrapper=wrapper)
+                raise self._mismatch(reason) from None
+
+    def _check_poppable(self, envelope: Any) -> None:
         try:
-            return self._open(envelope)  # type: ignore[no-any-return]
+            self._open(envelope)
+        except _NotAnEnvelope:
+            return
         except _Unreadable as reason:
-            self._unreadable(reason)
+            raise self._mismatch(reason) from None
+
+    def _mismatch(self, reason: _Unreadable) -> KeyMismatchError:
+        return KeyMismatchError(
+            f"EncryptedSession {self.session_id!r}: the newest stored item is unreadable "
+            f"({reason}); it was not removed. Open the session with the key it was written "
+            "with (add the old key to keys=) to pop it"
+        )
+
+    async def clear_session(self, *, wrapper: Any = None) -> None:
+        """Delete every item of this session."""
+        await call_with_wrapper(self.inner.clear_session, wrapper=wrapper)
+        self._plain.clear()
+        self._plain_size = 0
+
+    # -- the SDK's compaction hooks ------------------------------------------------------------
+
+    async def _run_compaction(self, args: Any = None, *, wrapper: Any = None) -> None:
+        """``run_compaction`` over the SDK's compaction session inside this one: it reads the
+        decrypted history and stores the compacted items encrypted."""
+        session = self.underlying_session
+        assert isinstance(session, OpenAIResponsesCompactionSession)
+        await session._run_compaction(
+            args,
+            wrapper=wrapper,
+            read_items=self._read_compaction_items,
+            prepare_items=self._seal_items,
+            read_snapshot=self._get_compaction_snapshot,
+        )
+
+    async def _defer_compaction(
+        self, response_id: str, store: bool | None = None, *, wrapper: Any = None
+    ) -> None:
+        session = self.underlying_session
+        assert isinstance(session, OpenAIResponsesCompactionSession)
+        await session._defer_compaction(
+            response_id, store, read_items=self._read_compaction_items
+        )
+
+    async def _read_compaction_items(
+        self, limit: int | None, *, wrapper: Any = None
+    ) -> tuple[list[TResponseInputItem], bool]:
+        """The SDK's hook: the readable items among the latest ``limit`` stored ones, and
+        whether those are all there is."""
+        if limit is None:
+            return await self.get_items(wrapper=wrapper), False
+        envelopes = await call_with_wrapper(self.inner.get_items, limit, wrapper=wrapper)
+        if len(envelopes) >= limit:
+            return [], False
+        return self._open_all(envelopes), True
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Any = None
+    ) -> Any:
+        """The SDK's atomic-suffix hook, over the wrapped session's: decrypted items; the
+        compacted suffix is stored encrypted. An unreadable item is never replaced."""
+        backend: Any = self.inner
+        if isinstance(backend, OpenAIResponsesCompactionSession):
+            backend = backend.underlying_session
+        reader = getattr(backend, "_get_compaction_snapshot", None)
+        if reader is None:
             return None
+        raw = await reader(limit)
+        if raw is None:
+            return None
+        items: list[TResponseInputItem] = []
+        positions: list[int] = []
+        boundary = 0
+        for index, envelope in enumerate(raw.items):
+            try:
+                items.append(self._open(envelope))
+                positions.append(index)
+            except _Unreadable:
+                boundary = index + 1  # keep it and everything before it
+                items.clear()
+                positions.clear()
+
+        async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
+            raw_start = boundary if start == 0 else positions[start]
+            return bool(await raw.replace_suffix(raw_start, self._seal_items(output)))
+
+        return type(raw)(items, raw.complete and boundary == 0, replace_suffix)
 
     async def _add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers."""
@@ -407,12 +615,6 @@ class EncryptedSession(SessionWrapper):
         return how many were deleted."""
         assert isinstance(self.inner, SupportsRangeDelete)
         return await self.inner.delete_items(before=before)
-
-    async def clear_session(self) -> None:
-        """Delete every item of this session."""
-        await self.inner.clear_session()
-        self._plain.clear()
-        self._plain_size = 0
 
     # -- rotation ------------------------------------------------------------------------------
 
@@ -483,4 +685,11 @@ class EncryptedSession(SessionWrapper):
         return await rewrite_through(self.inner, rewrite)
 
 
-__all__ = ["DEFAULT_KEY_ID", "ENC_TYPE", "EncryptedSession", "master_key_bytes"]
+__all__ = [
+    "DEFAULT_KEY_ID",
+    "DEFAULT_TTL",
+    "ENC_TYPE",
+    "EncryptedSession",
+    "KeyMismatchError",
+    "master_key_bytes",
+]
