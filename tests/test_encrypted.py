@@ -86,7 +86,7 @@ class TestEncryptedTTLOverSDKSQLiteConformance(SessionConformanceSuite):
         ({"keys": {"a": KEY, "b": OLD_KEY}}, "active="),
         ({"keys": {"a": KEY}, "active": "b"}, "not in keys"),
         ({"keys": {"a": ""}}, "empty"),
-        ({"encryption_key": KEY, "ttl": 0}, "item_ttl"),
+        ({"encryption_key": KEY, "ttl": 0}, "ttl must be a positive"),
         ({"encryption_key": KEY, "ttl": -5}, "positive"),
         ({"encryption_key": KEY, "max_scan_items": 0}, "max_scan_items"),
         ({"encryption_key": KEY, "max_item_bytes": 0}, "max_item_bytes"),
@@ -104,12 +104,12 @@ def test_sdk_signature_and_key_forms_are_accepted() -> None:
     s = EncryptedSession(session_id=inner.session_id, underlying_session=inner, encryption_key=KEY)
     assert s.underlying_session is inner and s.session_id == inner.session_id
     # Built the SDK's way, items expire after the SDK's default 600 s unless no_ttl=True.
-    assert s.ttl == 600 and isinstance(s.inner, TTLSession) and s.inner.inner is inner
+    assert s.ttl == 600 and s.inner is inner and s.expires_items
     kept = EncryptedSession(underlying_session=inner, encryption_key=KEY, no_ttl=True)
-    assert kept.ttl is None and kept.inner is inner
-    assert EncryptedSession(inner, encryption_key=KEY).inner is inner  # our form: no expiry
-    positional = EncryptedSession(inner.session_id, inner, KEY, 600, max_scan_items=100)
-    assert isinstance(positional.inner, TTLSession) and positional.inner.inner is inner
+    assert kept.ttl is None and not kept.expires_items
+    assert EncryptedSession(inner, encryption_key=KEY).ttl is None  # our form: no expiry
+    positional = EncryptedSession(inner.session_id, inner, KEY, 60, max_scan_items=100)
+    assert positional.ttl == 60 and positional.inner is inner
     with pytest.raises(ValueError, match="differs"):
         EncryptedSession(inner, encryption_key=KEY, session_id="other")
     with pytest.raises(TypeError):
@@ -129,10 +129,30 @@ async def test_each_key_form_round_trips_across_objects(key: str | bytes) -> Non
     assert texts(await second.get_items()) == ["hello"]
 
 
-def test_ttl_argument_is_the_ttl_layer() -> None:
-    s = EncryptedSession(InMemorySession(sid()), encryption_key=KEY, ttl=60)
-    assert isinstance(s.inner, TTLSession)
-    assert s.inner.item_ttl == 60 and s.inner.ttl is None
+@pytest.mark.asyncio
+async def test_ttl_hides_old_items_one_by_one_and_pop_drains_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [1_000.0]
+    monkeypatch.setattr("agent_sessions.wrappers.encrypted.time.time", lambda: now[0])
+    inner = InMemorySession(sid())
+    s = EncryptedSession(inner, encryption_key=KEY, ttl=10)
+    await s.add_items([msg("old")])
+    now[0] += 8
+    await s.add_items([msg("young")])
+    await inner.add_items([msg("plaintext")])  # a foreign newest item hides nothing
+    now[0] += 5  # "old" is 13 s old, "young" 5 s
+    assert texts(await s.get_items()) == ["young"]
+    assert texts(await s.get_items(limit=1)) == ["young"]
+    assert len(await inner.get_items()) == 3  # expired items stay stored, as the SDK's
+    envelope: dict[str, Any] = dict(cast(dict[str, Any], (await inner.get_items())[1]))
+    tampered = {**envelope, "t": envelope["t"] + 100}  # authenticated: cannot be moved
+    copy = InMemorySession(inner.session_id, store=InMemoryStore())
+    await copy.add_items([envelope, tampered])  # type: ignore[list-item]
+    assert texts(await EncryptedSession(copy, encryption_key=KEY).get_items()) == ["young"]
+    assert item_text(await s.pop_item()) == "young"
+    assert await s.pop_item() is None  # the expired item is drained on the way
+    assert await inner.get_items() == []
 
 
 # -- what the store sees ------------------------------------------------------------------------
@@ -161,9 +181,7 @@ async def test_the_raw_store_holds_no_plaintext(tmp_path: Path) -> None:
     for row in rows:
         for leak in LEAKS:
             assert leak not in row, f"{leak!r} visible in the store: {row}"
-        ttl_envelope = json.loads(row)
-        assert set(ttl_envelope) == {"type", "t", "item"}
-        assert set(ttl_envelope["item"]) == {"type", "v", "kid", "n", "c"}
+        assert set(json.loads(row)) == {"type", "v", "kid", "t", "n", "c"}
     raw = path.read_bytes() + (tmp_path / "raw.db-wal").read_bytes()
     for leak in ("XYZZY", "PLUGH", "lookup_patient_record"):
         assert leak.encode() not in raw

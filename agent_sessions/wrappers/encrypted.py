@@ -18,6 +18,7 @@ import binascii
 import logging
 import os
 import re
+import time
 from binascii import a2b_base64
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
@@ -33,7 +34,6 @@ from ._branch_store import is_sequenced
 from ._sdk_calls import call_with_wrapper
 from .base import SessionWrapper, check_max_item_bytes
 from .rewrite import Transform, rewrite_through
-from .ttl import TTLSession
 
 try:
     from cryptography.exceptions import InvalidTag
@@ -89,9 +89,18 @@ def master_key_bytes(key: str | bytes, name: str = "encryption_key") -> bytes:
     return key if isinstance(key, bytes) else key.encode("utf-8")
 
 
-def _pop_oldest(cache: dict[str, tuple[str, str, bytes]]) -> tuple[str, tuple[str, str, bytes]]:
+_CacheEntry = tuple[str, str, bytes, Any]
+"""(key id, ciphertext text, plaintext, write time) of an envelope that authenticated."""
+
+
+def _pop_oldest(cache: dict[str, _CacheEntry]) -> tuple[str, _CacheEntry]:
     key = next(iter(cache))
     return key, cache.pop(key)
+
+
+def _time_aad(t: int) -> bytes:
+    """The associated data binding an envelope's write time (so it cannot be altered)."""
+    return b"\x00t" + str(t).encode("ascii")
 
 
 def _b64(data: bytes) -> str:
@@ -105,6 +114,11 @@ class _Unreadable(Exception):
 class _NotAnEnvelope(_Unreadable):
     """A stored item that is not one of our envelopes (plaintext or foreign): skipped, and
     ``pop_item`` removes it on its way to the newest readable item, as the SDK's does."""
+
+
+class _Expired(_Unreadable):
+    """An authenticated envelope older than ``ttl``: skipped silently, removed by ``pop_item``
+    on its way (as the SDK's Fernet ttl)."""
 
 
 class KeyMismatchError(DecryptionError, InvalidToken):
@@ -139,11 +153,13 @@ class EncryptedSession(SessionWrapper):
         keys: keyring form instead of ``encryption_key``: ``{"k2": new, "k1": old}``; every key
             still decrypts, new items use ``active``. Key ids: 1-64 of ``A-Za-z0-9._-``.
         active: the key id new items are written with (may be omitted for one key).
-        ttl: item lifetime in seconds or ``timedelta``, like the SDK's: ``inner`` is wrapped in
-            ``TTLSession(inner, item_ttl=ttl)``, so expired items are invisible and purgeable.
-            Built the SDK's way (``EncryptedSession(session_id, session, key)`` or with
-            ``underlying_session=``) it defaults to the SDK's 600 s; pass ``no_ttl=True``
-            to keep items forever. With ``inner=`` it defaults to no expiry.
+        ttl: item lifetime in seconds or ``timedelta``, like the SDK's: every envelope carries
+            its (authenticated) write time, and an item older than ``ttl`` is skipped by reads
+            and removed by ``pop_item`` on its way, but stays stored (stack a ``TTLSession``
+            under this layer to remove expired data physically). Built the SDK's way
+            (``EncryptedSession(session_id, session, key)`` or with ``underlying_session=``)
+            it defaults to the SDK's 600 s; pass ``no_ttl=True`` to keep items forever. With
+            ``inner=`` it defaults to no expiry.
         strict: raise :class:`DecryptionError` on an unreadable stored item instead of skipping
             it with a logged warning.
         session_id: optional, for the SDK's signature; must equal ``inner.session_id``.
@@ -203,6 +219,14 @@ class EncryptedSession(SessionWrapper):
             raise TypeError("pass the inner session once (inner or underlying_session)")
         if ttl is None and sdk_form and not no_ttl:
             ttl = DEFAULT_TTL
+        lifetime = ttl.total_seconds() if isinstance(ttl, timedelta) else ttl
+        if lifetime is not None and (
+            isinstance(lifetime, bool) or not isinstance(lifetime, (int, float)) or lifetime <= 0
+        ):
+            raise ValueError(f"ttl must be a positive number of seconds or None, got {ttl!r}")
+        self._lifetime = lifetime
+        self.expires_items = lifetime is not None
+        """Whether items vanish from reads on their own (see ``base.expiring_layer``)."""
         if inner is None:
             raise TypeError("EncryptedSession needs the session to wrap (inner=...)")
         if max_scan_items is not None and (
@@ -219,9 +243,7 @@ class EncryptedSession(SessionWrapper):
             )
         self._keys, self.active_key_id = self._keyring(encryption_key, keys, active)
         self.underlying_session = inner
-        """The session passed in (the SDK's attribute; ``inner`` adds the ttl layer)."""
-        if ttl is not None:
-            inner = TTLSession(inner, item_ttl=ttl)
+        """The wrapped session (the SDK's attribute name; ``inner`` is the same)."""
         super().__init__(inner)
         self.strict = strict
         self.ttl = ttl
@@ -230,7 +252,7 @@ class EncryptedSession(SessionWrapper):
             raise ValueError("cache_bytes must be an int >= 0 (0 disables the plaintext cache)")
         self.cache_bytes = cache_bytes
         # nonce text -> (key id, ciphertext text, plaintext); insertion order = eviction order
-        self._plain: dict[str, tuple[str, str, bytes]] = {}
+        self._plain: dict[str, _CacheEntry] = {}
         self._plain_size = 0
         self._aad_prefix = f"{ENC_TYPE}\x00{ENVELOPE_VERSION}\x00".encode()
         self._aad_suffix = b"\x00" + self.session_id.encode("utf-8")
@@ -312,25 +334,32 @@ class EncryptedSession(SessionWrapper):
             entry = self._ciphers[kid] = (AESGCM(hkdf.derive(self._keys[kid])), aad)
         return entry
 
-    def _seal(self, text: str) -> dict[str, Any]:
+    def _seal(self, text: str, t: int | None = None) -> dict[str, Any]:
+        """Return the envelope of ``text``, stamped with write time ``t`` (now when None)."""
         kid = self.active_key_id
         cipher, aad = self._cipher(kid)
+        if t is None:
+            t = int(time.time())
         nonce = os.urandom(_NONCE_BYTES)
         plain = text.encode("utf-8")
-        n, c = _b64(nonce), _b64(cipher.encrypt(nonce, plain, aad))
-        self._remember(n, kid, c, plain)
-        return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "n": n, "c": c}
+        n, c = _b64(nonce), _b64(cipher.encrypt(nonce, plain, aad + _time_aad(t)))
+        self._remember(n, kid, c, plain, t)
+        return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "t": t, "n": n, "c": c}
 
-    def _remember(self, n: str, kid: str, c: str, plain: bytes) -> None:
+    def _remember(self, n: str, kid: str, c: str, plain: bytes, t: Any) -> None:
         size = len(plain) + len(c)
         if size * 4 > self.cache_bytes or n in self._plain:
             return
         cache = self._plain
         while self._plain_size + size > self.cache_bytes:
-            _, (_, old_c, old_plain) = _pop_oldest(cache)
+            _, (_, old_c, old_plain, _) = _pop_oldest(cache)
             self._plain_size -= len(old_plain) + len(old_c)
-        cache[n] = (kid, c, plain)
+        cache[n] = (kid, c, plain, t)
         self._plain_size += size
+
+    def _check_age(self, t: Any) -> None:
+        if self._lifetime is not None and t is not None and time.time() - t > self._lifetime:
+            raise _Expired("it is older than ttl")
 
     def _open(self, envelope: Any) -> Any:
         """Return the item inside ``envelope`` or raise _Unreadable."""
@@ -340,10 +369,13 @@ class EncryptedSession(SessionWrapper):
         if envelope.get("v") != ENVELOPE_VERSION:
             raise _Unreadable(f"envelope version {envelope.get('v')!r} is not supported")
         kid = envelope.get("kid")
-        n, c = envelope.get("n"), envelope.get("c")
+        n, c, t = envelope.get("n"), envelope.get("c"), envelope.get("t")
         hit = self._plain.get(n) if type(n) is str else None
-        if hit is not None and hit[1] == c and hit[0] == kid:
+        if hit is not None and hit[1] == c and hit[0] == kid and hit[3] == t:
+            self._check_age(t)
             return loads(hit[2])  # a byte-identical envelope authenticated before
+        if t is not None and type(t) is not int:
+            raise _Unreadable("the envelope's write time is malformed")
         entry = self._ciphers.get(kid) if type(kid) is str else None
         if entry is None:
             if kid not in self._keys:
@@ -358,7 +390,9 @@ class EncryptedSession(SessionWrapper):
         if len(nonce) != _NONCE_BYTES:
             raise _Unreadable("the envelope's nonce is malformed")
         try:
-            plain = entry[0].decrypt(nonce, sealed, entry[1])
+            # An envelope written before write times were stamped has no "t" (never expires).
+            aad = entry[1] if t is None else entry[1] + _time_aad(t)
+            plain = entry[0].decrypt(nonce, sealed, aad)
             item = loads(plain)
         except InvalidTag:
             raise _Unreadable(
@@ -369,10 +403,13 @@ class EncryptedSession(SessionWrapper):
             raise _Unreadable("the decrypted data is not JSON") from None
         if type(item) is not dict:
             raise _Unreadable("the decrypted data is not a JSON object")
-        self._remember(n, kid, c, plain)  # type: ignore[arg-type]
+        self._remember(n, kid, c, plain, t)  # type: ignore[arg-type]
+        self._check_age(t)
         return item
 
     def _unreadable(self, reason: _Unreadable) -> None:
+        if isinstance(reason, _Expired):
+            return  # expiry is normal, as with the SDK's ttl: skipped without a warning
         message = f"EncryptedSession {self.session_id!r}: a stored item is unreadable: {reason}"
         if self.strict:
             raise DecryptionError(message)
@@ -480,8 +517,8 @@ class EncryptedSession(SessionWrapper):
                 return None
             try:
                 return self._open(popped)  # type: ignore[no-any-return]
-            except _NotAnEnvelope:
-                continue  # plaintext or foreign: drained, as the SDK does
+            except (_NotAnEnvelope, _Expired):
+                continue  # plaintext, foreign or expired: drained, as the SDK does
             except _Unreadable as reason:
                 # Another writer replaced the newest item between the check and the pop
                 # with one we cannot open: put it back rather than lose it.
@@ -491,7 +528,7 @@ class EncryptedSession(SessionWrapper):
     def _check_poppable(self, envelope: Any) -> None:
         try:
             self._open(envelope)
-        except _NotAnEnvelope:
+        except (_NotAnEnvelope, _Expired):
             return
         except _Unreadable as reason:
             raise self._mismatch(reason) from None
@@ -556,7 +593,16 @@ class EncryptedSession(SessionWrapper):
         reader = getattr(backend, "_get_compaction_snapshot", None)
         if reader is None:
             return None
-        raw = await reader(limit)
+        def expired(envelope: Any) -> bool:
+            try:
+                self._open(envelope)
+            except _Expired:
+                return True
+            except _Unreadable:
+                return False
+            return False
+
+        raw = await reader(limit, prune_prefix=expired)
         if raw is None:
             return None
         items: list[TResponseInputItem] = []
@@ -566,6 +612,8 @@ class EncryptedSession(SessionWrapper):
             try:
                 items.append(self._open(envelope))
                 positions.append(index)
+            except _Expired:
+                continue  # replaceable, like the SDK's authenticated expired envelopes
             except _Unreadable:
                 boundary = index + 1  # keep it and everything before it
                 items.clear()
@@ -656,7 +704,7 @@ class EncryptedSession(SessionWrapper):
                 if envelope["kid"] == self.active_key_id:
                     out.append(envelope)
                 else:
-                    out.append(self._seal(dumps(item)))
+                    out.append(self._seal(dumps(item), envelope.get("t")))
                     changed += 1
             return out
 
