@@ -427,9 +427,9 @@ class EncryptedSession(SessionWrapper):
             raise AttributeError(name)
         if isinstance(inner, OpenAIResponsesCompactionSession):
             if name == "run_compaction":
-                return self._run_compaction
+                return self._run_encrypted_compaction
             if name == "_defer_compaction":
-                return self._defer_compaction
+                return self._defer_encrypted_compaction
         return getattr(inner, name)
 
     def _open_all(self, envelopes: list[Any]) -> list[TResponseInputItem]:
@@ -477,9 +477,9 @@ class EncryptedSession(SessionWrapper):
                 grown = min(grown, remaining)
                 if grown <= window:
                     raise RuntimeError(
-                        f"EncryptedSession {self.session_id!r}: max_scan_items ({budget}) "
-                        "stored items were read before the latest readable ones could be "
-                        "established; raise max_scan_items or remove unreadable history"
+                        f"EncryptedSession {self.session_id!r}: max_scan_items exhausted "
+                        f"({budget} stored items read) before the latest readable items could "
+                        "be established; raise max_scan_items or remove unreadable history"
                     )
             window = grown
 
@@ -548,7 +548,7 @@ class EncryptedSession(SessionWrapper):
 
     # -- the SDK's compaction hooks ------------------------------------------------------------
 
-    async def _run_compaction(self, args: Any = None, *, wrapper: Any = None) -> None:
+    async def _run_encrypted_compaction(self, args: Any = None, *, wrapper: Any = None) -> None:
         """``run_compaction`` over the SDK's compaction session inside this one: it reads the
         decrypted history and stores the compacted items encrypted."""
         session = self.underlying_session
@@ -561,7 +561,7 @@ class EncryptedSession(SessionWrapper):
             read_snapshot=self._get_compaction_snapshot,
         )
 
-    async def _defer_compaction(
+    async def _defer_encrypted_compaction(
         self, response_id: str, store: bool | None = None, *, wrapper: Any = None
     ) -> None:
         session = self.underlying_session
