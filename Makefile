@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench
+.PHONY: install services test lint demo bench test-window-long
 
 install: $(VENV)/.installed
 
@@ -26,5 +26,11 @@ lint: install
 demo: install
 	$(PY) -m agent_sessions demo
 
+# Writes docs/benchmarks.md, .png and .json; `make bench QUICK=1` for the short run.
 bench: install services
-	$(PY) benchmarks/run.py
+	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) benchmarks/run.py $(if $(QUICK),--quick,)
+
+# Long property runs of the window layer (CI runs a few examples per backend).
+test-window-long: install services
+	WINDOW_EXAMPLES=300 $(PY) -m pytest tests/test_window.py -q

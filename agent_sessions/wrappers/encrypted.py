@@ -30,9 +30,9 @@ from ..core import capabilities
 from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ..errors import DecryptionError, MissingDependencyError
-from ._branch_store import is_sequenced
 from ._sdk_calls import call_with_wrapper
 from .base import SessionWrapper, check_max_item_bytes
+from .foreign import is_sequenced
 from .rewrite import Transform, rewrite_through
 
 try:
@@ -294,7 +294,7 @@ class EncryptedSession(SessionWrapper):
             raise ValueError("keys must be a non-empty mapping of key id to key")
         ring = {}
         for kid, key in keys.items():
-            if not isinstance(kid, str) or not _KID.match(kid):
+            if not isinstance(kid, str) or not _KID.fullmatch(kid):
                 raise ValueError(
                     f"key id {kid!r} is invalid: use 1-64 characters of A-Z a-z 0-9 . _ -"
                 )
