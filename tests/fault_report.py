@@ -1,0 +1,10 @@
+"""Collects what the fault tests injected and checked; printed at the end of the pytest run."""
+
+from __future__ import annotations
+
+LINES: list[str] = []
+
+
+def report(what: str, injected: str, checked: str) -> None:
+    """Record one fault test's summary."""
+    LINES.append(f"[faults] {what}: injected {injected}; checked {checked}")
