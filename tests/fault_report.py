@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 LINES: list[str] = []
+SEED: list[int] = []
+"""The random seed of the run (FAULT_SEED replays it)."""
 
 
 def report(what: str, injected: str, checked: str) -> None:

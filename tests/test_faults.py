@@ -32,6 +32,7 @@ from agent_sessions.errors import BackendUnavailableError
 from agent_sessions.testing import texts
 from agent_sessions.testing.helpers import item_text
 
+from .fault_report import SEED as SEED_HOLDER
 from .fault_report import report
 from .fault_writer import open_store
 from .redis_servers import RedisServer, require_binaries
@@ -41,9 +42,10 @@ SCALE = max(1, int(os.environ.get("FAULT_SCALE", "1")))
 REPO = Path(__file__).resolve().parent.parent
 RUN = uuid.uuid4().hex[:8]
 SEED = int(os.environ.get("FAULT_SEED", str(random.randrange(1 << 30))))
-"""Printed with every report line, so a failing run can be replayed (FAULT_SEED=...)."""
+"""Printed with the report lines, so a failing run can be replayed (FAULT_SEED=...)."""
+SEED_HOLDER.append(SEED)
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.timeout(300 * SCALE)]
 
 # -- backends -------------------------------------------------------------------------------
 
