@@ -93,7 +93,8 @@ def expiring_layer(session: Session) -> object | None:
     layer: object = session
     seen: set[int] = set()
     while layer is not None and id(layer) not in seen:
-        if getattr(type(layer), "expires_items", False) or isinstance(layer, sdk_encrypted):
+        own = getattr(layer, "__dict__", {}).get("expires_items", False)  # set per instance
+        if getattr(type(layer), "expires_items", False) or own or isinstance(layer, sdk_encrypted):
             return layer
         seen.add(id(layer))
         layer = getattr(layer, "inner", None)
@@ -260,7 +261,9 @@ class ForeignSession(SessionWrapper):
         ):
             if not newest:
                 return Numbering()
-            return Numbering().renumbered(len(await self._count()))  # adopt a history
+            adopted = Numbering().renumbered(len(await self._count()))  # an existing history
+            await self._record(adopted, adopted, digest, digest)
+            return adopted
         key = (record.get("id"), digest)
         if self._resolved is not None and self._resolved[0] == key:
             return self._resolved[1].copy()
@@ -272,9 +275,13 @@ class ForeignSession(SessionWrapper):
         ]
         if len(candidates) == 1 or (candidates and after.n == before.n):
             state = candidates[0]
+            state.high = max(after.high, before.high)
         else:
             state = await self._recount(after, before, record.get("last"))
-        state.high = max(after.high, before.high, state.high)
+            state.high = max(after.high, before.high, state.high)
+            # Numbers handed out from now on must survive: record what was counted.
+            await self._record(state, state, digest, digest)
+            key = (None, digest)
         self._resolved = (key, state.copy())
         return state
 
