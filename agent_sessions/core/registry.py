@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from agents.memory import Session
 
 from ..errors import MissingDependencyError, UnknownSchemeError
+from .extras import install_hint
 
 Opener = Callable[..., Session | Awaitable[Session]]
 """``opener(url, session_id, **options)`` returns a session (or an awaitable of one)."""
@@ -47,7 +48,7 @@ def _resolve(scheme: str, entry: _Entry) -> Opener:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        hint = f'pip install "agent-sessions[{entry.extra}]"' if entry.extra else "pip install"
+        hint = install_hint(entry.extra)
         raise MissingDependencyError(
             f"the {scheme}:// backend needs a package that is not installed ({exc.name or exc}); "
             f"install it with: {hint}"

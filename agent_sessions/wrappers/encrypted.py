@@ -27,7 +27,8 @@ from agents.memory import Session
 
 from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
-from ..errors import DecryptionError, MissingDependencyError
+from ..core.extras import missing
+from ..errors import DecryptionError
 from ._branch_store import is_sequenced
 from .base import SessionWrapper, check_max_item_bytes
 from .rewrite import Transform, rewrite_through
@@ -39,10 +40,7 @@ try:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise MissingDependencyError(
-        "EncryptedSession needs the 'cryptography' package: "
-        "pip install 'agent-sessions[encryption]'"
-    ) from exc
+    raise missing("EncryptedSession", "encryption", exc) from exc
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
