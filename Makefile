@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench
+.PHONY: install services test lint demo bench smoke-core
 
 install: $(VENV)/.installed
 
@@ -28,3 +28,7 @@ demo: install
 
 bench: install services
 	$(PY) benchmarks/run.py
+
+# A core-only install (no extras) in a fresh venv: import, open_session, demo, extra hints.
+smoke-core:
+	PYTHON=$(PYTHON) bash scripts/smoke-core.sh

@@ -21,8 +21,17 @@ from .core.capabilities import (
     SupportsSiblings,
 )
 from .core.registry import open_session, register_scheme, registered_schemes
+from .errors import MissingDependencyError
 
 __version__ = "0.1.0"
+
+_EXTRAS = {
+    "RedisSession": "redis",
+    "SQLAlchemySession": "sqlalchemy",
+    "MongoDBSession": "mongodb",
+    "EncryptedSession": "encryption",
+}
+"""The pip extra each optional name needs (the others need only the core)."""
 
 _LAZY = {
     "RedisSession": "agent_sessions.backends.redis",
@@ -53,7 +62,16 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'agent_sessions' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    try:
+        imported = importlib.import_module(module)
+    except ImportError as exc:
+        extra = _EXTRAS.get(name)
+        if extra is None or isinstance(exc, MissingDependencyError):
+            raise
+        from .core.extras import missing
+
+        raise missing(name, extra, exc) from exc
+    value = getattr(imported, name)
     globals()[name] = value
     return value
 

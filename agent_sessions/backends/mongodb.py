@@ -38,15 +38,21 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
 from agents.memory import SessionSettings
-from pymongo import AsyncMongoClient, DeleteOne, InsertOne, ReturnDocument, UpdateMany
-from pymongo.driver_info import DriverInfo
-from pymongo.errors import (
-    BulkWriteError,
-    ConfigurationError,
-    ConnectionFailure,
-    DuplicateKeyError,
-    ExecutionTimeout,
-)
+
+from ..core.extras import missing
+
+try:
+    from pymongo import AsyncMongoClient, DeleteOne, InsertOne, ReturnDocument, UpdateMany
+    from pymongo.driver_info import DriverInfo
+    from pymongo.errors import (
+        BulkWriteError,
+        ConfigurationError,
+        ConnectionFailure,
+        DuplicateKeyError,
+        ExecutionTimeout,
+    )
+except ImportError as _exc:  # pragma: no cover - depends on the environment
+    raise missing("MongoDBSession", "mongodb", _exc) from _exc
 
 from ..core.base import BaseSession, Row, check_before
 from ..core.ids import validate_session_id

@@ -16,21 +16,26 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from redis.asyncio import Redis, RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import (
-    BusyLoadingError,
-    ClusterError,
-    MaxConnectionsError,
-    OutOfMemoryError,
-    ReadOnlyError,
-    RedisClusterException,
-    ResponseError,
-    TryAgainError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from ..core.extras import missing
+
+try:
+    from redis.asyncio import Redis, RedisCluster
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+    from redis.exceptions import (
+        BusyLoadingError,
+        ClusterError,
+        MaxConnectionsError,
+        OutOfMemoryError,
+        ReadOnlyError,
+        RedisClusterException,
+        ResponseError,
+        TryAgainError,
+    )
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+except ImportError as _exc:  # pragma: no cover - depends on the environment
+    raise missing("RedisSession", "redis", _exc) from _exc
 
 from ..core.base import BaseSession, Row, check_before
 from ..errors import BackendDataError, BackendUnavailableError

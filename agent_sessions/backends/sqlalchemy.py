@@ -18,11 +18,16 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import PoolProxiedConnection
-from sqlalchemy.util import greenlet_spawn
+from ..core.extras import missing
+
+try:
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy.engine import Engine, make_url
+    from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+    from sqlalchemy.pool import PoolProxiedConnection
+    from sqlalchemy.util import greenlet_spawn
+except ImportError as _exc:  # pragma: no cover - depends on the environment
+    raise missing("SQLAlchemySession", "sqlalchemy", _exc) from _exc
 
 from ..core.base import BaseSession, Row, check_before
 from ..errors import BackendDataError, BackendUnavailableError
@@ -164,6 +169,18 @@ def _default_engine_kwargs(
     return {}
 
 
+_DRIVER_EXTRAS = {"asyncpg": "postgres", "asyncmy": "mysql", "aiomysql": "mysql"}
+
+
+def _create_engine(url: str, kwargs: dict[str, Any]) -> AsyncEngine:
+    try:
+        return create_async_engine(url, **kwargs)
+    except ImportError as exc:
+        driver = make_url(url).get_driver_name()
+        raise missing(f"the URL scheme {make_url(url).drivername}://", _DRIVER_EXTRAS.get(
+            driver, "sqlalchemy"), exc) from exc
+
+
 class _SharedEngine:
     """The engines made from one URL and options, shared by every session opened with them.
 
@@ -231,9 +248,7 @@ class _SharedEngine:
             if engine is None and loop is None and self.engines:
                 engine = next(iter(self.engines.values()))
             if engine is None:
-                engine = self.engines[loop] = _check_engine(
-                    create_async_engine(self.url, **self.kwargs)
-                )
+                engine = self.engines[loop] = _check_engine(_create_engine(self.url, self.kwargs))
             return engine
 
     async def release(self) -> None:

@@ -27,7 +27,8 @@ def missing(feature: str, extra: str, exc: ImportError) -> MissingDependencyErro
     name = exc.name or str(exc)
     return MissingDependencyError(
         f"{feature} needs the package {name!r}, which is not installed; install it with: "
-        f"{install_hint(extra)}"
+        f"{install_hint(extra)}",
+        name=name,
     )
 
 

@@ -48,10 +48,10 @@ def _resolve(scheme: str, entry: _Entry) -> Opener:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        hint = install_hint(entry.extra)
         raise MissingDependencyError(
-            f"the {scheme}:// backend needs a package that is not installed ({exc.name or exc}); "
-            f"install it with: {hint}"
+            f"the {scheme}:// backend needs the package {exc.name or str(exc)!r}, which is not "
+            f"installed; install it with: {install_hint(entry.extra)}",
+            name=exc.name,
         ) from exc
     opener: Opener = getattr(module, attr)
     return opener
