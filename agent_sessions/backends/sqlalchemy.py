@@ -29,9 +29,13 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("SQLAlchemySession", "sqlalchemy", _exc) from _exc
 
+from agents.memory import SessionSettings
+
 from ..core.base import BaseSession, Row, check_before
+from ..core.codec import DEFAULT_MAX_ITEM_BYTES
+from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError
-from ._sql_common import SqlDialect, Tables
+from ._sql_common import SqlDialect, Tables, causes
 
 T = TypeVar("T")
 
@@ -268,6 +272,27 @@ class _SharedEngine:
             await engine.dispose(close=loop is running)
 
 
+_AUTH_CODES = {1044, 1045, 1698}  # MySQL/MariaDB: access denied (to the server, to the db)
+_UNKNOWN_DB_CODE = 1049
+
+
+def _refusal(exc: BaseException) -> str | None:
+    """Say why the server refused a connection (credentials, unknown database), else None."""
+    for cause in causes(exc):
+        sqlstate = getattr(cause, "sqlstate", None)  # asyncpg's errors carry the SQLSTATE
+        if sqlstate in ("28000", "28P01"):
+            return "wrong user or password"
+        if sqlstate == "3D000":
+            return "the database does not exist"
+        args = getattr(cause, "args", ())
+        if type(cause).__module__.startswith(("asyncmy", "pymysql", "aiomysql")) and args:
+            if args[0] in _AUTH_CODES:
+                return "wrong user or password, or no access to the database"
+            if args[0] == _UNKNOWN_DB_CODE:
+                return "the database does not exist"
+    return None
+
+
 def _abort(dialect: SqlDialect, conn: Any, fired: list[bool]) -> None:
     fired.append(True)
     dialect.abort(conn)
@@ -285,13 +310,14 @@ class SQLAlchemySession(BaseSession):
         table_prefix: prefix of the table names ``{prefix}sessions``, ``{prefix}messages``
             and ``{prefix}schema``; letters, digits and underscores only.
         sessions_table, messages_table: override single table names (the SDK's arguments).
-        **options: ``session_settings``, ``max_item_bytes``, ``strict`` (see BaseSession).
+        session_settings, max_item_bytes, strict: see :class:`BaseSession`.
 
     Raises:
         ValueError: a table name is not a plain identifier, or the engine's driver is not
             supported.
     """
 
+    @explicit_options
     def __init__(
         self,
         session_id: str,
@@ -302,9 +328,18 @@ class SQLAlchemySession(BaseSession):
         sessions_table: str | None = None,
         messages_table: str | None = None,
         _shared: _SharedEngine | None = None,
-        **options: Any,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+        strict: bool = False,
+        _internal_id: bool = False,
     ) -> None:
-        super().__init__(session_id, **options)
+        super().__init__(
+            session_id,
+            session_settings=session_settings,
+            max_item_bytes=max_item_bytes,
+            strict=strict,
+            _internal_id=_internal_id,
+        )
         self._tables = Tables.build(table_prefix, sessions_table, messages_table)
         self.table_prefix = table_prefix
         self._create_tables = bool(create_tables)
@@ -314,10 +349,10 @@ class SQLAlchemySession(BaseSession):
         # when a cancelled operation's connection is dropped: it cannot be half-done, so no
         # extra task is needed to finish it. SQLite keeps its connection, so it needs one.
         self._single_dispatch_writes = self.engine.dialect.name != "sqlite"
-        self._options = options
         self._cached: tuple[asyncio.AbstractEventLoop, _Store] | None = None
 
     @classmethod
+    @explicit_options
     def from_url(
         cls,
         session_id: str,
@@ -327,7 +362,12 @@ class SQLAlchemySession(BaseSession):
         create_tables: bool = True,
         connect_timeout: float = 10.0,
         command_timeout: float | None = 30.0,
-        **kwargs: Any,
+        table_prefix: str = "agent_sessions_",
+        sessions_table: str | None = None,
+        messages_table: str | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+        strict: bool = False,
     ) -> SQLAlchemySession:
         """Open ``session_id`` in the database at ``url``.
 
@@ -342,7 +382,8 @@ class SQLAlchemySession(BaseSession):
                 BackendUnavailableError.
             command_timeout: seconds an operation may wait for the server before its
                 connection is given up with BackendUnavailableError (None: no limit).
-            **kwargs: the constructor's arguments (``table_prefix``, ``session_settings``...).
+            table_prefix, sessions_table, messages_table, session_settings, max_item_bytes,
+                strict: as in the constructor.
         """
         if not isinstance(url, str):
             url = str(url)
@@ -358,8 +399,13 @@ class SQLAlchemySession(BaseSession):
                 session_id,
                 engine=None,  # type: ignore[arg-type]
                 create_tables=create_tables,
+                table_prefix=table_prefix,
+                sessions_table=sessions_table,
+                messages_table=messages_table,
+                session_settings=session_settings,
+                max_item_bytes=max_item_bytes,
+                strict=strict,
                 _shared=shared,
-                **kwargs,
             )
         except BaseException:
             shared.forget()
@@ -425,8 +471,9 @@ class SQLAlchemySession(BaseSession):
             sessions_table=self._tables.sessions,
             messages_table=self._tables.messages,
             _shared=self._shared.share() if self._shared is not None else None,
+            max_item_bytes=self.max_item_bytes,
+            strict=self.strict,
             _internal_id=True,
-            **self._options,
         )
 
     # -- running an operation -------------------------------------------------------------
@@ -515,6 +562,12 @@ class SQLAlchemySession(BaseSession):
 
     def _translate(self, store: _Store, exc: Exception, write: bool) -> Exception:
         url = self._url(store)
+        refused = _refusal(exc)
+        if refused is not None:
+            return BackendUnavailableError(
+                f"the database at {url} refused the connection: {refused} ({exc}); check the "
+                "user, password and database name in the URL"
+            )
         if isinstance(exc, sa_exc.TimeoutError):
             return BackendUnavailableError(
                 f"no connection to {url} became free in time ({exc}); raise the pool size "

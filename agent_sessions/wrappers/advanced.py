@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ..core.options import explicit_options
 from ._branch_items import is_user_message
 from ._branch_store import SiblingFactory, is_sequenced
 from ._branch_usage import (
@@ -42,6 +43,7 @@ class AdvancedSession(BranchingSession):
         logger: where branch operations and usage-store failures are logged.
     """
 
+    @explicit_options
     def __init__(
         self,
         inner: Session,

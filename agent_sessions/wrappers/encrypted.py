@@ -28,6 +28,7 @@ from agents.memory import Session
 from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ..core.extras import missing
+from ..core.options import explicit_options
 from ..errors import DecryptionError
 from ._branch_store import is_sequenced
 from .base import SessionWrapper, check_max_item_bytes
@@ -136,6 +137,7 @@ class EncryptedSession(SessionWrapper):
     count_items: Callable[..., Awaitable[int]]
     delete_items: Callable[..., Awaitable[int]]
 
+    @explicit_options
     def __init__(
         self,
         inner: Session | str | None = None,

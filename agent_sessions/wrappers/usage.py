@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agents.memory import SessionABC
 from agents.memory.session_settings import resolve_session_limit
 
+from ..core.options import explicit_options
 from ._branch_items import is_user_message
 from ._branch_log import MAIN_LINEAGE
 from ._branch_store import (
@@ -60,6 +61,7 @@ class UsageTrackingSession(SessionABC):
         logger: where failures of ``store_run_usage`` are logged (it never raises, as the SDK's).
     """
 
+    @explicit_options
     def __init__(
         self,
         inner: Session,
