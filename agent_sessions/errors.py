@@ -66,6 +66,15 @@ class MissingDependencyError(SessionError, ImportError):
     """A backend or wrapper needs an optional dependency that is not installed."""
 
 
+class SessionNotFoundError(SessionError, LookupError):
+    """The store holds no session with the given id (raised by the catalog and the CLI)."""
+
+
+class StoreNotFoundError(SessionError, LookupError):
+    """The store itself (database file, tables, collections) does not exist; nothing was
+    created."""
+
+
 __all__ = [
     "BackendDataError",
     "BackendUnavailableError",
@@ -79,5 +88,7 @@ __all__ = [
     "MissingDependencyError",
     "SessionClosedError",
     "SessionError",
+    "SessionNotFoundError",
+    "StoreNotFoundError",
     "UnknownSchemeError",
 ]

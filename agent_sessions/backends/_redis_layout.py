@@ -6,7 +6,9 @@ percent-escaped)::
     P:{T}:items   sorted set; score = sequence number, member = "<seq>:<item JSON>"
     P:{T}:meta    hash; field "seq" = the highest sequence number ever assigned (it survives
                   ``clear_session``, so numbers are never reused and a range delete computed
-                  before a clear cannot reach items written after it)
+                  before a clear cannot reach items written after it); "created_ms" and
+                  "updated_ms" = server time in ms of the first and the latest ``add_items``
+                  (read by the session catalog)
 
 Numbers start at 1, except in a session written with an expiry: its keys may expire together
 and the session start again, so its first number is then the server's clock in microseconds
@@ -112,7 +114,10 @@ for i = 1, n do
   end
 end
 if k > 0 then redis.call('ZADD', items, unpack(args)) end
-redis.call('HSET', meta, 'seq', string.format('%d', last + n))
+local clock = redis.call('TIME')
+local ms = string.format('%d', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
+redis.call('HSET', meta, 'seq', string.format('%d', last + n), 'updated_ms', ms)
+redis.call('HSETNX', meta, 'created_ms', ms)
 if ttl > 0 then
   redis.call('PEXPIRE', items, ttl)
   redis.call('PEXPIRE', meta, ttl)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import threading
+import time
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.memory import SessionSettings
 
@@ -13,12 +14,17 @@ from ..core.base import BaseSession, Row, check_before
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES
 from ..core.options import explicit_options
 
+if TYPE_CHECKING:
+    from ..catalog import CatalogStore
+
 
 @dataclass
 class _Entries:
     seqs: list[int] = field(default_factory=list)
     payloads: list[str] = field(default_factory=list)
     next_seq: int = 1
+    created: float = 0.0
+    updated: float = 0.0
 
 
 class InMemoryStore:
@@ -95,6 +101,8 @@ class InMemorySession(BaseSession):
     async def _append(self, payloads: list[str]) -> list[int]:
         with self.store._lock:
             entries = self.store._entries(self.session_id)
+            entries.updated = time.time()
+            entries.created = entries.created or entries.updated
             first = entries.next_seq
             seqs = list(range(first, first + len(payloads)))
             entries.next_seq = first + len(payloads)
@@ -150,3 +158,9 @@ class InMemorySession(BaseSession):
                 return 0
             lo, hi = _window(entries, after, before)
             return hi - lo
+
+    def catalog_store(self) -> CatalogStore:
+        """Return the catalog of this session's store (see ``agent_sessions.catalog``)."""
+        from ._catalog_memory import MemoryCatalog
+
+        return MemoryCatalog(self.store)

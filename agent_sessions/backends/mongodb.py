@@ -767,6 +767,12 @@ class MongoDBSession(BaseSession):
     async def _close(self) -> None:
         await self._handle.release()
 
+    def catalog_store(self) -> Any:
+        """Return the catalog of these collections (see ``agent_sessions.catalog``)."""
+        from ._catalog_mongodb import MongoCatalog
+
+        return MongoCatalog(self)
+
 
 def _is_duplicate(exc: Exception) -> bool:
     details = getattr(exc, "details", None) or {}

@@ -381,6 +381,12 @@ class RedisSession(BaseSession):
     async def _close(self) -> None:
         await self._shared.release()
 
+    def catalog_store(self) -> Any:
+        """Return the catalog of this key prefix (see ``agent_sessions.catalog``)."""
+        from ._catalog_redis import RedisCatalog
+
+        return RedisCatalog(self)
+
     # -- helpers ---------------------------------------------------------------------------------
 
     def _rows(self, members: list[Any]) -> list[Row]:

@@ -670,6 +670,12 @@ class SQLAlchemySession(BaseSession):
         if self._shared is not None:
             await self._shared.release()
 
+    def catalog_store(self) -> Any:
+        """Return the catalog of these tables (see ``agent_sessions.catalog``)."""
+        from ._catalog_sql import EngineCatalog
+
+        return EngineCatalog(self.engine, self._tables.sessions, self._tables.messages)
+
 
 async def open_url(url: str, session_id: str, **options: Any) -> SQLAlchemySession:
     """``open_session`` entry for ``postgresql+asyncpg://``, ``mysql+asyncmy://``,

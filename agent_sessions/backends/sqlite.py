@@ -412,5 +412,11 @@ class SQLiteSession(BaseSession):
     async def _close(self) -> None:
         await self._db.release()
 
+    def catalog_store(self) -> Any:
+        """Return the catalog of this database's tables (see ``agent_sessions.catalog``)."""
+        from ._catalog_sql import SQLiteFileCatalog
+
+        return SQLiteFileCatalog(self)
+
 
 __all__ = ["SQLiteSession", "check_identifier"]

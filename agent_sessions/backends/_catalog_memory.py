@@ -1,0 +1,35 @@
+"""The catalog of an :class:`~agent_sessions.backends.memory.InMemoryStore`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..catalog import CatalogQuery, SessionInfo, family_root, utc
+from .memory import InMemoryStore
+
+
+class MemoryCatalog:
+    """Lists and deletes the sessions of one in-process store."""
+
+    def __init__(self, store: InMemoryStore) -> None:
+        self.store = store
+
+    async def exists(self) -> bool:
+        return True
+
+    async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
+        with self.store._lock:
+            infos = [
+                SessionInfo(sid, utc(e.created or None), utc(e.updated or None), len(e.seqs))
+                for sid, e in self.store._sessions.items()
+            ]
+        infos.sort(key=lambda info: info.session_id)
+        return [info for info in infos if query.matches(info)][: query.limit]
+
+    async def family_ids(self, session_id: str) -> list[str]:
+        with self.store._lock:
+            return [sid for sid in self.store._sessions if family_root(sid) == session_id]
+
+    async def delete(self, session_ids: Sequence[str]) -> int:
+        with self.store._lock:
+            return sum(self.store._sessions.pop(sid, None) is not None for sid in session_ids)

@@ -1,0 +1,100 @@
+"""The catalog of one MongoDB sessions/messages collection pair.
+
+Sessions are the counter documents (``_id`` = session id, ``created_at``, ``updated_at``), read
+in ``_id`` order through the ``_id`` index; item counts come from one aggregation over the page's
+batch documents (summing their ``n``), so no item is read.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from ..catalog import CatalogQuery, SessionInfo, family_root, utc
+from ..core.ids import SIBLING_MARK
+from .mongodb import _translated
+
+if TYPE_CHECKING:
+    from .mongodb import MongoDBSession
+
+
+def _naive(when: datetime) -> datetime:
+    # Stored times are naive UTC (the driver's default); compare like with like.
+    return when.astimezone(timezone.utc).replace(tzinfo=None)
+
+
+async def _to_list(cursor: Any) -> list[Any]:
+    if inspect.isawaitable(cursor):  # PyMongo's aggregate is a coroutine, Motor's a cursor
+        cursor = await cursor
+    return [doc async for doc in cursor]
+
+
+class MongoCatalog:
+    """Lists and deletes the sessions of one database's collection pair."""
+
+    def __init__(self, session: MongoDBSession) -> None:
+        self.session = session
+        self.counters = session._counters
+        self.messages = session._messages
+
+    async def exists(self) -> bool:
+        db = self.session.client[self.session.database]
+        async with _translated("listing collections"):
+            names = await db.list_collection_names()
+        return self.session.sessions_collection in names
+
+    async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
+        conditions: list[dict[str, Any]] = []
+        if query.after is not None:
+            conditions.append({"_id": {"$gt": query.after}})
+        if query.prefix:
+            conditions.append({"_id": {"$regex": "^" + re.escape(query.prefix)}})
+        if not query.internal:
+            conditions.append({"_id": {"$not": re.compile("^" + SIBLING_MARK)}})
+        if query.updated_after is not None:
+            conditions.append({"updated_at": {"$gte": _naive(query.updated_after)}})
+        if query.updated_before is not None:
+            conditions.append({"updated_at": {"$lt": _naive(query.updated_before)}})
+        flt = {"$and": conditions} if conditions else {}
+        async with _translated("listing sessions"):
+            docs = await _to_list(
+                self.counters.find(flt, {"created_at": 1, "updated_at": 1})
+                .sort("_id", 1)
+                .limit(query.limit)
+            )
+            ids = [d["_id"] for d in docs]
+            counts: dict[str, int] = {}
+            if ids:
+                pipeline = [
+                    {"$match": {"session_id": {"$in": ids}, "n": {"$gt": 0}}},
+                    {"$group": {"_id": "$session_id", "total": {"$sum": "$n"}}},
+                ]
+                for row in await _to_list(self.messages.aggregate(pipeline)):
+                    counts[row["_id"]] = int(row["total"])
+        return [
+            SessionInfo(
+                str(d["_id"]), utc(d.get("created_at")), utc(d.get("updated_at")),
+                counts.get(d["_id"], 0),
+            )
+            for d in docs
+        ]
+
+    async def family_ids(self, session_id: str) -> list[str]:
+        pattern = f"^{SIBLING_MARK}.*{SIBLING_MARK}{re.escape(session_id)}$"
+        async with _translated("listing side stores"):
+            docs = await _to_list(
+                self.counters.find({"_id": {"$regex": pattern, "$options": "s"}}, {"_id": 1})
+            )
+        return [str(d["_id"]) for d in docs if family_root(str(d["_id"])) == session_id]
+
+    async def delete(self, session_ids: Sequence[str]) -> int:
+        ids = list(session_ids)
+        if not ids:
+            return 0
+        async with _translated("deleting sessions"):
+            await self.messages.delete_many({"session_id": {"$in": ids}})
+            result = await self.counters.delete_many({"_id": {"$in": ids}})
+        return int(result.deleted_count)

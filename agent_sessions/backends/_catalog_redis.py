@@ -1,0 +1,108 @@
+"""The catalog of one Redis key prefix (standalone or Cluster).
+
+Sessions are found by ``SCAN MATCH P:{*}:meta``; on a Cluster redis-py runs the SCAN on every
+primary, so no node is missed. SCAN returns keys in no order, so each page scans the prefix's
+meta keys (names only, never items) and sorts them: a page costs O(sessions under the prefix)
+key names plus O(page) metadata reads. Every other command addresses one session's keys, which
+share a hash tag and so one slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..catalog import CatalogQuery, SessionInfo, family_root, utc
+from ..core.ids import SIBLING_MARK
+from ._redis_layout import escape_session_id, session_keys, unescape_session_id
+
+if TYPE_CHECKING:
+    from .redis import RedisSession
+
+_META = "}:meta"
+
+
+def glob_escape(text: str) -> str:
+    """Escape Redis glob metacharacters (``* ? [ ] \\``) in ``text``."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+class RedisCatalog:
+    """Lists and deletes the sessions stored under one key prefix."""
+
+    def __init__(self, session: RedisSession) -> None:
+        self.session = session
+        self.prefix = session.key_prefix
+
+    async def exists(self) -> bool:
+        # A Redis server has no store to create: reaching it is enough.
+        await self.session._call(self.session._client.ping)
+        return True
+
+    async def _ids(self, tag_pattern: str) -> list[str]:
+        """Return the session ids whose meta key matches ``P:{<tag_pattern>}:meta``."""
+        client = self.session._client
+        pattern = f"{glob_escape(self.prefix)}:{{{tag_pattern}{_META}"
+        start = len(self.prefix) + 2
+
+        async def scan() -> list[str]:
+            found: list[str] = []
+            async for key in client.scan_iter(match=pattern, count=1000):
+                text = key.decode() if isinstance(key, bytes) else key
+                found.append(unescape_session_id(text[start : -len(_META)]))
+            return found
+
+        return await self.session._call(scan)
+
+    async def _info(self, session_id: str) -> SessionInfo | None:
+        client = self.session._client
+        items, meta = session_keys(self.prefix, session_id)
+
+        async def read() -> tuple[Any, Any]:
+            return await asyncio.gather(
+                client.hmget(meta, "created_ms", "updated_ms"), client.zcard(items)
+            )
+
+        (created, updated), count = await self.session._call(read)
+        return SessionInfo(
+            session_id,
+            None if created is None else utc(int(created) / 1000),
+            None if updated is None else utc(int(updated) / 1000),
+            int(count),
+        )
+
+    async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
+        tag = glob_escape(escape_session_id(query.prefix or "")) + "*"
+        if not query.internal and not query.prefix:
+            tag = f"[^{SIBLING_MARK}]*"
+        ids = sorted(set(await self._ids(tag)))
+        candidates = [sid for sid in ids if query.after is None or sid > query.after]
+        out: list[SessionInfo] = []
+        for start in range(0, len(candidates), query.limit):
+            chunk = candidates[start : start + query.limit]
+            infos = await asyncio.gather(*(self._info(sid) for sid in chunk))
+            out.extend(i for i in infos if i is not None and query.matches(i))
+            if len(out) >= query.limit:
+                break
+        return out[: query.limit]
+
+    async def family_ids(self, session_id: str) -> list[str]:
+        tail = glob_escape(escape_session_id(SIBLING_MARK + session_id))
+        ids = await self._ids(f"{SIBLING_MARK}*{tail}")
+        return [sid for sid in ids if family_root(sid) == session_id]
+
+    async def delete(self, session_ids: Sequence[str]) -> int:
+        client = self.session._client
+        existed = 0
+        for start in range(0, len(session_ids), 100):
+            chunk = session_ids[start : start + 100]
+
+            async def drop(ids: Sequence[str] = chunk) -> list[Any]:
+                # Both keys of a session share its hash tag: one DEL per session, cluster-safe.
+                return await asyncio.gather(
+                    *(client.delete(*session_keys(self.prefix, sid)) for sid in ids)
+                )
+
+            existed += sum(1 for n in await self.session._call(drop) if int(n) > 0)
+        return existed

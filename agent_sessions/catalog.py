@@ -1,0 +1,391 @@
+"""The session catalog: list, inspect and erase the sessions of a store, on every backend.
+
+A catalog pages through the sessions of one store (ordered by id) with their metadata, without
+reading items, filtered by id prefix and by last update; it deletes sessions together with their
+*family*: the side stores layers keep for a session (branch logs, usage, compaction records,
+rewrite backups, all under ids made by :func:`agent_sessions.core.ids.derive_sibling_id`). So
+``delete_sessions([user_id])`` leaves nothing of that conversation behind (the erase a GDPR
+request needs), and side stores are never listed as sessions of their own.
+
+Each backend offers a small :class:`CatalogStore` through ``catalog_store()``; this module holds
+the rules common to all of them::
+
+    catalog = await SessionCatalog.open("sqlite:///app.db")
+    page = await catalog.list_sessions(prefix="user-42:", limit=50)
+    await catalog.delete_sessions([info.session_id for info in page.sessions])
+    await catalog.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Protocol, runtime_checkable
+
+from .core.ids import SIBLING_MARK, validate_session_id
+from .errors import SessionNotFoundError
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 10_000
+_PROBE_ID = "agent-sessions-catalog"
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One session as the catalog sees it (no items are read to build it).
+
+    ``created_at``/``updated_at`` are timezone-aware UTC, or None where the store keeps no
+    such time (a store written before this version, or by a layout that has none).
+    ``item_count`` counts the session's own items, not those of its side stores.
+    """
+
+    session_id: str
+    created_at: datetime | None
+    updated_at: datetime | None
+    item_count: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the info as JSON-ready values (times as ISO 8601 text)."""
+        return {
+            "session_id": self.session_id,
+            "created_at": None if self.created_at is None else self.created_at.isoformat(),
+            "updated_at": None if self.updated_at is None else self.updated_at.isoformat(),
+            "item_count": self.item_count,
+        }
+
+
+@dataclass(frozen=True)
+class CatalogQuery:
+    """What one page request asks a store for.
+
+    Sessions with ``session_id > after`` (all when None), ids starting with ``prefix``,
+    updated at or after ``updated_after`` and strictly before ``updated_before``, ordered by id,
+    at most ``limit``. Side-store ids (starting with ``SIBLING_MARK``) only when ``internal``.
+    A store that keeps no update time excludes its sessions whenever a time bound is given.
+    """
+
+    limit: int
+    after: str | None = None
+    prefix: str | None = None
+    updated_after: datetime | None = None
+    updated_before: datetime | None = None
+    internal: bool = False
+
+    def matches(self, info: SessionInfo) -> bool:
+        """Whether ``info`` passes this query's filters (for stores that filter client-side)."""
+        sid = info.session_id
+        if self.after is not None and not sid > self.after:
+            return False
+        if self.prefix is not None and not sid.startswith(self.prefix):
+            return False
+        if not self.internal and is_side_store(sid):
+            return False
+        if self.updated_after is not None or self.updated_before is not None:
+            if info.updated_at is None:
+                return False
+            if self.updated_after is not None and info.updated_at < self.updated_after:
+                return False
+            if self.updated_before is not None and info.updated_at >= self.updated_before:
+                return False
+        return True
+
+
+@runtime_checkable
+class CatalogStore(Protocol):
+    """What a backend implements for the catalog (returned by its ``catalog_store()``)."""
+
+    async def exists(self) -> bool:
+        """Whether the store (file, tables, collections) exists; creates nothing."""
+        ...
+
+    async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
+        """Return the sessions ``query`` selects, ordered by id."""
+        ...
+
+    async def family_ids(self, session_id: str) -> list[str]:
+        """Return the ids of every side store whose family root is ``session_id``."""
+        ...
+
+    async def delete(self, session_ids: Sequence[str]) -> int:
+        """Delete everything stored under each id (items, counters, metadata); return how many
+        of them existed."""
+        ...
+
+
+@runtime_checkable
+class SupportsCatalog(Protocol):
+    """A session whose store can be listed (every backend of this package)."""
+
+    def catalog_store(self) -> CatalogStore:
+        """Return the catalog of the store this session lives in (sharing its connection)."""
+        ...
+
+
+def is_side_store(session_id: str) -> bool:
+    """Whether ``session_id`` names a layer's side store rather than a user's session."""
+    return session_id.startswith(SIBLING_MARK)
+
+
+def family_root(session_id: str) -> str:
+    """Return the user session a side-store id belongs to (``session_id`` itself for a user id).
+
+    Side-store ids nest (a side store of a side store), so the parent is unwrapped until it is
+    no side-store id any more.
+    """
+    while session_id.startswith(SIBLING_MARK):
+        _purpose, sep, parent = session_id[1:].partition(SIBLING_MARK)
+        if not sep:
+            break
+        session_id = parent
+    return session_id
+
+
+def utc(value: Any) -> datetime | None:
+    """Normalise a stored time to an aware UTC datetime (naive values are read as UTC)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        when = value
+    elif isinstance(value, (int, float)):
+        when = datetime.fromtimestamp(value, timezone.utc)
+    elif isinstance(value, (str, bytes)):
+        text = value.decode() if isinstance(value, bytes) else value
+        try:
+            when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            try:
+                when = datetime.fromtimestamp(float(text), timezone.utc)
+            except ValueError:
+                return None
+    else:
+        return None
+    return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(
+        timezone.utc
+    )
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of sessions; pass ``next_cursor`` back to get the next (None: no more)."""
+
+    sessions: list[SessionInfo]
+    next_cursor: str | None
+
+
+def _check_time(name: str, value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} must be a datetime, got {type(value).__name__}")
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+class SessionCatalog:
+    """Lists and erases the sessions of one store.
+
+    Args:
+        session: any session of the store whose backend supports the catalog (every backend of
+            this package does); the catalog uses its connection. See :meth:`open` to start
+            from a URL.
+    """
+
+    def __init__(self, session: SupportsCatalog) -> None:
+        if not isinstance(session, SupportsCatalog):
+            raise TypeError(
+                f"{type(session).__name__} offers no catalog; pass a backend session of "
+                "agent_sessions (InMemorySession, SQLiteSession, RedisSession, "
+                "SQLAlchemySession, MongoDBSession), not a wrapper or a foreign class"
+            )
+        self.session = session
+        self.store = session.catalog_store()
+        self._owned = False
+
+    @classmethod
+    async def open(cls, url: str, **options: Any) -> SessionCatalog:
+        """Open the catalog of the store at ``url`` (options as for ``open_session``);
+        ``close()`` closes the connection it opened."""
+        from .core.registry import open_session
+
+        session = await open_session(url, _PROBE_ID, **options)
+        try:
+            catalog = cls(session)  # type: ignore[arg-type]
+        except BaseException:
+            close = getattr(session, "close", None)
+            if close is not None:
+                await close()
+            raise
+        catalog._owned = True
+        return catalog
+
+    async def close(self) -> None:
+        """Close the session this catalog opened (a catalog built on your session leaves it)."""
+        if self._owned:
+            self._owned = False
+            await self.session.close()  # type: ignore[attr-defined]
+
+    async def __aenter__(self) -> SessionCatalog:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def exists(self) -> bool:
+        """Whether the store exists (a file, its tables, its collections); creates nothing."""
+        return await self.store.exists()
+
+    async def list_sessions(
+        self,
+        *,
+        prefix: str | None = None,
+        updated_after: datetime | None = None,
+        updated_before: datetime | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
+        cursor: str | None = None,
+    ) -> Page:
+        """Return one page of sessions ordered by id.
+
+        Args:
+            prefix: only ids starting with it.
+            updated_after: only sessions last written at or after this time.
+            updated_before: only sessions last written before this time (e.g. inactive for
+                90 days: ``now - timedelta(days=90)``). Naive datetimes are read as UTC.
+            limit: page size, 1 to 10000.
+            cursor: ``next_cursor`` of the previous page.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_PAGE_SIZE:
+            raise ValueError(f"limit must be an int from 1 to {MAX_PAGE_SIZE}, got {limit!r}")
+        if prefix is not None and not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
+        if cursor is not None and not isinstance(cursor, str):
+            raise TypeError(f"cursor must be a str from Page.next_cursor, got {cursor!r}")
+        query = CatalogQuery(
+            limit=limit,
+            after=cursor,
+            prefix=prefix or None,
+            updated_after=_check_time("updated_after", updated_after),
+            updated_before=_check_time("updated_before", updated_before),
+        )
+        found = (await self.store.list_page(query))[:limit]
+        # The cursor follows what the store returned, not what the filter kept, so a page that
+        # the client-side check thinned out never ends the listing early.
+        more = len(found) == limit
+        return Page([s for s in found if query.matches(s)], found[-1].session_id if more else None)
+
+    async def iter_sessions(
+        self,
+        *,
+        prefix: str | None = None,
+        updated_after: datetime | None = None,
+        updated_before: datetime | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> AsyncIterator[SessionInfo]:
+        """Yield every matching session, page by page (ordered by id)."""
+        cursor: str | None = None
+        while True:
+            page = await self.list_sessions(
+                prefix=prefix,
+                updated_after=updated_after,
+                updated_before=updated_before,
+                limit=page_size,
+                cursor=cursor,
+            )
+            for info in page.sessions:
+                yield info
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def get(self, session_id: str) -> SessionInfo | None:
+        """Return the info of ``session_id``, or None when the store has no such session."""
+        validate_session_id(session_id, internal=True)
+        # The id is the smallest string starting with itself: if it exists, it comes first.
+        query = CatalogQuery(limit=5, prefix=session_id, internal=is_side_store(session_id))
+        for info in await self.store.list_page(query):
+            if info.session_id == session_id:
+                return info
+        return None
+
+    async def require(self, session_id: str) -> SessionInfo:
+        """Like :meth:`get`, but raise :class:`SessionNotFoundError` for an unknown id."""
+        info = await self.get(session_id)
+        if info is None:
+            raise SessionNotFoundError(
+                f"no session {session_id!r} in this store; list the ids with "
+                "`agent-sessions list URL` (check the URL and options such as table_prefix)"
+            )
+        return info
+
+    async def family(self, session_id: str) -> list[str]:
+        """Return the ids of ``session_id``'s side stores (not the id itself)."""
+        validate_session_id(session_id)
+        found = await self.store.family_ids(session_id)
+        return sorted(sid for sid in found if is_side_store(sid) and family_root(sid) == session_id)
+
+    async def delete_sessions(self, session_ids: Sequence[str]) -> int:
+        """Delete each session and its whole family (every side store of every layer); return
+        how many of the given sessions existed. Unknown ids are skipped.
+
+        The erase is final: a session deleted this way starts again at sequence number 1 if
+        written later. Stop writers of these sessions first; a write racing with the erase
+        may survive it.
+        """
+        if isinstance(session_ids, str):
+            raise TypeError("session_ids must be a list of ids, not one str")
+        roots = [validate_session_id(sid) for sid in session_ids]
+        existed = 0
+        for start in range(0, len(roots), 500):
+            chunk = list(dict.fromkeys(roots[start : start + 500]))
+            side: list[str] = []
+            for sid in chunk:
+                side.extend(await self.family(sid))
+            if side:
+                await self.store.delete(side)
+            existed += await self.store.delete(chunk)
+        return existed
+
+    erase = delete_sessions
+
+    async def stats(self) -> dict[str, Any]:
+        """Return totals over the store: sessions, items, side stores, oldest/newest update."""
+        sessions = items = side = side_items = 0
+        oldest: datetime | None = None
+        newest: datetime | None = None
+        cursor: str | None = None
+        while True:
+            page = await self.store.list_page(
+                CatalogQuery(limit=1000, after=cursor, internal=True)
+            )
+            for info in page:
+                if is_side_store(info.session_id):
+                    side += 1
+                    side_items += info.item_count
+                    continue
+                sessions += 1
+                items += info.item_count
+                if info.updated_at is not None:
+                    oldest = info.updated_at if oldest is None else min(oldest, info.updated_at)
+                    newest = info.updated_at if newest is None else max(newest, info.updated_at)
+            if len(page) < 1000:
+                break
+            cursor = page[-1].session_id
+        return {
+            "sessions": sessions,
+            "items": items,
+            "side_stores": side,
+            "side_store_items": side_items,
+            "oldest_update": None if oldest is None else oldest.isoformat(),
+            "newest_update": None if newest is None else newest.isoformat(),
+        }
+
+
+__all__ = [
+    "CatalogQuery",
+    "CatalogStore",
+    "Page",
+    "SessionCatalog",
+    "SessionInfo",
+    "SupportsCatalog",
+    "family_root",
+    "is_side_store",
+]

@@ -1,0 +1,153 @@
+"""The session catalog on every backend: pages, filters, metadata, family-wide erase."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from agent_sessions import BranchingSession
+from agent_sessions.catalog import SessionCatalog, family_root, is_side_store
+from agent_sessions.core.ids import derive_sibling_id
+from agent_sessions.errors import SessionNotFoundError
+from tests.matrix import BACKENDS, Backend
+
+from .redis_servers import RedisCluster3, require_binaries
+
+
+def _msg(text: str) -> Any:
+    return {"role": "user", "content": text}
+
+
+@pytest.fixture(params=BACKENDS, ids=[b.name for b in BACKENDS])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    chosen: Backend = request.param
+    if chosen.needs is not None:
+        chosen.needs()
+    return chosen
+
+
+def test_family_root_unwraps_nested_side_store_ids() -> None:
+    sid = "user\x1e:1"
+    branch_log = derive_sibling_id(sid, "branches")
+    nested = derive_sibling_id(branch_log, "usage")
+    assert family_root(nested) == family_root(branch_log) == sid
+    assert is_side_store(nested) and not is_side_store(sid)
+
+
+@pytest.mark.asyncio
+async def test_catalog_lists_pages_filters_and_erases_families(backend: Backend) -> None:
+    run = f"cat{uuid.uuid4().hex[:8]}-"
+    ids = [f"{run}a", f"{run}b", f"{run}b:x", f"{run}c%_"]
+    sessions = [await backend.open(sid) for sid in ids]
+    other = await backend.open(f"z{run}")
+    try:
+        for n, session in enumerate(sessions, start=1):
+            await session.add_items([_msg(f"m{i}") for i in range(n)])
+        await other.add_items([_msg("elsewhere")])
+        # A real layer's side data for session a, plus a hand-made nested side store of b.
+        branching = BranchingSession(sessions[0])
+        await branching.add_items([_msg("turn 2")])
+        await branching.create_branch_from_turn(1)
+        b_side = sessions[1].sibling(derive_sibling_id(ids[1], "usage"))  # type: ignore[attr-defined]
+        await b_side.add_items([_msg("usage")])
+        catalog = SessionCatalog(sessions[0])  # type: ignore[arg-type]
+
+        page = await catalog.list_sessions(prefix=run)
+        assert [i.session_id for i in page.sessions] == ids
+        assert page.next_cursor is None
+        assert [i.item_count for i in page.sessions] == [2, 2, 3, 4]
+        now = datetime.now(timezone.utc)
+        for info in page.sessions:
+            assert info.created_at is not None and info.updated_at is not None
+            assert abs(info.updated_at - now) < timedelta(minutes=5)
+            assert info.created_at <= info.updated_at
+
+        seen: list[str] = []
+        cursor: str | None = None
+        while True:
+            part = await catalog.list_sessions(prefix=run, limit=3, cursor=cursor)
+            assert len(part.sessions) <= 3
+            seen += [i.session_id for i in part.sessions]
+            if part.next_cursor is None:
+                break
+            cursor = part.next_cursor
+        assert seen == ids
+        assert [i.session_id async for i in catalog.iter_sessions(prefix=run, page_size=1)] == ids
+        assert [i.session_id for i in (await catalog.list_sessions(prefix=f"{run}b")).sessions] == [
+            f"{run}b", f"{run}b:x"
+        ]
+        hour_ago = now - timedelta(hours=1)
+        assert (await catalog.list_sessions(prefix=run, updated_before=hour_ago)).sessions == []
+        recent = await catalog.list_sessions(prefix=run, updated_after=hour_ago)
+        assert [i.session_id for i in recent.sessions] == ids
+
+        assert (await catalog.get(ids[2])) == page.sessions[2]
+        assert await catalog.get(f"{run}missing") is None
+        with pytest.raises(SessionNotFoundError, match="no session"):
+            await catalog.require(f"{run}missing")
+        family = await catalog.family(ids[0])
+        assert family and all(family_root(sid) == ids[0] for sid in family)
+        assert await catalog.family(ids[1]) == [derive_sibling_id(ids[1], "usage")]
+
+        assert await catalog.delete_sessions([ids[0], ids[1], f"{run}never"]) == 2
+        left = await catalog.list_sessions(prefix=run)
+        assert [i.session_id for i in left.sessions] == ids[2:]
+        assert await catalog.family(ids[0]) == [] and await catalog.family(ids[1]) == []
+        for sid in [*family, derive_sibling_id(ids[1], "usage")]:
+            assert await catalog.get(sid) is None
+        assert await sessions[2].get_items() == [_msg("m0"), _msg("m1"), _msg("m2")]
+        assert len(await other.get_items()) == 1
+        with pytest.raises(TypeError, match="list of ids"):
+            await catalog.delete_sessions(ids[2])  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="limit"):
+            await catalog.list_sessions(limit=0)
+        await catalog.delete_sessions([*ids[2:], f"z{run}"])
+    finally:
+        for session in [*sessions, other]:
+            await session.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.asyncio
+async def test_catalog_refuses_a_session_without_a_store() -> None:
+    from agent_sessions import TTLSession
+    from agent_sessions.backends.memory import InMemorySession
+
+    with pytest.raises(TypeError, match="offers no catalog"):
+        SessionCatalog(TTLSession(InMemorySession("x"), ttl=5))  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster3]:
+    require_binaries("redis-server", "redis-cli")
+    started = RedisCluster3(tmp_path_factory.mktemp("catalog-cluster"))
+    started.start()
+    try:
+        yield started
+    finally:
+        started.kill()
+
+
+@pytest.mark.asyncio
+async def test_catalog_on_redis_cluster_scans_every_primary(cluster: RedisCluster3) -> None:
+    from agent_sessions import RedisSession
+
+    ids = [f"user-{i}" for i in range(40)]  # spread over the three primaries' slots
+    first = RedisSession.from_url(ids[0], url=cluster.url, cluster=True)
+    try:
+        for sid in ids:
+            session = first if sid == ids[0] else first.sibling(sid)
+            await session.add_items([_msg(sid)])
+        side = first.sibling(derive_sibling_id(ids[0], "branches"))
+        await side.add_items([_msg("side")])
+        catalog = SessionCatalog(first)
+        listed = [i.session_id async for i in catalog.iter_sessions(page_size=7)]
+        assert listed == sorted(ids)
+        assert await catalog.delete_sessions(ids[:20]) == 20
+        assert [i.session_id async for i in catalog.iter_sessions()] == sorted(ids[20:])
+        assert await catalog.family(ids[0]) == []
+    finally:
+        await first.close()
