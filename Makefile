@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench smoke-core
+.PHONY: install services test lint demo bench smoke-core test-window-long
 
 install: $(VENV)/.installed
 
@@ -32,3 +32,7 @@ bench: install services
 # A core-only install (no extras) in a fresh venv: import, open_session, demo, extra hints.
 smoke-core:
 	PYTHON=$(PYTHON) bash scripts/smoke-core.sh
+
+# Long property runs of the window layer (CI runs a few examples per backend).
+test-window-long: install services
+	WINDOW_EXAMPLES=300 $(PY) -m pytest tests/test_window.py -q

@@ -23,6 +23,9 @@ from .core.capabilities import (
 from .core.registry import open_session, register_scheme, registered_schemes
 from .errors import MissingDependencyError
 
+AsyncSQLiteSession = SQLiteSession
+"""The SDK's ``AsyncSQLiteSession`` name: ``SQLiteSession`` is already aiosqlite-based."""
+
 __version__ = "0.1.0"
 
 _EXTRAS = {
@@ -42,7 +45,11 @@ _LAZY = {
     "UsageTrackingSession": "agent_sessions.wrappers.usage",
     "BranchingSession": "agent_sessions.wrappers.branching",
     "AdvancedSession": "agent_sessions.wrappers.advanced",
+    "AdvancedSQLiteSession": "agent_sessions.wrappers.advanced",
     "CompactionSession": "agent_sessions.wrappers.compaction",
+    "WindowSession": "agent_sessions.wrappers.window",
+    "MicroCompaction": "agent_sessions.wrappers.window",
+    "window_input_callback": "agent_sessions.wrappers.window",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,11 +58,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from .backends.redis import RedisSession as RedisSession
     from .backends.sqlalchemy import SQLAlchemySession as SQLAlchemySession
     from .wrappers.advanced import AdvancedSession as AdvancedSession
+    from .wrappers.advanced import AdvancedSQLiteSession as AdvancedSQLiteSession
     from .wrappers.branching import BranchingSession as BranchingSession
     from .wrappers.compaction import CompactionSession as CompactionSession
     from .wrappers.encrypted import EncryptedSession as EncryptedSession
     from .wrappers.ttl import TTLSession as TTLSession
     from .wrappers.usage import UsageTrackingSession as UsageTrackingSession
+    from .wrappers.window import MicroCompaction as MicroCompaction
+    from .wrappers.window import WindowSession as WindowSession
+    from .wrappers.window import window_input_callback as window_input_callback
 
 
 def __getattr__(name: str) -> Any:
@@ -77,6 +88,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AsyncSQLiteSession",
     "BaseSession",
     "InMemorySession",
     "InMemoryStore",

@@ -759,6 +759,105 @@ async def test_trigger_context_and_sdk_style_callbacks() -> None:
     assert len(second["compaction_candidate_items"]) == 10
 
 
+class _CountingReads(InMemorySession):
+    """Records how many items each sequenced read returned."""
+
+    read_sizes: list[int]
+
+    async def get_sequenced_items(
+        self, limit: int | None = None, *, after: int | None = None, before: int | None = None
+    ) -> list[tuple[int, TResponseInputItem]]:
+        pairs = await super().get_sequenced_items(limit, after=after, before=before)
+        self.read_sizes.append(len(pairs))
+        return pairs
+
+
+@pytest.mark.asyncio
+async def test_an_idle_trigger_check_reads_only_the_items_written_since_the_last() -> None:
+    inner = _CountingReads(sid())
+    inner.read_sizes = []
+    seen: list[CompactionTriggerContext] = []
+
+    def never(context: CompactionTriggerContext) -> bool:
+        seen.append(context)
+        return False
+
+    session = CompactionSession(
+        inner, should_trigger_compaction=never, token_estimator=TokenEstimator(encoding=None)
+    )
+    await session.add_items([msg(f"q{i}") for i in range(300)])
+    await session.run_compaction()
+    await session.add_items([msg("new question"), msg("new answer", "assistant")])
+    inner.read_sizes.clear()
+    await session.run_compaction()
+    assert inner.read_sizes == [3]  # the newest known item and the two new ones
+    assert seen[-1]["session_items"] == await inner.get_items()
+    assert seen[-1]["estimated_tokens"] == sum(
+        await TokenEstimator(encoding=None).count_items(await inner.get_items())
+    )
+    assert seen[-1]["compaction_candidate_items"] == [msg("new answer", "assistant")]
+
+
+@pytest.mark.asyncio
+async def test_the_trigger_sees_pops_clears_and_writes_made_by_another_object() -> None:
+    store = InMemoryStore()
+    session_id = sid()
+    seen: list[CompactionTriggerContext] = []
+
+    def never(context: CompactionTriggerContext) -> bool:
+        seen.append(context)
+        return False
+
+    estimator = TokenEstimator(encoding=None)
+    watcher = CompactionSession(
+        InMemorySession(session_id, store=store),
+        should_trigger_compaction=never,
+        token_estimator=estimator,
+    )
+    other = CompactionSession(
+        InMemorySession(session_id, store=store), should_trigger_compaction=never, keep_last=1
+    )
+    steps: list[tuple[str, int]] = [
+        ("add", 5), ("pop", 1), ("add", 2), ("pop", 3), ("add", 1), ("clear", 0), ("add", 4),
+        ("pop", 4), ("add", 3), ("compact", 0), ("add", 2), ("pop", 1), ("add", 1),
+    ]  # fmt: skip
+    counter = 0
+    for op, n in steps:
+        if op == "add":
+            await other.add_items([msg(f"m{counter + k}", "assistant") for k in range(n)])
+            counter += n
+        elif op == "pop":
+            for _ in range(n):
+                await other.pop_item()
+        elif op == "clear":
+            await other.clear_session()
+        else:
+            assert await other.compact() is not None
+        await watcher.run_compaction()
+        expected = await other.get_items()
+        assert seen[-1]["session_items"] == expected, (op, n)
+        assert seen[-1]["item_count"] == len(expected)
+        assert seen[-1]["estimated_tokens"] == sum(await estimator.count_items(expected))
+
+
+@pytest.mark.asyncio
+async def test_a_trigger_that_modifies_its_lists_does_not_corrupt_later_checks() -> None:
+    seen: list[list[Any]] = []
+
+    def meddling(context: CompactionTriggerContext) -> bool:
+        seen.append(list(context["session_items"]))
+        context["session_items"].append(msg("injected"))
+        context["compaction_candidate_items"].clear()
+        return False
+
+    session = CompactionSession(InMemorySession(sid()), should_trigger_compaction=meddling)
+    await session.add_items([msg("a"), msg("b", "assistant")])
+    await session.run_compaction()
+    await session.add_items([msg("c")])
+    await session.run_compaction()
+    assert seen[-1] == [msg("a"), msg("b", "assistant"), msg("c")]
+
+
 @pytest.mark.asyncio
 async def test_default_trigger_uses_the_token_estimate() -> None:
     estimator = TokenEstimator(encoding=None)

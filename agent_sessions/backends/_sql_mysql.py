@@ -6,9 +6,9 @@
   contiguous and follow commit order) and reports the new counter in its OK packet; the items'
   numbers are derived from it by the server. A batch above the server's ``max_allowed_packet``
   is sent as several INSERTs in one transaction instead.
-- pop: on MariaDB one ``DELETE .. ORDER BY seq DESC LIMIT 1 RETURNING``: the row lock makes a
-  concurrent pop skip to the next row. On MySQL, which lacks ``DELETE .. RETURNING``,
-  ``SELECT .. FOR UPDATE`` then ``DELETE`` in one transaction.
+- pop: on MariaDB one ``DELETE .. ORDER BY session_id DESC, seq DESC LIMIT 1 RETURNING``: the
+  row lock makes a concurrent pop skip to the next row. On MySQL, which lacks
+  ``DELETE .. RETURNING``, ``SELECT .. FOR UPDATE`` then ``DELETE`` in one transaction.
 
 Session ids use a binary NO PAD collation, so ``'a'``, ``'A'`` and ``'a '`` are three ids.
 Works whether or not the connection is in autocommit mode; sessions opened from a URL use
@@ -77,7 +77,9 @@ class MySQLDialect(SqlDialect):
         )
         self._insert = f"INSERT INTO {m} (session_id, seq, message_data) VALUES "
         self._pop = (
-            f"DELETE FROM {m} WHERE session_id = %s ORDER BY seq DESC LIMIT 1 "
+            # Ordering by the whole key: with ``ORDER BY seq`` alone MariaDB filesorts the
+            # session's rows (O(history)) when the connection collation differs from the id's.
+            f"DELETE FROM {m} WHERE session_id = %s ORDER BY session_id DESC, seq DESC LIMIT 1 "
             "RETURNING message_data"
         )
         self._lock_newest = (

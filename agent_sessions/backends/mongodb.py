@@ -767,6 +767,9 @@ class MongoDBSession(BaseSession):
     async def _close(self) -> None:
         await self._handle.release()
 
+    def _owns_resources(self) -> bool:
+        return self._handle.owned  # the caller's own client: close() is a no-op, as the SDK's
+
     def catalog_store(self) -> Any:
         """Return the catalog of these collections (see ``agent_sessions.catalog``)."""
         from ._catalog_mongodb import MongoCatalog

@@ -381,6 +381,9 @@ class RedisSession(BaseSession):
     async def _close(self) -> None:
         await self._shared.release()
 
+    def _owns_resources(self) -> bool:
+        return self._shared.owned  # the caller's own client: close() is a no-op, as the SDK's
+
     def catalog_store(self) -> Any:
         """Return the catalog of this key prefix (see ``agent_sessions.catalog``)."""
         from ._catalog_redis import RedisCatalog

@@ -670,6 +670,9 @@ class SQLAlchemySession(BaseSession):
         if self._shared is not None:
             await self._shared.release()
 
+    def _owns_resources(self) -> bool:
+        return self._shared is not None  # the caller's engine: close() is a no-op
+
     def catalog_store(self) -> Any:
         """Return the catalog of these tables (see ``agent_sessions.catalog``)."""
         from ._catalog_sql import EngineCatalog

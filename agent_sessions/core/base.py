@@ -14,6 +14,7 @@ from agents.memory import SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings
 
 from ..errors import CorruptItemError, InvalidItemError, SessionClosedError
+from .closing import Closing
 from .codec import DEFAULT_MAX_ITEM_BYTES, decode_item, encode_batch
 from .ids import validate_session_id
 from .mutation import run_to_completion
@@ -74,6 +75,7 @@ class BaseSession(SessionABC):
         self.max_item_bytes = max_item_bytes
         self.strict = strict
         self._closed = False
+        self._closing: Closing | None = None
 
     # -- what a backend implements -------------------------------------------------------------
 
@@ -146,10 +148,10 @@ class BaseSession(SessionABC):
 
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers."""
+        self._check_open()  # before the empty check: the SDK refuses [] on a closed session
         payloads = encode_batch(items, self.max_item_bytes)
         if not payloads:
             return []
-        self._check_open()
         seqs: list[int] = await self._mutate(self._append(payloads))
         return seqs
 
@@ -183,12 +185,23 @@ class BaseSession(SessionABC):
         """Whether ``close()`` was called."""
         return self._closed
 
-    async def close(self) -> None:
-        """Release this session's resources; idempotent. Later use raises SessionClosedError."""
-        if self._closed:
-            return
-        self._closed = True
-        await self._close()
+    def close(self) -> Closing:
+        """Release this session's resources; idempotent. Later use raises SessionClosedError.
+
+        Works called bare, like the SDK's sync ``SQLiteSession.close()`` (the session is
+        closed at once; the release finishes in the background, or right away when no event
+        loop runs), or awaited, which waits for the release. A session over a client or
+        engine the caller passed in leaves it open (see ``_owns_resources``).
+        """
+        if self._closing is None:
+            self._closed = self._closed or self._owns_resources()
+            self._closing = Closing(self._close() if self._closed else None)
+        return self._closing
+
+    def _owns_resources(self) -> bool:
+        """Whether closing ends this session: False for one over the caller's own client,
+        whose close is a no-op as in the SDK."""
+        return True
 
     async def __aenter__(self) -> BaseSession:
         self._check_open()

@@ -13,7 +13,6 @@ from agents.memory import Session
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
-    from typing_extensions import Self
 
 from ..errors import MissingDependencyError, UnknownSchemeError
 from .extras import install_hint
@@ -73,7 +72,7 @@ class ClosableSession(Session, Protocol):
         """Release the session's resources; idempotent."""
         ...
 
-    async def __aenter__(self) -> Self: ...
+    async def __aenter__(self) -> ClosableSession: ...
 
     async def __aexit__(self, *exc_info: object) -> None: ...
 
@@ -100,8 +99,9 @@ class _Closable:
 
     async def close(self) -> None:
         close = getattr(self.inner, "close", None)
-        if close is not None:
-            await close()
+        result = close() if close is not None else None
+        if isinstance(result, Awaitable):  # the SDK's own close() is synchronous
+            await result
 
     async def __aenter__(self) -> _Closable:
         return self

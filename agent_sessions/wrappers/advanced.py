@@ -1,13 +1,15 @@
 """``AdvancedSession``: branching plus usage per branch over any Session.
 
 The drop-in replacement for the Agents SDK's ``AdvancedSQLiteSession``: the same methods,
-arguments, return shapes and errors; only the constructor differs
-(``AdvancedSession(inner)`` instead of ``AdvancedSQLiteSession(session_id=..., db_path=...)``).
+arguments, return shapes and errors. It takes any Session (``AdvancedSession(inner)``) or, the
+SDK's way, ``session_id=`` and ``db_path=`` for one over this package's ``SQLiteSession``;
+``AdvancedSQLiteSession`` is the same class under the SDK's name.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from ..core.options import explicit_options
@@ -29,7 +31,7 @@ from ._branch_view import Lineage
 from .branching import BranchingSession
 
 if TYPE_CHECKING:
-    from agents.memory import Session
+    from agents.memory import Session, SessionSettings
     from agents.result import RunResult, RunResultBase
 
 
@@ -37,20 +39,57 @@ class AdvancedSession(BranchingSession):
     """Conversation branching and usage analytics (per branch) over any Session.
 
     Args:
-        inner: the session that stores ``main`` (any Session).
+        inner: the session that stores ``main`` (any Session); or omit it and pass
+            ``session_id=`` (and ``db_path=``) for a ``SQLiteSession``, as the SDK's
+            ``AdvancedSQLiteSession(session_id=..., db_path=..., create_tables=...)``.
         sibling_factory: opens a session of the same store for a derived id; needed only when
             ``inner`` cannot open siblings itself (e.g. the SDK's own session classes).
         logger: where branch operations and usage-store failures are logged.
+        session_id, db_path, create_tables, session_settings, sqlite_options: the SDK's
+            constructor: a ``SQLiteSession(session_id, db_path, session_settings=...,
+            **sqlite_options)`` (e.g. ``sessions_table=``, ``messages_table=``) becomes
+            ``inner``. ``create_tables`` is accepted for the SDK's signature: tables are always
+            created on first use here.
     """
 
     @explicit_options
     def __init__(
         self,
-        inner: Session,
+        inner: Session | None = None,
         *,
         sibling_factory: SiblingFactory | None = None,
         logger: logging.Logger | None = None,
+        session_id: str | None = None,
+        db_path: str | os.PathLike[str] | None = None,
+        create_tables: bool = False,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        **sqlite_options: Any,
     ) -> None:
+        if inner is None:
+            if session_id is None:
+                raise TypeError(
+                    "AdvancedSession needs the session to wrap (inner=...) or, the SDK's way, "
+                    "session_id= (and db_path=) for a SQLite one"
+                )
+            from ..backends.sqlite import SQLiteSession
+
+            inner = SQLiteSession(
+                session_id,
+                ":memory:" if db_path is None else db_path,
+                session_settings=session_settings,
+                **sqlite_options,
+            )
+        elif db_path is not None or sqlite_options or session_settings is not None:
+            raise TypeError(
+                "db_path=, session_settings= and SQLite options build the inner session; "
+                "configure the session you pass as inner instead"
+            )
+        elif session_id is not None and session_id != inner.session_id:
+            raise ValueError(
+                f"session_id {session_id!r} differs from the wrapped session's "
+                f"{inner.session_id!r}; omit session_id or make them equal"
+            )
+        self.create_tables = create_tables
         super().__init__(inner, sibling_factory=sibling_factory, logger=logger)
         self._usage = UsageLog(self._storages.side("usage"))
 
@@ -126,4 +165,24 @@ class AdvancedSession(BranchingSession):
         return tool_usage(await self._structure(branch_id))
 
 
-__all__ = ["AdvancedSession"]
+    # The SDK's attribute names, read from the inner session when it has them.
+    @property
+    def db_path(self) -> Any:
+        """The inner session's database path (``None`` when it has none)."""
+        return getattr(self.inner, "db_path", None)
+
+    @property
+    def sessions_table(self) -> str | None:
+        """The inner session's sessions table name (``None`` when it has none)."""
+        return getattr(self.inner, "sessions_table", None)
+
+    @property
+    def messages_table(self) -> str | None:
+        """The inner session's messages table name (``None`` when it has none)."""
+        return getattr(self.inner, "messages_table", None)
+
+
+AdvancedSQLiteSession = AdvancedSession
+"""The SDK's name: ``AdvancedSQLiteSession(session_id=..., db_path=..., create_tables=...)``."""
+
+__all__ = ["AdvancedSQLiteSession", "AdvancedSession"]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 from agents.memory import Session, SessionABC, SessionSettings
 
 from ..core.capabilities import SupportsSiblings
+from ..core.closing import Closing
 
 if TYPE_CHECKING:
     from .rewrite import Transform
@@ -77,8 +78,12 @@ class SessionWrapper(SessionABC):
         assert isinstance(self.inner, SupportsSiblings)
         return self.wrap_sibling(self.inner.sibling(session_id))
 
-    async def close(self) -> None:
-        """Close the inner session (sync or async ``close``), if it has one."""
+    def close(self) -> Closing:
+        """Close the inner session (sync or async ``close``), if it has one; works called
+        bare or awaited (see ``core.closing.Closing``)."""
+        return Closing(self._close_inner())
+
+    async def _close_inner(self) -> None:
         close = getattr(self.inner, "close", None)
         if close is not None:
             result = close()

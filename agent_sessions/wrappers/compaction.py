@@ -33,6 +33,8 @@ from ..errors import BackendDataError, SessionClosedError
 from ._branch_store import is_sequenced
 from ._compaction_boundary import choose_cut
 from ._compaction_records import CompactionRecord
+from ._compaction_running import RunningView
+from ._compaction_running import refresh as refresh_running
 from ._compaction_summarizers import (
     AgentSummarizer,
     ExtractiveSummarizer,
@@ -48,7 +50,7 @@ from ._compaction_trigger import (
     item_count_trigger,
     token_threshold_trigger,
 )
-from .base import refuse_positions_over_expiry
+from .base import expiring_layer, refuse_positions_over_expiry
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -168,7 +170,9 @@ class CompactionSession(SessionABC):
         self._compaction_lock: asyncio.Lock | None = None
         self._clears = 0
         self._pops = 0
-        self._token_cache: dict[int, int] = {}
+        self._running: RunningView | None = None
+        # Expiry removes items without a pop, which the incremental check cannot notice.
+        self._incremental = self._sequenced and expiring_layer(inner) is None
         self._summary_tokens: tuple[str, int] | None = None
         self._task: asyncio.Task[None] | None = None
         self._queued: tuple[bool, str | None] | None = None
@@ -252,7 +256,7 @@ class CompactionSession(SessionABC):
         self._check_open()
         async with self._locks()[0]:
             self._clears += 1
-            self._token_cache.clear()
+            self._running = None
             # Records first: a crash in between leaves the full original history visible
             # rather than a stale boundary over a renumbered inner session.
             await self._sibling.clear_session()
@@ -421,6 +425,19 @@ class CompactionSession(SessionABC):
             # committed boundary stays.
             return await inner.delete_items(before=boundaries[-1 - keep_compactions] + 1)
 
+    async def get_summary_and_tail(
+        self, limit: int | None = None
+    ) -> tuple[list[TResponseInputItem], list[TResponseInputItem]]:
+        """Return the two parts of the view read together: the summary in force (empty before
+        the first compaction) and the latest ``limit`` items after it (all when None), oldest
+        first. ``WindowSession`` uses it to keep the summary in front of its window."""
+        self._check_open()
+        record = await self._latest_record()
+        summary = list(record.summary) if record is not None else []
+        if limit is not None and limit <= 0:
+            return summary, []
+        return summary, [item for _, item in await self._read_tail(record, limit)]
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     @property
@@ -523,46 +540,27 @@ class CompactionSession(SessionABC):
             self._queued = None
 
     async def _estimate(self, snap: _Snapshot) -> int:
-        """Token estimate of the view; per-item counts are cached by sequence number."""
-        total = 0
-        record = snap.record
-        if record is not None:
-            if self._summary_tokens is None or self._summary_tokens[0] != record.id:
-                counts = await self.token_estimator.count_items(record.summary)
-                self._summary_tokens = (record.id, sum(counts))
-            total += self._summary_tokens[1]
-        if not self._sequenced:
-            return total + sum(await self.token_estimator.count_items([i for _, i in snap.tail]))
-        missing = [(seq, item) for seq, item in snap.tail if seq not in self._token_cache]
-        if missing:
-            counts = await self.token_estimator.count_items([item for _, item in missing])
-            self._token_cache.update((seq, n) for (seq, _), n in zip(missing, counts, strict=True))
-        self._token_cache = {seq: self._token_cache[seq] for seq, _ in snap.tail}
-        return total + sum(self._token_cache.values())
+        """Token estimate of a positional view (no sequence numbers to cache counts by)."""
+        tail = sum(await self.token_estimator.count_items([i for _, i in snap.tail]))
+        return await self._summary_token_count(snap.record) + tail
 
     async def _compact(self, force: bool, response_id: str | None) -> CompactionResult | None:
         generation = (self._clears, self._pops)
         record = await self._latest_record()
-        snap = _Snapshot(record, await self._read_tail(record))
-        summary, view = snap.summary, snap.view
-        tokens = await self._estimate(snap)
-        if not force:
-            context: CompactionTriggerContext = {
-                "session_id": self.session_id,
-                "response_id": response_id,
-                "session_items": view,
-                "compaction_candidate_items": [i for i in view if not _user_or_compaction(i)],
-                "item_count": len(view),
-                "items_since_last_compaction": len(snap.tail),
-                "archived_item_count": record.archived if record is not None else 0,
-                "estimated_tokens": tokens,
-                "token_estimate_method": self.token_estimator.method,
-            }
-            decision = self.should_trigger_compaction(context)
-            if inspect.isawaitable(decision):
-                decision = await decision
-            if not decision:
+        if self._sequenced:
+            # Deciding reads only the items written since the last check; compacting re-reads
+            # the whole tail, so a summary never works from a stale view.
+            if not force and not await self._decide(record, response_id, incremental=True):
                 return None
+            running = await self._refresh_running(record, incremental=False)
+            snap = _Snapshot(record, list(zip(running.seqs, running.tail, strict=True)))
+            tokens = await self._summary_token_count(record) + running.tokens
+        else:
+            snap = _Snapshot(record, await self._read_tail(record))
+            tokens = await self._estimate(snap)
+            if not force and not await self._ask_trigger(snap, record, tokens, response_id):
+                return None
+        summary, view = snap.summary, snap.view
         cut = choose_cut(view, lowest=len(summary) + 1, highest=len(view) - self.keep_last)
         if cut is None:
             logger.debug("compaction of %r: no safe cut outside keep_last", self.session_id)
@@ -595,6 +593,79 @@ class CompactionSession(SessionABC):
             kept_items=len(snap.tail) - len(covered),
             estimated_tokens_before=tokens,
         )
+
+    async def _decide(
+        self, record: CompactionRecord | None, response_id: str | None, *, incremental: bool
+    ) -> bool:
+        """Ask the trigger about the view, read incrementally when that is provably safe."""
+        running = await self._refresh_running(record, incremental=incremental)
+        sizes = len(running.view), len(running.candidates)
+        context: CompactionTriggerContext = {
+            "session_id": self.session_id,
+            "response_id": response_id,
+            "session_items": running.view,
+            "compaction_candidate_items": running.candidates,
+            "item_count": len(running.view),
+            "items_since_last_compaction": len(running.seqs),
+            "archived_item_count": record.archived if record is not None else 0,
+            "estimated_tokens": await self._summary_token_count(record) + running.tokens,
+            "token_estimate_method": self.token_estimator.method,
+        }
+        try:
+            decision = self.should_trigger_compaction(context)
+            if inspect.isawaitable(decision):
+                decision = await decision
+        finally:
+            if not running.unchanged(*sizes):
+                self._running = None  # the trigger changed the lists it was shown
+        return bool(decision)
+
+    async def _refresh_running(
+        self, record: CompactionRecord | None, *, incremental: bool
+    ) -> RunningView:
+        self._running = await refresh_running(
+            self._running,
+            self.inner,
+            record_id=record.id if record is not None else None,
+            summary=list(record.summary) if record is not None else [],
+            boundary=record.boundary if record is not None else None,
+            generation=self._clears,
+            incremental=incremental and self._incremental,
+            estimator=self.token_estimator,
+        )
+        return self._running
+
+    async def _summary_token_count(self, record: CompactionRecord | None) -> int:
+        if record is None:
+            return 0
+        if self._summary_tokens is None or self._summary_tokens[0] != record.id:
+            counts = await self.token_estimator.count_items(record.summary)
+            self._summary_tokens = (record.id, sum(counts))
+        return self._summary_tokens[1]
+
+    async def _ask_trigger(
+        self,
+        snap: _Snapshot,
+        record: CompactionRecord | None,
+        tokens: int,
+        response_id: str | None,
+    ) -> bool:
+        view = snap.view
+        context: CompactionTriggerContext = {
+            "session_id": self.session_id,
+            "response_id": response_id,
+            "session_items": view,
+            "compaction_candidate_items": [i for i in view if not _user_or_compaction(i)],
+            "item_count": len(view),
+            "items_since_last_compaction": len(snap.tail),
+            "archived_item_count": record.archived if record is not None else 0,
+            "estimated_tokens": tokens,
+            "token_estimate_method": self.token_estimator.method,
+        }
+        decision = self.should_trigger_compaction(context)
+        if inspect.isawaitable(decision):
+            decision = await decision
+        return bool(decision)
 
     async def _verify_unchanged(
         self,

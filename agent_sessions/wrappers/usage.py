@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agents.memory import SessionABC
 from agents.memory.session_settings import resolve_session_limit
 
+from ..core.closing import Closing
 from ..core.options import explicit_options
 from ._branch_items import is_user_message
 from ._branch_log import MAIN_LINEAGE
@@ -122,8 +123,11 @@ class UsageTrackingSession(SessionABC):
         one to keep their side data in the same backend."""
         return self._storages.open_sibling(session_id)
 
-    async def close(self) -> None:
-        """Close the side sessions and the inner session."""
+    def close(self) -> Closing:
+        """Close the side sessions and the inner session; works called bare or awaited."""
+        return Closing(self._close_all())
+
+    async def _close_all(self) -> None:
         await self._storages.close()
         await close_session(self.inner)
 

@@ -1,0 +1,79 @@
+"""``Closing``: what ``close()`` returns, so it works both called bare and awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Generator
+from typing import Any
+
+logger = logging.getLogger("agent_sessions")
+
+_pending: set[asyncio.Future[None]] = set()
+"""Releases started without an awaiting caller, kept alive until they finish."""
+
+
+class Closing(Coroutine[Any, Any, None]):
+    """A started release of a session's resources.
+
+    Created by ``close()``: in a running event loop the release starts as a task (awaiting
+    this object waits for it and raises its error); without one it runs to its end at once,
+    as the SDK's synchronous ``close()`` does. Awaiting it again is free. It is a
+    ``Coroutine``, so ``asyncio.run(session.close())`` works too, and an unawaited one
+    raises no "never awaited" warning.
+    """
+
+    def __init__(self, release: Coroutine[Any, Any, None] | None) -> None:
+        self._task: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+        self._iterator: Generator[Any, None, None] | None = None
+        if release is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            try:
+                asyncio.run(release)
+            except Exception as exc:  # reported when awaited; logged for a bare call
+                self._error = exc
+                logger.warning("closing a session failed: %r", exc)
+            return
+        task = loop.create_task(release)
+        _pending.add(task)
+        task.add_done_callback(_settled)
+        self._task = task
+
+    def __await__(self) -> Generator[Any, None, None]:
+        if self._error is not None:
+            raise self._error
+        if self._task is not None:
+            yield from asyncio.shield(self._task).__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._steps().send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        return self._steps().throw(typ, val, tb)
+
+    def close(self) -> None:
+        if self._iterator is not None:
+            self._iterator.close()
+
+    def _steps(self) -> Generator[Any, None, None]:
+        if self._iterator is None:
+            self._iterator = self.__await__()
+        return self._iterator
+
+    @property
+    def done(self) -> bool:
+        """Whether the release has finished."""
+        return self._task is None or self._task.done()
+
+
+def _settled(task: asyncio.Future[None]) -> None:
+    _pending.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("closing a session failed: %r", task.exception())
+
+
+__all__ = ["Closing"]

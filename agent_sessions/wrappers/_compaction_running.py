@@ -1,0 +1,126 @@
+"""The compaction view as last read, kept up to date by reading only the items written since.
+
+The Runner asks the compaction trigger after every turn. Re-reading and re-estimating the whole
+view each time made that hook O(history); this keeps the view's items, non-user items and token
+total, and each check reads the newest known item plus anything after it. The newest known item
+is the proof nothing changed underneath: pops remove the newest item first and sequence numbers
+are not reused, so if it is still stored (same number, same content) every older known item is
+too. Anything else (a pop, a clear, another compaction record, an expiring layer inside, a
+session without sequence numbers) means a full read, as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ._compaction_tokens import TokenEstimator
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory import Session
+
+
+@dataclass
+class RunningView:
+    """A record's summary followed by the inner items after its boundary, with the token
+    counts of those inner items. The lists are handed to the trigger as they are (copying
+    them would make every check O(history) again)."""
+
+    record_id: str | None
+    generation: int
+    view: list[TResponseInputItem] = field(default_factory=list)
+    """The summary items, then the inner items after the boundary."""
+    seqs: list[int] = field(default_factory=list)
+    """Sequence numbers of the inner items (the end of ``view``)."""
+    counts: list[int] = field(default_factory=list)
+    candidates: list[TResponseInputItem] = field(default_factory=list)
+    """``view`` without user messages and compaction items (the SDK's candidates)."""
+    tokens: int = 0
+    """Estimated tokens of the inner items (the summary is not included)."""
+
+    @property
+    def tail(self) -> list[TResponseInputItem]:
+        """The inner items after the boundary."""
+        return self.view[len(self.view) - len(self.seqs) :]
+
+    def unchanged(self, view_len: int, candidates_len: int) -> bool:
+        """Whether the lists still have the lengths they had (a trigger may have mutated them)."""
+        return (len(self.view), len(self.candidates)) == (view_len, candidates_len) and len(
+            self.view
+        ) >= len(self.seqs)
+
+    async def extend(
+        self, pairs: list[tuple[int, TResponseInputItem]], estimator: TokenEstimator
+    ) -> None:
+        """Append newly read ``(seq, item)`` pairs, counting only their tokens."""
+        if not pairs:
+            return
+        counts = await estimator.count_items([item for _, item in pairs])
+        for (seq, item), count in zip(pairs, counts, strict=True):
+            self.seqs.append(seq)
+            self.view.append(item)
+            self.counts.append(count)
+            if not _user_or_compaction(item):
+                self.candidates.append(item)
+        self.tokens += sum(counts)
+
+
+async def refresh(
+    known: RunningView | None,
+    inner: Session,
+    *,
+    record_id: str | None,
+    summary: list[TResponseInputItem],
+    boundary: int | None,
+    generation: int,
+    incremental: bool,
+    estimator: TokenEstimator,
+) -> RunningView:
+    """Return the view after ``boundary``: ``known`` extended by the new items when it is
+    provably still valid (``incremental`` and same record and generation), else a full read
+    (reusing ``known``'s token counts by sequence number)."""
+    if incremental and known is not None and (known.record_id, known.generation) == (
+        record_id,
+        generation,
+    ):
+        if not known.seqs:
+            await known.extend(await _read(inner, boundary), estimator)
+            return known
+        newest = known.seqs[-1]
+        pairs = await _read(inner, newest - 1)
+        if pairs and pairs[0][0] == newest and pairs[0][1] == known.view[-1]:
+            await known.extend(pairs[1:], estimator)
+            return known
+    pairs = await _read(inner, boundary)
+    fresh = RunningView(record_id, generation, view=list(summary))
+    fresh.candidates = [item for item in summary if not _user_or_compaction(item)]
+    if known is not None and known.seqs:
+        cached = dict(zip(known.seqs, known.counts, strict=True))
+        missing = [pair for pair in pairs if pair[0] not in cached]
+        new_counts = await estimator.count_items([item for _, item in missing])
+        cached.update((seq, n) for (seq, _), n in zip(missing, new_counts, strict=True))
+        for seq, item in pairs:
+            fresh.seqs.append(seq)
+            fresh.view.append(item)
+            fresh.counts.append(cached[seq])
+            if not _user_or_compaction(item):
+                fresh.candidates.append(item)
+        fresh.tokens = sum(fresh.counts)
+    else:
+        await fresh.extend(pairs, estimator)
+    return fresh
+
+
+async def _read(inner: Session, after: int | None) -> list[tuple[int, TResponseInputItem]]:
+    pairs: list[tuple[int, TResponseInputItem]] = await inner.get_sequenced_items(  # type: ignore[attr-defined]
+        None, after=after
+    )
+    return pairs
+
+
+def _user_or_compaction(item: Any) -> bool:
+    """Items the SDK does not count as compaction candidates."""
+    return isinstance(item, dict) and (
+        item.get("role") == "user" or item.get("type") == "compaction"
+    )

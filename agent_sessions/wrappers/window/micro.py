@@ -1,0 +1,101 @@
+"""Micro-compaction: long texts of older turns shown shortened, without a model.
+
+A text longer than ``max_chars`` in an item older than ``keep_turns`` turns is shown as its first
+``head`` and last ``tail`` characters around a marker naming the original size, e.g.
+``"...[micro-compacted: 18000 of 20000 characters omitted; the full item is kept]..."``. Only the
+copy handed to the reader changes; the stored item is untouched. Deterministic: the same item at
+the same age is always shown the same way.
+
+Shortened: tool outputs (``*_output`` items with text output) and message texts (string content
+or ``text`` parts). Left whole: tool-call arguments (they must stay valid JSON), reasoning,
+compaction items, images and files.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+MARKER = "[micro-compacted: {omitted} of {size} characters omitted; the full item is kept]"
+
+
+@dataclass(frozen=True)
+class MicroCompaction:
+    """How older items are shortened on read.
+
+    Attributes:
+        keep_turns: items of the newest ``keep_turns`` turns are shown whole (0: none are).
+        max_chars: a text longer than this is shortened.
+        head: characters kept from the start of a shortened text.
+        tail: characters kept from its end.
+    """
+
+    keep_turns: int = 2
+    max_chars: int = 2000
+    head: int = 600
+    tail: int = 400
+
+    def __post_init__(self) -> None:
+        for name in ("keep_turns", "head", "tail"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        if (
+            isinstance(self.max_chars, bool)
+            or not isinstance(self.max_chars, int)
+            or self.max_chars < self.head + self.tail
+        ):
+            raise ValueError(
+                f"max_chars must be an int >= head + tail ({self.head + self.tail}), "
+                f"got {self.max_chars!r}"
+            )
+
+    def shorten_text(self, text: str) -> str:
+        """Return ``text``, or its head and tail around the marker when it is too long."""
+        if len(text) <= self.max_chars:
+            return text
+        omitted = len(text) - self.head - self.tail
+        marker = MARKER.format(omitted=omitted, size=len(text))
+        tail = text[len(text) - self.tail :] if self.tail else ""
+        return f"{text[: self.head]}\n...{marker}...\n{tail}"
+
+    def shorten(self, item: Any, age: int) -> Any:
+        """Return ``item`` as shown at ``age`` turns old: the same object when nothing is
+        shortened, else a shortened copy."""
+        if age < self.keep_turns or not isinstance(item, dict):
+            return item
+        kind = item.get("type")
+        if isinstance(kind, str) and kind.endswith("_output"):
+            return self._shorten_field(item, "output")
+        if "role" in item and kind in (None, "message"):
+            return self._shorten_field(item, "content")
+        return item
+
+    def _shorten_field(self, item: dict[str, Any], field: str) -> Any:
+        value = item.get(field)
+        if isinstance(value, str):
+            short = self.shorten_text(value)
+            if short is value:
+                return item
+            shown = dict(item)
+            shown[field] = short
+            return shown
+        if isinstance(value, list):
+            parts = [self._shorten_part(part) for part in value]
+            if all(a is b for a, b in zip(parts, value, strict=True)):
+                return item
+            shown = dict(item)
+            shown[field] = parts
+            return shown
+        return item
+
+    def _shorten_part(self, part: Any) -> Any:
+        if not isinstance(part, dict) or not isinstance(part.get("text"), str):
+            return part
+        short = self.shorten_text(part["text"])
+        if short is part["text"]:
+            return part
+        shown = copy.copy(part)
+        shown["text"] = short
+        return shown

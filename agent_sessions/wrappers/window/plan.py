@@ -1,0 +1,142 @@
+"""Where the model's view of a history starts: the pure planning shared by the window layer and
+the ``session_input_callback`` factory.
+
+The view is always a suffix ``items[s:]`` of the history. A start ``s`` is *valid* when
+
+* every output in ``items[s:]`` has its call in ``items[s:]`` (tool calls of every kind, handoffs,
+  MCP approval requests and their responses; matched as in compaction), and
+* ``items[s - 1]`` is not a reasoning item (reasoning belongs to the item after it).
+
+An empty view (``s == len(items)``) is always valid. A call whose output is not written yet does
+not block a start: it stays in the view, and its output will follow it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._compaction_boundary import _pair_key
+
+
+def _check_bound(name: str, value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class WindowBudget:
+    """How much history the model sees.
+
+    Attributes:
+        max_turns: at most this many user turns (a turn starts at a user message), or None.
+        max_tokens: at most this many estimated tokens, or None.
+    """
+
+    max_turns: int | None = None
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_bound("max_turns", self.max_turns)
+        _check_bound("max_tokens", self.max_tokens)
+
+    @property
+    def bounded(self) -> bool:
+        """Whether any bound is set (else the view is the whole history)."""
+        return self.max_turns is not None or self.max_tokens is not None
+
+
+def is_user_message(item: Any) -> bool:
+    """Whether ``item`` is a user message (it starts a turn)."""
+    return (
+        isinstance(item, dict)
+        and item.get("role") == "user"
+        and item.get("type") in (None, "message")
+    )
+
+
+def valid_starts(items: Sequence[Any]) -> list[bool]:
+    """Return ``ok`` with ``ok[s]`` (0 <= s <= len(items)) True when ``items[s:]`` is a valid
+    view (see the module docstring). Items before ``items[0]`` count as absent."""
+    n = len(items)
+    delta = [0] * (n + 2)
+    opened: dict[str, int] = {}
+    for j, item in enumerate(items):
+        pair = _pair_key(item)
+        if pair is None:
+            continue
+        key, opening = pair
+        if opening:
+            opened[key] = j
+            continue
+        # A start in (opener, j] keeps this output without its call.
+        low = opened[key] + 1 if key in opened else 0
+        delta[low] += 1
+        delta[j + 1] -= 1
+    ok = []
+    depth = 0
+    for s in range(n + 1):
+        depth += delta[s]
+        reasoning_before = 0 < s < n and isinstance(items[s - 1], dict) and (
+            items[s - 1].get("type") == "reasoning"
+        )
+        ok.append(s == n or (depth == 0 and not reasoning_before))
+    return ok
+
+
+def plan_start(
+    items: Sequence[Any],
+    tokens: Sequence[int],
+    budget: WindowBudget,
+    *,
+    complete: bool,
+    reserved_tokens: int = 0,
+) -> int | None:
+    """Return where the view of ``items`` starts, or None when ``items`` does not reach far
+    enough back to decide (read older items and ask again).
+
+    ``items`` is the newest part of a history, oldest first; ``complete`` says it is the whole
+    history. ``tokens[i]`` is the estimate of ``items[i]`` as shown. The start is the first valid
+    one at or after the earliest start the budget allows (the ``max_turns``-th user message from
+    the end; the oldest item whose suffix fits ``max_tokens - reserved_tokens``).
+    """
+    n = len(items)
+    earliest: int | None = None
+    users = 0
+    total = reserved_tokens
+    if budget.max_tokens is not None and total > budget.max_tokens:
+        return n
+    for i in range(n - 1, -1, -1):
+        if budget.max_tokens is not None and total + tokens[i] > budget.max_tokens:
+            earliest = i + 1
+            break
+        total += tokens[i]
+        if is_user_message(items[i]):
+            users += 1
+            if budget.max_turns is not None and users >= budget.max_turns:
+                earliest = i
+                break
+    if earliest is None:
+        if not complete:
+            return None
+        earliest = 0
+    if earliest == 0 and not complete:
+        return None  # whether the older item is reasoning decides if 0 is valid here
+    ok = valid_starts(items)
+    return next(s for s in range(earliest, n + 1) if ok[s])
+
+
+def turn_ages(items: Sequence[Any], later_users: int = 0) -> list[int]:
+    """Return, per item, how many user messages come after it (``later_users`` of them after
+    ``items[-1]``): 0 for the newest turn, 1 for the one before, and so on."""
+    ages = [0] * len(items)
+    users = later_users
+    for i in range(len(items) - 1, -1, -1):
+        ages[i] = users
+        if is_user_message(items[i]):
+            users += 1
+    return ages

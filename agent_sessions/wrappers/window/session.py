@@ -1,0 +1,161 @@
+"""``WindowSession``: the model sees a bounded, valid suffix of the history; the store keeps all."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._branch_store import is_sequenced
+from .._compaction_tokens import TokenEstimator
+from ..base import SessionWrapper
+from .micro import MicroCompaction
+from .pages import HistoryChanged, Pages, PositionalPages, SequencedPages
+from .plan import WindowBudget, is_user_message, plan_start, turn_ages
+from .tokens import ItemTokens
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory import Session
+
+_MIN_PAGE = 16
+_RETRIES = 5
+
+
+class WindowSession(SessionWrapper):
+    """A view of ``inner`` cut to the newest ``max_turns`` user turns and/or ``max_tokens``
+    estimated tokens, optionally with older long texts shortened (micro-compaction).
+
+    The cut never separates a tool call from its output, a reasoning item from the item after
+    it, or an MCP approval request from its response (it moves forward to the next place where
+    it does not). Writes, ``pop_item`` and ``clear_session`` go to ``inner`` unchanged; nothing
+    stored is ever rewritten (``get_full_items`` reads the originals).
+
+    The history is read newest first, by sequence number when ``inner`` has them, else by
+    re-reading a growing ``get_items(k)``; a read stops as soon as the budget is decided, so a
+    window costs about what it shows. Over a ``CompactionSession`` the summary is kept in front
+    of the window and counts against ``max_tokens`` (when it alone exceeds it, it is left out).
+
+    Args:
+        inner: any Session.
+        max_turns: at most this many user turns of history (a turn starts at a user message).
+        max_tokens: at most this many tokens of history (estimated as compaction does:
+            tiktoken when installed, else characters / 4).
+        micro_compaction: shorten long texts of older turns on read (see
+            :class:`MicroCompaction`); None shows items whole.
+        token_estimator: how tokens are estimated.
+        reserve_tokens: tokens kept free under ``max_tokens`` for the new input and
+            instructions, which this layer does not see.
+
+    ``get_items(limit)`` returns the latest ``limit`` items of the view (SDK semantics).
+    """
+
+    def __init__(
+        self,
+        inner: Session,
+        *,
+        max_turns: int | None = None,
+        max_tokens: int | None = None,
+        micro_compaction: MicroCompaction | None = None,
+        token_estimator: TokenEstimator | None = None,
+        reserve_tokens: int = 0,
+    ) -> None:
+        super().__init__(inner)
+        self.budget = WindowBudget(max_turns=max_turns, max_tokens=max_tokens)
+        if micro_compaction is not None and not isinstance(micro_compaction, MicroCompaction):
+            raise TypeError(f"micro_compaction must be a MicroCompaction, got {micro_compaction!r}")
+        if isinstance(reserve_tokens, bool) or not isinstance(reserve_tokens, int) or (
+            reserve_tokens < 0
+        ):
+            raise ValueError(f"reserve_tokens must be an int >= 0, got {reserve_tokens!r}")
+        self.micro_compaction = micro_compaction
+        self.reserve_tokens = reserve_tokens
+        self.tokens = ItemTokens(token_estimator)
+        self._sequenced = is_sequenced(inner)
+        self._page = _MIN_PAGE
+
+    # -- the Session API ---------------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """Return the latest ``limit`` items of the view (all of it when None)."""
+        limit = self.resolve_limit(limit)
+        if limit is not None and limit <= 0:
+            return []
+        if not self.budget.bounded:
+            items = await self.inner.get_items(limit)
+            return self._shown(items, 0)
+        view = await self.get_window()
+        return view if limit is None else view[-limit:]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` to the inner session."""
+        await self.inner.add_items(items)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest stored item (as stored, never shortened)."""
+        return await self.inner.pop_item()
+
+    async def clear_session(self) -> None:
+        """Clear the inner session."""
+        await self.inner.clear_session()
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    async def get_full_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """Return the latest ``limit`` stored items as stored: no window, nothing shortened."""
+        return await self.inner.get_items(limit)
+
+    async def get_window(self) -> list[TResponseInputItem]:
+        """Return the whole view (pinned summary, then the window)."""
+        for _ in range(_RETRIES - 1):
+            try:
+                return await self._window()
+            except HistoryChanged:
+                continue
+        return await self._window()
+
+    def wrap_sibling(self, inner_sibling: Session) -> Session:
+        """Side stores are read whole: they are not windowed."""
+        return inner_sibling
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _pages(self) -> Pages:
+        if self._sequenced:
+            return SequencedPages(self.inner, self._page)
+        return PositionalPages(self.inner, self._page)
+
+    def _shown(self, items: list[TResponseInputItem], later_users: int) -> list[TResponseInputItem]:
+        micro = self.micro_compaction
+        if micro is None:
+            return list(items)
+        ages = turn_ages(items, later_users)
+        return [micro.shorten(item, age) for item, age in zip(items, ages, strict=True)]
+
+    async def _window(self) -> list[TResponseInputItem]:
+        pages = self._pages()
+        shown: list[TResponseInputItem] = []
+        counts: list[int] = []
+        users = 0
+        while True:
+            page, complete = await pages.older()
+            page_shown = self._shown(page, users)
+            users += sum(1 for item in page if is_user_message(item))
+            shown = page_shown + shown
+            counts = await self.tokens.counts(page_shown) + counts
+            reserved = self.reserve_tokens
+            summary = pages.summary
+            if summary:
+                summary_tokens = sum(await self.tokens.counts(summary))
+                if self.budget.max_tokens is None or (
+                    reserved + summary_tokens <= self.budget.max_tokens
+                ):
+                    reserved += summary_tokens
+                else:
+                    summary = []
+            start = plan_start(
+                shown, counts, self.budget, complete=complete, reserved_tokens=reserved
+            )
+            if start is not None:
+                view = shown[start:]
+                # The next read likely needs about as much: one page then.
+                self._page = max(_MIN_PAGE, len(view) + len(view) // 4 + 8)
+                return list(summary) + view

@@ -1,0 +1,121 @@
+"""Run SDK test files against our classes in a pytest subprocess and summarise the outcomes.
+
+``python -m tests.sdk_compat.run [target] [file ...]`` prints every failing test and a
+count per file; ``tests/test_sdk_suite.py`` uses :func:`run_sdk_file`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.sdk_compat.fetch import REPO, sdk_tree
+
+HERE = Path(__file__).resolve().parent
+
+FILES = {
+    "test_session.py": "tests/memory/test_session.py",
+    "test_session_limit.py": "tests/memory/test_session_limit.py",
+    "test_sqlalchemy_compaction.py": "tests/memory/test_sqlalchemy_compaction.py",
+    "test_sqlalchemy_session.py": "tests/extensions/memory/test_sqlalchemy_session.py",
+    "test_redis_session.py": "tests/extensions/memory/test_redis_session.py",
+    "test_encrypt_session.py": "tests/extensions/memory/test_encrypt_session.py",
+    "test_advanced_sqlite_session.py": "tests/extensions/memory/test_advanced_sqlite_session.py",
+    "test_async_sqlite_session.py": "tests/extensions/memory/test_async_sqlite_session.py",
+    "test_mongodb_session.py": "tests/extensions/memory/test_mongodb_session.py",
+}
+
+TARGETS = {
+    "sqlite": [
+        "test_session.py", "test_session_limit.py", "test_sqlalchemy_compaction.py",
+        "test_sqlalchemy_session.py", "test_encrypt_session.py",
+        "test_advanced_sqlite_session.py", "test_async_sqlite_session.py",
+        "test_mongodb_session.py",
+    ],
+    "redis": ["test_redis_session.py"],
+    "postgres": ["test_sqlalchemy_session.py", "test_sqlalchemy_compaction.py"],
+    "mariadb": ["test_sqlalchemy_session.py", "test_sqlalchemy_compaction.py"],
+}
+"""Which SDK files run on which store (the files about SQLite, MongoDB (the SDK's fakes) and
+encryption (over SQLite) run once)."""
+
+
+@dataclass
+class Result:
+    file: str
+    target: str
+    outcomes: dict[str, str]
+    unused_exclusions: list[str]
+    not_swapped: list[str]
+    output: str
+
+    def counts(self) -> Counter[str]:
+        return Counter(self.outcomes.values())
+
+    def failures(self) -> list[str]:
+        return sorted(n for n, o in self.outcomes.items() if o in ("failed", "error"))
+
+
+def run_sdk_file(name: str, target: str, *, extra: list[str] | None = None) -> Result:
+    """Run one SDK test file with our classes swapped in, on ``target``."""
+    tree = sdk_tree()
+    path = tree / FILES[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE)]),
+            "AGENT_SESSIONS_SDK_TARGET": target,
+            "AGENT_SESSIONS_SDK_REPORT": str(report),
+        }
+        command = [
+            sys.executable, "-m", "pytest", "-p", "sdk_swap", "-c", str(tree / "pyproject.toml"),
+            "--rootdir", str(tree), "-q", "-p", "no:cacheprovider", "--timeout", "120",
+            "-o", "addopts=", str(path), *(extra or []),
+        ]
+        done = subprocess.run(
+            command, cwd=tree, env=env, capture_output=True, text=True, timeout=1800
+        )
+        if not report.exists():
+            raise RuntimeError(f"the SDK test run wrote no report:\n{done.stdout}\n{done.stderr}")
+        data = json.loads(report.read_text())
+    return Result(
+        name, target, data["outcomes"], data["unused_exclusions"], data["not_swapped"],
+        done.stdout + done.stderr,
+    )
+
+
+def main(argv: list[str]) -> int:
+    targets = [a for a in argv if a in TARGETS] or list(TARGETS)
+    names = [a for a in argv if a in FILES]
+    verbose = "-v" in argv
+    bad = 0
+    for target in targets:
+        for name in TARGETS[target]:
+            if names and name not in names:
+                continue
+            result = run_sdk_file(name, target)
+            counts = result.counts()
+            print(
+                f"{target:9} {name:34} passed={counts['passed']} failed={counts['failed']} "
+                f"error={counts['error']} excluded={counts['excluded']} "
+                f"skipped={counts['skipped']}"
+            )
+            for nodeid in result.failures():
+                print(f"    FAIL {nodeid.split('::', 1)[1]}")
+            for key in result.unused_exclusions:
+                print(f"    UNUSED EXCLUSION {key}")
+            if verbose:
+                print(result.output[-5000:])
+            bad += len(result.failures()) + len(result.unused_exclusions)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,252 @@
+"""pytest plugin: the SDK's own session tests, with agent_sessions' classes under the SDK's names.
+
+Loaded as ``-p sdk_swap`` by ``tests/test_sdk_suite.py`` in a pytest subprocess whose root is
+the SDK's extracted test tree (its ``tests`` package must not meet ours). At start-up it
+replaces the SDK's session classes in every module the tests import them from; a test module
+binds the names at import, after this. ``AGENT_SESSIONS_SDK_TARGET`` picks the store the SQL
+and Redis tests reach (``sqlite``, ``redis``, ``postgres``, ``mariadb``); on a server each test
+gets its own schema (PostgreSQL), database (MariaDB) or key prefix (Redis). Excluded tests
+(``exclusions.py``) are skipped with their reason; the outcome of every test is written as JSON
+to ``AGENT_SESSIONS_SDK_REPORT``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import exclusions  # type: ignore[import-not-found]  # tests/sdk_compat/exclusions.py
+import pytest
+
+TARGET = os.environ.get("AGENT_SESSIONS_SDK_TARGET", "sqlite")
+REPORT = os.environ.get("AGENT_SESSIONS_SDK_REPORT")
+REDIS_URL = os.environ.get("AGENT_SESSIONS_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_URL = os.environ.get(
+    "AGENT_SESSIONS_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+)
+MARIADB_URL = os.environ.get(
+    "AGENT_SESSIONS_MARIADB_URL", "mysql+asyncmy://root@127.0.0.1:3306/test"
+)
+_RUN = uuid.uuid4().hex[:8]
+
+# SDK module -> {name in that module: (our module, our name)}
+SWAPS: dict[str, dict[str, tuple[str, str]]] = {
+    "agents": {"SQLiteSession": ("agent_sessions", "SQLiteSession")},
+    "agents.memory": {"SQLiteSession": ("agent_sessions", "SQLiteSession")},
+    "agents.memory.sqlite_session": {"SQLiteSession": ("agent_sessions", "SQLiteSession")},
+    "agents.extensions.memory": {
+        "EncryptedSession": ("agent_sessions", "EncryptedSession"),
+        "SQLAlchemySession": ("agent_sessions", "SQLAlchemySession"),
+        "RedisSession": ("agent_sessions", "RedisSession"),
+        "MongoDBSession": ("agent_sessions", "MongoDBSession"),
+        "AdvancedSQLiteSession": ("agent_sessions", "AdvancedSQLiteSession"),
+        "AsyncSQLiteSession": ("agent_sessions", "AsyncSQLiteSession"),
+    },
+    "agents.extensions.memory.encrypt_session": {
+        "EncryptedSession": ("agent_sessions", "EncryptedSession")
+    },
+    "agents.extensions.memory.sqlalchemy_session": {
+        "SQLAlchemySession": ("agent_sessions", "SQLAlchemySession")
+    },
+    "agents.extensions.memory.redis_session": {
+        "RedisSession": ("agent_sessions", "RedisSession")
+    },
+    "agents.extensions.memory.mongodb_session": {
+        "MongoDBSession": ("agent_sessions", "MongoDBSession")
+    },
+    "agents.extensions.memory.advanced_sqlite_session": {
+        "AdvancedSQLiteSession": ("agent_sessions", "AdvancedSQLiteSession")
+    },
+    "agents.extensions.memory.async_sqlite_session": {
+        "AsyncSQLiteSession": ("agent_sessions", "AsyncSQLiteSession")
+    },
+}
+
+
+def swap_classes() -> list[str]:
+    """Put our classes under the SDK's names; return what could not be swapped (and why)."""
+    missing = []
+    for sdk_module, names in SWAPS.items():
+        try:
+            module = importlib.import_module(sdk_module)
+        except ImportError as exc:
+            missing.append(f"{sdk_module}: {exc}")
+            continue
+        for name, (ours, our_name) in names.items():
+            try:
+                value = getattr(importlib.import_module(ours), our_name)
+            except (ImportError, AttributeError) as exc:
+                missing.append(f"{sdk_module}.{name}: {exc}")
+                continue
+            setattr(module, name, value)
+    return missing
+
+
+_MISSING = swap_classes()
+
+
+# -- exclusions and the outcome report ----------------------------------------------------------
+
+_outcomes: dict[str, str] = {}
+_used: set[str] = set()
+
+
+def _exclusion(nodeid: str) -> tuple[str, str] | None:
+    """Return (key, reason) of the exclusion covering ``nodeid`` (``file::test`` or
+    ``file::test[param]``; a key without a parameter covers every parametrisation)."""
+    path, _, name = nodeid.partition("::")
+    key = f"{os.path.basename(path)}::{name}"
+    for table in (exclusions.BY_TARGET.get(TARGET, {}), exclusions.EXCLUDED):
+        for candidate in (key, key.split("[", 1)[0]):
+            if candidate in table:
+                return candidate, table[candidate]
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        found = _exclusion(item.nodeid)
+        if found is not None:
+            _used.add(found[0])
+            item.add_marker(pytest.mark.skip(reason=f"excluded: {found[1]}"))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" or report.outcome != "passed":
+        previous = _outcomes.get(report.nodeid)
+        if previous in ("failed", "error"):
+            return
+        outcome: str = report.outcome
+        if report.when != "call" and report.outcome == "failed":
+            outcome = "error"
+        if outcome == "skipped":
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+            outcome = "excluded" if str(reason).startswith("Skipped: excluded:") else "skipped"
+        _outcomes[report.nodeid] = outcome
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if REPORT is None:
+        return
+    files = {os.path.basename(str(arg).split("::")[0]) for arg in session.config.args}
+    keys = {
+        key
+        for table in (exclusions.EXCLUDED, exclusions.BY_TARGET.get(TARGET, {}))
+        for key in table
+        if key.split("::")[0] in files
+    }
+    with open(REPORT, "w", encoding="utf-8") as out:
+        json.dump(
+            {
+                "target": TARGET,
+                "outcomes": _outcomes,
+                "unused_exclusions": sorted(keys - _used),
+                "not_swapped": _MISSING,
+            },
+            out,
+            indent=1,
+        )
+
+
+# -- pointing the SQL and Redis tests at the target's server ------------------------------------
+
+_SQL_TEST_MODULES = ("test_sqlalchemy_session", "test_sqlalchemy_compaction")
+_SQLITE_URL = re.compile(r"^sqlite(\+aiosqlite)?://")
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def _admin(url: str, statements: list[str]) -> None:
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as conn:
+            for statement in statements:
+                await conn.execute(text(statement))
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture(autouse=True)
+def _sql_target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """On postgres/mariadb, send every SQLite URL an SQL test opens to this test's own schema
+    or database on the server (the SDK's tests use SQLite files and ``:memory:``)."""
+    module = request.module
+    is_sql = module.__name__.rsplit(".", 1)[-1] in _SQL_TEST_MODULES
+    if TARGET not in ("postgres", "mariadb") or not is_sql:
+        yield
+        return
+    from sqlalchemy.engine import make_url
+
+    name = f"sdk_{_RUN}_{uuid.uuid4().hex[:8]}"
+    if TARGET == "postgres":
+        base = POSTGRES_URL
+        _run(_admin(base, [f'CREATE SCHEMA "{name}"']))
+        url = base
+        engine_kwargs: dict[str, Any] = {
+            "connect_args": {"server_settings": {"search_path": name}}
+        }
+        drop = [f'DROP SCHEMA "{name}" CASCADE']
+    else:
+        base = MARIADB_URL
+        _run(_admin(base, [f"CREATE DATABASE `{name}`"]))
+        url = make_url(base).set(database=name).render_as_string(hide_password=False)
+        engine_kwargs = {}
+        drop = [f"DROP DATABASE `{name}`"]
+
+    from sqlalchemy.ext import asyncio as sa_asyncio
+
+    from agent_sessions import SQLAlchemySession
+
+    real_create = sa_asyncio.create_async_engine
+    real_from_url = SQLAlchemySession.from_url.__func__  # type: ignore[attr-defined]
+
+    def create_async_engine(engine_url: Any, **kwargs: Any) -> Any:
+        if _SQLITE_URL.match(str(engine_url)):
+            merged = {**engine_kwargs, **kwargs}
+            merged.pop("poolclass", None)
+            return real_create(url, **merged)
+        return real_create(engine_url, **kwargs)
+
+    def from_url(cls: Any, /, *args: Any, url: str, **kwargs: Any) -> Any:
+        if _SQLITE_URL.match(url):
+            if engine_kwargs:
+                extra = dict(kwargs.get("engine_kwargs") or {})
+                extra.update(engine_kwargs)
+                kwargs["engine_kwargs"] = extra
+            url = target_url
+        return real_from_url(cls, *args, url=url, **kwargs)
+
+    target_url = url
+    monkeypatch.setattr(SQLAlchemySession, "from_url", classmethod(from_url))
+    if hasattr(module, "create_async_engine"):
+        monkeypatch.setattr(module, "create_async_engine", create_async_engine)
+    if hasattr(module, "DB_URL"):
+        monkeypatch.setattr(module, "DB_URL", url)
+    try:
+        yield
+    finally:
+        try:
+            _run(_admin(base, drop))
+        except Exception as exc:  # leave it; a later run's name differs
+            print(f"sdk_swap: could not drop {name}: {exc}")
+
+
+@pytest.fixture(autouse=True)
+def _redis_target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point the Redis tests (which fall back to a real server without fakeredis) at the
+    configured Redis; their keys carry a ``test:`` prefix and random ids."""
+    module = request.module
+    if hasattr(module, "REDIS_URL") and not getattr(module, "USE_FAKE_REDIS", False):
+        base = REDIS_URL.rsplit("/", 1)[0] if REDIS_URL.count("/") > 2 else REDIS_URL
+        monkeypatch.setattr(module, "REDIS_URL", f"{base}/15")
