@@ -26,8 +26,10 @@ lint: install
 demo: install
 	$(PY) -m agent_sessions demo
 
+# Writes docs/benchmarks.md, .png and .json; `make bench QUICK=1` for the short run.
 bench: install services
-	$(PY) benchmarks/run.py
+	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) benchmarks/run.py $(if $(QUICK),--quick,)
 
 # A core-only install (no extras) in a fresh venv: import, open_session, demo, extra hints.
 smoke-core:

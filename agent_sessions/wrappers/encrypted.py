@@ -30,8 +30,8 @@ from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ..core.extras import missing
 from ..core.options import explicit_options
 from ..errors import DecryptionError
-from ._branch_store import is_sequenced
 from .base import SessionWrapper, check_max_item_bytes
+from .foreign import is_sequenced
 from .rewrite import Transform, rewrite_through
 from .ttl import TTLSession
 
@@ -226,7 +226,7 @@ class EncryptedSession(SessionWrapper):
             raise ValueError("keys must be a non-empty mapping of key id to key")
         ring = {}
         for kid, key in keys.items():
-            if not isinstance(kid, str) or not _KID.match(kid):
+            if not isinstance(kid, str) or not _KID.fullmatch(kid):
                 raise ValueError(
                     f"key id {kid!r} is invalid: use 1-64 characters of A-Z a-z 0-9 . _ -"
                 )

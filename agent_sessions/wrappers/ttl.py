@@ -40,9 +40,9 @@ from ..core.capabilities import (
 )
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ..core.options import explicit_options
-from ._branch_store import is_sequenced
 from ._ttl_boundary import Boundary, newest_dead_by_scan
 from .base import SessionWrapper, check_max_item_bytes
+from .foreign import is_sequenced
 from .rewrite import Transform, rewrite_through
 
 if TYPE_CHECKING:
