@@ -155,16 +155,19 @@ class EngineCatalog:
     """The catalog of tables reached through a SQLAlchemy ``AsyncEngine`` (PostgreSQL,
     MariaDB/MySQL, SQLite): this package's layout or the Agents SDK's."""
 
-    def __init__(self, engine: AsyncEngine, sessions: str, messages: str) -> None:
+    def __init__(
+        self, engine: AsyncEngine, sessions: str, messages: str, *, naive_times: bool = False
+    ) -> None:
         self.engine = engine
         self.sessions = sessions
         self.messages = messages
+        self.naive_times = naive_times  # the SDK's TIMESTAMP columns hold no zone
 
     def _time(self, when: datetime) -> Any:
         name = self.engine.dialect.name
         if name == "sqlite":
             return _sqlite_time(when)
-        if name in ("mysql", "mariadb"):  # DATETIME holds no zone; the server writes UTC
+        if self.naive_times or name in ("mysql", "mariadb"):  # no zone stored; read as UTC
             return when.astimezone(timezone.utc).replace(tzinfo=None)
         return when
 

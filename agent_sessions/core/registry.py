@@ -222,3 +222,18 @@ for _scheme, (_candidates, _extra) in _ALIASES.items():
     register_scheme(_scheme, _open_sql_alias, extra=_extra)
 for _scheme in ("mongodb", "mongodb+srv"):
     register_scheme(_scheme, "agent_sessions.backends.mongodb:open_url", extra="mongodb")
+# The Agents SDK's own layouts, opened in place by the SDK's classes (agent_sessions.sdk_layouts).
+_SDK = "agent_sessions.sdk_layouts:open_"
+for _scheme in ("sdk+redis", "sdk+rediss"):
+    register_scheme(_scheme, _SDK + "redis", extra="redis")
+for _scheme, _extra in (
+    ("sdk+postgresql+asyncpg", "postgres"),
+    ("sdk+mysql+asyncmy", "mysql"),
+    ("sdk+mysql+aiomysql", "mysql"),
+    ("sdk+mariadb+asyncmy", "mysql"),
+    ("sdk+mariadb+aiomysql", "mysql"),
+    ("sdk+sqlite+aiosqlite", "sqlalchemy"),
+):
+    register_scheme(_scheme, _SDK + "sqlalchemy", extra=_extra)
+for _scheme in ("sdk+mongodb", "sdk+mongodb+srv"):
+    register_scheme(_scheme, _SDK + "mongodb", extra="mongodb")
