@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench test-window-long
+.PHONY: install services test lint demo bench test-window-long props
 
 install: $(VENV)/.installed
 
@@ -34,3 +34,8 @@ bench: install services
 # Long property runs of the window layer (CI runs a few examples per backend).
 test-window-long: install services
 	WINDOW_EXAMPLES=300 $(PY) -m pytest tests/test_window.py -q
+
+# Long stateful property run: every stack over every backend, 120 examples of 40 steps each
+# (CI runs 3 examples of 10 steps over memory, SQLite and Redis).
+props: install services
+	AGENT_SESSIONS_PROPS=long $(PY) -m pytest tests/test_properties.py -q
