@@ -55,7 +55,7 @@ class TransferReport:
 
 
 def _is_sqlalchemy(url: str) -> bool:
-    scheme = url.split("://", 1)[0].lower()
+    scheme = url.split("://", 1)[0].lower().removeprefix("sdk+")
     base, _, driver = scheme.partition("+")
     return base in ("postgres", "postgresql", "mysql", "mariadb") or (
         base == "sqlite" and bool(driver)
