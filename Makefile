@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench test-window-long props
+.PHONY: install services test lint demo bench test-window-long faults props
 
 install: $(VENV)/.installed
 
@@ -39,3 +39,9 @@ test-window-long: install services
 # (CI runs 3 examples of 10 steps over memory, SQLite and Redis).
 props: install services
 	AGENT_SESSIONS_PROPS=long $(PY) -m pytest tests/test_properties.py -q
+
+# Fault-injection soak: the CI fault suite with FAULT_SCALE times the rounds (kill -9, random
+# cancellation, connection termination, Redis outages, SQLite threads x loops). FAULT_SEED=n
+# replays a run.
+faults: install services
+	FAULT_SCALE=$(or $(FAULT_SCALE),10) $(PY) -m pytest tests/test_faults.py tests/test_sql_faults.py -q

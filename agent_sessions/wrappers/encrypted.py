@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import logging
 import os
 import re
@@ -87,6 +88,23 @@ def master_key_bytes(key: str | bytes, name: str = "encryption_key") -> bytes:
     except (binascii.Error, ValueError):
         pass
     return key if isinstance(key, bytes) else key.encode("utf-8")
+
+
+@functools.lru_cache(maxsize=1024)
+def _session_cipher(master: bytes, session_id: str) -> AESGCM:
+    """The AEAD of ``session_id``'s key derived from ``master`` (HKDF-SHA256).
+
+    Cached process-wide (the 1,024 most recent pairs, keyed by the master key's bytes and the
+    id, so a different key or id never hits another's entry): a session object built per
+    request would otherwise pay the derivation each time. The cache holds no more than the
+    session objects themselves hold: the master keys and the derived keys."""
+    hkdf = HKDF(
+        algorithm=hashes.SHA256(),
+        length=32,
+        salt=_HKDF_SALT,
+        info=b"agent_sessions.enc.session-key\x00" + session_id.encode("utf-8"),
+    )
+    return AESGCM(hkdf.derive(master))
 
 
 _CacheEntry = tuple[str, str, bytes, Any]
@@ -324,14 +342,8 @@ class EncryptedSession(SessionWrapper):
         """Return the AEAD for ``kid``'s per-session key and the associated data to use."""
         entry = self._ciphers.get(kid)
         if entry is None:
-            hkdf = HKDF(
-                algorithm=hashes.SHA256(),
-                length=32,
-                salt=_HKDF_SALT,
-                info=b"agent_sessions.enc.session-key\x00" + self.session_id.encode("utf-8"),
-            )
             aad = self._aad_prefix + kid.encode("ascii") + self._aad_suffix
-            entry = self._ciphers[kid] = (AESGCM(hkdf.derive(self._keys[kid])), aad)
+            entry = self._ciphers[kid] = (_session_cipher(self._keys[kid], self.session_id), aad)
         return entry
 
     def _seal(self, text: str, t: int | None = None) -> dict[str, Any]:
