@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench test-window-long faults props
+.PHONY: install services test lint demo bench smoke-core test-window-long faults props
 
 install: $(VENV)/.installed
 
@@ -30,6 +30,10 @@ demo: install
 bench: install services
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/run.py $(if $(QUICK),--quick,)
+
+# A core-only install (no extras) in a fresh venv: import, open_session, demo, extra hints.
+smoke-core:
+	PYTHON=$(PYTHON) bash scripts/smoke-core.sh
 
 # Long property runs of the window layer (CI runs a few examples per backend).
 test-window-long: install services
