@@ -84,7 +84,8 @@ def expiring_layer(session: Session) -> object | None:
     layer: object = session
     seen: set[int] = set()
     while layer is not None and id(layer) not in seen:
-        if getattr(type(layer), "expires_items", False) or isinstance(layer, sdk_encrypted):
+        own = getattr(layer, "__dict__", {}).get("expires_items", False)  # set per instance
+        if getattr(type(layer), "expires_items", False) or own or isinstance(layer, sdk_encrypted):
             return layer
         seen.add(id(layer))
         layer = getattr(layer, "inner", None)

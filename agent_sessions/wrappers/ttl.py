@@ -35,6 +35,7 @@ from agents.memory import Session
 
 from ..core.capabilities import Capability, supports
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
+from ..core.options import explicit_options
 from ._ttl_boundary import Boundary, newest_dead_by_scan
 from .base import SessionWrapper, check_max_item_bytes
 
@@ -106,6 +107,7 @@ class TTLSession(SessionWrapper):
         {Capability.SEQUENCED, Capability.RANGE_DELETE, Capability.REWRITE, Capability.FAMILY}
     )
 
+    @explicit_options
     def __init__(
         self,
         inner: Session,
