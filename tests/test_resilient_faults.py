@@ -53,7 +53,7 @@ def _agent() -> tuple[Agent[Any], ScriptedModel]:
 async def _control() -> tuple[list[Any], Any]:
     """The same conversation over a store that never fails: what must be stored and seen."""
     agent, model = _agent()
-    session = InMemorySession("control")
+    session = InMemorySession(f"control-{uuid.uuid4().hex[:8]}")
     for t in range(TURNS):
         await Runner.run(agent, f"question {t}", session=session)
     return await session.get_items(), model.calls[-2].input
@@ -77,6 +77,7 @@ async def _conversation(
             outage()
         if t == 6:
             recovery()
+            await asyncio.sleep(session.breaker.reset_timeout)  # then the breaker probes again
         await Runner.run(agent, f"question {t}", session=session)  # no turn may fail
         states.append(session.status.state)
     return states, model.calls[-2].input

@@ -57,14 +57,15 @@ class RetryPolicy:
 class CircuitBreaker:
     """Stops calling a primary that keeps failing.
 
-    ``closed``: calls go through; ``failure_threshold`` failed attempts in a row open it.
-    ``open``: no calls for ``reset_timeout`` seconds, then ``half-open``: the next call is a
-    probe; its success closes the breaker, its failure opens it again.
+    ``closed``: calls go through; ``failure_threshold`` failed calls in a row (each after its
+    retries) open it. ``open``: no calls for ``reset_timeout`` seconds, then ``half-open``: the
+    next call is a single probe (no retries); its success closes the breaker, its failure opens
+    it again.
     """
 
     def __init__(
         self,
-        failure_threshold: int = 3,
+        failure_threshold: int = 1,
         reset_timeout: float = 5.0,
         *,
         clock: Callable[[], float] = time.monotonic,

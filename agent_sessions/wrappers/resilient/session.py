@@ -326,24 +326,23 @@ class ResilientSession(SessionWrapper):
 
     async def _call(self, op: Callable[[], Awaitable[T]], *, retry: bool = True) -> T:
         """Run ``op`` against the primary under the retry policy and the breaker."""
+        state = self.breaker.state
+        if state == "open":
+            raise _Down("the circuit breaker is open")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry.total_timeout
-        backoffs = self.retry.backoffs() if retry else iter(())
+        # A half-open breaker allows one probe, not a series of retries.
+        backoffs = self.retry.backoffs() if retry and state == "closed" else iter(())
         while True:
-            if not self.breaker.allows():
-                raise _Down("the circuit breaker is open")
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise _Down("out of time")
             try:
-                result = await asyncio.wait_for(op(), remaining)
+                result = await asyncio.wait_for(op(), max(0.0, deadline - loop.time()))
             except (BackendUnavailableError, asyncio.TimeoutError) as exc:
-                self.breaker.record_failure()
                 self._last_error = f"{type(exc).__name__}: {exc}" if str(exc) else repr(exc)
                 delay = next(backoffs, None)
-                if delay is None:
+                if delay is None or deadline - loop.time() <= delay:
+                    self.breaker.record_failure()  # one failed call, its retries included
                     raise _Down(self._last_error) from exc
-                await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
+                await asyncio.sleep(delay)
                 continue
             self.breaker.record_success()
             return result
