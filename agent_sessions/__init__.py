@@ -11,23 +11,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import errors
-from .backends.memory import InMemorySession, InMemoryStore
-from .backends.sqlite import SQLiteSession
-from .core.base import BaseSession
-from .core.capabilities import (
-    SupportsNativeExpiry,
-    SupportsRangeDelete,
-    SupportsSequencedItems,
-    SupportsSiblings,
-)
-from .core.registry import open_session, register_scheme, registered_schemes
-
-AsyncSQLiteSession = SQLiteSession
-"""The SDK's ``AsyncSQLiteSession`` name: ``SQLiteSession`` is already aiosqlite-based."""
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    # Every name resolves on first use, so `import agent_sessions` (and the CLI's --help)
+    # does not import the Agents SDK.
+    "BaseSession": "agent_sessions.core.base",
+    "InMemorySession": "agent_sessions.backends.memory",
+    "InMemoryStore": "agent_sessions.backends.memory",
+    "SQLiteSession": "agent_sessions.backends.sqlite",
+    "SupportsNativeExpiry": "agent_sessions.core.capabilities",
+    "SupportsRangeDelete": "agent_sessions.core.capabilities",
+    "SupportsSequencedItems": "agent_sessions.core.capabilities",
+    "SupportsSiblings": "agent_sessions.core.capabilities",
+    "open_session": "agent_sessions.core.registry",
+    "register_scheme": "agent_sessions.core.registry",
+    "registered_schemes": "agent_sessions.core.registry",
     "RedisSession": "agent_sessions.backends.redis",
     "SQLAlchemySession": "agent_sessions.backends.sqlalchemy",
     "MongoDBSession": "agent_sessions.backends.mongodb",
@@ -65,8 +65,31 @@ if TYPE_CHECKING:  # pragma: no cover
     from .wrappers.window import WindowSession as WindowSession
     from .wrappers.window import window_input_callback as window_input_callback
 
+if TYPE_CHECKING:  # pragma: no cover
+    # The core names, lazy too so that importing the package does not import the SDK.
+    from .backends.memory import InMemorySession as InMemorySession
+    from .backends.memory import InMemoryStore as InMemoryStore
+    from .backends.sqlite import SQLiteSession as SQLiteSession
+    from .core.base import BaseSession as BaseSession
+    from .core.capabilities import SupportsNativeExpiry as SupportsNativeExpiry
+    from .core.capabilities import SupportsRangeDelete as SupportsRangeDelete
+    from .core.capabilities import SupportsSequencedItems as SupportsSequencedItems
+    from .core.capabilities import SupportsSiblings as SupportsSiblings
+    from .core.registry import open_session as open_session
+    from .core.registry import register_scheme as register_scheme
+    from .core.registry import registered_schemes as registered_schemes
+
+    AsyncSQLiteSession = SQLiteSession
+
+
+_ALIASES = {"AsyncSQLiteSession": "SQLiteSession"}
+"""The SDK's ``AsyncSQLiteSession`` name: ``SQLiteSession`` is already aiosqlite-based."""
+
 
 def __getattr__(name: str) -> Any:
+    if name in _ALIASES:
+        value = globals()[name] = __getattr__(_ALIASES[name])
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'agent_sessions' has no attribute {name!r}")
@@ -75,19 +98,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = [
-    "AsyncSQLiteSession",
-    "BaseSession",
-    "InMemorySession",
-    "InMemoryStore",
-    "SQLiteSession",
-    "SupportsNativeExpiry",
-    "SupportsRangeDelete",
-    "SupportsSequencedItems",
-    "SupportsSiblings",
-    "errors",
-    "open_session",
-    "register_scheme",
-    "registered_schemes",
-    *_LAZY,
-]
+__all__ = ["AsyncSQLiteSession", "errors", *_LAZY]

@@ -1,66 +1,35 @@
-"""Does background compaction hold up a turn?  ``python benchmarks/bench_compaction.py [--quick]``
+"""Compaction hook cost: ``CompactionSession.run_compaction`` with a trigger that does not fire,
+at 100 / 10k / 100k items, and a whole ``Runner.run`` turn (ScriptedModel) at 10k items with
+``session_settings.limit=20``, plain SQLite session vs the same under CompactionSession.
 
-Times one turn through ``Runner.run_streamed`` (ScriptedModel; from the call to the end of the
-event stream) on a SQLite file session, interleaving the contenders turn by turn:
+    python benchmarks/bench_compaction.py [--quick]
 
-* ``plain``: the SQLite session, no compaction;
-* ``background``: ``CompactionSession(background=True)`` whose summarizer sleeps 500 ms and whose
-  trigger fires after every turn (each turn's hook starts or queues a compaction);
-* ``wrapper, no trigger``: the wrapper whose trigger never fires (its read overhead only);
-* ``foreground``: the same sleepy summarizer with ``background=False`` (what a turn would wait).
-
-Target: ``background`` within 1.1x of ``plain`` (median turn time).
+The Runner calls ``run_compaction`` after every turn; each timed hook call follows an untimed
+write of two items, as a turn makes. Target: the wrapped turn <= 1.1x the plain turn.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
-import statistics
 import sys
 import tempfile
-import time
-import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 from agents import Agent, Runner
+from agents.memory import SessionSettings
 from agents.testing import ScriptedModel, assistant_message
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from agent_sessions import SQLiteSession
-from agent_sessions.wrappers.compaction import (
-    CompactionSession,
-    ExtractiveSummarizer,
-    item_count_trigger,
-)
-
-SUMMARY_SECONDS = 0.5
+from agent_sessions.wrappers.compaction import CompactionSession
+from benchmarks.harness import Result, alternate, close, item, new_id, prefill
 
 
-class SleepySummarizer:
-    """The extractive summary, after 500 ms (a stand-in for a model call)."""
-
-    name = "sleepy"
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self._inner = ExtractiveSummarizer()
-
-    async def summarize(self, items: list[Any], *, previous_summary: list[Any]) -> list[Any]:
-        self.calls += 1
-        await asyncio.sleep(SUMMARY_SECONDS)
-        return await self._inner.summarize(items, previous_summary=previous_summary)
-
-
-@dataclass
-class Contender:
-    name: str
-    session: Any
-    agent: Agent[Any]
-    turns: int
-    times: list[float] = field(default_factory=list)
+def never(_context: Any) -> bool:
+    return False
 
 
 def scripted(turns: int) -> Agent[Any]:
@@ -70,91 +39,87 @@ def scripted(turns: int) -> Agent[Any]:
     return Agent(name="bench", instructions="Be brief.", model=ScriptedModel(replies))
 
 
-async def one_turn(c: Contender, turn: int) -> None:
-    start = time.perf_counter()
-    result = Runner.run_streamed(c.agent, f"question {turn} " + "y" * 300, session=c.session)
-    async for _ in result.stream_events():
-        pass
-    c.times.append(time.perf_counter() - start)
+async def hook_scaling(path: str, sizes: list[int], calls: int) -> list[Result]:
+    results: list[Result] = []
+    turn = [item(0), item(1)]
 
+    async def hook(s: Any) -> Any:
+        return await s.run_compaction()
 
-async def main(turns: int, foreground_turns: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "bench.db")
-        summarizer = SleepySummarizer()
+    async def write_turn(s: Any) -> Any:
+        return await s.add_items(turn)
 
-        def sqlite() -> SQLiteSession:
-            return SQLiteSession(f"bench-{uuid.uuid4().hex[:8]}", path)
-
-        contenders = [
-            Contender("plain", sqlite(), scripted(turns), turns),
-            Contender(
-                "background",
-                CompactionSession(
-                    sqlite(),
-                    summarizer=summarizer,
-                    should_trigger_compaction=item_count_trigger(2),
-                    keep_last=4,
-                    background=True,
-                ),
-                scripted(turns),
-                turns,
-            ),
-            Contender(
-                "wrapper, no trigger",
-                CompactionSession(sqlite(), should_trigger_compaction=lambda ctx: False),
-                scripted(turns),
-                turns,
-            ),
-            Contender(
-                "foreground",
-                CompactionSession(
-                    sqlite(),
-                    summarizer=SleepySummarizer(),
-                    should_trigger_compaction=item_count_trigger(2),
-                    keep_last=4,
-                ),
-                scripted(foreground_turns),
-                foreground_turns,
-            ),
-        ]
-        for c in contenders:  # warm-up: connection, schema, tokenizer loading
-            await c.session.add_items([{"role": "user", "content": "warm-up"}])
-            await c.session.get_items()
-            await c.session.clear_session()
-        for turn in range(turns):
-            for c in contenders:
-                if turn < c.turns:
-                    await one_turn(c, turn)
-        background = contenders[1].session
-        await background.wait_for_compaction()
-        view = await background.get_items()
-        archived = await background.get_archived_items()
-        base = statistics.median(contenders[0].times)
-        print(
-            f"\n## One turn through Runner.run_streamed (SQLite file; {turns} turns; "
-            f"summarizer sleeps {SUMMARY_SECONDS * 1000:.0f} ms)\n"
-        )
-        print(f"{'contender':22}{'median ms':>11}{'p90 ms':>10}{'max ms':>10}{'vs plain':>10}")
-        for c in contenders:
-            times = sorted(c.times)
-            p90 = times[int(0.9 * (len(times) - 1))]
-            median = statistics.median(times)
-            print(
-                f"{c.name:22}{median * 1000:>11.2f}{p90 * 1000:>10.2f}"
-                f"{times[-1] * 1000:>10.2f}{median / base:>10.2f}x"
+    for size in sizes:
+        inner = SQLiteSession(new_id("cmp"), path)
+        session = CompactionSession(inner, should_trigger_compaction=never)
+        try:
+            await prefill(session, size)
+            samples = await alternate(
+                {"CompactionSession": session}, hook, calls, restore=write_turn
             )
-        print(
-            f"\nbackground: {summarizer.calls} compactions committed or attempted during the "
-            f"run; final view {len(view)} items, {len(archived)} originals archived"
-        )
-        for c in contenders:
-            await c.session.clear_session()
-            await c.session.close()
+            results.append(
+                Result("Compaction hook (SQLite, idle trigger)", "run_compaction", size, "warm",
+                       samples)
+            )  # fmt: skip
+            print(f"  compaction hook @{size} done", flush=True)
+        finally:
+            await session.clear_session()
+            await session.close()
+    return results
+
+
+async def runner_turn(path: str, size: int, calls: int) -> Result:
+    limit = SessionSettings(limit=20)
+    sessions = {
+        "plain SQLiteSession": SQLiteSession(new_id("plain"), path, session_settings=limit),
+        "CompactionSession, idle trigger": CompactionSession(
+            SQLiteSession(new_id("wrapped"), path, session_settings=limit),
+            should_trigger_compaction=never,
+        ),
+    }
+    agents = {name: scripted(calls + 10) for name in sessions}
+    counter = itertools.count()
+
+    async def turn(s: Any) -> Any:
+        name = next(n for n, v in sessions.items() if v is s)
+        return await Runner.run(agents[name], f"question {next(counter)}", session=s)
+
+    try:
+        for s in sessions.values():
+            await prefill(s, size)
+        samples = await alternate(sessions, turn, calls)
+    finally:
+        for s in sessions.values():
+            await s.clear_session()
+            await close(s)
+    return Result(
+        "Runner turn (ScriptedModel, SQLite, session limit 20)",
+        "Runner.run turn",
+        size,
+        "warm",
+        samples,
+        kind="overhead",
+    )
+
+
+async def collect(quick: bool) -> list[Result]:
+    path = os.path.join(tempfile.mkdtemp(prefix="bench-compaction-"), "c.db")
+    keep = SQLiteSession("keep-open", path)
+    await keep.get_items(limit=1)
+    try:
+        sizes = [100, 10_000] if quick else [100, 10_000, 100_000]
+        results = await hook_scaling(path, sizes, 100 if quick else 300)
+        results.append(await runner_turn(path, 10_000, 40 if quick else 150))
+    finally:
+        await keep.close()
+    return results
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="100 / 10k items, fewer calls")
     args = parser.parse_args()
-    asyncio.run(main(turns=20 if args.quick else 60, foreground_turns=3 if args.quick else 5))
+    found = asyncio.run(collect(args.quick))
+    from benchmarks.report import print_results
+
+    print_results(found)

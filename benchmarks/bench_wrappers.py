@@ -1,11 +1,11 @@
-"""Wrapper overhead: a bare backend vs EncryptedSession vs EncryptedSession over TTLSession,
-in one run, with 1 KB items, on ``add 1 item`` and ``get(limit=20)`` of a 100-item session.
+"""Wrapper cost: the bare backend vs EncryptedSession, EncryptedSession over TTLSession and
+AdvancedSession (branching + usage), on SQLite and Redis, warm and on a fresh object per call.
 
-    python benchmarks/bench_wrappers.py [--quick] [--redis-url redis://...]
+    python benchmarks/bench_wrappers.py [--quick]
 
-Goal (issue 6): Encrypted+TTL within 1.3x of the bare backend's time. Each backend is one
-entry of ``BACKENDS`` (name -> async factory of a bare session for an id); add Redis or any
-other backend by adding one factory there, the three stacks are built from it.
+Each stack gets its own session of 1 KB items, prefilled through the stack; the stacks then
+alternate call by call in shuffled order (see harness.py). Ratios are stack time / bare time.
+Targets: Encrypted <= 1.3x, Encrypted+TTL <= 1.4x, AdvancedSession <= 1.5x.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import asyncio
 import os
 import sys
 import tempfile
-import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,107 +22,115 @@ from cryptography.fernet import Fernet
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from agent_sessions import SQLiteSession
+from agent_sessions.wrappers.advanced import AdvancedSession
 from agent_sessions.wrappers.encrypted import EncryptedSession
 from agent_sessions.wrappers.ttl import TTLSession
-from benchmarks.harness import Contender, Scenario, item, run_suite
+from benchmarks.harness import Result, alternate, close, item, later, new_id, prefill
 
-BareFactory = Callable[[str], Awaitable[Any]]
 KEY = Fernet.generate_key().decode()
 ITEM_BYTES = 1024
+BareFactory = Callable[[str], Awaitable[Any]]
+
+STACKS: dict[str, Callable[[Any], Any]] = {
+    "bare": lambda s: s,
+    "Encrypted": lambda s: EncryptedSession(s, encryption_key=KEY),
+    "Encrypted+TTL": lambda s: EncryptedSession(TTLSession(s, ttl=3600), encryption_key=KEY),
+    "AdvancedSession": lambda s: AdvancedSession(s),
+}
 
 
-def stacks(make_bare: BareFactory, prefill: int = 0) -> list[Contender]:
-    """The three contenders over one backend; each new session gets ``prefill`` 1 KB items."""
+async def backends(tmp: str) -> tuple[dict[str, BareFactory], list[Callable[[], Awaitable[Any]]]]:
+    path = os.path.join(tmp, "wrappers.db")
+    keep = SQLiteSession("keep-open", path)
+    await keep.get_items(limit=1)
 
-    def contender(name: str, wrap: Callable[[Any], Any]) -> Contender:
-        async def make(session_id: str) -> Any:
-            session = wrap(await make_bare(session_id))
-            if prefill:
-                await session.add_items([item(i, ITEM_BYTES) for i in range(prefill)])
-            return session
-
-        return Contender(name, make)
-
-    return [
-        contender("bare", lambda s: s),
-        contender("Encrypted", lambda s: EncryptedSession(s, encryption_key=KEY)),
-        contender(
-            "Encrypted+TTL",
-            lambda s: EncryptedSession(TTLSession(s, ttl=3600), encryption_key=KEY),
-        ),
-    ]
-
-
-def backends(tmp: str, redis_url: str | None) -> dict[str, BareFactory]:
     async def sqlite(session_id: str) -> Any:
-        return SQLiteSession(session_id, os.path.join(tmp, "wrappers.db"))
+        return SQLiteSession(session_id, path)
 
-    found: dict[str, BareFactory] = {"SQLite (file, WAL)": sqlite}
-    if redis_url:
+    found: dict[str, BareFactory] = {"SQLite": sqlite}
+    cleanup: list[Callable[[], Awaitable[Any]]] = [keep.close]
+    url = os.environ.get("AGENT_SESSIONS_REDIS_URL", "redis://127.0.0.1:6379/0")
+    try:
+        from redis.asyncio import Redis
+
         from agent_sessions.backends.redis import RedisSession
 
+        client = Redis.from_url(url)
+        await client.ping()
+    except Exception as exc:
+        print(f"Redis skipped: {exc}")
+    else:
+
         async def redis(session_id: str) -> Any:
-            return RedisSession.from_url(session_id, url=redis_url)
+            return RedisSession(session_id, client=client, key_prefix="bench-wrappers")
 
-        found["Redis (loopback)"] = redis
-    return found
+        found["Redis"] = redis
+        cleanup.append(client.aclose)
+    return found, cleanup
 
 
-async def cpu_per_op(
-    contenders: list[Contender], scenario: Scenario, rounds: int
-) -> dict[str, float]:
-    """CPU microseconds per operation (all threads of this process), best of ``rounds``, with
-    the contenders interleaved within each round. On a shared, loaded machine this is far
-    steadier than wall time, which also counts time spent waiting for a CPU."""
-    best = {c.name: float("inf") for c in contenders}
-    sessions = {c.name: await c.make(f"bench-{uuid.uuid4().hex[:10]}") for c in contenders}
+async def _stack(stack: str, make_bare: BareFactory, session_id: str) -> Any:
+    return STACKS[stack](await make_bare(session_id))
+
+
+async def measure(name: str, make_bare: BareFactory, sizes: list[int], calls: int) -> list[Result]:
+    one = [item(0, ITEM_BYTES)]
+    section = f"Wrappers over {name} (1 KB items)"
+    results: list[Result] = []
+
+    async def add_one(s: Any) -> Any:
+        return await s.add_items(one)
+
+    async def get20(s: Any) -> Any:
+        return await s.get_items(limit=20)
+
+    async def pop(s: Any) -> Any:
+        return await s.pop_item()
+
+    for size in sizes:
+        ids = {stack: new_id(f"w{size}") for stack in STACKS}
+        warm = {stack: wrap(await make_bare(ids[stack])) for stack, wrap in STACKS.items()}
+
+        fresh = {stack: later(_stack, stack, make_bare, ids[stack]) for stack in STACKS}
+        try:
+            for session in warm.values():
+                await prefill(session, size, ITEM_BYTES)
+            for mode in ("warm", "fresh"):
+                f = fresh if mode == "fresh" else None
+                for label, op, restore in (
+                    ("get(limit=20)", get20, None),
+                    ("add 1", add_one, pop),
+                    ("pop", pop, add_one),
+                ):
+                    samples = await alternate(warm, op, calls, fresh=f, restore=restore)
+                    results.append(Result(section, label, size, mode, samples, kind="overhead"))
+                    print(f"  {section}: {label} @{size} {mode} done", flush=True)
+        finally:
+            for session in warm.values():
+                await session.clear_session()
+                await close(session)
+    return results
+
+
+async def collect(quick: bool) -> list[Result]:
+    sizes = [100] if quick else [100, 10_000]
+    calls = 100 if quick else 300
+    found, cleanup = await backends(tempfile.mkdtemp(prefix="bench-wrappers-"))
+    results: list[Result] = []
     try:
-        for _ in range(rounds):
-            for name, session in sessions.items():
-                start = time.process_time()
-                for _ in range(scenario.ops):
-                    await scenario.op(session, [])
-                best[name] = min(best[name], (time.process_time() - start) / scenario.ops)
+        for name, make_bare in found.items():
+            results += await measure(name, make_bare, sizes, calls)
     finally:
-        for session in sessions.values():
-            await session.clear_session()
-            await session.close()
-    return {name: seconds * 1e6 for name, seconds in best.items()}
-
-
-async def main(quick: bool, redis_url: str | None) -> None:
-    tmp = tempfile.mkdtemp(prefix="bench-wrappers-")
-    ops = 300 if quick else 2000
-    one_kb = [item(0, ITEM_BYTES)]
-    add = Scenario("add 1 item (1 KB)", 0, lambda s, _: s.add_items(one_kb), ops)
-    get = Scenario("get(limit=20) @100", 0, lambda s, _: s.get_items(limit=20), ops)
-    rounds = 2 if quick else 5
-    for name, make_bare in backends(tmp, redis_url).items():
-        # Warm-up: the file, its WAL and the first contender's caches otherwise skew row one.
-        await run_suite(f"{name}: warm-up (ignore)", stacks(make_bare), [add], rounds=1)
-        added = await run_suite(f"{name}: add", stacks(make_bare), [add], rounds=rounds)
-        got = await run_suite(
-            f"{name}: get", stacks(make_bare, prefill=100), [get], rounds=rounds
-        )
-        print(f"\n{name}: wall time relative to bare (goal <= 1.30x)")
-        for sc in (*added, *got):
-            bare = sc.results["bare"]
-            for contender in ("Encrypted", "Encrypted+TTL"):
-                print(f"  {sc.name:22} {contender:14} {bare / sc.results[contender]:.2f}x")
-        print(f"\n{name}: CPU us per operation, contenders interleaved (ratio to bare)")
-        for sc, prefill in ((add, 0), (get, 100)):
-            cpu = await cpu_per_op(stacks(make_bare, prefill), sc, rounds)
-            print(f"  {sc.name:22} " + "  ".join(
-                f"{n} {us:7.1f} ({us / cpu['bare']:.2f}x)" for n, us in cpu.items()))
+        for step in cleanup:
+            await step()
+    return results
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer operations and rounds")
-    parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("AGENT_SESSIONS_REDIS_URL", "redis://127.0.0.1:6379/0"),
-        help="Redis to measure too ('' to skip)",
-    )
+    parser.add_argument("--quick", action="store_true", help="100 items only, fewer calls")
     args = parser.parse_args()
-    asyncio.run(main(args.quick, args.redis_url or None))
+    found = asyncio.run(collect(args.quick))
+    from benchmarks.report import print_results
+
+    print_results(found)

@@ -1,155 +1,209 @@
-"""Side-by-side timing of session implementations on the same operations, in one run.
+"""The one timing harness of the benchmarks: contenders alternate call by call, in a new random
+order every round, so load swings on a shared machine hit all of them alike.
 
-Each contender is anything with the four Session coroutines (``add_items``, ``get_items``,
-``pop_item``, ``clear_session``) and optionally ``close``; raw-driver baselines implement the same
-four with the driver's equivalent commands. ``run_suite`` prints ops/s and ratios to the first
-contender ("ours").
+A contender is anything with the Session coroutines it is asked to run; ``make(session_id)``
+returns one. Warm mode builds one object per contender and times each call on it; fresh mode
+times what a web handler does per request: build the object, make the call, close it.
+Each call's latency is kept; tables show the median and the interquartile spread.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
+import json
+import os
+import platform
+import random
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 Factory = Callable[[str], Awaitable[Any]]
+Op = Callable[[Any], Awaitable[Any]]
 
 
 @dataclass
 class Contender:
     name: str
-    make: Factory  # session id -> session-like object
+    make: Factory
+    """Session id -> a session-like object (a new object; connections may be shared)."""
 
 
 @dataclass
-class Scenario:
-    name: str
-    prefill: int  # items stored before timing
-    op: Callable[[Any, list[dict[str, Any]]], Awaitable[Any]]
-    ops: int  # how many timed operations
-    fresh_per_op: bool = False  # pops consume the prefill
-    results: dict[str, float] = field(default_factory=dict)
+class Result:
+    """Per-call latencies (seconds) of one operation for every contender, from one run."""
+
+    section: str
+    operation: str
+    size: int
+    """Items in the history when the timed calls ran."""
+    mode: str
+    """"warm" (one object for all calls) or "fresh" (a new object per call)."""
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    note: str = ""
+    kind: str = "speed"
+    """"speed": the first contender is ours, ratios are other time / ours (above 1: ours is
+    faster). "overhead": the first is the baseline, ratios are contender time / baseline."""
+
+    def median_us(self, name: str) -> float:
+        return statistics.median(self.samples[name]) * 1e6
+
+    def spread(self, name: str) -> float:
+        """Interquartile range relative to the median (a measure of the run's noise)."""
+        q = statistics.quantiles(self.samples[name], n=4)
+        return (q[2] - q[0]) / statistics.median(self.samples[name])
+
+    def summary(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k != "samples"}
+        out["median_us"] = {n: round(self.median_us(n), 2) for n in self.samples}
+        out["spread"] = {n: round(self.spread(n), 3) for n in self.samples}
+        out["calls"] = {n: len(s) for n, s in self.samples.items()}
+        return out
 
 
 def item(i: int, size: int = 200) -> dict[str, Any]:
+    """A message item of about ``size`` bytes of JSON."""
     text = f"message {i} " + "x" * max(0, size - 60)
     return {"role": "user" if i % 2 == 0 else "assistant", "content": text}
 
 
-def default_scenarios(quick: bool = False, big: int = 100_000) -> list[Scenario]:
-    n = 200 if quick else 1000
-    batch20 = [item(i) for i in range(20)]
-    return [
-        Scenario("add 1 item", 0, lambda s, one: s.add_items(one), n),
-        Scenario("add batch of 20", 0, lambda s, _: s.add_items(batch20), n // 4),
-        Scenario("get(limit=20) @100", 100, lambda s, _: s.get_items(limit=20), n),
-        Scenario(f"get(limit=20) @{big // 1000}k", big, lambda s, _: s.get_items(limit=20), n),
-        Scenario("get() of 200", 200, lambda s, _: s.get_items(), n // 4),
-        Scenario("pop", n, lambda s, _: s.pop_item(), n),
-    ]
-
-
-async def _close(session: Any) -> None:
-    close = getattr(session, "close", None)
-    if close is not None:
-        result = close()
+async def close(session: Any) -> None:
+    """Close a session-like object, whether its ``close`` is sync, async or missing."""
+    closer = getattr(session, "close", None)
+    if closer is not None:
+        result = closer()
         if inspect.isawaitable(result):
             await result
 
 
-async def _prefill(session: Any, count: int) -> None:
+async def prefill(session: Any, count: int, size: int = 200) -> None:
+    """Store ``count`` items in batches of 1,000 (untimed set-up)."""
     for start in range(0, count, 1000):
-        await session.add_items([item(i) for i in range(start, min(count, start + 1000))])
+        await session.add_items([item(i, size) for i in range(start, min(count, start + 1000))])
 
 
-async def _time_one(contender: Contender, scenario: Scenario, rounds: int) -> float:
-    best = float("inf")
-    one = [item(0)]
-    for _ in range(rounds):
-        session = await contender.make(f"bench-{uuid.uuid4().hex[:10]}")
-        try:
-            await _prefill(session, scenario.prefill)
-            for _ in range(min(20, scenario.ops)):  # warm-up
-                if scenario.fresh_per_op:
-                    break
-                await scenario.op(session, one)
-            start = time.perf_counter()
-            for _ in range(scenario.ops):
-                await scenario.op(session, one)
-            best = min(best, time.perf_counter() - start)
-        finally:
-            await session.clear_session()
-            await _close(session)
-    return scenario.ops / best
+async def alternate(
+    contenders: dict[str, Any],
+    op: Op,
+    calls: int,
+    *,
+    fresh: dict[str, Callable[[], Awaitable[Any]]] | None = None,
+    restore: Op | None = None,
+    settle: Op | None = None,
+    warmup: int = 5,
+) -> dict[str, list[float]]:
+    """Time ``op`` ``calls`` times per contender, alternating in a shuffled order per round.
+
+    ``contenders`` maps a name to its warm object. With ``fresh`` (name -> factory of a new
+    object for the same session), each timed call builds a new object, runs ``op`` on it and
+    closes it. ``restore`` runs untimed after each call, on the warm object (e.g. a pop after
+    an add keeps the history's size constant). ``settle`` runs untimed on the object the call
+    used (in fresh mode before its close, which is then untimed too).
+    """
+    names = list(contenders)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    rng = random.Random(calls * 7919 + len(names))
+    for n in range(warmup + calls):
+        rng.shuffle(names)
+        for name in names:
+            started = time.perf_counter()
+            session = await fresh[name]() if fresh is not None else contenders[name]
+            await op(session)
+            if fresh is not None and settle is None:
+                await close(session)
+            elapsed = time.perf_counter() - started
+            if settle is not None:
+                await settle(session)
+                if fresh is not None:
+                    await close(session)
+            if n >= warmup:
+                samples[name].append(elapsed)
+            if restore is not None:
+                await restore(contenders[name])
+    return samples
 
 
-async def run_suite(
-    title: str,
-    contenders: list[Contender],
-    scenarios: list[Scenario] | None = None,
-    rounds: int = 3,
-) -> list[Scenario]:
-    """Time every scenario for every contender (best of ``rounds``) and print a table."""
-    scenarios = scenarios if scenarios is not None else default_scenarios()
-    for sc in scenarios:
-        if sc.name == "pop":
-            sc.fresh_per_op = True
-        for c in contenders:
-            sc.results[c.name] = await _time_one(c, sc, rounds)
-    print_table(title, contenders, scenarios)
-    return scenarios
+def later(make: Callable[..., Any], *args: Any) -> Callable[[], Awaitable[Any]]:
+    """A factory of ``make(*args)`` (awaited when it returns an awaitable), for fresh mode."""
+
+    async def call() -> Any:
+        made = make(*args)
+        return await made if inspect.isawaitable(made) else made
+
+    return call
 
 
-def print_table(title: str, contenders: list[Contender], scenarios: list[Scenario]) -> None:
-    ours = contenders[0].name
-    names = [c.name for c in contenders]
-    width = max(12, *(len(n) for n in names))
-    print(f"\n## {title}  (ops/s, best of rounds; ratio = {ours} / other)\n")
-    header = f"{'operation':24}" + "".join(f"{n:>{width + 2}}" for n in names)
-    header += "".join(f"{'ours/' + n[:10]:>18}" for n in names[1:])
-    print(header)
-    for sc in scenarios:
-        row = f"{sc.name:24}" + "".join(f"{sc.results[n]:>{width + 2},.0f}" for n in names)
-        row += "".join(f"{sc.results[ours] / sc.results[n]:>18.2f}" for n in names[1:])
-        print(row)
+def new_id(tag: str) -> str:
+    return f"bench-{tag}-{uuid.uuid4().hex[:10]}"
 
 
-def run(coro: Awaitable[Any]) -> Any:
-    return asyncio.run(coro)  # type: ignore[arg-type]
+# -- the run's context ----------------------------------------------------------------------------
 
 
-async def paired(contenders: list[Contender], calls: int) -> None:
-    """Alternate the contenders call by call and print median latencies: on a busy machine
-    this cancels the load swings that whole-pass timings suffer from."""
-    one = [item(0)]
-    sessions = [await c.make(f"bench-paired-{uuid.uuid4().hex[:8]}") for c in contenders]
-    names = [c.name for c in contenders]
-    print(f"\n## paired: median us per call, {calls} alternating calls (ratio = ours / other)\n")
-    print(f"{'operation':24}" + "".join(f"{n:>18}" for n in names)
-          + "".join(f"{'ours/' + n[:10]:>18}" for n in names[1:]))
+def load_average() -> tuple[float, float, float]:
+    return os.getloadavg()
+
+
+def _cpu_model() -> str:
     try:
-        for s in sessions:
-            await s.add_items([item(i) for i in range(calls + 100)])
-        ops: dict[str, Callable[[Any], Awaitable[Any]]] = {
-            "add 1 item": lambda s: s.add_items(one),
-            "get(limit=20)": lambda s: s.get_items(limit=20),
-            "pop": lambda s: s.pop_item(),
-        }
-        for label, op in ops.items():
-            samples: list[list[float]] = [[] for _ in sessions]
-            for _ in range(calls):
-                for k, s in enumerate(sessions):
-                    started = time.perf_counter()
-                    await op(s)
-                    samples[k].append(time.perf_counter() - started)
-            med = [statistics.median(x) * 1e6 for x in samples]
-            print(f"{label:24}" + "".join(f"{m:>18.0f}" for m in med)
-                  + "".join(f"{m / med[0]:>18.2f}" for m in med[1:]))
-    finally:
-        for s in sessions:
-            await s.clear_session()
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "-"
+
+
+def _git_head() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "-"
+
+
+def machine_info() -> dict[str, Any]:
+    """Machine, software versions and date of this run."""
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{_cpu_model()}, {os.cpu_count()} cores, {platform.system()} "
+        f"{platform.release()}",
+        "python": sys.version.split()[0],
+        "commit": _git_head(),
+        "packages": {
+            p: _version(p)
+            for p in (
+                "openai-agents",
+                "redis",
+                "asyncpg",
+                "asyncmy",
+                "aiosqlite",
+                "SQLAlchemy",
+                "cryptography",
+                "pymongo",
+            )
+        },
+        "sqlite": __import__("sqlite3").sqlite_version,
+    }
+
+
+def save(path: str, payload: dict[str, Any]) -> None:
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=1)

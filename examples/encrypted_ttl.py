@@ -1,8 +1,9 @@
 """Encrypt every stored item and let it expire: ``EncryptedSession`` with ``ttl=``.
 
-The agent sees plaintext; the store underneath only ever holds envelopes (AES-256-GCM, plus the
-write time the TTL layer keeps next to them). The script runs two turns, then reads the inner
-store directly to show that the first item there carries no trace of the conversation.
+The agent sees plaintext; the store underneath only ever holds envelopes (AES-256-GCM, with
+the authenticated write time that ``ttl`` is checked against). The script runs two turns, then
+reads the inner store directly to show that the first item there carries no trace of the
+conversation.
 
 Needs the ``encryption`` extra (``cryptography``). Runs offline with a scripted model:
 ``python examples/encrypted_ttl.py``.

@@ -8,7 +8,7 @@ import json
 import logging
 import uuid
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from agents import Agent, Runner, function_tool
@@ -32,7 +32,6 @@ from agent_sessions.wrappers._compaction_boundary import choose_cut, safe_cuts
 from agent_sessions.wrappers._compaction_summarizers import SUMMARY_HEADER
 from agent_sessions.wrappers.compaction import (
     AgentSummarizer,
-    CompactionRecord,
     CompactionSession,
     CompactionTriggerContext,
     ExtractiveSummarizer,
@@ -700,7 +699,7 @@ async def test_view_survives_reopening_on_sqlite(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_foreign_sdk_session_uses_positions(tmp_path: Path) -> None:
+async def test_foreign_sdk_session_is_numbered_by_foreign_session(tmp_path: Path) -> None:
     path = str(tmp_path / "sdk.db")
     inner = SDKSQLiteSession("user-1", path)
     with pytest.raises(TypeError, match="sibling_factory"):
@@ -1248,19 +1247,6 @@ async def test_prune_during_a_compaction_keeps_its_commit() -> None:
     assert originals(await session.get_items()) == ["m8", "m9"]
     assert await session.get_archived_items() == items[4:8]
     assert await session.inner.get_items() == items[4:]
-
-
-@pytest.mark.asyncio
-async def test_prune_refuses_records_counting_positions() -> None:
-    session = new_session()
-    await session.add_items([msg(f"m{i}") for i in range(4)])
-    record = CompactionRecord(
-        boundary=2, positional=True, summary=[msg("s")], archived=2, summarizer="x"
-    )
-    await session._sibling.add_items([cast("TResponseInputItem", record.to_item())])
-    with pytest.raises(BackendDataError, match="different kind"):
-        await session.prune_archive()
-    assert await session.inner.get_items() == [msg(f"m{i}") for i in range(4)]
 
 
 @pytest.mark.asyncio

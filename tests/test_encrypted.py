@@ -14,14 +14,14 @@ from typing import Any, cast
 import pytest
 from agents.memory import Session
 from agents.memory import SQLiteSession as SDKSQLiteSession
-from cryptography.fernet import Fernet
+from cryptography.fernet import Fernet, InvalidToken
 
 from agent_sessions import InMemorySession, InMemoryStore, SQLiteSession, SupportsSiblings
 from agent_sessions.core.ids import derive_sibling_id
 from agent_sessions.errors import DecryptionError, ItemTooLargeError
 from agent_sessions.testing import SessionConformanceSuite
 from agent_sessions.testing.helpers import item_text, texts
-from agent_sessions.wrappers.encrypted import EncryptedSession
+from agent_sessions.wrappers.encrypted import EncryptedSession, KeyMismatchError
 from agent_sessions.wrappers.ttl import TTLSession
 from tests.wrapper_stacks import FakeClock, YieldingSession
 
@@ -86,7 +86,7 @@ class TestEncryptedTTLOverSDKSQLiteConformance(SessionConformanceSuite):
         ({"keys": {"a": KEY, "b": OLD_KEY}}, "active="),
         ({"keys": {"a": KEY}, "active": "b"}, "not in keys"),
         ({"keys": {"a": ""}}, "empty"),
-        ({"encryption_key": KEY, "ttl": 0}, "item_ttl"),
+        ({"encryption_key": KEY, "ttl": 0}, "ttl must be a positive"),
         ({"encryption_key": KEY, "ttl": -5}, "positive"),
         ({"encryption_key": KEY, "max_scan_items": 0}, "max_scan_items"),
         ({"encryption_key": KEY, "max_item_bytes": 0}, "max_item_bytes"),
@@ -102,9 +102,14 @@ def test_bad_configuration_is_refused_at_construction(kwargs: dict[str, Any], ma
 def test_sdk_signature_and_key_forms_are_accepted() -> None:
     inner = InMemorySession(sid())
     s = EncryptedSession(session_id=inner.session_id, underlying_session=inner, encryption_key=KEY)
-    assert s.inner is inner and s.session_id == inner.session_id
-    positional = EncryptedSession(inner.session_id, inner, KEY, 600, max_scan_items=100)
-    assert isinstance(positional.inner, TTLSession) and positional.inner.inner is inner
+    assert s.underlying_session is inner and s.session_id == inner.session_id
+    # Built the SDK's way, items expire after the SDK's default 600 s unless no_ttl=True.
+    assert s.ttl == 600 and s.inner is inner and s.expires_items
+    kept = EncryptedSession(underlying_session=inner, encryption_key=KEY, no_ttl=True)
+    assert kept.ttl is None and not kept.expires_items
+    assert EncryptedSession(inner, encryption_key=KEY).ttl is None  # our form: no expiry
+    positional = EncryptedSession(inner.session_id, inner, KEY, 60, max_scan_items=100)
+    assert positional.ttl == 60 and positional.inner is inner
     with pytest.raises(ValueError, match="differs"):
         EncryptedSession(inner, encryption_key=KEY, session_id="other")
     with pytest.raises(TypeError):
@@ -124,10 +129,30 @@ async def test_each_key_form_round_trips_across_objects(key: str | bytes) -> Non
     assert texts(await second.get_items()) == ["hello"]
 
 
-def test_ttl_argument_is_the_ttl_layer() -> None:
-    s = EncryptedSession(InMemorySession(sid()), encryption_key=KEY, ttl=60)
-    assert isinstance(s.inner, TTLSession)
-    assert s.inner.item_ttl == 60 and s.inner.ttl is None
+@pytest.mark.asyncio
+async def test_ttl_hides_old_items_one_by_one_and_pop_drains_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [1_000.0]
+    monkeypatch.setattr("agent_sessions.wrappers.encrypted.time.time", lambda: now[0])
+    inner = InMemorySession(sid())
+    s = EncryptedSession(inner, encryption_key=KEY, ttl=10)
+    await s.add_items([msg("old")])
+    now[0] += 8
+    await s.add_items([msg("young")])
+    await inner.add_items([msg("plaintext")])  # a foreign newest item hides nothing
+    now[0] += 5  # "old" is 13 s old, "young" 5 s
+    assert texts(await s.get_items()) == ["young"]
+    assert texts(await s.get_items(limit=1)) == ["young"]
+    assert len(await inner.get_items()) == 3  # expired items stay stored, as the SDK's
+    envelope: dict[str, Any] = dict(cast(dict[str, Any], (await inner.get_items())[1]))
+    tampered = {**envelope, "t": envelope["t"] + 100}  # authenticated: cannot be moved
+    copy = InMemorySession(inner.session_id, store=InMemoryStore())
+    await copy.add_items([envelope, tampered])  # type: ignore[list-item]
+    assert texts(await EncryptedSession(copy, encryption_key=KEY).get_items()) == ["young"]
+    assert item_text(await s.pop_item()) == "young"
+    assert await s.pop_item() is None  # the expired item is drained on the way
+    assert await inner.get_items() == []
 
 
 # -- what the store sees ------------------------------------------------------------------------
@@ -156,9 +181,7 @@ async def test_the_raw_store_holds_no_plaintext(tmp_path: Path) -> None:
     for row in rows:
         for leak in LEAKS:
             assert leak not in row, f"{leak!r} visible in the store: {row}"
-        ttl_envelope = json.loads(row)
-        assert set(ttl_envelope) == {"type", "t", "item"}
-        assert set(ttl_envelope["item"]) == {"type", "v", "kid", "n", "c"}
+        assert set(json.loads(row)) == {"type", "v", "kid", "t", "n", "c"}
     raw = path.read_bytes() + (tmp_path / "raw.db-wal").read_bytes()
     for leak in ("XYZZY", "PLUGH", "lookup_patient_record"):
         assert leak.encode() not in raw
@@ -294,22 +317,72 @@ async def test_wrong_key_and_unknown_key_id_never_yield_plaintext(
 
 
 @pytest.mark.asyncio
-async def test_pop_on_an_unreadable_item_removes_it_and_returns_none() -> None:
+async def test_a_wrong_key_never_deletes_and_reads_skip_unreadable_items() -> None:
     store = InMemoryStore()
     session_id = sid()
     good = EncryptedSession(InMemorySession(session_id, store=store), encryption_key=KEY)
     await good.add_items([msg("readable")])
     other = EncryptedSession(InMemorySession(session_id, store=store), encryption_key=OLD_KEY)
     await other.add_items([msg("other key 1"), msg("other key 2")])
-    assert texts(await good.get_items(limit=1)) == []  # the unreadable newest keeps its slot
-    assert await good.pop_item() is None
-    strict = EncryptedSession(InMemorySession(session_id, store=store), encryption_key=KEY,
-                              strict=True)
-    with pytest.raises(DecryptionError):
-        await strict.pop_item()
+    stored = await good.inner.get_items()
+    # get_items(limit=n) returns the latest n readable items, as the SDK's.
+    assert texts(await good.get_items(limit=1)) == ["readable"]
+    for _ in range(2):  # the newest item does not open: pop raises and keeps everything
+        with pytest.raises(KeyMismatchError) as raised:
+            await good.pop_item()
+        assert isinstance(raised.value, InvalidToken) and isinstance(raised.value, DecryptionError)
+        assert await good.inner.get_items() == stored
+    assert item_text(await other.pop_item()) == "other key 2"
+    assert item_text(await other.pop_item()) == "other key 1"
+    with pytest.raises(KeyMismatchError):
+        await other.pop_item()
     assert item_text(await good.pop_item()) == "readable"
     assert await good.pop_item() is None
     assert await good.inner.get_items() == []
+
+
+@pytest.mark.asyncio
+async def test_pop_drains_plaintext_above_the_newest_readable_item() -> None:
+    inner = InMemorySession(sid())
+    session = EncryptedSession(inner, encryption_key=KEY)
+    await session.add_items([msg("kept")])
+    await inner.add_items([msg("plaintext 1"), msg("plaintext 2")])
+    assert texts(await session.get_items(limit=1)) == ["kept"]
+    assert item_text(await session.pop_item()) == "kept"
+    assert await inner.get_items() == []
+
+
+@pytest.mark.asyncio
+async def test_scan_budget_bounds_reads_like_the_sdk() -> None:
+    inner = InMemorySession(sid())
+    await EncryptedSession(inner, encryption_key=KEY).add_items([msg("old")])
+    await EncryptedSession(inner, encryption_key=OLD_KEY).add_items(
+        [msg(f"other {i}") for i in range(5)]
+    )
+    wide = EncryptedSession(inner, encryption_key=KEY, max_scan_items=20)  # 1+2+4+8 read
+    assert texts(await wide.get_items(limit=1)) == ["old"]
+    narrow = EncryptedSession(inner, encryption_key=KEY, max_scan_items=3)
+    with pytest.raises(RuntimeError, match="max_scan_items"):
+        await narrow.get_items(limit=1)
+    with pytest.raises(ValueError, match="non-negative"):
+        await narrow.get_items(limit=-1)
+    assert await narrow.get_items(limit=0) == []
+
+
+@pytest.mark.asyncio
+async def test_custom_methods_of_the_wrapped_session_are_reachable_but_capabilities_not() -> None:
+    class Custom(InMemorySession):
+        def get_stats(self) -> dict[str, int]:
+            return {"calls": 42}
+
+    inner = Custom(sid())
+    session = EncryptedSession(inner, encryption_key=KEY)
+    assert session.get_stats() == {"calls": 42}
+    # A capability is this layer's own, never the inner one's: what it writes is encrypted.
+    await session.add_sequenced_items([msg("secret")])
+    assert "secret" not in json.dumps(await inner.get_items())
+    with pytest.raises(AttributeError):
+        session.no_such_method()  # type: ignore[attr-defined]
 
 
 # -- rotation -----------------------------------------------------------------------------------
@@ -516,7 +589,7 @@ KILLED_ROTATION = """
 import asyncio, os, sys
 sys.path.insert(0, os.getcwd())
 from agent_sessions import SQLiteSession
-from agent_sessions.wrappers.encrypted import EncryptedSession
+from agent_sessions.wrappers.encrypted import EncryptedSession, KeyMismatchError
 
 path, session_id, new_key, old_key = sys.argv[1:5]
 real_clear = SQLiteSession.clear_session

@@ -65,8 +65,7 @@ MORE_LINES: dict[str, list[str]] = {
 # Substrings some line must contain (where the whole line varies from run to run).
 FRAGMENTS: dict[str, list[str]] = {
     "encrypted_ttl.py": [
-        'stored first item: {"type": "agent_sessions.ttl"',
-        '"item": {"type": "agent_sessions.enc", "v": 1, "kid": "default"',
+        'stored first item: {"type": "agent_sessions.enc", "v": 1, "kid": "default", "t": ',
     ],
 }
 

@@ -519,9 +519,9 @@ def test_position_keeping_wrappers_refuse_expiry_without_sequence_numbers(
     factory = {"sibling_factory": lambda i: SDKSQLiteSession(i, str(tmp_path / "sdk.db"))}
     try:
         stack = EncryptedSession(TTLSession(foreign, 3600), encryption_key="k" * 40)
-        with pytest.raises(ValueError, match="TTLSession inside removes the oldest items"):
+        with pytest.raises(ValueError, match="TTLSession in it removes old items from reads"):
             make[wrapper](stack, **factory)
-        make[wrapper](foreign, **factory)  # without expiry, positions are stable
+        make[wrapper](foreign, **factory)  # without expiry, ForeignSession numbers it
         numbered = TTLSession(InMemorySession(sid()), 3600)
         make[wrapper](EncryptedSession(numbered, encryption_key="k" * 40))  # numbered: fine
     finally:
@@ -592,7 +592,7 @@ def test_the_sdks_expiring_encrypted_session_is_refused_too(wrapper: str, tmp_pa
     foreign = SDKSQLiteSession("s", path)
     factory = {"sibling_factory": lambda i: SDKSQLiteSession(i, path)}
     try:
-        with pytest.raises(ValueError, match="EncryptedSession inside removes the oldest"):
+        with pytest.raises(ValueError, match="EncryptedSession in it removes old items"):
             make[wrapper](SDKEncrypted("s", foreign, "k" * 44, ttl=60), **factory)
     finally:
         foreign.close()

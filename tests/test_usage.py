@@ -515,52 +515,9 @@ async def test_branch_usage_while_parent_turns_expire(backend: str, tmp_path: Pa
     await s.close()
 
 
-def _legacy(turn: int, inp: int) -> dict[str, Any]:
-    """A usage record as earlier versions wrote it: filed by turn number, with an anchor."""
-    return {
-        "b": "main", "t": turn, "requests": 1, "input_tokens": inp, "output_tokens": 1,
-        "total_tokens": inp + 1, "input_tokens_details": None, "output_tokens_details": None,
-        "v": {"lineage": [["main", None]], "seg": 0, "seq": 2 * turn, "turns": turn},
-    }
-
-
-@pytest.mark.parametrize("kind", ["usage-memory", "usage-sqlite", "advanced-sqlite"])
-@pytest.mark.asyncio
-async def test_old_records_filed_by_number_are_still_read(kind: str, tmp_path: Path) -> None:
-    sid = f"o-{uuid.uuid4().hex[:8]}"
-    inner: Any = (
-        InMemorySession(sid, store=InMemoryStore()) if kind.endswith("memory")
-        else SQLiteSession(sid, str(tmp_path / "o.db"))
-    )
-    s: Any = UsageTrackingSession(inner) if kind.startswith("usage") else AdvancedSession(inner)
-    await s.add_items([user("q1"), assistant("a1"), user("q2"), assistant("a2")])
-    log = inner.sibling(derive_sibling_id(sid, "usage"))
-    await log.add_items([
-        _legacy(1, 10), _legacy(2, 20), {"b": "main", "t": 2, "drop": True}, _legacy(2, 22)
-    ])
-    assert await listed(s) == [(1, 10), (2, 22)]
-    assert (await s.get_session_usage())["total_turns"] == 2
-    await _turn(s, 3)  # a new record, filed by its question's position
-    assert await listed(s) == [(1, 10), (2, 22), (3, 30)]
-    await s.pop_item()
-    await s.pop_item()
-    assert await listed(s) == [(1, 10), (2, 22)]
-    await s.pop_item()
-    await s.pop_item()  # q2 popped: the old record filed under 2 goes
-    assert await listed(s) == [(1, 10)]
-    await s.store_run_usage(ran(usage(1, 11, 1)))  # replaces the old record of turn 1
-    assert await listed(s) == [(1, 11)]
-    assert await s.get_session_usage() == {
-        "requests": 1, "input_tokens": 11, "output_tokens": 1, "total_tokens": 12,
-        "total_turns": 1,
-    }
-    await s.clear_session()
-    await s.close()
-
-
 @pytest.mark.parametrize("kind", ["usage", "advanced"])
 @pytest.mark.asyncio
-async def test_a_foreign_inner_still_files_usage_by_turn_number(kind: str, tmp_path: Path) -> None:
+async def test_a_foreign_inner_files_usage_by_sequence_number(kind: str, tmp_path: Path) -> None:
     path = str(tmp_path / "f.db")
     sid = f"f-{uuid.uuid4().hex[:8]}"
     inner = SDKSQLiteSession(sid, path)
@@ -573,8 +530,10 @@ async def test_a_foreign_inner_still_files_usage_by_turn_number(kind: str, tmp_p
     assert await listed(s) == [(1, 10), (2, 20)]
     log = SDKSQLiteSession(derive_sibling_id(sid, "usage"), path)
     raw: list[Any] = await log.get_items()
-    assert [(r["t"], "p" in r, bool(r.get("drop"))) for r in raw] == [
-        (1, False, False), (2, False, False), (3, False, False), (3, False, True)
+    # ForeignSession numbers the SDK session's items: q1=1, a1=2, q2=3, a2=4, q3=5, a3=6.
+    assert [(r["p"], "t" in r, bool(r.get("drop"))) for r in raw] == [
+        (["main", 1], False, False), (["main", 3], False, False),
+        (["main", 5], False, False), (["main", 5], False, True),
     ]
     log.close()
     await s.close()

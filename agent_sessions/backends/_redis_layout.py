@@ -86,13 +86,30 @@ class Script:
             return await client.eval(self.source, len(keys), *keys, *args)
 
 
+def _read_counter(meta: str, target: str) -> str:
+    """Lua that sets ``last`` to the counter in the hash ``meta`` (0 when absent) and refuses
+    with a ``CORRUPT`` error, changing nothing, when the field is not a sequence number."""
+    return f"""
+local raw = redis.call('HGET', {meta}, 'seq')
+local last = 0
+if raw then
+  last = tonumber(raw)
+  if not last or last < 0 or last ~= math.floor(last) or last >= 2^53 then
+    return redis.error_reply('CORRUPT the field seq of ' .. {meta} .. ' holds ' ..
+      string.sub(raw, 1, 40) .. ', not a sequence number; nothing was {target}')
+  end
+end
+"""
+
 # KEYS: items, meta. ARGV[1]: expiry in ms ("0" = leave expiry alone); ARGV[2..]: item JSON.
 # Reads first, so a key of the wrong type fails the script before anything is written. The
 # highest score is consulted too, so a lost meta hash (evicted, deleted) cannot reuse numbers.
 APPEND = Script(
     """
 local items, meta = KEYS[1], KEYS[2]
-local last = tonumber(redis.call('HGET', meta, 'seq') or '0')
+"""
+    + _read_counter("meta", "written")
+    + """
 local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
 if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
 local ttl = tonumber(ARGV[1])
@@ -158,7 +175,9 @@ for i = 1, 2 do
       ', not a ' .. expected[i] .. '; nothing was deleted')
   end
 end
-local last = tonumber(redis.call('HGET', KEYS[2], 'seq') or '0')
+"""
+    + _read_counter("KEYS[2]", "deleted")
+    + """
 local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
 local deleted = redis.call('DEL', KEYS[1])

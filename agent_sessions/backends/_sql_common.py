@@ -96,6 +96,10 @@ class SqlDialect(ABC):
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         """Count the session's rows with after < seq < before."""
 
+    def is_closed(self, conn: Any) -> bool:
+        """Whether the driver already knows ``conn`` is closed (no I/O)."""
+        return False
+
     def abort(self, conn: Any) -> None:
         """Break ``conn`` so an operation waiting on it fails now (the command timeout)."""
         raise NotImplementedError

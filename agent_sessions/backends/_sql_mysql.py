@@ -196,6 +196,12 @@ class MySQLDialect(SqlDialect):
     def abort(self, conn: Any) -> None:
         conn.close()  # closes the socket: a read in progress fails at once
 
+    def is_closed(self, conn: Any) -> bool:
+        closed = getattr(conn, "closed", None)  # aiomysql
+        if closed is None:
+            return not getattr(conn, "connected", True)  # asyncmy
+        return bool(closed)
+
     async def load(
         self,
         conn: Any,

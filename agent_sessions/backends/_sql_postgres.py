@@ -157,8 +157,19 @@ class PostgresDialect(SqlDialect):
         args = [b for b in (after, before) if b is not None]
         return int(await conn.fetchval(sql, session_id, *args))
 
+    def is_closed(self, conn: Any) -> bool:
+        return bool(conn.is_closed())
+
     def unavailable(self, exc: BaseException) -> bool:
-        return any(isinstance(e, _UNAVAILABLE) for e in causes(exc))
+        return any(
+            isinstance(e, _UNAVAILABLE)
+            # asyncpg's "connection is closed": the server ended it (pg_terminate_backend,
+            # restart) while it sat in the pool; "another operation is in progress": the
+            # server's termination notice arrived before the socket closed
+            or (isinstance(e, pg.InterfaceError) and "closed" in str(e))
+            or isinstance(e, pg.InternalClientError)
+            for e in causes(exc)
+        )
 
     def retryable(self, exc: BaseException) -> bool:
         return any(

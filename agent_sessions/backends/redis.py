@@ -355,6 +355,12 @@ class RedisSession(BaseSession):
                     f"{META_TYPE} at {self._keys[1]!r}); another application may be using "
                     f"key_prefix {self.key_prefix!r}. Nothing was changed. ({message})"
                 ) from exc
+            if message.startswith("CORRUPT"):
+                raise BackendDataError(
+                    f"RedisSession {self.session_id!r}: {message}. The counter of this session "
+                    f"at {self._keys[1]!r} was changed by something other than agent_sessions; "
+                    "set it to the highest sequence number stored (or delete the session's keys)"
+                ) from exc
             if isinstance(exc, _UNAVAILABLE) or message.startswith("BUSY"):
                 raise self._unavailable(exc) from exc
             raise

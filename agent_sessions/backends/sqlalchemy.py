@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 
+from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -40,6 +42,12 @@ _DRIVERS = {
 }
 _RETRIES = 5
 _KEEP_IDLE = 4
+_BORN = "agent_sessions_born"
+"""Key in a pooled connection's ``info``: when it was connected (``time.monotonic()``)."""
+
+
+def _stamp_birth(dbapi_connection: Any, record: Any) -> None:
+    record.info[_BORN] = time.monotonic()
 
 
 def _make_dialect(engine: AsyncEngine, tables: Tables) -> SqlDialect:
@@ -83,9 +91,16 @@ class _Store:
         tables: Tables,
         keep_idle: int,
         timeouts: tuple[float | None, float | None],
+        reset_on_checkin: bool = True,
     ) -> None:
         self.engine = engine
         self.dialect = _make_dialect(engine, tables)
+        # Whether the pool's check-in does I/O (a ROLLBACK): only engines this module built
+        # with pool_reset_on_return=None are known not to.
+        self.reset_on_checkin = reset_on_checkin
+        # When the server was last found unreachable: connections made before are not reused
+        # (after a restart or pg_terminate_backend each would fail one operation in turn).
+        self.broken_at = 0.0
         self.ready = False
         self.preparing: asyncio.Future[None] | None = None
         self.lock = asyncio.Lock() if self.dialect.exclusive else None
@@ -98,17 +113,24 @@ class _Store:
     async def checkin(self, fairy: PoolProxiedConnection) -> None:
         if len(self.idle) < self.keep_idle:
             self.idle.append(fairy)
-        elif self.dialect.checkin_needs_greenlet and self.engine.pool._reset_on_return:
+        elif self.dialect.checkin_needs_greenlet and self.reset_on_checkin:
             await greenlet_spawn(fairy.close)
         else:
             fairy.close()
 
-    def drop_idle(self) -> None:
-        """Close the idle connections (no I/O): the server went away."""
+    def usable(self, fairy: PoolProxiedConnection) -> bool:
+        """Whether ``fairy`` may carry an operation: not known closed, and made after the
+        server was last found unreachable (no I/O)."""
+        if self.broken_at and fairy.info.get(_BORN, 0.0) <= self.broken_at:
+            return False
+        return not self.dialect.is_closed(fairy.driver_connection)
+
+    def server_lost(self) -> None:
+        """The server went away: drop the idle connections and retire every older one."""
+        self.broken_at = time.monotonic()
         idle, self.idle = self.idle, []
         for fairy in idle:
-            fairy.invalidate()
-            fairy.close()
+            _drop(fairy)
 
     async def release_idle(self) -> None:
         """Give the idle connections back to the pool."""
@@ -116,6 +138,14 @@ class _Store:
         idle, self.idle = self.idle, []
         for fairy in idle:
             await self.checkin(fairy)
+
+
+def _drop(fairy: PoolProxiedConnection, exc: BaseException | None = None) -> None:
+    """Invalidate and return a connection (no I/O: the driver connection is terminated)."""
+    try:
+        fairy.invalidate(exc)
+    finally:
+        fairy.close()
 
 
 _stores: weakref.WeakKeyDictionary[Engine, dict[Tables, _Store]] = weakref.WeakKeyDictionary()
@@ -127,12 +157,19 @@ def _store_for(
     tables: Tables,
     keep_idle: int = 0,
     timeouts: tuple[float | None, float | None] = (None, None),
+    reset_on_checkin: bool = True,
 ) -> _Store:
     with _stores_lock:
-        by_tables = _stores.setdefault(engine.sync_engine, {})
+        by_tables = _stores.get(engine.sync_engine)
+        if by_tables is None:
+            by_tables = _stores[engine.sync_engine] = {}
+            if not event.contains(engine.sync_engine, "connect", _stamp_birth):
+                event.listen(engine.sync_engine, "connect", _stamp_birth)
         store = by_tables.get(tables)
         if store is None:
-            store = by_tables[tables] = _Store(engine, tables, keep_idle, timeouts)
+            store = by_tables[tables] = _Store(
+                engine, tables, keep_idle, timeouts, reset_on_checkin
+            )
         return store
 
 
@@ -185,6 +222,7 @@ class _SharedEngine:
         self.timeouts = timeouts
         self.url = url
         self.kwargs = kwargs
+        self.reset_on_checkin = kwargs.get("pool_reset_on_return", "rollback") is not None
         self.users = 0
         self.engines: dict[asyncio.AbstractEventLoop | None, AsyncEngine] = {}
 
@@ -253,6 +291,28 @@ class _SharedEngine:
             await engine.dispose(close=loop is running)
 
 
+async def _to_the_end(
+    awaitable: Awaitable[T],
+) -> tuple[T, asyncio.CancelledError | None]:
+    """Await ``awaitable`` to its end even if the caller is cancelled meanwhile; return its
+    result and the cancellation to raise afterwards (its error, if any, is raised as is)."""
+    task = asyncio.ensure_future(awaitable)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+    if task.cancelled():  # pragma: no cover - nobody else holds the task
+        raise cancelled or asyncio.CancelledError()
+    error = task.exception()
+    if error is not None:
+        if cancelled is not None:
+            raise cancelled from error
+        raise error
+    return task.result(), cancelled
+
+
 def _abort(dialect: SqlDialect, conn: Any, fired: list[bool]) -> None:
     fired.append(True)
     dialect.abort(conn)
@@ -295,10 +355,8 @@ class SQLAlchemySession(BaseSession):
         self._create_tables = bool(create_tables)
         self._shared = _shared
         self._engine = None if _shared is not None else _check_engine(engine)
-        # A server-side write is one statement or one transaction that the server rolls back
-        # when a cancelled operation's connection is dropped: it cannot be half-done, so no
-        # extra task is needed to finish it. SQLite keeps its connection, so it needs one.
-        self._single_dispatch_writes = self.engine.dialect.name != "sqlite"
+        # Every write's outcome is awaited to its end inside _attempt (also when cancelled).
+        self._single_dispatch_writes = True
         self._options = options
         self._cached: tuple[asyncio.AbstractEventLoop, _Store] | None = None
 
@@ -423,7 +481,13 @@ class SQLAlchemySession(BaseSession):
             store = cached[1]
         else:
             if self._shared is not None:
-                store = _store_for(self.engine, self._tables, _KEEP_IDLE, self._shared.timeouts)
+                store = _store_for(
+                    self.engine,
+                    self._tables,
+                    _KEEP_IDLE,
+                    self._shared.timeouts,
+                    self._shared.reset_on_checkin,
+                )
             else:
                 store = _store_for(self.engine, self._tables)
             self._cached = (loop, store)
@@ -438,7 +502,7 @@ class SQLAlchemySession(BaseSession):
         self, store: _Store, op: Callable[[SqlDialect, Any], Awaitable[T]], write: bool
     ) -> T:
         for attempt in range(_RETRIES):
-            fairy = store.idle.pop() if store.idle else await self._checkout(store)
+            fairy = await self._usable_connection(store)
             conn = fairy.driver_connection
             fired: list[bool] = []
             watchdog = None
@@ -446,8 +510,16 @@ class SQLAlchemySession(BaseSession):
                 watchdog = asyncio.get_running_loop().call_later(
                     store.watchdog, _abort, store.dialect, conn, fired
                 )
+            cancelled: asyncio.CancelledError | None = None
             try:
-                result = await op(store.dialect, conn)
+                if write:
+                    # A write that was sent may still commit on the server after its connection
+                    # is dropped (an autocommit statement, or one queued behind a lock), so a
+                    # cancelled caller waits for its outcome: when CancelledError arrives, the
+                    # write either happened or never will.
+                    result, cancelled = await _to_the_end(op(store.dialect, conn))
+                else:
+                    result = await op(store.dialect, conn)
             except BaseException as exc:
                 self._discard(store, fairy, exc)
                 if isinstance(exc, Exception):
@@ -465,9 +537,28 @@ class SQLAlchemySession(BaseSession):
             finally:
                 if watchdog is not None:
                     watchdog.cancel()
+            if cancelled is not None:
+                # The write is done; keep the connection without awaiting anything more.
+                if len(store.idle) < store.keep_idle or not store.dialect.discard_on_error:
+                    store.idle.append(fairy)
+                else:
+                    _drop(fairy)
+                raise cancelled
             await store.checkin(fairy)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _usable_connection(self, store: _Store) -> PoolProxiedConnection:
+        """An idle or pooled connection that is not known to be dead (dead ones are dropped
+        without I/O, so a server restart costs at most the one operation that noticed it)."""
+        for _ in range(256):
+            fairy = store.idle.pop() if store.idle else await self._checkout(store)
+            if store.usable(fairy):
+                return fairy
+            _drop(fairy)
+        raise BackendUnavailableError(  # pragma: no cover - a pool of 256 dead connections
+            f"every pooled connection to {self._url(store)} is closed; check the server"
+        )
 
     async def _checkout(self, store: _Store) -> PoolProxiedConnection:
         try:
@@ -485,14 +576,9 @@ class SQLAlchemySession(BaseSession):
         if not store.dialect.discard_on_error:
             store.idle.append(fairy)  # its operations end their transactions themselves
             return
-        try:
-            if isinstance(exc, Exception) and store.dialect.unavailable(exc):
-                store.drop_idle()
-                store.engine.sync_engine.pool._invalidate(fairy, exc)
-            else:
-                fairy.invalidate(exc)
-        finally:
-            fairy.close()
+        if isinstance(exc, Exception) and store.dialect.unavailable(exc):
+            store.server_lost()
+        _drop(fairy, exc)
 
     @staticmethod
     def _url(store: _Store) -> str:
@@ -527,7 +613,7 @@ class SQLAlchemySession(BaseSession):
         await asyncio.shield(store.preparing)
 
     async def _prepare_now(self, store: _Store) -> None:
-        fairy = await self._checkout(store)
+        fairy = await self._usable_connection(store)
         dialect = store.dialect
         if hasattr(dialect, "mariadb"):  # known only once the first connection was made
             dialect.mariadb = bool(getattr(store.engine.dialect, "is_mariadb", False))

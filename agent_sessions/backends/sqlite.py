@@ -1,10 +1,14 @@
-"""Embedded backend on SQLite through aiosqlite: the default store.
+"""Embedded backend on SQLite (the standard library's ``sqlite3``): the default store.
 
-All sessions of one database file in a process share one aiosqlite connection (one worker
-thread). Each operation is a single function run on that thread, so a write is one hand-off that
-a cancelled caller cannot interrupt halfway, and costs one thread hop rather than one per
-statement. Writes take the database's write lock up front (``BEGIN IMMEDIATE``) and wait up to
-``busy_timeout`` for other processes, so several processes can share a file.
+All sessions of one database file with the same settings share one ``sqlite3`` connection,
+owned by one worker thread of this module. Each operation is a single function queued to that
+thread and answered to the caller's event loop, so any number of threads and event loops
+(``asyncio.run`` per thread, ``Runner.run_sync`` in a threaded server) may use one file or one
+session object; a write is one hand-off that a cancelled caller cannot interrupt halfway (the
+caller waits for its end, so the outcome is settled when ``CancelledError`` arrives), and costs
+one thread hop rather than one per statement. Writes take the database's write lock up front
+(``BEGIN IMMEDIATE``) and wait up to ``busy_timeout`` for other connections, so several
+processes (or sessions with different settings) can share a file.
 
 The schema is the Agents SDK's (``agent_sessions`` / ``agent_messages``), so a database written
 by the SDK's ``SQLiteSession`` opens here and vice versa.
@@ -13,17 +17,14 @@ by the SDK's ``SQLiteSession`` opens here and vice versa.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
+import queue
 import re
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any, ClassVar, TypeVar
-
-import aiosqlite
 
 from ..core.base import BaseSession, Row, check_before
 from ..errors import BackendUnavailableError, SessionClosedError
@@ -36,7 +37,7 @@ _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 def check_identifier(name: str, what: str) -> str:
     """Return ``name`` if it is a plain SQL identifier, else raise ValueError."""
-    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
         raise ValueError(
             f"{what} must be a plain identifier (letters, digits, underscore; at most 63 "
             f"characters, not starting with a digit), got {name!r}"
@@ -78,6 +79,11 @@ class _Schema:
             f"DELETE FROM {s} WHERE session_id = ?",
         ]
 
+    def create_all(self, raw: sqlite3.Connection) -> None:
+        """Create the tables and index if missing (run inside a write transaction)."""
+        for statement in self.create:
+            raw.execute(statement)
+
 
 def _range_sql(base: str, after: int | None, before: int | None) -> tuple[str, list[Any]]:
     sql, params = base, []
@@ -90,35 +96,76 @@ def _range_sql(base: str, after: int | None, before: int | None) -> tuple[str, l
     return sql, params
 
 
+class _Job:
+    """One queued call: ``fn(conn, *args)`` run on the worker, answered to ``loop``."""
+
+    __slots__ = ("args", "delivered", "fn", "future", "loop", "schema", "waiter")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        schema: _Schema | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.fn, self.args, self.schema, self.loop = fn, args, schema, loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+        self.delivered = False
+        self.waiter: asyncio.Future[None] | None = None
+
+    def deliver(self, result: Any, error: BaseException | None) -> None:
+        """Runs on the caller's loop: hand over the outcome (or wake a cancelled caller)."""
+        self.delivered = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+        if self.future.done():  # the caller was cancelled; the outcome is discarded
+            return
+        if error is None:
+            self.future.set_result(result)
+        else:
+            self.future.set_exception(error)
+
+
+_STOP = object()
+
+
 class _Database:
-    """One aiosqlite connection to one file, shared by every session of that file."""
+    """One ``sqlite3`` connection to one file with one set of settings, owned by one worker
+    thread and shared by every session of that file and settings."""
 
-    _registry: ClassVar[dict[str, _Database]] = {}
+    _registry: ClassVar[dict[tuple[str, float, str], _Database]] = {}
     _registry_lock: ClassVar[threading.Lock] = threading.Lock()
+    _forked_leftovers: ClassVar[list[Any]] = []
 
-    def __init__(self, key: str, path: str, busy_timeout: float, synchronous: str) -> None:
+    def __init__(
+        self, key: tuple[str, float, str], path: str, busy_timeout: float, synchronous: str
+    ) -> None:
         self.key = key
         self.path = path
         self.busy_timeout = busy_timeout
         self.synchronous = synchronous
         self.users = 0
-        self.conn: aiosqlite.Connection | None = None
-        self._opening: asyncio.Future[aiosqlite.Connection] | None = None
-        self._schemas: set[tuple[str, str]] = set()
         self.closed = False
+        self.conn: sqlite3.Connection | None = None  # touched by the worker thread only
+        self._schemas: set[tuple[str, str]] = set()  # likewise
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
         self.pid = os.getpid()
 
     @classmethod
     def acquire(cls, path: str, busy_timeout: float, synchronous: str) -> _Database:
         if path == ":memory:":
-            db = cls(f":memory:{id(object())}", path, busy_timeout, synchronous)
+            db = cls((f":memory:{id(object())}", busy_timeout, synchronous), path, busy_timeout,
+                     synchronous)
             db.users = 1
             return db
-        key = os.path.realpath(os.path.expanduser(path))
+        real = os.path.realpath(os.path.expanduser(path))
+        key = (real, float(busy_timeout), synchronous)
         with cls._registry_lock:
             found = cls._registry.get(key)
             db = found if found is not None and not found.closed else cls(
-                key, key, busy_timeout, synchronous
+                key, real, busy_timeout, synchronous
             )
             cls._registry[key] = db
             db.users += 1
@@ -139,108 +186,143 @@ class _Database:
                 self.closed = True
                 if self._registry.get(self.key) is self:
                     del self._registry[self.key]
-        if last and self.conn is not None:
-            conn, self.conn = self.conn, None
-            await conn.close()
+        if last and self._thread is not None and self.pid == os.getpid():
+            job = self._submit(_close_connection, (), None)
+            self._jobs.put(_STOP)
+            await _settled(job)
 
-    async def connection(self, schema: _Schema) -> aiosqlite.Connection:
+    def _submit(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], schema: _Schema | None
+    ) -> _Job:
         if self.pid != os.getpid():
-            # A forked child inherits the connection object but not its worker thread: using it
-            # would wait forever, so the child opens its own.
-            self.pid, self.conn, self._opening, self._schemas = os.getpid(), None, None, set()
-        conn = self.conn
-        if conn is None:
-            if self.closed:
-                raise SessionClosedError("the SQLite connection is closed")
-            if self._opening is None:
-                self._opening = asyncio.ensure_future(self._open())
-            try:
-                conn = await asyncio.shield(self._opening)
-            except BaseException:
-                if self._opening.done() and self._opening.exception() is not None:
-                    self._opening = None
-                raise
-        if schema.key not in self._schemas:
-            await _on_thread(conn, self._create_schema, conn, schema)
-            self._schemas.add(schema.key)
-        return conn
+            self._after_fork()
+        thread = self._thread
+        if thread is None:
+            with self._start_lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._work, name=f"agent_sessions-sqlite:{self.path}", daemon=True
+                    )
+                    self._thread.start()
+        job = _Job(fn, args, schema, asyncio.get_running_loop())
+        self._jobs.put(job)
+        return job
 
-    async def _open(self) -> aiosqlite.Connection:
-        conn = aiosqlite.connect(self.path, isolation_level=None, check_same_thread=False)
-        # aiosqlite's worker thread is not a daemon: an unclosed session would hang exit.
-        conn._thread.daemon = True
+    def _after_fork(self) -> None:
+        # A forked child inherits the connection object but not the worker thread: it opens its
+        # own. The inherited connection is kept unclosed: closing it could touch files the
+        # parent still uses.
+        with self._start_lock:
+            if self.pid == os.getpid():
+                return
+            self._forked_leftovers.append(self.conn)
+            self.pid, self.conn, self._schemas = os.getpid(), None, set()
+            self._jobs, self._thread = queue.SimpleQueue(), None
+
+    async def call(self, fn: Callable[..., T], args: tuple[Any, ...], schema: _Schema) -> T:
+        """Run ``fn(conn, *args)`` on the worker thread as one queued call.
+
+        Once queued the call always runs to its end; a cancelled caller waits for that end
+        before the cancellation propagates, so the outcome is settled.
+        """
+        if self.closed:
+            raise SessionClosedError("the SQLite connection is closed")
+        return await _settled(self._submit(fn, args, schema))  # type: ignore[no-any-return]
+
+    # -- the worker thread ---------------------------------------------------------------
+
+    def _work(self) -> None:
+        jobs = self._jobs
+        while True:
+            job = jobs.get()
+            if job is _STOP:
+                return
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                if job.fn is _close_connection:
+                    conn, self.conn = self.conn, None
+                    if conn is not None:
+                        conn.close()
+                else:
+                    conn = self.conn if self.conn is not None else self._open()
+                    if job.schema is not None and job.schema.key not in self._schemas:
+                        _write(conn, job.schema.create_all)
+                        self._schemas.add(job.schema.key)
+                    result = job.fn(conn, *job.args)
+            except BaseException as exc:  # handed to the caller
+                error = exc
+            try:
+                job.loop.call_soon_threadsafe(job.deliver, result, error)
+            except RuntimeError:  # the caller's loop was closed: nobody is waiting
+                pass
+            del job, result, error
+
+    def _open(self) -> sqlite3.Connection:
         try:
-            await conn
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout
+            )
         except sqlite3.Error as exc:
-            # aiosqlite stops its thread on a failed connect; wait for that while this loop
-            # is alive, or the thread would later report to a closed loop.
-            await asyncio.to_thread(conn._thread.join, 5)
             raise BackendUnavailableError(
                 f"cannot open SQLite database {self.path!r}: {exc}; check the path and its "
                 "permissions"
             ) from exc
-        await _on_thread(conn, self._configure, conn)
+        try:
+            self._configure(conn)
+        except BaseException:
+            conn.close()
+            raise
         self.conn = conn
         return conn
 
-    def _configure(self, conn: aiosqlite.Connection) -> None:
-        raw = conn._conn
-        raw.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+    def _configure(self, conn: sqlite3.Connection) -> None:
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         deadline = time.monotonic() + self.busy_timeout
         while True:  # switching to WAL needs a moment of exclusive access
             try:
-                raw.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA journal_mode = WAL")
                 break
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.01)
-        raw.execute(f"PRAGMA synchronous = {self.synchronous}")
-
-    @staticmethod
-    def _create_schema(conn: aiosqlite.Connection, schema: _Schema) -> None:
-        raw = conn._conn
-        raw.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in schema.create:
-                raw.execute(statement)
-            raw.execute("COMMIT")
-        except BaseException:
-            raw.execute("ROLLBACK")
-            raise
+        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
 
 
-async def _on_thread(conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn(*args)`` on the connection's worker thread as one queued call.
+def _close_connection() -> None:
+    """Marks the job that closes the connection (the worker does it)."""
 
-    Once queued the call always runs to its end; a cancelled caller waits for that end before
-    the cancellation propagates, so the outcome is settled (and the worker thread never reports
-    to an event loop that was closed in the meantime).
-    """
-    if not conn._running or conn._connection is None:
-        raise ValueError("Connection closed")
-    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-    conn._tx.put_nowait((future, partial(fn, *args)))
+
+async def _settled(job: _Job) -> Any:
+    """Await ``job``'s outcome; when cancelled, first wait until the worker has finished it."""
     try:
-        return await asyncio.shield(future)
+        return await job.future
     except asyncio.CancelledError:
-        while not future.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait({future})
-        if not future.cancelled():
-            future.exception()  # retrieved: the caller asked to be cancelled instead
+        if not job.delivered:
+            job.waiter = job.loop.create_future()
+            while not job.waiter.done():
+                try:
+                    await asyncio.shield(job.waiter)
+                except asyncio.CancelledError:
+                    pass
         raise
 
 
 def _write(raw: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """Run ``fn`` inside one IMMEDIATE transaction; all of it commits or none of it."""
+    """Run ``fn`` inside one IMMEDIATE transaction; all of it commits or none of it.
+
+    A failed ``COMMIT`` (a deferred constraint, a full disk, an I/O error) rolls back too, so
+    the connection is never left inside a transaction.
+    """
     raw.execute("BEGIN IMMEDIATE")
     try:
         result = fn(raw)
+        raw.execute("COMMIT")
     except BaseException:
-        raw.execute("ROLLBACK")
+        if raw.in_transaction:
+            raw.execute("ROLLBACK")
         raise
-    raw.execute("COMMIT")
     return result
 
 
@@ -305,9 +387,8 @@ class SQLiteSession(BaseSession):
         )
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        conn = await self._db.connection(self._schema)
         try:
-            return await _on_thread(conn, fn, conn._conn, *args)
+            return await self._db.call(fn, args, self._schema)
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
                 raise BackendUnavailableError(
@@ -315,10 +396,6 @@ class SQLiteSession(BaseSession):
                     f"longer than busy_timeout={self._db.busy_timeout}s; nothing was written. "
                     "Retry, or raise busy_timeout if writers hold long transactions"
                 ) from exc
-            raise
-        except ValueError as exc:
-            if str(exc) in ("Connection closed", "no active connection"):
-                raise SessionClosedError("the SQLite connection was closed") from exc
             raise
 
     async def _append(self, payloads: list[str]) -> list[int]:

@@ -40,27 +40,62 @@ loads: Callable[[str | bytes], Any] = _orjson.loads if _orjson is not None else 
 """Decode JSON text or UTF-8 bytes."""
 
 
+MAX_DEPTH = 254
+"""Deepest nesting of objects and arrays accepted in an item (orjson's own limit; the same on
+both encoder paths, and far below the interpreter's recursion limit)."""
+
+def _render(path: Any) -> str:
+    keys: list[str] = []
+    while isinstance(path, tuple):
+        path, key = path
+        keys.append(f"[{key!r}]")
+    return str(path) + "".join(reversed(keys))
+
+
+_PLAIN = frozenset({str, bool, type(None)})
+_CONTAINERS = frozenset({dict, list, tuple})
+
+
 def _find_problem(value: Any, path: str) -> str | None:
-    """Return a description of the first non-JSON part of ``value``, or None."""
-    if value is None or isinstance(value, (str, bool, int)):
-        return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else f"{path} is {value!r}, which JSON cannot represent"
-    if isinstance(value, Mapping):
-        for key, sub in value.items():
-            if not isinstance(key, str):
-                return f"{path} has a non-string key {key!r}"
-            problem = _find_problem(sub, f"{path}[{key!r}]")
-            if problem:
-                return problem
-        return None
-    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
-        for i, sub in enumerate(value):
-            problem = _find_problem(sub, f"{path}[{i}]")
-            if problem:
-                return problem
-        return None
-    return f"{path} is of type {type(value).__name__}, which is not JSON"
+    """Return a description of the first non-JSON part of ``value``, or None.
+
+    JSON types are dict (string keys), list, tuple, str, int (64-bit), bool, finite float and
+    None, subclasses included (a ``StrEnum`` is a str). Anything else (datetime, UUID, a plain
+    Enum, a dataclass, bytes, a set) is refused on both encoder paths, as the SDK's
+    ``json.dumps`` refuses it, though orjson alone would convert some of them. The walk is
+    iterative, so a deeply nested item is reported, not a RecursionError.
+    """
+    stack: list[tuple[Any, Any, int]] = [(value, path, 1)]
+    pop, push = stack.pop, stack.append
+    plain, containers = _PLAIN, _CONTAINERS
+    while stack:
+        current, where, depth = pop()
+        kind = type(current)
+        if kind in plain:
+            continue
+        if kind is dict or (kind not in containers and isinstance(current, dict)):
+            if depth > MAX_DEPTH:
+                return f"{path} is nested deeper than {MAX_DEPTH} levels"
+            for key, sub in current.items():
+                if type(key) is not str and not isinstance(key, str):
+                    return f"{_render(where)} has a non-string key {key!r}"
+                if type(sub) not in plain:
+                    push((sub, (where, key), depth + 1))
+        elif kind is list or kind is tuple or isinstance(current, (list, tuple)):
+            if depth > MAX_DEPTH:
+                return f"{path} is nested deeper than {MAX_DEPTH} levels"
+            for i, sub in enumerate(current):
+                if type(sub) not in plain:
+                    push((sub, (where, i), depth + 1))
+        elif isinstance(current, int):
+            if not -(2**63) <= current < 2**64:
+                return f"{_render(where)} is an integer outside the 64-bit range JSON tools read"
+        elif isinstance(current, float):
+            if not math.isfinite(current):
+                return f"{_render(where)} is {current!r}, which JSON cannot represent"
+        elif not isinstance(current, str):
+            return f"{_render(where)} is of type {kind.__name__}, which is not JSON"
+    return None
 
 
 def _invalid(index: int, problem: str) -> InvalidItemError:
@@ -84,21 +119,20 @@ def encode_item(item: Any, index: int, max_item_bytes: int = DEFAULT_MAX_ITEM_BY
             "nothing of the batch was written",
             index=index,
         )
+    problem = _find_problem(item, "item")
+    if problem:
+        raise _invalid(index, problem)
     try:
         text = dumps(item)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise _invalid(index, _find_problem(item, "item") or str(exc)) from exc
-    # orjson writes NaN/Infinity as null, so walk only when a null appears; the standard
-    # encoder turns int/None keys into strings and lets lone surrogates through, so always walk.
-    if _orjson is None or "null" in text:
-        problem = _find_problem(item, "item")
-        if problem is None and _orjson is None:
-            try:
-                text.encode()
-            except UnicodeEncodeError:
-                problem = "a string holds a lone surrogate, which is not valid Unicode"
-        if problem:
-            raise _invalid(index, problem)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise _invalid(index, str(exc)) from exc
+    if _orjson is None:
+        try:  # the standard encoder lets lone surrogates through; orjson refuses them itself
+            text.encode()
+        except UnicodeEncodeError:
+            raise _invalid(
+                index, "a string holds a lone surrogate, which is not valid Unicode"
+            ) from None
     # len(str) <= UTF-8 size <= 4 * len(str): encode only when the cheap bounds cannot decide.
     if len(text) > max_item_bytes or (
         4 * len(text) > max_item_bytes and len(text.encode()) > max_item_bytes

@@ -115,3 +115,18 @@ for _scheme in ("mysql+asyncmy", "mysql+aiomysql", "mariadb+asyncmy", "mariadb+a
 register_scheme("sqlite+aiosqlite", _SQLALCHEMY, extra="sqlalchemy")
 for _scheme in ("mongodb", "mongodb+srv"):
     register_scheme(_scheme, "agent_sessions.backends.mongodb:open_url", extra="mongodb")
+# The Agents SDK's own layouts, opened in place by the SDK's classes (agent_sessions.sdk_layouts).
+_SDK = "agent_sessions.sdk_layouts:open_"
+for _scheme in ("sdk+redis", "sdk+rediss"):
+    register_scheme(_scheme, _SDK + "redis", extra="redis")
+for _scheme, _extra in (
+    ("sdk+postgresql+asyncpg", "postgres"),
+    ("sdk+mysql+asyncmy", "mysql"),
+    ("sdk+mysql+aiomysql", "mysql"),
+    ("sdk+mariadb+asyncmy", "mysql"),
+    ("sdk+mariadb+aiomysql", "mysql"),
+    ("sdk+sqlite+aiosqlite", "sqlalchemy"),
+):
+    register_scheme(_scheme, _SDK + "sqlalchemy", extra=_extra)
+for _scheme in ("sdk+mongodb", "sdk+mongodb+srv"):
+    register_scheme(_scheme, _SDK + "mongodb", extra="mongodb")

@@ -1,14 +1,25 @@
-"""Test kit: the conformance suite and helpers for ScriptedModel-driven tests.
+"""Test kit: the conformance suite in tiers and helpers for ScriptedModel-driven tests.
 
 Importing it needs pytest and pytest-asyncio (the ``[dev]`` extra).
 """
 
-from .conformance import HOSTILE_ID_SUFFIXES, SessionConformanceSuite
+from .conformance import (
+    HOSTILE_ID_SUFFIXES,
+    CoreConformance,
+    RangeDeleteConformance,
+    SequencingConformance,
+    SessionConformanceSuite,
+    StrictConformance,
+)
 from .helpers import item_text, model_input_texts, scripted_agent, texts
 
 __all__ = [
     "HOSTILE_ID_SUFFIXES",
+    "CoreConformance",
+    "RangeDeleteConformance",
+    "SequencingConformance",
     "SessionConformanceSuite",
+    "StrictConformance",
     "item_text",
     "model_input_texts",
     "scripted_agent",

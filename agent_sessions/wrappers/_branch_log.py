@@ -62,6 +62,8 @@ class Branch:
     lineage: Lineage
     created_at: str | None = None
     op_id: str | None = None
+    moved_by: str | None = None
+    """The id of the lineage move now in force."""
 
 
 class BranchState:
@@ -97,8 +99,14 @@ class BranchState:
         elif op == "lineage" and isinstance(name, str):
             lineage = _decode_lineage(record.get("lineage"))
             branch = self.branches.get(name)
-            if lineage is not None and branch is not None:
+            # A move applies only to the lineage it was computed from: of two objects moving
+            # one branch at once, the first in log order wins and the other sees it lost.
+            if (
+                lineage is not None and branch is not None
+                and _decode_lineage(record.get("from")) == branch.lineage
+            ):
                 branch.lineage = lineage
+                branch.moved_by = record.get("id")
                 self.keys.update(key for key, _ in lineage)
         elif op == "delete" and isinstance(name, str):
             if name != MAIN and self.branches.pop(name, None) is not None:

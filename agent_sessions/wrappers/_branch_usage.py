@@ -1,16 +1,13 @@
 """Usage records kept as JSON items in a sibling session, and the SDK-shaped queries over them.
 
-A record belongs to one turn of one branch. Over sequenced storage (all of this package's
-backends) it names the turn by the position of its user message, ``"p": [storage key, seq]``,
-and the turn's number is worked out when usage is read, from the branch's current view: so
-expiry (or anything else that changes how many turns precede it) never moves a record to
-another turn, and a record whose user message is no longer visible is left out. Over storage
-without sequence numbers (a foreign inner session) a record names its turn by number, ``"t"``,
-counted when it is stored, as records written by earlier versions always do.
+A record belongs to one turn of one branch and names the turn by the sequence number of its user
+message, ``"p": [storage key, seq]``; the turn's number is worked out when usage is read, from
+the branch's current view. So expiry (or anything else that changes how many turns precede it)
+never moves a record to another turn, and a record whose user message is no longer visible is
+left out.
 
 The latest record of a turn wins, like the SDK's ``INSERT OR REPLACE``. Drop records remove a
-turn's usage (by position and/or number) when its user message is popped, or a branch's when
-it is deleted.
+turn's usage when its user message is popped, or a branch's when it is deleted.
 """
 
 from __future__ import annotations
@@ -40,7 +37,7 @@ def _details(value: Any) -> dict[str, Any] | None:
 
 
 def position_of(record: dict[str, Any]) -> Position | None:
-    """Return the position a record names its turn by, or None (a record keyed by number)."""
+    """Return the (storage key, seq) a record names its turn by, or None (not a record)."""
     found = record.get("p")
     if (
         isinstance(found, list) and len(found) == 2 and isinstance(found[0], str)
@@ -50,16 +47,10 @@ def position_of(record: dict[str, Any]) -> Position | None:
     return None
 
 
-def usage_record(
-    branch: str, usage: Usage, *, turn: int | None = None, position: Position | None = None
-) -> dict[str, Any]:
-    """Return the record stored for ``usage`` of a turn of ``branch`` (named by ``position``
-    when given, else by ``turn``)."""
-    record: dict[str, Any] = {"b": branch}
-    if position is not None:
-        record["p"] = [position[0], position[1]]
-    if turn is not None:
-        record["t"] = turn
+def usage_record(branch: str, usage: Usage, position: Position) -> dict[str, Any]:
+    """Return the record stored for ``usage`` of the turn of ``branch`` whose user message is
+    at ``position``."""
+    record: dict[str, Any] = {"b": branch, "p": [position[0], position[1]]}
     record.update(
         {
             "requests": usage.requests or 0,
@@ -79,23 +70,13 @@ class UsageLog:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    async def store(
-        self, branch: str, usage: Usage, *, turn: int | None = None,
-        position: Position | None = None,
-    ) -> None:
-        record = usage_record(branch, usage, turn=turn, position=position)
+    async def store(self, branch: str, usage: Usage, position: Position) -> None:
+        record = usage_record(branch, usage, position)
         await self.session.add_items([record])  # type: ignore[list-item]
 
-    async def drop_turn(
-        self, branch: str, turn: int | None, position: Position | None = None
-    ) -> None:
-        """Drop the record of the turn whose user message is at ``position``, and the record
-        filed under number ``turn`` (a record by number, e.g. written by an earlier version)."""
-        record: dict[str, Any] = {"b": branch, "drop": True}
-        if position is not None:
-            record["p"] = [position[0], position[1]]
-        if turn is not None:
-            record["t"] = turn
+    async def drop_turn(self, branch: str, position: Position) -> None:
+        """Drop the record of the turn whose user message is at ``position``."""
+        record = {"b": branch, "drop": True, "p": [position[0], position[1]]}
         await self.session.add_items([record])  # type: ignore[list-item]
 
     async def drop_branch(self, branch: str) -> None:
@@ -105,8 +86,7 @@ class UsageLog:
         await self.session.clear_session()
 
     async def records(self) -> list[dict[str, Any]]:
-        """Return the current record of every turn, in storing order (each turn named by its
-        position or, for records without one, by its number)."""
+        """Return the current record of every turn, in storing order."""
         out: dict[tuple[Any, ...], dict[str, Any]] = {}
         for _, record in await read_rows(self.session):
             if not isinstance(record, dict) or not isinstance(record.get("b"), str):
@@ -117,33 +97,20 @@ class UsageLog:
                     del out[gone]
                 continue
             position = position_of(record)
-            turn = record.get("t")
-            by_number: tuple[Any, ...] | None = (
-                ("t", branch, turn) if isinstance(turn, int) else None
-            )
-            if record.get("drop"):
-                if position is not None:
-                    out.pop(("p", branch, *position), None)
-                if by_number is not None:
-                    out.pop(by_number, None)
+            if position is None:
                 continue
-            key: tuple[Any, ...] | None = (
-                ("p", branch, *position) if position is not None else by_number
-            )
-            if key is None:
-                continue
+            key = (branch, *position)
             out.pop(key, None)
+            if record.get("drop"):
+                continue
             out[key] = record
         return list(out.values())
 
 
-def positioned_branches(records: list[dict[str, Any]], branch_id: str | None) -> set[str]:
-    """The branches (``branch_id`` only, when given) with records named by position: the ones
-    whose views must be read to number their turns."""
-    return {
-        r["b"] for r in records
-        if position_of(r) is not None and (branch_id is None or r["b"] == branch_id)
-    }
+def record_branches(records: list[dict[str, Any]], branch_id: str | None) -> set[str]:
+    """The branches (``branch_id`` only, when given) with records: the ones whose views must
+    be read to number their turns."""
+    return {r["b"] for r in records if branch_id is None or r["b"] == branch_id}
 
 
 async def turn_numbers(view: View, lineage: Lineage) -> dict[Position, int]:
@@ -156,16 +123,15 @@ def numbered(
 ) -> dict[UsageKey, dict[str, Any]]:
     """Return the record of every (branch, turn number), in storing order.
 
-    A record named by position takes the number its user message has now in ``numbers[branch]``
-    and is left out when that message is not visible there (it expired, or the branch is
-    gone); a record named by number keeps it. When both kinds land on one turn the later wins.
+    A record takes the number its user message has now in ``numbers[branch]`` and is left out
+    when that message is not visible there (it expired, or the branch is gone).
     """
     out: dict[UsageKey, dict[str, Any]] = {}
     for record in records:
         branch = record["b"]
         position = position_of(record)
-        turn = record.get("t") if position is None else numbers.get(branch, {}).get(position)
-        if not isinstance(turn, int):
+        turn = numbers.get(branch, {}).get(position) if position is not None else None
+        if turn is None:
             continue
         out.pop((branch, turn), None)
         out[(branch, turn)] = record
@@ -232,11 +198,3 @@ def tool_usage(structure: list[tuple[int, str, str | None]]) -> list[tuple[str, 
     )
     return [(name, count, turn) for (name, turn), count in ordered]
 
-
-async def locate_turn(view: View, lineage: Lineage) -> tuple[int, Position | None]:
-    """Return the view's current (newest) turn for a usage record: ``(0, position of its user
-    message)`` over sequenced storage, else ``(its number, None)``; ``(0, None)`` when the view
-    holds no user turn. Over sequenced storage only the newest turn's items are read."""
-    if view.sequenced(lineage):
-        return 0, await view.newest_user(lineage)
-    return await view.turn_count(lineage), None

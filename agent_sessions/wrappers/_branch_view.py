@@ -14,8 +14,8 @@ from typing import Any
 
 from ..core.codec import dumps, loads
 from ._branch_items import classify_message_type, extract_tool_name, is_user_message
-from ._branch_store import Storages, is_sequenced, read_rows
-from .base import expiring_layer
+from ._branch_store import Storages, read_rows
+from .foreign import expiring_layer
 
 Segment = tuple[str, "int | None"]
 FROZEN_TAIL = 64
@@ -87,7 +87,7 @@ class View:
 
     A cached scan is checked with one single-row read before use (another session object may
     have popped or appended), then extended with the items after it, so a warm scan costs
-    O(new items). Storages without sequence numbers are scanned in full every time.
+    O(new items).
     """
 
     def __init__(self, storages: Storages) -> None:
@@ -167,10 +167,6 @@ class View:
     async def scan(self, key: str, before: int | None) -> Scan:
         """Return a scan of storage ``key`` complete at least below ``before``."""
         session = self.storages.storage(key)
-        if not is_sequenced(session):
-            fresh = Scan()
-            fresh.add(await read_rows(session, before=before))
-            return fresh
         cached = self._scans.get(key)
         if cached is not None:
             # Pops take the newest item first, so the cached items below `upto` are all still
@@ -217,10 +213,6 @@ class View:
             for k in range(scan.users_below(before)):
                 out.append(Turn(len(out) + 1, index, scan.user_seqs[k], scan.user_contents[k]))
         return out
-
-    def sequenced(self, lineage: Lineage) -> bool:
-        """Whether every storage of the view offers sequence numbers."""
-        return all(is_sequenced(self.storages.storage(key)) for key, _ in lineage)
 
     async def newest_user(self, lineage: Lineage) -> tuple[str, int] | None:
         """Return ``(storage key, seq)`` of the view's newest user message, or None.

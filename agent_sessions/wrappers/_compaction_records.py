@@ -26,9 +26,7 @@ class CompactionRecord:
     """One committed state of the compacted view.
 
     Attributes:
-        boundary: the inner history up to here is archived: a sequence number when the inner
-            session exposes them (``SupportsSequencedItems``), else a count of items.
-        positional: True when ``boundary`` is an item count.
+        boundary: the sequence number up to which the inner history is archived.
         summary: the items that stand for the archived part.
         archived: how many original items the summary covers in total.
         summarizer: name of the summarizer that produced ``summary``.
@@ -38,7 +36,6 @@ class CompactionRecord:
     """
 
     boundary: int
-    positional: bool
     summary: list[TResponseInputItem]
     archived: int
     summarizer: str
@@ -53,7 +50,6 @@ class CompactionRecord:
             "version": RECORD_VERSION,
             "id": self.id,
             "boundary": self.boundary,
-            "positional": self.positional,
             "summary": list(self.summary),
             "archived": self.archived,
             "summarizer": self.summarizer,
@@ -72,7 +68,6 @@ class CompactionRecord:
                 raise ValueError("summary is not a list of items")
             return cls(
                 boundary=int(item["boundary"]),
-                positional=bool(item["positional"]),
                 summary=summary,
                 archived=int(item["archived"]),
                 summarizer=str(item.get("summarizer", "")),

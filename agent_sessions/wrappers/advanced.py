@@ -13,14 +13,12 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ._branch_items import is_user_message
-from ._branch_store import SiblingFactory, is_sequenced
 from ._branch_usage import (
     Position,
     UsageKey,
     UsageLog,
-    locate_turn,
     numbered,
-    positioned_branches,
+    record_branches,
     session_usage,
     tool_usage,
     turn_numbers,
@@ -28,6 +26,7 @@ from ._branch_usage import (
 )
 from ._branch_view import Lineage
 from .branching import BranchingSession
+from .foreign import SiblingFactory
 
 if TYPE_CHECKING:
     from agents.memory import Session, SessionSettings
@@ -95,9 +94,7 @@ class AdvancedSession(BranchingSession):
         self, branch: str, lineage: Lineage, item: Any, position: Position
     ) -> None:
         if is_user_message(item):  # the turn it opened is gone, and so is its usage
-            turn = await self._view.turn_count(lineage) + 1  # for records filed by number
-            sequenced = is_sequenced(self._storages.storage(position[0]))
-            await self._usage.drop_turn(branch, turn, position if sequenced else None)
+            await self._usage.drop_turn(branch, position)
 
     async def _after_delete(self, branch: str) -> None:
         await self._usage.drop_branch(branch)
@@ -117,11 +114,11 @@ class AdvancedSession(BranchingSession):
                 return
             async with self._lock:
                 _, branch, lineage = await self._current()
-                turn, position = await locate_turn(self._view, lineage)
-                if turn == 0 and position is None:
+                position = await self._view.newest_user(lineage)
+                if position is None:
                     self._logger.debug("Skipping usage store: no turn on branch %r", branch)
                     return
-                await self._usage.store(branch, usage, turn=turn or None, position=position)
+                await self._usage.store(branch, usage, position)
         except Exception as exc:  # the SDK's contract: usage never breaks a conversation
             self._logger.error("Failed to store session usage: %s", exc, exc_info=True)
 
@@ -147,7 +144,7 @@ class AdvancedSession(BranchingSession):
         each branch's records are numbered by that branch's own view."""
         records = await self._usage.records()
         numbers = {}
-        wanted = positioned_branches(records, branch_id)
+        wanted = record_branches(records, branch_id)
         if wanted:
             async with self._lock:
                 state = await self._log.sync()

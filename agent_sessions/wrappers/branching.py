@@ -22,17 +22,9 @@ from ..core.closing import Closing
 from ..errors import BranchError, BranchNotFoundError
 from ._branch_items import content_matches, content_preview
 from ._branch_log import BranchLog, BranchState, encode_lineage, now_text
-from ._branch_store import (
-    MAIN,
-    SiblingFactory,
-    Storages,
-    check_items,
-    close_session,
-    is_sequenced,
-    resolve_sibling_factory,
-)
+from ._branch_store import MAIN, close_session, open_storages
 from ._branch_view import Lineage, View
-from .base import refuse_positions_over_expiry
+from .foreign import SiblingFactory
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -47,7 +39,8 @@ class BranchingSession(SessionABC):
     see the same current branch.
 
     Args:
-        inner: the session that stores ``main`` (any Session).
+        inner: the session that stores ``main`` (any Session; one without sequence numbers
+            is numbered through ``ForeignSession``).
         sibling_factory: opens a session of the same store for a derived id; needed only when
             ``inner`` cannot open siblings itself (e.g. the SDK's own session classes).
         logger: where branch operations are logged.
@@ -60,12 +53,10 @@ class BranchingSession(SessionABC):
         sibling_factory: SiblingFactory | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
-        refuse_positions_over_expiry(inner, type(self).__name__)
-        factory = resolve_sibling_factory(inner, sibling_factory, type(self).__name__)
-        self.inner = inner
+        self._storages = open_storages(inner, sibling_factory, type(self).__name__)
+        self.inner = self._storages.inner
         self.session_id = inner.session_id
         self.session_settings = getattr(inner, "session_settings", None)
-        self._storages = Storages(inner, factory)
         self._view = View(self._storages)
         self._log = BranchLog(self._storages.side("branches"), on_reset=self._view.forget)
         self._lock = asyncio.Lock()
@@ -102,8 +93,7 @@ class BranchingSession(SessionABC):
             state, name, lineage = await self._current()
             key = lineage[-1][0]
             storage = self._storages.storage(key)
-            check_items(storage, items)
-            if not items or not is_sequenced(storage) or not state.shares(key, besides=name):
+            if not items or not state.shares(key, besides=name):
                 await storage.add_items(items)
                 return
             # Another object may, right now, pop this branch below a child's fork point, which
@@ -152,9 +142,19 @@ class BranchingSession(SessionABC):
                     return popped
                 tail = (uuid.uuid4().hex, None) if index == len(lineage) - 1 else lineage[-1]
                 moved = (*lineage[:index], (key, seq), tail)
-                await self._log.append(
-                    {"op": "lineage", "name": name, "lineage": encode_lineage(moved)}
+                op_id = uuid.uuid4().hex
+                state = await self._log.append(
+                    {
+                        "op": "lineage",
+                        "id": op_id,
+                        "name": name,
+                        "from": encode_lineage(lineage),
+                        "lineage": encode_lineage(moved),
+                    }
                 )
+                branch = state.branches.get(name)
+                if branch is None or branch.moved_by != op_id:
+                    continue  # another object moved this branch first: pop its new newest
                 await self._after_pop(name, moved, item, (key, seq))
                 return item  # type: ignore[no-any-return]
 
@@ -190,8 +190,7 @@ class BranchingSession(SessionABC):
         self, branch: str, lineage: Lineage, item: Any, position: tuple[str, int]
     ) -> None:
         """Called after ``item`` left ``branch`` (``lineage`` is the branch after the pop;
-        ``position`` is where the item is, (storage key, seq), a position in a full read when
-        that storage has no sequence numbers)."""
+        ``position`` is where the item is: (storage key, seq))."""
 
     async def _after_delete(self, branch: str) -> None:
         """Called after ``branch`` was deleted."""

@@ -28,8 +28,8 @@ from agents.memory.session_settings import coerce_session_settings
 
 from ..core.capabilities import SupportsRangeDelete, SupportsSiblings
 from ..core.ids import derive_sibling_id
-from ..errors import BackendDataError, SessionClosedError
-from ._branch_store import is_sequenced
+from ..errors import SessionClosedError
+from ._branch_store import read_rows
 from ._compaction_boundary import choose_cut
 from ._compaction_records import CompactionRecord
 from ._compaction_running import RunningView
@@ -49,7 +49,7 @@ from ._compaction_trigger import (
     item_count_trigger,
     token_threshold_trigger,
 )
-from .base import expiring_layer, refuse_positions_over_expiry
+from .foreign import expiring_layer, sequenced
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -83,7 +83,7 @@ class CompactionResult:
 class _Snapshot:
     record: CompactionRecord | None
     tail: list[tuple[int, TResponseInputItem]]
-    """Inner items after the boundary with their sequence number (or 1-based position)."""
+    """Inner items after the boundary with their sequence numbers."""
 
     @property
     def summary(self) -> list[TResponseInputItem]:
@@ -135,7 +135,7 @@ class CompactionSession(SessionABC):
         summarizer = summarizer if summarizer is not None else ExtractiveSummarizer()
         if not callable(getattr(summarizer, "summarize", None)):
             raise TypeError("summarizer must have an async summarize(items, previous_summary=)")
-        refuse_positions_over_expiry(inner, type(self).__name__)
+        inner = sequenced(inner, sibling_factory, wrapper=type(self).__name__)
         self.inner = inner
         self.session_id = inner.session_id
         self.summarizer = summarizer
@@ -162,15 +162,13 @@ class CompactionSession(SessionABC):
                 f"{type(inner).__name__} cannot open side sessions (no sibling()); pass "
                 "sibling_factory=lambda sid: <a session for sid> to store compaction records"
             )
-        self._sequenced = is_sequenced(inner)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._mutation_lock: asyncio.Lock | None = None
         self._compaction_lock: asyncio.Lock | None = None
         self._clears = 0
-        self._pops = 0
         self._running: RunningView | None = None
         # Expiry removes items without a pop, which the incremental check cannot notice.
-        self._incremental = self._sequenced and expiring_layer(inner) is None
+        self._incremental = expiring_layer(inner) is None
         self._summary_tokens: tuple[str, int] | None = None
         self._task: asyncio.Task[None] | None = None
         self._queued: tuple[bool, str | None] | None = None
@@ -189,10 +187,20 @@ class CompactionSession(SessionABC):
             limit = self.session_settings.limit
         if limit is not None and limit <= 0:
             return []
-        record = await self._latest_record()
-        if record is None:
-            return await self.inner.get_items(limit)
-        tail = [item for _, item in await self._read_tail(record, limit)]
+        if limit is not None:
+            # Both reads at once (one wait instead of two): the newest ``limit`` items after
+            # the boundary are the newest ``limit`` items less those at or below it.
+            record, pairs = await asyncio.gather(
+                self._latest_record(), read_rows(self.inner, limit)
+            )
+            if record is None:
+                return [item for _, item in pairs]
+            tail = [item for seq, item in pairs if seq > record.boundary]
+        else:
+            record = await self._latest_record()
+            if record is None:
+                return await self.inner.get_items(limit)
+            tail = [item for _, item in await self._read_tail(record, limit)]
         summary = list(record.summary)
         if limit is not None:
             room = max(0, limit - len(tail))
@@ -226,7 +234,6 @@ class CompactionSession(SessionABC):
         """
         self._check_open()
         async with self._locks()[0]:
-            self._pops += 1
             record = await self._latest_record()
             if record is None:
                 return await self.inner.pop_item()
@@ -239,7 +246,6 @@ class CompactionSession(SessionABC):
                 [
                     CompactionRecord(
                         boundary=record.boundary,
-                        positional=record.positional,
                         summary=list(record.summary[:-1]),
                         archived=record.archived,
                         summarizer=record.summarizer,
@@ -328,9 +334,6 @@ class CompactionSession(SessionABC):
         record = await self._latest_record()
         if record is None:
             return []
-        if record.positional:
-            archived = (await self._all_inner_items())[: record.boundary]
-            return archived if limit is None else archived[-limit:]
         pairs = await self.inner.get_sequenced_items(  # type: ignore[attr-defined]
             limit, before=record.boundary + 1
         )
@@ -349,13 +352,6 @@ class CompactionSession(SessionABC):
         if record is None or (limit is not None and limit <= 0):
             return []
         found: list[TResponseInputItem] = []
-        if record.positional:
-            for item in reversed((await self._all_inner_items())[: record.boundary]):
-                if needle in item_text(item).casefold():
-                    found.append(item)
-                    if limit is not None and len(found) >= limit:
-                        break
-            return found[::-1]
         before = record.boundary + 1
         while True:
             page = await self.inner.get_sequenced_items(  # type: ignore[attr-defined]
@@ -398,7 +394,7 @@ class CompactionSession(SessionABC):
         ):
             raise ValueError(f"keep_compactions must be an int >= 0, got {keep_compactions!r}")
         inner = self.inner
-        if not (self._sequenced and isinstance(inner, SupportsRangeDelete)):
+        if not isinstance(inner, SupportsRangeDelete):
             raise NotImplementedError(
                 f"prune_archive needs an inner session with sequence numbers and atomic range "
                 f"deletion (agent_sessions' in-memory and SQLite backends, also under "
@@ -409,11 +405,6 @@ class CompactionSession(SessionABC):
             )
         async with self._locks()[0]:
             records = await self.get_compaction_records()
-            if any(record.positional for record in records):
-                raise BackendDataError(
-                    f"the compaction records of {self.session_id!r} were written over a "
-                    "different kind of inner session (positions, not sequence numbers)"
-                )
             # Pop records repeat the boundary of the compaction before them.
             boundaries = [r.boundary for r in records if r.reason == "compaction"]
             if len(boundaries) <= keep_compactions:
@@ -493,31 +484,13 @@ class CompactionSession(SessionABC):
         items = await self._sibling.get_items(limit=1)
         if not items:
             return None
-        record = CompactionRecord.from_item(items[-1], f"compaction records of {self.session_id!r}")
-        if record.positional == self._sequenced:
-            raise BackendDataError(
-                f"the compaction records of {self.session_id!r} were written over a different "
-                "kind of inner session (sequence numbers vs positions)"
-            )
-        return record
-
-    async def _all_inner_items(self) -> list[TResponseInputItem]:
-        return await self.inner.get_items()
+        return CompactionRecord.from_item(items[-1], f"compaction records of {self.session_id!r}")
 
     async def _read_tail(
         self, record: CompactionRecord | None, limit: int | None = None
     ) -> list[tuple[int, TResponseInputItem]]:
-        """The inner items after the record's boundary, with sequence numbers or positions."""
-        if self._sequenced:
-            after = record.boundary if record is not None else None
-            pairs: list[tuple[int, TResponseInputItem]] = await self.inner.get_sequenced_items(  # type: ignore[attr-defined]
-                limit, after=after
-            )
-            return pairs
-        items = await self._all_inner_items()
-        start = record.boundary if record is not None else 0
-        tail = list(enumerate(items, start=1))[start:]
-        return tail if limit is None else tail[-limit:]
+        """The inner items after the record's boundary, with their sequence numbers."""
+        return await read_rows(self.inner, limit, after=record.boundary if record else None)
 
     async def _background(self, force: bool, response_id: str | None) -> None:
         while True:
@@ -537,27 +510,25 @@ class CompactionSession(SessionABC):
             force, response_id = self._queued
             self._queued = None
 
-    async def _estimate(self, snap: _Snapshot) -> int:
-        """Token estimate of a positional view (no sequence numbers to cache counts by)."""
-        tail = sum(await self.token_estimator.count_items([i for _, i in snap.tail]))
-        return await self._summary_token_count(snap.record) + tail
-
     async def _compact(self, force: bool, response_id: str | None) -> CompactionResult | None:
-        generation = (self._clears, self._pops)
-        record = await self._latest_record()
-        if self._sequenced:
-            # Deciding reads only the items written since the last check; compacting re-reads
-            # the whole tail, so a summary never works from a stale view.
-            if not force and not await self._decide(record, response_id, incremental=True):
-                return None
-            running = await self._refresh_running(record, incremental=False)
-            snap = _Snapshot(record, list(zip(running.seqs, running.tail, strict=True)))
-            tokens = await self._summary_token_count(record) + running.tokens
+        generation = self._clears
+        known = self._running if self._incremental and not force else None
+        if known is not None and known.seqs:
+            # The record and the items since the newest known one, read at once.
+            after = known.seqs[-1] - 1
+            record, newer = await asyncio.gather(
+                self._latest_record(), read_rows(self.inner, None, after=after)
+            )
+            known.prefetched = (after, newer)
         else:
-            snap = _Snapshot(record, await self._read_tail(record))
-            tokens = await self._estimate(snap)
-            if not force and not await self._ask_trigger(snap, record, tokens, response_id):
-                return None
+            record = await self._latest_record()
+        # Deciding reads only the items written since the last check; compacting re-reads
+        # the whole tail, so a summary never works from a stale view.
+        if not force and not await self._decide(record, response_id, incremental=True):
+            return None
+        running = await self._refresh_running(record, incremental=False)
+        snap = _Snapshot(record, list(zip(running.seqs, running.tail, strict=True)))
+        tokens = await self._summary_token_count(record) + running.tokens
         summary, view = snap.summary, snap.view
         cut = choose_cut(view, lowest=len(summary) + 1, highest=len(view) - self.keep_last)
         if cut is None:
@@ -570,7 +541,6 @@ class CompactionSession(SessionABC):
         _check_summary(new_summary)
         new_record = CompactionRecord(
             boundary=covered[-1][0],
-            positional=not self._sequenced,
             summary=list(new_summary),
             archived=(record.archived if record is not None else 0) + len(covered),
             summarizer=str(getattr(self.summarizer, "name", type(self.summarizer).__name__)),
@@ -641,62 +611,24 @@ class CompactionSession(SessionABC):
             self._summary_tokens = (record.id, sum(counts))
         return self._summary_tokens[1]
 
-    async def _ask_trigger(
-        self,
-        snap: _Snapshot,
-        record: CompactionRecord | None,
-        tokens: int,
-        response_id: str | None,
-    ) -> bool:
-        view = snap.view
-        context: CompactionTriggerContext = {
-            "session_id": self.session_id,
-            "response_id": response_id,
-            "session_items": view,
-            "compaction_candidate_items": [i for i in view if not _user_or_compaction(i)],
-            "item_count": len(view),
-            "items_since_last_compaction": len(snap.tail),
-            "archived_item_count": record.archived if record is not None else 0,
-            "estimated_tokens": tokens,
-            "token_estimate_method": self.token_estimator.method,
-        }
-        decision = self.should_trigger_compaction(context)
-        if inspect.isawaitable(decision):
-            decision = await decision
-        return bool(decision)
-
     async def _verify_unchanged(
         self,
-        generation: tuple[int, int],
+        generation: int,
         record: CompactionRecord | None,
         covered: list[tuple[int, TResponseInputItem]],
     ) -> None:
         """Raise _Aborted unless the record in force and the covered items are as read."""
-        if self._clears != generation[0]:
+        if self._clears != generation:
             raise _Aborted("the session was cleared meanwhile")
-        if not self._sequenced and self._pops != generation[1]:
-            raise _Aborted("items were popped meanwhile")
         latest = await self._latest_record()
         if (latest.id if latest else None) != (record.id if record else None):
             raise _Aborted("another compaction or pop committed meanwhile")
         old_boundary = record.boundary if record is not None else 0
-        if self._sequenced:
-            present = await self.inner.count_items(  # type: ignore[attr-defined]
-                after=old_boundary, before=covered[-1][0] + 1
-            )
-            if present != len(covered):
-                raise _Aborted("summarised items were popped meanwhile")
-        else:
-            items = await self._all_inner_items()
-            if items[old_boundary : covered[-1][0]] != [item for _, item in covered]:
-                raise _Aborted("summarised items changed meanwhile")
-
-
-def _user_or_compaction(item: Any) -> bool:
-    """Items the SDK does not count as compaction candidates."""
-    return isinstance(item, dict) and (
-        item.get("role") == "user" or item.get("type") == "compaction"
-    )
+        present = await self.inner.count_items(  # type: ignore[attr-defined]
+            after=old_boundary, before=covered[-1][0] + 1
+        )
+        if present != len(covered):
+            raise _Aborted("summarised items were popped meanwhile")
 
 
 def _check_summary(summary: Any) -> None:

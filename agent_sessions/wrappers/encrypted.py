@@ -15,26 +15,30 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import logging
 import os
 import re
+import time
 from binascii import a2b_base64
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agents.memory import Session
+from agents.memory import OpenAIResponsesCompactionSession, Session
 
+from ..core import capabilities
 from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ..errors import DecryptionError, MissingDependencyError
-from ._branch_store import is_sequenced
+from ._sdk_calls import call_with_wrapper
 from .base import SessionWrapper, check_max_item_bytes
+from .foreign import is_sequenced
 from .rewrite import Transform, rewrite_through
-from .ttl import TTLSession
 
 try:
     from cryptography.exceptions import InvalidTag
+    from cryptography.fernet import InvalidToken
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -86,9 +90,35 @@ def master_key_bytes(key: str | bytes, name: str = "encryption_key") -> bytes:
     return key if isinstance(key, bytes) else key.encode("utf-8")
 
 
-def _pop_oldest(cache: dict[str, tuple[str, str, bytes]]) -> tuple[str, tuple[str, str, bytes]]:
+@functools.lru_cache(maxsize=1024)
+def _session_cipher(master: bytes, session_id: str) -> AESGCM:
+    """The AEAD of ``session_id``'s key derived from ``master`` (HKDF-SHA256).
+
+    Cached process-wide (the 1,024 most recent pairs, keyed by the master key's bytes and the
+    id, so a different key or id never hits another's entry): a session object built per
+    request would otherwise pay the derivation each time. The cache holds no more than the
+    session objects themselves hold: the master keys and the derived keys."""
+    hkdf = HKDF(
+        algorithm=hashes.SHA256(),
+        length=32,
+        salt=_HKDF_SALT,
+        info=b"agent_sessions.enc.session-key\x00" + session_id.encode("utf-8"),
+    )
+    return AESGCM(hkdf.derive(master))
+
+
+_CacheEntry = tuple[str, str, bytes, Any]
+"""(key id, ciphertext text, plaintext, write time) of an envelope that authenticated."""
+
+
+def _pop_oldest(cache: dict[str, _CacheEntry]) -> tuple[str, _CacheEntry]:
     key = next(iter(cache))
     return key, cache.pop(key)
+
+
+def _time_aad(t: int) -> bytes:
+    """The associated data binding an envelope's write time (so it cannot be altered)."""
+    return b"\x00t" + str(t).encode("ascii")
 
 
 def _b64(data: bytes) -> str:
@@ -97,6 +127,37 @@ def _b64(data: bytes) -> str:
 
 class _Unreadable(Exception):
     """An envelope that cannot be opened; the message says why (never any plaintext)."""
+
+
+class _NotAnEnvelope(_Unreadable):
+    """A stored item that is not one of our envelopes (plaintext or foreign): skipped, and
+    ``pop_item`` removes it on its way to the newest readable item, as the SDK's does."""
+
+
+class _Expired(_Unreadable):
+    """An authenticated envelope older than ``ttl``: skipped silently, removed by ``pop_item``
+    on its way (as the SDK's Fernet ttl)."""
+
+
+class KeyMismatchError(DecryptionError, InvalidToken):
+    """``pop_item`` found the newest stored item sealed under a key this session does not
+    hold (or altered); nothing was removed. Also the SDK's ``InvalidToken``, which its
+    ``EncryptedSession.pop_item`` raises in the same case."""
+
+
+DEFAULT_TTL = 600
+"""Item lifetime in seconds when built the SDK's way (``EncryptedSession(session_id, session,
+key)`` or ``underlying_session=``) without ``ttl``: the SDK's Fernet default."""
+
+_NOT_FORWARDED = frozenset(
+    name
+    for protocol in vars(capabilities).values()
+    if isinstance(protocol, type) and getattr(protocol, "_is_protocol", False)
+    for name in vars(protocol)
+    if not name.startswith("_")
+) | {"inner", "underlying_session", "close", "rewrite_items", "rotate"}
+"""Names never looked up on the wrapped session: a capability reached past this layer would
+read or write ciphertext (or plaintext) behind its back."""
 
 
 class EncryptedSession(SessionWrapper):
@@ -110,15 +171,22 @@ class EncryptedSession(SessionWrapper):
         keys: keyring form instead of ``encryption_key``: ``{"k2": new, "k1": old}``; every key
             still decrypts, new items use ``active``. Key ids: 1-64 of ``A-Za-z0-9._-``.
         active: the key id new items are written with (may be omitted for one key).
-        ttl: item lifetime in seconds or ``timedelta``, like the SDK's: ``inner`` is wrapped in
-            ``TTLSession(inner, item_ttl=ttl)``, so expired items are invisible and purgeable.
+        ttl: item lifetime in seconds or ``timedelta``, like the SDK's: every envelope carries
+            its (authenticated) write time, and an item older than ``ttl`` is skipped by reads
+            and removed by ``pop_item`` on its way, but stays stored (stack a ``TTLSession``
+            under this layer to remove expired data physically). Built the SDK's way
+            (``EncryptedSession(session_id, session, key)`` or with ``underlying_session=``)
+            it defaults to the SDK's 600 s; pass ``no_ttl=True`` to keep items forever. With
+            ``inner=`` it defaults to no expiry.
         strict: raise :class:`DecryptionError` on an unreadable stored item instead of skipping
             it with a logged warning.
         session_id: optional, for the SDK's signature; must equal ``inner.session_id``.
         max_item_bytes: largest accepted item; default: what fits the inner session's cap
             once encrypted, or 16 MiB for a session without a cap.
-        max_scan_items: accepted for the SDK's signature (positive or None). Reads here never
-            look beyond ``limit`` stored items, so there is nothing for it to bound.
+        max_scan_items: the SDK's per-read budget of stored items (positive or None for
+            unbounded): ``get_items`` reads growing windows until it has ``limit`` readable
+            items, and raises RuntimeError when the budget runs out first (and ValueError for
+            a negative limit, before reading).
         cache_bytes: plaintext kept in memory of items this object wrote or opened, so the
             next read of the same envelope skips base64 and AES (each Runner turn re-reads the
             history). An entry is used only for a byte-identical envelope (key id, nonce and
@@ -128,9 +196,15 @@ class EncryptedSession(SessionWrapper):
     ``inner`` does (sequence numbers are the inner session's, one per stored item).
 
     Unreadable items (wrong or unknown key, altered bytes, copied from another session, not
-    an envelope) are never returned as plaintext. They keep their slot: ``get_items(limit=n)``
-    reads ``n`` stored items and leaves unreadable ones out, and ``pop_item`` on one removes
-    exactly that item and returns None (strict mode: raises after removing it).
+    an envelope) are never returned as plaintext. ``get_items(limit=n)`` returns the latest
+    ``n`` readable items. ``pop_item`` removes and returns the newest readable item, removing
+    plaintext or foreign items above it on the way (as the SDK's); an envelope it cannot open
+    (wrong key, altered) is never removed: it raises :class:`KeyMismatchError` instead.
+
+    Methods this class does not define are looked up on the wrapped session (e.g. a custom
+    ``get_stats()``), except the storage capabilities, which would bypass encryption. Over the
+    SDK's ``OpenAIResponsesCompactionSession`` it offers ``run_compaction`` (items are
+    decrypted for the compaction call and the result is stored encrypted).
     """
 
     add_sequenced_items: Callable[[list[TResponseInputItem]], Awaitable[list[int]]]
@@ -152,13 +226,25 @@ class EncryptedSession(SessionWrapper):
         max_item_bytes: int | None = None,
         max_scan_items: int | None = None,
         cache_bytes: int = 4 * 1024 * 1024,
+        no_ttl: bool = False,
     ) -> None:
+        sdk_form = isinstance(inner, str) or underlying_session is not None
         if isinstance(inner, str):  # the SDK's positional order: (session_id, session, key)
             session_id, inner = inner, None
         if inner is None:
             inner = underlying_session
         elif underlying_session is not None:
             raise TypeError("pass the inner session once (inner or underlying_session)")
+        if ttl is None and sdk_form and not no_ttl:
+            ttl = DEFAULT_TTL
+        lifetime = ttl.total_seconds() if isinstance(ttl, timedelta) else ttl
+        if lifetime is not None and (
+            isinstance(lifetime, bool) or not isinstance(lifetime, (int, float)) or lifetime <= 0
+        ):
+            raise ValueError(f"ttl must be a positive number of seconds or None, got {ttl!r}")
+        self._lifetime = lifetime
+        self.expires_items = lifetime is not None
+        """Whether items vanish from reads on their own (see ``base.expiring_layer``)."""
         if inner is None:
             raise TypeError("EncryptedSession needs the session to wrap (inner=...)")
         if max_scan_items is not None and (
@@ -166,7 +252,7 @@ class EncryptedSession(SessionWrapper):
             or not isinstance(max_scan_items, int)
             or max_scan_items <= 0
         ):
-            raise ValueError("max_scan_items must be a positive int or None")
+            raise ValueError("max_scan_items must be positive or None (a positive int)")
         self.max_scan_items = max_scan_items
         if session_id is not None and session_id != inner.session_id:
             raise ValueError(
@@ -174,8 +260,8 @@ class EncryptedSession(SessionWrapper):
                 f"{inner.session_id!r}; omit session_id or make them equal"
             )
         self._keys, self.active_key_id = self._keyring(encryption_key, keys, active)
-        if ttl is not None:
-            inner = TTLSession(inner, item_ttl=ttl)
+        self.underlying_session = inner
+        """The wrapped session (the SDK's attribute name; ``inner`` is the same)."""
         super().__init__(inner)
         self.strict = strict
         self.ttl = ttl
@@ -184,7 +270,7 @@ class EncryptedSession(SessionWrapper):
             raise ValueError("cache_bytes must be an int >= 0 (0 disables the plaintext cache)")
         self.cache_bytes = cache_bytes
         # nonce text -> (key id, ciphertext text, plaintext); insertion order = eviction order
-        self._plain: dict[str, tuple[str, str, bytes]] = {}
+        self._plain: dict[str, _CacheEntry] = {}
         self._plain_size = 0
         self._aad_prefix = f"{ENC_TYPE}\x00{ENVELOPE_VERSION}\x00".encode()
         self._aad_suffix = b"\x00" + self.session_id.encode("utf-8")
@@ -226,7 +312,7 @@ class EncryptedSession(SessionWrapper):
             raise ValueError("keys must be a non-empty mapping of key id to key")
         ring = {}
         for kid, key in keys.items():
-            if not isinstance(kid, str) or not _KID.match(kid):
+            if not isinstance(kid, str) or not _KID.fullmatch(kid):
                 raise ValueError(
                     f"key id {kid!r} is invalid: use 1-64 characters of A-Z a-z 0-9 . _ -"
                 )
@@ -256,48 +342,52 @@ class EncryptedSession(SessionWrapper):
         """Return the AEAD for ``kid``'s per-session key and the associated data to use."""
         entry = self._ciphers.get(kid)
         if entry is None:
-            hkdf = HKDF(
-                algorithm=hashes.SHA256(),
-                length=32,
-                salt=_HKDF_SALT,
-                info=b"agent_sessions.enc.session-key\x00" + self.session_id.encode("utf-8"),
-            )
             aad = self._aad_prefix + kid.encode("ascii") + self._aad_suffix
-            entry = self._ciphers[kid] = (AESGCM(hkdf.derive(self._keys[kid])), aad)
+            entry = self._ciphers[kid] = (_session_cipher(self._keys[kid], self.session_id), aad)
         return entry
 
-    def _seal(self, text: str) -> dict[str, Any]:
+    def _seal(self, text: str, t: int | None = None) -> dict[str, Any]:
+        """Return the envelope of ``text``, stamped with write time ``t`` (now when None)."""
         kid = self.active_key_id
         cipher, aad = self._cipher(kid)
+        if t is None:
+            t = int(time.time())
         nonce = os.urandom(_NONCE_BYTES)
         plain = text.encode("utf-8")
-        n, c = _b64(nonce), _b64(cipher.encrypt(nonce, plain, aad))
-        self._remember(n, kid, c, plain)
-        return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "n": n, "c": c}
+        n, c = _b64(nonce), _b64(cipher.encrypt(nonce, plain, aad + _time_aad(t)))
+        self._remember(n, kid, c, plain, t)
+        return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "t": t, "n": n, "c": c}
 
-    def _remember(self, n: str, kid: str, c: str, plain: bytes) -> None:
+    def _remember(self, n: str, kid: str, c: str, plain: bytes, t: Any) -> None:
         size = len(plain) + len(c)
         if size * 4 > self.cache_bytes or n in self._plain:
             return
         cache = self._plain
         while self._plain_size + size > self.cache_bytes:
-            _, (_, old_c, old_plain) = _pop_oldest(cache)
+            _, (_, old_c, old_plain, _) = _pop_oldest(cache)
             self._plain_size -= len(old_plain) + len(old_c)
-        cache[n] = (kid, c, plain)
+        cache[n] = (kid, c, plain, t)
         self._plain_size += size
+
+    def _check_age(self, t: Any) -> None:
+        if self._lifetime is not None and t is not None and time.time() - t > self._lifetime:
+            raise _Expired("it is older than ttl")
 
     def _open(self, envelope: Any) -> Any:
         """Return the item inside ``envelope`` or raise _Unreadable."""
         # Reads call this once per item: the common path is kept to a few dict lookups.
         if type(envelope) is not dict or envelope.get("type") != ENC_TYPE:
-            raise _Unreadable("it is not an encrypted envelope")
+            raise _NotAnEnvelope("it is not an encrypted envelope")
         if envelope.get("v") != ENVELOPE_VERSION:
             raise _Unreadable(f"envelope version {envelope.get('v')!r} is not supported")
         kid = envelope.get("kid")
-        n, c = envelope.get("n"), envelope.get("c")
+        n, c, t = envelope.get("n"), envelope.get("c"), envelope.get("t")
         hit = self._plain.get(n) if type(n) is str else None
-        if hit is not None and hit[1] == c and hit[0] == kid:
+        if hit is not None and hit[1] == c and hit[0] == kid and hit[3] == t:
+            self._check_age(t)
             return loads(hit[2])  # a byte-identical envelope authenticated before
+        if t is not None and type(t) is not int:
+            raise _Unreadable("the envelope's write time is malformed")
         entry = self._ciphers.get(kid) if type(kid) is str else None
         if entry is None:
             if kid not in self._keys:
@@ -312,7 +402,9 @@ class EncryptedSession(SessionWrapper):
         if len(nonce) != _NONCE_BYTES:
             raise _Unreadable("the envelope's nonce is malformed")
         try:
-            plain = entry[0].decrypt(nonce, sealed, entry[1])
+            # An envelope written before write times were stamped has no "t" (never expires).
+            aad = entry[1] if t is None else entry[1] + _time_aad(t)
+            plain = entry[0].decrypt(nonce, sealed, aad)
             item = loads(plain)
         except InvalidTag:
             raise _Unreadable(
@@ -323,10 +415,13 @@ class EncryptedSession(SessionWrapper):
             raise _Unreadable("the decrypted data is not JSON") from None
         if type(item) is not dict:
             raise _Unreadable("the decrypted data is not a JSON object")
-        self._remember(n, kid, c, plain)  # type: ignore[arg-type]
+        self._remember(n, kid, c, plain, t)  # type: ignore[arg-type]
+        self._check_age(t)
         return item
 
     def _unreadable(self, reason: _Unreadable) -> None:
+        if isinstance(reason, _Expired):
+            return  # expiry is normal, as with the SDK's ttl: skipped without a warning
         message = f"EncryptedSession {self.session_id!r}: a stored item is unreadable: {reason}"
         if self.strict:
             raise DecryptionError(message)
@@ -334,40 +429,213 @@ class EncryptedSession(SessionWrapper):
 
     # -- the Session API -----------------------------------------------------------------------
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """Return the latest ``limit`` stored items that decrypt, oldest first."""
-        limit = self.resolve_limit(limit)
-        if limit is not None and limit <= 0:
-            return []
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names this object lacks: forward custom methods (the SDK's
+        # delegation), never a storage capability, which would bypass encryption.
+        if name.startswith("__") or name in _NOT_FORWARDED:
+            raise AttributeError(name)
+        inner = self.__dict__.get("underlying_session")
+        if inner is None:
+            raise AttributeError(name)
+        if isinstance(inner, OpenAIResponsesCompactionSession):
+            if name == "run_compaction":
+                return self._run_encrypted_compaction
+            if name == "_defer_compaction":
+                return self._defer_encrypted_compaction
+        return getattr(inner, name)
+
+    def _open_all(self, envelopes: list[Any]) -> list[TResponseInputItem]:
         out = []
-        for envelope in await self.inner.get_items(limit):
+        for envelope in envelopes:
             try:
                 out.append(self._open(envelope))
             except _Unreadable as reason:
                 self._unreadable(reason)
         return out
 
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
+    async def get_items(
+        self, limit: int | None = None, *, wrapper: Any = None
+    ) -> list[TResponseInputItem]:
+        """Return the latest ``limit`` items that decrypt, oldest first.
+
+        Raises:
+            ValueError: ``max_scan_items`` is set and the limit is negative (nothing read).
+            RuntimeError: ``max_scan_items`` stored items were read without establishing the
+                result (too many unreadable or expired items).
+        """
+        limit = self.resolve_limit(limit)
+        budget = self.max_scan_items
+        if budget is not None and limit is not None and limit < 0:
+            raise ValueError(
+                "limit must be non-negative when max_scan_items is set; use 0 for no items"
+            )
+        if limit is not None and limit <= 0:
+            return []
+        read = self.inner.get_items
+        if limit is None and budget is None:
+            return self._open_all(await call_with_wrapper(read, None, wrapper=wrapper))
+        window = min(x for x in (limit, budget) if x is not None)
+        remaining = budget
+        while True:
+            envelopes = await call_with_wrapper(read, window, wrapper=wrapper)
+            items = self._open_all(envelopes)
+            if limit is not None and len(items) >= limit:
+                return items[-limit:]
+            if len(envelopes) < window:
+                return items
+            grown = window * 2
+            if remaining is not None:
+                remaining -= len(envelopes)
+                grown = min(grown, remaining)
+                if grown <= window:
+                    raise RuntimeError(
+                        f"EncryptedSession {self.session_id!r}: max_scan_items exhausted "
+                        f"({budget} stored items read) before the latest readable items could "
+                        "be established; raise max_scan_items or remove unreadable history"
+                    )
+            window = grown
+
+    async def add_items(self, items: list[TResponseInputItem], *, wrapper: Any = None) -> None:
         """Encrypt and append ``items`` as one batch.
 
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
         """
         texts = encode_batch(items, self.max_item_bytes)
-        if texts:
-            await self.inner.add_items([self._seal(text) for text in texts])  # type: ignore[misc]
+        sealed = [self._seal(text) for text in texts]
+        await call_with_wrapper(self.inner.add_items, sealed, wrapper=wrapper)
 
-    async def pop_item(self) -> TResponseInputItem | None:
-        """Remove the newest stored item and return it decrypted; None when the session is
-        empty or that item is unreadable (then it is removed all the same)."""
-        envelope = await self.inner.pop_item()
-        if envelope is None:
-            return None
+    def _seal_items(self, items: list[TResponseInputItem]) -> list[TResponseInputItem]:
+        return [self._seal(text) for text in encode_batch(items, self.max_item_bytes)]  # type: ignore[misc]
+
+    async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
+        """Remove and return the newest readable item; None when there is none.
+
+        Plaintext or foreign items above it are removed on the way (as the SDK's). An
+        envelope this session cannot open is never removed.
+
+        Raises:
+            KeyMismatchError: the newest envelope does not open with these keys (wrong or
+                unknown key, altered bytes); it is kept. Also the SDK's ``InvalidToken``.
+        """
+        inner = self.inner
+        while True:
+            newest = await call_with_wrapper(inner.get_items, 1, wrapper=wrapper)
+            if not newest:
+                return None
+            self._check_poppable(newest[-1])
+            popped = await call_with_wrapper(inner.pop_item, wrapper=wrapper)
+            if popped is None:
+                return None
+            try:
+                return self._open(popped)  # type: ignore[no-any-return]
+            except (_NotAnEnvelope, _Expired):
+                continue  # plaintext, foreign or expired: drained, as the SDK does
+            except _Unreadable as reason:
+                # Another writer replaced the newest item between the check and the pop
+                # with one we cannot open: put it back rather than lose it.
+                await call_with_wrapper(inner.add_items, [popped], wrapper=wrapper)
+                raise self._mismatch(reason) from None
+
+    def _check_poppable(self, envelope: Any) -> None:
         try:
-            return self._open(envelope)  # type: ignore[no-any-return]
+            self._open(envelope)
+        except (_NotAnEnvelope, _Expired):
+            return
         except _Unreadable as reason:
-            self._unreadable(reason)
+            raise self._mismatch(reason) from None
+
+    def _mismatch(self, reason: _Unreadable) -> KeyMismatchError:
+        return KeyMismatchError(
+            f"EncryptedSession {self.session_id!r}: the newest stored item is unreadable "
+            f"({reason}); it was not removed. Open the session with the key it was written "
+            "with (add the old key to keys=) to pop it"
+        )
+
+    async def clear_session(self, *, wrapper: Any = None) -> None:
+        """Delete every item of this session."""
+        await call_with_wrapper(self.inner.clear_session, wrapper=wrapper)
+        self._plain.clear()
+        self._plain_size = 0
+
+    # -- the SDK's compaction hooks ------------------------------------------------------------
+
+    async def _run_encrypted_compaction(self, args: Any = None, *, wrapper: Any = None) -> None:
+        """``run_compaction`` over the SDK's compaction session inside this one: it reads the
+        decrypted history and stores the compacted items encrypted."""
+        session = self.underlying_session
+        assert isinstance(session, OpenAIResponsesCompactionSession)
+        await session._run_compaction(
+            args,
+            wrapper=wrapper,
+            read_items=self._read_compaction_items,
+            prepare_items=self._seal_items,
+            read_snapshot=self._get_compaction_snapshot,
+        )
+
+    async def _defer_encrypted_compaction(
+        self, response_id: str, store: bool | None = None, *, wrapper: Any = None
+    ) -> None:
+        session = self.underlying_session
+        assert isinstance(session, OpenAIResponsesCompactionSession)
+        await session._defer_compaction(
+            response_id, store, read_items=self._read_compaction_items
+        )
+
+    async def _read_compaction_items(
+        self, limit: int | None, *, wrapper: Any = None
+    ) -> tuple[list[TResponseInputItem], bool]:
+        """The SDK's hook: the readable items among the latest ``limit`` stored ones, and
+        whether those are all there is."""
+        if limit is None:
+            return await self.get_items(wrapper=wrapper), False
+        envelopes = await call_with_wrapper(self.inner.get_items, limit, wrapper=wrapper)
+        if len(envelopes) >= limit:
+            return [], False
+        return self._open_all(envelopes), True
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Any = None
+    ) -> Any:
+        """The SDK's atomic-suffix hook, over the wrapped session's: decrypted items; the
+        compacted suffix is stored encrypted. An unreadable item is never replaced."""
+        backend: Any = self.inner
+        if isinstance(backend, OpenAIResponsesCompactionSession):
+            backend = backend.underlying_session
+        reader = getattr(backend, "_get_compaction_snapshot", None)
+        if reader is None:
             return None
+        def expired(envelope: Any) -> bool:
+            try:
+                self._open(envelope)
+            except _Expired:
+                return True
+            except _Unreadable:
+                return False
+            return False
+
+        raw = await reader(limit, prune_prefix=expired)
+        if raw is None:
+            return None
+        items: list[TResponseInputItem] = []
+        positions: list[int] = []
+        boundary = 0
+        for index, envelope in enumerate(raw.items):
+            try:
+                items.append(self._open(envelope))
+                positions.append(index)
+            except _Expired:
+                continue  # replaceable, like the SDK's authenticated expired envelopes
+            except _Unreadable:
+                boundary = index + 1  # keep it and everything before it
+                items.clear()
+                positions.clear()
+
+        async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
+            raw_start = boundary if start == 0 else positions[start]
+            return bool(await raw.replace_suffix(raw_start, self._seal_items(output)))
+
+        return type(raw)(items, raw.complete and boundary == 0, replace_suffix)
 
     async def _add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers."""
@@ -407,12 +675,6 @@ class EncryptedSession(SessionWrapper):
         return how many were deleted."""
         assert isinstance(self.inner, SupportsRangeDelete)
         return await self.inner.delete_items(before=before)
-
-    async def clear_session(self) -> None:
-        """Delete every item of this session."""
-        await self.inner.clear_session()
-        self._plain.clear()
-        self._plain_size = 0
 
     # -- rotation ------------------------------------------------------------------------------
 
@@ -454,7 +716,7 @@ class EncryptedSession(SessionWrapper):
                 if envelope["kid"] == self.active_key_id:
                     out.append(envelope)
                 else:
-                    out.append(self._seal(dumps(item)))
+                    out.append(self._seal(dumps(item), envelope.get("t")))
                     changed += 1
             return out
 
@@ -483,4 +745,11 @@ class EncryptedSession(SessionWrapper):
         return await rewrite_through(self.inner, rewrite)
 
 
-__all__ = ["DEFAULT_KEY_ID", "ENC_TYPE", "EncryptedSession", "master_key_bytes"]
+__all__ = [
+    "DEFAULT_KEY_ID",
+    "DEFAULT_TTL",
+    "ENC_TYPE",
+    "EncryptedSession",
+    "KeyMismatchError",
+    "master_key_bytes",
+]

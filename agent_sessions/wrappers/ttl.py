@@ -39,9 +39,9 @@ from ..core.capabilities import (
     SupportsSequencedItems,
 )
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
-from ._branch_store import is_sequenced
 from ._ttl_boundary import Boundary, newest_dead_by_scan
 from .base import SessionWrapper, check_max_item_bytes
+from .foreign import is_sequenced
 from .rewrite import Transform, rewrite_through
 
 if TYPE_CHECKING:

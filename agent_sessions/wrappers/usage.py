@@ -3,7 +3,8 @@ Session.
 
 Usage records live in a sibling of the inner session (same backend); turn numbers count the
 user messages of the inner session from 1, as it is now (a record is tied to its turn's user
-message, so expiring old turns renumbers the records instead of mixing them up). The methods
+message by sequence number, so expiring old turns renumbers the records instead of mixing them
+up; a foreign inner session is numbered through ``ForeignSession``). The methods
 have the names, arguments and return shapes of the Agents SDK's ``AdvancedSQLiteSession``;
 over a single history the branch is always ``"main"`` (use ``AdvancedSession`` for usage per
 branch).
@@ -21,29 +22,19 @@ from agents.memory.session_settings import resolve_session_limit
 from ..core.closing import Closing
 from ._branch_items import is_user_message
 from ._branch_log import MAIN_LINEAGE
-from ._branch_store import (
-    MAIN,
-    SiblingFactory,
-    Storages,
-    check_items,
-    close_session,
-    is_sequenced,
-    read_rows,
-    resolve_sibling_factory,
-)
+from ._branch_store import MAIN, close_session, open_storages, read_rows
 from ._branch_usage import (
     UsageKey,
     UsageLog,
-    locate_turn,
     numbered,
-    positioned_branches,
+    record_branches,
     session_usage,
     tool_usage,
     turn_numbers,
     turn_usage,
 )
 from ._branch_view import View
-from .base import refuse_positions_over_expiry
+from .foreign import SiblingFactory
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -55,7 +46,8 @@ class UsageTrackingSession(SessionABC):
     """Records the usage of each run per user turn, next to the conversation.
 
     Args:
-        inner: the session that stores the conversation (any Session).
+        inner: the session that stores the conversation (any Session; one without sequence
+            numbers is numbered through ``ForeignSession``).
         sibling_factory: opens a session of the same store for a derived id; needed only when
             ``inner`` cannot open siblings itself (e.g. the SDK's own session classes).
         logger: where failures of ``store_run_usage`` are logged (it never raises, as the SDK's).
@@ -68,12 +60,10 @@ class UsageTrackingSession(SessionABC):
         sibling_factory: SiblingFactory | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
-        refuse_positions_over_expiry(inner, type(self).__name__)
-        factory = resolve_sibling_factory(inner, sibling_factory, type(self).__name__)
-        self.inner = inner
+        self._storages = open_storages(inner, sibling_factory, type(self).__name__)
+        self.inner = self._storages.inner
         self.session_id = inner.session_id
         self.session_settings = getattr(inner, "session_settings", None)
-        self._storages = Storages(inner, factory)
         self._view = View(self._storages)
         self._usage = UsageLog(self._storages.side("usage"))
         self._scan_lock = asyncio.Lock()
@@ -93,22 +83,21 @@ class UsageTrackingSession(SessionABC):
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` to the inner session."""
-        check_items(self.inner, items)
         await self.inner.add_items(items)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item; popping a user message drops its turn's usage."""
-        newest = await read_rows(self.inner, 1) if is_sequenced(self.inner) else []
+        newest = await read_rows(self.inner, 1)
         item = await self.inner.pop_item()
-        position = (MAIN, newest[0][0]) if newest and newest[0][1] == item else None
-        if position is not None:
+        # Another object may have written or popped in between: then the popped item's number
+        # is unknown, and its usage record (if any) is left out by numbering, as its user
+        # message is gone.
+        if newest and newest[0][1] == item:
+            position = (MAIN, newest[0][0])
             async with self._scan_lock:  # keeps the turn scan valid without a rescan
-                self._view.popped(MAIN, position[1])
-        if is_user_message(item):
-            # The number too, for records filed by number (foreign inners, earlier versions).
-            async with self._scan_lock:
-                turn = await self._view.turn_count(MAIN_LINEAGE) + 1
-            await self._usage.drop_turn(MAIN, turn, position)
+                self._view.popped(*position)
+            if is_user_message(item):
+                await self._usage.drop_turn(MAIN, position)
         return item
 
     async def clear_session(self) -> None:
@@ -141,12 +130,11 @@ class UsageTrackingSession(SessionABC):
             usage = result.context_wrapper.usage
             if usage is None:
                 return
-            async with self._scan_lock:
-                turn, position = await locate_turn(self._view, MAIN_LINEAGE)
-            if turn == 0 and position is None:
+            position = await self._view.newest_user(MAIN_LINEAGE)
+            if position is None:
                 self._logger.debug("Skipping usage store: no user turn yet")
                 return
-            await self._usage.store(MAIN, usage, turn=turn or None, position=position)
+            await self._usage.store(MAIN, usage, position)
         except Exception as exc:  # the SDK's contract: usage never breaks a conversation
             self._logger.error("Failed to store session usage: %s", exc, exc_info=True)
 
@@ -168,7 +156,7 @@ class UsageTrackingSession(SessionABC):
         """The current records (of ``branch_id``'s, when given), by (branch, turn number)."""
         records = await self._usage.records()
         numbers = {}
-        if MAIN in positioned_branches(records, branch_id):
+        if MAIN in record_branches(records, branch_id):
             async with self._scan_lock:
                 numbers[MAIN] = await turn_numbers(self._view, MAIN_LINEAGE)
         return numbered(records, numbers)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._branch_store import is_sequenced
 from .._compaction_tokens import TokenEstimator
 from ..base import SessionWrapper
+from ..foreign import is_sequenced
 from .micro import MicroCompaction
 from .pages import HistoryChanged, Pages, PositionalPages, SequencedPages
 from .plan import WindowBudget, is_user_message, plan_start, turn_ages

@@ -1,0 +1,623 @@
+"""The commands of ``agent-sessions`` (Typer + Rich); each imports the package's parts it uses
+when it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+from collections.abc import Coroutine
+from datetime import datetime, timedelta, timezone
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="agent-sessions",
+    help="Inspect, export, copy and clean up the session stores of agent_sessions.\n\n"
+    "A store is named by URL: sqlite:///app.db, redis://localhost:6379/0, "
+    "postgresql+asyncpg://user:pw@host/db, mysql+asyncmy://..., mongodb://host/db, memory://.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+Url = Annotated[str, typer.Argument(help="store URL, e.g. sqlite:///app.db", show_default=False)]
+Options = Annotated[
+    list[str] | None,
+    typer.Option(
+        "-o", "--option", metavar="KEY=VALUE",
+        help="backend option for open_session, repeatable (e.g. -o table_prefix=app_ "
+        "-o key_prefix=myapp); VALUE is read as JSON when it is JSON",
+    ),
+]
+Json = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
+Prefix = Annotated[str | None, typer.Option("--prefix", help="only session ids starting with it")]
+Ids = Annotated[list[str] | None, typer.Argument(help="session ids (default: all)")]
+SideStores = Annotated[
+    bool,
+    typer.Option(
+        "--side-stores/--no-side-stores",
+        help="include each session's side stores (branches, usage, compaction records)",
+    ),
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"agent-sessions {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", "-V", callback=_version, is_eager=True, help="print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    """Inspect, export, copy and clean up the session stores of agent_sessions."""
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    typer.echo(f"agent-sessions: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _parse_options(texts: list[str] | None) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for text in texts or []:
+        key, sep, value = text.partition("=")
+        if not sep or not key.isidentifier():
+            raise typer.BadParameter(
+                f"expected KEY=VALUE with KEY a backend option name (e.g. table_prefix=app_), "
+                f"got {text!r}",
+                param_hint="'-o' / '--option'",
+            )
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _when(text: str | None, name: str) -> datetime | None:
+    """``90d``/``12h``/``30m``/``45s``/``2w`` ago, or an ISO 8601 time (UTC when no zone)."""
+    if text is None:
+        return None
+    match = _RELATIVE.match(text.strip())
+    if match:
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+        return datetime.now(timezone.utc) - timedelta(seconds=seconds)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected a duration ago (90d, 12h, 30m) or an ISO time (2026-01-31T12:00), "
+            f"got {text!r}",
+            param_hint=name,
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro``; report the package's and the drivers' errors on stderr, exit code 1."""
+    from ..errors import SessionError
+
+    try:
+        return asyncio.run(coro)
+    except typer.Exit:
+        raise
+    except (SessionError, ValueError, TypeError, LookupError, OSError, ImportError) as exc:
+        text = str(exc) or type(exc).__name__
+        _fail(text if isinstance(exc, SessionError) else f"{text} ({type(exc).__name__})")
+    except Exception as exc:  # a driver's own error: say what it was, without a traceback
+        _fail(f"{type(exc).__name__}: {exc}")
+
+
+def _confirm(question: str, yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        _fail(f"{question} Not confirmed: stdin is not a terminal; pass --yes to proceed")
+    if not typer.confirm(question, default=False, err=True):
+        _fail("aborted; nothing was changed")
+
+
+def _print_json(value: Any) -> None:
+    typer.echo(json.dumps(value, ensure_ascii=False))
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def _time(value: datetime | None) -> str:
+    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+async def _ids_or_listed(store: Any, ids: list[str] | None, prefix: str | None) -> list[str]:
+    if ids:
+        return list(dict.fromkeys(ids))
+    catalog = store.require_catalog()
+    return [info.session_id async for info in catalog.iter_sessions(prefix=prefix)]
+
+
+# -- read-only commands ------------------------------------------------------------------------
+
+
+@app.command("list")
+def list_sessions(
+    url: Url,
+    prefix: Prefix = None,
+    updated_before: Annotated[
+        str | None,
+        typer.Option(help="only sessions last written before this (90d = 90 days ago, or ISO)"),
+    ] = None,
+    updated_after: Annotated[
+        str | None, typer.Option(help="only sessions last written at or after this")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="show at most this many")] = None,
+    page_size: Annotated[int, typer.Option(min=1, max=10000, help="sessions per query")] = 100,
+    as_json: Json = False,
+    option: Options = None,
+) -> int:
+    """List sessions with their item count and times, ordered by id (reads only)."""
+    options = _parse_options(option)
+    before = _when(updated_before, "--updated-before")
+    after = _when(updated_after, "--updated-after")
+
+    async def go() -> list[Any]:
+        from ..migrate import Store
+
+        rows: list[Any] = []
+        async with await Store.open(url, options, read_only=True) as store:
+            catalog = store.require_catalog()
+            async for info in catalog.iter_sessions(
+                prefix=prefix, updated_before=before, updated_after=after, page_size=page_size
+            ):
+                rows.append(info)
+                if limit is not None and len(rows) >= limit:
+                    break
+        return rows
+
+    rows = _run(go())
+    if as_json:
+        for info in rows:
+            _print_json(info.as_dict())
+        return 0
+    from rich.table import Table
+
+    table = Table("session id", "items", "created (UTC)", "updated (UTC)", box=None)
+    for info in rows:
+        table.add_row(
+            info.session_id, str(info.item_count), _time(info.created_at), _time(info.updated_at)
+        )
+    console = _console()
+    console.print(table)
+    _console(stderr=True).print(f"{len(rows)} session(s)")
+    return 0
+
+
+async def _unwrap(items: list[Any], session_id: str, key: str | None) -> list[Any]:
+    """Show TTL envelopes as their items and, with ``key``, decrypt encrypted envelopes."""
+    from ..backends.memory import InMemorySession, InMemoryStore
+
+    for _ in range(8):  # layers nest: TTL over encryption or encryption over TTL
+        changed = False
+        unwrapped = []
+        for item in items:
+            if isinstance(item, dict) and item.get("type") == "agent_sessions.ttl":
+                item, changed = item.get("item"), True
+            unwrapped.append(item)
+        items = unwrapped
+        encrypted = any(
+            isinstance(i, dict) and i.get("type") == "agent_sessions.enc" for i in items
+        )
+        if encrypted and key:
+            from ..wrappers.encrypted import EncryptedSession
+
+            scratch = InMemorySession(session_id, store=InMemoryStore(), _internal_id=True)
+            await scratch.add_items(items)
+            items = await EncryptedSession(scratch, encryption_key=key, strict=True).get_items()
+            changed = True
+        if not changed:
+            break
+    return items
+
+
+@app.command()
+def show(
+    url: Url,
+    session_id: Annotated[str, typer.Argument(help="the session to print")],
+    limit: Annotated[int | None, typer.Option(min=1, help="only the latest N items")] = None,
+    decrypt: Annotated[
+        bool, typer.Option("--decrypt", help="decrypt EncryptedSession envelopes (needs --key)")
+    ] = False,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="AGENT_SESSIONS_KEY",
+            help="encryption key for --decrypt (or the AGENT_SESSIONS_KEY variable)",
+        ),
+    ] = None,
+    option: Options = None,
+) -> int:
+    """Print a session's items as JSON lines, oldest first (reads only; creates nothing).
+
+    TTLSession envelopes are shown as their items; EncryptedSession envelopes are shown as
+    stored unless --decrypt is given.
+    """
+    options = _parse_options(option)
+    if decrypt and not key:
+        raise typer.BadParameter("--decrypt needs --key or AGENT_SESSIONS_KEY", param_hint="--key")
+
+    async def go() -> list[Any]:
+        from ..migrate import Store
+
+        async with await Store.open(url, options, read_only=True) as store:
+            if store.catalog is not None:
+                await store.catalog.require(session_id)
+            session = store.session(session_id)
+            try:
+                items = await session.get_items(limit)
+            finally:
+                await session.close()
+        return await _unwrap(items, session_id, key if decrypt else None)
+
+    for item in _run(go()):
+        _print_json(item)
+    return 0
+
+
+@app.command()
+def stats(url: Url, as_json: Json = False, option: Options = None) -> int:
+    """Print totals: sessions, items, side stores, oldest and newest update (reads only)."""
+    options = _parse_options(option)
+
+    async def go() -> dict[str, Any]:
+        from ..migrate import Store
+
+        async with await Store.open(url, options, read_only=True) as store:
+            return await store.require_catalog().stats()
+
+    totals = _run(go())
+    if as_json:
+        _print_json(totals)
+        return 0
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None)
+    for name, value in totals.items():
+        table.add_row(name.replace("_", " "), "-" if value is None else str(value))
+    _console().print(table)
+    return 0
+
+
+@app.command("export")
+def export_sessions(
+    url: Url,
+    session_ids: Ids = None,
+    prefix: Prefix = None,
+    output: Annotated[
+        str, typer.Option("--output", "-O", help="file to write, '-' for stdout")
+    ] = "-",
+    side_stores: SideStores = True,
+    option: Options = None,
+) -> int:
+    """Write sessions as JSON lines (one item per line) to a file or stdout (reads only)."""
+    options = _parse_options(option)
+
+    async def go(out: Any) -> Any:
+        from ..migrate import export_store
+
+        return await export_store(
+            url, out, session_ids=session_ids or None, prefix=prefix, options=options,
+            side_stores=side_stores,
+        )
+
+    if output == "-":
+        report = _run(go(sys.stdout))
+    else:
+        try:
+            out = open(output, "w", encoding="utf-8")
+        except OSError as exc:
+            _fail(f"cannot write {output}: {exc.strerror or exc}")
+        with out:
+            report = _run(go(out))
+    _console(stderr=True).print(
+        f"exported {report.sessions} session(s), {report.side_stores} side store(s), "
+        f"{report.items} item(s)"
+    )
+    return 0
+
+
+# -- writing commands --------------------------------------------------------------------------
+
+
+def _progress() -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    console = _console(stderr=True)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    )
+
+
+@app.command("import")
+def import_sessions(
+    url: Url,
+    file: Annotated[str, typer.Argument(help="an export file, '-' for stdin")],
+    replace: Annotated[
+        bool, typer.Option(help="overwrite sessions that hold other items")
+    ] = False,
+    yes: Yes = False,
+    as_json: Json = False,
+    option: Options = None,
+) -> int:
+    """Write the sessions of an export file into a store (creates what is missing).
+
+    Sessions already imported in full are skipped; one imported in part is completed.
+    """
+    options = _parse_options(option)
+    if replace:
+        _confirm(f"Overwrite sessions in {url} that hold other items?", yes)
+
+    async def go(lines: Any) -> Any:
+        from ..migrate import import_store
+
+        with _progress() as bar:
+            task = bar.add_task("importing", total=None)
+            return await import_store(
+                url, lines, options=options, replace=replace,
+                on_session=lambda sid, n: bar.advance(task),
+            )
+
+    if file == "-":
+        report = _run(go(sys.stdin))
+    else:
+        try:
+            with open(file, encoding="utf-8") as lines:
+                report = _run(go(lines))
+        except OSError as exc:
+            _fail(f"cannot read {file}: {exc.strerror or exc}")
+    return _report(report, "imported", as_json)
+
+
+def _report(report: Any, verb: str, as_json: bool) -> int:
+    if as_json:
+        _print_json(report.as_dict())
+    else:
+        typer.echo(
+            f"{verb} {report.sessions} session(s) and {report.side_stores} side store(s): "
+            f"{report.items} item(s) written, {report.skipped} already complete"
+        )
+    return 0
+
+
+@app.command()
+def copy(
+    src_url: Annotated[str, typer.Argument(help="store to read")],
+    dst_url: Annotated[str, typer.Argument(help="store to write (created when missing)")],
+    session_ids: Ids = None,
+    prefix: Prefix = None,
+    replace: Annotated[
+        bool, typer.Option(help="overwrite destination sessions that hold other items")
+    ] = False,
+    side_stores: SideStores = True,
+    batch: Annotated[int, typer.Option(min=1, help="items per write")] = 500,
+    yes: Yes = False,
+    as_json: Json = False,
+    option: Options = None,
+    src_option: Annotated[
+        list[str] | None,
+        typer.Option("--src-option", metavar="KEY=VALUE", help="option for SRC only"),
+    ] = None,
+    dst_option: Annotated[
+        list[str] | None,
+        typer.Option("--dst-option", metavar="KEY=VALUE", help="option for DST only"),
+    ] = None,
+) -> int:
+    """Copy sessions with their side stores between any two stores (resumable, verified).
+
+    E.g. SQLite to PostgreSQL, or the Agents SDK's layout to this package's (sdk+redis://...).
+
+    Resumable: run it again after an interruption and it completes what is missing; a
+    session already copied is skipped. Each session is verified by its item count.
+    """
+    both = _parse_options(option)
+    src_opts = {**both, **_parse_options(src_option)}
+    dst_opts = {**both, **_parse_options(dst_option)}
+    if replace:
+        _confirm(f"Overwrite sessions in {dst_url} that hold other items?", yes)
+
+    async def go() -> Any:
+        from ..migrate import copy_store
+
+        with _progress() as bar:
+            task = bar.add_task("copying", total=None)
+            return await copy_store(
+                src_url, dst_url, session_ids=session_ids or None, prefix=prefix,
+                src_options=src_opts, dst_options=dst_opts, replace=replace,
+                side_stores=side_stores, batch=batch,
+                plan=lambda ids: bar.update(task, total=len(ids)),
+                on_session=lambda sid, n: bar.advance(task),
+            )
+
+    return _report(_run(go()), "copied", as_json)
+
+
+@app.command()
+def clear(
+    url: Url,
+    session_id: Annotated[str, typer.Argument(help="the session to empty")],
+    yes: Yes = False,
+    as_json: Json = False,
+    option: Options = None,
+) -> int:
+    """Delete every item of one session (its side stores stay; see `delete` to erase all)."""
+    options = _parse_options(option)
+
+    async def go() -> None:
+        from ..migrate import Store
+
+        async with await Store.open(url, options, read_only=True) as store:
+            if store.catalog is not None:
+                await store.catalog.require(session_id)
+            _confirm(f"Delete every item of session {session_id!r}?", yes)
+            session = store.session(session_id)
+            try:
+                await session.clear_session()
+            finally:
+                await session.close()
+
+    _run(go())
+    if as_json:
+        _print_json({"cleared": session_id})
+    else:
+        typer.echo(f"cleared {session_id!r}")
+    return 0
+
+
+@app.command()
+def delete(
+    url: Url,
+    session_ids: Ids = None,
+    prefix: Prefix = None,
+    all_sessions: Annotated[
+        bool, typer.Option("--all", help="delete every session of the store")
+    ] = False,
+    yes: Yes = False,
+    as_json: Json = False,
+    option: Options = None,
+) -> int:
+    """Erase sessions with everything layers keep for them (a GDPR erase).
+
+    Name the ids, or select them with --prefix, or pass --all.
+    """
+    options = _parse_options(option)
+    if not session_ids and not prefix and not all_sessions:
+        raise typer.BadParameter("name session ids, or pass --prefix or --all")
+
+    async def go() -> int:
+        from ..migrate import Store
+
+        async with await Store.open(url, options, read_only=True) as store:
+            catalog = store.require_catalog()
+            ids = await _ids_or_listed(store, session_ids, prefix)
+            if not ids:
+                return 0
+            _confirm(
+                f"Erase {len(ids)} session(s) and their side stores from {url}?", yes
+            )
+            return await catalog.delete_sessions(ids)
+
+    deleted = _run(go())
+    if as_json:
+        _print_json({"deleted": deleted})
+    else:
+        typer.echo(f"deleted {deleted} session(s) with their side stores")
+    return 0
+
+
+@app.command()
+def purge(
+    url: Url,
+    session_ids: Ids = None,
+    ttl: Annotated[
+        float | None, typer.Option(help="session ttl in seconds, as the app's TTLSession uses")
+    ] = None,
+    absolute: Annotated[
+        bool, typer.Option("--absolute", help="the app uses TTLSession(sliding=False)")
+    ] = False,
+    item_ttl: Annotated[float | None, typer.Option(help="per-item ttl in seconds")] = None,
+    prefix: Prefix = None,
+    keep_empty: Annotated[
+        bool,
+        typer.Option(help="keep sessions the purge emptied (default: erase them, side stores too)"),
+    ] = False,
+    yes: Yes = False,
+    as_json: Json = False,
+    option: Options = None,
+) -> int:
+    """Physically remove expired items of TTLSession-written sessions (all, or those named).
+
+    A session that the purge leaves empty is erased with its side stores.
+    """
+    options = _parse_options(option)
+    if ttl is None and item_ttl is None:
+        raise typer.BadParameter(
+            "purge needs --ttl and/or --item-ttl, the values the app uses", param_hint="--ttl"
+        )
+
+    async def go() -> dict[str, int]:
+        from ..migrate import Store
+        from ..wrappers.ttl import TTLSession
+
+        removed: dict[str, int] = {}
+        async with await Store.open(url, options, read_only=True) as store:
+            ids = await _ids_or_listed(store, session_ids, prefix)
+            _confirm(f"Purge expired items of {len(ids)} session(s) in {url}?", yes)
+            emptied: list[str] = []
+            for sid in ids:
+                inner = store.session(sid)
+                try:
+                    ttl_session = TTLSession(
+                        inner, ttl=ttl, sliding=not absolute, item_ttl=item_ttl
+                    )
+                    removed[sid] = await ttl_session.purge_expired()
+                    if removed[sid] and not await inner.count_items():
+                        emptied.append(sid)
+                finally:
+                    await inner.close()
+            if emptied and not keep_empty and store.catalog is not None:
+                await store.catalog.delete_sessions(emptied)
+        return removed
+
+    removed = _run(go())
+    if as_json:
+        _print_json({"sessions": len(removed), "removed": sum(removed.values()), "by_session": {
+            sid: n for sid, n in removed.items() if n
+        }})
+        return 0
+    for sid, n in removed.items():
+        if n or session_ids:
+            typer.echo(f"{sid}: removed {n} expired item(s)")
+    typer.echo(f"purged {sum(removed.values())} item(s) from {len(removed)} session(s)")
+    return 0
+
+
+@app.command()
+def demo(
+    db: Annotated[
+        str | None, typer.Option(help="SQLite file to use (default: a new temporary file)")
+    ] = None,
+    live: Annotated[bool, typer.Option(help="use a real model (needs OPENAI_API_KEY)")] = False,
+    model: Annotated[str, typer.Option(help="model for --live")] = "gpt-4.1-mini",
+) -> int:
+    """Run a conversation, undo a wrong turn and re-ask (offline unless --live)."""
+    from .demo import run_demo
+
+    return asyncio.run(run_demo(db, live, model, sys.stdout))

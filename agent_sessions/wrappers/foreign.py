@@ -1,0 +1,414 @@
+"""``ForeignSession``: the one adapter that gives a session from outside sequence numbers.
+
+Layers that keep pointers into a history (branching, usage, compaction, TTL boundaries) address
+items by sequence number only. This package's backends assign them; a foreign session (the
+SDK's ``SQLiteSession``, its ``EncryptedSession``, a user's own Session) has only the four
+Session methods, so it enters every such layer through this adapter.
+
+How numbers are kept. A foreign history changes only at its end (``add_items`` appends,
+``pop_item`` removes the newest) or as a whole (``clear_session``), so the numbering is a few
+*runs* ``(first position, first number)``: positions ``1..n`` map to increasing numbers, and a
+pop followed by an add starts a new run above the high-water mark, so a number is never reused.
+The numbering lives in a side store (``derive_sibling_id(id, "seq")``) as an append-only log: each
+mutation first appends one record with the numbering before and after it plus a digest of the
+newest item in both cases, then changes the foreign session. A reader takes the newest record and
+compares the newest foreign item with the two digests to know whether that change happened.
+
+What is guaranteed, with every write going through ForeignSession objects of one process:
+
+- numbers are unique, increase in commit order and are never reused (``clear_session`` may
+  restart them: it drops the log);
+- a crash or cancellation between the record and the foreign change is resolved exactly (when
+  both digests are equal, by counting the foreign items once);
+- writes of several objects in one process are serialised per foreign session.
+
+What is not: several *processes* writing one foreign session through adapters may number items
+differently (nothing in a foreign store can order them; use one of this package's backends for
+that). A change made behind the adapter's back is noticed when it changes the newest item: an
+append is numbered on, anything else renumbers the whole history (pointers that layers kept into
+it then find nothing). A foreign session whose reads leave stored items out (expiry, such as the
+SDK's ``EncryptedSession``'s ttl, or unreadable items) cannot be numbered by position: the adapter
+refuses the first kind; put expiry above it instead (``TTLSession(ForeignSession(...))``).
+
+Costs: a numbered write adds one small record write and two one-row reads; ranged reads read the
+foreign items from the first one wanted to the newest (the Session API has no other way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+import uuid
+import weakref
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agents.memory import Session
+
+from ..core.base import BaseSession
+from ..core.capabilities import SupportsSiblings
+from ..core.codec import encode_batch
+from ..core.ids import derive_sibling_id
+from .base import SessionWrapper
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+
+SiblingFactory = Callable[[str], Session]
+"""Opens a session of the same store for a derived id (for sessions without ``sibling()``)."""
+
+NUMBERING_TYPE = "agent_sessions.numbering"
+ALL_ITEMS = 2**62
+"""A limit above any history: a full read whatever ``session_settings.limit`` says."""
+
+
+def is_sequenced(session: Session) -> bool:
+    """Whether ``session`` offers sequence numbers (its own ``add_sequenced_items``,
+    ``get_sequenced_items`` and ``count_items``). Our backends always do, our wrappers when
+    their inner does, so it is checked per object."""
+    if isinstance(session, BaseSession):
+        return True
+    # Each method must be the session's own: a proxy forwarding unknown attributes (the SDK's
+    # EncryptedSession) would otherwise hand out its inner session's rows, untransformed.
+    return all(
+        getattr(getattr(session, name, None), "__self__", None) is session
+        for name in ("add_sequenced_items", "get_sequenced_items", "count_items")
+    )
+
+
+def expiring_layer(session: Session) -> object | None:
+    """Return the first layer of ``session``'s stack (following ``.inner``) whose items vanish
+    from reads on their own, or None: ours say so with ``expires_items``; the SDK's
+    EncryptedSession always has a ttl (Fernet's, 600 s by default)."""
+    try:
+        from agents.extensions.memory.encrypt_session import EncryptedSession as SDKEncrypted
+    except ImportError:  # pragma: no cover - the SDK's extra needs cryptography
+        sdk_encrypted: tuple[type, ...] = ()
+    else:
+        sdk_encrypted = (SDKEncrypted,)
+    layer: object = session
+    seen: set[int] = set()
+    while layer is not None and id(layer) not in seen:
+        own = getattr(layer, "__dict__", {}).get("expires_items", False)  # set per instance
+        if getattr(type(layer), "expires_items", False) or own or isinstance(layer, sdk_encrypted):
+            return layer
+        seen.add(id(layer))
+        layer = getattr(layer, "inner", None)
+    return None
+
+
+def sequenced(
+    session: Session, sibling_factory: SiblingFactory | None = None, *, wrapper: str = "a layer"
+) -> Session:
+    """Return ``session`` when it offers sequence numbers, else ``ForeignSession`` over it.
+
+    Raises:
+        TypeError: ``session`` is foreign and no side store can be opened for its numbering.
+        ValueError: ``session`` is foreign and its items expire on their own.
+    """
+    if is_sequenced(session):
+        return session
+    return ForeignSession(session, sibling_factory=sibling_factory, wrapper=wrapper)
+
+
+def _digest(item: Any) -> str | None:
+    if item is None:
+        return None
+    text = json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+@dataclass
+class Numbering:
+    """Sequence numbers of positions ``1..n``: ``runs`` of (first position, first number)."""
+
+    n: int = 0
+    high: int = 0
+    runs: list[tuple[int, int]] = field(default_factory=list)
+
+    def seq_at(self, position: int) -> int:
+        first_pos, first_seq = self.runs[bisect_right(self.runs, (position, 2**63)) - 1]
+        return first_seq + position - first_pos
+
+    def below(self, bound: int) -> int:
+        """How many items have a number below ``bound``."""
+        count = 0
+        for index, (first_pos, first_seq) in enumerate(self.runs):
+            end = self.runs[index + 1][0] if index + 1 < len(self.runs) else self.n + 1
+            if bound <= first_seq:
+                break
+            count += min(end - first_pos, bound - first_seq)
+        return count
+
+    def added(self, k: int) -> list[int]:
+        if k and not (self.n and self.seq_at(self.n) == self.high):
+            self.runs.append((self.n + 1, self.high + 1))
+        seqs = list(range(self.high + 1, self.high + k + 1))
+        self.n += k
+        self.high += k
+        return seqs
+
+    def truncated(self, n: int) -> Numbering:
+        return Numbering(n, self.high, [run for run in self.runs if run[0] <= n])
+
+    def renumbered(self, n: int) -> Numbering:
+        """Every one of ``n`` items gets a fresh number."""
+        return Numbering(n, self.high + n, [(1, self.high + 1)] if n else [])
+
+    def copy(self) -> Numbering:
+        return Numbering(self.n, self.high, list(self.runs))
+
+    def to_json(self) -> list[Any]:
+        return [self.n, self.high, [list(run) for run in self.runs]]
+
+    @classmethod
+    def from_json(cls, value: Any) -> Numbering:
+        n, high, runs = value
+        return cls(int(n), int(high), [(int(p), int(s)) for p, s in runs])
+
+
+_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, ...], asyncio.Lock]]
+_LOCKS = weakref.WeakKeyDictionary()
+
+
+def _store_key(session: Session) -> tuple[str, ...]:
+    kind = type(session)
+    where = getattr(session, "db_path", None) or getattr(
+        getattr(session, "inner", None), "db_path", ""
+    )
+    return (f"{kind.__module__}.{kind.__qualname__}", str(where), session.session_id)
+
+
+class ForeignSession(SessionWrapper):
+    """A foreign session with sequence numbers (see the module docstring for the guarantees).
+
+    Args:
+        inner: any Session whose reads return every stored item (no expiry of its own).
+        sibling_factory: opens a session of the same store for a derived id; needed when
+            ``inner`` has no ``sibling()`` (e.g. ``lambda sid: SQLiteSession(sid, db_path)``).
+            It also opens this session's numbering log and, for layers above, side stores
+            (each of them wrapped in a ForeignSession in turn).
+
+    Raises:
+        TypeError: no side store can be opened (pass ``sibling_factory``).
+        ValueError: ``inner``'s items expire on their own.
+    """
+
+    def __init__(
+        self,
+        inner: Session,
+        *,
+        sibling_factory: SiblingFactory | None = None,
+        wrapper: str = "ForeignSession",
+    ) -> None:
+        super().__init__(inner)
+        layer = expiring_layer(inner)
+        if layer is not None:
+            raise ValueError(
+                f"{wrapper} over {inner!r} is not supported: that session has no sequence "
+                f"numbers of its own, and the {type(layer).__name__} in it removes old items "
+                "from reads as they expire, which shifts every position. Put the expiring "
+                "layer over one of agent_sessions' backends, or over ForeignSession(session)"
+            )
+        if sibling_factory is not None and not callable(sibling_factory):
+            raise TypeError(f"{wrapper}: sibling_factory must be callable, got {sibling_factory!r}")
+        if sibling_factory is None and isinstance(inner, SupportsSiblings):
+            sibling_factory = inner.sibling
+        if sibling_factory is None:
+            raise TypeError(
+                f"{wrapper} keeps side data (item numbering, branches, records) in the same "
+                f"store as the session, but a {type(inner).__name__} cannot open other "
+                "sessions; pass sibling_factory=, e.g. "
+                "sibling_factory=lambda sid: SQLiteSession(sid, db_path)"
+            )
+        self._factory: SiblingFactory = sibling_factory
+        self.sibling = self._foreign_sibling
+        self._log = sibling_factory(derive_sibling_id(self.session_id, "seq"))
+        self._key = _store_key(inner)
+        self._resolved: tuple[Any, Numbering] | None = None
+        self._newest: str | None = None
+
+    def _foreign_sibling(self, session_id: str) -> Session:
+        return ForeignSession(self._factory(session_id), sibling_factory=self._factory)
+
+    def _lock(self) -> asyncio.Lock:
+        locks = _LOCKS.setdefault(asyncio.get_running_loop(), {})
+        lock = locks.get(self._key)
+        if lock is None:
+            lock = locks[self._key] = asyncio.Lock()
+        return lock
+
+    # -- the numbering -------------------------------------------------------------------------
+
+    async def _count(self) -> list[Any]:
+        return list(await self.inner.get_items(ALL_ITEMS))
+
+    async def _numbering(self) -> Numbering:
+        """The numbering of the foreign items as they are now (lock held); also remembers
+        the newest item's digest in ``self._newest``."""
+        records: list[Any] = list(await self._log.get_items(1))
+        newest = await self.inner.get_items(1)
+        digest = self._newest = _digest(newest[-1]) if newest else None
+        record = records[-1] if records else None
+        if (
+            not isinstance(record, dict)
+            or record.get("type") != NUMBERING_TYPE
+            or not isinstance(record.get("after"), list)
+        ):
+            if not newest:
+                return Numbering()
+            adopted = Numbering().renumbered(len(await self._count()))  # an existing history
+            await self._record(adopted, adopted, digest, digest)
+            return adopted
+        key = (record.get("id"), digest)
+        if self._resolved is not None and self._resolved[0] == key:
+            return self._resolved[1].copy()
+        after = Numbering.from_json(record["after"])
+        before = Numbering.from_json(record["before"])
+        candidates = [
+            state for state, last in ((after, record.get("last")), (before, record.get("was")))
+            if last == digest
+        ]
+        if len(candidates) == 1 or (candidates and after.n == before.n):
+            state = candidates[0]
+            state.high = max(after.high, before.high)
+        else:
+            state = await self._recount(after, before, record.get("last"))
+            state.high = max(after.high, before.high, state.high)
+            # Numbers handed out from now on must survive: record what was counted.
+            await self._record(state, state, digest, digest)
+            key = (None, digest)
+        self._resolved = (key, state.copy())
+        return state
+
+    async def _recount(self, after: Numbering, before: Numbering, last: Any) -> Numbering:
+        """Resolve the numbering by counting the foreign items (after an ambiguous or a
+        foreign change)."""
+        items = await self._count()
+        m = len(items)
+        for state in (after, before):
+            if state.n == m:
+                return state
+        top = after if after.n >= before.n else before
+        if m > after.n and (after.n == 0 or _digest(items[after.n - 1]) == last):
+            extended = after.copy()
+            extended.added(m - after.n)  # appended behind the adapter: numbered on
+            return extended
+        return top.renumbered(m)  # anything else: fresh numbers for all
+
+    async def _record(self, before: Numbering, after: Numbering, was: Any, last: Any) -> None:
+        await self._log.add_items(
+            [
+                {  # type: ignore[list-item]
+                    "type": NUMBERING_TYPE,
+                    "id": uuid.uuid4().hex,
+                    "before": before.to_json(),
+                    "after": after.to_json(),
+                    "was": was,
+                    "last": last,
+                }
+            ]
+        )
+
+    # -- the Session API -----------------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """Return the foreign session's items, as it does."""
+        limit = self.resolve_limit(limit)
+        if limit is not None and limit <= 0:
+            return []
+        return await self.inner.get_items(limit)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` as one batch, numbering them."""
+        await self.add_sequenced_items(items)
+
+    async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
+        """Append ``items`` as one batch; return their sequence numbers.
+
+        Raises:
+            InvalidItemError: an item is not a JSON object (nothing is written).
+        """
+        encode_batch(items)
+        if not items:
+            return []
+        async with self._lock():
+            before = await self._numbering()
+            after = before.copy()
+            seqs = after.added(len(items))
+            await self._record(before, after, self._newest, _digest(items[-1]))
+            await self.inner.add_items(items)
+            return seqs
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest item, or None."""
+        async with self._lock():
+            before = await self._numbering()
+            if not before.n:
+                return await self.inner.pop_item()  # nothing numbered; let it say so
+            newest = await self.inner.get_items(2)
+            after = before.truncated(before.n - 1)
+            was = _digest(newest[-1]) if newest else None
+            last = _digest(newest[-2]) if len(newest) > 1 else None
+            await self._record(before, after, was, last)
+            return await self.inner.pop_item()
+
+    async def clear_session(self) -> None:
+        """Delete every item and the numbering (numbers may restart afterwards)."""
+        async with self._lock():
+            before = await self._numbering()
+            await self._record(before, Numbering(0, before.high), self._newest, None)
+            await self.inner.clear_session()
+            await self._log.clear_session()
+            self._resolved = None
+
+    async def get_sequenced_items(
+        self, limit: int | None = None, *, after: int | None = None, before: int | None = None
+    ) -> list[tuple[int, TResponseInputItem]]:
+        """Return ``(seq, item)`` with after < seq < before, the latest ``limit``, oldest
+        first. Reads the foreign items from the first one returned to the newest."""
+        if limit is not None and limit <= 0:
+            return []
+        async with self._lock():
+            for _ in range(3):
+                state = await self._numbering()
+                lo = 0 if after is None else state.below(after + 1)
+                hi = state.n if before is None else state.below(before)
+                if limit is not None:
+                    lo = max(lo, hi - limit)
+                if hi <= lo:
+                    return []
+                items = await self.inner.get_items(state.n - lo)
+                if len(items) == state.n - lo:
+                    return [
+                        (state.seq_at(lo + 1 + i), items[i]) for i in range(hi - lo)
+                    ]
+                self._resolved = None  # the foreign session changed under us: number again
+            raise RuntimeError(
+                f"the foreign session {self.session_id!r} kept changing while being read, or "
+                "its reads leave stored items out; ForeignSession cannot number it"
+            )
+
+    async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
+        """Return how many items have after < seq < before."""
+        async with self._lock():
+            state = await self._numbering()
+        lo = 0 if after is None else state.below(after + 1)
+        hi = state.n if before is None else state.below(before)
+        return max(0, hi - lo)
+
+    async def _close_inner(self) -> None:
+        """Close the numbering log, then the foreign session."""
+        close = getattr(self._log, "close", None)
+        if close is not None:
+            result = close()
+            if inspect.isawaitable(result):
+                await result
+        await super()._close_inner()
+
+
+__all__ = ["ForeignSession", "SiblingFactory", "expiring_layer", "is_sequenced", "sequenced"]

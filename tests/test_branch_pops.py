@@ -1,0 +1,152 @@
+"""Defect 3 of issue 12: objects popping inherited items of one branch each get a different item.
+
+A pop of an item a branch inherits moves the branch's fork point down by appending a lineage
+record to the branch log; two objects doing that at once used to both succeed and return the same
+item. A move now applies only to the lineage it was computed from (first in log order wins).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing as mp
+import os
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from agents.memory import Session
+
+from agent_sessions import AdvancedSession, BranchingSession, SQLiteSession
+from agent_sessions.testing.helpers import item_text
+from tests.servers import POSTGRES_URL, REDIS_URL, drop_redis_keys, require_server
+
+TURNS = 6  # the branch forks at the last turn: it inherits 2 * (TURNS - 1) items
+PREFIX = f"pops{uuid.uuid4().hex[:8]}"
+REDIS_PREFIX, SQL_PREFIX = PREFIX, f"{PREFIX}_"
+INHERITED = [f"{kind}{i}" for i in range(1, TURNS) for kind in ("q", "r")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_leftovers_at_end() -> Iterator[None]:
+    """Remove this module's tables and keys (clear_session keeps branch names reserved)."""
+    yield
+    with contextlib.suppress(Exception):  # a server that was down has nothing to drop
+        asyncio.run(_drop_tables())
+    with contextlib.suppress(Exception):
+        asyncio.run(drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*"))
+
+
+async def _drop_tables() -> None:
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(POSTGRES_URL)
+    try:
+        async with engine.begin() as conn:
+            for table in ("sessions", "messages", "schema"):
+                await conn.execute(text(f"DROP TABLE IF EXISTS {SQL_PREFIX}{table}"))
+    finally:
+        await engine.dispose()
+
+
+def _turns(n: int) -> list[Any]:
+    out: list[Any] = []
+    for i in range(1, n + 1):
+        out += [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"r{i}"}]
+    return out
+
+
+def _opener(backend: str, tmp: str) -> Callable[[str], Awaitable[Session]]:
+    async def open_inner(sid: str) -> Session:
+        if backend == "sqlite":
+            return SQLiteSession(sid, os.path.join(tmp, "pops.db"))
+        if backend == "redis":
+            require_server("Redis", "127.0.0.1", 6379)
+            from agent_sessions import RedisSession
+
+            return RedisSession.from_url(sid, url=REDIS_URL, key_prefix=REDIS_PREFIX)
+        require_server("PostgreSQL", "127.0.0.1", 5432)
+        from agent_sessions import SQLAlchemySession
+
+        return SQLAlchemySession.from_url(sid, url=POSTGRES_URL, table_prefix=SQL_PREFIX)
+
+    return open_inner
+
+
+async def _fork(open_inner: Callable[[str], Awaitable[Session]], sid: str) -> None:
+    s = AdvancedSession(await open_inner(sid))
+    await s.add_items(_turns(TURNS))
+    await s.create_branch_from_turn(TURNS, "alt")
+    await s.close()
+
+
+@pytest.mark.parametrize("layer", [BranchingSession, AdvancedSession])
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "postgres"])
+@pytest.mark.asyncio
+async def test_objects_popping_inherited_items_get_each_item_once(
+    backend: str, layer: type[BranchingSession], tmp_path: Any
+) -> None:
+    open_inner = _opener(backend, str(tmp_path))
+    sid = f"pops-{uuid.uuid4().hex[:10]}"
+    await _fork(open_inner, sid)
+    objects = [layer(await open_inner(sid)) for _ in range(3)]
+
+    async def drain(s: BranchingSession) -> list[str]:
+        popped = []
+        while (item := await s.pop_item()) is not None:
+            popped.append(item_text(item))
+        return popped
+
+    results = await asyncio.gather(*(drain(s) for s in objects))
+    popped = [text for result in results for text in result]
+    assert sorted(popped) == sorted(INHERITED), "an item was popped twice or not at all"
+    for result in results:  # each object saw the branch newest first
+        assert result == sorted(result, key=INHERITED.index, reverse=True)
+    assert await objects[0].get_items() == []
+    assert len(await objects[0].get_items(branch_id="main")) == 2 * TURNS, "main lost items"
+    await objects[0].clear_session()
+    for s in objects:
+        await s.close()
+
+
+async def _drain_in_process(sid: str, prefix: str) -> list[str]:
+    from agent_sessions import SQLAlchemySession
+
+    s = AdvancedSession(SQLAlchemySession.from_url(sid, url=POSTGRES_URL, table_prefix=prefix))
+    try:
+        popped = []
+        while (item := await s.pop_item()) is not None:
+            popped.append(item_text(item))
+        return popped
+    finally:
+        await s.close()
+
+
+def _worker(sid: str, prefix: str, start: Any, out: Any) -> None:
+    start.wait(60)
+    try:
+        out.put(asyncio.run(_drain_in_process(sid, prefix)))
+    except BaseException as exc:  # report to the parent instead of dying silently
+        out.put(f"error: {type(exc).__name__}: {exc}")
+
+
+def test_processes_popping_inherited_items_on_postgres_get_each_item_once() -> None:
+    require_server("PostgreSQL", "127.0.0.1", 5432)
+    sid = f"pops-mp-{uuid.uuid4().hex[:10]}"
+    asyncio.run(_fork(_opener("postgres", tempfile.gettempdir()), sid))
+    ctx = mp.get_context("spawn")
+    start, out = ctx.Event(), ctx.Queue()
+    # Two processes: each spends seconds importing the SDK, and one pair already raced every run.
+    procs = [ctx.Process(target=_worker, args=(sid, SQL_PREFIX, start, out)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    start.set()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(30)
+    assert not [r for r in results if isinstance(r, str)], results
+    popped = [text for result in results for text in result]
+    assert sorted(popped) == sorted(INHERITED), "an item was popped twice or not at all"

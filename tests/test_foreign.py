@@ -1,0 +1,159 @@
+"""The SDK's own SQLiteSession passes the core tier; ForeignSession over it passes every tier and
+keeps its numbering exact through crashes, other objects and changes behind its back."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents.memory import Session
+from agents.memory import SQLiteSession as SDKSQLiteSession
+
+from agent_sessions import InMemorySession, TTLSession
+from agent_sessions.core.ids import derive_sibling_id
+from agent_sessions.testing import CoreConformance, SessionConformanceSuite
+from agent_sessions.testing.helpers import item_text, texts
+from agent_sessions.wrappers.foreign import ForeignSession, Numbering, sequenced
+
+_DIR = tempfile.mkdtemp(prefix="agent-sessions-foreign-")
+_DB = os.path.join(_DIR, "sdk.db")
+
+
+def msg(text: str) -> Any:
+    return {"role": "user", "content": text}
+
+
+class TestSDKSQLiteSessionPassesTheCoreTier(CoreConformance):
+    async def create_session(self, session_id: str) -> Session:
+        return SDKSQLiteSession(session_id, _DB)
+
+
+class TestForeignSessionOverTheSDKPassesEveryTier(SessionConformanceSuite):
+    concurrent_tasks = 50  # the SDK's SQLiteSession writes from a thread, one at a time
+
+    async def create_session(self, session_id: str) -> Session:
+        return ForeignSession(
+            SDKSQLiteSession(session_id, _DB),
+            sibling_factory=lambda sid: SDKSQLiteSession(sid, _DB),
+        )
+
+
+def _foreign(path: Path, sid: str | None = None) -> ForeignSession:
+    db = str(path / "f.db")
+    return ForeignSession(
+        SDKSQLiteSession(sid or f"f-{uuid.uuid4().hex[:8]}", db),
+        sibling_factory=lambda i: SDKSQLiteSession(i, db),
+    )
+
+
+def _pairs(rows: list[tuple[int, Any]]) -> list[tuple[int, str]]:
+    return [(seq, item_text(item)) for seq, item in rows]
+
+
+def test_numbering_runs_map_positions_and_bounds() -> None:
+    n = Numbering()
+    assert n.added(3) == [1, 2, 3]
+    n = n.truncated(2)  # popped 3
+    assert n.added(2) == [4, 5]
+    assert [n.seq_at(p) for p in range(1, 5)] == [1, 2, 4, 5]
+    assert [n.below(b) for b in (1, 2, 3, 4, 5, 6)] == [0, 1, 2, 2, 3, 4]
+    assert Numbering.from_json(n.to_json()) == n
+    assert n.renumbered(4).runs == [(1, 6)]
+
+
+@pytest.mark.asyncio
+async def test_an_existing_sdk_history_is_adopted_in_order(tmp_path: Path) -> None:
+    db = str(tmp_path / "f.db")
+    raw = SDKSQLiteSession("old", db)
+    await raw.add_items([msg("a"), msg("b")])
+    s = _foreign(tmp_path, "old")
+    assert _pairs(await s.get_sequenced_items()) == [(1, "a"), (2, "b")]
+    assert await s.add_sequenced_items([msg("c")]) == [3]
+    assert texts(await raw.get_items()) == ["a", "b", "c"], "the SDK's rows stay plain items"
+    raw.close()
+    await s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_write_that_never_reached_the_store_is_not_numbered(tmp_path: Path) -> None:
+    s = _foreign(tmp_path)
+    await s.add_items([msg("a")])
+
+    async def crash(items: Any) -> None:  # the process died after the numbering record
+        raise ConnectionError("gone")
+
+    inner: Any = s.inner
+    add = inner.add_items
+    inner.add_items = crash
+    with pytest.raises(ConnectionError):
+        await s.add_items([msg("lost")])
+    inner.add_items = add
+    assert _pairs(await _foreign(tmp_path, s.session_id).get_sequenced_items()) == [(1, "a")]
+    assert await s.add_sequenced_items([msg("b")]) == [3], "numbers are not reused"
+    await s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_crash_between_equal_items_is_resolved_by_counting(tmp_path: Path) -> None:
+    s = _foreign(tmp_path)
+    await s.add_items([msg("same")])
+    inner: Any = s.inner
+    add = inner.add_items
+
+    async def crash(items: Any) -> None:
+        raise ConnectionError("gone")
+
+    inner.add_items = crash
+    with pytest.raises(ConnectionError):
+        await s.add_items([msg("same")])  # newest digest equal before and after
+    inner.add_items = add
+    fresh = _foreign(tmp_path, s.session_id)
+    assert _pairs(await fresh.get_sequenced_items()) == [(1, "same")]
+    await s.add_items([msg("same")])
+    assert _pairs(await fresh.get_sequenced_items()) == [(1, "same"), (3, "same")]
+    await s.close()
+    await fresh.close()
+
+
+@pytest.mark.asyncio
+async def test_changes_behind_its_back_are_noticed(tmp_path: Path) -> None:
+    s = _foreign(tmp_path)
+    await s.add_items([msg("a"), msg("b")])
+    raw = SDKSQLiteSession(s.session_id, str(tmp_path / "f.db"))
+    await raw.add_items([msg("c")])  # an append: numbered on
+    assert _pairs(await s.get_sequenced_items()) == [(1, "a"), (2, "b"), (3, "c")]
+    await raw.pop_item()
+    await raw.pop_item()  # a pop: the whole history gets fresh numbers
+    rows = await s.get_sequenced_items()
+    assert [item_text(i) for _, i in rows] == ["a"] and rows[0][0] > 3
+    assert (await s.add_sequenced_items([msg("d")]))[0] > rows[0][0]
+    raw.close()
+    await s.close()
+
+
+@pytest.mark.asyncio
+async def test_clear_drops_the_numbering_log(tmp_path: Path) -> None:
+    s = _foreign(tmp_path)
+    await s.add_items([msg("a")])
+    log = SDKSQLiteSession(derive_sibling_id(s.session_id, "seq"), str(tmp_path / "f.db"))
+    assert len(await log.get_items()) == 1
+    await s.clear_session()
+    assert await log.get_items() == [] and await s.get_sequenced_items() == []
+    log.close()
+    await s.close()
+
+
+def test_expiring_or_unopenable_foreign_sessions_are_refused(tmp_path: Path) -> None:
+    db = str(tmp_path / "f.db")
+    sdk = SDKSQLiteSession("x", db)
+    with pytest.raises(TypeError, match="sibling_factory"):
+        ForeignSession(sdk)
+    with pytest.raises(ValueError, match="TTLSession in it removes old items"):
+        ForeignSession(TTLSession(sdk, ttl=60), sibling_factory=lambda i: SDKSQLiteSession(i, db))
+    ours = InMemorySession("y")
+    assert sequenced(ours) is ours, "a session with numbers of its own is used as it is"
+    sdk.close()
