@@ -56,11 +56,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from .wrappers.branching import BranchingSession as BranchingSession
     from .wrappers.compaction import CompactionSession as CompactionSession
     from .wrappers.encrypted import EncryptedSession as EncryptedSession
-    from .wrappers.ttl import TTLSession as TTLSession
-    from .wrappers.usage import UsageTrackingSession as UsageTrackingSession
     from .wrappers.resilient import CircuitBreaker as CircuitBreaker
     from .wrappers.resilient import ResilientSession as ResilientSession
     from .wrappers.resilient import RetryPolicy as RetryPolicy
+    from .wrappers.ttl import TTLSession as TTLSession
+    from .wrappers.usage import UsageTrackingSession as UsageTrackingSession
     from .wrappers.window import MicroCompaction as MicroCompaction
     from .wrappers.window import WindowSession as WindowSession
     from .wrappers.window import window_input_callback as window_input_callback

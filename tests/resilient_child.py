@@ -31,7 +31,7 @@ class PauseAfter:
         self.pause_after -= 1
         if self.pause_after == 0:
             print("APPLIED", flush=True)
-            time.sleep(3600)  # blocks the event loop: nothing else runs until the kill
+            time.sleep(3600)  # noqa: ASYNC251 - blocks the loop on purpose: nothing runs until the kill
 
     async def pop_item(self) -> Any:
         return await self.inner.pop_item()

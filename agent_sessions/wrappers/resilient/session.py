@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from ...core.base import BaseSession
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ...errors import BackendUnavailableError
-from .._branch_store import is_sequenced
 from ..base import SessionWrapper, check_max_item_bytes
+from ..foreign import is_sequenced
 from .markers import batch_of, new_batch_id, stamp, strip, strip_all
 from .policy import BreakerState, CircuitBreaker, RetryPolicy
 from .spool import Spool, SpooledBatch
