@@ -28,6 +28,7 @@ from agents.memory.session_settings import coerce_session_settings
 
 from ..core.capabilities import SupportsRangeDelete, SupportsSiblings
 from ..core.ids import derive_sibling_id
+from ..core.options import explicit_options
 from ..errors import SessionClosedError
 from ._branch_store import read_rows
 from ._compaction_boundary import choose_cut
@@ -117,6 +118,7 @@ class CompactionSession(SessionABC):
         session_settings: SDK settings of this view (default: the inner session's).
     """
 
+    @explicit_options
     def __init__(
         self,
         inner: Session,

@@ -30,7 +30,9 @@ from agents.memory import OpenAIResponsesCompactionSession, Session
 from ..core import capabilities
 from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
-from ..errors import DecryptionError, MissingDependencyError
+from ..core.extras import missing
+from ..core.options import explicit_options
+from ..errors import DecryptionError
 from ._sdk_calls import call_with_wrapper
 from .base import SessionWrapper, check_max_item_bytes
 from .foreign import is_sequenced
@@ -43,10 +45,7 @@ try:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise MissingDependencyError(
-        "EncryptedSession needs the 'cryptography' package: "
-        "pip install 'agent-sessions[encryption]'"
-    ) from exc
+    raise missing("EncryptedSession", "encryption", exc) from exc
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -212,6 +211,7 @@ class EncryptedSession(SessionWrapper):
     count_items: Callable[..., Awaitable[int]]
     delete_items: Callable[..., Awaitable[int]]
 
+    @explicit_options
     def __init__(
         self,
         inner: Session | str | None = None,
