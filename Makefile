@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench test-window-long
+.PHONY: install services test lint demo bench smoke-core test-window-long faults
 
 install: $(VENV)/.installed
 
@@ -31,6 +31,16 @@ bench: install services
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/run.py $(if $(QUICK),--quick,)
 
+# A core-only install (no extras) in a fresh venv: import, open_session, demo, extra hints.
+smoke-core:
+	PYTHON=$(PYTHON) bash scripts/smoke-core.sh
+
 # Long property runs of the window layer (CI runs a few examples per backend).
 test-window-long: install services
 	WINDOW_EXAMPLES=300 $(PY) -m pytest tests/test_window.py -q
+
+# Fault-injection soak: the CI fault suite with FAULT_SCALE times the rounds (kill -9, random
+# cancellation, connection termination, Redis outages, SQLite threads x loops). FAULT_SEED=n
+# replays a run.
+faults: install services
+	FAULT_SCALE=$(or $(FAULT_SCALE),10) $(PY) -m pytest tests/test_faults.py tests/test_sql_faults.py -q
