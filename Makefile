@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench smoke-core test-window-long faults
+.PHONY: install services test lint demo bench smoke-core test-window-long faults props
 
 install: $(VENV)/.installed
 
@@ -38,6 +38,11 @@ smoke-core:
 # Long property runs of the window layer (CI runs a few examples per backend).
 test-window-long: install services
 	WINDOW_EXAMPLES=300 $(PY) -m pytest tests/test_window.py -q
+
+# Long stateful property run: every stack over every backend, 120 examples of 40 steps each
+# (CI runs 3 examples of 10 steps over memory, SQLite and Redis).
+props: install services
+	AGENT_SESSIONS_PROPS=long $(PY) -m pytest tests/test_properties.py -q
 
 # Fault-injection soak: the CI fault suite with FAULT_SCALE times the rounds (kill -9, random
 # cancellation, connection termination, Redis outages, SQLite threads x loops). FAULT_SEED=n
