@@ -408,7 +408,7 @@ async def test_runner_does_not_see_expired_history() -> None:
 
 
 @pytest.mark.asyncio
-async def test_sliding_expiry_counts_from_the_newest_remaining_item_after_a_pop() -> None:
+async def test_sliding_expiry_counts_from_the_familys_last_write_even_after_a_pop() -> None:
     clock = FakeClock()
     s = TTLSession(InMemorySession(sid(), store=InMemoryStore()), 60, clock=clock)
     await s.add_items([msg("a")])
@@ -416,6 +416,8 @@ async def test_sliding_expiry_counts_from_the_newest_remaining_item_after_a_pop(
     await s.add_items([msg("b")])
     clock.advance(50)
     assert item_text(await s.pop_item()) == "b"
+    assert [item_text(i) for i in await s.get_items()] == ["a"], "last write at 50: alive"
+    clock.advance(11)
     assert await s.get_items() == [], "documented: a pop does not extend the session"
 
 

@@ -38,8 +38,17 @@ class NativeExpiryMemorySession(InMemorySession):
     def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
         self.native_ttl = ttl_seconds
 
+    async def refresh_expiry(self) -> None:
+        if self.native_ttl is not None:
+            self.deadline = self.clock() + self.native_ttl
+
     def _member_options(self) -> dict[str, Any]:
         return {**super()._member_options(), "clock": self.clock}
+
+    def sibling(self, session_id: str) -> NativeExpiryMemorySession:
+        member = super().sibling(session_id)
+        member.native_ttl = self.native_ttl  # native expiry applies to the whole family
+        return member
 
     async def _append(self, payloads: list[str]) -> list[int]:
         seqs = await super()._append(payloads)

@@ -209,3 +209,12 @@ end
 return replaced
 """
 )
+
+# KEYS: items, meta. ARGV[1]: expiry in ms. Sets both keys (those that exist) to expire then.
+TOUCH = Script(
+    """
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+return 1
+"""
+)

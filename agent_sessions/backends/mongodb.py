@@ -425,6 +425,19 @@ class MongoDBSession(BaseSession):
             return {"$unset": {"expires_at": ""}}, {"expires_at": {"$exists": True}}
         return {}, {}
 
+    async def refresh_expiry(self) -> None:
+        """Extend the expiry of this session's documents as a write would, without writing
+        (NATIVE_EXPIRY: keeps a family's quiet members alive)."""
+        self._check_open()
+        expiry, stale = self._expiry()
+        if not expiry:
+            return
+        await self._ensure_indexes()
+        async with _translated("refreshing expiry"):
+            await self._messages.update_many({"session_id": self.session_id, **stale}, expiry)
+            await self._refresh_counter(expiry)
+        self._expiry_done(expiry)
+
     def _expiry_done(self, expiry: dict[str, Any]) -> None:
         if "$unset" in expiry:
             self._unset_expiry = False

@@ -52,6 +52,7 @@ from ._redis_layout import (
     META_TYPE,
     POP,
     REWRITE,
+    TOUCH,
     check_key_prefix,
     session_keys,
 )
@@ -303,6 +304,15 @@ class RedisSession(BaseSession):
         if not 0.001 <= ttl_seconds <= 10**12:
             raise ValueError(f"ttl must be between 0.001 and 1e12 seconds, got {ttl_seconds!r}")
         self.ttl, self._ttl_ms = ttl_seconds, str(round(ttl_seconds * 1000))
+
+    async def refresh_expiry(self) -> None:
+        """Set this session's keys to expire ``ttl`` from now, as a write would, without
+        writing (NATIVE_EXPIRY: keeps a family's quiet members alive); no-op without ttl."""
+        self._check_open()
+        if self.ttl is None:
+            return
+        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        await self._call(lambda: TOUCH(client, keys, ttl))
 
     # -- public helpers ----------------------------------------------------------------------
 

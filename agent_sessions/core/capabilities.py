@@ -106,6 +106,11 @@ class SupportsNativeExpiry(Protocol):
         ``None`` stops setting expiry. Takes effect at the next write."""
         ...
 
+    async def refresh_expiry(self) -> None:
+        """Set this session's stored data to expire the sliding ttl from now, as a write
+        would, without writing (keeps a family's quiet members alive)."""
+        ...
+
 
 @runtime_checkable
 class SupportsRewrite(Protocol):

@@ -3,7 +3,8 @@
 ``RewriteConformance``: ``rewrite_items`` replaces payloads by sequence number, atomically,
 validated like ``add_items``. ``FamilyConformance``: side stores never take the user's settings,
 key rotation rewrites every member in place (so compaction views and branches survive it and the
-old key can be dropped), and an interrupted rotation followed by a clear resurrects nothing.
+old key can be dropped), an interrupted rotation followed by a clear resurrects nothing, and a
+sliding TTL keeps (and ends) the whole family together.
 Both skip sessions that do not declare the capabilities. The family tests stack this package's
 layers over the session under test and need the ``encryption`` extra.
 """
@@ -25,6 +26,16 @@ from .helpers import texts
 
 _OLD_KEY = "an old passphrase for the family conformance tier, long and random enough"
 _NEW_KEY = "a new passphrase for the family conformance tier, long and random enough too"
+
+
+class _Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1_764_700_000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def _needs(session: Session, *capabilities: Capability) -> None:
@@ -168,6 +179,57 @@ class FamilyConformance(ConformanceBase):
             await ring.rotate()
             assert await ring.get_items() == [], f"cancelled after {steps} steps"
             assert await s.count_items() == 0, "nothing may come back from a backup"
+
+    @pytest.mark.asyncio
+    async def test_a_sliding_ttl_keeps_the_whole_family_alive(
+        self, new_session: SessionFactory
+    ) -> None:
+        from ..wrappers.advanced import AdvancedSession
+        from ..wrappers.compaction import CompactionSession
+        from ..wrappers.ttl import TTLSession
+
+        s: Any = await new_session()
+        _needs(s, Capability.FAMILY, Capability.SEQUENCED)
+        clock = _Clock()
+
+        def stack(inner: Session) -> AdvancedSession:
+            return AdvancedSession(TTLSession(inner, ttl=2, sliding=True, clock=clock))
+
+        branching = stack(s)
+        await branching.add_items(
+            [_msg("q1"), _msg("a1", "assistant"), _msg("q2"), _msg("a2", "assistant")]
+        )
+        await branching.create_branch_from_turn(2, "alt")
+        own = []
+        for step in range(7):  # a write to the branch every 0.5 s for 3.5 s
+            clock.now += 0.5
+            own.append(f"b{step}")
+            await branching.add_items([_msg(own[-1])])
+        assert texts(await branching.get_items()) == ["q1", "a1", *own], "parent turns kept"
+        fresh = await self.create_session(s.session_id)
+        try:
+            again = stack(fresh)
+            assert {b["branch_id"] for b in await again.list_branches()} == {"main", "alt"}
+            assert texts(await again.get_items()) == ["q1", "a1", *own]
+            clock.now += 2.5  # no write anywhere for longer than ttl: the family is dead
+            assert await again.get_items() == []
+            assert [b["branch_id"] for b in await again.list_branches()] == ["main"]
+        finally:
+            await close_quietly(fresh)
+
+        other: Any = await new_session("compacted")
+        compacting = CompactionSession(
+            TTLSession(other, ttl=2, sliding=True, clock=clock), keep_last=2
+        )
+        await compacting.add_items([_msg(f"m{i}") for i in range(6)])
+        assert await compacting.compact(force=True) is not None
+        view = await compacting.get_items()
+        for step in range(7):
+            clock.now += 0.5
+            await compacting.add_items([_msg(f"n{step}")])
+        now_view = await compacting.get_items()
+        assert now_view[: len(view)] == view, "the summary stays; the originals stay archived"
+        assert texts(now_view[len(view) :]) == [f"n{i}" for i in range(7)]
 
     async def _rotate(self, session_id: str) -> None:
         from ..wrappers.encrypted import EncryptedSession

@@ -53,14 +53,17 @@ class Boundary:
 
     # -- answering -----------------------------------------------------------------------------
 
-    def newest_dead(self, now: float) -> int:
-        """The sequence number of the newest dead item at ``now`` (0: none is dead).
+    def newest_dead(self, now: float, cut: float | None = None) -> int:
+        """The sequence number of the newest dead item at ``now`` (0: none is dead); items
+        written before ``cut`` (when given) count as dead too.
 
         Dead items stay dead, so they are folded into ``floor`` and forgotten: the tracker
         holds only items that are still alive."""
         if not self.seqs:
             return self.floor
         best = -1
+        if cut is not None:
+            best = bisect_left(self._tmin, cut) - 1
         if self.ttl is not None and self.sliding and now - self.ts[-1] > self.ttl:
             best = len(self.seqs) - 1
         if self.item_ttl is not None:

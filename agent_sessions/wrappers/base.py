@@ -73,6 +73,14 @@ class SessionWrapper(SessionABC):
             )
         return self.inner
 
+    def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
+        """Forward native expiry to the inner session (NATIVE_EXPIRY, when passed on)."""
+        self._inner(Capability.NATIVE_EXPIRY).set_sliding_ttl(ttl_seconds)
+
+    async def refresh_expiry(self) -> None:
+        """Forward to the inner session (NATIVE_EXPIRY, when passed on)."""
+        await self._inner(Capability.NATIVE_EXPIRY).refresh_expiry()
+
     # -- the family ------------------------------------------------------------------------------
 
     def side_store(self, purpose: str) -> Session:

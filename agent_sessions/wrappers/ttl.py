@@ -35,8 +35,10 @@ from agents.memory import Session
 
 from ..core.capabilities import Capability, supports
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
+from ..core.family import REGISTRY, member_purposes, side_store
 from ..core.options import explicit_options
 from ._ttl_boundary import Boundary, newest_dead_by_scan
+from ._ttl_family import PURPOSE, Lifecycle, State
 from .base import SessionWrapper, check_max_item_bytes
 
 if TYPE_CHECKING:
@@ -45,6 +47,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("agent_sessions")
 
 TTL_TYPE = "agent_sessions.ttl"
+_ALL = 2**62
+"""A sequence number above any: everything at or below it is dead."""
 ENVELOPE_OVERHEAD = 128
 """Bytes an envelope adds around an item's JSON, at most (type, two timestamps, braces)."""
 
@@ -118,6 +122,7 @@ class TTLSession(SessionWrapper):
         clock: Callable[[], float] = time.time,
         clock_skew: float = 5.0,
         max_item_bytes: int | None = None,
+        _lifecycle: Lifecycle | None = None,
     ) -> None:
         super().__init__(inner)
         self.ttl = seconds(ttl, "ttl")
@@ -139,9 +144,17 @@ class TTLSession(SessionWrapper):
                 else DEFAULT_MAX_ITEM_BYTES
             )
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
+        # With a family, session expiry is the family's (see _ttl_family); a member made by
+        # wrap_member shares its owner's lifecycle.
+        self._family_expiry = self.ttl is not None and (
+            _lifecycle is not None or supports(inner, Capability.FAMILY)
+        )
+        self._life = _lifecycle
+        self._owner = _lifecycle is None
+        self._state: State | None = None
         self._boundary = Boundary(
-            ttl=self.ttl, sliding=self.sliding, item_ttl=self.item_ttl,
-            dead=self._dead, time=_time,
+            ttl=None if self._family_expiry else self.ttl, sliding=self.sliding,
+            item_ttl=self.item_ttl, dead=self._dead, time=_time,
         )
         self._boundary_lock = asyncio.Lock()
         if supports(inner, Capability.NATIVE_EXPIRY):
@@ -151,7 +164,8 @@ class TTLSession(SessionWrapper):
 
 
     def wrap_member(self, member: Session) -> TTLSession:
-        """Return a TTLSession with this one's settings over the side store ``member``."""
+        """Return a TTLSession over the side store ``member`` with this one's settings and
+        this family's lifecycle: a write to any member keeps the whole family alive."""
         return TTLSession(
             member,
             self.ttl,
@@ -159,7 +173,33 @@ class TTLSession(SessionWrapper):
             item_ttl=self.item_ttl,
             clock=self.clock,
             clock_skew=self.clock_skew,
+            _lifecycle=self._lifecycle() if self._family_expiry else None,
         )
+
+    def _lifecycle(self) -> Lifecycle:
+        if self._life is None:
+            assert self.ttl is not None
+            native = supports(self.inner, Capability.NATIVE_EXPIRY)
+            self._life = Lifecycle(
+                side_store(self.inner, PURPOSE),
+                ttl=self.ttl,
+                sliding=self.sliding,
+                refresh=self._refresh_family_expiry if native else None,
+            )
+        return self._life
+
+    async def _refresh_family_expiry(self) -> None:
+        """Push native expiry to every member: the store must not remove a side store that
+        was not written lately while the family lives."""
+        members = [self.inner, side_store(self.inner, REGISTRY)]
+        members += [side_store(self.inner, p) for p in await member_purposes(self.inner)]
+        for member in members:
+            await member.refresh_expiry()  # type: ignore[attr-defined]
+
+    async def _sync(self) -> None:
+        """Read the family's lifecycle state before a read (family expiry only)."""
+        if self._family_expiry:
+            self._state = await self._lifecycle().read()
 
     # -- expiry rules --------------------------------------------------------------------------
 
@@ -173,6 +213,9 @@ class TTLSession(SessionWrapper):
             return True
         if self.ttl is None:
             return False
+        if self._family_expiry:
+            state = self._state
+            return state is None or t < state.c or self._lifecycle().dead(state, now, margin)
         if self.sliding:
             return newer_t - t > self.ttl + margin
         c = _time(envelope, "c")
@@ -195,6 +238,7 @@ class TTLSession(SessionWrapper):
         limit = self.resolve_limit(limit)
         if limit is not None and limit <= 0:
             return []
+        await self._sync()
         envelopes: list[Any] = await self.inner.get_items(limit)
         start = self._visible_from(envelopes, self.clock())
         return [envelope["item"] for envelope in envelopes[start:]]
@@ -215,7 +259,9 @@ class TTLSession(SessionWrapper):
             return []
         now = self.clock()
         stamp: dict[str, Any] = {"type": TTL_TYPE, "t": now}
-        if self.ttl is not None and not self.sliding:
+        if self._family_expiry:
+            self._state = await self._lifecycle().touch(now)
+        elif self.ttl is not None and not self.sliding:
             stamp["c"] = await self._lifetime_start(now)
         return [{**stamp, "item": item} for item in items]
 
@@ -229,9 +275,13 @@ class TTLSession(SessionWrapper):
 
     async def _newest_dead(self) -> int:
         async with self._boundary_lock:
+            await self._sync()
             now = self.clock()
+            state = self._state
+            if self._family_expiry and (state is None or self._lifecycle().dead(state, now)):
+                return _ALL
             await self._boundary.refresh(self.inner, now)
-            return self._boundary.newest_dead(now)
+            return self._boundary.newest_dead(now, state.c if state is not None else None)
 
     async def get_sequenced_items(
         self, limit: int | None = None, *, after: int | None = None, before: int | None = None
@@ -301,6 +351,7 @@ class TTLSession(SessionWrapper):
         envelope: Any = await self.inner.pop_item()
         if envelope is None:
             return None
+        await self._sync()
         now = self.clock()
         if self._dead(envelope, now, now):
             return None
@@ -339,14 +390,27 @@ class TTLSession(SessionWrapper):
                 "expired items stay stored (they are never returned); wrap one of "
                 "agent_sessions' backends to have them removed"
             )
+        await self._sync()
         now = self.clock()
+        purged = 0
+        if self._family_expiry and self._owner:
+            for purpose in await member_purposes(self.inner):
+                if purpose != PURPOSE:
+                    member = self.side_store(purpose)
+                    assert isinstance(member, TTLSession)
+                    purged += await member.purge_expired()
         dead, _ = await newest_dead_by_scan(
             inner,
             lambda envelope, newer_t: self._dead(envelope, newer_t, now, self.clock_skew),
             now,
             keep_live=False,
         )
-        return await inner.delete_items(before=dead + 1) if dead else 0
+        if dead:
+            purged += await inner.delete_items(before=dead + 1)
+        if self._family_expiry and self._owner:
+            if self._lifecycle().dead(self._state, now, self.clock_skew):
+                await self._lifecycle().forget()
+        return purged
 
 
 __all__ = ["TTL_TYPE", "TTLSession"]
