@@ -6,12 +6,13 @@ summary could expire while the originals it hides came back. So a ``TTLSession``
 session has a family keeps, in the family's ``"ttl"`` side store, records of the family's
 writes::
 
-    {"t": <time of the write>, "c": <start of the family's current lifetime>}
+    {"t": <time of the write>, "c": <start of the current lifetime>, "d": <end of the last one>}
 
 Every write to any member appends one (before the items it stamps), so a write anywhere keeps
 the whole family alive (sliding) and a write into a dead family starts a new lifetime. Every
 member reads the newest record: the family is dead once ``ttl`` passed since ``t`` (sliding) or
-since ``c`` (absolute), and an item stamped before ``c`` belongs to an earlier lifetime.
+since ``c`` (absolute), and an item stamped before ``d`` belongs to an earlier lifetime.
+``d`` is computed from the dead record, so writers racing to start a new lifetime agree on it.
 ``item_ttl`` stays per item. Over a store with native expiry, the family's writes also refresh
 the expiry of every member at least every ``ttl / 2``, so no member is removed by the store
 while the family lives.
@@ -37,10 +38,12 @@ _TRIM_EVERY = 16
 
 @dataclass(frozen=True)
 class State:
-    """The family's newest write and the start of its current lifetime."""
+    """The family's newest write, the start of its current lifetime and the end of the
+    previous one."""
 
     t: float
     c: float
+    d: float
 
 
 class Lifecycle:
@@ -76,8 +79,13 @@ class Lifecycle:
     async def touch(self, now: float) -> State:
         """Record a write at ``now``; return the family's state including it."""
         state = await self.read()
-        c = now if self.dead(state, now) or state is None else state.c
-        record: Any = {"t": now, "c": c}
+        if state is None:
+            c, d = now, 0.0
+        elif self.dead(state, now):
+            c, d = now, (state.t if self.sliding else state.c) + self.ttl
+        else:
+            c, d = state.c, state.d
+        record: Any = {"t": now, "c": c, "d": d}
         if supports(self.store, Capability.SEQUENCED):
             seq = (await self.store.add_sequenced_items([record]))[0]  # type: ignore[attr-defined]
             if seq % _TRIM_EVERY == 0 and supports(self.store, Capability.RANGE_DELETE):
@@ -90,19 +98,15 @@ class Lifecycle:
             async with self._lock:
                 self._refreshed = now
                 await self._refresh()
-        return State(now, c)
-
-    async def forget(self) -> None:
-        """Delete the records (the family is dead beyond every margin)."""
-        await self.store.clear_session()
+        return State(now, c, d)
 
 
 def _state(record: Any) -> State | None:
     if not isinstance(record, dict):
         return None
-    t, c = record.get("t"), record.get("c")
-    if isinstance(t, (int, float)) and isinstance(c, (int, float)):
-        return State(float(t), float(c))
+    t, c, d = record.get("t"), record.get("c"), record.get("d")
+    if all(isinstance(v, (int, float)) for v in (t, c, d)):
+        return State(float(t), float(c), float(d))  # type: ignore[arg-type]
     return None
 
 

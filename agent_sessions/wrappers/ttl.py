@@ -215,7 +215,7 @@ class TTLSession(SessionWrapper):
             return False
         if self._family_expiry:
             state = self._state
-            return state is None or t < state.c or self._lifecycle().dead(state, now, margin)
+            return state is None or t < state.d or self._lifecycle().dead(state, now, margin)
         if self.sliding:
             return newer_t - t > self.ttl + margin
         c = _time(envelope, "c")
@@ -281,7 +281,7 @@ class TTLSession(SessionWrapper):
             if self._family_expiry and (state is None or self._lifecycle().dead(state, now)):
                 return _ALL
             await self._boundary.refresh(self.inner, now)
-            return self._boundary.newest_dead(now, state.c if state is not None else None)
+            return self._boundary.newest_dead(now, state.d if state is not None else None)
 
     async def get_sequenced_items(
         self, limit: int | None = None, *, after: int | None = None, before: int | None = None
@@ -407,9 +407,6 @@ class TTLSession(SessionWrapper):
         )
         if dead:
             purged += await inner.delete_items(before=dead + 1)
-        if self._family_expiry and self._owner:
-            if self._lifecycle().dead(self._state, now, self.clock_skew):
-                await self._lifecycle().forget()
         return purged
 
 
