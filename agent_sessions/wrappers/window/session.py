@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.memory import Session
 
-_MIN_PAGE = 16
+_FIRST_PAGE = 64
+"""Items read first when no earlier read of this object taught a better size."""
 _RETRIES = 5
 
 
@@ -70,7 +71,7 @@ class WindowSession(SessionWrapper):
         self.reserve_tokens = reserve_tokens
         self.tokens = ItemTokens(token_estimator)
         self._sequenced = is_sequenced(inner)
-        self._page = _MIN_PAGE
+        self._page = _FIRST_PAGE
 
     # -- the Session API ---------------------------------------------------------------------
 
@@ -156,6 +157,7 @@ class WindowSession(SessionWrapper):
             )
             if start is not None:
                 view = shown[start:]
-                # The next read likely needs about as much: one page then.
-                self._page = max(_MIN_PAGE, len(view) + len(view) // 4 + 8)
+                # The next read likely needs about as much (plus the item before it): one
+                # page then; a longer next turn costs a second, doubled page.
+                self._page = len(view) + len(view) // 8 + 2
                 return list(summary) + view
