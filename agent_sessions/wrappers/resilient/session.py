@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -48,6 +49,20 @@ class ResilienceStatus:
     spooled_items: int
     breaker: BreakerState
     last_error: str | None
+
+
+if sys.version_info >= (3, 11):
+
+    async def _bounded(awaitable: Awaitable[T], deadline: float) -> T:
+        """Await ``awaitable``, cancelling it at the loop time ``deadline`` (no extra task)."""
+        async with asyncio.timeout_at(deadline):
+            return await awaitable
+
+else:  # pragma: no cover - Python 3.10
+
+    async def _bounded(awaitable: Awaitable[T], deadline: float) -> T:
+        remaining = max(0.0, deadline - asyncio.get_running_loop().time())
+        return await asyncio.wait_for(awaitable, remaining)
 
 
 class _Down(Exception):
@@ -339,7 +354,7 @@ class ResilientSession(SessionWrapper):
         backoffs = self.retry.backoffs() if retry and state == "closed" else iter(())
         while True:
             try:
-                result = await asyncio.wait_for(op(), max(0.0, deadline - loop.time()))
+                result = await _bounded(op(), deadline)
             except (BackendUnavailableError, asyncio.TimeoutError) as exc:
                 self._last_error = f"{type(exc).__name__}: {exc}" if str(exc) else repr(exc)
                 delay = next(backoffs, None)

@@ -141,14 +141,15 @@ class WindowSession(SessionWrapper):
             page_shown = self._shown(page, users)
             users += sum(1 for item in page if is_user_message(item))
             shown = page_shown + shown
-            counts = await self.tokens.counts(page_shown) + counts
+            if self.budget.max_tokens is not None:
+                counts = await self.tokens.counts(page_shown) + counts
+            else:  # only turns bound the window: no tokens to count
+                counts = [0] * len(page_shown) + counts
             reserved = self.reserve_tokens
             summary = pages.summary
-            if summary:
+            if summary and self.budget.max_tokens is not None:
                 summary_tokens = sum(await self.tokens.counts(summary))
-                if self.budget.max_tokens is None or (
-                    reserved + summary_tokens <= self.budget.max_tokens
-                ):
+                if reserved + summary_tokens <= self.budget.max_tokens:
                     reserved += summary_tokens
                 else:
                     summary = []
