@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ...core.base import BaseSession
+from ...core.capabilities import Capability, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ...errors import BackendUnavailableError
 from ..base import SessionWrapper, check_max_item_bytes
-from ..foreign import is_sequenced
 from .markers import batch_of, new_batch_id, stamp, strip, strip_all
 from .policy import BreakerState, CircuitBreaker, RetryPolicy
 from .spool import Spool, SpooledBatch
@@ -125,7 +125,7 @@ class ResilientSession(SessionWrapper):
         self.retry = retry if retry is not None else RetryPolicy()
         self.breaker = breaker if breaker is not None else CircuitBreaker()
         self.mirror_items = mirror_items
-        self._sequenced = is_sequenced(inner)
+        self._sequenced = supports(inner, Capability.SEQUENCED)
         self._anchor: str | None = None
         self._spooled: int | None = None
         self._state: State = "healthy"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ...core.capabilities import Capability, supports
 from .._compaction_tokens import TokenEstimator
 from ..base import SessionWrapper
-from ..foreign import is_sequenced
 from .micro import MicroCompaction
 from .pages import HistoryChanged, Pages, PositionalPages, SequencedPages
 from .plan import WindowBudget, is_user_message, plan_start, turn_ages
@@ -70,7 +70,7 @@ class WindowSession(SessionWrapper):
         self.micro_compaction = micro_compaction
         self.reserve_tokens = reserve_tokens
         self.tokens = ItemTokens(token_estimator)
-        self._sequenced = is_sequenced(inner)
+        self._sequenced = supports(inner, Capability.SEQUENCED)
         self._page = _FIRST_PAGE
 
     # -- the Session API ---------------------------------------------------------------------
