@@ -95,30 +95,31 @@ def _state(page: Path) -> PageState:
     return state
 
 
-def _obey(marker: str | None) -> None:
+def _obey(block: Block) -> None:
+    marker = block.marker
     if marker is None:
         return
     kind, _, arg = marker.partition(":")
     kind, arg = kind.strip(), arg.strip()
     if kind == "skip":
         assert arg, "a docs-test skip marker needs a reason: <!-- docs-test: skip: why -->"
-        pytest.skip(arg)
+        pytest.skip(f"{block.id}: {arg}")
     assert kind == "needs", f"unknown docs-test marker {marker!r}"
     if arg in _SERVERS:
         require_server(arg, "127.0.0.1", _SERVERS[arg])
     elif arg == "mongodb":
         if not os.environ.get("AGENT_SESSIONS_MONGODB_URL"):
-            pytest.skip("needs a MongoDB server (set AGENT_SESSIONS_MONGODB_URL)")
+            pytest.skip(f"{block.id}: needs a MongoDB server (set AGENT_SESSIONS_MONGODB_URL)")
     elif arg == "openai":
         if not os.environ.get("OPENAI_API_KEY"):
-            pytest.skip("needs a live model (set OPENAI_API_KEY)")
+            pytest.skip(f"{block.id}: needs a live model (set OPENAI_API_KEY)")
     else:
         raise AssertionError(f"unknown docs-test requirement {arg!r}")
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
 def test_docs_block_runs(block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
-    _obey(block.marker)
+    _obey(block)
     state = _state(block.page)
     monkeypatch.chdir(state.cwd)
     code = compile(
