@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench smoke-core docs test-window-long faults
+.PHONY: install services test lint demo bench smoke-core docs test-window-long test-resilient-long faults props
 
 install: $(VENV)/.installed
 
@@ -44,8 +44,17 @@ smoke-core:
 test-window-long: install services
 	WINDOW_EXAMPLES=300 $(PY) -m pytest tests/test_window.py -q
 
+# Long stateful property run: every stack over every backend, 120 examples of 40 steps each
+# (CI runs 3 examples of 10 steps over memory, SQLite and Redis).
+props: install services
+	AGENT_SESSIONS_PROPS=long $(PY) -m pytest tests/test_properties.py -q
+
 # Fault-injection soak: the CI fault suite with FAULT_SCALE times the rounds (kill -9, random
 # cancellation, connection termination, Redis outages, SQLite threads x loops). FAULT_SEED=n
 # replays a run.
 faults: install services
 	FAULT_SCALE=$(or $(FAULT_SCALE),10) $(PY) -m pytest tests/test_faults.py tests/test_sql_faults.py -q
+
+# Long runs of the resilient layer: more random fault sequences, more kill -9 rounds.
+test-resilient-long: install services
+	RESILIENT_EXAMPLES=500 RESILIENT_KILLS=4 $(PY) -m pytest tests/test_resilient.py tests/test_resilient_faults.py -q

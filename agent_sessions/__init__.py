@@ -49,6 +49,9 @@ _LAZY = {
     "WindowSession": "agent_sessions.wrappers.window",
     "MicroCompaction": "agent_sessions.wrappers.window",
     "window_input_callback": "agent_sessions.wrappers.window",
+    "ResilientSession": "agent_sessions.wrappers.resilient",
+    "RetryPolicy": "agent_sessions.wrappers.resilient",
+    "CircuitBreaker": "agent_sessions.wrappers.resilient",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,6 +64,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .wrappers.branching import BranchingSession as BranchingSession
     from .wrappers.compaction import CompactionSession as CompactionSession
     from .wrappers.encrypted import EncryptedSession as EncryptedSession
+    from .wrappers.resilient import CircuitBreaker as CircuitBreaker
+    from .wrappers.resilient import ResilientSession as ResilientSession
+    from .wrappers.resilient import RetryPolicy as RetryPolicy
     from .wrappers.ttl import TTLSession as TTLSession
     from .wrappers.usage import UsageTrackingSession as UsageTrackingSession
     from .wrappers.window import MicroCompaction as MicroCompaction
