@@ -31,6 +31,7 @@ from hypothesis.stateful import (
 )
 
 from agent_sessions import BranchingSession, CompactionSession, EncryptedSession
+from agent_sessions.core.capabilities import Capability, supports
 from agent_sessions.errors import BranchError
 from tests import matrix
 from tests.matrix import (
@@ -210,6 +211,12 @@ class StackMachine(RuleBasedStateMachine):
         self.reopen()
         layer = _encryption_layer(self.session)
         assert layer is not None
+        if not supports(layer, Capability.REWRITE):  # over ForeignSession: refused, untouched
+            with pytest.raises(NotImplementedError, match="REWRITE"):
+                self.run(layer.rotate())
+            del KEYRING[new]
+            self.reopen()
+            return
         self.run(layer.rotate())  # re-encrypts the whole family in place
         for old in [k for k in KEYRING if k != new]:
             del KEYRING[old]  # the old keys are gone: everything must still read
