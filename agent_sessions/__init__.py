@@ -29,10 +29,12 @@ _LAZY = {
     "InMemorySession": "agent_sessions.backends.memory",
     "InMemoryStore": "agent_sessions.backends.memory",
     "SQLiteSession": "agent_sessions.backends.sqlite",
+    "Capability": "agent_sessions.core.capabilities",
+    "capabilities_of": "agent_sessions.core.capabilities",
+    "supports": "agent_sessions.core.capabilities",
     "SupportsNativeExpiry": "agent_sessions.core.capabilities",
     "SupportsRangeDelete": "agent_sessions.core.capabilities",
     "SupportsSequencedItems": "agent_sessions.core.capabilities",
-    "SupportsSiblings": "agent_sessions.core.capabilities",
     "open_session": "agent_sessions.core.registry",
     "register_scheme": "agent_sessions.core.registry",
     "registered_schemes": "agent_sessions.core.registry",
@@ -79,10 +81,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .backends.memory import InMemoryStore as InMemoryStore
     from .backends.sqlite import SQLiteSession as SQLiteSession
     from .core.base import BaseSession as BaseSession
+    from .core.capabilities import Capability as Capability
     from .core.capabilities import SupportsNativeExpiry as SupportsNativeExpiry
     from .core.capabilities import SupportsRangeDelete as SupportsRangeDelete
     from .core.capabilities import SupportsSequencedItems as SupportsSequencedItems
-    from .core.capabilities import SupportsSiblings as SupportsSiblings
+    from .core.capabilities import capabilities_of as capabilities_of
+    from .core.capabilities import supports as supports
     from .core.registry import open_session as open_session
     from .core.registry import register_scheme as register_scheme
     from .core.registry import registered_schemes as registered_schemes

@@ -220,3 +220,38 @@ async def test_catalog_pages_match_a_sorted_reference(name: str) -> None:
                 await session.close()
 
     await asyncio.to_thread(check)
+
+
+@pytest.mark.asyncio
+async def test_erase_takes_every_family_member_a_layer_wrote(backend: Backend) -> None:
+    """A real layer's side stores, and (once core.family keeps one) the family registry, are
+    members; after the erase no member is left and nothing else is touched."""
+    import importlib.util
+
+    sid = f"fam{uuid.uuid4().hex[:8]}"
+    inner = await backend.open(sid)
+    neighbour = await backend.open(f"{sid}-neighbour")
+    branching = BranchingSession(inner)
+    try:
+        await neighbour.add_items([_msg("stays")])
+        await branching.add_items([_msg("q1"), {"role": "assistant", "content": "a1"}])
+        await branching.add_items([_msg("q2")])
+        await branching.create_branch_from_turn(2)
+        catalog = SessionCatalog(inner)  # type: ignore[arg-type]
+        members = await catalog.family(sid)
+        assert derive_sibling_id(sid, "branches") in members
+        if importlib.util.find_spec("agent_sessions.core.family") is not None:
+            assert derive_sibling_id(sid, "family") in members  # the registry itself
+        assert [i.session_id async for i in catalog.iter_sessions(prefix=sid)] == [
+            sid, f"{sid}-neighbour"
+        ]
+        assert await catalog.delete_sessions([sid]) == 1
+        assert await catalog.family(sid) == []
+        for member in members:
+            assert await catalog.get(member) is None
+        assert await neighbour.get_items() == [_msg("stays")]
+        await catalog.delete_sessions([f"{sid}-neighbour"])
+    finally:
+        await branching.close()
+        await inner.close()  # type: ignore[attr-defined]
+        await neighbour.close()  # type: ignore[attr-defined]

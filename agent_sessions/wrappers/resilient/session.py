@@ -419,17 +419,17 @@ class ResilientSession(SessionWrapper):
             self._lock, self._lock_loop = asyncio.Lock(), loop
         return self._lock
 
-    def wrap_sibling(self, inner_sibling: Session) -> Session:
+    def wrap_member(self, member: Session) -> Session:
         """Side stores get the same protection, sharing the spool and the breaker."""
         return ResilientSession(
-            inner_sibling, self.spool, retry=self.retry, breaker=self.breaker,
+            member, self.spool, retry=self.retry, breaker=self.breaker,
             mirror_items=self.mirror_items, max_item_bytes=self.max_item_bytes,
         )
 
-    async def _close_inner(self) -> None:
+    async def _release(self) -> None:
         """Close the primary, and the spool when this object opened it."""
         try:
-            await super()._close_inner()
+            await super()._release()
         finally:
             if self._owns_spool:
                 self.spool.close()
