@@ -421,8 +421,8 @@ class SQLAlchemySession(BaseSession):
                 BackendUnavailableError.
             command_timeout: seconds an operation may wait for the server before its
                 connection is given up with BackendUnavailableError (None: no limit).
-            table_prefix, sessions_table, messages_table, session_settings, max_item_bytes,
-                strict: as in the constructor.
+            table_prefix, sessions_table, messages_table: as in the constructor.
+            session_settings, max_item_bytes, strict: as in the constructor.
         """
         if not isinstance(url, str):
             url = str(url)
