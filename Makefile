@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench test-window-long
+.PHONY: install services test lint demo bench sdk-tests test-window-long
 
 install: $(VENV)/.installed
 
@@ -34,3 +34,8 @@ bench: install services
 # Long property runs of the window layer (CI runs a few examples per backend).
 test-window-long: install services
 	WINDOW_EXAMPLES=300 $(PY) -m pytest tests/test_window.py -q
+
+# The SDK's own session test files against our classes, every file on every store (prints a
+# per-file count; also what tests/test_sdk_suite.py runs with AGENT_SESSIONS_SDK_SUITE=full).
+sdk-tests: install services
+	$(PY) -m tests.sdk_compat.run

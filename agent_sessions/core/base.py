@@ -18,6 +18,7 @@ from .closing import Closing
 from .codec import DEFAULT_MAX_ITEM_BYTES, decode_item, encode_batch
 from .ids import validate_session_id
 from .mutation import run_to_completion
+from .sdk_compaction import SDKCompactionHooks
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -39,7 +40,7 @@ def check_before(before: object) -> int:
     return before
 
 
-class BaseSession(SessionABC):
+class BaseSession(SDKCompactionHooks, SessionABC):
     """Common behaviour of this package's backends.
 
     Args:
