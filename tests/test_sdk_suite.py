@@ -46,7 +46,7 @@ def test_sdk_session_tests_pass_with_our_classes(target: str, name: str) -> None
     failures = result.failures()
     assert not failures, (
         f"{len(failures)} SDK tests failed on {target} ({dict(counts)}):\n"
-        + "\n".join(failures)
+        + "\n".join(f"{n}  {result.messages.get(n, '')}" for n in failures)
         + f"\n\n{result.output[-6000:]}"
     )
     assert not result.unused_exclusions, (

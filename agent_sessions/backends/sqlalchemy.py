@@ -603,6 +603,11 @@ class SQLAlchemySession(BaseSession):
                 f"not agent_sessions tables ({exc}); create them with create_tables=True or the "
                 "statements in docs/sqlalchemy.md, or pick another table_prefix"
             )
+        if not isinstance(exc, sa_exc.DBAPIError) and any(
+            "Integrity" in cls.__name__ for cls in type(exc).__mro__
+        ):
+            # The driver's constraint error, as SQLAlchemy (and the SDK's class) raises it.
+            return sa_exc.IntegrityError(None, None, exc)
         return exc
 
     async def _prepare(self, store: _Store) -> None:
@@ -653,6 +658,20 @@ class SQLAlchemySession(BaseSession):
 
         async def op(d: SqlDialect, conn: Any) -> str | None:
             return await d.pop(conn, sid)
+
+        return await self._run(op, write=True)
+
+    async def _replace_rows(
+        self,
+        expected: list[Row] | None,
+        payloads: list[str],
+        prune: Callable[[str], bool] | None,
+    ) -> bool:
+        """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``)."""
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> bool:
+            return await d.replace_rows(conn, sid, expected, payloads, prune)
 
         return await self._run(op, write=True)
 

@@ -219,7 +219,8 @@ class BaseSession(SDKCompactionHooks, SessionABC):
     def _check_open(self) -> None:
         if self._closed:
             raise SessionClosedError(
-                f"{type(self).__name__} {self.session_id!r} is closed; open a new session"
+                f"{type(self).__name__} is closed (session {self.session_id!r}); open a new "
+                "session"
             )
 
     async def _mutate(self, awaitable: Any) -> Any:

@@ -76,11 +76,11 @@ class SDKCompactionHooks:
     async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
         """The SDK's hook: replace the whole history by ``items`` in one transaction; False
         when this backend cannot (the SDK then clears and adds)."""
+        session: Any = self
+        payloads = encode_batch(items, session.max_item_bytes)  # a bad batch raises first
         if not self._replaces_rows():
             return False
-        session: Any = self
         session._check_open()
-        payloads = encode_batch(items, session.max_item_bytes)
         return bool(await session._mutate(self._replace_rows(None, payloads, None)))
 
 

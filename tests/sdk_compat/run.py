@@ -61,6 +61,7 @@ class Result:
     file: str
     target: str
     outcomes: dict[str, str]
+    messages: dict[str, str]
     unused_exclusions: list[str]
     not_swapped: list[str]
     output: str
@@ -96,8 +97,8 @@ def run_sdk_file(name: str, target: str, *, extra: list[str] | None = None) -> R
             raise RuntimeError(f"the SDK test run wrote no report:\n{done.stdout}\n{done.stderr}")
         data = json.loads(report.read_text())
     return Result(
-        name, target, data["outcomes"], data["unused_exclusions"], data["not_swapped"],
-        done.stdout + done.stderr,
+        name, target, data["outcomes"], data["messages"], data["unused_exclusions"],
+        data["not_swapped"], done.stdout + done.stderr,
     )
 
 
@@ -118,7 +119,7 @@ def main(argv: list[str]) -> int:
                 f"skipped={counts['skipped']}"
             )
             for nodeid in result.failures():
-                print(f"    FAIL {nodeid.split('::', 1)[1]}")
+                print(f"    FAIL {nodeid.split('::', 1)[1]}  {result.messages.get(nodeid, '')}")
             for key in result.unused_exclusions:
                 print(f"    UNUSED EXCLUSION {key}")
             if verbose:

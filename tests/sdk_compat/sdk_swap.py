@@ -94,6 +94,7 @@ _MISSING = swap_classes()
 # -- exclusions and the outcome report ----------------------------------------------------------
 
 _outcomes: dict[str, str] = {}
+_messages: dict[str, str] = {}
 _used: set[str] = set()
 
 
@@ -129,6 +130,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
             outcome = "excluded" if str(reason).startswith("Skipped: excluded:") else "skipped"
         _outcomes[report.nodeid] = outcome
+        crash = getattr(report.longrepr, "reprcrash", None)
+        if outcome in ("failed", "error") and crash is not None:
+            _messages[report.nodeid] = f"{os.path.basename(crash.path)}:{crash.lineno}: " + (
+                crash.message.splitlines()[0][:200] if crash.message else ""
+            )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -146,6 +152,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             {
                 "target": TARGET,
                 "outcomes": _outcomes,
+                "messages": _messages,
                 "unused_exclusions": sorted(keys - _used),
                 "not_swapped": _MISSING,
             },
