@@ -330,6 +330,8 @@ class SQLAlchemySession(BaseSession):
         table_prefix: prefix of the table names ``{prefix}sessions``, ``{prefix}messages``
             and ``{prefix}schema``; letters, digits and underscores only.
         sessions_table, messages_table: override single table names (the SDK's arguments).
+        ensure_ascii: the SDK's argument, accepted and kept as ``ensure_ascii``: items are
+            stored as UTF-8 JSON either way (what reads return is the same).
         **options: ``session_settings``, ``max_item_bytes``, ``strict`` (see BaseSession).
 
     Raises:
@@ -346,10 +348,12 @@ class SQLAlchemySession(BaseSession):
         table_prefix: str = "agent_sessions_",
         sessions_table: str | None = None,
         messages_table: str | None = None,
+        ensure_ascii: bool = True,
         _shared: _SharedEngine | None = None,
         **options: Any,
     ) -> None:
         super().__init__(session_id, **options)
+        self.ensure_ascii = ensure_ascii
         self._tables = Tables.build(table_prefix, sessions_table, messages_table)
         self.table_prefix = table_prefix
         self._create_tables = bool(create_tables)

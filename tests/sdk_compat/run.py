@@ -87,7 +87,8 @@ def run_sdk_file(name: str, target: str, *, extra: list[str] | None = None) -> R
         }
         command = [
             sys.executable, "-m", "pytest", "-p", "sdk_swap", "-c", str(tree / "pyproject.toml"),
-            "--rootdir", str(tree), "-q", "-p", "no:cacheprovider", "--timeout", "30",
+            "--rootdir", str(tree), "-q", "-p", "no:cacheprovider",
+            "--timeout", os.environ.get("AGENT_SESSIONS_SDK_TIMEOUT", "30"),
             "-o", "addopts=", str(path), *(extra or []),
         ]
         done = subprocess.run(

@@ -103,8 +103,10 @@ def _exclusion(nodeid: str) -> tuple[str, str] | None:
     ``file::test[param]``; a key without a parameter covers every parametrisation)."""
     path, _, name = nodeid.partition("::")
     key = f"{os.path.basename(path)}::{name}"
-    for table in (exclusions.BY_TARGET.get(TARGET, {}), exclusions.EXCLUDED):
-        for candidate in (key, key.split("[", 1)[0]):
+    file_key = f"{os.path.basename(path)}::*"
+    tables = (exclusions.BY_TARGET.get(TARGET, {}), exclusions.EXCLUDED, exclusions.DIFFERENCES)
+    for table in tables:
+        for candidate in (key, key.split("[", 1)[0], file_key):
             if candidate in table:
                 return candidate, table[candidate]
     return None
@@ -143,7 +145,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     files = {os.path.basename(str(arg).split("::")[0]) for arg in session.config.args}
     keys = {
         key
-        for table in (exclusions.EXCLUDED, exclusions.BY_TARGET.get(TARGET, {}))
+        for table in (
+            exclusions.EXCLUDED, exclusions.DIFFERENCES, exclusions.BY_TARGET.get(TARGET, {})
+        )
         for key in table
         if key.split("::")[0] in files
     }
