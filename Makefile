@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench sdk-tests test-window-long
+.PHONY: install services test lint demo bench smoke-core test-window-long faults props sdk-tests
 
 install: $(VENV)/.installed
 
@@ -31,6 +31,10 @@ bench: install services
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/run.py $(if $(QUICK),--quick,)
 
+# A core-only install (no extras) in a fresh venv: import, open_session, demo, extra hints.
+smoke-core:
+	PYTHON=$(PYTHON) bash scripts/smoke-core.sh
+
 # Long property runs of the window layer (CI runs a few examples per backend).
 test-window-long: install services
 	WINDOW_EXAMPLES=300 $(PY) -m pytest tests/test_window.py -q
@@ -39,3 +43,14 @@ test-window-long: install services
 # per-file count; also what tests/test_sdk_suite.py runs with AGENT_SESSIONS_SDK_SUITE=full).
 sdk-tests: install services
 	$(PY) -m tests.sdk_compat.run
+
+# Long stateful property run: every stack over every backend, 120 examples of 40 steps each
+# (CI runs 3 examples of 10 steps over memory, SQLite and Redis).
+props: install services
+	AGENT_SESSIONS_PROPS=long $(PY) -m pytest tests/test_properties.py -q
+
+# Fault-injection soak: the CI fault suite with FAULT_SCALE times the rounds (kill -9, random
+# cancellation, connection termination, Redis outages, SQLite threads x loops). FAULT_SEED=n
+# replays a run.
+faults: install services
+	FAULT_SCALE=$(or $(FAULT_SCALE),10) $(PY) -m pytest tests/test_faults.py tests/test_sql_faults.py -q

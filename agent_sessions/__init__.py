@@ -14,6 +14,14 @@ from . import errors
 
 __version__ = "0.1.0"
 
+_EXTRAS = {
+    "RedisSession": "redis",
+    "SQLAlchemySession": "sqlalchemy",
+    "MongoDBSession": "mongodb",
+    "EncryptedSession": "encryption",
+}
+"""The pip extra each optional name needs (the others need only the core)."""
+
 _LAZY = {
     # Every name resolves on first use, so `import agent_sessions` (and the CLI's --help)
     # does not import the Agents SDK.
@@ -87,7 +95,18 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'agent_sessions' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    try:
+        imported = importlib.import_module(module)
+    except ImportError as exc:
+        from .errors import MissingDependencyError
+
+        extra = _EXTRAS.get(name)
+        if extra is None or isinstance(exc, MissingDependencyError):
+            raise
+        from .core.extras import missing
+
+        raise missing(name, extra, exc) from exc
+    value = getattr(imported, name)
     globals()[name] = value
     return value
 

@@ -104,7 +104,7 @@ def main() -> int:
         report.chart(results, os.path.join(args.out, "benchmarks.png"))
     except ImportError:
         chart_name = None
-        notes.append("No chart: matplotlib is missing (pip install 'agent-sessions[bench]').")
+        notes.append("No chart: matplotlib is missing (pip install 'agent-sessions-store[bench]').")
     with open(os.path.join(args.out, "benchmarks.md"), "w") as f:
         f.write(report.markdown(results, info, notes, chart_name))
     save(

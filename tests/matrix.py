@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -131,6 +132,29 @@ KEY = Fernet.generate_key().decode()
 DAY = 86_400.0
 
 
+class MatrixClock:
+    """The TTL layers' clock: wall time plus an offset a test may move forward."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+CLOCK = MatrixClock()
+KEYRING: dict[str, str] = {"k0": KEY}
+"""The encryption layers' keys; the newest (last) one is active. A test may add one to rotate."""
+
+
+def _encrypted(inner: Session) -> Session:
+    return EncryptedSession(inner, keys=dict(KEYRING), active=list(KEYRING)[-1])
+
+
+def _ttl(inner: Session) -> Session:
+    return TTLSession(inner, ttl=DAY, clock=CLOCK)
+
+
 def _compaction(inner: Session) -> Session:
     """Compaction really cutting every 4 items; the identity summariser keeps views exact."""
     return CompactionSession(
@@ -144,20 +168,16 @@ def _compaction(inner: Session) -> Session:
 
 STACKS: dict[str, Stack] = {
     "bare": lambda inner: inner,
-    "encrypted": lambda inner: EncryptedSession(inner, encryption_key=KEY),
-    "ttl": lambda inner: TTLSession(inner, ttl=DAY),
-    "encrypted-ttl": lambda inner: EncryptedSession(TTLSession(inner, ttl=DAY), encryption_key=KEY),
+    "encrypted": _encrypted,
+    "ttl": _ttl,
+    "encrypted-ttl": lambda inner: _encrypted(_ttl(inner)),
     "usage": lambda inner: UsageTrackingSession(inner),
     "branching": lambda inner: BranchingSession(inner),
     "advanced": lambda inner: AdvancedSession(inner),
     "compaction": _compaction,
-    # Every layer at once. Compaction over AdvancedSession keeps positions (a branch view has
-    # no sequence numbers), so expiry cannot sit below it: the TTL stacks are the two below.
-    "full": lambda inner: _compaction(AdvancedSession(EncryptedSession(inner, encryption_key=KEY))),
-    "advanced-ttl": lambda inner: AdvancedSession(
-        EncryptedSession(TTLSession(inner, ttl=DAY), encryption_key=KEY)
-    ),
-    "compaction-ttl": lambda inner: _compaction(
-        EncryptedSession(TTLSession(inner, ttl=DAY), encryption_key=KEY)
-    ),
+    # Every layer at once: compaction over a branch view (numbered through ForeignSession,
+    # a view having no sequence numbers of its own); the TTL stacks are the two below.
+    "full": lambda inner: _compaction(AdvancedSession(_encrypted(inner))),
+    "advanced-ttl": lambda inner: AdvancedSession(_encrypted(_ttl(inner))),
+    "compaction-ttl": lambda inner: _compaction(_encrypted(_ttl(inner))),
 }

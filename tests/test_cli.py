@@ -355,6 +355,22 @@ def test_options_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "duration" in capsys.readouterr().err
     assert main(["delete", url]) == 2
     assert main(["no-such-command"]) == 2
+    assert main(["export", url, *options, "-O", str(tmp_path / "no" / "dir.jsonl")]) == 1
+    assert "cannot write" in capsys.readouterr().err
+    assert main(["show", url, "", *options]) == 1
+    assert "must not be empty" in capsys.readouterr().err
+
+
+def test_unreachable_or_wrong_servers_fail_with_a_hint(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["list", "redis://127.0.0.1:1/0", "-o", "timeout=2"]) == 1
+    assert "check that it is running" in capsys.readouterr().err
+    require_server("PostgreSQL", "127.0.0.1", 5432)
+    wrong_db = POSTGRES_URL.rsplit("/", 1)[0] + "/no_such_db_for_cli"
+    assert main(["list", wrong_db]) == 1
+    err = capsys.readouterr().err
+    assert "cannot connect to the database" in err and "no_such_db_for_cli" in err
 
 
 def test_help_and_version_do_not_import_the_sdk() -> None:

@@ -157,7 +157,7 @@ async def test_open_session_missing_extra_names_the_pip_extra(
     try:
         with pytest.raises(MissingDependencyError) as info:
             await open_session("fakedb://x", "s")
-        assert 'pip install "agent-sessions[fakedb]"' in str(info.value)
+        assert 'pip install "agent-sessions-store[fakedb]"' in str(info.value)
         assert "fakedb://" in str(info.value)
     finally:
         registry._SCHEMES.pop("fakedb")

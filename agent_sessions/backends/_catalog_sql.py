@@ -10,15 +10,17 @@ prefix itself so the primary key index narrows the scan.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..catalog import CatalogQuery, SessionInfo, utc
 from ..core.ids import SIBLING_MARK
+from ..errors import BackendUnavailableError
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -171,6 +173,29 @@ class EngineCatalog:
             return when.astimezone(timezone.utc).replace(tzinfo=None)
         return when
 
+    @contextlib.asynccontextmanager
+    async def _connect(self, begin: bool = False) -> AsyncIterator[Any]:
+        """A connection, with connection failures reported as BackendUnavailableError."""
+        from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+        url = self.engine.url.render_as_string(hide_password=True)
+        try:
+            opened = self.engine.begin() if begin else self.engine.connect()
+            conn = await opened.__aenter__()
+        except (OSError, OperationalError, InterfaceError, DBAPIError) as exc:
+            reason = getattr(exc, "orig", None) or exc
+            raise BackendUnavailableError(
+                f"cannot connect to the database at {url}: {reason}; check that it runs, and "
+                "the URL's host, port, database name, user and password"
+            ) from exc
+        try:
+            yield conn
+        except BaseException as exc:
+            if not await opened.__aexit__(type(exc), exc, exc.__traceback__):
+                raise
+        else:
+            await opened.__aexit__(None, None, None)
+
     async def exists(self) -> bool:
         from sqlalchemy import inspect
 
@@ -179,7 +204,7 @@ class EngineCatalog:
             if not await asyncio.to_thread(os.path.isfile, url.database):
                 return False  # connecting would create the file
         names = (self.sessions, self.messages)
-        async with self.engine.connect() as conn:
+        async with self._connect() as conn:
             return bool(
                 await conn.run_sync(lambda c: all(inspect(c).has_table(n) for n in names))
             )
@@ -187,7 +212,7 @@ class EngineCatalog:
     async def _fetch(self, sql: str, params: dict[str, Any]) -> list[Any]:
         from sqlalchemy import text
 
-        async with self.engine.connect() as conn:
+        async with self._connect() as conn:
             result = await conn.execute(text(sql), params)
             return list(result.fetchall())
 
@@ -205,7 +230,7 @@ class EngineCatalog:
         ids = list(session_ids)
         if not ids:
             return 0
-        async with self.engine.begin() as conn:
+        async with self._connect(begin=True) as conn:
             for table in (self.messages, self.sessions):
                 statement = text(f"DELETE FROM {table} WHERE session_id IN :ids").bindparams(
                     bindparam("ids", expanding=True)

@@ -105,13 +105,17 @@ class MySQLDialect(SqlDialect):
 
     async def prepare(self, conn: Any, create: bool) -> None:
         t = self.t
-        charset = str(getattr(conn, "charset", "utf8mb4")).lower()
-        if charset != "utf8mb4":
-            raise ValueError(
-                f"the MySQL connection uses charset {charset!r}; items need utf8mb4: add "
-                "?charset=utf8mb4 to the URL (or connect_args={'charset': 'utf8mb4'})"
-            )
         async with conn.cursor() as cur:
+            # The server's word, not a driver attribute (asyncmy has no ``charset``): the
+            # connection's character set as the driver negotiated it.
+            await cur.execute("SELECT @@character_set_connection, @@character_set_client")
+            charsets = {str(c).lower() for c in await cur.fetchone()}
+            if charsets != {"utf8mb4"}:
+                raise ValueError(
+                    f"the MySQL connection uses character set {'/'.join(sorted(charsets))}; "
+                    "items need utf8mb4: add ?charset=utf8mb4 to the URL (or "
+                    "connect_args={'charset': 'utf8mb4'})"
+                )
             version = await self._version(cur, create)
             if version is None and create:
                 name = f"agent_sessions:{t.lock_key():x}"

@@ -215,8 +215,10 @@ class PostgresDialect(SqlDialect):
         return any(
             isinstance(e, _UNAVAILABLE)
             # asyncpg's "connection is closed": the server ended it (pg_terminate_backend,
-            # restart) while it sat in the pool
+            # restart) while it sat in the pool; "another operation is in progress": the
+            # server's termination notice arrived before the socket closed
             or (isinstance(e, pg.InterfaceError) and "closed" in str(e))
+            or isinstance(e, pg.InternalClientError)
             for e in causes(exc)
         )
 

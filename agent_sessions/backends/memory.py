@@ -8,7 +8,11 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agents.memory import SessionSettings
+
 from ..core.base import BaseSession, Row, check_before
+from ..core.codec import DEFAULT_MAX_ITEM_BYTES
+from ..core.options import explicit_options
 
 if TYPE_CHECKING:
     from ..catalog import CatalogStore
@@ -59,15 +63,29 @@ class InMemorySession(BaseSession):
     Args:
         session_id: the conversation's id.
         store: where sessions live; default the process-wide :data:`DEFAULT_STORE`.
-        **options: ``session_settings``, ``max_item_bytes``, ``strict`` (see BaseSession).
+        session_settings, max_item_bytes, strict: see :class:`BaseSession`.
     """
 
     _single_dispatch_writes = True
 
+    @explicit_options
     def __init__(
-        self, session_id: str, *, store: InMemoryStore | None = None, **options: Any
+        self,
+        session_id: str,
+        *,
+        store: InMemoryStore | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+        strict: bool = False,
+        _internal_id: bool = False,
     ) -> None:
-        super().__init__(session_id, **options)
+        super().__init__(
+            session_id,
+            session_settings=session_settings,
+            max_item_bytes=max_item_bytes,
+            strict=strict,
+            _internal_id=_internal_id,
+        )
         self.store = store if store is not None else DEFAULT_STORE
 
     def sibling(self, session_id: str) -> InMemorySession:

@@ -38,18 +38,25 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
 from agents.memory import SessionSettings
-from pymongo import AsyncMongoClient, DeleteOne, InsertOne, ReturnDocument, UpdateMany
-from pymongo.driver_info import DriverInfo
-from pymongo.errors import (
-    BulkWriteError,
-    ConfigurationError,
-    ConnectionFailure,
-    DuplicateKeyError,
-    ExecutionTimeout,
-)
+
+from ..core.extras import missing
+
+try:
+    from pymongo import AsyncMongoClient, DeleteOne, InsertOne, ReturnDocument, UpdateMany
+    from pymongo.driver_info import DriverInfo
+    from pymongo.errors import (
+        BulkWriteError,
+        ConfigurationError,
+        ConnectionFailure,
+        DuplicateKeyError,
+        ExecutionTimeout,
+    )
+except ImportError as _exc:  # pragma: no cover - depends on the environment
+    raise missing("MongoDBSession", "mongodb", _exc) from _exc
 
 from ..core.base import BaseSession, Row, check_before
 from ..core.ids import validate_session_id
+from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError, ItemTooLargeError
 
 logger = logging.getLogger("agent_sessions")
@@ -229,6 +236,7 @@ class MongoDBSession(BaseSession):
             ``max_item_bytes`` defaults to what one MongoDB document can hold.
     """
 
+    @explicit_options
     def __init__(
         self,
         session_id: str,
@@ -273,6 +281,7 @@ class MongoDBSession(BaseSession):
         self._unset_expiry = False  # set_sliding_ttl(None) after a TTL: clear it at next write
 
     @classmethod
+    @explicit_options
     def from_uri(
         cls,
         session_id: str,
@@ -280,14 +289,18 @@ class MongoDBSession(BaseSession):
         uri: str,
         database: str | None = None,
         client_kwargs: dict[str, Any] | None = None,
+        collection_prefix: str = "",
+        sessions_collection: str | None = None,
+        messages_collection: str | None = None,
         session_settings: SessionSettings | dict[str, Any] | None = None,
-        **kwargs: Any,
+        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+        strict: bool = False,
     ) -> MongoDBSession:
         """Return a session that owns a new client for ``uri`` (closed by ``close()``).
 
         ``database`` defaults to the URI's database, else ``"agent_sessions"``. The client
         connects on first use; ``serverSelectionTimeoutMS`` defaults to 3000 (see
-        :func:`make_client`). ``kwargs`` go to the constructor.
+        :func:`make_client`). The other arguments are the constructor's.
         """
         client = make_client(uri, **dict(client_kwargs or {}))
         if database is None:
@@ -300,9 +313,13 @@ class MongoDBSession(BaseSession):
                 session_id,
                 client=client,
                 database=database,
+                collection_prefix=collection_prefix,
+                sessions_collection=sessions_collection,
+                messages_collection=messages_collection,
                 session_settings=session_settings,
+                max_item_bytes=max_item_bytes,
+                strict=strict,
                 _handle=_ClientHandle(client, owned=True),
-                **kwargs,
             )
         except BaseException:
             _close_soon(client)

@@ -13,26 +13,36 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from redis.asyncio import Redis, RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import (
-    BusyLoadingError,
-    ClusterError,
-    MaxConnectionsError,
-    OutOfMemoryError,
-    ReadOnlyError,
-    RedisClusterException,
-    ResponseError,
-    TryAgainError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from ..core.extras import missing
+
+try:
+    from redis.asyncio import Redis, RedisCluster
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+    from redis.exceptions import (
+        BusyLoadingError,
+        ClusterError,
+        MaxConnectionsError,
+        OutOfMemoryError,
+        ReadOnlyError,
+        RedisClusterException,
+        ResponseError,
+        TryAgainError,
+    )
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+except ImportError as _exc:  # pragma: no cover - depends on the environment
+    raise missing("RedisSession", "redis", _exc) from _exc
+
+from agents.memory import SessionSettings
 
 from ..core.base import BaseSession, Row, check_before
+from ..core.codec import DEFAULT_MAX_ITEM_BYTES
+from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError
 from ._redis_layout import (
     APPEND,
@@ -75,16 +85,51 @@ def _is_int(text: str | bytes) -> bool:
 
 
 class _SharedClient:
-    """A client used by a session and its siblings; closed with the last of them if owned."""
+    """A client used by a session and its siblings; closed with the last of them if owned.
 
-    def __init__(self, client: Redis | RedisCluster, owned: bool) -> None:
+    Clients made from a URL inside a running event loop are shared by every session opened
+    with the same URL and options in that loop (one connection pool, as the SQL engines are);
+    ``key`` is their entry in ``_by_url``.
+    """
+
+    _by_url: ClassVar[dict[tuple[Any, ...], _SharedClient]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(
+        self, client: Redis | RedisCluster, owned: bool, key: tuple[Any, ...] | None = None
+    ) -> None:
         self.client = client
         self.owned = owned
         self.users = 1
+        self.key = key
+
+    @classmethod
+    def for_url(
+        cls, key: tuple[Any, ...], build: Callable[[], Redis | RedisCluster]
+    ) -> _SharedClient:
+        """Return the loop's shared client for ``key`` (built on first use), one more user."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None:  # no loop to tie the pool to: a client of its own
+            return cls(build(), owned=True)
+        key = (*key, loop)
+        with cls._lock:
+            shared = cls._by_url.get(key)
+            if shared is not None:
+                shared.users += 1
+                return shared
+            shared = cls._by_url[key] = cls(build(), owned=True, key=key)
+            return shared
 
     async def release(self) -> None:
-        self.users -= 1
-        if self.users == 0 and self.owned:
+        with self._lock:
+            self.users -= 1
+            last = self.users == 0
+            if last and self.key is not None and self._by_url.get(self.key) is self:
+                del self._by_url[self.key]
+        if last and self.owned:
             await self.client.aclose()
 
 
@@ -110,7 +155,7 @@ class RedisSession(BaseSession):
             keeps them forever. Fractions are honoured to the millisecond.
         timeout: seconds one operation may take before raising BackendUnavailableError
             (None: rely on the client's own socket timeouts).
-        **options: ``session_settings``, ``max_item_bytes``, ``strict`` (see BaseSession).
+        session_settings, max_item_bytes, strict: see :class:`BaseSession`.
 
     Note: redis-py retries a command after a connection error by default, and a retried write
     can run twice. Sessions made by :meth:`from_url` disable that; for an injected client pass
@@ -122,6 +167,7 @@ class RedisSession(BaseSession):
     # command and runs a complete one whole. So no task is needed to see a write through.
     _single_dispatch_writes = True
 
+    @explicit_options
     def __init__(
         self,
         session_id: str,
@@ -132,9 +178,18 @@ class RedisSession(BaseSession):
         ttl: float | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
         _shared: _SharedClient | None = None,
-        **options: Any,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+        strict: bool = False,
+        _internal_id: bool = False,
     ) -> None:
-        super().__init__(session_id, **options)
+        super().__init__(
+            session_id,
+            session_settings=session_settings,
+            max_item_bytes=max_item_bytes,
+            strict=strict,
+            _internal_id=_internal_id,
+        )
         if _shared is None:
             if (client is None) == (redis_client is None):
                 raise TypeError(
@@ -155,6 +210,7 @@ class RedisSession(BaseSession):
         self.set_sliding_ttl(ttl)
 
     @classmethod
+    @explicit_options
     def from_url(
         cls,
         session_id: str,
@@ -163,9 +219,17 @@ class RedisSession(BaseSession):
         redis_kwargs: dict[str, Any] | None = None,
         cluster: bool = False,
         timeout: float | None = DEFAULT_TIMEOUT,
-        **kwargs: Any,
+        key_prefix: str = "agent_sessions",
+        ttl: float | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+        strict: bool = False,
     ) -> RedisSession:
-        """Open ``session_id`` on a client made from ``url``, which ``close()`` closes.
+        """Open ``session_id`` on a client made from ``url``.
+
+        Sessions opened in one event loop with the same ``url``, ``redis_kwargs``, ``cluster``
+        and ``timeout`` share one client (one connection pool); the last of them to close
+        closes it.
 
         Args:
             url: ``redis://[user:pass@]host:port/db``, ``rediss://`` (TLS) or ``unix://``.
@@ -173,31 +237,49 @@ class RedisSession(BaseSession):
                 (e.g. ``decode_responses``, ``ssl_ca_certs``, ``max_connections``).
             cluster: connect with ``RedisCluster`` (url names any one node).
             timeout: per-operation bound, also used as connect and socket timeout.
-            **kwargs: the constructor's other options (``key_prefix``, ``ttl``, ...).
+            key_prefix, ttl, session_settings, max_item_bytes, strict: as in the constructor.
         """
-        client_kwargs: dict[str, Any] = {
-            # A retried write may run twice (a batch stored twice, a pop that drops an item):
-            # fail instead and let the caller decide.
-            "retry": Retry(NoBackoff(), 0),
-            "socket_connect_timeout": timeout,
-            "socket_timeout": timeout,
-        }
-        client_kwargs.update(redis_kwargs or {})
-        client: Redis | RedisCluster
-        if cluster:
-            client = RedisCluster.from_url(url, **client_kwargs)
-        else:
-            client = Redis.from_url(url, **client_kwargs)
-        return cls(
-            session_id, _shared=_SharedClient(client, owned=True), timeout=timeout, **kwargs
-        )
+
+        def build() -> Redis | RedisCluster:
+            client_kwargs: dict[str, Any] = {
+                # A retried write may run twice (a batch stored twice, a pop that drops an
+                # item): fail instead and let the caller decide.
+                "retry": Retry(NoBackoff(), 0),
+                "socket_connect_timeout": timeout,
+                "socket_timeout": timeout,
+            }
+            client_kwargs.update(redis_kwargs or {})
+            if cluster:
+                return RedisCluster.from_url(url, **client_kwargs)
+            return Redis.from_url(url, **client_kwargs)
+
+        key = (url, repr(sorted((redis_kwargs or {}).items())), cluster, timeout)
+        shared = _SharedClient.for_url(key, build)
+        try:
+            return cls(
+                session_id,
+                _shared=shared,
+                timeout=timeout,
+                key_prefix=key_prefix,
+                ttl=ttl,
+                session_settings=session_settings,
+                max_item_bytes=max_item_bytes,
+                strict=strict,
+            )
+        except BaseException:
+            shared.users -= 1  # nothing was sent on a client no session took
+            if shared.users == 0 and shared.key is not None:
+                with _SharedClient._lock:
+                    _SharedClient._by_url.pop(shared.key, None)
+            raise
 
     # -- capabilities ----------------------------------------------------------------------
 
     def sibling(self, session_id: str) -> RedisSession:
         """Return a session of the same client, prefix, expiry and timeout (side storage)."""
         self._check_open()
-        self._shared.users += 1
+        with _SharedClient._lock:
+            self._shared.users += 1
         return RedisSession(
             session_id,
             key_prefix=self.key_prefix,

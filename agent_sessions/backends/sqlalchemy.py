@@ -19,16 +19,25 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 
-from sqlalchemy import event
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import PoolProxiedConnection
-from sqlalchemy.util import greenlet_spawn
+from agents.memory import SessionSettings
+
+from ..core.extras import missing
+
+try:
+    from sqlalchemy import event
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy.engine import Engine, make_url
+    from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+    from sqlalchemy.pool import PoolProxiedConnection
+    from sqlalchemy.util import greenlet_spawn
+except ImportError as _exc:  # pragma: no cover - depends on the environment
+    raise missing("SQLAlchemySession", "sqlalchemy", _exc) from _exc
 
 from ..core.base import BaseSession, Row, check_before
+from ..core.codec import DEFAULT_MAX_ITEM_BYTES
+from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError
-from ._sql_common import SqlDialect, Tables
+from ._sql_common import SqlDialect, Tables, causes
 
 T = TypeVar("T")
 
@@ -201,6 +210,18 @@ def _default_engine_kwargs(
     return {}
 
 
+_DRIVER_EXTRAS = {"asyncpg": "postgres", "asyncmy": "mysql", "aiomysql": "mysql"}
+
+
+def _create_engine(url: str, kwargs: dict[str, Any]) -> AsyncEngine:
+    try:
+        return create_async_engine(url, **kwargs)
+    except ImportError as exc:
+        driver = make_url(url).get_driver_name()
+        raise missing(f"the URL scheme {make_url(url).drivername}://", _DRIVER_EXTRAS.get(
+            driver, "sqlalchemy"), exc) from exc
+
+
 class _SharedEngine:
     """The engines made from one URL and options, shared by every session opened with them.
 
@@ -269,9 +290,7 @@ class _SharedEngine:
             if engine is None and loop is None and self.engines:
                 engine = next(iter(self.engines.values()))
             if engine is None:
-                engine = self.engines[loop] = _check_engine(
-                    create_async_engine(self.url, **self.kwargs)
-                )
+                engine = self.engines[loop] = _check_engine(_create_engine(self.url, self.kwargs))
             return engine
 
     async def release(self) -> None:
@@ -289,6 +308,27 @@ class _SharedEngine:
                 for store in _stores_of(engine):
                     await store.release_idle()
             await engine.dispose(close=loop is running)
+
+
+_AUTH_CODES = {1044, 1045, 1698}  # MySQL/MariaDB: access denied (to the server, to the db)
+_UNKNOWN_DB_CODE = 1049
+
+
+def _refusal(exc: BaseException) -> str | None:
+    """Say why the server refused a connection (credentials, unknown database), else None."""
+    for cause in causes(exc):
+        sqlstate = getattr(cause, "sqlstate", None)  # asyncpg's errors carry the SQLSTATE
+        if sqlstate in ("28000", "28P01"):
+            return "wrong user or password"
+        if sqlstate == "3D000":
+            return "the database does not exist"
+        args = getattr(cause, "args", ())
+        if type(cause).__module__.startswith(("asyncmy", "pymysql", "aiomysql")) and args:
+            if args[0] in _AUTH_CODES:
+                return "wrong user or password, or no access to the database"
+            if args[0] == _UNKNOWN_DB_CODE:
+                return "the database does not exist"
+    return None
 
 
 async def _to_the_end(
@@ -332,13 +372,14 @@ class SQLAlchemySession(BaseSession):
         sessions_table, messages_table: override single table names (the SDK's arguments).
         ensure_ascii: the SDK's argument, accepted and kept as ``ensure_ascii``: items are
             stored as UTF-8 JSON either way (what reads return is the same).
-        **options: ``session_settings``, ``max_item_bytes``, ``strict`` (see BaseSession).
+        session_settings, max_item_bytes, strict: see :class:`BaseSession`.
 
     Raises:
         ValueError: a table name is not a plain identifier, or the engine's driver is not
             supported.
     """
 
+    @explicit_options
     def __init__(
         self,
         session_id: str,
@@ -350,9 +391,18 @@ class SQLAlchemySession(BaseSession):
         messages_table: str | None = None,
         ensure_ascii: bool = True,
         _shared: _SharedEngine | None = None,
-        **options: Any,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+        strict: bool = False,
+        _internal_id: bool = False,
     ) -> None:
-        super().__init__(session_id, **options)
+        super().__init__(
+            session_id,
+            session_settings=session_settings,
+            max_item_bytes=max_item_bytes,
+            strict=strict,
+            _internal_id=_internal_id,
+        )
         self.ensure_ascii = ensure_ascii
         self._tables = Tables.build(table_prefix, sessions_table, messages_table)
         self.table_prefix = table_prefix
@@ -361,10 +411,10 @@ class SQLAlchemySession(BaseSession):
         self._engine = None if _shared is not None else _check_engine(engine)
         # Every write's outcome is awaited to its end inside _attempt (also when cancelled).
         self._single_dispatch_writes = True
-        self._options = options
         self._cached: tuple[asyncio.AbstractEventLoop, _Store] | None = None
 
     @classmethod
+    @explicit_options
     def from_url(
         cls,
         session_id: str,
@@ -374,7 +424,12 @@ class SQLAlchemySession(BaseSession):
         create_tables: bool = True,
         connect_timeout: float = 10.0,
         command_timeout: float | None = 30.0,
-        **kwargs: Any,
+        table_prefix: str = "agent_sessions_",
+        sessions_table: str | None = None,
+        messages_table: str | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+        strict: bool = False,
     ) -> SQLAlchemySession:
         """Open ``session_id`` in the database at ``url``.
 
@@ -389,7 +444,8 @@ class SQLAlchemySession(BaseSession):
                 BackendUnavailableError.
             command_timeout: seconds an operation may wait for the server before its
                 connection is given up with BackendUnavailableError (None: no limit).
-            **kwargs: the constructor's arguments (``table_prefix``, ``session_settings``...).
+            table_prefix, sessions_table, messages_table, session_settings, max_item_bytes,
+                strict: as in the constructor.
         """
         if not isinstance(url, str):
             url = str(url)
@@ -405,8 +461,13 @@ class SQLAlchemySession(BaseSession):
                 session_id,
                 engine=None,  # type: ignore[arg-type]
                 create_tables=create_tables,
+                table_prefix=table_prefix,
+                sessions_table=sessions_table,
+                messages_table=messages_table,
+                session_settings=session_settings,
+                max_item_bytes=max_item_bytes,
+                strict=strict,
                 _shared=shared,
-                **kwargs,
             )
         except BaseException:
             shared.forget()
@@ -472,8 +533,9 @@ class SQLAlchemySession(BaseSession):
             sessions_table=self._tables.sessions,
             messages_table=self._tables.messages,
             _shared=self._shared.share() if self._shared is not None else None,
+            max_item_bytes=self.max_item_bytes,
+            strict=self.strict,
             _internal_id=True,
-            **self._options,
         )
 
     # -- running an operation -------------------------------------------------------------
@@ -590,6 +652,12 @@ class SQLAlchemySession(BaseSession):
 
     def _translate(self, store: _Store, exc: Exception, write: bool) -> Exception:
         url = self._url(store)
+        refused = _refusal(exc)
+        if refused is not None:
+            return BackendUnavailableError(
+                f"the database at {url} refused the connection: {refused} ({exc}); check the "
+                "user, password and database name in the URL"
+            )
         if isinstance(exc, sa_exc.TimeoutError):
             return BackendUnavailableError(
                 f"no connection to {url} became free in time ({exc}); raise the pool size "

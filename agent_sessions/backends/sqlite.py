@@ -26,7 +26,11 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
+from agents.memory import SessionSettings
+
 from ..core.base import BaseSession, Row, check_before
+from ..core.codec import DEFAULT_MAX_ITEM_BYTES
+from ..core.options import explicit_options
 from ..errors import BackendUnavailableError, SessionClosedError
 
 T = TypeVar("T")
@@ -338,11 +342,12 @@ class SQLiteSession(BaseSession):
         synchronous: SQLite's ``synchronous`` pragma. ``"NORMAL"`` (default) keeps every
             committed write across a process crash or kill; only a power loss or OS crash can
             roll back the last commits. ``"FULL"`` survives those too, at one fsync per write.
-        **options: ``session_settings``, ``max_item_bytes``, ``strict`` (see BaseSession).
+        session_settings, max_item_bytes, strict: see :class:`BaseSession`.
     """
 
     _single_dispatch_writes = True
 
+    @explicit_options
     def __init__(
         self,
         session_id: str,
@@ -354,9 +359,18 @@ class SQLiteSession(BaseSession):
         busy_timeout: float = 5.0,
         synchronous: str = "NORMAL",
         _database: _Database | None = None,
-        **options: Any,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+        strict: bool = False,
+        _internal_id: bool = False,
     ) -> None:
-        super().__init__(session_id, **options)
+        super().__init__(
+            session_id,
+            session_settings=session_settings,
+            max_item_bytes=max_item_bytes,
+            strict=strict,
+            _internal_id=_internal_id,
+        )
         if db_path is not None:
             path = db_path
         if synchronous.upper() not in _SYNCHRONOUS:

@@ -337,7 +337,11 @@ def export_sessions(
     if output == "-":
         report = _run(go(sys.stdout))
     else:
-        with open(output, "w", encoding="utf-8") as out:
+        try:
+            out = open(output, "w", encoding="utf-8")
+        except OSError as exc:
+            _fail(f"cannot write {output}: {exc.strerror or exc}")
+        with out:
             report = _run(go(out))
     _console(stderr=True).print(
         f"exported {report.sessions} session(s), {report.side_stores} side store(s), "

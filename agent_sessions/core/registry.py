@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 from urllib.parse import urlsplit
 
 from agents.memory import Session
 
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+
 from ..errors import MissingDependencyError, UnknownSchemeError
+from .extras import install_hint
 
 Opener = Callable[..., Session | Awaitable[Session]]
 """``opener(url, session_id, **options)`` returns a session (or an awaitable of one)."""
@@ -47,21 +52,78 @@ def _resolve(scheme: str, entry: _Entry) -> Opener:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        hint = f'pip install "agent-sessions[{entry.extra}]"' if entry.extra else "pip install"
         raise MissingDependencyError(
-            f"the {scheme}:// backend needs a package that is not installed ({exc.name or exc}); "
-            f"install it with: {hint}"
+            f"the {scheme}:// backend needs the package {exc.name or str(exc)!r}, which is not "
+            f"installed; install it with: {install_hint(entry.extra)}",
+            name=exc.name,
         ) from exc
     opener: Opener = getattr(module, attr)
     return opener
 
 
-async def open_session(url: str, session_id: str, **options: Any) -> Session:
+@runtime_checkable
+class ClosableSession(Session, Protocol):
+    """A Session that releases its connections with ``await s.close()`` or ``async with``.
+
+    What :func:`open_session` returns: every backend of this package is one.
+    """
+
+    async def close(self) -> None:
+        """Release the session's resources; idempotent."""
+        ...
+
+    async def __aenter__(self) -> ClosableSession: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+
+class _Closable:
+    """Gives a Session from a third-party opener that has no ``close`` the closable shape."""
+
+    def __init__(self, inner: Session) -> None:
+        self.inner = inner
+        self.session_id = inner.session_id
+        self.session_settings = getattr(inner, "session_settings", None)
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        return await self.inner.get_items(limit)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        await self.inner.add_items(items)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        return await self.inner.pop_item()
+
+    async def clear_session(self) -> None:
+        await self.inner.clear_session()
+
+    async def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        result = close() if close is not None else None
+        if isinstance(result, Awaitable):  # the SDK's own close() is synchronous
+            await result
+
+    async def __aenter__(self) -> _Closable:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def open_session(url: str, session_id: str, **options: Any) -> ClosableSession:
     """Open ``session_id`` in the store named by ``url``.
 
     Examples: ``memory://``, ``sqlite:///relative.db``, ``sqlite:////abs/path.db``,
-    ``sqlite:///:memory:``, ``redis://localhost:6379/0``, ``postgresql+asyncpg://...``.
-    ``options`` go to the backend's constructor.
+    ``sqlite:///:memory:``, ``redis://localhost:6379/0``, ``postgresql+asyncpg://...``
+    (``postgres://``, ``postgresql://``, ``mysql://`` and ``mariadb://`` pick the installed
+    async driver). ``options`` go to the backend's ``from_url`` (or constructor); an unknown
+    option raises TypeError naming the valid ones.
+
+    The result is closable: ``async with await open_session(...) as s:`` or
+    ``await s.close()`` releases its connections.
 
     Raises:
         UnknownSchemeError: no backend handles the URL's scheme.
@@ -80,8 +142,10 @@ async def open_session(url: str, session_id: str, **options: Any) -> Session:
         )
     result = _resolve(scheme, entry)(url, session_id, **options)
     if isinstance(result, Awaitable):
-        return await result
-    return result
+        result = await result
+    if isinstance(result, ClosableSession):
+        return result
+    return cast(ClosableSession, _Closable(result))
 
 
 def _open_memory(url: str, session_id: str, **options: Any) -> Session:
@@ -113,6 +177,49 @@ register_scheme("postgresql+asyncpg", _SQLALCHEMY, extra="postgres")
 for _scheme in ("mysql+asyncmy", "mysql+aiomysql", "mariadb+asyncmy", "mariadb+aiomysql"):
     register_scheme(_scheme, _SQLALCHEMY, extra="mysql")
 register_scheme("sqlite+aiosqlite", _SQLALCHEMY, extra="sqlalchemy")
+
+# Plain database URLs, as other tools write them: mapped to the async driver that is installed.
+_ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
+    "postgres": (("postgresql+asyncpg",), "postgres"),
+    "postgresql": (("postgresql+asyncpg",), "postgres"),
+    "mysql": (("mysql+asyncmy", "mysql+aiomysql"), "mysql"),
+    "mariadb": (("mariadb+asyncmy", "mariadb+aiomysql"), "mysql"),
+}
+
+
+def driver_url(url: str) -> str:
+    """Return ``url`` with a plain ``postgres://``, ``postgresql://``, ``mysql://`` or
+    ``mariadb://`` scheme replaced by the SQLAlchemy async scheme of the installed driver.
+
+    Raises:
+        MissingDependencyError: no supported async driver for that database is installed.
+    """
+    scheme, sep, rest = url.partition("://")
+    alias = _ALIASES.get(scheme.lower())
+    if not sep or alias is None:
+        return url
+    candidates, extra = alias
+    for candidate in candidates:
+        if importlib.util.find_spec(candidate.partition("+")[2]) is not None:
+            return f"{candidate}://{rest}"
+    drivers = " or ".join(c.partition("+")[2] for c in candidates)
+    raise MissingDependencyError(
+        f"{scheme}:// URLs need an async driver ({drivers}), none is installed; install it "
+        f"with: {install_hint(extra)}",
+        name=candidates[0].partition("+")[2],
+    )
+
+
+async def _open_sql_alias(url: str, session_id: str, **options: Any) -> Session:
+    target = driver_url(url)
+    scheme = target.partition("://")[0]
+    opener = _resolve(scheme, _SCHEMES[scheme])
+    result = opener(target, session_id, **options)
+    return await result if isinstance(result, Awaitable) else result
+
+
+for _scheme, (_candidates, _extra) in _ALIASES.items():
+    register_scheme(_scheme, _open_sql_alias, extra=_extra)
 for _scheme in ("mongodb", "mongodb+srv"):
     register_scheme(_scheme, "agent_sessions.backends.mongodb:open_url", extra="mongodb")
 # The Agents SDK's own layouts, opened in place by the SDK's classes (agent_sessions.sdk_layouts).

@@ -8,7 +8,9 @@ pops never return the same item; a cancelled batch is whole or absent.
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
 import math
+import uuid as _uuid
 from typing import Any
 
 import pytest
@@ -48,6 +50,8 @@ class StrictConformance(ConformanceBase):
             pytest.param({"role": "user", "content": object()}, id="object"),
             pytest.param("just a string", id="not-a-mapping"),
             pytest.param({"role": "user", "content": "\ud800"}, id="lone-surrogate"),
+            pytest.param({"role": "user", "content": [_dt.date(2026, 1, 2)]}, id="date"),
+            pytest.param({"role": "user", "content": _uuid.UUID(int=1)}, id="uuid"),
         ],
     )
     async def test_bad_item_raises_and_writes_nothing(

@@ -145,8 +145,22 @@ class BranchLog:
         self._on_reset = on_reset
 
     async def sync(self) -> BranchState:
-        """Apply the records appended since the last sync (by anyone); return the state."""
-        for seq, record in await read_rows(self.session, after=self._applied):
+        """Apply the records appended since the last sync (by anyone); return the state.
+
+        The last applied record is read again: when it is gone (the log expired or was
+        erased with its family), the state is folded afresh from what the log still holds,
+        so this object shows what a new one would."""
+        rows = await read_rows(self.session, after=self._applied - 1 if self._applied else None)
+        if self._applied:
+            if rows and rows[0][0] == self._applied:
+                rows = rows[1:]
+            else:
+                self.state = BranchState()
+                self._applied = 0
+                if self._on_reset is not None:
+                    self._on_reset()
+                rows = await read_rows(self.session)
+        for seq, record in rows:
             self.state.apply(record)
             self._applied = max(self._applied, seq)
             if self._on_reset is not None and isinstance(record, dict):

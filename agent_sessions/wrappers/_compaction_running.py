@@ -38,6 +38,8 @@ class RunningView:
     """``view`` without user messages and compaction items (the SDK's candidates)."""
     tokens: int = 0
     """Estimated tokens of the inner items (the summary is not included)."""
+    prefetched: tuple[int, list[tuple[int, TResponseInputItem]]] | None = None
+    """(after, pairs): a read of the items after ``after`` made by the caller, used once."""
 
     @property
     def tail(self) -> list[TResponseInputItem]:
@@ -88,7 +90,11 @@ async def refresh(
             await known.extend(await _read(inner, boundary), estimator)
             return known
         newest = known.seqs[-1]
-        pairs = await _read(inner, newest - 1)
+        prefetched, known.prefetched = known.prefetched, None
+        if prefetched is not None and prefetched[0] == newest - 1:
+            pairs = prefetched[1]
+        else:
+            pairs = await _read(inner, newest - 1)
         if pairs and pairs[0][0] == newest and pairs[0][1] == known.view[-1]:
             await known.extend(pairs[1:], estimator)
             return known

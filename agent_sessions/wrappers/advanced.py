@@ -12,6 +12,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+from ..core.options import explicit_options
 from ._branch_items import is_user_message
 from ._branch_usage import (
     Position,
@@ -50,6 +51,7 @@ class AdvancedSession(BranchingSession):
             created on first use here.
     """
 
+    @explicit_options
     def __init__(
         self,
         inner: Session | None = None,

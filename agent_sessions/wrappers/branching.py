@@ -19,6 +19,7 @@ from agents.memory import SessionABC
 from agents.memory.session_settings import resolve_session_limit
 
 from ..core.closing import Closing
+from ..core.options import explicit_options
 from ..errors import BranchError, BranchNotFoundError
 from ._branch_items import content_matches, content_preview
 from ._branch_log import BranchLog, BranchState, encode_lineage, now_text
@@ -46,6 +47,7 @@ class BranchingSession(SessionABC):
         logger: where branch operations are logged.
     """
 
+    @explicit_options
     def __init__(
         self,
         inner: Session,

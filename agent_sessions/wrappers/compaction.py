@@ -28,6 +28,7 @@ from agents.memory.session_settings import coerce_session_settings
 
 from ..core.capabilities import SupportsRangeDelete, SupportsSiblings
 from ..core.ids import derive_sibling_id
+from ..core.options import explicit_options
 from ..errors import SessionClosedError
 from ._branch_store import read_rows
 from ._compaction_boundary import choose_cut
@@ -117,6 +118,7 @@ class CompactionSession(SessionABC):
         session_settings: SDK settings of this view (default: the inner session's).
     """
 
+    @explicit_options
     def __init__(
         self,
         inner: Session,
@@ -187,10 +189,20 @@ class CompactionSession(SessionABC):
             limit = self.session_settings.limit
         if limit is not None and limit <= 0:
             return []
-        record = await self._latest_record()
-        if record is None:
-            return await self.inner.get_items(limit)
-        tail = [item for _, item in await self._read_tail(record, limit)]
+        if limit is not None:
+            # Both reads at once (one wait instead of two): the newest ``limit`` items after
+            # the boundary are the newest ``limit`` items less those at or below it.
+            record, pairs = await asyncio.gather(
+                self._latest_record(), read_rows(self.inner, limit)
+            )
+            if record is None:
+                return [item for _, item in pairs]
+            tail = [item for seq, item in pairs if seq > record.boundary]
+        else:
+            record = await self._latest_record()
+            if record is None:
+                return await self.inner.get_items(limit)
+            tail = [item for _, item in await self._read_tail(record, limit)]
         summary = list(record.summary)
         if limit is not None:
             room = max(0, limit - len(tail))
@@ -502,7 +514,16 @@ class CompactionSession(SessionABC):
 
     async def _compact(self, force: bool, response_id: str | None) -> CompactionResult | None:
         generation = self._clears
-        record = await self._latest_record()
+        known = self._running if self._incremental and not force else None
+        if known is not None and known.seqs:
+            # The record and the items since the newest known one, read at once.
+            after = known.seqs[-1] - 1
+            record, newer = await asyncio.gather(
+                self._latest_record(), read_rows(self.inner, None, after=after)
+            )
+            known.prefetched = (after, newer)
+        else:
+            record = await self._latest_record()
         # Deciding reads only the items written since the last check; compacting re-reads
         # the whole tail, so a summary never works from a stale view.
         if not force and not await self._decide(record, response_id, incremental=True):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import logging
 import os
 import re
@@ -29,7 +30,9 @@ from agents.memory import OpenAIResponsesCompactionSession, Session
 from ..core import capabilities
 from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
-from ..errors import DecryptionError, MissingDependencyError
+from ..core.extras import missing
+from ..core.options import explicit_options
+from ..errors import DecryptionError
 from ._sdk_calls import call_with_wrapper
 from .base import SessionWrapper, check_max_item_bytes
 from .foreign import is_sequenced
@@ -42,10 +45,7 @@ try:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise MissingDependencyError(
-        "EncryptedSession needs the 'cryptography' package: "
-        "pip install 'agent-sessions[encryption]'"
-    ) from exc
+    raise missing("EncryptedSession", "encryption", exc) from exc
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -87,6 +87,23 @@ def master_key_bytes(key: str | bytes, name: str = "encryption_key") -> bytes:
     except (binascii.Error, ValueError):
         pass
     return key if isinstance(key, bytes) else key.encode("utf-8")
+
+
+@functools.lru_cache(maxsize=1024)
+def _session_cipher(master: bytes, session_id: str) -> AESGCM:
+    """The AEAD of ``session_id``'s key derived from ``master`` (HKDF-SHA256).
+
+    Cached process-wide (the 1,024 most recent pairs, keyed by the master key's bytes and the
+    id, so a different key or id never hits another's entry): a session object built per
+    request would otherwise pay the derivation each time. The cache holds no more than the
+    session objects themselves hold: the master keys and the derived keys."""
+    hkdf = HKDF(
+        algorithm=hashes.SHA256(),
+        length=32,
+        salt=_HKDF_SALT,
+        info=b"agent_sessions.enc.session-key\x00" + session_id.encode("utf-8"),
+    )
+    return AESGCM(hkdf.derive(master))
 
 
 _CacheEntry = tuple[str, str, bytes, Any]
@@ -194,6 +211,7 @@ class EncryptedSession(SessionWrapper):
     count_items: Callable[..., Awaitable[int]]
     delete_items: Callable[..., Awaitable[int]]
 
+    @explicit_options
     def __init__(
         self,
         inner: Session | str | None = None,
@@ -324,14 +342,8 @@ class EncryptedSession(SessionWrapper):
         """Return the AEAD for ``kid``'s per-session key and the associated data to use."""
         entry = self._ciphers.get(kid)
         if entry is None:
-            hkdf = HKDF(
-                algorithm=hashes.SHA256(),
-                length=32,
-                salt=_HKDF_SALT,
-                info=b"agent_sessions.enc.session-key\x00" + self.session_id.encode("utf-8"),
-            )
             aad = self._aad_prefix + kid.encode("ascii") + self._aad_suffix
-            entry = self._ciphers[kid] = (AESGCM(hkdf.derive(self._keys[kid])), aad)
+            entry = self._ciphers[kid] = (_session_cipher(self._keys[kid], self.session_id), aad)
         return entry
 
     def _seal(self, text: str, t: int | None = None) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from ..core.capabilities import (
     SupportsSequencedItems,
 )
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
+from ..core.options import explicit_options
 from ._ttl_boundary import Boundary, newest_dead_by_scan
 from .base import SessionWrapper, check_max_item_bytes
 from .foreign import is_sequenced
@@ -114,6 +115,7 @@ class TTLSession(SessionWrapper):
     count_items: Callable[..., Awaitable[int]]
     delete_items: Callable[..., Awaitable[int]]
 
+    @explicit_options
     def __init__(
         self,
         inner: Session,

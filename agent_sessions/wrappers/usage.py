@@ -20,6 +20,7 @@ from agents.memory import SessionABC
 from agents.memory.session_settings import resolve_session_limit
 
 from ..core.closing import Closing
+from ..core.options import explicit_options
 from ._branch_items import is_user_message
 from ._branch_log import MAIN_LINEAGE
 from ._branch_store import MAIN, close_session, open_storages, read_rows
@@ -53,6 +54,7 @@ class UsageTrackingSession(SessionABC):
         logger: where failures of ``store_run_usage`` are logged (it never raises, as the SDK's).
     """
 
+    @explicit_options
     def __init__(
         self,
         inner: Session,
