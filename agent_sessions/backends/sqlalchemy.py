@@ -430,6 +430,7 @@ class SQLAlchemySession(BaseSession):
         session_settings: SessionSettings | dict[str, Any] | None = None,
         max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
         strict: bool = False,
+        ensure_ascii: bool = True,
     ) -> SQLAlchemySession:
         """Open ``session_id`` in the database at ``url``.
 
@@ -467,6 +468,7 @@ class SQLAlchemySession(BaseSession):
                 session_settings=session_settings,
                 max_item_bytes=max_item_bytes,
                 strict=strict,
+                ensure_ascii=ensure_ascii,
                 _shared=shared,
             )
         except BaseException:

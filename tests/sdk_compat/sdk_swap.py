@@ -242,8 +242,8 @@ def _sql_target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(SQLAlchemySession, "from_url", classmethod(from_url))
     if hasattr(module, "create_async_engine"):
         monkeypatch.setattr(module, "create_async_engine", create_async_engine)
-    if hasattr(module, "DB_URL"):
-        monkeypatch.setattr(module, "DB_URL", url)
+    # The module's DB_URL stays a SQLite URL: from_url and create_async_engine redirect it
+    # (with this test's schema on PostgreSQL).
     try:
         yield
     finally:
