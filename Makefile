@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench smoke-core test-window-long faults props sdk-tests
+.PHONY: install services test lint demo bench smoke-core test-window-long test-resilient-long faults props sdk-tests
 
 install: $(VENV)/.installed
 
@@ -54,3 +54,7 @@ props: install services
 # replays a run.
 faults: install services
 	FAULT_SCALE=$(or $(FAULT_SCALE),10) $(PY) -m pytest tests/test_faults.py tests/test_sql_faults.py -q
+
+# Long runs of the resilient layer: more random fault sequences, more kill -9 rounds.
+test-resilient-long: install services
+	RESILIENT_EXAMPLES=500 RESILIENT_KILLS=4 $(PY) -m pytest tests/test_resilient.py tests/test_resilient_faults.py -q

@@ -29,10 +29,12 @@ _LAZY = {
     "InMemorySession": "agent_sessions.backends.memory",
     "InMemoryStore": "agent_sessions.backends.memory",
     "SQLiteSession": "agent_sessions.backends.sqlite",
+    "Capability": "agent_sessions.core.capabilities",
+    "capabilities_of": "agent_sessions.core.capabilities",
+    "supports": "agent_sessions.core.capabilities",
     "SupportsNativeExpiry": "agent_sessions.core.capabilities",
     "SupportsRangeDelete": "agent_sessions.core.capabilities",
     "SupportsSequencedItems": "agent_sessions.core.capabilities",
-    "SupportsSiblings": "agent_sessions.core.capabilities",
     "open_session": "agent_sessions.core.registry",
     "register_scheme": "agent_sessions.core.registry",
     "registered_schemes": "agent_sessions.core.registry",
@@ -49,6 +51,9 @@ _LAZY = {
     "WindowSession": "agent_sessions.wrappers.window",
     "MicroCompaction": "agent_sessions.wrappers.window",
     "window_input_callback": "agent_sessions.wrappers.window",
+    "ResilientSession": "agent_sessions.wrappers.resilient",
+    "RetryPolicy": "agent_sessions.wrappers.resilient",
+    "CircuitBreaker": "agent_sessions.wrappers.resilient",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,6 +66,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .wrappers.branching import BranchingSession as BranchingSession
     from .wrappers.compaction import CompactionSession as CompactionSession
     from .wrappers.encrypted import EncryptedSession as EncryptedSession
+    from .wrappers.resilient import CircuitBreaker as CircuitBreaker
+    from .wrappers.resilient import ResilientSession as ResilientSession
+    from .wrappers.resilient import RetryPolicy as RetryPolicy
     from .wrappers.ttl import TTLSession as TTLSession
     from .wrappers.usage import UsageTrackingSession as UsageTrackingSession
     from .wrappers.window import MicroCompaction as MicroCompaction
@@ -73,10 +81,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .backends.memory import InMemoryStore as InMemoryStore
     from .backends.sqlite import SQLiteSession as SQLiteSession
     from .core.base import BaseSession as BaseSession
+    from .core.capabilities import Capability as Capability
     from .core.capabilities import SupportsNativeExpiry as SupportsNativeExpiry
     from .core.capabilities import SupportsRangeDelete as SupportsRangeDelete
     from .core.capabilities import SupportsSequencedItems as SupportsSequencedItems
-    from .core.capabilities import SupportsSiblings as SupportsSiblings
+    from .core.capabilities import capabilities_of as capabilities_of
+    from .core.capabilities import supports as supports
     from .core.registry import open_session as open_session
     from .core.registry import register_scheme as register_scheme
     from .core.registry import registered_schemes as registered_schemes

@@ -114,6 +114,20 @@ BACKENDS: list[Backend] = [
     ),
 ]
 
+async def _sdk_foreign(session_id: str) -> Session:
+    from agents.memory import SQLiteSession as SDKSQLiteSession
+
+    from agent_sessions.wrappers.foreign import ForeignSession
+
+    path = os.path.join(_SQLITE_DIR, "sdk.db")
+    return ForeignSession(
+        SDKSQLiteSession(session_id, path), sibling_factory=lambda i: SDKSQLiteSession(i, path)
+    )
+
+
+FOREIGN_BACKEND = Backend("sdk-foreign", _sdk_foreign)
+"""The SDK's own SQLiteSession numbered by ForeignSession (a session from outside)."""
+
 if MONGODB_URL:
     _MONGODB_URL: str = MONGODB_URL  # narrowed here; the closure below would see str | None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -44,6 +45,7 @@ async def test_catalog_lists_pages_filters_and_erases_families(backend: Backend)
     ids = [f"{run}a", f"{run}b", f"{run}b:x", f"{run}c%_"]
     sessions = [await backend.open(sid) for sid in ids]
     other = await backend.open(f"z{run}")
+    branching: BranchingSession | None = None
     try:
         for n, session in enumerate(sessions, start=1):
             await session.add_items([_msg(f"m{i}") for i in range(n)])
@@ -53,6 +55,7 @@ async def test_catalog_lists_pages_filters_and_erases_families(backend: Backend)
         await branching.add_items([_msg("turn 2")])
         await branching.create_branch_from_turn(1)
         b_side = sessions[1].sibling(derive_sibling_id(ids[1], "usage"))  # type: ignore[attr-defined]
+        sessions.append(b_side)
         await b_side.add_items([_msg("usage")])
         catalog = SessionCatalog(sessions[0])  # type: ignore[arg-type]
 
@@ -107,6 +110,8 @@ async def test_catalog_lists_pages_filters_and_erases_families(backend: Backend)
             await catalog.list_sessions(limit=0)
         await catalog.delete_sessions([*ids[2:], f"z{run}"])
     finally:
+        if branching is not None:
+            await branching.close()  # closes its side stores, then sessions[0]
         for session in [*sessions, other]:
             await session.close()  # type: ignore[attr-defined]
 
@@ -151,3 +156,102 @@ async def test_catalog_on_redis_cluster_scans_every_primary(cluster: RedisCluste
         assert await catalog.family(ids[0]) == []
     finally:
         await first.close()
+
+
+_ID_CHARS = "aA%_{}*?[]\\:é-\x1e"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("name", ["memory", "sqlite", "redis"])
+async def test_catalog_pages_match_a_sorted_reference(name: str) -> None:
+    """Random ids (glob, LIKE and hash-tag characters, side-store marks) and page sizes: every
+    listing equals the sorted, filtered reference, and erasing drops exactly the families."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    backend = next(b for b in BACKENDS if b.name == name)
+    if backend.needs is not None:
+        backend.needs()
+    user_ids = st.text(_ID_CHARS, min_size=1, max_size=6).filter(
+        lambda s: not s.startswith("\x1e")
+    )
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        ids=st.sets(user_ids, min_size=1, max_size=8),
+        prefix=st.text(_ID_CHARS[:-1], max_size=2),
+        page=st.integers(1, 4),
+        erase=st.integers(0, 7),
+    )
+    def check(ids: set[str], prefix: str, page: int, erase: int) -> None:
+        asyncio.run(run_once(sorted(ids), prefix, page, erase))
+
+    async def run_once(ids: list[str], prefix: str, page: int, erase: int) -> None:
+        run = f"p{uuid.uuid4().hex[:6]}"
+        full = [run + sid for sid in ids]
+        base = await backend.open(full[0])
+        opened: list[Any] = []
+        try:
+            for sid in full:
+                session = base if sid == full[0] else base.sibling(sid)  # type: ignore[attr-defined]
+                opened.append(session)
+                await session.add_items([_msg(sid)])
+                side = base.sibling(derive_sibling_id(sid, "usage"))  # type: ignore[attr-defined]
+                opened.append(side)
+                await side.add_items([_msg("side")])
+            catalog = SessionCatalog(base)  # type: ignore[arg-type]
+            want = sorted(s for s in full if s.startswith(run + prefix))
+            got = [
+                i.session_id
+                async for i in catalog.iter_sessions(prefix=run + prefix, page_size=page)
+            ]
+            assert got == want
+            victim = full[erase % len(full)]
+            assert await catalog.delete_sessions([victim]) == 1
+            left = [i.session_id async for i in catalog.iter_sessions(prefix=run)]
+            assert left == sorted(s for s in full if s != victim)
+            assert await catalog.family(victim) == []
+            for sid in left[:1]:
+                assert await catalog.family(sid) == [derive_sibling_id(sid, "usage")]
+            await catalog.delete_sessions(left)
+            assert [i async for i in catalog.iter_sessions(prefix=run)] == []
+        finally:
+            for session in opened:
+                await session.close()
+
+    await asyncio.to_thread(check)
+
+
+@pytest.mark.asyncio
+async def test_erase_takes_every_family_member_a_layer_wrote(backend: Backend) -> None:
+    """A real layer's side stores, and (once core.family keeps one) the family registry, are
+    members; after the erase no member is left and nothing else is touched."""
+    import importlib.util
+
+    sid = f"fam{uuid.uuid4().hex[:8]}"
+    inner = await backend.open(sid)
+    neighbour = await backend.open(f"{sid}-neighbour")
+    branching = BranchingSession(inner)
+    try:
+        await neighbour.add_items([_msg("stays")])
+        await branching.add_items([_msg("q1"), {"role": "assistant", "content": "a1"}])
+        await branching.add_items([_msg("q2")])
+        await branching.create_branch_from_turn(2)
+        catalog = SessionCatalog(inner)  # type: ignore[arg-type]
+        members = await catalog.family(sid)
+        assert derive_sibling_id(sid, "branches") in members
+        if importlib.util.find_spec("agent_sessions.core.family") is not None:
+            assert derive_sibling_id(sid, "family") in members  # the registry itself
+        assert [i.session_id async for i in catalog.iter_sessions(prefix=sid)] == [
+            sid, f"{sid}-neighbour"
+        ]
+        assert await catalog.delete_sessions([sid]) == 1
+        assert await catalog.family(sid) == []
+        for member in members:
+            assert await catalog.get(member) is None
+        assert await neighbour.get_items() == [_msg("stays")]
+        await catalog.delete_sessions([f"{sid}-neighbour"])
+    finally:
+        await branching.close()
+        await inner.close()  # type: ignore[attr-defined]
+        await neighbour.close()  # type: ignore[attr-defined]

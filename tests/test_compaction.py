@@ -19,7 +19,7 @@ from agents.memory.openai_responses_compaction_session import default_should_tri
 from agents.testing import ScriptedModel, assistant_message, function_call
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
-from agent_sessions import InMemorySession, InMemoryStore, SQLiteSession
+from agent_sessions import Capability, InMemorySession, InMemoryStore, SQLiteSession
 from agent_sessions.errors import BackendDataError, SessionClosedError
 from agent_sessions.testing import (
     SessionConformanceSuite,
@@ -530,7 +530,7 @@ async def test_cancelled_compaction_leaves_the_history_intact() -> None:
     await session.run_compaction({"force": True})
     await asyncio.wait_for(gate.started.wait(), 5)
     await session.close(cancel_pending=True)
-    reopened = CompactionSession(session.inner.sibling(session.session_id))  # type: ignore[attr-defined]
+    reopened = CompactionSession(InMemorySession(session.session_id))  # the default store
     assert await reopened.get_items() == items
 
 
@@ -1086,8 +1086,10 @@ class SequencedOnly:
     async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
         return await self.real.count_items(after=after, before=before)
 
-    def sibling(self, session_id: str) -> SequencedOnly:
-        return SequencedOnly(self.real.sibling(session_id))
+    capabilities = frozenset({Capability.SEQUENCED, Capability.FAMILY})
+
+    def side_store(self, purpose: str) -> SequencedOnly:
+        return SequencedOnly(self.real.side_store(purpose))
 
 
 def pruning_inner(kind: str, tmp_path: Path) -> Session:

@@ -16,8 +16,8 @@ from agents.memory import Session
 from agents.memory import SQLiteSession as SDKSQLiteSession
 from cryptography.fernet import Fernet, InvalidToken
 
-from agent_sessions import InMemorySession, InMemoryStore, SQLiteSession, SupportsSiblings
-from agent_sessions.core.ids import derive_sibling_id
+from agent_sessions import Capability, InMemorySession, InMemoryStore, SQLiteSession, supports
+from agent_sessions.core.family import side_store
 from agent_sessions.errors import DecryptionError, ItemTooLargeError
 from agent_sessions.testing import SessionConformanceSuite
 from agent_sessions.testing.helpers import item_text, texts
@@ -401,22 +401,21 @@ async def test_rotation_rewrites_under_the_active_key_in_order(tmp_path: Path) -
     await ring.add_items([msg("new 0")])
     expected = [f"old {i}" for i in range(5)] + ["new 0"]
     assert texts(await ring.get_items()) == expected
+    numbers = [seq for seq, _ in await ring.get_sequenced_items()]
     assert await ring.rotate() == 5
     assert {e["kid"] for e in await raw_items(ring.inner)} == {"k2"}
     assert texts(await ring.get_items()) == expected
+    assert [seq for seq, _ in await ring.get_sequenced_items()] == numbers, "numbers kept"
     assert await ring.rotate() == 0
     await ring.close()
     only_new = EncryptedSession(SQLiteSession(session_id, path), keys={"k2": KEY}, strict=True)
     assert texts(await only_new.get_items()) == expected
-    side = SQLiteSession(derive_sibling_id(session_id, "rewrite"), path, _internal_id=True)
-    assert await side.get_items() == [], "the rewrite copy is removed after the swap"
     await only_new.clear_session()
     await only_new.close()
-    await side.close()
 
 
 @pytest.mark.asyncio
-async def test_rotation_under_ttl_keeps_timestamps_and_drops_dead_items() -> None:
+async def test_rotation_under_ttl_keeps_timestamps_and_leaves_dead_items_alone() -> None:
     clock = FakeClock()
     inner = InMemorySession(sid(), store=InMemoryStore())
     ttl = TTLSession(inner, DAY, item_ttl=100, clock=clock)
@@ -425,17 +424,18 @@ async def test_rotation_under_ttl_keeps_timestamps_and_drops_dead_items() -> Non
     clock.advance(50)
     await old.add_items([msg("a"), msg("b")])
     clock.advance(60)
-    stamps = [e["t"] for e in await raw_items(inner)][1:]
+    before = await raw_items(inner)
     ring = EncryptedSession(ttl, keys={"k2": KEY, "k1": OLD_KEY}, active="k2")
     assert await ring.rotate() == 2
     raw = await raw_items(inner)
-    assert [e["t"] for e in raw] == stamps, "rotation must not extend item lifetimes"
-    assert {e["item"]["kid"] for e in raw} == {"k2"}
+    assert [e["t"] for e in raw] == [e["t"] for e in before], "lifetimes must not change"
+    assert raw[0] == before[0], "a dead item is never shown again, so it is not rewritten"
+    assert {e["item"]["kid"] for e in raw[1:]} == {"k2"}
     assert texts(await ring.get_items()) == ["a", "b"]
 
 
 @pytest.mark.asyncio
-async def test_rotation_refuses_unreadable_items_unless_told_to_drop_them() -> None:
+async def test_rotation_refuses_unreadable_items_unless_told_to_leave_them() -> None:
     store = InMemoryStore()
     session_id = sid()
     ring = EncryptedSession(
@@ -448,65 +448,36 @@ async def test_rotation_refuses_unreadable_items_unless_told_to_drop_them() -> N
     with pytest.raises(DecryptionError, match="drop_unreadable"):
         await ring.rotate()
     assert await ring.inner.get_items() == before
-    assert await ring.rotate(drop_unreadable=True) == 1
+    assert await ring.rotate(drop_unreadable=True) == 0  # "kept" is under k2 already
     assert texts(await ring.get_items()) == ["kept"]
-    assert len(await ring.inner.get_items()) == 1
+    after: Any = await ring.inner.get_items()
+    assert after[1] == before[1], "the unreadable item stays as it was"
+    assert after[0]["kid"] == "k2"
 
 
 @pytest.mark.asyncio
-async def test_a_rewrite_that_died_mid_swap_is_restored_by_the_next_rotation() -> None:
-    store = InMemoryStore()
-    session_id = sid()
-    inner = InMemorySession(session_id, store=store)
-    ring = EncryptedSession(inner, keys={"k2": KEY, "k1": OLD_KEY}, active="k2")
-    await ring.add_items([msg("x"), msg("y")])
-    copy = await inner.get_items()
-    side = inner.sibling(derive_sibling_id(session_id, "rewrite"))
-    mark: Any = {"type": "agent_sessions.rewrite", "count": 2, "before": "0"}
-    await side.add_items([*copy, mark])  # copy written, swap begun, session cleared: crash
-    await inner.clear_session()
-    assert await ring.rotate() == 0
-    assert texts(await ring.get_items()) == ["x", "y"]
-    assert await side.get_items() == []
-
-
-@pytest.mark.asyncio
-async def test_a_rewrite_that_died_before_its_swap_leaves_the_session_as_it_was() -> None:
-    store = InMemoryStore()
-    inner = InMemorySession(sid(), store=store)
-    ring = EncryptedSession(inner, keys={"k2": KEY, "k1": OLD_KEY}, active="k2")
+async def test_rotation_over_a_foreign_session_is_refused_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    foreign = SDKSQLiteSession(sid(), str(tmp_path / "f.db"))
+    ring = EncryptedSession(foreign, keys={"k1": OLD_KEY})
     await ring.add_items([msg("x")])
-    side = inner.sibling(derive_sibling_id(inner.session_id, "rewrite"))
-    await side.add_items(await inner.get_items())  # copy written, then a crash
-    assert await ring.rotate() == 0
-    assert texts(await ring.get_items()) == ["x"]
-    assert await side.get_items() == []
+    before = await foreign.get_items()
+    ring2 = EncryptedSession(foreign, keys={"k2": KEY, "k1": OLD_KEY}, active="k2")
+    with pytest.raises(NotImplementedError, match="REWRITE"):
+        await ring2.rotate()
+    assert await foreign.get_items() == before
+    foreign.close()
+
+
+# -- side stores --------------------------------------------------------------------------------
 
 
 @pytest.mark.asyncio
-async def test_a_died_swap_followed_by_new_writes_is_reported_not_dropped() -> None:
-    store = InMemoryStore()
-    inner = InMemorySession(sid(), store=store)
-    ring = EncryptedSession(inner, keys={"k2": KEY, "k1": OLD_KEY}, active="k2")
-    await ring.add_items([msg("old")])
-    side = inner.sibling(derive_sibling_id(inner.session_id, "rewrite"))
-    mark: Any = {"type": "agent_sessions.rewrite", "count": 1, "before": "0"}
-    await side.add_items([*await inner.get_items(), mark])
-    await inner.clear_session()
-    await ring.add_items([msg("new")])
-    with pytest.raises(RuntimeError, match="side session"):
-        await ring.rotate()
-    assert len(await side.get_items()) == 2, "the copy is kept for the operator"
-
-
-# -- siblings -----------------------------------------------------------------------------------
-
-
-@pytest.mark.asyncio
-async def test_siblings_are_encrypted_too(tmp_path: Path) -> None:
+async def test_side_stores_are_encrypted_too(tmp_path: Path) -> None:
     s = EncryptedSession(InMemorySession(sid(), store=InMemoryStore()), encryption_key=KEY)
-    assert isinstance(s, SupportsSiblings)
-    side = s.sibling(derive_sibling_id(s.session_id, "usage"))
+    assert supports(s, Capability.FAMILY)
+    side = side_store(s, "usage")
     assert isinstance(side, EncryptedSession)
     usage: Any = {"type": "usage", "tokens": 12}
     await side.add_items([usage])
@@ -514,45 +485,43 @@ async def test_siblings_are_encrypted_too(tmp_path: Path) -> None:
     assert raw[0]["type"] == "agent_sessions.enc"
     assert await side.get_items() == [{"type": "usage", "tokens": 12}]
     foreign = SDKSQLiteSession(sid(), str(tmp_path / "f.db"))
-    assert not isinstance(EncryptedSession(foreign, encryption_key=KEY), SupportsSiblings)
+    assert not supports(EncryptedSession(foreign, encryption_key=KEY), Capability.FAMILY)
     foreign.close()
 
 
 @pytest.mark.asyncio
 async def test_sequenced_items_are_offered_only_when_the_inner_has_them(tmp_path: Path) -> None:
-    from agent_sessions import SupportsSequencedItems
-
     s = EncryptedSession(InMemorySession(sid(), store=InMemoryStore()), encryption_key=KEY)
-    assert isinstance(s, SupportsSequencedItems)
+    assert supports(s, Capability.SEQUENCED)
     seqs = await s.add_sequenced_items([msg("a"), msg("b")])
     assert [(q, item_text(i)) for q, i in await s.get_sequenced_items()] == [
         (seqs[0], "a"), (seqs[1], "b")]
     assert await s.count_items(after=seqs[0]) == 1
     over_ttl = EncryptedSession(TTLSession(InMemorySession(sid()), 60), encryption_key=KEY)
-    assert isinstance(over_ttl, SupportsSequencedItems)  # TTLSession passes the inner's on
+    assert supports(over_ttl, Capability.SEQUENCED)  # TTLSession passes the inner's on
     assert [q for q, _ in await over_ttl.get_sequenced_items()] == []
     foreign = SDKSQLiteSession(sid(), str(tmp_path / "f.db"))
-    assert not isinstance(EncryptedSession(foreign, encryption_key=KEY), SupportsSequencedItems)
+    assert not supports(EncryptedSession(foreign, encryption_key=KEY), Capability.SEQUENCED)
     over_foreign_ttl = EncryptedSession(TTLSession(foreign, 60), encryption_key=KEY)
-    assert not isinstance(over_foreign_ttl, SupportsSequencedItems)
+    assert not supports(over_foreign_ttl, Capability.SEQUENCED)
+    with pytest.raises(NotImplementedError, match="SEQUENCED"):
+        await over_foreign_ttl.get_sequenced_items()
     foreign.close()
 
 
 @pytest.mark.asyncio
 async def test_range_delete_is_offered_only_when_the_inner_has_it(tmp_path: Path) -> None:
-    from agent_sessions import SupportsRangeDelete
-
     inner = SQLiteSession(sid(), str(tmp_path / "r.db"))
     s = EncryptedSession(inner, encryption_key=KEY)
-    assert isinstance(s, SupportsRangeDelete)
+    assert supports(s, Capability.RANGE_DELETE)
     seqs = await s.add_sequenced_items([msg("a"), msg("b")])
     await inner.add_items([msg("not an envelope")])  # unreadable, still one numbered item
     await s.add_items([msg("c")])
     assert await s.delete_items(before=seqs[1] + 2) == 3  # unreadable ones are deleted too
     assert texts(await s.get_items()) == ["c"]
-    assert isinstance(EncryptedSession(inner, encryption_key=KEY, ttl=60), SupportsRangeDelete)
+    assert supports(EncryptedSession(inner, encryption_key=KEY, ttl=60), Capability.RANGE_DELETE)
     foreign = SDKSQLiteSession(sid(), str(tmp_path / "f.db"))
-    assert not isinstance(EncryptedSession(foreign, encryption_key=KEY), SupportsRangeDelete)
+    assert not supports(EncryptedSession(foreign, encryption_key=KEY), Capability.RANGE_DELETE)
     foreign.close()
     await s.close()
 
@@ -577,11 +546,11 @@ async def test_rotation_cancelled_at_any_point_loses_nothing() -> None:
             await task
         except asyncio.CancelledError:
             pass
-        await ring.rotate()  # finishes the job, restoring the copy if the swap was cut short
+        await ring.rotate()  # finishes the job
         assert texts(await ring.get_items()) == expected, f"cancelled after {steps} steps"
         assert {e["kid"] for e in await raw_items(inner)} == {"k2"}
         steps += 1
-    assert steps > 8, "the rotation should take several steps, else this tests nothing"
+    assert steps > 2, "the rotation should take several steps, else this tests nothing"
 
 
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -592,14 +561,13 @@ from agent_sessions import SQLiteSession
 from agent_sessions.wrappers.encrypted import EncryptedSession, KeyMismatchError
 
 path, session_id, new_key, old_key = sys.argv[1:5]
-real_clear = SQLiteSession.clear_session
+real_rewrite = SQLiteSession._rewrite
 
-async def clear_then_die(self):
-    await real_clear(self)
-    if self.session_id == session_id:
-        os._exit(17)  # the process dies between the clear and the add of the swap
+async def rewrite_then_die(self, rows):
+    await real_rewrite(self, rows[: len(rows) // 2])
+    os._exit(17)  # the process dies halfway through the rewrite
 
-SQLiteSession.clear_session = clear_then_die
+SQLiteSession._rewrite = rewrite_then_die
 
 async def main():
     ring = EncryptedSession(SQLiteSession(session_id, path),
@@ -629,7 +597,9 @@ async def test_a_process_killed_mid_rotation_loses_nothing(tmp_path: Path) -> No
     ring = EncryptedSession(
         SQLiteSession(session_id, path), keys={"k2": KEY, "k1": OLD_KEY}, active="k2"
     )
-    assert await ring.get_items() == [], "the kill landed between the clear and the add"
+    kids = [e["kid"] for e in await raw_items(ring.inner)]
+    assert kids == ["k2"] * 10 + ["k1"] * 10, "half rewritten, in place, nothing lost"
+    assert texts(await ring.get_items()) == expected
     await ring.rotate()
     assert texts(await ring.get_items()) == expected
     assert {e["kid"] for e in await raw_items(ring.inner)} == {"k2"}

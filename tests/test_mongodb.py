@@ -31,12 +31,7 @@ from agent_sessions.backends.mongodb import (
     _IndexRegistry,
     ttl_slack,
 )
-from agent_sessions.core.capabilities import (
-    SupportsNativeExpiry,
-    SupportsRangeDelete,
-    SupportsSequencedItems,
-    SupportsSiblings,
-)
+from agent_sessions.core.capabilities import Capability, capabilities_of, supports
 from agent_sessions.core.ids import derive_sibling_id
 from agent_sessions.errors import (
     BackendDataError,
@@ -156,9 +151,7 @@ async def _docs(s: MongoDBSession) -> list[dict[str, Any]]:
 @pytest.mark.asyncio
 async def test_offers_the_capabilities(make: Factory) -> None:
     s = make()
-    assert isinstance(s, SupportsSiblings)
-    assert isinstance(s, SupportsSequencedItems)
-    assert isinstance(s, SupportsNativeExpiry)
+    assert capabilities_of(s) == frozenset(Capability)
 
 
 @pytest.mark.asyncio
@@ -257,7 +250,7 @@ async def test_ranged_reads_and_counts_cut_through_batches(make: Factory) -> Non
 @pytest.mark.asyncio
 async def test_range_delete_trims_a_straddling_batch_and_counts_exactly(make: Factory) -> None:
     s = make()
-    assert isinstance(s, SupportsRangeDelete)
+    assert supports(s, Capability.RANGE_DELETE)
     await s.add_items([_msg(t) for t in "abc"])  # 1-3
     await s.add_items([_msg(t) for t in "defg"])  # 4-7
     await s.add_items([_msg("h")])  # 8

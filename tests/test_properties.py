@@ -33,7 +33,17 @@ from hypothesis.stateful import (
 from agent_sessions import BranchingSession, CompactionSession, EncryptedSession
 from agent_sessions.errors import BranchError
 from tests import matrix
-from tests.matrix import BACKENDS, CLOCK, DAY, KEY, KEYRING, REDIS_PREFIX, STACKS, Backend
+from tests.matrix import (
+    BACKENDS,
+    CLOCK,
+    DAY,
+    FOREIGN_BACKEND,
+    KEY,
+    KEYRING,
+    REDIS_PREFIX,
+    STACKS,
+    Backend,
+)
 from tests.servers import REDIS_URL, drop_redis_keys
 
 LONG = os.environ.get("AGENT_SESSIONS_PROPS") == "long"
@@ -240,10 +250,17 @@ async def _close(session: Any) -> None:
         await result
 
 
-@pytest.mark.parametrize("stack", list(STACKS))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+FOREIGN_STACKS = list(STACKS) if LONG else ["bare", "branching", "compaction", "advanced-ttl"]
+"""Stacks also run over the SDK's SQLiteSession through ForeignSession."""
+
+
+@pytest.mark.parametrize(
+    ("backend", "stack"),
+    [(b, s) for b in BACKEND_NAMES for s in STACKS]
+    + [(FOREIGN_BACKEND.name, s) for s in FOREIGN_STACKS],
+)
 def test_stack_matches_the_reference_model(backend: str, stack: str) -> None:
-    chosen = next(b for b in matrix.BACKENDS if b.name == backend)
+    chosen = next(b for b in [*matrix.BACKENDS, FOREIGN_BACKEND] if b.name == backend)
     if chosen.needs is not None:
         chosen.needs()
     machine = type(

@@ -28,12 +28,7 @@ from agent_sessions.backends._redis_layout import (
     unescape_session_id,
 )
 from agent_sessions.backends.redis import RedisSession
-from agent_sessions.core.capabilities import (
-    SupportsNativeExpiry,
-    SupportsRangeDelete,
-    SupportsSequencedItems,
-    SupportsSiblings,
-)
+from agent_sessions.core.capabilities import Capability, capabilities_of
 from agent_sessions.core.ids import derive_sibling_id
 from agent_sessions.core.registry import open_session
 from agent_sessions.errors import BackendDataError, BackendUnavailableError
@@ -139,10 +134,7 @@ class TestRedisClusterConformance(SessionConformanceSuite):
 
 def test_capabilities_are_offered() -> None:
     s = RedisSession("x", client=Redis())
-    assert isinstance(s, SupportsSiblings)
-    assert isinstance(s, SupportsSequencedItems)
-    assert isinstance(s, SupportsNativeExpiry)
-    assert isinstance(s, SupportsRangeDelete)
+    assert capabilities_of(s) == frozenset(Capability)
 
 
 def test_constructor_rejects_bad_arguments() -> None:

@@ -13,7 +13,8 @@ import pytest
 from agents.memory import Session
 from agents.memory import SQLiteSession as SDKSQLiteSession
 
-from agent_sessions import InMemorySession, InMemoryStore, SQLiteSession
+from agent_sessions import Capability, InMemorySession, InMemoryStore, SQLiteSession, supports
+from agent_sessions.core.family import side_store
 from agent_sessions.testing import SessionConformanceSuite
 from agent_sessions.testing.helpers import item_text, texts
 from agent_sessions.wrappers.ttl import TTLSession
@@ -368,19 +369,19 @@ async def test_expiry_is_pushed_down_to_native_expiry() -> None:
     assert await inner.count_items() == 0
 
 
-def test_siblings_carry_the_same_expiry() -> None:
+def test_side_stores_carry_the_same_expiry() -> None:
     s = TTLSession(InMemorySession(sid()), 60, sliding=False, item_ttl=10)
-    other = s.sibling("\x1eside\x1e" + s.session_id)
+    other = side_store(s, "side")
     assert isinstance(other, TTLSession)
     assert (other.ttl, other.sliding, other.item_ttl) == (60, False, 10)
 
 
-def test_sibling_exists_only_when_the_inner_has_it(tmp_path: Path) -> None:
-    from agent_sessions import SupportsSiblings
-
-    assert isinstance(TTLSession(InMemorySession(sid()), 60), SupportsSiblings)
+def test_a_family_exists_only_when_the_inner_has_one(tmp_path: Path) -> None:
+    assert supports(TTLSession(InMemorySession(sid()), 60), Capability.FAMILY)
     foreign = SDKSQLiteSession(sid(), str(tmp_path / "x.db"))
-    assert not isinstance(TTLSession(foreign, 60), SupportsSiblings)
+    assert not supports(TTLSession(foreign, 60), Capability.FAMILY)
+    with pytest.raises(TypeError, match="FAMILY"):
+        side_store(TTLSession(foreign, 60), "side")
     foreign.close()
 
 

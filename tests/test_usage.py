@@ -18,7 +18,7 @@ from agents.usage import Usage
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
 from agent_sessions import InMemorySession, InMemoryStore, SQLiteSession
-from agent_sessions.core.capabilities import SupportsSiblings
+from agent_sessions.core.capabilities import Capability, supports
 from agent_sessions.core.ids import derive_sibling_id
 from agent_sessions.testing import SessionConformanceSuite
 from agent_sessions.wrappers.advanced import AdvancedSession
@@ -285,8 +285,8 @@ async def test_stacked_usage_over_branching_keeps_side_data_in_the_same_store(
     tmp_path: Path,
 ) -> None:
     branching = BranchingSession(SQLiteSession("stack", str(tmp_path / "s.db")))
-    assert isinstance(branching, SupportsSiblings)
-    stacked = UsageTrackingSession(branching)  # no factory needed: the layer offers siblings
+    assert supports(branching, Capability.FAMILY)
+    stacked = UsageTrackingSession(branching)  # no factory needed: the layer has a family
     agent, _ = usage_agent(("a", usage(1, 3, 4)))
     await stacked.store_run_usage(await Runner.run(agent, "q", session=stacked))
     assert await stacked.get_session_usage() == {

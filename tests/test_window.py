@@ -88,7 +88,7 @@ def _check_view(
 # -- the planning, pure ----------------------------------------------------------------------
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=EXAMPLES * 12, deadline=None)
 @given(histories(max_turns=14), budgets, micros, st.integers(0, 300))
 def test_plan_matches_the_brute_force_reference(
     batches: list[list[Any]],

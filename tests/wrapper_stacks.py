@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agent_sessions import InMemorySession
+from agent_sessions import Capability, InMemorySession
+from agent_sessions.core.base import STORE_CAPABILITIES
 
 
 class FakeClock:
@@ -26,6 +27,8 @@ class NativeExpiryMemorySession(InMemorySession):
     every write sets the session's deadline, and ``sweep()`` does what the store's expiry
     would (Redis EXPIRE / a Mongo TTL index) once that deadline has passed."""
 
+    capabilities = STORE_CAPABILITIES | {Capability.NATIVE_EXPIRY}
+
     def __init__(self, session_id: str, *, clock: FakeClock, **options: Any) -> None:
         super().__init__(session_id, **options)
         self.clock = clock
@@ -34,6 +37,9 @@ class NativeExpiryMemorySession(InMemorySession):
 
     def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
         self.native_ttl = ttl_seconds
+
+    def _member_options(self) -> dict[str, Any]:
+        return {**super()._member_options(), "clock": self.clock}
 
     async def _append(self, payloads: list[str]) -> list[int]:
         seqs = await super()._append(payloads)
@@ -78,8 +84,13 @@ class YieldingSession(InMemorySession):
         await asyncio.sleep(0)
         await super().clear_session()
 
-    def sibling(self, session_id: str) -> YieldingSession:
-        return YieldingSession(session_id, store=self.store, _internal_id=True)
+    async def get_sequenced_items(self, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0)
+        return await super().get_sequenced_items(*args, **kwargs)
+
+    async def rewrite_items(self, pairs: Any) -> int:
+        await asyncio.sleep(0)
+        return await super().rewrite_items(pairs)
 
 
 class IdentitySummarizer:

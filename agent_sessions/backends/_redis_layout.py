@@ -189,3 +189,23 @@ end
 return deleted
 """
 )
+
+# KEYS: items, meta. ARGV: seq1, json1, seq2, json2, ... Replaces each existing member scored
+# seq by "<seq>:<json>" (same score, so numbering is unchanged); skips numbers no longer
+# stored. One script, so the whole rewrite is atomic. Expiry is left alone. Returns how many
+# members were replaced.
+REWRITE = Script(
+    """
+local items = KEYS[1]
+local replaced = 0
+for i = 1, #ARGV, 2 do
+  local seq = ARGV[i]
+  if #redis.call('ZRANGEBYSCORE', items, seq, seq) > 0 then
+    redis.call('ZREMRANGEBYSCORE', items, seq, seq)
+    redis.call('ZADD', items, seq, seq .. ':' .. ARGV[i + 1])
+    replaced = replaced + 1
+  end
+end
+return replaced
+"""
+)

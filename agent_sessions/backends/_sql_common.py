@@ -105,6 +105,11 @@ class SqlDialect(ABC):
         raise NotImplementedError
 
     @abstractmethod
+    async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
+        """Replace the payload of each existing row ``(seq, payload)`` in one transaction;
+        return how many rows were replaced."""
+
+    @abstractmethod
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         """Count the session's rows with after < seq < before."""
 

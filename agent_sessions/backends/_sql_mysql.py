@@ -329,6 +329,19 @@ class MySQLDialect(SqlDialect):
             await conn.commit()
         return deleted
 
+    async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
+        # Affected rows: a row whose payload is already the new one does not count.
+        sql = f"UPDATE {self.t.messages} SET message_data = %s WHERE session_id = %s AND seq = %s"
+        replaced = 0
+        async with conn.cursor() as cur:
+            if conn.get_autocommit():
+                await conn.begin()
+            for seq, payload in rows:
+                await cur.execute(sql, (payload, session_id, seq))
+                replaced += int(cur.rowcount)
+            await conn.commit()
+        return replaced
+
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         bounds, args = range_clause(after, before, lambda i: "%s")
         async with conn.cursor() as cur:

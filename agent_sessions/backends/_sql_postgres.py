@@ -198,6 +198,17 @@ class PostgresDialect(SqlDialect):
         status = await conn.execute(self._delete_before, session_id, before)
         return int(str(status).rsplit(" ", 1)[-1])  # "DELETE <n>"
 
+    async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
+        status = await conn.execute(
+            f"UPDATE {self.t.messages} AS m SET message_data = v.data "
+            "FROM unnest($2::bigint[], $3::text[]) AS v(seq, data) "
+            "WHERE m.session_id = $1 AND m.seq = v.seq",
+            session_id,
+            [seq for seq, _ in rows],
+            [payload for _, payload in rows],
+        )
+        return int(str(status).rsplit(" ", 1)[-1])  # "UPDATE <n>"
+
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         key = (after is not None, before is not None)
         sql = self._counts.get(key)

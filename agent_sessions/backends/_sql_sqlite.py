@@ -218,6 +218,17 @@ class SqliteDialect(SqlDialect):
 
         return int(await self._write(conn, run))
 
+    async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
+        sql = f"UPDATE {self.t.messages} SET message_data = ? WHERE session_id = ? AND seq = ?"
+
+        async def run() -> int:
+            cur = await conn.executemany(sql, [(p, session_id, seq) for seq, p in rows])
+            replaced = int(cur.rowcount)  # summed over the rows
+            await cur.close()
+            return replaced
+
+        return int(await self._write(conn, run))
+
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         bounds, args = range_clause(after, before, lambda i: "?")
         cur = await conn.execute(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.memory import SessionSettings
 
-from ..core.base import BaseSession, Row, check_before
+from ..core.base import STORE_CAPABILITIES, BaseSession, Row
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES
 from ..core.options import explicit_options
 
@@ -66,6 +66,7 @@ class InMemorySession(BaseSession):
         session_settings, max_item_bytes, strict: see :class:`BaseSession`.
     """
 
+    capabilities = STORE_CAPABILITIES
     _single_dispatch_writes = True
 
     @explicit_options
@@ -88,15 +89,8 @@ class InMemorySession(BaseSession):
         )
         self.store = store if store is not None else DEFAULT_STORE
 
-    def sibling(self, session_id: str) -> InMemorySession:
-        """Return a session of the same store (used by wrappers for side data)."""
-        return InMemorySession(
-            session_id,
-            store=self.store,
-            max_item_bytes=self.max_item_bytes,
-            strict=self.strict,
-            _internal_id=True,
-        )
+    def _member_options(self) -> dict[str, Any]:
+        return {"store": self.store}
 
     async def _append(self, payloads: list[str]) -> list[int]:
         with self.store._lock:
@@ -137,11 +131,20 @@ class InMemorySession(BaseSession):
                 entries.seqs.clear()
                 entries.payloads.clear()
 
-    async def delete_items(self, *, before: int) -> int:
-        """Atomically delete this session's items with sequence number < ``before``; return
-        how many were deleted (capability ``SupportsRangeDelete``, used to purge)."""
-        before = check_before(before)
-        self._check_open()
+    async def _rewrite(self, rows: list[Row]) -> int:
+        with self.store._lock:
+            entries = self.store._sessions.get(self.session_id)
+            if entries is None:
+                return 0
+            replaced = 0
+            for seq, payload in rows:
+                i = bisect_left(entries.seqs, seq)
+                if i < len(entries.seqs) and entries.seqs[i] == seq:
+                    entries.payloads[i] = payload
+                    replaced += 1
+            return replaced
+
+    async def _delete_before(self, before: int) -> int:
         with self.store._lock:
             entries = self.store._sessions.get(self.session_id)
             if entries is None:

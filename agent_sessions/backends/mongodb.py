@@ -54,8 +54,8 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("MongoDBSession", "mongodb", _exc) from _exc
 
-from ..core.base import BaseSession, Row, check_before
-from ..core.ids import validate_session_id
+from ..core.base import STORE_CAPABILITIES, BaseSession, Row
+from ..core.capabilities import Capability
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError, ItemTooLargeError
 
@@ -236,6 +236,8 @@ class MongoDBSession(BaseSession):
             ``max_item_bytes`` defaults to what one MongoDB document can hold.
     """
 
+    capabilities = STORE_CAPABILITIES | {Capability.NATIVE_EXPIRY}
+
     @explicit_options
     def __init__(
         self,
@@ -330,21 +332,21 @@ class MongoDBSession(BaseSession):
         """The MongoDB client this session uses."""
         return self._handle.client
 
+    def _member_options(self) -> dict[str, Any]:
+        return {
+            "client": self._handle.client,
+            "database": self.database,
+            "sessions_collection": self.sessions_collection,
+            "messages_collection": self.messages_collection,
+            "_handle": self._handle.share(),
+        }
+
     def sibling(self, session_id: str) -> MongoDBSession:
-        """Return a session of the same database and collections, sharing the client."""
-        self._check_open()
-        validate_session_id(session_id, internal=True)  # before taking a share of the client
-        return MongoDBSession(
-            session_id,
-            client=self._handle.client,
-            database=self.database,
-            sessions_collection=self.sessions_collection,
-            messages_collection=self.messages_collection,
-            max_item_bytes=self.max_item_bytes,
-            strict=self.strict,
-            _internal_id=True,
-            _handle=self._handle.share(),
-        )
+        """Return a session of the same database and collections, sharing the client and the
+        expiry (native expiry applies to the whole family)."""
+        member = super().sibling(session_id)
+        member._ttl = self._ttl
+        return member
 
     def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
         """Make every later write keep all of this session's documents (items and counter)
@@ -663,11 +665,8 @@ class MongoDBSession(BaseSession):
                 await self._refresh_counter(expiry)
                 self._expiry_done(expiry)
 
-    async def delete_items(self, *, before: int) -> int:
-        """Delete this session's items with sequence number < ``before``; return how many were
-        deleted (capability ``SupportsRangeDelete``, used to purge).
-
-        Without a transaction a delete spanning documents cannot be one step, so each document
+    async def _delete_before(self, before: int) -> int:
+        """Without a transaction a delete spanning documents cannot be one step, so each document
         changes in one atomic write, oldest first: at any moment what is gone is a prefix, the
         state some smaller ``before`` would have left, never a hole. Whole batches go by
         ``find_one_and_delete``, which returns the ``n`` it removed; the one batch that
@@ -675,12 +674,6 @@ class MongoDBSession(BaseSession):
         ``n``. So the count is exact even beside concurrent pops, clears and other purges.
         Costs one round trip per batch removed (a purge usually removes the few that died
         since the last); leaves expiry alone so it never prolongs the rest."""
-        before = check_before(before)
-        self._check_open()
-        deleted: int = await self._mutate(self._delete_before(before))
-        return deleted
-
-    async def _delete_before(self, before: int) -> int:
         await self._ensure_indexes()
         sid = self.session_id
         deleted = 0
@@ -719,6 +712,37 @@ class MongoDBSession(BaseSession):
                 if trimmed.modified_count:
                     return deleted + cut
                 # A pop or another purge changed that batch meanwhile: look again.
+
+    async def _rewrite(self, rows: list[Row]) -> int:
+        """Each batch document is rewritten by one update guarded on its ``seq`` and ``n`` (a
+        pop or purge meanwhile makes it look again), so every item is replaced atomically and
+        a rewrite interrupted halfway can simply be run again; without a transaction the
+        documents do not change together."""
+        await self._ensure_indexes()
+        wanted = dict(rows)
+        replaced = 0
+        async with _translated("rewriting items"):
+            for _ in range(8):
+                query = {**self._base_filter(), "seq": {"$lte": max(wanted)}}
+                docs = [d async for d in self._messages.find(query, {"_id": 1, "seq": 1, "n": 1})]
+                moved = False
+                for doc in docs:
+                    seq, n = self._seq_n(doc)
+                    sets = {f"items.{s - seq}": wanted[s] for s in wanted if seq <= s < seq + n}
+                    if not sets:
+                        continue
+                    done = await self._messages.update_one(
+                        {"_id": doc["_id"], "seq": seq, "n": n}, {"$set": sets}
+                    )
+                    if done.matched_count:
+                        replaced += len(sets)
+                        for key in sets:
+                            del wanted[seq + int(key.split(".", 1)[1])]
+                    else:
+                        moved = True
+                if not moved or not wanted:
+                    return replaced
+        return replaced
 
     def _seq_n(self, doc: Any) -> tuple[int, int]:
         seq, n = doc.get("seq"), doc.get("n")

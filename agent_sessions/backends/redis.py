@@ -40,7 +40,8 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
 
 from agents.memory import SessionSettings
 
-from ..core.base import BaseSession, Row, check_before
+from ..core.base import STORE_CAPABILITIES, BaseSession, Row
+from ..core.capabilities import Capability
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError
@@ -50,6 +51,7 @@ from ._redis_layout import (
     ITEMS_TYPE,
     META_TYPE,
     POP,
+    REWRITE,
     check_key_prefix,
     session_keys,
 )
@@ -123,6 +125,11 @@ class _SharedClient:
             shared = cls._by_url[key] = cls(build(), owned=True, key=key)
             return shared
 
+    def share(self) -> _SharedClient:
+        with self._lock:
+            self.users += 1
+        return self
+
     async def release(self) -> None:
         with self._lock:
             self.users -= 1
@@ -162,6 +169,7 @@ class RedisSession(BaseSession):
     ``retry=Retry(NoBackoff(), 0)`` if a lost reply must never duplicate a batch or drop a pop.
     """
 
+    capabilities = STORE_CAPABILITIES | {Capability.NATIVE_EXPIRY}
     # Each write is one command that Redis runs atomically. A cancelled caller has sent none,
     # part or all of it; redis-py then drops the connection, and Redis discards a partial
     # command and runs a complete one whole. So no task is needed to see a write through.
@@ -275,21 +283,14 @@ class RedisSession(BaseSession):
 
     # -- capabilities ----------------------------------------------------------------------
 
-    def sibling(self, session_id: str) -> RedisSession:
-        """Return a session of the same client, prefix, expiry and timeout (side storage)."""
-        self._check_open()
-        with _SharedClient._lock:
-            self._shared.users += 1
-        return RedisSession(
-            session_id,
-            key_prefix=self.key_prefix,
-            ttl=self.ttl,
-            timeout=self.timeout,
-            max_item_bytes=self.max_item_bytes,
-            strict=self.strict,
-            _shared=self._shared,
-            _internal_id=True,
-        )
+    def _member_options(self) -> dict[str, Any]:
+        # The expiry too: native expiry applies to the whole family.
+        return {
+            "key_prefix": self.key_prefix,
+            "ttl": self.ttl,
+            "timeout": self.timeout,
+            "_shared": self._shared.share(),
+        }
 
     def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
         """Make every later write set all of this session's keys to expire ``ttl_seconds``
@@ -358,17 +359,16 @@ class RedisSession(BaseSession):
         client, keys, ttl = self._client, self._keys, self._ttl_ms
         await self._call(lambda: CLEAR(client, keys, ttl))
 
-    async def delete_items(self, *, before: int) -> int:
-        """Atomically delete this session's items with sequence number < ``before``; return
-        how many were deleted (capability ``SupportsRangeDelete``, used to purge).
-
-        One ZREMRANGEBYSCORE, atomic by itself. It leaves expiry alone: removing dead items
-        must not prolong the life of the rest."""
-        before = check_before(before)
-        self._check_open()
+    async def _delete_before(self, before: int) -> int:
+        # One ZREMRANGEBYSCORE, atomic by itself. It leaves expiry alone: removing dead items
+        # must not prolong the life of the rest.
         client, key, high = self._client, self._keys[0], f"({before}"
-        removed = await self._mutate(self._call(lambda: client.zremrangebyscore(key, "-inf", high)))
-        return int(removed)
+        return int(await self._call(lambda: client.zremrangebyscore(key, "-inf", high)))
+
+    async def _rewrite(self, rows: list[Row]) -> int:
+        client, keys = self._client, self._keys
+        args = [part for seq, payload in rows for part in (str(seq), payload)]
+        return int(await self._call(lambda: REWRITE(client, keys, *args)))
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
         client, key = self._client, self._keys[0]

@@ -33,7 +33,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("SQLAlchemySession", "sqlalchemy", _exc) from _exc
 
-from ..core.base import BaseSession, Row, check_before
+from ..core.base import STORE_CAPABILITIES, BaseSession, Row
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError
@@ -379,6 +379,8 @@ class SQLAlchemySession(BaseSession):
             supported.
     """
 
+    capabilities = STORE_CAPABILITIES
+
     @explicit_options
     def __init__(
         self,
@@ -524,21 +526,15 @@ class SQLAlchemySession(BaseSession):
         """Name of the items table."""
         return self._tables.messages
 
-    def sibling(self, session_id: str) -> SQLAlchemySession:
-        """Return a session of the same engine and tables (the pool is shared)."""
-        self._check_open()
-        return SQLAlchemySession(
-            session_id,
-            engine=self._engine,  # type: ignore[arg-type]
-            create_tables=self._create_tables,
-            table_prefix=self.table_prefix,
-            sessions_table=self._tables.sessions,
-            messages_table=self._tables.messages,
-            _shared=self._shared.share() if self._shared is not None else None,
-            max_item_bytes=self.max_item_bytes,
-            strict=self.strict,
-            _internal_id=True,
-        )
+    def _member_options(self) -> dict[str, Any]:
+        return {
+            "engine": self._engine,
+            "create_tables": self._create_tables,
+            "table_prefix": self.table_prefix,
+            "sessions_table": self._tables.sessions,
+            "messages_table": self._tables.messages,
+            "_shared": self._shared.share() if self._shared is not None else None,
+        }
 
     # -- running an operation -------------------------------------------------------------
 
@@ -765,17 +761,21 @@ class SQLAlchemySession(BaseSession):
 
         return await self._run(op, write=False)
 
-    async def delete_items(self, *, before: int) -> int:
-        """Atomically delete this session's items with sequence number < ``before``; return
-        how many were deleted (capability ``SupportsRangeDelete``, used to purge)."""
-        before = check_before(before)
-        self._check_open()
+    async def _delete_before(self, before: int) -> int:
         sid = self.session_id
 
         async def op(d: SqlDialect, conn: Any) -> int:
             return await d.delete_before(conn, sid, before)
 
-        return await self._mutate(self._run(op, write=True))  # type: ignore[no-any-return]
+        return await self._run(op, write=True)
+
+    async def _rewrite(self, rows: list[Row]) -> int:
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> int:
+            return await d.rewrite(conn, sid, rows)
+
+        return await self._run(op, write=True)
 
     async def _close(self) -> None:
         if self._shared is not None:

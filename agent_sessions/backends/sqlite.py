@@ -28,7 +28,7 @@ from typing import Any, ClassVar, TypeVar
 
 from agents.memory import SessionSettings
 
-from ..core.base import BaseSession, Row, check_before
+from ..core.base import STORE_CAPABILITIES, BaseSession, Row
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES
 from ..core.options import explicit_options
 from ..errors import BackendUnavailableError, SessionClosedError
@@ -345,6 +345,7 @@ class SQLiteSession(BaseSession):
         session_settings, max_item_bytes, strict: see :class:`BaseSession`.
     """
 
+    capabilities = STORE_CAPABILITIES
     _single_dispatch_writes = True
 
     @explicit_options
@@ -387,18 +388,13 @@ class SQLiteSession(BaseSession):
         """The database path (the SDK's attribute name)."""
         return self.path
 
-    def sibling(self, session_id: str) -> SQLiteSession:
-        """Return a session of the same database and tables, sharing the connection."""
-        return SQLiteSession(
-            session_id,
-            self.path,
-            sessions_table=self.sessions_table,
-            messages_table=self.messages_table,
-            max_item_bytes=self.max_item_bytes,
-            strict=self.strict,
-            _database=self._db.share(),
-            _internal_id=True,
-        )
+    def _member_options(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "sessions_table": self.sessions_table,
+            "messages_table": self.messages_table,
+            "_database": self._db.share(),
+        }
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         try:
@@ -474,18 +470,23 @@ class SQLiteSession(BaseSession):
 
         return await self._run(count)
 
-    async def delete_items(self, *, before: int) -> int:
-        """Atomically delete this session's items with sequence number < ``before``; return
-        how many were deleted (capability ``SupportsRangeDelete``, used to purge)."""
-        before = check_before(before)
-        self._check_open()
+    async def _delete_before(self, before: int) -> int:
         sql = f"DELETE FROM {self.messages_table} WHERE session_id = ? AND id < ?"
         args = (self.session_id, before)
 
         def delete(raw: sqlite3.Connection) -> int:
             return raw.execute(sql, args).rowcount
 
-        return await self._mutate(self._run(_write, delete))  # type: ignore[no-any-return]
+        return await self._run(_write, delete)
+
+    async def _rewrite(self, rows: list[Row]) -> int:
+        sql = f"UPDATE {self.messages_table} SET message_data = ? WHERE session_id = ? AND id = ?"
+        args = [(payload, self.session_id, seq) for seq, payload in rows]
+
+        def rewrite(raw: sqlite3.Connection) -> int:
+            return raw.executemany(sql, args).rowcount  # summed over the rows
+
+        return await self._run(_write, rewrite)
 
     async def _close(self) -> None:
         await self._db.release()

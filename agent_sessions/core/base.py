@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import logging
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings
 
 from ..errors import CorruptItemError, InvalidItemError, SessionClosedError
+from .capabilities import Capability
 from .closing import Closing
 from .codec import DEFAULT_MAX_ITEM_BYTES, decode_item, encode_batch
-from .ids import validate_session_id
+from .family import REGISTRY, Family, purposes_in
+from .ids import derive_sibling_id, validate_session_id
 from .mutation import run_to_completion
 from .sdk_compaction import SDKCompactionHooks
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
+    from typing_extensions import Self
 
 logger = logging.getLogger("agent_sessions")
 
@@ -40,6 +43,12 @@ def check_before(before: object) -> int:
     return before
 
 
+STORE_CAPABILITIES: frozenset[Capability] = frozenset(
+    {Capability.SEQUENCED, Capability.RANGE_DELETE, Capability.REWRITE, Capability.FAMILY}
+)
+"""What a backend built on this template offers once it implements every hook."""
+
+
 class BaseSession(SDKCompactionHooks, SessionABC):
     """Common behaviour of this package's backends.
 
@@ -52,6 +61,9 @@ class BaseSession(SDKCompactionHooks, SessionABC):
     """
 
     session_settings: SessionSettings | None = None
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.SEQUENCED})
+    """What this backend offers (see ``core.capabilities``); add a capability only together
+    with its hook (``_delete_before``, ``_rewrite``, ``_member_options``)."""
     _single_dispatch_writes = False
     """True when each write is handed to the store in one step that cannot be half-done by a
     cancellation (in-process, or one queued call), so no extra task is needed to finish it."""
@@ -76,6 +88,8 @@ class BaseSession(SDKCompactionHooks, SessionABC):
         self.max_item_bytes = max_item_bytes
         self.strict = strict
         self._closed = False
+        self._family: Family | None = None
+        self._registration: tuple[BaseSession, str] | None = None
         self._closing: Closing | None = None
 
     # -- what a backend implements -------------------------------------------------------------
@@ -105,6 +119,20 @@ class BaseSession(SDKCompactionHooks, SessionABC):
 
     async def _close(self) -> None:
         """Release what this session holds; called once."""
+
+    async def _delete_before(self, before: int) -> int:
+        """Atomically delete the rows with seq < ``before``; return how many (RANGE_DELETE)."""
+        raise NotImplementedError(f"{type(self).__name__} does not delete ranges")
+
+    async def _rewrite(self, rows: list[Row]) -> int:
+        """Replace the payload of each existing row ``(seq, payload)`` in one atomic step,
+        skipping numbers that no longer exist; return how many were replaced (REWRITE)."""
+        raise NotImplementedError(f"{type(self).__name__} does not rewrite items")
+
+    def _member_options(self) -> dict[str, Any]:
+        """Constructor keywords that open another session on this one's store and connection
+        (taking a share of it), without any per-session option (FAMILY)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no session family")
 
     # -- the SDK's Session API ---------------------------------------------------------------
 
@@ -153,6 +181,8 @@ class BaseSession(SDKCompactionHooks, SessionABC):
         payloads = encode_batch(items, self.max_item_bytes)
         if not payloads:
             return []
+        if self._registration is not None:
+            await self._register()
         seqs: list[int] = await self._mutate(self._append(payloads))
         return seqs
 
@@ -179,6 +209,78 @@ class BaseSession(SDKCompactionHooks, SessionABC):
         self._check_open()
         return await self._count(after, before)
 
+    # -- range delete and rewrite in place (capabilities) ---------------------------------------
+
+    async def delete_items(self, *, before: int) -> int:
+        """Atomically delete this session's items with sequence number < ``before``; return
+        how many were deleted. Items written concurrently (higher numbers) are never touched."""
+        before = check_before(before)
+        self._check_open()
+        deleted: int = await self._mutate(self._delete_before(before))
+        return deleted
+
+    async def rewrite_items(self, pairs: list[tuple[int, TResponseInputItem]]) -> int:
+        """Replace the item numbered ``seq`` by ``item`` for each ``(seq, item)`` in one atomic
+        step, keeping every sequence number; numbers that no longer exist are skipped.
+        Returns how many items were replaced.
+
+        Raises:
+            InvalidItemError: an item is not a JSON object or is too large (nothing written).
+            TypeError, ValueError: a pair is not ``(int, item)`` or a number repeats.
+        """
+        seqs = [check_before(pair[0]) for pair in pairs]
+        if len(set(seqs)) != len(seqs):
+            raise ValueError("rewrite_items got the same sequence number twice")
+        payloads = encode_batch([pair[1] for pair in pairs], self.max_item_bytes)
+        if not payloads:
+            return 0
+        self._check_open()
+        replaced: int = await self._mutate(self._rewrite(list(zip(seqs, payloads, strict=True))))
+        return replaced
+
+    # -- the session family (capability) -------------------------------------------------------
+
+    def sibling(self, session_id: str) -> Self:
+        """Return a session of the same store and connection for ``session_id`` (any internal
+        id), with default settings. Prefer ``core.family.side_store`` for side data."""
+        self._check_open()
+        session_id = validate_session_id(session_id, internal=True)
+        return type(self)(  # type: ignore[call-arg]
+            session_id,
+            max_item_bytes=self.max_item_bytes,
+            strict=self.strict,
+            _internal_id=True,
+            **self._member_options(),
+        )
+
+    def side_store(self, purpose: str) -> Self:
+        """Return this session's side store for ``purpose``, closed with this object; see
+        ``core.family``."""
+        self._check_open()
+        if self._family is None:
+            self._family = Family(self._open_member)
+        member: Self = self._family.member(purpose)  # type: ignore[assignment]
+        return member
+
+    def _open_member(self, purpose: str) -> Self:
+        member = self.sibling(derive_sibling_id(self.session_id, purpose))
+        if purpose != REGISTRY:
+            member._registration = (self, purpose)
+        return member
+
+    async def family_purposes(self) -> list[str]:
+        """The purposes of every side store ever written in this session's family."""
+        return purposes_in(await self.side_store(REGISTRY).get_items())
+
+    async def _register(self) -> None:
+        """List this side store in its family's registry (once per object, before a write)."""
+        assert self._registration is not None
+        owner, purpose = self._registration
+        registry = owner.side_store(REGISTRY)
+        if purpose not in purposes_in(await registry.get_items()):
+            await registry.add_items([{"purpose": purpose}])  # type: ignore[list-item]
+        self._registration = None
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     @property
@@ -196,13 +298,18 @@ class BaseSession(SDKCompactionHooks, SessionABC):
         """
         if self._closing is None:
             self._closed = self._closed or self._owns_resources()
-            self._closing = Closing(self._close() if self._closed else None)
+            self._closing = Closing(self._release() if self._closed else None)
         return self._closing
 
     def _owns_resources(self) -> bool:
         """Whether closing ends this session: False for one over the caller's own client,
         whose close is a no-op as in the SDK."""
         return True
+
+    async def _release(self) -> None:
+        if self._family is not None:
+            await self._family.close()  # the side stores this object opened
+        await self._close()
 
     async def __aenter__(self) -> BaseSession:
         self._check_open()
@@ -248,4 +355,4 @@ class BaseSession(SDKCompactionHooks, SessionABC):
         return out
 
 
-__all__ = ["BaseSession", "InvalidItemError", "Row", "check_before"]
+__all__ = ["STORE_CAPABILITIES", "BaseSession", "InvalidItemError", "Row", "check_before"]

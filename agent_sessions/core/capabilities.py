@@ -1,56 +1,68 @@
-"""Optional capabilities a session may offer beyond the SDK's four methods.
+"""What a session declares it can do beyond the SDK's four methods.
 
-Wrappers detect them with ``isinstance`` and fall back to the plain Session API when absent, so
-they work over any Session, including the SDK's own classes.
+Every session of this package carries ``capabilities``, a small immutable set of
+:class:`Capability` (a class attribute on backends; computed from the inner session when a
+wrapper is built). Layers ask :func:`supports` once and never probe methods or types: a session
+from outside (the SDK's classes, a user's own) declares nothing, so it supports nothing here.
+
+The ``Supports*`` protocols name the methods that come with each capability, for typing.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, _ProtocolMeta, runtime_checkable
+import enum
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.memory import Session
 
 
-class _CapabilityMeta(_ProtocolMeta):
-    """``isinstance`` against a capability: every method of it is present (not None) on the
-    object, as ``runtime_checkable`` checks, minus Python 3.11's recomputation of the
-    protocol's members on each check (20-40 µs; a wrapper stack checks several per object)."""
+class Capability(enum.Enum):
+    """One optional ability of a session (keep this set small)."""
 
-    def __instancecheck__(cls, instance: object) -> bool:
-        members = _MEMBERS.get(cls)
-        if members is None:
-            members = _MEMBERS[cls] = tuple(
-                name for name, value in vars(cls).items()
-                if callable(value) and not name.startswith("_")
-            )  # fmt: skip
-        return all(getattr(instance, name, None) is not None for name in members)
-
-
-_MEMBERS: dict[type, tuple[str, ...]] = {}
+    SEQUENCED = "sequenced"
+    """Items carry sequence numbers: ``add_sequenced_items``, ``get_sequenced_items``,
+    ``count_items`` (:class:`SupportsSequencedItems`)."""
+    RANGE_DELETE = "range_delete"
+    """``delete_items(before=seq)`` deletes the oldest items atomically (with SEQUENCED)."""
+    NATIVE_EXPIRY = "native_expiry"
+    """``set_sliding_ttl(seconds)``: the store expires the session (and its family) itself."""
+    REWRITE = "rewrite"
+    """``rewrite_items([(seq, item), ...])`` replaces payloads in place, numbering unchanged."""
+    FAMILY = "family"
+    """``side_store(purpose)`` opens side storage sharing this session's store and lifecycle."""
 
 
-@runtime_checkable
-class SupportsSiblings(Protocol, metaclass=_CapabilityMeta):
-    """Opens other sessions of the same store, sharing this one's connection or pool."""
-
-    def sibling(self, session_id: str) -> Session:
-        """Return a session of the same backend for ``session_id``.
-
-        ``session_id`` may be a derived id (see ``agent_sessions.core.ids.derive_sibling_id``).
-        Closing a sibling never closes the shared connection while others use it.
-        """
-        ...
+NO_CAPABILITIES: frozenset[Capability] = frozenset()
 
 
-@runtime_checkable
-class SupportsSequencedItems(Protocol, metaclass=_CapabilityMeta):
-    """Exposes each item's sequence number: unique per session, increasing in commit order.
+def capabilities_of(session: object) -> frozenset[Capability]:
+    """Return what ``session`` declares (an empty set for a session that declares nothing).
 
-    A sequence number is never reused within a session, even after ``pop_item``; only
-    ``clear_session`` may restart numbering. Reads cost O(result), not O(history).
+    Only a declared ``capabilities`` attribute counts (the instance's own or its class's): a
+    proxy that forwards unknown attributes to another session, like the SDK's
+    EncryptedSession, does not inherit what that session declares.
     """
+    try:
+        caps: Any = vars(session).get("capabilities")
+    except TypeError:  # no __dict__ (slots)
+        caps = None
+    if caps is None:
+        caps = getattr(type(session), "capabilities", None)
+    return caps if isinstance(caps, frozenset) else NO_CAPABILITIES
+
+
+def supports(session: object, capability: Capability) -> bool:
+    """Whether ``session`` declares ``capability``."""
+    return capability in capabilities_of(session)
+
+
+@runtime_checkable
+class SupportsSequencedItems(Protocol):
+    """The methods of :attr:`Capability.SEQUENCED`: each item's sequence number is unique per
+    session and increasing in commit order, never reused (not even after ``pop_item``); reads
+    cost O(result), not O(history)."""
 
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Append ``items`` as one all-or-nothing batch; return their sequence numbers."""
@@ -73,14 +85,10 @@ class SupportsSequencedItems(Protocol, metaclass=_CapabilityMeta):
 
 
 @runtime_checkable
-class SupportsRangeDelete(Protocol, metaclass=_CapabilityMeta):
-    """Deletes the oldest items of a session in one atomic step (used to purge expired data).
-
-    Offered together with :class:`SupportsSequencedItems`, whose sequence numbers it takes. A
-    backend offering it must never reuse a session's sequence numbers, not even after
-    ``clear_session``: a purge that read number N before a concurrent clear would otherwise
-    delete the items written after the clear.
-    """
+class SupportsRangeDelete(Protocol):
+    """The method of :attr:`Capability.RANGE_DELETE`. A backend offering it never reuses a
+    session's sequence numbers, not even after ``clear_session``: a purge that read number N
+    before a concurrent clear would otherwise delete the items written after it."""
 
     async def delete_items(self, *, before: int) -> int:
         """Atomically delete every item with a sequence number below ``before``; return how
@@ -89,11 +97,44 @@ class SupportsRangeDelete(Protocol, metaclass=_CapabilityMeta):
 
 
 @runtime_checkable
-class SupportsNativeExpiry(Protocol, metaclass=_CapabilityMeta):
-    """Expires a whole session natively (Redis EXPIRE, a MongoDB TTL index)."""
+class SupportsNativeExpiry(Protocol):
+    """The method of :attr:`Capability.NATIVE_EXPIRY` (Redis EXPIRE, a MongoDB TTL index)."""
 
     def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
         """From now on, make every write set all of this session's stored data (items and
         bookkeeping) to expire ``ttl_seconds`` after that write, in the same round trip.
         ``None`` stops setting expiry. Takes effect at the next write."""
         ...
+
+
+@runtime_checkable
+class SupportsRewrite(Protocol):
+    """The method of :attr:`Capability.REWRITE`."""
+
+    async def rewrite_items(self, pairs: list[tuple[int, TResponseInputItem]]) -> int:
+        """Replace the item numbered ``seq`` by ``item`` for each pair, in one atomic step;
+        numbers that no longer exist are skipped. Returns how many items were replaced."""
+        ...
+
+
+@runtime_checkable
+class SupportsFamily(Protocol):
+    """The method of :attr:`Capability.FAMILY` (use :func:`agent_sessions.core.family.
+    side_store` rather than calling it)."""
+
+    def side_store(self, purpose: str) -> Session:
+        """Return this session's side store for ``purpose``."""
+        ...
+
+
+__all__ = [
+    "Capability",
+    "NO_CAPABILITIES",
+    "SupportsFamily",
+    "SupportsNativeExpiry",
+    "SupportsRangeDelete",
+    "SupportsRewrite",
+    "SupportsSequencedItems",
+    "capabilities_of",
+    "supports",
+]

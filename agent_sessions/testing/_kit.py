@@ -10,7 +10,7 @@ from typing import Any
 import pytest_asyncio
 from agents.memory import Session
 
-from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems
+from ..core.capabilities import Capability, supports
 
 SessionFactory = Callable[..., Awaitable[Session]]
 
@@ -47,12 +47,12 @@ def msg(text: str, role: str = "user") -> Any:
 
 def offers_sequencing(session: Session) -> bool:
     """Whether ``session`` declares sequence numbers."""
-    return isinstance(session, SupportsSequencedItems)
+    return supports(session, Capability.SEQUENCED)
 
 
 def offers_range_delete(session: Session) -> bool:
     """Whether ``session`` declares range deletion (with sequence numbers)."""
-    return isinstance(session, SupportsRangeDelete) and offers_sequencing(session)
+    return supports(session, Capability.RANGE_DELETE) and offers_sequencing(session)
 
 
 async def close_quietly(session: Session) -> None:

@@ -1,7 +1,7 @@
-"""Side storage for the branching and usage layers: siblings of the inner session, ranged reads.
+"""Side storage for the branching and usage layers: the inner session's family, ranged reads.
 
 Everything lives in the inner session's own backend: the ``main`` storage is the inner session
-itself, other storages are its siblings (``SupportsSiblings``) or come from a caller's
+itself, other storages are side stores of its family (``core.family``) or come from a caller's
 ``sibling_factory``. Every storage has sequence numbers: a foreign session enters through
 ``ForeignSession`` (see ``foreign.sequenced``), so reads cost O(result) on this package's
 backends.
@@ -9,12 +9,12 @@ backends.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from agents.memory import Session
 
-from ..core.capabilities import SupportsSequencedItems, SupportsSiblings
+from ..core.capabilities import Capability, SupportsSequencedItems, supports
+from ..core.family import close_quietly, side_store
 from ..core.ids import derive_sibling_id
 from .foreign import SiblingFactory, sequenced
 
@@ -30,14 +30,12 @@ def open_storages(
     if sibling_factory is not None and not callable(sibling_factory):
         raise TypeError(f"{wrapper}: sibling_factory must be callable, got {sibling_factory!r}")
     main = sequenced(inner, sibling_factory, wrapper=wrapper)
-    if sibling_factory is None:
-        if not isinstance(main, SupportsSiblings):
-            raise TypeError(
-                f"{wrapper} keeps its side data in the same store as the inner session, but a "
-                f"{type(inner).__name__} cannot open sibling sessions; pass sibling_factory=, "
-                "e.g. sibling_factory=lambda sid: SQLiteSession(sid, db_path)"
-            )
-        sibling_factory = main.sibling
+    if sibling_factory is None and not supports(main, Capability.FAMILY):
+        raise TypeError(
+            f"{wrapper} keeps its side data in the same store as the inner session, but a "
+            f"{type(inner).__name__} cannot open sibling sessions; pass sibling_factory=, "
+            "e.g. sibling_factory=lambda sid: SQLiteSession(sid, db_path)"
+        )
     return Storages(main, sibling_factory)
 
 
@@ -55,37 +53,31 @@ async def read_rows(
     return await seq_session.get_sequenced_items(limit, after=after, before=before)
 
 
-async def close_session(session: Session) -> None:
-    """Close ``session`` if it can be closed (sync or async ``close``)."""
-    close = getattr(session, "close", None)
-    if close is not None:
-        result = close()
-        if inspect.isawaitable(result):
-            await result
+close_session = close_quietly
 
 
 class Storages:
     """Opens and remembers the sessions that hold one conversation's data; each of them has
     sequence numbers."""
 
-    def __init__(self, inner: Session, sibling_factory: SiblingFactory) -> None:
+    def __init__(self, inner: Session, sibling_factory: SiblingFactory | None) -> None:
         self.inner = inner
         self._factory = sibling_factory
         self._open: dict[str, Session] = {}
 
     def side(self, purpose: str) -> Session:
-        """Return the sibling session for ``purpose`` (e.g. ``"branches"``)."""
+        """Return the side store for ``purpose`` (e.g. ``"branches"``): from the inner
+        session's family, or from the caller's ``sibling_factory`` when one was given."""
         key = "\x00" + purpose
         session = self._open.get(key)
         if session is None:
-            session = self._open[key] = self.open_sibling(
-                derive_sibling_id(self.inner.session_id, purpose)
-            )
+            if self._factory is None:
+                session = side_store(self.inner, purpose)
+            else:
+                sid = derive_sibling_id(self.inner.session_id, purpose)
+                session = sequenced(self._factory(sid), self._factory)
+            self._open[key] = session
         return session
-
-    def open_sibling(self, session_id: str) -> Session:
-        """Open a session of the same store for ``session_id`` (the caller closes it)."""
-        return sequenced(self._factory(session_id), self._factory)
 
     def storage(self, key: str) -> Session:
         """Return the session holding the items of storage ``key``."""

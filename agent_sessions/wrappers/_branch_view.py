@@ -233,13 +233,6 @@ class View:
                 page, cursor = min(page * 4, 512), rows[0][0]
         return None
 
-    async def turn_count(self, lineage: Lineage) -> int:
-        """Return how many user turns the view holds."""
-        return sum(
-            scan.users_below(before)
-            for (_, before), scan in zip(lineage, await self.scans(lineage), strict=False)
-        )
-
     async def structure(self, lineage: Lineage) -> list[tuple[int, str, str | None]]:
         """Return ``(turn number, message type, tool name)`` of every item of the view."""
         out: list[tuple[int, str, str | None]] = []

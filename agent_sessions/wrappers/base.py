@@ -1,23 +1,20 @@
 """``SessionWrapper``: the shared plumbing of a layer that takes an inner Session and is one.
 
-A wrapper keeps one settings object with its inner session, owns the inner session (closing the
-wrapper closes it), and offers ``sibling()`` exactly when the inner session does, wrapping the
-inner sibling in the same layer so side data gets the same treatment (e.g. encryption).
+A wrapper reaches its inner session as ``inner``, shares one settings object with it, owns it
+(closing the wrapper closes it), and declares the capabilities it passes on from it. Side
+stores come from the inner session's family, through ``wrap_member`` so that side data gets
+this layer's treatment (e.g. encryption).
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from agents.memory import Session, SessionABC, SessionSettings
 
-from ..core.capabilities import SupportsSiblings
+from ..core.capabilities import Capability, capabilities_of
 from ..core.closing import Closing
-
-if TYPE_CHECKING:
-    from .rewrite import Transform
+from ..core.family import Family, close_quietly, member_purposes, side_store
 
 W = TypeVar("W", bound="SessionWrapper")
 
@@ -26,12 +23,12 @@ class SessionWrapper(SessionABC):
     """Base of a layer over ``inner``; subclasses implement the four Session methods.
 
     ``session_id`` is the inner session's; ``session_settings`` reads and writes the inner
-    session's, so the whole stack shares one ``limit``. ``sibling(id)`` exists only when
-    ``inner`` offers it (so ``isinstance(w, SupportsSiblings)`` is truthful) and returns
-    ``self.wrap_sibling(inner.sibling(id))``.
+    session's, so the whole stack shares one ``limit``. ``capabilities`` is what ``inner``
+    declares, limited to the class's ``passes``.
     """
 
-    sibling: Callable[[str], Session]
+    passes: ClassVar[frozenset[Capability]] = frozenset({Capability.FAMILY})
+    """The capabilities this layer offers whenever its inner session does."""
 
     def __init__(self, inner: Session) -> None:
         if not all(
@@ -44,8 +41,10 @@ class SessionWrapper(SessionABC):
             )
         self.inner = inner
         self.session_id = inner.session_id
-        if isinstance(inner, SupportsSiblings):
-            self.sibling = self._sibling
+        self.capabilities = capabilities_of(inner) & self.passes
+        self._family: Family | None = None
+        self._closed = False
+        self._closing: Closing | None = None
 
     @property  # type: ignore[override]
     def session_settings(self) -> SessionSettings | None:
@@ -64,31 +63,56 @@ class SessionWrapper(SessionABC):
                 return settings.limit
         return limit
 
-    def wrap_sibling(self, inner_sibling: Session) -> Session:
-        """Return this layer, configured like ``self``, over ``inner_sibling``."""
-        raise NotImplementedError(f"{type(self).__name__} does not define wrap_sibling")
+    def _inner(self, capability: Capability) -> Any:
+        """The inner session, if this layer offers ``capability`` (else NotImplementedError)."""
+        if capability not in self.capabilities:
+            raise NotImplementedError(
+                f"{type(self).__name__} over {type(self.inner).__name__} cannot do this: the "
+                f"inner session does not declare {capability}; wrap one of agent_sessions' "
+                "backends"
+            )
+        return self.inner
 
-    async def rewrite_items(self, transform: Transform) -> int:
-        """Replace this session's items (as this layer exposes them) by ``transform(items)``,
-        keeping order and this layer's metadata; see ``rewrite.rewrite_session`` for safety.
-        Returns how many items the session holds afterwards."""
-        raise NotImplementedError(f"{type(self).__name__} does not support rewrite_items")
+    # -- the family ------------------------------------------------------------------------------
 
-    def _sibling(self, session_id: str) -> Session:
-        assert isinstance(self.inner, SupportsSiblings)
-        return self.wrap_sibling(self.inner.sibling(session_id))
+    def side_store(self, purpose: str) -> Session:
+        """Return the side store for ``purpose`` in this session's family (see
+        ``core.family``), with this layer's treatment of side data."""
+        if self._family is None:
+            self._family = Family(self._open_member)
+        return self._family.member(purpose)
+
+    def _open_member(self, purpose: str) -> Session:
+        return self.wrap_member(side_store(self.inner, purpose))
+
+    def wrap_member(self, member: Session) -> Session:
+        """Return ``member`` (a side store of the inner session) as this layer keeps it:
+        unchanged by default; a layer that transforms items (encryption) wraps it."""
+        return member
+
+    async def family_purposes(self) -> list[str]:
+        """The purposes of every side store ever written in this session's family."""
+        return await member_purposes(self.inner)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
 
     def close(self) -> Closing:
-        """Close the inner session (sync or async ``close``), if it has one; works called
-        bare or awaited (see ``core.closing.Closing``)."""
-        return Closing(self._close_inner())
+        """Close the side stores this object opened, then the inner session (sync or async
+        ``close``); idempotent; works called bare or awaited (see ``core.closing.Closing``)."""
+        if self._closing is None:
+            self._closed = True
+            self._closing = Closing(self._release())
+        return self._closing
 
-    async def _close_inner(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            result = close()
-            if inspect.isawaitable(result):
-                await result
+    async def _release(self) -> None:
+        if self._family is not None:
+            await self._family.close()
+        await close_quietly(self.inner)
 
     async def __aenter__(self: W) -> W:
         return self

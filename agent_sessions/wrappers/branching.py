@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agents.memory import SessionABC
 from agents.memory.session_settings import resolve_session_limit
 
+from ..core.capabilities import Capability
 from ..core.closing import Closing
 from ..core.options import explicit_options
 from ..errors import BranchError, BranchNotFoundError
@@ -173,10 +174,12 @@ class BranchingSession(SessionABC):
             await self._log.append({"op": "reset"})
             self._view.forget()
 
-    def sibling(self, session_id: str) -> Session:
-        """Return a plain session of the inner session's store, for layers stacked on this
-        one to keep their side data in the same backend."""
-        return self._storages.open_sibling(session_id)
+    capabilities = frozenset({Capability.FAMILY})
+
+    def side_store(self, purpose: str) -> Session:
+        """Return the side store for ``purpose`` in the inner session's family (for layers
+        stacked on this one); closed with this object."""
+        return self._storages.side(purpose)
 
     def close(self) -> Closing:
         """Close the side sessions and the inner session; works called bare or awaited."""

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from agents.memory import SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings
 
-from ..core.capabilities import SupportsRangeDelete, SupportsSiblings
+from ..core.capabilities import Capability, supports
+from ..core.family import side_store
 from ..core.ids import derive_sibling_id
 from ..core.options import explicit_options
 from ..errors import SessionClosedError
@@ -154,11 +155,10 @@ class CompactionSession(SessionABC):
             self.session_settings = coerce_session_settings(session_settings)
         else:
             self.session_settings = getattr(inner, "session_settings", None) or SessionSettings()
-        sibling_id = derive_sibling_id(self.session_id, SIBLING_PURPOSE)
         if sibling_factory is not None:
-            self._sibling = sibling_factory(sibling_id)
-        elif isinstance(inner, SupportsSiblings):
-            self._sibling = inner.sibling(sibling_id)
+            self._sibling = sibling_factory(derive_sibling_id(self.session_id, SIBLING_PURPOSE))
+        elif supports(inner, Capability.FAMILY):
+            self._sibling = side_store(inner, SIBLING_PURPOSE)
         else:
             raise TypeError(
                 f"{type(inner).__name__} cannot open side sessions (no sibling()); pass "
@@ -396,7 +396,7 @@ class CompactionSession(SessionABC):
         ):
             raise ValueError(f"keep_compactions must be an int >= 0, got {keep_compactions!r}")
         inner = self.inner
-        if not isinstance(inner, SupportsRangeDelete):
+        if not supports(inner, Capability.RANGE_DELETE):
             raise NotImplementedError(
                 f"prune_archive needs an inner session with sequence numbers and atomic range "
                 f"deletion (agent_sessions' in-memory and SQLite backends, also under "
@@ -414,7 +414,10 @@ class CompactionSession(SessionABC):
             # Safe against concurrent writers and clears (also in other processes): a range
             # deleting store never reuses sequence numbers, so everything newer than this
             # committed boundary stays.
-            return await inner.delete_items(before=boundaries[-1 - keep_compactions] + 1)
+            deleted: int = await inner.delete_items(  # type: ignore[attr-defined]
+                before=boundaries[-1 - keep_compactions] + 1
+            )
+            return deleted
 
     async def get_summary_and_tail(
         self, limit: int | None = None

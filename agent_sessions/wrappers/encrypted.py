@@ -21,22 +21,20 @@ import os
 import re
 import time
 from binascii import a2b_base64
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import OpenAIResponsesCompactionSession, Session
 
 from ..core import capabilities
-from ..core.capabilities import SupportsRangeDelete, SupportsSequencedItems
+from ..core.capabilities import Capability
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ..core.extras import missing
 from ..core.options import explicit_options
 from ..errors import DecryptionError
 from ._sdk_calls import call_with_wrapper
 from .base import SessionWrapper, check_max_item_bytes
-from .foreign import is_sequenced
-from .rewrite import Transform, rewrite_through
 
 try:
     from cryptography.exceptions import InvalidTag
@@ -206,10 +204,7 @@ class EncryptedSession(SessionWrapper):
     decrypted for the compaction call and the result is stored encrypted).
     """
 
-    add_sequenced_items: Callable[[list[TResponseInputItem]], Awaitable[list[int]]]
-    get_sequenced_items: Callable[..., Awaitable[list[tuple[int, TResponseInputItem]]]]
-    count_items: Callable[..., Awaitable[int]]
-    delete_items: Callable[..., Awaitable[int]]
+    passes: ClassVar[frozenset[Capability]] = frozenset(Capability)
 
     @explicit_options
     def __init__(
@@ -275,12 +270,6 @@ class EncryptedSession(SessionWrapper):
         self._aad_prefix = f"{ENC_TYPE}\x00{ENVELOPE_VERSION}\x00".encode()
         self._aad_suffix = b"\x00" + self.session_id.encode("utf-8")
         self._cipher(self.active_key_id)  # derive now: a bad key fails at construction
-        if is_sequenced(inner):  # offered only when the inner has it (its own methods)
-            self.add_sequenced_items = self._add_sequenced_items
-            self.get_sequenced_items = self._get_sequenced_items
-            self.count_items = self._count_items
-            if isinstance(inner, SupportsRangeDelete):
-                self.delete_items = self._delete_items
         if max_item_bytes is None:
             inner_cap = getattr(inner, "max_item_bytes", None)
             max_item_bytes = DEFAULT_MAX_ITEM_BYTES
@@ -326,10 +315,10 @@ class EncryptedSession(SessionWrapper):
             raise ValueError(f"active={active!r} is not in keys ({sorted(ring)})")
         return ring, active
 
-    def wrap_sibling(self, inner_sibling: Session) -> EncryptedSession:
-        """Return an EncryptedSession with the same keys over ``inner_sibling``."""
+    def wrap_member(self, member: Session) -> EncryptedSession:
+        """Return an EncryptedSession with the same keys over the side store ``member``."""
         return EncryptedSession(
-            inner_sibling,
+            member,
             keys=self._keys,
             active=self.active_key_id,
             strict=self.strict,
@@ -637,55 +626,67 @@ class EncryptedSession(SessionWrapper):
 
         return type(raw)(items, raw.complete and boundary == 0, replace_suffix)
 
-    async def _add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
-        """Like ``add_items``; returns the new items' sequence numbers."""
-        assert isinstance(self.inner, SupportsSequencedItems)
+    async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
+        """Like ``add_items``; returns the new items' sequence numbers (SEQUENCED)."""
+        inner = self._inner(Capability.SEQUENCED)
         texts = encode_batch(items, self.max_item_bytes)
         if not texts:
             return []
-        return await self.inner.add_sequenced_items(
-            [self._seal(text) for text in texts]  # type: ignore[misc]
-        )
+        seqs: list[int] = await inner.add_sequenced_items([self._seal(text) for text in texts])
+        return seqs
 
-    async def _get_sequenced_items(
+    async def get_sequenced_items(
         self, limit: int | None = None, *, after: int | None = None, before: int | None = None
     ) -> list[tuple[int, TResponseInputItem]]:
         """Return ``(seq, item)`` with after < seq < before, the latest ``limit``, oldest first;
         unreadable items are left out as in ``get_items``."""
-        assert isinstance(self.inner, SupportsSequencedItems)
+        inner = self._inner(Capability.SEQUENCED)
         if limit is not None and limit <= 0:
             return []
         out = []
-        for seq, envelope in await self.inner.get_sequenced_items(
-            limit, after=after, before=before
-        ):
+        for seq, envelope in await inner.get_sequenced_items(limit, after=after, before=before):
             try:
                 out.append((seq, self._open(envelope)))
             except _Unreadable as reason:
                 self._unreadable(reason)
         return out
 
-    async def _count_items(self, *, after: int | None = None, before: int | None = None) -> int:
+    async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
         """Return how many stored items have after < seq < before (unreadable ones too)."""
-        assert isinstance(self.inner, SupportsSequencedItems)
-        return await self.inner.count_items(after=after, before=before)
+        count: int = await self._inner(Capability.SEQUENCED).count_items(after=after, before=before)
+        return count
 
-    async def _delete_items(self, *, before: int) -> int:
+    async def delete_items(self, *, before: int) -> int:
         """Atomically delete the stored items with seq < ``before`` (unreadable ones too);
-        return how many were deleted."""
-        assert isinstance(self.inner, SupportsRangeDelete)
-        return await self.inner.delete_items(before=before)
+        return how many were deleted (RANGE_DELETE)."""
+        deleted: int = await self._inner(Capability.RANGE_DELETE).delete_items(before=before)
+        return deleted
+
+    async def rewrite_items(self, pairs: list[tuple[int, TResponseInputItem]]) -> int:
+        """Encrypt each ``(seq, item)`` under the active key and replace stored item ``seq``
+        with it, in one atomic step (REWRITE); returns how many were replaced."""
+        inner = self._inner(Capability.REWRITE)
+        texts = encode_batch([item for _, item in pairs], self.max_item_bytes)
+        replaced: int = await inner.rewrite_items(
+            [(seq, self._seal(text)) for (seq, _), text in zip(pairs, texts, strict=True)]
+        )
+        return replaced
 
     # -- rotation ------------------------------------------------------------------------------
 
     async def rotate(self, *, drop_unreadable: bool = False) -> int:
-        """Re-encrypt every item under the active key, keeping order (and TTL timestamps).
+        """Re-encrypt every item of this session's family (the conversation and every side
+        store: branches, usage, compaction records) under the active key, in place.
 
-        Items already under the active key are left as they are. The rewrite is crash-safe on
-        backends with siblings (see ``rewrite_session``); run it while the session is idle.
+        Each stored item keeps its sequence number, its place and its write time (layers above
+        cannot notice except by content); items already under the active key, and items that
+        expired, are left alone. Each member is rewritten in one atomic step, so a crash or
+        cancellation leaves every item readable with the keyring, and running ``rotate()``
+        again finishes the job: keep the old key in the keyring until a rotation has returned.
 
         Args:
-            drop_unreadable: delete items that no key opens instead of refusing to rotate.
+            drop_unreadable: leave items that no key opens as they are (unreadable, skipped by
+                reads) instead of refusing to rotate.
 
         Returns:
             How many items were re-encrypted.
@@ -693,56 +694,54 @@ class EncryptedSession(SessionWrapper):
         Raises:
             DecryptionError: an item is unreadable and ``drop_unreadable`` is False (nothing
                 is changed).
+            NotImplementedError: the inner session cannot rewrite items in place (a session
+                from outside this package): a rotation through clear and re-add would renumber
+                the history under every layer above and could lose concurrent writes.
         """
-        changed = 0
+        members: list[EncryptedSession] = [self]
+        for purpose in await self.family_purposes():
+            member = self.side_store(purpose)
+            assert isinstance(member, EncryptedSession)
+            members.append(member)
+        plans = [await member._reseal_plan(drop_unreadable) for member in members]
+        for member, plan in zip(members, plans, strict=True):
+            if plan:
+                await member._inner(Capability.REWRITE).rewrite_items(plan)
+        return sum(len(plan) for plan in plans)
 
-        def reseal(envelopes: list[Any]) -> list[Any]:
-            nonlocal changed
-            changed = 0
-            out: list[Any] = []
-            for envelope in envelopes:
+    async def _reseal_plan(self, drop_unreadable: bool) -> list[tuple[int, Any]]:
+        """The ``(seq, new envelope)`` pairs that put this session under the active key."""
+        inner = self._inner(Capability.REWRITE)
+        plan: list[tuple[int, Any]] = []
+        before = None
+        while True:  # newest page first; only an empty page ends (reads may skip items)
+            rows = await inner.get_sequenced_items(_ROTATE_PAGE, before=before)
+            if not rows:
+                plan.reverse()
+                return plan
+            for seq, envelope in reversed(rows):
                 try:
                     item = self._open(envelope)
+                except _Expired:
+                    continue  # never shown again
                 except _Unreadable as reason:
                     if drop_unreadable:
-                        changed += 1
-                        out.append(None)
+                        logger.warning(
+                            "EncryptedSession %r: item %d stays unreadable: %s",
+                            self.session_id, seq, reason,
+                        )
                         continue
                     raise DecryptionError(
-                        f"EncryptedSession {self.session_id!r}: cannot rotate, a stored item "
-                        f"is unreadable: {reason}; pass drop_unreadable=True to delete such "
-                        "items, or add their key to the keyring"
+                        f"EncryptedSession {self.session_id!r}: cannot rotate, stored item "
+                        f"{seq} is unreadable: {reason}; pass drop_unreadable=True to leave "
+                        "such items as they are, or add their key to the keyring"
                     ) from None
-                if envelope["kid"] == self.active_key_id:
-                    out.append(envelope)
-                else:
-                    out.append(self._seal(dumps(item), envelope.get("t")))
-                    changed += 1
-            return out
+                if envelope["kid"] != self.active_key_id:
+                    plan.append((seq, self._seal(dumps(item), envelope.get("t"))))
+            before = rows[0][0]
 
-        await rewrite_through(self.inner, reseal)
-        return changed
 
-    async def rewrite_items(self, transform: Transform) -> int:
-        """Rewrite the decrypted items through ``transform`` (one item per item, in order),
-        re-encrypting them under the active key. Unreadable items make it raise
-        DecryptionError."""
-
-        def rewrite(envelopes: list[Any]) -> list[Any]:
-            try:
-                items = [self._open(envelope) for envelope in envelopes]
-            except _Unreadable as reason:
-                raise DecryptionError(
-                    f"EncryptedSession {self.session_id!r}: cannot rewrite: {reason}"
-                ) from None
-            new = transform(items)
-            if len(new) != len(items):
-                raise ValueError("a rewrite transform must return one entry per item")
-            kept = [item for item in new if item is not None]
-            sealed = iter(self._seal(text) for text in encode_batch(kept, self.max_item_bytes))
-            return [None if item is None else next(sealed) for item in new]
-
-        return await rewrite_through(self.inner, rewrite)
+_ROTATE_PAGE = 500
 
 
 __all__ = [

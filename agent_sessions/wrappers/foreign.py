@@ -49,9 +49,9 @@ from typing import TYPE_CHECKING, Any
 
 from agents.memory import Session
 
-from ..core.base import BaseSession
-from ..core.capabilities import SupportsSiblings
+from ..core.capabilities import Capability, supports
 from ..core.codec import encode_batch
+from ..core.family import side_store
 from ..core.ids import derive_sibling_id
 from .base import SessionWrapper
 
@@ -67,17 +67,8 @@ ALL_ITEMS = 2**62
 
 
 def is_sequenced(session: Session) -> bool:
-    """Whether ``session`` offers sequence numbers (its own ``add_sequenced_items``,
-    ``get_sequenced_items`` and ``count_items``). Our backends always do, our wrappers when
-    their inner does, so it is checked per object."""
-    if isinstance(session, BaseSession):
-        return True
-    # Each method must be the session's own: a proxy forwarding unknown attributes (the SDK's
-    # EncryptedSession) would otherwise hand out its inner session's rows, untransformed.
-    return all(
-        getattr(getattr(session, name, None), "__self__", None) is session
-        for name in ("add_sequenced_items", "get_sequenced_items", "count_items")
-    )
+    """Whether ``session`` declares sequence numbers (``Capability.SEQUENCED``)."""
+    return supports(session, Capability.SEQUENCED)
 
 
 def expiring_layer(session: Session) -> object | None:
@@ -216,24 +207,31 @@ class ForeignSession(SessionWrapper):
             )
         if sibling_factory is not None and not callable(sibling_factory):
             raise TypeError(f"{wrapper}: sibling_factory must be callable, got {sibling_factory!r}")
-        if sibling_factory is None and isinstance(inner, SupportsSiblings):
-            sibling_factory = inner.sibling
-        if sibling_factory is None:
+        if sibling_factory is None and not supports(inner, Capability.FAMILY):
             raise TypeError(
                 f"{wrapper} keeps side data (item numbering, branches, records) in the same "
                 f"store as the session, but a {type(inner).__name__} cannot open other "
                 "sessions; pass sibling_factory=, e.g. "
                 "sibling_factory=lambda sid: SQLiteSession(sid, db_path)"
             )
-        self._factory: SiblingFactory = sibling_factory
-        self.sibling = self._foreign_sibling
-        self._log = sibling_factory(derive_sibling_id(self.session_id, "seq"))
+        self._factory = sibling_factory
+        self.capabilities = frozenset({Capability.SEQUENCED, Capability.FAMILY})
+        self._log = (
+            side_store(inner, "seq")
+            if sibling_factory is None
+            else sibling_factory(derive_sibling_id(self.session_id, "seq"))
+        )
         self._key = _store_key(inner)
         self._resolved: tuple[Any, Numbering] | None = None
         self._newest: str | None = None
 
-    def _foreign_sibling(self, session_id: str) -> Session:
-        return ForeignSession(self._factory(session_id), sibling_factory=self._factory)
+    def _open_member(self, purpose: str) -> Session:
+        """Side stores come from ``sibling_factory`` (else the inner session's family),
+        numbered in turn."""
+        if self._factory is None:
+            return sequenced(side_store(self.inner, purpose))
+        side = self._factory(derive_sibling_id(self.session_id, purpose))
+        return ForeignSession(side, sibling_factory=self._factory)
 
     def _lock(self) -> asyncio.Lock:
         locks = _LOCKS.setdefault(asyncio.get_running_loop(), {})
@@ -401,14 +399,14 @@ class ForeignSession(SessionWrapper):
         hi = state.n if before is None else state.below(before)
         return max(0, hi - lo)
 
-    async def _close_inner(self) -> None:
-        """Close the numbering log, then the foreign session."""
+    async def _release(self) -> None:
+        """Close the numbering log, then the side stores and the foreign session."""
         close = getattr(self._log, "close", None)
         if close is not None:
             result = close()
             if inspect.isawaitable(result):
                 await result
-        await super()._close_inner()
+        await super()._release()
 
 
 __all__ = ["ForeignSession", "SiblingFactory", "expiring_layer", "is_sequenced", "sequenced"]

@@ -27,23 +27,17 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import Session
 
-from ..core.capabilities import (
-    SupportsNativeExpiry,
-    SupportsRangeDelete,
-    SupportsSequencedItems,
-)
+from ..core.capabilities import Capability, supports
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ..core.options import explicit_options
 from ._ttl_boundary import Boundary, newest_dead_by_scan
 from .base import SessionWrapper, check_max_item_bytes
-from .foreign import is_sequenced
-from .rewrite import Transform, rewrite_through
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -101,19 +95,17 @@ class TTLSession(SessionWrapper):
     MongoDB) every write also sets the store's expiry, so a dead session disappears by
     itself; otherwise, and for dead prefixes of live sessions, call :meth:`purge_expired`.
 
-    Offers the sequenced-items capability (and range deletion) exactly when ``inner`` does,
-    with the inner's numbers, so layers above that keep pointers into the history (branching,
-    compaction, usage) stay exact while old items expire. Ranged reads cost one extra small
-    read: see ``_ttl_boundary``.
+    Passes on the inner's sequence numbers, range delete, rewrite in place and family, so
+    layers above that keep pointers into the history (branching, compaction, usage) stay exact
+    while old items expire. Ranged reads cost one extra small read: see ``_ttl_boundary``.
     """
 
     expires_items: ClassVar[bool] = True
-    """Items vanish from reads on their own (see ``refuse_positions_over_expiry``)."""
+    """Items vanish from reads on their own (see ``foreign.expiring_layer``)."""
 
-    add_sequenced_items: Callable[[list[TResponseInputItem]], Awaitable[list[int]]]
-    get_sequenced_items: Callable[..., Awaitable[list[tuple[int, TResponseInputItem]]]]
-    count_items: Callable[..., Awaitable[int]]
-    delete_items: Callable[..., Awaitable[int]]
+    passes: ClassVar[frozenset[Capability]] = frozenset(
+        {Capability.SEQUENCED, Capability.RANGE_DELETE, Capability.REWRITE, Capability.FAMILY}
+    )
 
     @explicit_options
     def __init__(
@@ -147,26 +139,21 @@ class TTLSession(SessionWrapper):
                 else DEFAULT_MAX_ITEM_BYTES
             )
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
-        if is_sequenced(inner):  # offered only when the inner has it (its own methods)
-            self._boundary = Boundary(
-                ttl=self.ttl, sliding=self.sliding, item_ttl=self.item_ttl,
-                dead=self._dead, time=_time,
-            )
-            self._boundary_lock = asyncio.Lock()
-            self.add_sequenced_items = self._add_sequenced_items
-            self.get_sequenced_items = self._get_sequenced_items
-            self.count_items = self._count_items
-            if isinstance(inner, SupportsRangeDelete):
-                self.delete_items = self._delete_items
-        if isinstance(inner, SupportsNativeExpiry):
+        self._boundary = Boundary(
+            ttl=self.ttl, sliding=self.sliding, item_ttl=self.item_ttl,
+            dead=self._dead, time=_time,
+        )
+        self._boundary_lock = asyncio.Lock()
+        if supports(inner, Capability.NATIVE_EXPIRY):
             # The whole session is dead at the latest this long after its last write.
             lifetimes = [s for s in (self.ttl, self.item_ttl) if s is not None]
-            inner.set_sliding_ttl(min(lifetimes) + self.clock_skew)
+            inner.set_sliding_ttl(min(lifetimes) + self.clock_skew)  # type: ignore[attr-defined]
 
-    def wrap_sibling(self, inner_sibling: Session) -> TTLSession:
-        """Return a TTLSession with this one's settings over ``inner_sibling``."""
+
+    def wrap_member(self, member: Session) -> TTLSession:
+        """Return a TTLSession with this one's settings over the side store ``member``."""
         return TTLSession(
-            inner_sibling,
+            member,
             self.ttl,
             sliding=self.sliding,
             item_ttl=self.item_ttl,
@@ -234,11 +221,11 @@ class TTLSession(SessionWrapper):
 
     # -- sequenced items (offered when the inner session has them) ------------------------------
 
-    async def _add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
+    async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers (the inner's)."""
-        assert isinstance(self.inner, SupportsSequencedItems)
+        inner = self._inner(Capability.SEQUENCED)
         envelopes = await self._stamp(items)
-        return await self.inner.add_sequenced_items(envelopes) if envelopes else []
+        return await inner.add_sequenced_items(envelopes) if envelopes else []
 
     async def _newest_dead(self) -> int:
         async with self._boundary_lock:
@@ -246,34 +233,58 @@ class TTLSession(SessionWrapper):
             await self._boundary.refresh(self.inner, now)
             return self._boundary.newest_dead(now)
 
-    async def _get_sequenced_items(
+    async def get_sequenced_items(
         self, limit: int | None = None, *, after: int | None = None, before: int | None = None
     ) -> list[tuple[int, TResponseInputItem]]:
         """Return the live ``(seq, item)`` with after < seq < before, the latest ``limit``,
         oldest first."""
-        assert isinstance(self.inner, SupportsSequencedItems)
+        inner = self._inner(Capability.SEQUENCED)
         if limit is not None and limit <= 0:
             return []
         dead = await self._newest_dead()
-        rows: list[tuple[int, Any]] = await self.inner.get_sequenced_items(
+        rows: list[tuple[int, Any]] = await inner.get_sequenced_items(
             limit, after=dead if after is None else max(after, dead), before=before
         )
         # An envelope that is not ours can only be newer than the boundary if it was written
         # since the refresh; like get_items, never show it.
         return [(seq, env["item"]) for seq, env in rows if _time(env, "t") is not None]
 
-    async def _count_items(self, *, after: int | None = None, before: int | None = None) -> int:
+    async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
         """Return how many live items have after < seq < before."""
-        assert isinstance(self.inner, SupportsSequencedItems)
+        inner = self._inner(Capability.SEQUENCED)
         dead = await self._newest_dead()
-        return await self.inner.count_items(
+        count: int = await inner.count_items(
             after=dead if after is None else max(after, dead), before=before
         )
+        return count
 
-    async def _delete_items(self, *, before: int) -> int:
+    async def delete_items(self, *, before: int) -> int:
         """Delete the stored items numbered below ``before`` (live or not); return how many."""
-        assert isinstance(self.inner, SupportsRangeDelete)
-        return await self.inner.delete_items(before=before)
+        deleted: int = await self._inner(Capability.RANGE_DELETE).delete_items(before=before)
+        return deleted
+
+    async def rewrite_items(self, pairs: list[tuple[int, TResponseInputItem]]) -> int:
+        """Replace the live items numbered ``seq`` by ``item`` for each pair, in one atomic step,
+        keeping their write times (REWRITE); dead or missing numbers are skipped. Returns how
+        many were replaced."""
+        inner = self._inner(Capability.REWRITE)
+        encode_batch([item for _, item in pairs], self.max_item_bytes)
+        if not pairs:
+            return 0
+        seqs = [seq for seq, _ in pairs]
+        stored = dict(
+            await self._inner(Capability.SEQUENCED).get_sequenced_items(
+                after=max(min(seqs) - 1, await self._newest_dead()), before=max(seqs) + 1
+            )
+        )
+        replaced: int = await inner.rewrite_items(
+            [
+                (seq, {**stored[seq], "item": item})
+                for seq, item in pairs
+                if _time(stored.get(seq), "t") is not None
+            ]
+        )
+        return replaced
 
     async def _lifetime_start(self, now: float) -> float:
         newest = await self.inner.get_items(limit=1)
@@ -317,11 +328,11 @@ class TTLSession(SessionWrapper):
         Raises:
             NotImplementedError: the inner session can neither delete ranges nor expire data.
         """
-        inner = self.inner
+        inner: Any = self.inner
         if not (
-            isinstance(inner, SupportsSequencedItems) and isinstance(inner, SupportsRangeDelete)
+            supports(inner, Capability.SEQUENCED) and supports(inner, Capability.RANGE_DELETE)
         ):
-            if isinstance(inner, SupportsNativeExpiry):
+            if supports(inner, Capability.NATIVE_EXPIRY):
                 return 0
             raise NotImplementedError(
                 f"{type(inner).__name__} offers neither range deletion nor native expiry, so "
@@ -336,23 +347,6 @@ class TTLSession(SessionWrapper):
             keep_live=False,
         )
         return await inner.delete_items(before=dead + 1) if dead else 0
-
-    async def rewrite_items(self, transform: Transform) -> int:
-        """Rewrite the live items through ``transform`` (see ``Transform``) keeping their
-        timestamps; dead items are dropped."""
-        now = self.clock()
-
-        def rewrite(envelopes: list[Any]) -> list[Any]:
-            live = envelopes[self._visible_from(envelopes, now) :]
-            new_items = transform([envelope["item"] for envelope in live])
-            if len(new_items) != len(live):
-                raise ValueError("a TTLSession rewrite must keep the number of items")
-            return [
-                None if new is None else {**envelope, "item": new}
-                for envelope, new in zip(live, new_items, strict=True)
-            ]
-
-        return await rewrite_through(self.inner, rewrite)
 
 
 __all__ = ["TTL_TYPE", "TTLSession"]

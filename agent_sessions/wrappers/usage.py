@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from agents.memory import SessionABC
 from agents.memory.session_settings import resolve_session_limit
 
+from ..core.capabilities import Capability
 from ..core.closing import Closing
 from ..core.options import explicit_options
 from ._branch_items import is_user_message
@@ -107,10 +108,12 @@ class UsageTrackingSession(SessionABC):
         await self.inner.clear_session()
         await self._usage.clear()
 
-    def sibling(self, session_id: str) -> Session:
-        """Return a plain session of the inner session's store, for layers stacked on this
-        one to keep their side data in the same backend."""
-        return self._storages.open_sibling(session_id)
+    capabilities = frozenset({Capability.FAMILY})
+
+    def side_store(self, purpose: str) -> Session:
+        """Return the side store for ``purpose`` in the inner session's family (for layers
+        stacked on this one); closed with this object."""
+        return self._storages.side(purpose)
 
     def close(self) -> Closing:
         """Close the side sessions and the inner session; works called bare or awaited."""

@@ -112,9 +112,9 @@ class WindowSession(SessionWrapper):
                 continue
         return await self._window()
 
-    def wrap_sibling(self, inner_sibling: Session) -> Session:
+    def wrap_member(self, member: Session) -> Session:
         """Side stores are read whole: they are not windowed."""
-        return inner_sibling
+        return member
 
     # -- internals -------------------------------------------------------------------------------
 

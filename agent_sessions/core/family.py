@@ -1,0 +1,102 @@
+"""The session family: a user's session plus the side stores that layers keep for it.
+
+A layer that needs side storage (branch log, usage records, compaction records, ...) asks
+:func:`side_store` for it. The side store lives in the same backend and connection as the
+user's session, under an id that core derives (``derive_sibling_id``), with default settings
+(never the user's ``session_settings``), and it is closed with the session that opened it.
+
+Every side store that was ever written is listed in the family's registry (a side store of its
+own, written once per side store and object), so family-wide operations (key rotation, erase)
+reach members that this process never opened.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .capabilities import Capability, SupportsFamily, supports
+
+if TYPE_CHECKING:
+    from agents.memory import Session
+
+REGISTRY = "family"
+"""The purpose of the side store that lists a family's members."""
+
+
+def side_store(session: Session, purpose: str) -> Session:
+    """Return the side store for ``purpose`` (e.g. ``"branches"``) in ``session``'s family.
+
+    Raises:
+        TypeError: ``session`` keeps no family (a session from outside this package); the
+            message says what to do.
+    """
+    if not supports(session, Capability.FAMILY):
+        raise TypeError(
+            f"{type(session).__name__} cannot keep side data (it declares no "
+            "Capability.FAMILY); wrap one of agent_sessions' backends, or pass "
+            "sibling_factory= to the layer"
+        )
+    family_session: SupportsFamily = session  # type: ignore[assignment]
+    return family_session.side_store(purpose)
+
+
+async def member_purposes(session: Session) -> list[str]:
+    """Return the purposes of every side store ever written in ``session``'s family (by any
+    object or process), oldest first; ``[]`` for a session without a family."""
+    if not supports(session, Capability.FAMILY):
+        return []
+    purposes: list[str] = await session.family_purposes()  # type: ignore[attr-defined]
+    return purposes
+
+
+async def close_quietly(session: Session) -> None:
+    """Close ``session`` if it can be closed (sync or async ``close``)."""
+    close = getattr(session, "close", None)
+    if close is not None:
+        result = close()
+        if inspect.isawaitable(result):
+            await result
+
+
+def purposes_in(records: list[Any]) -> list[str]:
+    """The distinct purposes named by registry ``records``, in first-seen order."""
+    seen: dict[str, None] = {}
+    for record in records:
+        purpose = record.get("purpose") if isinstance(record, dict) else None
+        if isinstance(purpose, str) and purpose != REGISTRY:
+            seen.setdefault(purpose, None)
+    return list(seen)
+
+
+class Family:
+    """The side stores one session object opened, by purpose; closed with that object.
+
+    ``open_member(purpose)`` makes a member; a member that was closed is opened again on the
+    next request, so layers may close what they got without breaking others.
+    """
+
+    def __init__(self, open_member: Callable[[str], Session]) -> None:
+        self._open_member = open_member
+        self._members: dict[str, Session] = {}
+
+    def member(self, purpose: str) -> Session:
+        """Return the open member for ``purpose``, opening it if needed."""
+        found = self._members.get(purpose)
+        if found is None or getattr(found, "closed", False):
+            found = self._members[purpose] = self._open_member(purpose)
+        return found
+
+    def opened(self) -> list[Session]:
+        """The members this object has open."""
+        return [m for m in self._members.values() if not getattr(m, "closed", False)]
+
+    async def close(self) -> None:
+        """Close every member this object opened."""
+        members, self._members = list(self._members.values()), {}
+        for member in members:
+            await close_quietly(member)
+
+
+__all__ = ["REGISTRY", "Family", "close_quietly", "member_purposes", "purposes_in", "side_store"]

@@ -1,0 +1,184 @@
+"""Capability tiers for rewrite in place and the session family (layer contract v2).
+
+``RewriteConformance``: ``rewrite_items`` replaces payloads by sequence number, atomically,
+validated like ``add_items``. ``FamilyConformance``: side stores never take the user's settings,
+key rotation rewrites every member in place (so compaction views and branches survive it and the
+old key can be dropped), and an interrupted rotation followed by a clear resurrects nothing.
+Both skip sessions that do not declare the capabilities. The family tests stack this package's
+layers over the session under test and need the ``encryption`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from agents.memory import Session, SessionSettings
+
+from ..core.capabilities import Capability, supports
+from ..core.family import side_store
+from ..errors import InvalidItemError
+from ._kit import ConformanceBase, SessionFactory, close_quietly
+from ._kit import msg as _msg
+from .helpers import texts
+
+_OLD_KEY = "an old passphrase for the family conformance tier, long and random enough"
+_NEW_KEY = "a new passphrase for the family conformance tier, long and random enough too"
+
+
+def _needs(session: Session, *capabilities: Capability) -> None:
+    missing = [c.name for c in capabilities if not supports(session, c)]
+    if missing:
+        pytest.skip(f"the session does not declare {', '.join(missing)}")
+
+
+class RewriteConformance(ConformanceBase):
+    """Rewrite in place: numbers never change, missing numbers are skipped, bad input writes
+    nothing."""
+
+    @pytest.mark.asyncio
+    async def test_rewrite_keeps_every_sequence_number(self, new_session: SessionFactory) -> None:
+        s: Any = await new_session()
+        _needs(s, Capability.SEQUENCED, Capability.REWRITE)
+        seqs = await s.add_sequenced_items([_msg("a"), _msg("b"), _msg("c")])
+        assert await s.rewrite_items([(seqs[1], _msg("B")), (seqs[2], _msg("C"))]) == 2
+        rows = await s.get_sequenced_items()
+        assert [seq for seq, _ in rows] == seqs
+        assert texts(item for _, item in rows) == ["a", "B", "C"]
+        await s.pop_item()
+        assert await s.rewrite_items([(seqs[2], _msg("gone"))]) == 0, "a popped number is skipped"
+        later = await s.add_sequenced_items([_msg("d")])
+        assert later[0] > seqs[2], "a rewrite must not disturb the numbering"
+        assert texts(await s.get_items()) == ["a", "B", "d"]
+
+    @pytest.mark.asyncio
+    async def test_a_bad_rewrite_writes_nothing(self, new_session: SessionFactory) -> None:
+        s: Any = await new_session()
+        _needs(s, Capability.SEQUENCED, Capability.REWRITE)
+        seqs = await s.add_sequenced_items([_msg("a"), _msg("b")])
+        with pytest.raises(InvalidItemError) as caught:
+            await s.rewrite_items([(seqs[0], _msg("A")), (seqs[1], "not an object")])
+        assert caught.value.index == 1
+        with pytest.raises(ValueError, match="twice"):
+            await s.rewrite_items([(seqs[0], _msg("A")), (seqs[0], _msg("A2"))])
+        with pytest.raises(TypeError):
+            await s.rewrite_items([("1", _msg("A"))])
+        assert texts(await s.get_items()) == ["a", "b"]
+
+
+class FamilyConformance(ConformanceBase):
+    """The session family: side stores, settings, and key rotation over every member."""
+
+    @pytest.mark.asyncio
+    async def test_side_stores_never_take_the_users_settings(
+        self, new_session: SessionFactory
+    ) -> None:
+        from ..wrappers.compaction import CompactionSession
+
+        s: Any = await new_session()
+        _needs(s, Capability.FAMILY)
+        s.session_settings = SessionSettings(limit=2)
+        side = side_store(s, "records")
+        await side.add_items([_msg(str(i)) for i in range(4)])
+        assert texts(await side.get_items()) == ["0", "1", "2", "3"]
+        compacting = CompactionSession(s, keep_last=1)
+        for turn in range(4):
+            await compacting.add_items([_msg(f"q{turn}"), _msg(f"a{turn}", "assistant")])
+            assert await compacting.compact(force=True) is not None
+        # The user's limit=2 must not cut the records short (prune_archive relies on them).
+        assert len(await compacting.get_compaction_records()) == 4
+        await side.clear_session()
+
+    @pytest.mark.asyncio
+    async def test_rotation_keeps_a_compacted_view_and_its_records(
+        self, new_session: SessionFactory
+    ) -> None:
+        from ..wrappers.compaction import CompactionSession
+        from ..wrappers.encrypted import EncryptedSession
+
+        s: Any = await new_session()
+        _needs(s, Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
+        old = CompactionSession(EncryptedSession(s, keys={"k1": _OLD_KEY}), keep_last=2)
+        await old.add_items([_msg(f"m{i}") for i in range(6)])
+        assert await old.compact(force=True) is not None
+        view = await old.get_items()
+        await self._rotate(s.session_id)
+        fresh = await self.create_session(s.session_id)
+        try:
+            after = CompactionSession(
+                EncryptedSession(fresh, keys={"k2": _NEW_KEY}, strict=True), keep_last=2
+            )
+            assert await after.get_items() == view, "the view is the summary plus the tail"
+            assert len(await after.get_compaction_records()) == 1
+            await after.clear_session()
+        finally:
+            await close_quietly(fresh)
+
+    @pytest.mark.asyncio
+    async def test_rotation_keeps_branches_and_their_parents_turns(
+        self, new_session: SessionFactory
+    ) -> None:
+        from ..wrappers.advanced import AdvancedSession
+        from ..wrappers.encrypted import EncryptedSession
+
+        s: Any = await new_session()
+        _needs(s, Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
+        old = AdvancedSession(EncryptedSession(s, keys={"k1": _OLD_KEY}))
+        await old.add_items(
+            [_msg("q1"), _msg("a1", "assistant"), _msg("q2"), _msg("a2", "assistant")]
+        )
+        await old.create_branch_from_turn(2, "alt")
+        await old.add_items([_msg("q2 alt"), _msg("a2 alt", "assistant")])
+        expected = ["q1", "a1", "q2 alt", "a2 alt"]
+        assert texts(await old.get_items()) == expected
+        await self._rotate(s.session_id)
+        fresh = await self.create_session(s.session_id)
+        try:
+            after = AdvancedSession(EncryptedSession(fresh, keys={"k2": _NEW_KEY}, strict=True))
+            names = {b["branch_id"] for b in await after.list_branches()}
+            assert names == {"main", "alt"}, "branches survive dropping the old key"
+            assert texts(await after.get_items(branch_id="alt")) == expected
+            assert texts(await after.get_items(branch_id="main")) == ["q1", "a1", "q2", "a2"]
+            await after.clear_session()
+        finally:
+            await close_quietly(fresh)
+
+    @pytest.mark.asyncio
+    async def test_an_interrupted_rotation_then_a_clear_resurrects_nothing(
+        self, new_session: SessionFactory
+    ) -> None:
+        from ..wrappers.encrypted import EncryptedSession
+
+        s: Any = await new_session()
+        _needs(s, Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
+        writer = EncryptedSession(s, keys={"k1": _OLD_KEY})
+        ring = EncryptedSession(s, keys={"k2": _NEW_KEY, "k1": _OLD_KEY}, active="k2")
+        for steps in range(0, 12, 2):
+            await writer.add_items([_msg(f"old {steps}.{i}") for i in range(3)])
+            task = asyncio.ensure_future(ring.rotate())
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            await ring.clear_session()
+            await ring.rotate()
+            assert await ring.get_items() == [], f"cancelled after {steps} steps"
+            assert await s.count_items() == 0, "nothing may come back from a backup"
+
+    async def _rotate(self, session_id: str) -> None:
+        from ..wrappers.encrypted import EncryptedSession
+
+        other = await self.create_session(session_id)
+        try:
+            ring = EncryptedSession(other, keys={"k2": _NEW_KEY, "k1": _OLD_KEY}, active="k2")
+            assert await ring.rotate() > 0
+            assert await ring.rotate() == 0, "a second rotation finds nothing left to do"
+        finally:
+            await close_quietly(other)
+
+
+__all__ = ["FamilyConformance", "RewriteConformance"]

@@ -1,0 +1,435 @@
+"""``ResilientSession``: retries, a circuit breaker and a durable local spool over any backend."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from ...core.base import BaseSession
+from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
+from ...errors import BackendUnavailableError
+from ..base import SessionWrapper, check_max_item_bytes
+from ..foreign import is_sequenced
+from .markers import batch_of, new_batch_id, stamp, strip, strip_all
+from .policy import BreakerState, CircuitBreaker, RetryPolicy
+from .spool import Spool, SpooledBatch
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory import Session
+
+logger = logging.getLogger("agent_sessions.resilient")
+
+T = TypeVar("T")
+State = Literal["healthy", "degraded", "replaying"]
+_FIRST_PAGE = 64
+_MAX_PAGE = 4096
+
+
+@dataclass(frozen=True)
+class ResilienceStatus:
+    """What a :class:`ResilientSession` is doing.
+
+    Attributes:
+        state: ``healthy`` (writes go to the primary), ``degraded`` (writes go to the spool),
+            or ``replaying`` (the spool is being written into the primary).
+        spooled_batches: batches of this session waiting in the spool.
+        spooled_items: items in them.
+        breaker: the circuit breaker's state.
+        last_error: the last unavailability seen, or None.
+    """
+
+    state: State
+    spooled_batches: int
+    spooled_items: int
+    breaker: BreakerState
+    last_error: str | None
+
+
+class _Down(Exception):
+    """The primary stayed unavailable for a whole call (or the breaker is open)."""
+
+
+class ResilientSession(SessionWrapper):
+    """Keeps a session writable while its backend is down, losing and duplicating nothing.
+
+    * Each call to the primary is retried on :class:`BackendUnavailableError` (and on taking
+      longer than the policy allows) with exponential backoff and jitter, within
+      ``retry.total_timeout``; a :class:`CircuitBreaker` stops calling a primary that keeps
+      failing.
+    * When a write cannot reach the primary it goes to ``spool``, an on-disk SQLite file, and
+      the call succeeds. While anything is spooled, later writes are spooled too (so the order
+      of writes is kept), and reads return the primary's items (or, while it is down, the last
+      ones this object saw) followed by the spooled ones.
+    * When the primary answers again, the spool is replayed into it in order, one batch per
+      write, then emptied. Every item carries its batch id, so a batch that reached the
+      primary although the call failed, or whose replay was interrupted by a crash, is found
+      there and not written twice (exactly once; see ``markers``).
+    * ``pop_item`` while degraded removes the newest spooled item (the newest write). When the
+      newest spooled batch was already sent to the primary (it may be there), or nothing is
+      spooled, a pop needs the primary: it is tried once (a pop is not idempotent, so it is
+      never retried) and raises BackendUnavailableError when the primary is down.
+    * ``clear_session`` drops the spooled batches, then clears the primary (retried); it raises
+      BackendUnavailableError when the primary stays down.
+
+    Args:
+        inner: the primary, any Session.
+        spool: path of the SQLite spool file (or a :class:`Spool` shared by several sessions).
+        retry: the retry policy.
+        breaker: the circuit breaker (share one between sessions of the same store).
+        mirror_items: newest items kept in memory to serve reads while the primary is down.
+        max_item_bytes: size limit applied to items before they are spooled.
+
+    One object per session and process should write a session while it is degraded: the
+    order of writes is kept per object. Replays of one spool file are serialized across
+    processes with an OS file lock.
+    """
+
+    def __init__(
+        self,
+        inner: Session,
+        spool: str | os.PathLike[str] | Spool,
+        *,
+        retry: RetryPolicy | None = None,
+        breaker: CircuitBreaker | None = None,
+        mirror_items: int = 2000,
+        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+    ) -> None:
+        super().__init__(inner)
+        if isinstance(mirror_items, bool) or not isinstance(mirror_items, int) or (
+            mirror_items < 0
+        ):
+            raise ValueError(f"mirror_items must be an int >= 0, got {mirror_items!r}")
+        self.max_item_bytes = check_max_item_bytes(max_item_bytes)
+        self._owns_spool = not isinstance(spool, Spool)
+        self.spool = spool if isinstance(spool, Spool) else Spool(spool)
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.breaker = breaker if breaker is not None else CircuitBreaker()
+        self.mirror_items = mirror_items
+        self._sequenced = is_sequenced(inner)
+        self._anchor: str | None = None
+        self._spooled: int | None = None
+        self._state: State = "healthy"
+        self._last_error: str | None = None
+        self._mirror: list[TResponseInputItem] | None = None
+        self._mirror_complete = False
+        self._lock: asyncio.Lock | None = None
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
+
+    # -- status ----------------------------------------------------------------------------------
+
+    @property
+    def status(self) -> ResilienceStatus:
+        """The current state, spool size and breaker state (reads the spool file)."""
+        batches, items = self.spool.counts(self.session_id)
+        state = self._state
+        if state == "healthy" and (batches or self.breaker.state == "open"):
+            state = "degraded"
+        return ResilienceStatus(state, batches, items, self.breaker.state, self._last_error)
+
+    # -- the Session API ---------------------------------------------------------------------
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Write ``items`` as one batch to the primary, or to the spool while it is down."""
+        if not items:
+            await self.inner.add_items(items)
+            return
+        batch_id = new_batch_id()
+        stamped = stamp(items, batch_id)
+        async with self._locked():
+            await self._replay_if_due()
+            if await self._spooled_count():
+                await self._to_spool(stamped, batch_id, attempted=False)
+                return
+            try:
+                await self._call(self._add_once(stamped, batch_id))
+            except _Down:
+                await self._to_spool(stamped, batch_id, attempted=True)
+                return
+            self._anchor = batch_id
+            self._mirror_extend(list(items))
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The latest ``limit`` items: the primary's, then any spooled ones."""
+        limit = self.resolve_limit(limit)
+        if limit is not None and limit <= 0:
+            return []
+        if self._spooled == 0 and self._state == "healthy" and self.breaker.state == "closed":
+            try:
+                return await self._read_primary(limit)
+            except _Down:
+                pass
+        async with self._locked():
+            await self._replay_if_due()
+            spooled = await self._spool_items()
+            if limit is not None and len(spooled) >= limit:
+                return spooled[len(spooled) - limit :]
+            rest = None if limit is None else limit - len(spooled)
+            try:
+                primary = await self._read_primary(rest)
+            except _Down:
+                primary = self._from_mirror(rest)
+            return primary + spooled
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest item (see the class docstring while degraded)."""
+        async with self._locked():
+            await self._replay_if_due()
+            if await self._spooled_count():
+                popped = await asyncio.to_thread(self.spool.pop_newest, self.session_id)
+                self._spooled = None
+                if popped is not None:
+                    item, removed = popped
+                    if not removed:
+                        raise BackendUnavailableError(
+                            f"cannot pop from {self.session_id!r} now: its newest write was "
+                            "sent to the primary, which is unreachable, and may be stored "
+                            "there; retry once the primary answers"
+                        )
+                    return strip(item)  # type: ignore[no-any-return]
+            try:
+                item = await self._call(self.inner.pop_item, retry=False)
+            except _Down as down:
+                raise BackendUnavailableError(
+                    f"cannot pop from {self.session_id!r}: the primary is unreachable "
+                    f"({self._last_error}); a pop is never retried, as it is not idempotent"
+                ) from down.__cause__
+            if item is not None and self._mirror:
+                self._mirror.pop()
+            return strip(item)  # type: ignore[no-any-return]
+
+    async def clear_session(self) -> None:
+        """Drop the spooled batches, then clear the primary (retried)."""
+        async with self._locked():
+            await asyncio.to_thread(self.spool.clear, self.session_id)
+            self._spooled = 0
+            self._anchor = None
+            try:
+                await self._call(self.inner.clear_session)
+            except _Down as down:
+                raise BackendUnavailableError(
+                    f"cannot clear {self.session_id!r}: the primary is unreachable "
+                    f"({self._last_error}); its spooled writes were dropped, retry the clear"
+                ) from down.__cause__
+            self._mirror, self._mirror_complete = [], True
+            self._set_state("healthy", "the session was cleared")
+
+    # -- replay ----------------------------------------------------------------------------------
+
+    async def replay(self) -> int:
+        """Write the spooled batches into the primary, in order, exactly once; return how many
+        were written (0 when another replay of this spool is running or the primary is down)."""
+        async with self._locked():
+            return await self._replay()
+
+    async def _replay_if_due(self) -> None:
+        if await self._spooled_count() and self.breaker.allows():
+            await self._replay()
+
+    async def _replay(self) -> int:
+        with self.spool.replay_lock() as held:
+            if not held:
+                return 0
+            batches = await asyncio.to_thread(self.spool.batches, self.session_id)
+            self._spooled = len(batches)
+            if not batches:
+                return 0
+            self._set_state("replaying", f"{len(batches)} spooled batches")
+            done = 0
+            try:
+                anchor = await asyncio.to_thread(self.spool.anchor, self.session_id)
+                sent = {b.batch_id for b in batches if b.attempted}
+                if sent:
+                    found = await self._call(lambda: self._find(sent, anchor))
+                    if found is not None:
+                        upto = next(i for i, b in enumerate(batches) if b.batch_id == found)
+                        await self._confirm(batches[: upto + 1])
+                        anchor, batches = found, batches[upto + 1 :]
+                for batch in batches:
+                    if not batch.attempted:
+                        await asyncio.to_thread(self.spool.mark_attempted, batch.seq)
+                    await self._call(self._add_once(batch.items, batch.batch_id, anchor))
+                    await self._confirm([batch])
+                    anchor = batch.batch_id
+                    done += 1
+            except _Down:
+                self._set_state("degraded", f"replay stopped: {self._last_error}")
+                return done
+            self._set_state("healthy", f"replayed {done} batches; the spool is empty")
+            return done
+
+    async def _confirm(self, batches: list[SpooledBatch]) -> None:
+        await asyncio.to_thread(
+            self.spool.confirm, self.session_id, [b.seq for b in batches], batches[-1].batch_id
+        )
+        self._spooled = None
+        self._anchor = batches[-1].batch_id
+        for batch in batches:
+            self._mirror_extend(strip_all(batch.items))
+
+    # -- the primary -----------------------------------------------------------------------------
+
+    def _add_once(
+        self, stamped: list[Any], batch_id: str, anchor: str | None = None
+    ) -> Callable[[], Awaitable[None]]:
+        """One attempt of writing a batch: after a failed attempt, look for it first."""
+        tried = False
+        anchor = anchor if anchor is not None else self._anchor
+
+        async def attempt() -> None:
+            nonlocal tried
+            if tried and await self._find({batch_id}, anchor) == batch_id:
+                return
+            tried = True
+            await self.inner.add_items(stamped)
+
+        return attempt
+
+    async def _find(self, batch_ids: set[str], anchor: str | None) -> str | None:
+        """The newest of ``batch_ids`` found in the primary, reading back from its newest
+        item to ``anchor`` (or its start), or None."""
+        size = _FIRST_PAGE
+        before: int | None = None
+        seen = 0
+        while True:
+            if self._sequenced:
+                pairs = await self.inner.get_sequenced_items(size, before=before)  # type: ignore[attr-defined]
+                page = [item for _, item in pairs]
+                if pairs:
+                    before = pairs[0][0]
+                end = not pairs or (isinstance(self.inner, BaseSession) and len(pairs) < size)
+            else:
+                got = await self.inner.get_items(seen + size)
+                page = got[: len(got) - seen]
+                end = len(got) < seen + size
+                seen = len(got)
+            for item in reversed(page):
+                batch = batch_of(item)
+                if batch in batch_ids:
+                    return batch
+                if batch is not None and batch == anchor:
+                    return None
+            if end:
+                return None
+            size = min(size * 2, _MAX_PAGE)
+
+    async def _read_primary(self, limit: int | None) -> list[TResponseInputItem]:
+        if limit is not None and limit <= 0:
+            return []
+        items = strip_all(await self._call(lambda: self.inner.get_items(limit)))
+        self._remember(items, limit)
+        return items
+
+    async def _call(self, op: Callable[[], Awaitable[T]], *, retry: bool = True) -> T:
+        """Run ``op`` against the primary under the retry policy and the breaker."""
+        state = self.breaker.state
+        if state == "open":
+            raise _Down("the circuit breaker is open")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.retry.total_timeout
+        # A half-open breaker allows one probe, not a series of retries.
+        backoffs = self.retry.backoffs() if retry and state == "closed" else iter(())
+        while True:
+            try:
+                result = await asyncio.wait_for(op(), max(0.0, deadline - loop.time()))
+            except (BackendUnavailableError, asyncio.TimeoutError) as exc:
+                self._last_error = f"{type(exc).__name__}: {exc}" if str(exc) else repr(exc)
+                delay = next(backoffs, None)
+                if delay is None or deadline - loop.time() <= delay:
+                    self.breaker.record_failure()  # one failed call, its retries included
+                    raise _Down(self._last_error) from exc
+                await asyncio.sleep(delay)
+                continue
+            self.breaker.record_success()
+            return result
+
+    # -- the spool -------------------------------------------------------------------------------
+
+    async def _spooled_count(self) -> int:
+        if self._spooled is None:
+            self._spooled = (await asyncio.to_thread(self.spool.counts, self.session_id))[0]
+        return self._spooled
+
+    async def _to_spool(self, stamped: list[Any], batch_id: str, *, attempted: bool) -> None:
+        encoded = encode_batch(stamped, self.max_item_bytes)  # bad items: raise, spool nothing
+        first = not await self._spooled_count()
+        await asyncio.to_thread(
+            self.spool.append, self.session_id, batch_id, encoded, attempted=attempted,
+            anchor=self._anchor, set_anchor=first and self._anchor is not None,
+        )
+        self._spooled = None
+        if self._state != "degraded":
+            self._set_state("degraded", f"writes go to the spool ({self._last_error})")
+
+    async def _spool_items(self) -> list[TResponseInputItem]:
+        batches = await asyncio.to_thread(self.spool.batches, self.session_id)
+        self._spooled = len(batches)
+        return [strip(item) for batch in batches for item in batch.items]
+
+    # -- the mirror (reads while the primary is down) --------------------------------------------
+
+    def _remember(self, items: list[TResponseInputItem], limit: int | None) -> None:
+        complete = limit is None or len(items) < limit
+        mirror = self._mirror
+        if complete or mirror is None or len(items) >= len(mirror):
+            self._mirror, self._mirror_complete = list(items), complete
+        elif mirror[len(mirror) - len(items) :] != items:
+            self._mirror, self._mirror_complete = list(items), False
+        self._trim_mirror()
+
+    def _mirror_extend(self, items: list[TResponseInputItem]) -> None:
+        if self._mirror is not None:
+            self._mirror.extend(items)
+            self._trim_mirror()
+
+    def _trim_mirror(self) -> None:
+        mirror = self._mirror
+        if mirror is not None and len(mirror) > self.mirror_items:
+            del mirror[: len(mirror) - self.mirror_items]
+            self._mirror_complete = False
+
+    def _from_mirror(self, limit: int | None) -> list[TResponseInputItem]:
+        mirror = self._mirror or []
+        short = limit is None or len(mirror) < limit
+        if short and not self._mirror_complete:
+            logger.warning(
+                "%r: the primary is down; this read shows the %d newest items seen before "
+                "(and the spooled ones), not the whole history",
+                self.session_id,
+                len(mirror),
+            )
+        return list(mirror if limit is None else mirror[len(mirror) - limit :] if limit else [])
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _set_state(self, state: State, why: str) -> None:
+        if state == self._state:
+            return
+        level = logging.WARNING if state == "degraded" else logging.INFO
+        logger.log(level, "%r: %s -> %s (%s)", self.session_id, self._state, state, why)
+        self._state = state
+
+    def _locked(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._lock_loop is not loop:
+            self._lock, self._lock_loop = asyncio.Lock(), loop
+        return self._lock
+
+    def wrap_member(self, member: Session) -> Session:
+        """Side stores get the same protection, sharing the spool and the breaker."""
+        return ResilientSession(
+            member, self.spool, retry=self.retry, breaker=self.breaker,
+            mirror_items=self.mirror_items, max_item_bytes=self.max_item_bytes,
+        )
+
+    async def _release(self) -> None:
+        """Close the primary, and the spool when this object opened it."""
+        try:
+            await super()._release()
+        finally:
+            if self._owns_spool:
+                self.spool.close()

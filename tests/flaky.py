@@ -1,0 +1,79 @@
+"""A primary whose outages and lost replies a test controls (for the resilient layer)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.memory import SessionABC
+
+from agent_sessions.errors import BackendUnavailableError
+
+
+class Crash(BaseException):
+    """Stands for the process dying at that point (nothing after it runs)."""
+
+
+class FlakyPrimary(SessionABC):
+    """Forwards to ``inner`` unless ``down``; ``lost_replies`` writes are applied and then
+    reported as failed (a reply lost after the commit); ``crash_after_writes`` raises
+    :class:`Crash` right after that many more writes were applied."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.session_id = inner.session_id
+        self.session_settings = None
+        self.down = False
+        self.lost_replies = 0
+        self.crash_after_writes: int | None = None
+        self.writes = 0
+
+    def _check(self) -> None:
+        if self.down:
+            raise BackendUnavailableError("the test took the primary down")
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        self._check()
+        items: list[Any] = await self.inner.get_items(limit)
+        return items
+
+    async def add_items(self, items: list[Any]) -> None:
+        self._check()
+        await self.inner.add_items(items)
+        self.writes += 1
+        if self.crash_after_writes is not None:
+            self.crash_after_writes -= 1
+            if self.crash_after_writes <= 0:
+                self.crash_after_writes = None
+                raise Crash
+        if self.lost_replies:
+            self.lost_replies -= 1
+            raise BackendUnavailableError("the test lost the reply after the commit")
+
+    async def pop_item(self) -> Any:
+        self._check()
+        return await self.inner.pop_item()
+
+    async def clear_session(self) -> None:
+        self._check()
+        await self.inner.clear_session()
+
+
+class FlakySequencedPrimary(FlakyPrimary):
+    """The same, also forwarding the inner session's sequence numbers."""
+
+    async def get_sequenced_items(
+        self, limit: int | None = None, *, after: int | None = None, before: int | None = None
+    ) -> list[tuple[int, Any]]:
+        self._check()
+        pairs: list[tuple[int, Any]] = await self.inner.get_sequenced_items(
+            limit, after=after, before=before
+        )
+        return pairs
+
+    async def add_sequenced_items(self, items: list[Any]) -> list[int]:
+        raise NotImplementedError("not used by the resilient layer")
+
+    async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
+        self._check()
+        count: int = await self.inner.count_items(after=after, before=before)
+        return count
