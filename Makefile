@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench smoke-core test-window-long test-resilient-long faults props sdk-tests
+.PHONY: install services test lint demo bench smoke-core docs test-window-long test-resilient-long faults props sdk-tests
 
 install: $(VENV)/.installed
 
@@ -30,6 +30,11 @@ demo: install
 bench: install services
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/run.py $(if $(QUICK),--quick,)
+
+# The docs site (MkDocs Material, API reference from docstrings) into site/; fails on any
+# warning (a broken link, a missing page or API object).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # A core-only install (no extras) in a fresh venv: import, open_session, demo, extra hints.
 smoke-core:
