@@ -35,6 +35,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
 
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES
+from ..core.mutation import finish
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError
 from ._sql_common import SqlDialect, Tables, causes
@@ -331,28 +332,6 @@ def _refusal(exc: BaseException) -> str | None:
     return None
 
 
-async def _to_the_end(
-    awaitable: Awaitable[T],
-) -> tuple[T, asyncio.CancelledError | None]:
-    """Await ``awaitable`` to its end even if the caller is cancelled meanwhile; return its
-    result and the cancellation to raise afterwards (its error, if any, is raised as is)."""
-    task = asyncio.ensure_future(awaitable)
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as exc:
-            cancelled = cancelled or exc
-    if task.cancelled():  # pragma: no cover - nobody else holds the task
-        raise cancelled or asyncio.CancelledError()
-    error = task.exception()
-    if error is not None:
-        if cancelled is not None:
-            raise cancelled from error
-        raise error
-    return task.result(), cancelled
-
-
 def _abort(dialect: SqlDialect, conn: Any, fired: list[bool]) -> None:
     fired.append(True)
     dialect.abort(conn)
@@ -575,7 +554,7 @@ class SQLAlchemySession(BaseSession):
                     # is dropped (an autocommit statement, or one queued behind a lock), so a
                     # cancelled caller waits for its outcome: when CancelledError arrives, the
                     # write either happened or never will.
-                    result, cancelled = await _to_the_end(op(store.dialect, conn))
+                    result, cancelled = await finish(op(store.dialect, conn))
                 else:
                     result = await op(store.dialect, conn)
             except BaseException as exc:
