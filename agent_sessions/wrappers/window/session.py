@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._compaction_tokens import TokenEstimator
+from ...core.capabilities import Capability, supports
 from ..base import SessionWrapper
-from ..foreign import is_sequenced
+from ..compaction.tokens import TokenEstimator
 from .micro import MicroCompaction
 from .pages import HistoryChanged, Pages, PositionalPages, SequencedPages
 from .plan import WindowBudget, is_user_message, plan_start, turn_ages
@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.memory import Session
 
-_MIN_PAGE = 16
+_FIRST_PAGE = 64
+"""Items read first when no earlier read of this object taught a better size."""
 _RETRIES = 5
 
 
@@ -69,8 +70,8 @@ class WindowSession(SessionWrapper):
         self.micro_compaction = micro_compaction
         self.reserve_tokens = reserve_tokens
         self.tokens = ItemTokens(token_estimator)
-        self._sequenced = is_sequenced(inner)
-        self._page = _MIN_PAGE
+        self._sequenced = supports(inner, Capability.SEQUENCED)
+        self._page = _FIRST_PAGE
 
     # -- the Session API ---------------------------------------------------------------------
 
@@ -140,14 +141,15 @@ class WindowSession(SessionWrapper):
             page_shown = self._shown(page, users)
             users += sum(1 for item in page if is_user_message(item))
             shown = page_shown + shown
-            counts = await self.tokens.counts(page_shown) + counts
+            if self.budget.max_tokens is not None:
+                counts = await self.tokens.counts(page_shown) + counts
+            else:  # only turns bound the window: no tokens to count
+                counts = [0] * len(page_shown) + counts
             reserved = self.reserve_tokens
             summary = pages.summary
-            if summary:
+            if summary and self.budget.max_tokens is not None:
                 summary_tokens = sum(await self.tokens.counts(summary))
-                if self.budget.max_tokens is None or (
-                    reserved + summary_tokens <= self.budget.max_tokens
-                ):
+                if reserved + summary_tokens <= self.budget.max_tokens:
                     reserved += summary_tokens
                 else:
                     summary = []
@@ -156,6 +158,7 @@ class WindowSession(SessionWrapper):
             )
             if start is not None:
                 view = shown[start:]
-                # The next read likely needs about as much: one page then.
-                self._page = max(_MIN_PAGE, len(view) + len(view) // 4 + 8)
+                # The next read likely needs about as much (plus the item before it): one
+                # page then; a longer next turn costs a second, doubled page.
+                self._page = len(view) + len(view) // 8 + 2
                 return list(summary) + view
