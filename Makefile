@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench smoke-core docs test-window-long test-resilient-long faults props
+.PHONY: install services test lint demo bench smoke-core docs test-window-long test-resilient-long faults props sdk-tests
 
 install: $(VENV)/.installed
 
@@ -43,6 +43,11 @@ smoke-core:
 # Long property runs of the window layer (CI runs a few examples per backend).
 test-window-long: install services
 	WINDOW_EXAMPLES=300 $(PY) -m pytest tests/test_window.py -q
+
+# The SDK's own session test files against our classes, every file on every store (prints a
+# per-file count; also what tests/test_sdk_suite.py runs with AGENT_SESSIONS_SDK_SUITE=full).
+sdk-tests: install services
+	$(PY) -m tests.sdk_compat.run
 
 # Long stateful property run: every stack over every backend, 120 examples of 40 steps each
 # (CI runs 3 examples of 10 steps over memory, SQLite and Redis).

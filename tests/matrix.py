@@ -180,6 +180,13 @@ def _compaction(inner: Session) -> Session:
     )
 
 
+def _resilient(inner: Session) -> Session:
+    """The resilient layer over a healthy primary: it must be a plain Session then."""
+    from agent_sessions.wrappers.resilient import ResilientSession
+
+    return ResilientSession(inner, os.path.join(_SQLITE_DIR, "resilient-spool.db"))
+
+
 STACKS: dict[str, Stack] = {
     "bare": lambda inner: inner,
     "encrypted": _encrypted,
@@ -194,4 +201,5 @@ STACKS: dict[str, Stack] = {
     "full": lambda inner: _compaction(AdvancedSession(_encrypted(inner))),
     "advanced-ttl": lambda inner: AdvancedSession(_encrypted(_ttl(inner))),
     "compaction-ttl": lambda inner: _compaction(_encrypted(_ttl(inner))),
+    "resilient": lambda inner: _resilient(inner),
 }

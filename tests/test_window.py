@@ -41,7 +41,7 @@ from tests.window_histories import (
     tokens,
 )
 
-EXAMPLES = int(os.environ.get("WINDOW_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("WINDOW_EXAMPLES", "8"))
 """Examples per backend; `make test-window-long` runs many more."""
 
 SETTINGS = settings(

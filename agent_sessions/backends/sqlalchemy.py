@@ -349,6 +349,8 @@ class SQLAlchemySession(BaseSession):
         table_prefix: prefix of the table names ``{prefix}sessions``, ``{prefix}messages``
             and ``{prefix}schema``; letters, digits and underscores only.
         sessions_table, messages_table: override single table names (the SDK's arguments).
+        ensure_ascii: the SDK's argument, accepted and kept as ``ensure_ascii``: items are
+            stored as UTF-8 JSON either way (what reads return is the same).
         session_settings, max_item_bytes, strict: see :class:`BaseSession`.
 
     Raises:
@@ -368,6 +370,7 @@ class SQLAlchemySession(BaseSession):
         table_prefix: str = "agent_sessions_",
         sessions_table: str | None = None,
         messages_table: str | None = None,
+        ensure_ascii: bool = True,
         _shared: _SharedEngine | None = None,
         session_settings: SessionSettings | dict[str, Any] | None = None,
         max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
@@ -381,6 +384,7 @@ class SQLAlchemySession(BaseSession):
             strict=strict,
             _internal_id=_internal_id,
         )
+        self.ensure_ascii = ensure_ascii
         self._tables = Tables.build(table_prefix, sessions_table, messages_table)
         self.table_prefix = table_prefix
         self._create_tables = bool(create_tables)
@@ -407,6 +411,7 @@ class SQLAlchemySession(BaseSession):
         session_settings: SessionSettings | dict[str, Any] | None = None,
         max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
         strict: bool = False,
+        ensure_ascii: bool = True,
     ) -> SQLAlchemySession:
         """Open ``session_id`` in the database at ``url``.
 
@@ -444,6 +449,7 @@ class SQLAlchemySession(BaseSession):
                 session_settings=session_settings,
                 max_item_bytes=max_item_bytes,
                 strict=strict,
+                ensure_ascii=ensure_ascii,
                 _shared=shared,
             )
         except BaseException:
@@ -646,6 +652,11 @@ class SQLAlchemySession(BaseSession):
                 f"not agent_sessions tables ({exc}); create them with create_tables=True or the "
                 "statements in docs/sqlalchemy.md, or pick another table_prefix"
             )
+        if not isinstance(exc, sa_exc.DBAPIError) and any(
+            "Integrity" in cls.__name__ for cls in type(exc).__mro__
+        ):
+            # The driver's constraint error, as SQLAlchemy (and the SDK's class) raises it.
+            return sa_exc.IntegrityError(None, None, exc)
         return exc
 
     async def _prepare(self, store: _Store) -> None:
@@ -696,6 +707,20 @@ class SQLAlchemySession(BaseSession):
 
         async def op(d: SqlDialect, conn: Any) -> str | None:
             return await d.pop(conn, sid)
+
+        return await self._run(op, write=True)
+
+    async def _replace_rows(
+        self,
+        expected: list[Row] | None,
+        payloads: list[str],
+        prune: Callable[[str], bool] | None,
+    ) -> bool:
+        """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``)."""
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> bool:
+            return await d.replace_rows(conn, sid, expected, payloads, prune)
 
         return await self._run(op, write=True)
 

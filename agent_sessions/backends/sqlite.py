@@ -491,6 +491,47 @@ class SQLiteSession(BaseSession):
     async def _close(self) -> None:
         await self._db.release()
 
+    async def _replace_rows(
+        self,
+        expected: list[Row] | None,
+        payloads: list[str],
+        prune: Callable[[str], bool] | None,
+    ) -> bool:
+        """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``)."""
+        sid, schema, m = self.session_id, self._schema, self.messages_table
+
+        def replace(raw: sqlite3.Connection) -> bool:
+            if expected is None:
+                raw.execute(f"DELETE FROM {m} WHERE session_id = ?", (sid,))
+            else:
+                current = raw.execute(
+                    f"SELECT id, message_data FROM {m} WHERE session_id = ? "
+                    "ORDER BY id DESC LIMIT ?",
+                    (sid, len(expected)),
+                ).fetchall()[::-1]
+                if [tuple(r) for r in current] != [tuple(r) for r in expected]:
+                    return False
+                first = expected[0][0]
+                if prune is not None:
+                    end = None
+                    for row_id, text in raw.execute(
+                        f"SELECT id, message_data FROM {m} WHERE session_id = ? AND id < ? "
+                        "ORDER BY id",
+                        (sid, first),
+                    ).fetchall():
+                        if not prune(text):
+                            break
+                        end = row_id
+                    if end is not None:
+                        raw.execute(f"DELETE FROM {m} WHERE session_id = ? AND id <= ?", (sid, end))
+                raw.execute(f"DELETE FROM {m} WHERE session_id = ? AND id >= ?", (sid, first))
+            if payloads:
+                raw.execute(schema.touch, (sid,))
+                raw.executemany(schema.insert, [(sid, p) for p in payloads])
+            return True
+
+        return await self._run(_write, replace)
+
     def catalog_store(self) -> Any:
         """Return the catalog of this database's tables (see ``agent_sessions.catalog``)."""
         from ._catalog_sql import SQLiteFileCatalog
