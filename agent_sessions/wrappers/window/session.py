@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...core.capabilities import Capability, supports
-from .._compaction_tokens import TokenEstimator
 from ..base import SessionWrapper
+from ..compaction.tokens import TokenEstimator
 from .micro import MicroCompaction
 from .pages import HistoryChanged, Pages, PositionalPages, SequencedPages
 from .plan import WindowBudget, is_user_message, plan_start, turn_ages
