@@ -47,6 +47,7 @@ class WindowSession(SessionWrapper):
             instructions, which this layer does not see.
 
     ``get_items(limit)`` returns the latest ``limit`` items of the view (SDK semantics).
+    ``run_compaction`` (the Runner's hook) exists exactly when ``inner`` has it, and calls it.
     """
 
     def __init__(
@@ -71,6 +72,11 @@ class WindowSession(SessionWrapper):
         self.reserve_tokens = reserve_tokens
         self.tokens = ItemTokens(token_estimator)
         self._sequenced = supports(inner, Capability.SEQUENCED)
+        run_compaction = getattr(inner, "run_compaction", None)
+        if callable(run_compaction):
+            # The Runner's compaction hook must reach a CompactionSession below this layer;
+            # offered only then, so the SDK's detection of the hook stays truthful.
+            self.run_compaction = run_compaction
         self._page = _FIRST_PAGE
 
     # -- the Session API ---------------------------------------------------------------------
