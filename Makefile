@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench smoke-core test-window-long test-resilient-long faults props
+.PHONY: install services test lint demo bench smoke-core docs test-window-long test-resilient-long faults props sdk-tests
 
 install: $(VENV)/.installed
 
@@ -31,6 +31,11 @@ bench: install services
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/run.py $(if $(QUICK),--quick,)
 
+# The docs site (MkDocs Material, API reference from docstrings) into site/; fails on any
+# warning (a broken link, a missing page or API object).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 # A core-only install (no extras) in a fresh venv: import, open_session, demo, extra hints.
 smoke-core:
 	PYTHON=$(PYTHON) bash scripts/smoke-core.sh
@@ -38,6 +43,11 @@ smoke-core:
 # Long property runs of the window layer (CI runs a few examples per backend).
 test-window-long: install services
 	WINDOW_EXAMPLES=300 $(PY) -m pytest tests/test_window.py -q
+
+# The SDK's own session test files against our classes, every file on every store (prints a
+# per-file count; also what tests/test_sdk_suite.py runs with AGENT_SESSIONS_SDK_SUITE=full).
+sdk-tests: install services
+	$(PY) -m tests.sdk_compat.run
 
 # Long stateful property run: every stack over every backend, 120 examples of 40 steps each
 # (CI runs 3 examples of 10 steps over memory, SQLite and Redis).

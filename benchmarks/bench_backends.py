@@ -267,44 +267,45 @@ async def measure(backend: Backend, sizes: list[int], calls: int) -> list[Result
     async def get_all(s: Any) -> Any:
         return await s.get_items()
 
-    for size in sizes:
-        ids = {name: new_id(f"{size}") for name in backend.contenders}
-        warm = {name: await make(ids[name]) for name, make in backend.contenders.items()}
-        try:
-            for session in warm.values():
-                await prefill(session, size)
+    # Every size's sessions are open at once and alternate with each other too, so load drift
+    # on a shared machine cannot pass for a cost that grows with history.
+    names = list(backend.contenders)
+    ids = {(name, size): new_id(f"{size}") for name in names for size in sizes}
+    warm: dict[str, Any] = {}
+    for (name, size), sid in ids.items():
+        warm[f"{name} @{size}"] = await backend.contenders[name](sid)
+        await prefill(warm[f"{name} @{size}"], size)
+    small = {f"{name} @{sizes[0]}": warm[f"{name} @{sizes[0]}"] for name in names}
 
-            def result(
-                op: str, mode: str, samples: dict[str, list[float]], note: str = "", n: int = size
-            ) -> None:
-                results.append(Result(backend.name, op, n, mode, samples, note))
-                print(f"  {backend.name}: {op} @{n} {mode} done", flush=True)
+    def result(op: str, mode: str, samples: dict[str, list[float]], note: str = "") -> None:
+        for size in sizes:
+            if f"{names[0]} @{size}" in samples:
+                per = {name: samples[f"{name} @{size}"] for name in names}
+                results.append(Result(backend.name, op, size, mode, per, note))
+        print(f"  {backend.name}: {op} {mode} done", flush=True)
 
-            result("get(limit=20)", "warm", await alternate(warm, get20, calls))
-            if size == sizes[0]:
-                result("get() all", "warm", await alternate(warm, get_all, calls // 2))
-            result("pop", "warm", await alternate(warm, _pop, calls, restore=add_one))
-            result("add 1", "warm", await alternate(warm, add_one, calls, restore=_pop))
-            if size == sizes[0]:
-                fresh = {name: later(make, ids[name]) for name, make in backend.contenders.items()}
-                result(
-                    "get(limit=20)", "fresh", await alternate(warm, get20, calls, fresh=fresh)
-                )
-                result(
-                    "add 1",
-                    "fresh",
-                    await alternate(warm, add_one, calls, fresh=fresh, restore=_pop),
-                )
-            result(
-                "add 20",
-                "warm",
-                await alternate(warm, add_batch, calls // 5),
-                note="history grows by 20 per call",
-            )
-        finally:
-            for session in warm.values():
-                await session.clear_session()
-                await close(session)
+    try:
+        result("get(limit=20)", "warm", await alternate(warm, get20, calls))
+        result("get() all", "warm", await alternate(small, get_all, calls // 2))
+        result("pop", "warm", await alternate(warm, _pop, calls, restore=add_one))
+        result("add 1", "warm", await alternate(warm, add_one, calls, restore=_pop))
+        fresh = {
+            f"{n} @{sizes[0]}": later(backend.contenders[n], ids[(n, sizes[0])]) for n in names
+        }
+        result("get(limit=20)", "fresh", await alternate(small, get20, calls, fresh=fresh))
+        result(
+            "add 1", "fresh", await alternate(small, add_one, calls, fresh=fresh, restore=_pop)
+        )
+        result(
+            "add 20",
+            "warm",
+            await alternate(warm, add_batch, calls // 5),
+            note="history grows by 20 per call",
+        )
+    finally:
+        for session in warm.values():
+            await session.clear_session()
+            await close(session)
     return results
 
 

@@ -49,20 +49,21 @@ async def hook_scaling(path: str, sizes: list[int], calls: int) -> list[Result]:
     async def write_turn(s: Any) -> Any:
         return await s.add_items(turn)
 
-    for size in sizes:
+    sessions: dict[str, Any] = {}
+    for size in sizes:  # all sizes open at once and alternating: drift cannot pose as growth
         inner = SQLiteSession(new_id("cmp"), path)
-        session = CompactionSession(inner, should_trigger_compaction=never)
-        try:
-            await prefill(session, size)
-            samples = await alternate(
-                {"CompactionSession": session}, hook, calls, restore=write_turn
-            )
+        sessions[str(size)] = CompactionSession(inner, should_trigger_compaction=never)
+        await prefill(sessions[str(size)], size)
+    try:
+        samples = await alternate(sessions, hook, calls, restore=write_turn)
+        for size in sizes:
             results.append(
                 Result("Compaction hook (SQLite, idle trigger)", "run_compaction", size, "warm",
-                       samples)
+                       {"CompactionSession": samples[str(size)]})
             )  # fmt: skip
-            print(f"  compaction hook @{size} done", flush=True)
-        finally:
+        print("  compaction hook done", flush=True)
+    finally:
+        for session in sessions.values():
             await session.clear_session()
             await session.close()
     return results

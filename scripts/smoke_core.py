@@ -107,6 +107,16 @@ def main() -> None:
                 expect_hint(open_session(url, "s"), extra, f"open_session({url!r})")
         expect_hint(open_session("postgresql+asyncpg://u@127.0.0.1/db", "s"), "postgres",
                     "open_session(postgresql+asyncpg://) without sqlalchemy")
+        expect_hint(open_session("postgres://u@127.0.0.1/db", "s"), "postgres",
+                    "open_session(postgres://) without a driver")
+        expect_hint(open_session("sdk+redis://127.0.0.1:6379/0", "s"), "redis",
+                    "open_session(sdk+redis://) without redis")
+        cli = subprocess.run(
+            [sys.executable, "-m", "agent_sessions", "list", "redis://127.0.0.1:6379/0"],
+            capture_output=True, text=True, timeout=120,
+        )
+        check(cli.returncode != 0 and f'pip install "{DISTRIBUTION}[redis]"' in cli.stderr,
+              f"CLI on a redis:// URL names the extra (stderr: {cli.stderr.strip()[-300:]})")
         if absent("cryptography"):
             expect_hint(lambda: agent_sessions.EncryptedSession, "encryption",
                         "from agent_sessions import EncryptedSession")

@@ -6,6 +6,7 @@ from typing import Any
 
 from agents.memory import SessionABC
 
+from agent_sessions.core.capabilities import Capability
 from agent_sessions.errors import BackendUnavailableError
 
 
@@ -60,6 +61,8 @@ class FlakyPrimary(SessionABC):
 
 class FlakySequencedPrimary(FlakyPrimary):
     """The same, also forwarding the inner session's sequence numbers."""
+
+    capabilities = frozenset({Capability.SEQUENCED})
 
     async def get_sequenced_items(
         self, limit: int | None = None, *, after: int | None = None, before: int | None = None

@@ -114,6 +114,20 @@ BACKENDS: list[Backend] = [
     ),
 ]
 
+async def _sdk_foreign(session_id: str) -> Session:
+    from agents.memory import SQLiteSession as SDKSQLiteSession
+
+    from agent_sessions.wrappers.foreign import ForeignSession
+
+    path = os.path.join(_SQLITE_DIR, "sdk.db")
+    return ForeignSession(
+        SDKSQLiteSession(session_id, path), sibling_factory=lambda i: SDKSQLiteSession(i, path)
+    )
+
+
+FOREIGN_BACKEND = Backend("sdk-foreign", _sdk_foreign)
+"""The SDK's own SQLiteSession numbered by ForeignSession (a session from outside)."""
+
 if MONGODB_URL:
     _MONGODB_URL: str = MONGODB_URL  # narrowed here; the closure below would see str | None
 
@@ -166,6 +180,13 @@ def _compaction(inner: Session) -> Session:
     )
 
 
+def _resilient(inner: Session) -> Session:
+    """The resilient layer over a healthy primary: it must be a plain Session then."""
+    from agent_sessions.wrappers.resilient import ResilientSession
+
+    return ResilientSession(inner, os.path.join(_SQLITE_DIR, "resilient-spool.db"))
+
+
 STACKS: dict[str, Stack] = {
     "bare": lambda inner: inner,
     "encrypted": _encrypted,
@@ -180,4 +201,5 @@ STACKS: dict[str, Stack] = {
     "full": lambda inner: _compaction(AdvancedSession(_encrypted(inner))),
     "advanced-ttl": lambda inner: AdvancedSession(_encrypted(_ttl(inner))),
     "compaction-ttl": lambda inner: _compaction(_encrypted(_ttl(inner))),
+    "resilient": lambda inner: _resilient(inner),
 }

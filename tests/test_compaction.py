@@ -28,8 +28,6 @@ from agent_sessions.testing import (
     scripted_agent,
 )
 from agent_sessions.testing import texts as message_texts
-from agent_sessions.wrappers._compaction_boundary import choose_cut, safe_cuts
-from agent_sessions.wrappers._compaction_summarizers import SUMMARY_HEADER
 from agent_sessions.wrappers.compaction import (
     AgentSummarizer,
     CompactionSession,
@@ -40,6 +38,8 @@ from agent_sessions.wrappers.compaction import (
     item_count_trigger,
     token_threshold_trigger,
 )
+from agent_sessions.wrappers.compaction.boundary import choose_cut, safe_cuts
+from agent_sessions.wrappers.compaction.summarizers import SUMMARY_HEADER
 from agent_sessions.wrappers.encrypted import EncryptedSession
 from tests.wrapper_stacks import IdentitySummarizer, YieldingSession
 

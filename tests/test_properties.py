@@ -31,9 +31,20 @@ from hypothesis.stateful import (
 )
 
 from agent_sessions import BranchingSession, CompactionSession, EncryptedSession
+from agent_sessions.core.capabilities import Capability, supports
 from agent_sessions.errors import BranchError
 from tests import matrix
-from tests.matrix import BACKENDS, CLOCK, DAY, KEY, KEYRING, REDIS_PREFIX, STACKS, Backend
+from tests.matrix import (
+    BACKENDS,
+    CLOCK,
+    DAY,
+    FOREIGN_BACKEND,
+    KEY,
+    KEYRING,
+    REDIS_PREFIX,
+    STACKS,
+    Backend,
+)
 from tests.servers import REDIS_URL, drop_redis_keys
 
 LONG = os.environ.get("AGENT_SESSIONS_PROPS") == "long"
@@ -46,8 +57,6 @@ SETTINGS = settings(
 BACKEND_NAMES = (
     [b.name for b in BACKENDS] if LONG else ["memory", "sqlite", "redis"]
 )
-ROTATABLE = {"encrypted", "encrypted-ttl"}
-"""Stacks whose top layer is EncryptedSession, so ``rotate()`` is called on the stack itself."""
 
 Entry = tuple[str, str]  # (role, text) of a message item
 
@@ -194,14 +203,21 @@ class StackMachine(RuleBasedStateMachine):
     def compact(self) -> None:
         self.run(self.session.compact())  # the identity summariser keeps the view exact
 
-    @precondition(lambda self: self.stack_name in ROTATABLE)
+    @precondition(lambda self: _encryption_layer(self.session) is not None)
     @rule()
     def rotate(self) -> None:
         new = f"k-{self._name()}"
         KEYRING[new] = Fernet.generate_key().decode()
         self.reopen()
-        layer: EncryptedSession = self.session
-        self.run(layer.rotate())
+        layer = _encryption_layer(self.session)
+        assert layer is not None
+        if not supports(layer, Capability.REWRITE):  # over ForeignSession: refused, untouched
+            with pytest.raises(NotImplementedError, match="REWRITE"):
+                self.run(layer.rotate())
+            del KEYRING[new]
+            self.reopen()
+            return
+        self.run(layer.rotate())  # re-encrypts the whole family in place
         for old in [k for k in KEYRING if k != new]:
             del KEYRING[old]  # the old keys are gone: everything must still read
         self.reopen()
@@ -234,16 +250,32 @@ class StackMachine(RuleBasedStateMachine):
                 assert _entries(got) == items, name
 
 
+def _encryption_layer(session: Any) -> EncryptedSession | None:
+    """The EncryptedSession in ``session``'s stack (following ``.inner``), or None."""
+    while session is not None:
+        if isinstance(session, EncryptedSession):
+            return session
+        session = getattr(session, "inner", None)
+    return None
+
+
 async def _close(session: Any) -> None:
     result = session.close()
     if asyncio.iscoroutine(result) or hasattr(result, "__await__"):
         await result
 
 
-@pytest.mark.parametrize("stack", list(STACKS))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+FOREIGN_STACKS = list(STACKS) if LONG else ["bare", "branching", "compaction", "advanced-ttl"]
+"""Stacks also run over the SDK's SQLiteSession through ForeignSession."""
+
+
+@pytest.mark.parametrize(
+    ("backend", "stack"),
+    [(b, s) for b in BACKEND_NAMES for s in STACKS]
+    + [(FOREIGN_BACKEND.name, s) for s in FOREIGN_STACKS],
+)
 def test_stack_matches_the_reference_model(backend: str, stack: str) -> None:
-    chosen = next(b for b in matrix.BACKENDS if b.name == backend)
+    chosen = next(b for b in [*matrix.BACKENDS, FOREIGN_BACKEND] if b.name == backend)
     if chosen.needs is not None:
         chosen.needs()
     machine = type(

@@ -143,7 +143,7 @@ class ResilientMachine(RuleBasedStateMachine):
 
 TestResilientMachine = ResilientMachine.TestCase
 TestResilientMachine.settings = settings(
-    max_examples=int(os.environ.get("RESILIENT_EXAMPLES", "40")),
+    max_examples=int(os.environ.get("RESILIENT_EXAMPLES", "25")),
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

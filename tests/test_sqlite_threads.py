@@ -169,3 +169,32 @@ def test_backends_use_no_private_names_of_their_drivers(
             if name in foreign:
                 private.append(f"{name}.{node.attr} (line {node.lineno})")
     assert private == [], f"{module} reaches into another library's private names: {private}"
+
+
+def test_closing_from_one_thread_while_others_write_never_hangs_them(tmp_path: Path) -> None:
+    """Every operation racing a close either runs or raises SessionClosedError; none waits
+    forever behind the stopped worker."""
+    from agent_sessions.errors import SessionClosedError
+
+    for attempt in range(20):
+        session = SQLiteSession("race", str(tmp_path / f"race{attempt}.db"))
+        asyncio.run(session.add_items([_msg("first")]))
+        outcomes: list[str] = []
+
+        def writer(n: int, s: SQLiteSession = session, outcomes: list[str] = outcomes) -> None:
+            async def run() -> None:
+                try:
+                    await asyncio.wait_for(s.add_items([_msg(str(n))]), 20)
+                    outcomes.append("ran")
+                except SessionClosedError:
+                    outcomes.append("refused")
+
+            asyncio.run(run())
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        asyncio.run(session._db.release())  # the shared connection's last user goes away
+        for t in threads:
+            t.join(60)
+        assert sorted(set(outcomes)) <= ["ran", "refused"] and len(outcomes) == 4, outcomes

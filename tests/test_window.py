@@ -41,7 +41,7 @@ from tests.window_histories import (
     tokens,
 )
 
-EXAMPLES = int(os.environ.get("WINDOW_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("WINDOW_EXAMPLES", "8"))
 """Examples per backend; `make test-window-long` runs many more."""
 
 SETTINGS = settings(
@@ -373,3 +373,24 @@ async def test_runner_with_the_callback_sees_the_same_window() -> None:
                                              "question 3"]
     assert len(await store.get_items()) == 8
     store.close()
+
+
+@pytest.mark.asyncio
+async def test_runner_sees_the_summary_then_the_window() -> None:
+    """Window over CompactionSession in Runner runs: summary + the newest turns."""
+    model = ScriptedModel([[assistant_message(f"answer {t}")] for t in range(8)])
+    agent = Agent(name="a", model=model)
+    compaction = CompactionSession(
+        SQLiteSession("runner-pinned", ":memory:"),
+        should_trigger_compaction=item_count_trigger(8), keep_last=6,
+    )
+    session = WindowSession(compaction, max_turns=2)
+    for t in range(8):
+        await Runner.run(agent, f"question {t}", session=session)
+    seen: Any = model.calls[-1].input
+    assert seen[0]["role"] == "developer"  # the summary the hook made, kept in front
+    assert seen[0]["content"].startswith("Summary of the earlier conversation")
+    assert _texts(seen[1:]) == ["question 5", "answer 5", "question 6", "answer 6", "question 7"]
+    assert compaction.compactions > 0  # the Runner's hook reached the CompactionSession
+    summary, tail = await compaction.get_summary_and_tail()
+    assert summary and len(tail) > 4  # the window cut more than compaction did

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +93,17 @@ class SqlDialect(ABC):
     async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
         """Delete the session's rows with seq < ``before`` in one statement; return how many."""
 
+    async def replace_rows(
+        self,
+        conn: Any,
+        session_id: str,
+        expected: list[Row] | None,
+        payloads: list[str],
+        prune: Callable[[str], bool] | None,
+    ) -> bool:
+        """The SDK compaction hook's swap in one transaction (see ``core.sdk_compaction``)."""
+        raise NotImplementedError
+
     @abstractmethod
     async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
         """Replace the payload of each existing row ``(seq, payload)`` in one transaction;
@@ -164,3 +176,14 @@ def check_version(t: Tables, version: Any) -> None:
             f"tables {t.sessions}/{t.messages} have schema version {version}; migrate them as "
             "described in docs/sqlalchemy.md"
         )
+
+
+def prunable_end(rows: list[Row], prune: Callable[[str], bool]) -> int | None:
+    """Return the sequence number of the last of the oldest ``rows`` that ``prune`` accepts
+    (stopping at the first it refuses), or None."""
+    end = None
+    for seq, text in rows:
+        if not prune(text):
+            break
+        end = seq
+    return end

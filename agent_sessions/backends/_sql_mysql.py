@@ -18,11 +18,20 @@ autocommit and READ COMMITTED, which saves a round trip per read and avoids gap-
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from ..core.base import Row
 from ..errors import ItemTooLargeError
-from ._sql_common import SCHEMA_VERSION, SqlDialect, Tables, causes, check_version, range_clause
+from ._sql_common import (
+    SCHEMA_VERSION,
+    SqlDialect,
+    Tables,
+    causes,
+    check_version,
+    prunable_end,
+    range_clause,
+)
 
 _GONE = {1040, 1053, 1927, 2002, 2003, 2005, 2006, 2013, 2026, 2055}
 """Client/server error codes meaning the server is unreachable or the connection broke."""
@@ -254,6 +263,63 @@ class MySQLDialect(SqlDialect):
             for statement in self._clear:
                 await cur.execute(statement, (session_id,))
             await conn.commit()
+
+    async def replace_rows(
+        self,
+        conn: Any,
+        session_id: str,
+        expected: list[Row] | None,
+        payloads: list[str],
+        prune: Callable[[str], bool] | None,
+    ) -> bool:
+        m, sid = self.t.messages, session_id
+        async with conn.cursor() as cur:
+            if conn.get_autocommit():
+                await conn.begin()
+            try:
+                # Locks the counter row (created if missing), so appends wait for this swap.
+                await cur.execute(self._bump, (sid, 0, 0))
+                if expected is None:
+                    await cur.execute(f"DELETE FROM {m} WHERE session_id = %s", (sid,))
+                else:
+                    await cur.execute(
+                        f"SELECT seq, message_data FROM {m} WHERE session_id = %s "
+                        "ORDER BY session_id DESC, seq DESC LIMIT %s",
+                        (sid, len(expected)),
+                    )
+                    rows = [(r[0], str(r[1])) for r in await cur.fetchall()]
+                    if rows[::-1] != list(expected):
+                        await conn.rollback()
+                        return False
+                    first = expected[0][0]
+                    if prune is not None:
+                        await cur.execute(
+                            f"SELECT seq, message_data FROM {m} WHERE session_id = %s "
+                            "AND seq < %s ORDER BY session_id, seq",
+                            (sid, first),
+                        )
+                        older = [(r[0], str(r[1])) for r in await cur.fetchall()]
+                        end = prunable_end(older, prune)
+                        if end is not None:
+                            await cur.execute(
+                                f"DELETE FROM {m} WHERE session_id = %s AND seq <= %s", (sid, end)
+                            )
+                    await cur.execute(
+                        f"DELETE FROM {m} WHERE session_id = %s AND seq >= %s", (sid, first)
+                    )
+                if payloads:
+                    n = len(payloads)
+                    await cur.execute(self._bump, (sid, n, n))
+                    last = int(cur.lastrowid)
+                    args: list[Any] = []
+                    for i, p in enumerate(payloads):
+                        args += (sid, last - n + 1 + i, p)
+                    await cur.execute(self._insert + ",".join(["(%s,%s,%s)"] * n), args)
+            except BaseException:
+                await conn.rollback()
+                raise
+            await conn.commit()
+        return True
 
     async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
         async with conn.cursor() as cur:

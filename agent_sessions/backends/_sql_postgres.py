@@ -14,12 +14,21 @@ atomic by itself:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg.exceptions as pg  # type: ignore[import-untyped]
 
 from ..core.base import Row
-from ._sql_common import SCHEMA_VERSION, SqlDialect, Tables, causes, check_version, range_clause
+from ._sql_common import (
+    SCHEMA_VERSION,
+    SqlDialect,
+    Tables,
+    causes,
+    check_version,
+    prunable_end,
+    range_clause,
+)
 
 _UNAVAILABLE = (
     OSError,
@@ -142,6 +151,48 @@ class PostgresDialect(SqlDialect):
         async with conn.transaction(isolation="read_committed"):
             for statement in self._clear:
                 await conn.execute(statement, session_id)
+
+    async def replace_rows(
+        self,
+        conn: Any,
+        session_id: str,
+        expected: list[Row] | None,
+        payloads: list[str],
+        prune: Callable[[str], bool] | None,
+    ) -> bool:
+        m = self.t.messages
+        async with conn.transaction(isolation="read_committed"):
+            await conn.execute(self._clear[0], session_id)  # locks the counter row
+            if expected is None:
+                await conn.execute(f"DELETE FROM {m} WHERE session_id = $1", session_id)
+            else:
+                rows = await conn.fetch(
+                    f"SELECT seq, message_data FROM {m} WHERE session_id = $1 "
+                    "ORDER BY seq DESC LIMIT $2",
+                    session_id,
+                    len(expected),
+                )
+                if [(r[0], r[1]) for r in reversed(rows)] != list(expected):
+                    return False
+                first = expected[0][0]
+                if prune is not None:
+                    older = await conn.fetch(
+                        f"SELECT seq, message_data FROM {m} WHERE session_id = $1 AND seq < $2 "
+                        "ORDER BY seq",
+                        session_id,
+                        first,
+                    )
+                    end = prunable_end([(r[0], r[1]) for r in older], prune)
+                    if end is not None:
+                        await conn.execute(
+                            f"DELETE FROM {m} WHERE session_id = $1 AND seq <= $2", session_id, end
+                        )
+                await conn.execute(
+                    f"DELETE FROM {m} WHERE session_id = $1 AND seq >= $2", session_id, first
+                )
+            if payloads:
+                await conn.fetchval(self._append, session_id, len(payloads), payloads)
+        return True
 
     async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
         status = await conn.execute(self._delete_before, session_id, before)

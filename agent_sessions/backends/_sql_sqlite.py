@@ -9,10 +9,19 @@ and after errors.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from ..core.base import Row
-from ._sql_common import SCHEMA_VERSION, SqlDialect, Tables, causes, check_version, range_clause
+from ._sql_common import (
+    SCHEMA_VERSION,
+    SqlDialect,
+    Tables,
+    causes,
+    check_version,
+    prunable_end,
+    range_clause,
+)
 
 
 def create_statements(t: Tables) -> list[str]:
@@ -144,6 +153,61 @@ class SqliteDialect(SqlDialect):
                 await conn.execute(statement, (session_id,))
 
         await self._write(conn, run)
+
+    async def replace_rows(
+        self,
+        conn: Any,
+        session_id: str,
+        expected: list[Row] | None,
+        payloads: list[str],
+        prune: Callable[[str], bool] | None,
+    ) -> bool:
+        m, sid = self.t.messages, session_id
+
+        async def fetch(sql: str, args: tuple[Any, ...]) -> list[Row]:
+            cur = await conn.execute(sql, args)
+            rows = [(r[0], r[1]) for r in await cur.fetchall()]
+            await cur.close()
+            return rows
+
+        async def run() -> bool:
+            if expected is None:
+                await conn.execute(f"DELETE FROM {m} WHERE session_id = ?", (sid,))
+            else:
+                rows = await fetch(
+                    f"SELECT seq, message_data FROM {m} WHERE session_id = ? "
+                    "ORDER BY seq DESC LIMIT ?",
+                    (sid, len(expected)),
+                )
+                if rows[::-1] != list(expected):
+                    return False
+                first = expected[0][0]
+                if prune is not None:
+                    older = await fetch(
+                        f"SELECT seq, message_data FROM {m} WHERE session_id = ? AND seq < ? "
+                        "ORDER BY seq",
+                        (sid, first),
+                    )
+                    end = prunable_end(older, prune)
+                    if end is not None:
+                        await conn.execute(
+                            f"DELETE FROM {m} WHERE session_id = ? AND seq <= ?", (sid, end)
+                        )
+                await conn.execute(
+                    f"DELETE FROM {m} WHERE session_id = ? AND seq >= ?", (sid, first)
+                )
+            if payloads:
+                n = len(payloads)
+                cur = await conn.execute(self._bump, (sid, n))
+                row = await cur.fetchone()
+                await cur.close()
+                last = int(row[0])
+                await conn.executemany(
+                    self._insert, [(sid, last - n + 1 + i, p) for i, p in enumerate(payloads)]
+                )
+            return True
+
+        return bool(await self._write(conn, run))
 
     async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
         async def run() -> int:

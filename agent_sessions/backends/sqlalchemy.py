@@ -35,6 +35,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
 
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES
+from ..core.mutation import finish
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError
 from ._sql_common import SqlDialect, Tables, causes
@@ -331,28 +332,6 @@ def _refusal(exc: BaseException) -> str | None:
     return None
 
 
-async def _to_the_end(
-    awaitable: Awaitable[T],
-) -> tuple[T, asyncio.CancelledError | None]:
-    """Await ``awaitable`` to its end even if the caller is cancelled meanwhile; return its
-    result and the cancellation to raise afterwards (its error, if any, is raised as is)."""
-    task = asyncio.ensure_future(awaitable)
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as exc:
-            cancelled = cancelled or exc
-    if task.cancelled():  # pragma: no cover - nobody else holds the task
-        raise cancelled or asyncio.CancelledError()
-    error = task.exception()
-    if error is not None:
-        if cancelled is not None:
-            raise cancelled from error
-        raise error
-    return task.result(), cancelled
-
-
 def _abort(dialect: SqlDialect, conn: Any, fired: list[bool]) -> None:
     fired.append(True)
     dialect.abort(conn)
@@ -370,6 +349,8 @@ class SQLAlchemySession(BaseSession):
         table_prefix: prefix of the table names ``{prefix}sessions``, ``{prefix}messages``
             and ``{prefix}schema``; letters, digits and underscores only.
         sessions_table, messages_table: override single table names (the SDK's arguments).
+        ensure_ascii: the SDK's argument, accepted and kept as ``ensure_ascii``: items are
+            stored as UTF-8 JSON either way (what reads return is the same).
         session_settings, max_item_bytes, strict: see :class:`BaseSession`.
 
     Raises:
@@ -389,6 +370,7 @@ class SQLAlchemySession(BaseSession):
         table_prefix: str = "agent_sessions_",
         sessions_table: str | None = None,
         messages_table: str | None = None,
+        ensure_ascii: bool = True,
         _shared: _SharedEngine | None = None,
         session_settings: SessionSettings | dict[str, Any] | None = None,
         max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
@@ -402,6 +384,7 @@ class SQLAlchemySession(BaseSession):
             strict=strict,
             _internal_id=_internal_id,
         )
+        self.ensure_ascii = ensure_ascii
         self._tables = Tables.build(table_prefix, sessions_table, messages_table)
         self.table_prefix = table_prefix
         self._create_tables = bool(create_tables)
@@ -428,6 +411,7 @@ class SQLAlchemySession(BaseSession):
         session_settings: SessionSettings | dict[str, Any] | None = None,
         max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
         strict: bool = False,
+        ensure_ascii: bool = True,
     ) -> SQLAlchemySession:
         """Open ``session_id`` in the database at ``url``.
 
@@ -442,8 +426,8 @@ class SQLAlchemySession(BaseSession):
                 BackendUnavailableError.
             command_timeout: seconds an operation may wait for the server before its
                 connection is given up with BackendUnavailableError (None: no limit).
-            table_prefix, sessions_table, messages_table, session_settings, max_item_bytes,
-                strict: as in the constructor.
+            table_prefix, sessions_table, messages_table: as in the constructor.
+            session_settings, max_item_bytes, strict: as in the constructor.
         """
         if not isinstance(url, str):
             url = str(url)
@@ -465,6 +449,7 @@ class SQLAlchemySession(BaseSession):
                 session_settings=session_settings,
                 max_item_bytes=max_item_bytes,
                 strict=strict,
+                ensure_ascii=ensure_ascii,
                 _shared=shared,
             )
         except BaseException:
@@ -575,7 +560,7 @@ class SQLAlchemySession(BaseSession):
                     # is dropped (an autocommit statement, or one queued behind a lock), so a
                     # cancelled caller waits for its outcome: when CancelledError arrives, the
                     # write either happened or never will.
-                    result, cancelled = await _to_the_end(op(store.dialect, conn))
+                    result, cancelled = await finish(op(store.dialect, conn))
                 else:
                     result = await op(store.dialect, conn)
             except BaseException as exc:
@@ -667,6 +652,11 @@ class SQLAlchemySession(BaseSession):
                 f"not agent_sessions tables ({exc}); create them with create_tables=True or the "
                 "statements in docs/sqlalchemy.md, or pick another table_prefix"
             )
+        if not isinstance(exc, sa_exc.DBAPIError) and any(
+            "Integrity" in cls.__name__ for cls in type(exc).__mro__
+        ):
+            # The driver's constraint error, as SQLAlchemy (and the SDK's class) raises it.
+            return sa_exc.IntegrityError(None, None, exc)
         return exc
 
     async def _prepare(self, store: _Store) -> None:
@@ -717,6 +707,20 @@ class SQLAlchemySession(BaseSession):
 
         async def op(d: SqlDialect, conn: Any) -> str | None:
             return await d.pop(conn, sid)
+
+        return await self._run(op, write=True)
+
+    async def _replace_rows(
+        self,
+        expected: list[Row] | None,
+        payloads: list[str],
+        prune: Callable[[str], bool] | None,
+    ) -> bool:
+        """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``)."""
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> bool:
+            return await d.replace_rows(conn, sid, expected, payloads, prune)
 
         return await self._run(op, write=True)
 

@@ -154,6 +154,7 @@ class _Database:
         self._schemas: set[tuple[str, str]] = set()  # likewise
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._stopped = False  # the closing job was queued: no other may follow
         self._start_lock = threading.Lock()
         self.pid = os.getpid()
 
@@ -190,38 +191,53 @@ class _Database:
                 self.closed = True
                 if self._registry.get(self.key) is self:
                     del self._registry[self.key]
-        if last and self._thread is not None and self.pid == os.getpid():
-            job = self._submit(_close_connection, (), None)
-            self._jobs.put(_STOP)
-            await _settled(job)
+        if last and self.pid == os.getpid():
+            job = self._submit(_close_connection, (), None, last=True)
+            if job is not None:
+                await _settled(job)
 
     def _submit(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], schema: _Schema | None
-    ) -> _Job:
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        schema: _Schema | None,
+        last: bool = False,
+    ) -> _Job | None:
+        """Queue one job (``last``: the closing one, or None when no worker ever started).
+
+        Under the lock, so a job is either queued before the closing one (and runs) or
+        refused: none can wait behind a stopped worker, whatever thread submits it.
+        """
         if self.pid != os.getpid():
             self._after_fork()
-        thread = self._thread
-        if thread is None:
-            with self._start_lock:
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._work, name=f"agent_sessions-sqlite:{self.path}", daemon=True
-                    )
-                    self._thread.start()
         job = _Job(fn, args, schema, asyncio.get_running_loop())
-        self._jobs.put(job)
+        with self._start_lock:
+            if self._stopped:
+                raise SessionClosedError("the SQLite connection is closed")
+            if last:
+                self._stopped = True
+                if self._thread is None:
+                    return None
+            elif self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._work, name=f"agent_sessions-sqlite:{self.path}", daemon=True
+                )
+                self._thread.start()
+            self._jobs.put(job)
+            if last:
+                self._jobs.put(_STOP)
         return job
 
     def _after_fork(self) -> None:
         # A forked child inherits the connection object but not the worker thread: it opens its
         # own. The inherited connection is kept unclosed: closing it could touch files the
-        # parent still uses.
-        with self._start_lock:
-            if self.pid == os.getpid():
-                return
-            self._forked_leftovers.append(self.conn)
-            self.pid, self.conn, self._schemas = os.getpid(), None, set()
-            self._jobs, self._thread = queue.SimpleQueue(), None
+        # parent still uses. The lock is replaced, not taken: a parent thread may have held it
+        # at the fork, and nothing would release it in the child.
+        self._forked_leftovers.append(self.conn)
+        self._start_lock = threading.Lock()
+        self.conn, self._schemas = None, set()
+        self._jobs, self._thread, self._stopped = queue.SimpleQueue(), None, self.closed
+        self.pid = os.getpid()
 
     async def call(self, fn: Callable[..., T], args: tuple[Any, ...], schema: _Schema) -> T:
         """Run ``fn(conn, *args)`` on the worker thread as one queued call.
@@ -231,7 +247,9 @@ class _Database:
         """
         if self.closed:
             raise SessionClosedError("the SQLite connection is closed")
-        return await _settled(self._submit(fn, args, schema))  # type: ignore[no-any-return]
+        job = self._submit(fn, args, schema)
+        assert job is not None
+        return await _settled(job)  # type: ignore[no-any-return]
 
     # -- the worker thread ---------------------------------------------------------------
 
@@ -490,6 +508,47 @@ class SQLiteSession(BaseSession):
 
     async def _close(self) -> None:
         await self._db.release()
+
+    async def _replace_rows(
+        self,
+        expected: list[Row] | None,
+        payloads: list[str],
+        prune: Callable[[str], bool] | None,
+    ) -> bool:
+        """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``)."""
+        sid, schema, m = self.session_id, self._schema, self.messages_table
+
+        def replace(raw: sqlite3.Connection) -> bool:
+            if expected is None:
+                raw.execute(f"DELETE FROM {m} WHERE session_id = ?", (sid,))
+            else:
+                current = raw.execute(
+                    f"SELECT id, message_data FROM {m} WHERE session_id = ? "
+                    "ORDER BY id DESC LIMIT ?",
+                    (sid, len(expected)),
+                ).fetchall()[::-1]
+                if [tuple(r) for r in current] != [tuple(r) for r in expected]:
+                    return False
+                first = expected[0][0]
+                if prune is not None:
+                    end = None
+                    for row_id, text in raw.execute(
+                        f"SELECT id, message_data FROM {m} WHERE session_id = ? AND id < ? "
+                        "ORDER BY id",
+                        (sid, first),
+                    ).fetchall():
+                        if not prune(text):
+                            break
+                        end = row_id
+                    if end is not None:
+                        raw.execute(f"DELETE FROM {m} WHERE session_id = ? AND id <= ?", (sid, end))
+                raw.execute(f"DELETE FROM {m} WHERE session_id = ? AND id >= ?", (sid, first))
+            if payloads:
+                raw.execute(schema.touch, (sid,))
+                raw.executemany(schema.insert, [(sid, p) for p in payloads])
+            return True
+
+        return await self._run(_write, replace)
 
     def catalog_store(self) -> Any:
         """Return the catalog of this database's tables (see ``agent_sessions.catalog``)."""

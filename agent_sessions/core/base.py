@@ -20,6 +20,7 @@ from .codec import DEFAULT_MAX_ITEM_BYTES, decode_item, encode_batch
 from .family import REGISTRY, Family, purposes_in
 from .ids import derive_sibling_id, validate_session_id
 from .mutation import run_to_completion
+from .sdk_compaction import SDKCompactionHooks
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -48,7 +49,7 @@ STORE_CAPABILITIES: frozenset[Capability] = frozenset(
 """What a backend built on this template offers once it implements every hook."""
 
 
-class BaseSession(SessionABC):
+class BaseSession(SDKCompactionHooks, SessionABC):
     """Common behaviour of this package's backends.
 
     Args:
@@ -325,7 +326,8 @@ class BaseSession(SessionABC):
     def _check_open(self) -> None:
         if self._closed:
             raise SessionClosedError(
-                f"{type(self).__name__} {self.session_id!r} is closed; open a new session"
+                f"{type(self).__name__} is closed (session {self.session_id!r}); open a new "
+                "session"
             )
 
     async def _mutate(self, awaitable: Any) -> Any:

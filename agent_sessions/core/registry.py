@@ -140,9 +140,20 @@ async def open_session(url: str, session_id: str, **options: Any) -> ClosableSes
             f"no backend handles the URL scheme {scheme!r}; known schemes: "
             f"{', '.join(registered_schemes())}"
         )
-    result = _resolve(scheme, entry)(url, session_id, **options)
-    if isinstance(result, Awaitable):
-        result = await result
+    opener = _resolve(scheme, entry)
+    try:
+        result = opener(url, session_id, **options)
+        if isinstance(result, Awaitable):
+            result = await result
+    except ImportError as exc:  # a driver imported on first use (e.g. by the SDK's classes)
+        if isinstance(exc, MissingDependencyError) or entry.extra is None:
+            raise
+        what = f"the package {exc.name!r}" if exc.name else "a package"
+        raise MissingDependencyError(
+            f"the {scheme}:// backend needs {what} that is not installed ({exc}); install it "
+            f"with: {install_hint(entry.extra)}",
+            name=exc.name,
+        ) from exc
     if isinstance(result, ClosableSession):
         return result
     return cast(ClosableSession, _Closable(result))

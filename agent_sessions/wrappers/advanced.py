@@ -13,8 +13,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..core.options import explicit_options
-from ._branch_items import is_user_message
-from ._branch_usage import (
+from .branching import BranchingSession
+from .branching.items import is_user_message
+from .branching.usage_log import (
     Position,
     UsageKey,
     UsageLog,
@@ -25,8 +26,7 @@ from ._branch_usage import (
     turn_numbers,
     turn_usage,
 )
-from ._branch_view import Lineage
-from .branching import BranchingSession
+from .branching.view import Lineage
 from .foreign import SiblingFactory
 
 if TYPE_CHECKING:

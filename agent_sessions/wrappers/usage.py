@@ -22,10 +22,10 @@ from agents.memory.session_settings import resolve_session_limit
 from ..core.capabilities import Capability
 from ..core.closing import Closing
 from ..core.options import explicit_options
-from ._branch_items import is_user_message
-from ._branch_log import MAIN_LINEAGE
-from ._branch_store import MAIN, close_session, open_storages, read_rows
-from ._branch_usage import (
+from .branching.items import is_user_message
+from .branching.log import MAIN_LINEAGE
+from .branching.store import MAIN, close_session, open_storages, read_rows
+from .branching.usage_log import (
     UsageKey,
     UsageLog,
     numbered,
@@ -35,7 +35,7 @@ from ._branch_usage import (
     turn_numbers,
     turn_usage,
 )
-from ._branch_view import View
+from .branching.view import View
 from .foreign import SiblingFactory
 
 if TYPE_CHECKING:

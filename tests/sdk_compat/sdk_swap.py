@@ -94,6 +94,7 @@ _MISSING = swap_classes()
 # -- exclusions and the outcome report ----------------------------------------------------------
 
 _outcomes: dict[str, str] = {}
+_messages: dict[str, str] = {}
 _used: set[str] = set()
 
 
@@ -102,8 +103,10 @@ def _exclusion(nodeid: str) -> tuple[str, str] | None:
     ``file::test[param]``; a key without a parameter covers every parametrisation)."""
     path, _, name = nodeid.partition("::")
     key = f"{os.path.basename(path)}::{name}"
-    for table in (exclusions.BY_TARGET.get(TARGET, {}), exclusions.EXCLUDED):
-        for candidate in (key, key.split("[", 1)[0]):
+    file_key = f"{os.path.basename(path)}::*"
+    tables = (exclusions.BY_TARGET.get(TARGET, {}), exclusions.EXCLUDED, exclusions.DIFFERENCES)
+    for table in tables:
+        for candidate in (key, key.split("[", 1)[0], file_key):
             if candidate in table:
                 return candidate, table[candidate]
     return None
@@ -129,6 +132,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
             outcome = "excluded" if str(reason).startswith("Skipped: excluded:") else "skipped"
         _outcomes[report.nodeid] = outcome
+        crash = getattr(report.longrepr, "reprcrash", None)
+        if outcome in ("failed", "error") and crash is not None:
+            _messages[report.nodeid] = f"{os.path.basename(crash.path)}:{crash.lineno}: " + (
+                crash.message.splitlines()[0][:200] if crash.message else ""
+            )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -137,7 +145,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     files = {os.path.basename(str(arg).split("::")[0]) for arg in session.config.args}
     keys = {
         key
-        for table in (exclusions.EXCLUDED, exclusions.BY_TARGET.get(TARGET, {}))
+        for table in (
+            exclusions.EXCLUDED, exclusions.DIFFERENCES, exclusions.BY_TARGET.get(TARGET, {})
+        )
         for key in table
         if key.split("::")[0] in files
     }
@@ -146,6 +156,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             {
                 "target": TARGET,
                 "outcomes": _outcomes,
+                "messages": _messages,
                 "unused_exclusions": sorted(keys - _used),
                 "not_swapped": _MISSING,
             },
@@ -231,8 +242,8 @@ def _sql_target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(SQLAlchemySession, "from_url", classmethod(from_url))
     if hasattr(module, "create_async_engine"):
         monkeypatch.setattr(module, "create_async_engine", create_async_engine)
-    if hasattr(module, "DB_URL"):
-        monkeypatch.setattr(module, "DB_URL", url)
+    # The module's DB_URL stays a SQLite URL: from_url and create_async_engine redirect it
+    # (with this test's schema on PostgreSQL).
     try:
         yield
     finally:

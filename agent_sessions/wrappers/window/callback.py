@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._compaction_tokens import TokenEstimator
+from ..compaction.tokens import TokenEstimator
 from .micro import MicroCompaction
 from .plan import WindowBudget, plan_start, turn_ages
 from .tokens import ItemTokens

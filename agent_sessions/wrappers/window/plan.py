@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._compaction_boundary import _pair_key
+from ..compaction.boundary import _pair_key
 
 
 def _check_bound(name: str, value: int | None) -> int | None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._compaction_tokens import TokenEstimator
+from ...core.capabilities import Capability, supports
 from ..base import SessionWrapper
-from ..foreign import is_sequenced
+from ..compaction.tokens import TokenEstimator
 from .micro import MicroCompaction
 from .pages import HistoryChanged, Pages, PositionalPages, SequencedPages
 from .plan import WindowBudget, is_user_message, plan_start, turn_ages
@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.memory import Session
 
-_MIN_PAGE = 16
+_FIRST_PAGE = 64
+"""Items read first when no earlier read of this object taught a better size."""
 _RETRIES = 5
 
 
@@ -46,6 +47,7 @@ class WindowSession(SessionWrapper):
             instructions, which this layer does not see.
 
     ``get_items(limit)`` returns the latest ``limit`` items of the view (SDK semantics).
+    ``run_compaction`` (the Runner's hook) exists exactly when ``inner`` has it, and calls it.
     """
 
     def __init__(
@@ -69,8 +71,13 @@ class WindowSession(SessionWrapper):
         self.micro_compaction = micro_compaction
         self.reserve_tokens = reserve_tokens
         self.tokens = ItemTokens(token_estimator)
-        self._sequenced = is_sequenced(inner)
-        self._page = _MIN_PAGE
+        self._sequenced = supports(inner, Capability.SEQUENCED)
+        run_compaction = getattr(inner, "run_compaction", None)
+        if callable(run_compaction):
+            # The Runner's compaction hook must reach a CompactionSession below this layer;
+            # offered only then, so the SDK's detection of the hook stays truthful.
+            self.run_compaction = run_compaction
+        self._page = _FIRST_PAGE
 
     # -- the Session API ---------------------------------------------------------------------
 
@@ -140,14 +147,15 @@ class WindowSession(SessionWrapper):
             page_shown = self._shown(page, users)
             users += sum(1 for item in page if is_user_message(item))
             shown = page_shown + shown
-            counts = await self.tokens.counts(page_shown) + counts
+            if self.budget.max_tokens is not None:
+                counts = await self.tokens.counts(page_shown) + counts
+            else:  # only turns bound the window: no tokens to count
+                counts = [0] * len(page_shown) + counts
             reserved = self.reserve_tokens
             summary = pages.summary
-            if summary:
+            if summary and self.budget.max_tokens is not None:
                 summary_tokens = sum(await self.tokens.counts(summary))
-                if self.budget.max_tokens is None or (
-                    reserved + summary_tokens <= self.budget.max_tokens
-                ):
+                if reserved + summary_tokens <= self.budget.max_tokens:
                     reserved += summary_tokens
                 else:
                     summary = []
@@ -156,6 +164,7 @@ class WindowSession(SessionWrapper):
             )
             if start is not None:
                 view = shown[start:]
-                # The next read likely needs about as much: one page then.
-                self._page = max(_MIN_PAGE, len(view) + len(view) // 4 + 8)
+                # The next read likely needs about as much (plus the item before it): one
+                # page then; a longer next turn costs a second, doubled page.
+                self._page = len(view) + len(view) // 8 + 2
                 return list(summary) + view

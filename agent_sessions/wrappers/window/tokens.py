@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._compaction_text import item_text
-from .._compaction_tokens import TokenEstimator
+from ..compaction.text import item_text
+from ..compaction.tokens import TokenEstimator
 
 _CACHE_SIZE = 8192
 

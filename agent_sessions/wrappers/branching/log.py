@@ -17,8 +17,8 @@ from typing import Any
 
 from agents.memory import Session
 
-from ._branch_store import MAIN, read_rows
-from ._branch_view import Lineage
+from .store import MAIN, read_rows
+from .view import Lineage
 
 logger = logging.getLogger("agent_sessions")
 

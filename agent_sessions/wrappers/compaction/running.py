@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._compaction_tokens import TokenEstimator
+from .tokens import TokenEstimator
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem

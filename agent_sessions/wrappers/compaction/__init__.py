@@ -26,32 +26,32 @@ from typing import TYPE_CHECKING, Any
 from agents.memory import SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings
 
-from ..core.capabilities import Capability, supports
-from ..core.family import side_store
-from ..core.ids import derive_sibling_id
-from ..core.options import explicit_options
-from ..errors import SessionClosedError
-from ._branch_store import read_rows
-from ._compaction_boundary import choose_cut
-from ._compaction_records import CompactionRecord
-from ._compaction_running import RunningView
-from ._compaction_running import refresh as refresh_running
-from ._compaction_summarizers import (
+from ...core.capabilities import Capability, supports
+from ...core.family import side_store
+from ...core.ids import derive_sibling_id
+from ...core.options import explicit_options
+from ...errors import SessionClosedError
+from ..branching.store import read_rows
+from ..foreign import expiring_layer, sequenced
+from .boundary import choose_cut
+from .records import CompactionRecord
+from .running import RunningView
+from .running import refresh as refresh_running
+from .summarizers import (
     AgentSummarizer,
     ExtractiveSummarizer,
     ResponsesCompactionSummarizer,
     Summarizer,
 )
-from ._compaction_text import item_text
-from ._compaction_tokens import TokenEstimator
-from ._compaction_trigger import (
+from .text import item_text
+from .tokens import TokenEstimator
+from .trigger import (
     DEFAULT_TRIGGER_TOKENS,
     CompactionTrigger,
     CompactionTriggerContext,
     item_count_trigger,
     token_threshold_trigger,
 )
-from .foreign import expiring_layer, sequenced
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem

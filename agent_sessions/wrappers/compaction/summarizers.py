@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from ._compaction_text import item_line, item_text
+from .text import item_line, item_text
 
 if TYPE_CHECKING:
     from agents import Agent, RunConfig

@@ -12,10 +12,10 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.codec import dumps, loads
-from ._branch_items import classify_message_type, extract_tool_name, is_user_message
-from ._branch_store import Storages, read_rows
-from .foreign import expiring_layer
+from ...core.codec import dumps, loads
+from ..foreign import expiring_layer
+from .items import classify_message_type, extract_tool_name, is_user_message
+from .store import Storages, read_rows
 
 Segment = tuple[str, "int | None"]
 FROZEN_TAIL = 64

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.codec import dumps
+from ...core.codec import dumps
 
 
 def _content_text(content: Any) -> str:

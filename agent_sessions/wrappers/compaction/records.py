@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendDataError
+from ...errors import BackendDataError
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem

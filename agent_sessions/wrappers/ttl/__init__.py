@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import Session
 
-from ..core.capabilities import Capability, supports
-from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
-from ..core.family import REGISTRY, member_purposes, side_store
-from ..core.options import explicit_options
-from ._ttl_boundary import Boundary, newest_dead_by_scan
-from ._ttl_family import PURPOSE, Lifecycle, State
-from .base import SessionWrapper, check_max_item_bytes
+from ...core.capabilities import Capability, supports
+from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
+from ...core.family import REGISTRY, member_purposes, side_store
+from ...core.options import explicit_options
+from ..base import SessionWrapper, check_max_item_bytes
+from .boundary import Boundary, newest_dead_by_scan
+from .family import PURPOSE, Lifecycle, State
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -101,7 +101,7 @@ class TTLSession(SessionWrapper):
 
     Passes on the inner's sequence numbers, range delete, rewrite in place and family, so
     layers above that keep pointers into the history (branching, compaction, usage) stay exact
-    while old items expire. Ranged reads cost one extra small read: see ``_ttl_boundary``.
+    while old items expire. Ranged reads cost one extra small read: see ``ttl.boundary``.
     """
 
     expires_items: ClassVar[bool] = True

@@ -27,7 +27,7 @@ from typing import Any
 
 from agents.memory import Session
 
-from ..core.capabilities import Capability, supports
+from ...core.capabilities import Capability, supports
 
 PURPOSE = "ttl"
 """The side store holding the family's lifecycle records."""

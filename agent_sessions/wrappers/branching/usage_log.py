@@ -17,9 +17,9 @@ from typing import Any
 from agents.memory import Session
 from agents.usage import Usage
 
-from ._branch_items import TOOL_CALL_TYPES
-from ._branch_store import read_rows
-from ._branch_view import Lineage, View
+from .items import TOOL_CALL_TYPES
+from .store import read_rows
+from .view import Lineage, View
 
 UsageKey = tuple[str, int]
 Position = tuple[str, int]

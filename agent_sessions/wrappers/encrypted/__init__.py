@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import OpenAIResponsesCompactionSession, Session
 
-from ..core import capabilities
-from ..core.capabilities import Capability
-from ..core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
-from ..core.extras import missing
-from ..core.options import explicit_options
-from ..errors import DecryptionError
-from ._sdk_calls import call_with_wrapper
-from .base import SessionWrapper, check_max_item_bytes
+from ...core import capabilities
+from ...core.capabilities import Capability
+from ...core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
+from ...core.extras import missing
+from ...core.options import explicit_options
+from ...errors import DecryptionError
+from ..base import SessionWrapper, check_max_item_bytes
+from .sdk_calls import call_with_wrapper
 
 try:
     from cryptography.exceptions import InvalidTag

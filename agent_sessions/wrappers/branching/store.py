@@ -13,10 +13,10 @@ from typing import Any
 
 from agents.memory import Session
 
-from ..core.capabilities import Capability, SupportsSequencedItems, supports
-from ..core.family import close_quietly, side_store
-from ..core.ids import derive_sibling_id
-from .foreign import SiblingFactory, sequenced
+from ...core.capabilities import Capability, SupportsSequencedItems, supports
+from ...core.family import close_quietly, side_store
+from ...core.ids import derive_sibling_id
+from ..foreign import SiblingFactory, sequenced
 
 MAIN = "main"
 """The storage key of the inner session itself."""

@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Any
 from agents.memory import SessionABC
 from agents.memory.session_settings import resolve_session_limit
 
-from ..core.capabilities import Capability
-from ..core.closing import Closing
-from ..core.options import explicit_options
-from ..errors import BranchError, BranchNotFoundError
-from ._branch_items import content_matches, content_preview
-from ._branch_log import BranchLog, BranchState, encode_lineage, now_text
-from ._branch_store import MAIN, close_session, open_storages
-from ._branch_view import Lineage, View
-from .foreign import SiblingFactory
+from ...core.capabilities import Capability
+from ...core.closing import Closing
+from ...core.options import explicit_options
+from ...errors import BranchError, BranchNotFoundError
+from ..foreign import SiblingFactory
+from .items import content_matches, content_preview
+from .log import BranchLog, BranchState, encode_lineage, now_text
+from .store import MAIN, close_session, open_storages
+from .view import Lineage, View
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem

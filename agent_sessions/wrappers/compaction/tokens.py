@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from ._compaction_text import item_text
+from .text import item_text
 
 logger = logging.getLogger("agent_sessions.compaction")
 

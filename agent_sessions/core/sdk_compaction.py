@@ -1,0 +1,97 @@
+"""The SDK's compaction hooks on this package's backends.
+
+The SDK's ``OpenAIResponsesCompactionSession`` looks for two private methods on the session it
+wraps: ``_get_compaction_snapshot(limit, *, prune_prefix=None)`` (the latest ``limit`` items,
+whether that is the whole history, and an atomic "replace this suffix" operation) and
+``_atomic_replace_items(items)`` (replace the whole history in one transaction). Without them
+it skips automatic compaction whenever ``session_settings.limit`` is shorter than the history,
+and falls back to a clear + add that is not atomic. A backend offers both by implementing
+``_replace_rows``; the rest is here, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .codec import decode_item, encode_batch
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+
+Row = tuple[int, str]
+
+
+class SDKCompactionHooks:
+    """Mixin of ``BaseSession``: the SDK compaction session's hooks over ``_replace_rows``."""
+
+    async def _replace_rows(
+        self,
+        expected: list[Row] | None,
+        payloads: list[str],
+        prune: Callable[[str], bool] | None,
+    ) -> bool:
+        """In one transaction: unless the newest ``len(expected)`` rows are exactly
+        ``expected`` (sequence number and text), change nothing and return False; else delete
+        them (every row when ``expected`` is None), delete the oldest rows for which
+        ``prune(text)`` holds (stopping at the first that does not), append ``payloads`` and
+        return True. A backend that cannot leaves this unimplemented."""
+        raise NotImplementedError
+
+    def _replaces_rows(self) -> bool:
+        return type(self)._replace_rows is not SDKCompactionHooks._replace_rows
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
+    ) -> Any:
+        """The SDK's hook: the latest ``limit`` items, whether they are the whole history, and
+        ``replace_suffix(start, items)``, which atomically swaps ``items`` for the snapshot's
+        items from ``start`` on, or returns False when those changed meanwhile."""
+        try:
+            from agents.memory.session import _CompactionSnapshot
+        except ImportError:  # pragma: no cover - an SDK without the hook
+            return None
+        if not self._replaces_rows() or limit <= 0:
+            return None
+        session: Any = self
+        session._check_open()
+        rows: list[Row] = await session._load(limit + 1)
+        complete = len(rows) <= limit
+        rows = rows[-limit:]
+        try:
+            items = [decode_item(text) for _, text in rows]
+        except ValueError:
+            return None  # a damaged row: let the SDK fall back to its checked path
+        prune = None if prune_prefix is None else _pruner(prune_prefix)
+
+        async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
+            expected = rows[start:]
+            if not expected:
+                return False
+            payloads = encode_batch(output, session.max_item_bytes)
+            return bool(await session._mutate(self._replace_rows(expected, payloads, prune)))
+
+        return _CompactionSnapshot(items, complete, replace_suffix)
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """The SDK's hook: replace the whole history by ``items`` in one transaction; False
+        when this backend cannot (the SDK then clears and adds)."""
+        session: Any = self
+        payloads = encode_batch(items, session.max_item_bytes)  # a bad batch raises first
+        if not self._replaces_rows():
+            return False
+        session._check_open()
+        return bool(await session._mutate(self._replace_rows(None, payloads, None)))
+
+
+def _pruner(prune_prefix: Callable[[Any], bool]) -> Callable[[str], bool]:
+    def prune(text: str) -> bool:
+        try:
+            return bool(prune_prefix(decode_item(text)))
+        except ValueError:
+            return False
+
+    return prune
+
+
+__all__ = ["SDKCompactionHooks"]
