@@ -144,7 +144,7 @@ class TTLSession(SessionWrapper):
                 else DEFAULT_MAX_ITEM_BYTES
             )
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
-        # With a family, session expiry is the family's (see _ttl_family); a member made by
+        # With a family, session expiry is the family's (see ttl.family); a member made by
         # wrap_member shares its owner's lifecycle.
         self._family_expiry = self.ttl is not None and (
             _lifecycle is not None or supports(inner, Capability.FAMILY)
