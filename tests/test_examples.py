@@ -112,7 +112,14 @@ def test_open_by_url_on_redis(tmp_path: Path) -> None:
     check("open_by_url.py", [REDIS_URL], "[{'role': 'user', 'content': 'hello'}]", False, tmp_path)
 
 
+TESTED_IN_OWN_MODULE = {"fastapi_app.py": ROOT / "tests" / "test_fastapi_example.py"}
+"""Examples that need more than a run and its output (a web app), with the module testing each."""
+
+
 def test_every_example_is_covered() -> None:
     scripts = {path.name for path in EXAMPLES.glob("*.py")}
-    covered = {case[0] for case in CASES}
+    for script, module in TESTED_IN_OWN_MODULE.items():
+        source = module.read_text(encoding="utf-8")
+        assert f'"{script}"' in source, f"{module} does not test {script}"
+    covered = {case[0] for case in CASES} | set(TESTED_IN_OWN_MODULE)
     assert scripts == covered, f"examples without a test case: {sorted(scripts - covered)}"
