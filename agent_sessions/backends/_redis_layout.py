@@ -101,6 +101,22 @@ if raw then
 end
 """
 
+def _check_expiry(key: str, ttl: str) -> str:
+    """Lua that refuses with an ``EXPIRYRANGE`` error, changing nothing, when the server's
+    time plus the expiry ``ttl`` (ms, as text) is past Redis's range. The exact integer text is
+    handed to PEXPIRE (never a Lua double, which would round it), and PEXPIRE checks the range
+    before it looks at the key; ``key`` is a key that gets this expiry anyway."""
+    return f"""
+if {ttl} ~= '0' then
+  local checked = redis.pcall('PEXPIRE', {key}, {ttl})
+  if type(checked) == 'table' and checked.err then
+    return redis.error_reply('EXPIRYRANGE ttl of ' .. {ttl} ..
+      ' ms from now is past the end of the expiry range of Redis; nothing was changed')
+  end
+end
+"""
+
+
 # KEYS: items, meta. ARGV[1]: expiry in ms ("0" = leave expiry alone); ARGV[2..]: item JSON.
 # Reads first, so a key of the wrong type fails the script before anything is written. The
 # highest score is consulted too, so a lost meta hash (evicted, deleted) cannot reuse numbers.
@@ -112,6 +128,9 @@ local items, meta = KEYS[1], KEYS[2]
     + """
 local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
 if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
+"""
+    + _check_expiry("meta", "ARGV[1]")
+    + """
 local ttl = tonumber(ARGV[1])
 if last == 0 and ttl > 0 then
   -- An expiring session may have expired before: start above any number it can have used.
@@ -136,8 +155,8 @@ local ms = string.format('%d', tonumber(clock[1]) * 1000 + math.floor(tonumber(c
 redis.call('HSET', meta, 'seq', string.format('%d', last + n), 'updated_ms', ms)
 redis.call('HSETNX', meta, 'created_ms', ms)
 if ttl > 0 then
-  redis.call('PEXPIRE', items, ttl)
-  redis.call('PEXPIRE', meta, ttl)
+  redis.call('PEXPIRE', items, ARGV[1])
+  redis.call('PEXPIRE', meta, ARGV[1])
 end
 return last + n
 """
@@ -145,12 +164,12 @@ return last + n
 
 # KEYS: items, meta. ARGV[1]: expiry in ms or "0". Returns the newest member or nil.
 POP = Script(
-    """
+    _check_expiry("KEYS[2]", "ARGV[1]")
+    + """
 local popped = redis.call('ZPOPMAX', KEYS[1])
-local ttl = tonumber(ARGV[1])
-if ttl > 0 then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl)
+if ARGV[1] ~= '0' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], ARGV[1])
 end
 return popped[1]
 """
@@ -180,11 +199,13 @@ end
     + """
 local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
+"""
+    + _check_expiry("KEYS[2]", "ARGV[1]")
+    + """
 local deleted = redis.call('DEL', KEYS[1])
 if last > 0 then
   redis.call('HSET', KEYS[2], 'seq', string.format('%d', last))
-  local ttl = tonumber(ARGV[1])
-  if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+  if ARGV[1] ~= '0' then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
 end
 return deleted
 """
@@ -212,7 +233,8 @@ return replaced
 
 # KEYS: items, meta. ARGV[1]: expiry in ms. Sets both keys (those that exist) to expire then.
 TOUCH = Script(
-    """
+    _check_expiry("KEYS[2]", "ARGV[1]")
+    + """
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
 return 1

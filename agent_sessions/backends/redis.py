@@ -64,6 +64,8 @@ else:  # pragma: no cover - redis-py requires async-timeout below Python 3.11.3
 
 T = TypeVar("T")
 
+_MAX_EXPIRY_MS = 2**63 - 1
+
 DEFAULT_TIMEOUT = 5.0
 """Seconds one operation may take before it raises BackendUnavailableError."""
 
@@ -301,9 +303,15 @@ class RedisSession(BaseSession):
             return
         if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)):
             raise TypeError(f"ttl must be a number of seconds or None, got {ttl_seconds!r}")
-        if not 0.001 <= ttl_seconds <= 10**12:
-            raise ValueError(f"ttl must be between 0.001 and 1e12 seconds, got {ttl_seconds!r}")
-        self.ttl, self._ttl_ms = ttl_seconds, str(round(ttl_seconds * 1000))
+        if not 0.001 <= ttl_seconds < float("inf"):  # also NaN
+            raise ValueError(f"ttl must be a finite number >= 0.001 seconds, got {ttl_seconds!r}")
+        # Exact for an int (the SDK's type); Redis takes at most 2**63-1 ms from now.
+        ttl_ms = ttl_seconds * 1000 if isinstance(ttl_seconds, int) else round(ttl_seconds * 1000)
+        if ttl_ms > _MAX_EXPIRY_MS:
+            raise ValueError(
+                f"ttl {ttl_seconds!r} s is past the end of Redis's expiry range (2**63-1 ms)"
+            )
+        self.ttl, self._ttl_ms = ttl_seconds, str(ttl_ms)
 
     async def refresh_expiry(self) -> None:
         """Set this session's keys to expire ``ttl`` from now, as a write would, without
@@ -446,6 +454,11 @@ class RedisSession(BaseSession):
                     f"another type (expected a {ITEMS_TYPE} at {self._keys[0]!r} and a "
                     f"{META_TYPE} at {self._keys[1]!r}); another application may be using "
                     f"key_prefix {self.key_prefix!r}. Nothing was changed. ({message})"
+                ) from exc
+            if message.startswith("EXPIRYRANGE"):
+                raise ValueError(
+                    f"RedisSession {self.session_id!r}: {message.removeprefix('EXPIRYRANGE ')} "
+                    "(the SDK raises ValueError the same way); use a smaller ttl"
                 ) from exc
             if message.startswith("CORRUPT"):
                 raise BackendDataError(
