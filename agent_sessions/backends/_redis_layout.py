@@ -117,36 +117,46 @@ end
 """
 
 
-# KEYS: items, meta. ARGV[1]: expiry in ms ("0" = leave expiry alone); ARGV[2..]: item JSON.
-# Reads first, so a key of the wrong type fails the script before anything is written. The
-# highest score is consulted too, so a lost meta hash (evicted, deleted) cannot reuse numbers.
-APPEND = Script(
-    """
+def _prepare_write() -> str:
+    """Lua that reads the counter and the highest score into ``last`` and checks the expiry in
+    ARGV[1]. Reads come first, so a key of the wrong type fails the script before anything is
+    written; the highest score is consulted too, so a lost meta hash (evicted, deleted) cannot
+    reuse numbers."""
+    return (
+        """
 local items, meta = KEYS[1], KEYS[2]
 """
-    + _read_counter("meta", "written")
-    + """
+        + _read_counter("meta", "written")
+        + """
 local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
 if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
 """
-    + _check_expiry("meta", "ARGV[1]")
-    + """
+        + _check_expiry("meta", "ARGV[1]")
+        + """
 local ttl = tonumber(ARGV[1])
 if last == 0 and ttl > 0 then
   -- An expiring session may have expired before: start above any number it can have used.
   local now = redis.call('TIME')
   last = tonumber(now[1]) * 1000000 + tonumber(now[2])
 end
-local n = #ARGV - 1
-local args, k = {}, 0
+"""
+    )
+
+
+def _write_items(first: str) -> str:
+    """Lua that stores ARGV[first..] as the items numbered ``last + 1`` on, records the new
+    counter and times in the meta hash, sets the expiry and returns the last number."""
+    return f"""
+local n = #ARGV - ({first}) + 1
+local args, k = {{}}, 0
 for i = 1, n do
   local seq = last + i
   args[k + 1] = seq
-  args[k + 2] = string.format('%d', seq) .. ':' .. ARGV[i + 1]  -- never '1e+14'
+  args[k + 2] = string.format('%d', seq) .. ':' .. ARGV[i + ({first}) - 1]  -- never '1e+14'
   k = k + 2
   if k >= 1000 then  -- unpack() has a stack limit; the first ZADD already checked the type
     redis.call('ZADD', items, unpack(args))
-    args, k = {}, 0
+    args, k = {{}}, 0
   end
 end
 if k > 0 then redis.call('ZADD', items, unpack(args)) end
@@ -160,6 +170,41 @@ if ttl > 0 then
 end
 return last + n
 """
+
+
+# KEYS: items, meta. ARGV[1]: expiry in ms ("0" = leave expiry alone); ARGV[2..]: item JSON.
+APPEND = Script(_prepare_write() + _write_items("2"))
+
+# KEYS: items, meta. ARGV[1]: expiry in ms or "0"; ARGV[2]: n, the number of newest members
+# expected (-1: replace everything); ARGV[3]: p, the number of oldest members to prune;
+# ARGV[4..3+n]: the expected newest members, oldest first; then the p members to prune; then
+# the new items' JSON. Unless the newest n members and the oldest p are exactly those, changes
+# nothing and returns -1; else deletes them and appends the new items like APPEND (new numbers,
+# so none is reused). One script: the SDK compaction hook's atomic swap.
+REPLACE = Script(
+    _prepare_write()
+    + """
+local n, p = tonumber(ARGV[2]), tonumber(ARGV[3])
+if n < 0 then
+  redis.call('DEL', items)
+else
+  if redis.call('ZCARD', items) < n + p then return -1 end
+  local current = redis.call('ZRANGE', items, -n, -1)
+  for i = 1, n do
+    if current[i] ~= ARGV[3 + i] then return -1 end
+  end
+  if p > 0 then
+    local oldest = redis.call('ZRANGE', items, 0, p - 1)
+    for i = 1, p do
+      if oldest[i] ~= ARGV[3 + n + i] then return -1 end
+    end
+    redis.call('ZREMRANGEBYRANK', items, 0, p - 1)
+  end
+  if n > 0 then redis.call('ZREMRANGEBYRANK', items, -n, -1) end
+end
+local first = 4 + math.max(n, 0) + p
+"""
+    + _write_items("first")
 )
 
 # KEYS: items, meta. ARGV[1]: expiry in ms or "0". Returns the newest member or nil.

@@ -51,6 +51,7 @@ from ._redis_layout import (
     ITEMS_TYPE,
     META_TYPE,
     POP,
+    REPLACE,
     REWRITE,
     TOUCH,
     check_key_prefix,
@@ -87,6 +88,11 @@ def _is_int(text: str | bytes) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _member(seq: int, text: str | bytes) -> str | bytes:
+    """The sorted-set member of item ``seq`` (bytes for a bytes client's rows)."""
+    return f"{seq}:{text}" if isinstance(text, str) else b"%d:%s" % (seq, text)
 
 
 class _SharedClient:
@@ -387,6 +393,41 @@ class RedisSession(BaseSession):
         client, keys = self._client, self._keys
         args = [part for seq, payload in rows for part in (str(seq), payload)]
         return int(await self._call(lambda: REWRITE(client, keys, *args)))
+
+    async def _replace_rows(
+        self,
+        expected: list[Row] | None,
+        payloads: list[str],
+        prune: Callable[[str], bool] | None,
+    ) -> bool:
+        """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``): one script
+        that checks the members it was shown and changes nothing when they moved."""
+        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        if expected is None:
+            args: list[Any] = [ttl, -1, 0, *payloads]
+        else:
+            pruned = [] if prune is None else await self._prunable(expected[0][0], prune)
+            args = [
+                ttl, len(expected), len(pruned),
+                *(_member(seq, text) for seq, text in expected), *pruned, *payloads,
+            ]
+        return int(await self._call(lambda: REPLACE(client, keys, *args))) >= 0
+
+    async def _prunable(self, before: int, prune: Callable[[str], bool]) -> list[Any]:
+        """The oldest members (below ``before``) for which ``prune`` holds, up to the first
+        for which it does not."""
+        client, key, page = self._client, self._keys[0], 200
+        out: list[Any] = []
+        while True:
+            members = await self._call(
+                lambda: client.zrangebyscore(key, "-inf", f"({before}", start=len(out), num=page)
+            )
+            for (_, text), member in zip(self._rows(members), members, strict=True):
+                if not prune(text if isinstance(text, str) else text.decode()):
+                    return out
+                out.append(member)
+            if len(members) < page:
+                return out
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
         client, key = self._client, self._keys[0]
