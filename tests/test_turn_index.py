@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from agent_sessions import InMemorySession, SQLiteSession
+from agent_sessions.testing.helpers import texts
 from agent_sessions.wrappers.advanced import AdvancedSession
 from agent_sessions.wrappers.branching import BranchingSession
 from agent_sessions.wrappers.branching import turns as turn_index
@@ -86,7 +87,7 @@ async def test_a_new_object_reads_the_index_instead_of_the_history(db: str) -> N
     name = await fresh.create_branch_from_turn(6)
     # The history is read only at item `through` (to validate the index) and at turn 6.
     assert loads == [(None, 19, None), (1, None, 12)]
-    assert [i["content"] for i in await fresh.get_items()][-2:] == ["q5", "r5"]
+    assert texts(await fresh.get_items())[-2:] == ["q5", "r5"]
     assert name in {b["branch_id"] for b in await fresh.list_branches()}
     assert REBUILDS == []  # every answer came from the index as kept
     await fresh.close()
@@ -182,8 +183,8 @@ async def test_a_broken_index_is_rebuilt_not_trusted(db: str) -> None:
     s = BranchingSession(inner)
     await s.add_items(turns(9))
     await check(s, inner)
-    store = inner.side_store("turns.main")
-    head = (await store.get_sequenced_items(1))[0][1]
+    store: Any = inner.side_store("turns.main")
+    head: Any = (await store.get_sequenced_items(1))[0][1]
     await store.add_items([{**head, "blocks": [[10 ** 9, 1, 7], *head["blocks"][1:]]}])
     await check(BranchingSession(SQLiteSession("idx-broken", db)), inner)
     assert REBUILDS
@@ -214,6 +215,6 @@ async def test_expired_turns_are_not_counted() -> None:
     assert await s.get_items() == []
     await s.switch_to_branch("main")
     await s.create_branch_from_turn(2, "b")
-    assert [i["content"] for i in await s.get_items()] == ["q6", "a6"]
+    assert texts(await s.get_items()) == ["q6", "a6"]
     assert REBUILDS == []  # every answer came from the index as kept
     await s.close()
