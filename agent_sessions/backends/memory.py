@@ -13,7 +13,6 @@ from agents.memory import SessionSettings
 
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES
-from ..core.options import explicit_options
 
 if TYPE_CHECKING:
     from ..catalog import CatalogStore
@@ -70,7 +69,6 @@ class InMemorySession(BaseSession):
     capabilities = STORE_CAPABILITIES
     _single_dispatch_writes = True
 
-    @explicit_options
     def __init__(
         self,
         session_id: str,

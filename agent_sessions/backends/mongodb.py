@@ -238,7 +238,6 @@ class MongoDBSession(BaseSession):
 
     capabilities = STORE_CAPABILITIES | {Capability.NATIVE_EXPIRY}
 
-    @explicit_options
     def __init__(
         self,
         session_id: str,

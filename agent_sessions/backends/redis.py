@@ -184,7 +184,6 @@ class RedisSession(BaseSession):
     # command and runs a complete one whole. So no task is needed to see a write through.
     _single_dispatch_writes = True
 
-    @explicit_options
     def __init__(
         self,
         session_id: str,

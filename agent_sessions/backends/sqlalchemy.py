@@ -360,7 +360,6 @@ class SQLAlchemySession(BaseSession):
 
     capabilities = STORE_CAPABILITIES
 
-    @explicit_options
     def __init__(
         self,
         session_id: str,

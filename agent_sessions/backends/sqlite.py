@@ -30,7 +30,6 @@ from agents.memory import SessionSettings
 
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES
-from ..core.options import explicit_options
 from ..errors import BackendUnavailableError, SessionClosedError
 
 T = TypeVar("T")
@@ -366,7 +365,6 @@ class SQLiteSession(BaseSession):
     capabilities = STORE_CAPABILITIES
     _single_dispatch_writes = True
 
-    @explicit_options
     def __init__(
         self,
         session_id: str,

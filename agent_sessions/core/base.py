@@ -20,6 +20,7 @@ from .codec import DEFAULT_MAX_ITEM_BYTES, decode_item, encode_batch
 from .family import REGISTRY, Family, purposes_in
 from .ids import derive_sibling_id, validate_session_id
 from .mutation import run_to_completion
+from .options import OptionsChecked
 from .sdk_compaction import SDKCompactionHooks
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ STORE_CAPABILITIES: frozenset[Capability] = frozenset(
 """What a backend built on this template offers once it implements every hook."""
 
 
-class BaseSession(SDKCompactionHooks, SessionABC):
+class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     """Common behaviour of this package's backends.
 
     Args:

@@ -1,4 +1,9 @@
-"""``@explicit_options``: a misspelt keyword names the valid ones instead of a bare TypeError."""
+"""Constructor options: a misspelt keyword names the valid ones instead of a bare TypeError.
+
+``OptionsChecked`` does it for every class built on it (backends and wrappers), from the
+constructor signatures alone: a constructor that forwards ``**options`` to its base accepts
+the base's options too. ``explicit_options`` does it for a factory function.
+"""
 
 from __future__ import annotations
 
@@ -6,39 +11,46 @@ import difflib
 import functools
 import inspect
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def public_options(func: Callable[..., object]) -> list[str]:
-    """Return the options of ``func``: its keyword-only parameters and the positional ones with
-    a default, except private ones (a leading underscore)."""
-    return [
-        p.name
-        for p in inspect.signature(func).parameters.values()
-        if (p.kind == p.KEYWORD_ONLY or (p.kind == p.POSITIONAL_OR_KEYWORD and p.default
-                                         is not p.empty))
-        and not p.name.startswith("_")
-    ]
+def _options(funcs: list[Callable[..., object]]) -> tuple[set[str], list[str]]:
+    """(every keyword ``funcs`` accept, the public options among them, in signature order):
+    keyword-only parameters and positional ones with a default, without a leading underscore.
+    Each function after the first is the one the previous forwards ``**options`` to."""
+    accepted: set[str] = set()
+    public: list[str] = []
+    for func in funcs:
+        parameters = inspect.signature(func).parameters.values()
+        for p in parameters:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in accepted:
+                continue
+            accepted.add(p.name)
+            if (
+                p.kind == p.KEYWORD_ONLY
+                or (p.kind == p.POSITIONAL_OR_KEYWORD and p.default is not p.empty)
+            ) and not p.name.startswith("_"):
+                public.append(p.name)
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            break
+    return accepted, public
 
 
-def explicit_options(func: Callable[P, R]) -> Callable[P, R]:
-    """Decorate a constructor or factory so an unknown keyword raises a TypeError that names
-    the valid options (and the closest one); the check runs only when the call fails."""
-    accepted = set(inspect.signature(func).parameters)
-    owner = func.__qualname__.replace(".__init__", "")
-
+def _checked(
+    func: Callable[P, R], owner: str, chain: list[Callable[..., object]]
+) -> Callable[P, R]:
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
         except TypeError as exc:
+            accepted, valid = _options(chain)
             unknown = [key for key in kwargs if key not in accepted]
             if not unknown:
                 raise
-            valid = public_options(func)
             close = difflib.get_close_matches(unknown[0], valid, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise TypeError(
@@ -49,4 +61,27 @@ def explicit_options(func: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-__all__ = ["explicit_options", "public_options"]
+def explicit_options(func: Callable[P, R]) -> Callable[P, R]:
+    """Decorate a factory so an unknown keyword raises a TypeError that names the valid
+    options (and the closest one); the check runs only when the call fails."""
+    return _checked(func, func.__qualname__, [func])
+
+
+class OptionsChecked:
+    """Checks the keywords of every subclass's constructor as ``explicit_options`` does."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None:
+            chain = [k.__dict__["__init__"] for k in cls.__mro__ if "__init__" in k.__dict__]
+            setattr(cls, "__init__", _checked(init, cls.__qualname__, chain))  # noqa: B010
+
+
+def public_options(cls: type) -> list[str]:
+    """Return the options of ``cls``'s constructor (including those it forwards to its base)."""
+    chain = [k.__dict__["__init__"] for k in cls.__mro__ if "__init__" in k.__dict__]
+    return _options(chain)[1]
+
+
+__all__ = ["OptionsChecked", "explicit_options", "public_options"]

@@ -12,7 +12,6 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..core.options import explicit_options
 from .branching import BranchingSession
 from .branching.items import is_user_message
 from .branching.usage_log import (
@@ -51,7 +50,6 @@ class AdvancedSession(BranchingSession):
             created on first use here.
     """
 
-    @explicit_options
     def __init__(
         self,
         inner: Session | None = None,
@@ -90,7 +88,7 @@ class AdvancedSession(BranchingSession):
             )
         self.create_tables = create_tables
         super().__init__(inner, sibling_factory=sibling_factory, logger=logger)
-        self._usage = UsageLog(self._storages.side("usage"))
+        self._usage = UsageLog(self.side_store("usage"))
 
     async def _after_pop(
         self, branch: str, lineage: Lineage, item: Any, position: Position

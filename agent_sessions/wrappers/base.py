@@ -2,8 +2,10 @@
 
 A wrapper reaches its inner session as ``inner``, shares one settings object with it, owns it
 (closing the wrapper closes it), and declares the capabilities it passes on from it. Side
-stores come from the inner session's family, through ``wrap_member`` so that side data gets
-this layer's treatment (e.g. encryption).
+stores come from the inner session's family (or the caller's ``sibling_factory``), through
+``wrap_member`` so that side data gets this layer's treatment (e.g. encryption). A view layer
+(``numbered = True``) gets an inner session with sequence numbers: a foreign one is numbered
+through ``ForeignSession``.
 """
 
 from __future__ import annotations
@@ -12,40 +14,74 @@ from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
 from agents.memory import Session, SessionABC, SessionSettings
+from agents.memory.session_settings import coerce_session_settings
 
-from ..core.capabilities import Capability, capabilities_of
+from ..core.capabilities import Capability, capabilities_of, supports
 from ..core.closing import Closing
 from ..core.family import Family, close_quietly, member_purposes, side_store
+from ..core.ids import derive_sibling_id
+from ..core.options import OptionsChecked
+from ..errors import SessionClosedError
 
 W = TypeVar("W", bound="SessionWrapper")
 
 
-class SessionWrapper(SessionABC):
+class SessionWrapper(OptionsChecked, SessionABC):
     """Base of a layer over ``inner``; subclasses implement the four Session methods.
 
     ``session_id`` is the inner session's; ``session_settings`` reads and writes the inner
-    session's, so the whole stack shares one ``limit``. ``capabilities`` is what ``inner``
-    declares, limited to the class's ``passes``.
+    session's, so the whole stack shares one ``limit`` (one passed to the constructor is set
+    there). ``capabilities`` is what ``inner`` declares, limited to the class's ``passes``.
+    ``sibling_factory`` opens side stores by derived id, for an inner session without a family
+    (e.g. the SDK's own classes).
     """
 
     passes: ClassVar[frozenset[Capability]] = frozenset({Capability.FAMILY})
     """The capabilities this layer offers whenever its inner session does."""
+    numbered: ClassVar[bool] = False
+    """True for a view layer: it keeps sequence numbers of ``inner`` and side data, so a
+    foreign ``inner`` is numbered through ``ForeignSession`` and side stores are required."""
 
-    def __init__(self, inner: Session) -> None:
+    def __init__(
+        self,
+        inner: Session,
+        *,
+        sibling_factory: Callable[[str], Session] | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+    ) -> None:
+        name = type(self).__name__
         if not all(
-            callable(getattr(inner, name, None))
-            for name in ("get_items", "add_items", "pop_item", "clear_session")
+            callable(getattr(inner, method, None))
+            for method in ("get_items", "add_items", "pop_item", "clear_session")
         ):
             raise TypeError(
-                f"{type(self).__name__} wraps a Session (get_items, add_items, pop_item, "
+                f"{name} wraps a Session (get_items, add_items, pop_item, "
                 f"clear_session); got {type(inner).__name__}"
             )
+        if sibling_factory is not None and not callable(sibling_factory):
+            raise TypeError(f"{name}: sibling_factory must be callable, got {sibling_factory!r}")
+        if self.numbered:
+            from .foreign import sequenced  # foreign.py builds on this module
+
+            inner = sequenced(inner, sibling_factory, wrapper=name)
+            if sibling_factory is None and not supports(inner, Capability.FAMILY):
+                raise TypeError(
+                    f"{name} keeps its side data in the same store as the inner session, but "
+                    f"a {type(inner).__name__} cannot open sibling sessions; pass "
+                    "sibling_factory=, e.g. sibling_factory=lambda sid: SQLiteSession(sid, path)"
+                )
         self.inner = inner
         self.session_id = inner.session_id
-        self.capabilities = capabilities_of(inner) & self.passes
+        capabilities = capabilities_of(inner)
+        if sibling_factory is not None:
+            capabilities |= {Capability.FAMILY}
+        self.capabilities = capabilities & self.passes
+        self._factory = sibling_factory
         self._family: Family | None = None
         self._closed = False
         self._closing: Closing | None = None
+        if session_settings is not None:
+            self.session_settings = coerce_session_settings(session_settings)
 
     @property  # type: ignore[override]
     def session_settings(self) -> SessionSettings | None:
@@ -118,11 +154,18 @@ class SessionWrapper(SessionABC):
         return self._family.member(purpose)
 
     def _open_member(self, purpose: str) -> Session:
-        return self.wrap_member(side_store(self.inner, purpose))
+        if self._factory is None:
+            return self.wrap_member(side_store(self.inner, purpose))
+        return self.wrap_member(self._factory(derive_sibling_id(self.session_id, purpose)))
 
     def wrap_member(self, member: Session) -> Session:
         """Return ``member`` (a side store of the inner session) as this layer keeps it:
-        unchanged by default; a layer that transforms items (encryption) wraps it."""
+        numbered for a view layer, else unchanged; a layer that transforms items (encryption)
+        wraps it."""
+        if self.numbered:
+            from .foreign import sequenced
+
+            return sequenced(member, self._factory)
         return member
 
     async def family_purposes(self) -> list[str]:
@@ -135,6 +178,12 @@ class SessionWrapper(SessionABC):
     def closed(self) -> bool:
         """Whether ``close()`` was called."""
         return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError(
+                f"{type(self).__name__} {self.session_id!r} is closed; open a new session"
+            )
 
     def close(self) -> Closing:
         """Close the side stores this object opened, then the inner session (sync or async

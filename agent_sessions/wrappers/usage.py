@@ -16,15 +16,10 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from agents.memory import SessionABC
-from agents.memory.session_settings import resolve_session_limit
-
-from ..core.capabilities import Capability
-from ..core.closing import Closing
-from ..core.options import explicit_options
+from .base import SessionWrapper
 from .branching.items import is_user_message
 from .branching.log import MAIN_LINEAGE
-from .branching.store import MAIN, close_session, open_storages, read_rows
+from .branching.store import MAIN, Storages, read_rows
 from .branching.usage_log import (
     UsageKey,
     UsageLog,
@@ -44,7 +39,7 @@ if TYPE_CHECKING:
     from agents.result import RunResult, RunResultBase
 
 
-class UsageTrackingSession(SessionABC):
+class UsageTrackingSession(SessionWrapper):
     """Records the usage of each run per user turn, next to the conversation.
 
     Args:
@@ -55,7 +50,8 @@ class UsageTrackingSession(SessionABC):
         logger: where failures of ``store_run_usage`` are logged (it never raises, as the SDK's).
     """
 
-    @explicit_options
+    numbered = True
+
     def __init__(
         self,
         inner: Session,
@@ -63,12 +59,9 @@ class UsageTrackingSession(SessionABC):
         sibling_factory: SiblingFactory | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
-        self._storages = open_storages(inner, sibling_factory, type(self).__name__)
-        self.inner = self._storages.inner
-        self.session_id = inner.session_id
-        self.session_settings = getattr(inner, "session_settings", None)
-        self._view = View(self._storages)
-        self._usage = UsageLog(self._storages.side("usage"))
+        super().__init__(inner, sibling_factory=sibling_factory)
+        self._view = View(Storages(self.inner, self.side_store))
+        self._usage = UsageLog(self.side_store("usage"))
         self._scan_lock = asyncio.Lock()
         self._logger = logger if logger is not None else logging.getLogger("agent_sessions")
 
@@ -77,7 +70,7 @@ class UsageTrackingSession(SessionABC):
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items (``session_settings.limit`` when None), oldest
         first."""
-        limit = resolve_session_limit(limit, self.session_settings)
+        limit = self.resolve_limit(limit)
         if limit is None:
             return [item for _, item in await read_rows(self.inner)]
         if limit <= 0:
@@ -107,21 +100,6 @@ class UsageTrackingSession(SessionABC):
         """Delete the conversation and its usage records."""
         await self.inner.clear_session()
         await self._usage.clear()
-
-    capabilities = frozenset({Capability.FAMILY})
-
-    def side_store(self, purpose: str) -> Session:
-        """Return the side store for ``purpose`` in the inner session's family (for layers
-        stacked on this one); closed with this object."""
-        return self._storages.side(purpose)
-
-    def close(self) -> Closing:
-        """Close the side sessions and the inner session; works called bare or awaited."""
-        return Closing(self._close_all())
-
-    async def _close_all(self) -> None:
-        await self._storages.close()
-        await close_session(self.inner)
 
     # -- usage ---------------------------------------------------------------------------------
 

@@ -15,17 +15,12 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from agents.memory import SessionABC
-from agents.memory.session_settings import resolve_session_limit
-
-from ...core.capabilities import Capability
-from ...core.closing import Closing
-from ...core.options import explicit_options
 from ...errors import BranchError, BranchNotFoundError
+from ..base import SessionWrapper
 from ..foreign import SiblingFactory
 from .items import content_matches, content_preview
 from .log import BranchLog, BranchState, encode_lineage, now_text
-from .store import MAIN, close_session, open_storages
+from .store import MAIN, Storages
 from .view import Lineage, View
 
 if TYPE_CHECKING:
@@ -33,7 +28,7 @@ if TYPE_CHECKING:
     from agents.memory import Session
 
 
-class BranchingSession(SessionABC):
+class BranchingSession(SessionWrapper):
     """A session whose history can branch at any user turn; the SDK's branching API.
 
     ``get_items``/``add_items``/``pop_item``/``clear_session`` act on the current branch, which
@@ -48,7 +43,8 @@ class BranchingSession(SessionABC):
         logger: where branch operations are logged.
     """
 
-    @explicit_options
+    numbered = True
+
     def __init__(
         self,
         inner: Session,
@@ -56,12 +52,10 @@ class BranchingSession(SessionABC):
         sibling_factory: SiblingFactory | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
-        self._storages = open_storages(inner, sibling_factory, type(self).__name__)
-        self.inner = self._storages.inner
-        self.session_id = inner.session_id
-        self.session_settings = getattr(inner, "session_settings", None)
+        super().__init__(inner, sibling_factory=sibling_factory)
+        self._storages = Storages(self.inner, self.side_store)
         self._view = View(self._storages)
-        self._log = BranchLog(self._storages.side("branches"), on_reset=self._view.forget)
+        self._log = BranchLog(self.side_store("branches"), on_reset=self._view.forget)
         self._lock = asyncio.Lock()
         self._logger = logger if logger is not None else logging.getLogger("agent_sessions")
 
@@ -83,7 +77,7 @@ class BranchingSession(SessionABC):
     ) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items of the current branch (or of ``branch_id``;
         ``[]`` for an unknown branch), oldest first."""
-        limit = resolve_session_limit(limit, self.session_settings)
+        limit = self.resolve_limit(limit)
         if limit is not None and limit <= 0:
             return []
         async with self._lock:
@@ -170,24 +164,10 @@ class BranchingSession(SessionABC):
             state = await self._log.sync()
             for key in sorted(state.keys):
                 await self._storages.storage(key).clear_session()
+            await self._view.clear_indexes(state.keys)
             await self._after_clear()
             await self._log.append({"op": "reset"})
             self._view.forget()
-
-    capabilities = frozenset({Capability.FAMILY})
-
-    def side_store(self, purpose: str) -> Session:
-        """Return the side store for ``purpose`` in the inner session's family (for layers
-        stacked on this one); closed with this object."""
-        return self._storages.side(purpose)
-
-    def close(self) -> Closing:
-        """Close the side sessions and the inner session; works called bare or awaited."""
-        return Closing(self._close_all())
-
-    async def _close_all(self) -> None:
-        await self._storages.close()
-        await close_session(self.inner)
 
     # -- hooks for AdvancedSession (called with the lock held) ---------------------------------
 
@@ -311,9 +291,10 @@ class BranchingSession(SessionABC):
                 raise BranchNotFoundError(f"Branch '{branch_id}' does not exist")
             state = await self._log.append({"op": "delete", "name": branch_id})
             await self._after_delete(branch_id)
-            for key, _ in branch.lineage:
-                if key != MAIN and not state.referenced(key):
-                    await self._storages.storage(key).clear_session()
+            gone = {k for k, _ in branch.lineage if k != MAIN and not state.referenced(k)}
+            for key in sorted(gone):
+                await self._storages.storage(key).clear_session()
+            await self._view.clear_indexes(gone)
         self._logger.info("Deleted branch '%s'", branch_id)
 
     async def list_branches(self) -> list[dict[str, Any]]:

@@ -23,16 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agents.memory import SessionABC, SessionSettings
-from agents.memory.session_settings import coerce_session_settings
+from agents.memory import SessionSettings
 
 from ...core.capabilities import Capability, supports
-from ...core.family import side_store
-from ...core.ids import derive_sibling_id
-from ...core.options import explicit_options
-from ...errors import SessionClosedError
+from ...core.closing import Closing
+from ..base import SessionWrapper
 from ..branching.store import read_rows
-from ..foreign import expiring_layer, sequenced
+from ..foreign import expiring_layer
 from .boundary import choose_cut
 from .records import CompactionRecord
 from .running import RunningView
@@ -100,7 +97,7 @@ class _Aborted(Exception):
     """The history changed under a compaction; it is dropped, the view stays as it was."""
 
 
-class CompactionSession(SessionABC):
+class CompactionSession(SessionWrapper):
     """A session whose old history is replaced by a summary, keeping the originals.
 
     Args:
@@ -116,10 +113,12 @@ class CompactionSession(SessionABC):
             the Runner, whose hook already does so after each turn). A failure there is logged
             and kept in ``last_error``, never raised: the items were written.
         token_estimator: how tokens are estimated (default tiktoken, else characters / 4).
-        session_settings: SDK settings of this view (default: the inner session's).
+        session_settings: SDK settings, set on the inner session (the stack shares one).
     """
 
-    @explicit_options
+    numbered = True
+    passes = frozenset()
+
     def __init__(
         self,
         inner: Session,
@@ -138,9 +137,9 @@ class CompactionSession(SessionABC):
         summarizer = summarizer if summarizer is not None else ExtractiveSummarizer()
         if not callable(getattr(summarizer, "summarize", None)):
             raise TypeError("summarizer must have an async summarize(items, previous_summary=)")
-        inner = sequenced(inner, sibling_factory, wrapper=type(self).__name__)
-        self.inner = inner
-        self.session_id = inner.session_id
+        super().__init__(
+            inner, sibling_factory=sibling_factory, session_settings=session_settings
+        )
         self.summarizer = summarizer
         self.should_trigger_compaction: CompactionTrigger = (
             should_trigger_compaction
@@ -151,30 +150,17 @@ class CompactionSession(SessionABC):
         self.background = background
         self.compact_on_write = compact_on_write
         self.token_estimator = token_estimator if token_estimator is not None else TokenEstimator()
-        if session_settings is not None:
-            self.session_settings = coerce_session_settings(session_settings)
-        else:
-            self.session_settings = getattr(inner, "session_settings", None) or SessionSettings()
-        if sibling_factory is not None:
-            self._sibling = sibling_factory(derive_sibling_id(self.session_id, SIBLING_PURPOSE))
-        elif supports(inner, Capability.FAMILY):
-            self._sibling = side_store(inner, SIBLING_PURPOSE)
-        else:
-            raise TypeError(
-                f"{type(inner).__name__} cannot open side sessions (no sibling()); pass "
-                "sibling_factory=lambda sid: <a session for sid> to store compaction records"
-            )
+        self._sibling = self.side_store(SIBLING_PURPOSE)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._mutation_lock: asyncio.Lock | None = None
         self._compaction_lock: asyncio.Lock | None = None
         self._clears = 0
         self._running: RunningView | None = None
         # Expiry removes items without a pop, which the incremental check cannot notice.
-        self._incremental = expiring_layer(inner) is None
+        self._incremental = expiring_layer(self.inner) is None
         self._summary_tokens: tuple[str, int] | None = None
         self._task: asyncio.Task[None] | None = None
         self._queued: tuple[bool, str | None] | None = None
-        self._closed = False
         self.last_error: BaseException | None = None
         """The last error of a compaction that was logged instead of raised."""
         self.compactions = 0
@@ -185,8 +171,7 @@ class CompactionSession(SessionABC):
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items of the view (summary, then newer items)."""
         self._check_open()
-        if limit is None and self.session_settings is not None:
-            limit = self.session_settings.limit
+        limit = self.resolve_limit(limit)
         if limit is not None and limit <= 0:
             return []
         if limit is not None:
@@ -434,47 +419,29 @@ class CompactionSession(SessionABC):
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    @property
-    def closed(self) -> bool:
-        """Whether ``close()`` was called."""
-        return self._closed
-
-    async def close(self, *, cancel_pending: bool = False) -> None:
+    def close(self, *, cancel_pending: bool = False) -> Closing:
         """Finish (or, with ``cancel_pending``, cancel) a background compaction, then close the
-        record session and the inner session. Idempotent."""
-        if self._closed:
-            return
+        record session and the inner session. Idempotent; works called bare or awaited."""
+        self._cancel_pending = cancel_pending
+        return super().close()
+
+    async def _release(self) -> None:
         task = self._task
         if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():
             self._queued = None
-            if cancel_pending:
+            if self._cancel_pending:
                 task.cancel()
             await asyncio.wait({task})
-        self._closed = True
-        for session in (self._sibling, self.inner):
-            close = getattr(session, "close", None)
-            if close is not None:
-                result = close()
-                if inspect.isawaitable(result):
-                    await result
+        await super()._release()
 
-    async def __aenter__(self) -> CompactionSession:
-        self._check_open()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+    def wrap_member(self, member: Session) -> Session:
+        """Records are read and written whole: the record store needs no sequence numbers."""
+        return member
 
     def __repr__(self) -> str:
         return f"CompactionSession({self.inner!r}, summarizer={self.summarizer!r})"
 
     # -- internals -------------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SessionClosedError(
-                f"CompactionSession {self.session_id!r} is closed; open a new session"
-            )
 
     def _locks(self) -> tuple[asyncio.Lock, asyncio.Lock]:
         """(mutation lock, compaction lock), made for the running event loop."""

@@ -31,7 +31,6 @@ from ...core import capabilities
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ...core.extras import missing
-from ...core.options import explicit_options
 from ...errors import DecryptionError
 from ..base import SessionWrapper, atomic_replace, check_max_item_bytes
 from .sdk_calls import call_with_wrapper
@@ -206,7 +205,6 @@ class EncryptedSession(SessionWrapper):
 
     passes: ClassVar[frozenset[Capability]] = frozenset(Capability)
 
-    @explicit_options
     def __init__(
         self,
         inner: Session | str | None = None,

@@ -36,7 +36,6 @@ from agents.memory import Session
 from ...core.capabilities import Capability, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ...core.family import REGISTRY, member_purposes, side_store
-from ...core.options import explicit_options
 from ..base import SessionWrapper, atomic_replace, check_max_item_bytes
 from .boundary import Boundary, newest_dead_by_scan
 from .family import PURPOSE, Lifecycle, State
@@ -111,7 +110,6 @@ class TTLSession(SessionWrapper):
         {Capability.SEQUENCED, Capability.RANGE_DELETE, Capability.REWRITE, Capability.FAMILY}
     )
 
-    @explicit_options
     def __init__(
         self,
         inner: Session,
