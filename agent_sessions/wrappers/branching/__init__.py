@@ -164,6 +164,7 @@ class BranchingSession(SessionWrapper):
             state = await self._log.sync()
             for key in sorted(state.keys):
                 await self._storages.storage(key).clear_session()
+            await self._view.clear_indexes(state.keys)
             await self._after_clear()
             await self._log.append({"op": "reset"})
             self._view.forget()
@@ -290,9 +291,10 @@ class BranchingSession(SessionWrapper):
                 raise BranchNotFoundError(f"Branch '{branch_id}' does not exist")
             state = await self._log.append({"op": "delete", "name": branch_id})
             await self._after_delete(branch_id)
-            for key, _ in branch.lineage:
-                if key != MAIN and not state.referenced(key):
-                    await self._storages.storage(key).clear_session()
+            gone = {k for k, _ in branch.lineage if k != MAIN and not state.referenced(k)}
+            for key in sorted(gone):
+                await self._storages.storage(key).clear_session()
+            await self._view.clear_indexes(gone)
         self._logger.info("Deleted branch '%s'", branch_id)
 
     async def list_branches(self) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from ...core.codec import dumps, loads
 from ..foreign import expiring_layer
 from .items import classify_message_type, extract_tool_name, is_user_message
 from .store import Storages, read_rows
+from .turns import IndexBroken, TurnIndex, indexable
 
 Segment = tuple[str, "int | None"]
 FROZEN_TAIL = 64
@@ -95,6 +96,7 @@ class View:
         self._scans: dict[str, Scan] = {}
         self._frozen: dict[Segment, tuple[bool, list[tuple[int, str]]]] = {}
         self._expiring: dict[str, bool] = {}
+        self._indexes: dict[str, TurnIndex | None] = {}
 
     def _expires(self, key: str) -> bool:
         """Whether storage ``key``'s oldest items vanish from reads on their own (a
@@ -110,6 +112,7 @@ class View:
         """Drop every cache (the storages were cleared)."""
         self._scans.clear()
         self._frozen.clear()
+        self._indexes.clear()
 
     def popped(self, key: str, seq: int) -> None:
         """Note that item ``seq`` of storage ``key`` was popped, so its scan stays usable."""
@@ -191,10 +194,60 @@ class View:
     async def scans(self, lineage: Lineage) -> list[Scan]:
         return [await self.scan(key, before) for key, before in lineage]
 
+    def _index(self, key: str) -> TurnIndex | None:
+        """The turn index of storage ``key`` (None: its numbers may be reused; scan it)."""
+        if key not in self._indexes:
+            storage = self.storages.storage(key)
+            self._indexes[key] = (
+                TurnIndex(storage, self.storages.side(f"turns.{key}"), self._expires(key))
+                if indexable(storage)
+                else None
+            )
+        return self._indexes[key]
+
+    async def clear_indexes(self, keys: set[str]) -> None:
+        """Delete the turn indexes of storages ``keys`` (their items were deleted)."""
+        for key in sorted(keys):
+            if self._index(key) is not None:
+                await self.storages.side(f"turns.{key}").clear_session()
+            self._indexes.pop(key, None)
+
     async def turn(self, lineage: Lineage, number: int) -> Turn | None:
-        """Return user turn ``number`` (from 1) of the view, or None."""
+        """Return user turn ``number`` (from 1) of the view, or None.
+
+        Uses each storage's persistent turn index (O(items since it was last caught up)),
+        and a scan for storages that cannot have one."""
         if number < 1:
             return None
+        for _ in range(2):
+            indexes = [self._index(key) for key, _ in lineage]
+            if any(index is None for index in indexes):
+                break
+            try:
+                return await self._indexed_turn(lineage, number, indexes)  # type: ignore[arg-type]
+            except IndexBroken:
+                for index in indexes:
+                    index.invalidate()  # type: ignore[union-attr]
+        return await self._scanned_turn(lineage, number)
+
+    async def _indexed_turn(
+        self, lineage: Lineage, number: int, indexes: list[TurnIndex]
+    ) -> Turn | None:
+        seen = 0
+        for segment, ((key, before), index) in enumerate(zip(lineage, indexes, strict=True)):
+            await index.sync()
+            users = await index.users_below(before)
+            if number <= seen + users:
+                seq = await index.user(number - seen - 1)
+                # The item itself, read back: the index can only point at a user message.
+                rows = await read_rows(index.storage, 1, before=seq + 1)
+                if not rows or rows[0][0] != seq or not is_user_message(rows[0][1]):
+                    raise IndexBroken(f"turn index of {key!r} points at a non-user item {seq}")
+                return Turn(number, segment, seq, rows[0][1].get("content", ""))
+            seen += users
+        return None
+
+    async def _scanned_turn(self, lineage: Lineage, number: int) -> Turn | None:
         seen = 0
         for index, (key, before) in enumerate(lineage):
             scan = await self.scan(key, before)
