@@ -8,9 +8,9 @@ import json
 import logging
 import sqlite3
 import uuid
-from unittest.mock import patch
 from pathlib import Path
 from typing import Any, cast
+from unittest.mock import patch
 
 import pytest
 from agents.memory import Session

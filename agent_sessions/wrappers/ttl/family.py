@@ -42,7 +42,7 @@ PURPOSE = "ttl"
 _TRIM_EVERY = 16
 """Records are trimmed to the newest one every this many writes (one range delete)."""
 
-_KNOWN: dict[Hashable, "State"] = {}
+_KNOWN: dict[Hashable, State] = {}
 """Newest record seen per family store location (process-wide; see the module doc)."""
 _KNOWN_MAX = 4096
 
