@@ -20,14 +20,25 @@ from __future__ import annotations
 from ._kit import HOSTILE_ID_SUFFIXES
 from .capability_tiers import RangeDeleteConformance, SequencingConformance
 from .core import CoreConformance
+from .family import FamilyConformance, RewriteConformance
 from .strict import StrictConformance
 
-CAPABILITY_TIERS: tuple[type, ...] = (SequencingConformance, RangeDeleteConformance)
+CAPABILITY_TIERS: tuple[type, ...] = (
+    SequencingConformance,
+    RangeDeleteConformance,
+    RewriteConformance,
+    FamilyConformance,
+)
 """The capability tiers :class:`SessionConformanceSuite` includes."""
 
 
 class SessionConformanceSuite(
-    CoreConformance, StrictConformance, SequencingConformance, RangeDeleteConformance
+    CoreConformance,
+    StrictConformance,
+    SequencingConformance,
+    RangeDeleteConformance,
+    RewriteConformance,
+    FamilyConformance,
 ):
     """Every tier. Override ``create_session``; tune ``max_item_bytes``/``concurrent_tasks``."""
 
@@ -36,7 +47,9 @@ __all__ = [
     "CAPABILITY_TIERS",
     "HOSTILE_ID_SUFFIXES",
     "CoreConformance",
+    "FamilyConformance",
     "RangeDeleteConformance",
+    "RewriteConformance",
     "SequencingConformance",
     "SessionConformanceSuite",
     "StrictConformance",
