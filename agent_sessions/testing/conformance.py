@@ -18,7 +18,11 @@ random session ids and clears and closes what it created.
 from __future__ import annotations
 
 from ._kit import HOSTILE_ID_SUFFIXES
-from .capability_tiers import RangeDeleteConformance, SequencingConformance
+from .capability_tiers import (
+    RangeDeleteConformance,
+    SDKCompactionConformance,
+    SequencingConformance,
+)
 from .core import CoreConformance
 from .family import FamilyConformance, RewriteConformance
 from .strict import StrictConformance
@@ -28,6 +32,7 @@ CAPABILITY_TIERS: tuple[type, ...] = (
     RangeDeleteConformance,
     RewriteConformance,
     FamilyConformance,
+    SDKCompactionConformance,
 )
 """The capability tiers :class:`SessionConformanceSuite` includes."""
 
@@ -39,6 +44,7 @@ class SessionConformanceSuite(
     RangeDeleteConformance,
     RewriteConformance,
     FamilyConformance,
+    SDKCompactionConformance,
 ):
     """Every tier. Override ``create_session``; tune ``max_item_bytes``/``concurrent_tasks``."""
 
@@ -50,6 +56,7 @@ __all__ = [
     "FamilyConformance",
     "RangeDeleteConformance",
     "RewriteConformance",
+    "SDKCompactionConformance",
     "SequencingConformance",
     "SessionConformanceSuite",
     "StrictConformance",
