@@ -92,7 +92,7 @@ class BranchingSession(SessionWrapper):
             )
             lineage = self._lineage(state, branch_id)
             if lineage == guess:
-                return items
+                return items  # type: ignore[no-any-return]
             return await self._view.read(lineage, limit) if lineage is not None else []
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
