@@ -18,16 +18,28 @@ random session ids and clears and closes what it created.
 from __future__ import annotations
 
 from ._kit import HOSTILE_ID_SUFFIXES
-from .capability_tiers import RangeDeleteConformance, SequencingConformance
+from .capability_tiers import (
+    RangeDeleteConformance,
+    SDKCompactionConformance,
+    SequencingConformance,
+)
 from .core import CoreConformance
 from .strict import StrictConformance
 
-CAPABILITY_TIERS: tuple[type, ...] = (SequencingConformance, RangeDeleteConformance)
+CAPABILITY_TIERS: tuple[type, ...] = (
+    SequencingConformance,
+    RangeDeleteConformance,
+    SDKCompactionConformance,
+)
 """The capability tiers :class:`SessionConformanceSuite` includes."""
 
 
 class SessionConformanceSuite(
-    CoreConformance, StrictConformance, SequencingConformance, RangeDeleteConformance
+    CoreConformance,
+    StrictConformance,
+    SequencingConformance,
+    RangeDeleteConformance,
+    SDKCompactionConformance,
 ):
     """Every tier. Override ``create_session``; tune ``max_item_bytes``/``concurrent_tasks``."""
 
@@ -37,6 +49,7 @@ __all__ = [
     "HOSTILE_ID_SUFFIXES",
     "CoreConformance",
     "RangeDeleteConformance",
+    "SDKCompactionConformance",
     "SequencingConformance",
     "SessionConformanceSuite",
     "StrictConformance",
