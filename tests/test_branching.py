@@ -435,18 +435,23 @@ async def test_creating_a_branch_copies_no_items(db: str) -> None:
     s = AdvancedSession(SQLiteSession("cow", db))
     await s.add_items(turns(300))
 
-    def rows() -> int:
+    def rows(index: bool = False) -> int:
+        op = "LIKE" if index else "NOT LIKE"
         with sqlite3.connect(db) as conn:
-            return int(conn.execute("SELECT COUNT(*) FROM agent_messages").fetchone()[0])
+            sql = f"SELECT COUNT(*) FROM agent_messages WHERE session_id {op} ?"
+            return int(conn.execute(sql, ("\x1eturns.%",)).fetchone()[0])
 
     before = rows()
     await s.create_branch_from_turn(150, "b")
     # One metadata record (and, on the family's first write to its branch log, one line in
-    # the family's registry), no copied item.
-    assert rows() - before in (1, 2)
+    # the family's registry per side store: the log, the turn index), no copied item.
+    assert rows() - before in (1, 2, 3)
+    # The turn index: one sealed block of 256 user messages and one head.
+    assert rows(index=True) == 2
     assert len(await s.get_items()) == 298
     await s.create_branch_from_turn(100, "c")
-    assert rows() - before in (2, 3)
+    assert rows() - before in (2, 3, 4)
+    assert rows(index=True) == 2  # nothing new on main: the index was not written again
     await s.close()
 
 

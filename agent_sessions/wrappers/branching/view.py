@@ -16,6 +16,7 @@ from ...core.codec import dumps, loads
 from ..foreign import expiring_layer
 from .items import classify_message_type, extract_tool_name, is_user_message
 from .store import Storages, read_rows
+from .turns import IndexBroken, TurnIndex, indexable
 
 Segment = tuple[str, "int | None"]
 FROZEN_TAIL = 64
@@ -54,6 +55,18 @@ class Scan:
         if self.user_seqs and self.user_seqs[-1] == seq:
             self.user_seqs.pop()
             self.user_contents.pop()
+        return True
+
+    def cut(self, newest: int | None) -> bool:
+        """Forget the items after ``newest`` (they were popped: pops take the newest first, so
+        the items up to a surviving one are intact); False when ``newest`` is not known here."""
+        k = bisect_left(self.seqs, newest) if newest is not None else 0
+        if newest is None or k == len(self.seqs) or self.seqs[k] != newest:
+            return False
+        users = bisect_left(self.user_seqs, newest + 1)
+        del self.seqs[k + 1 :], self.kinds[k + 1 :], self.tools[k + 1 :]
+        del self.user_seqs[users:], self.user_contents[users:]
+        self.through = newest
         return True
 
     def drop_first(self, n: int) -> None:
@@ -95,6 +108,7 @@ class View:
         self._scans: dict[str, Scan] = {}
         self._frozen: dict[Segment, tuple[bool, list[tuple[int, str]]]] = {}
         self._expiring: dict[str, bool] = {}
+        self._indexes: dict[str, TurnIndex | None] = {}
 
     def _expires(self, key: str) -> bool:
         """Whether storage ``key``'s oldest items vanish from reads on their own (a
@@ -110,6 +124,7 @@ class View:
         """Drop every cache (the storages were cleared)."""
         self._scans.clear()
         self._frozen.clear()
+        self._indexes.clear()
 
     def popped(self, key: str, seq: int) -> None:
         """Note that item ``seq`` of storage ``key`` was popped, so its scan stays usable."""
@@ -170,14 +185,16 @@ class View:
         cached = self._scans.get(key)
         if cached is not None:
             # Pops take the newest item first, so the cached items below `upto` are all still
-            # there exactly when the newest of them is: one indexed row read, not a count.
+            # there exactly when the newest of them is: one indexed row read, not a count; a
+            # surviving older one means pops reached down to it, and the scan is cut there.
             covered = before is not None and cached.through >= before - 1
             upto = before if covered else cached.through + 1
             known = cached.items_below(upto)
             newest = await read_rows(session, 1, before=upto)
-            if (newest[0][0] if newest else None) != (cached.seqs[known - 1] if known else None):
-                cached = None  # another object popped here: rebuild
-            else:
+            top = newest[0][0] if newest else None
+            if top != (cached.seqs[known - 1] if known else None) and not cached.cut(top):
+                cached = None  # cleared (or expired) below what the scan knows: rebuild
+            else:  # (after a cut, nothing lies between `top` and `upto`: still covered)
                 if self._expires(key):
                     await _drop_expired(session, cached)
                 if not covered:
@@ -191,10 +208,60 @@ class View:
     async def scans(self, lineage: Lineage) -> list[Scan]:
         return [await self.scan(key, before) for key, before in lineage]
 
+    def _index(self, key: str) -> TurnIndex | None:
+        """The turn index of storage ``key`` (None: its numbers may be reused; scan it)."""
+        if key not in self._indexes:
+            storage = self.storages.storage(key)
+            self._indexes[key] = (
+                TurnIndex(storage, self.storages.side(f"turns.{key}"), self._expires(key))
+                if indexable(storage)
+                else None
+            )
+        return self._indexes[key]
+
+    async def clear_indexes(self, keys: set[str]) -> None:
+        """Delete the turn indexes of storages ``keys`` (their items were deleted)."""
+        for key in sorted(keys):
+            if self._index(key) is not None:
+                await self.storages.side(f"turns.{key}").clear_session()
+            self._indexes.pop(key, None)
+
     async def turn(self, lineage: Lineage, number: int) -> Turn | None:
-        """Return user turn ``number`` (from 1) of the view, or None."""
+        """Return user turn ``number`` (from 1) of the view, or None.
+
+        Uses each storage's persistent turn index (O(items since it was last caught up)),
+        and a scan for storages that cannot have one."""
         if number < 1:
             return None
+        for _ in range(2):
+            indexes = [self._index(key) for key, _ in lineage]
+            if any(index is None for index in indexes):
+                break
+            try:
+                return await self._indexed_turn(lineage, number, indexes)  # type: ignore[arg-type]
+            except IndexBroken:
+                for index in indexes:
+                    index.invalidate()  # type: ignore[union-attr]
+        return await self._scanned_turn(lineage, number)
+
+    async def _indexed_turn(
+        self, lineage: Lineage, number: int, indexes: list[TurnIndex]
+    ) -> Turn | None:
+        seen = 0
+        for segment, ((key, before), index) in enumerate(zip(lineage, indexes, strict=True)):
+            await index.sync()
+            users = await index.users_below(before)
+            if number <= seen + users:
+                seq = await index.user(number - seen - 1)
+                # The item itself, read back: the index can only point at a user message.
+                rows = await read_rows(index.storage, 1, before=seq + 1)
+                if not rows or rows[0][0] != seq or not is_user_message(rows[0][1]):
+                    raise IndexBroken(f"turn index of {key!r} points at a non-user item {seq}")
+                return Turn(number, segment, seq, rows[0][1].get("content", ""))
+            seen += users
+        return None
+
+    async def _scanned_turn(self, lineage: Lineage, number: int) -> Turn | None:
         seen = 0
         for index, (key, before) in enumerate(lineage):
             scan = await self.scan(key, before)

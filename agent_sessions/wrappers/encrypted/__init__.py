@@ -32,7 +32,7 @@ from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ...core.extras import missing
 from ...errors import DecryptionError
-from ..base import SessionWrapper, check_max_item_bytes
+from ..base import SessionWrapper, atomic_replace, check_max_item_bytes
 from .sdk_calls import call_with_wrapper
 
 try:
@@ -658,6 +658,12 @@ class EncryptedSession(SessionWrapper):
             return bool(await raw.replace_suffix(raw_start, self._seal_items(output)))
 
         return type(raw)(items, raw.complete and boundary == 0, replace_suffix)
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """The SDK's hook: encrypt ``items`` and replace the whole history with them in one
+        transaction of the wrapped session; False when it cannot (the SDK then clears and
+        adds)."""
+        return await atomic_replace(self.inner, self._seal_items(items))
 
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers (SEQUENCED)."""
