@@ -24,11 +24,14 @@ from .capability_tiers import (
     SequencingConformance,
 )
 from .core import CoreConformance
+from .family import FamilyConformance, RewriteConformance
 from .strict import StrictConformance
 
 CAPABILITY_TIERS: tuple[type, ...] = (
     SequencingConformance,
     RangeDeleteConformance,
+    RewriteConformance,
+    FamilyConformance,
     SDKCompactionConformance,
 )
 """The capability tiers :class:`SessionConformanceSuite` includes."""
@@ -39,6 +42,8 @@ class SessionConformanceSuite(
     StrictConformance,
     SequencingConformance,
     RangeDeleteConformance,
+    RewriteConformance,
+    FamilyConformance,
     SDKCompactionConformance,
 ):
     """Every tier. Override ``create_session``; tune ``max_item_bytes``/``concurrent_tasks``."""
@@ -48,7 +53,9 @@ __all__ = [
     "CAPABILITY_TIERS",
     "HOSTILE_ID_SUFFIXES",
     "CoreConformance",
+    "FamilyConformance",
     "RangeDeleteConformance",
+    "RewriteConformance",
     "SDKCompactionConformance",
     "SequencingConformance",
     "SessionConformanceSuite",
