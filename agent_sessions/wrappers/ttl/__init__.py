@@ -183,6 +183,7 @@ class TTLSession(SessionWrapper):
                 ttl=self.ttl,
                 sliding=self.sliding,
                 refresh=self._refresh_family_expiry if native else None,
+                clock_skew=self.clock_skew,
             )
         return self._life
 
@@ -197,7 +198,7 @@ class TTLSession(SessionWrapper):
     async def _sync(self) -> None:
         """Read the family's lifecycle state before a read (family expiry only)."""
         if self._family_expiry:
-            self._state = await self._lifecycle().read()
+            self._state = await self._lifecycle().current(self.clock())
 
     # -- expiry rules --------------------------------------------------------------------------
 
