@@ -37,6 +37,7 @@ class Backend:
     name: str
     open: Callable[[str], Awaitable[Session]]  # session id -> session
     needs: Callable[[], None] | None = None  # skips (fails under CI=true) without its server
+    concurrent_tasks: int = 200
 
 
 _RUN = uuid.uuid4().hex[:8]
@@ -65,6 +66,14 @@ def _redis_up() -> None:
 
 
 _MONGO_STANDIN: Any = None
+
+
+def reset_standins() -> None:
+    """Start the next test on an empty MongoDB stand-in: mongomock scans every document of a
+    collection on each query (it has no indexes), so a store shared by the whole run makes
+    each test slower than the last (124 s for one concurrency test at the end of a run)."""
+    global _MONGO_STANDIN
+    _MONGO_STANDIN = None
 
 
 async def _mongodb_standin(session_id: str) -> Session:
@@ -105,12 +114,15 @@ BACKENDS: list[Backend] = [
     Backend("memory", _memory),
     Backend("sqlite", _sqlite),
     Backend("redis", _redis, _redis_up),
-    Backend("mongodb-standin", _mongodb_standin),
+    # mongomock runs every operation to completion in turn, so 200 concurrent writers test no
+    # more interleaving than 40 there; a real server (MONGODB_URL) keeps 200.
+    Backend("mongodb-standin", _mongodb_standin, concurrent_tasks=40),
     Backend("postgres", _sql(POSTGRES_URL), _postgres_up),
     Backend("mariadb", _sql(MARIADB_URL), _mariadb_up),
     Backend(
         "sqlalchemy-sqlite",
         _sql(f"sqlite+aiosqlite:///{os.path.join(_SQLITE_DIR, 'sqlalchemy.db')}"),
+        concurrent_tasks=100,  # one file lock serialises the writers; 100 contend as much as 200
     ),
 ]
 

@@ -21,6 +21,7 @@ from tests.matrix import (
     STACKS,
     Backend,
     Stack,
+    reset_standins,
 )
 from tests.servers import REDIS_URL, drop_redis_keys
 
@@ -45,6 +46,11 @@ def _drop_leftovers_at_end() -> Iterator[None]:
             asyncio.run(_drop_sql_tables(url))
     with contextlib.suppress(Exception):
         asyncio.run(drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*"))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_standins() -> None:
+    reset_standins()
 
 
 class _MatrixSuite(SessionConformanceSuite):
@@ -72,6 +78,7 @@ for _backend in BACKENDS:
     for _stack_name, _stack in STACKS.items():
         _attrs: dict[str, Any] = {
             "backend": _backend,
+            "concurrent_tasks": _backend.concurrent_tasks,
             "stack": staticmethod(_stack),
             "expects_atomic_replacement": _backend.name in ATOMIC_BACKENDS
             and _stack_name in ATOMIC_STACKS,

@@ -18,7 +18,7 @@ from agent_sessions.testing.helpers import item_text, texts
 from tests.servers import MARIADB_URL, POSTGRES_URL, require_server
 
 PROCESSES = 4
-ADDS_PER_PROCESS = 250
+ADDS_PER_PROCESS = 150
 
 
 async def _work(url: str, prefix: str, sid: str, mode: str, worker: int) -> list[str]:

@@ -33,10 +33,15 @@ from tests import sqlite_workers
 SPAWN = multiprocessing.get_context("spawn")
 
 
+PER_PROCESS = 150  # 4 x 150 commits keep the processes' writes interleaved at a third the cost
+
+
 def test_four_processes_adding_lose_nothing(tmp_path: Path) -> None:
     path = str(tmp_path / "mp.db")
     with ProcessPoolExecutor(4, mp_context=SPAWN) as pool:
-        futures = [pool.submit(sqlite_workers.add_worker, path, "mp", w, 250) for w in range(4)]
+        futures = [
+            pool.submit(sqlite_workers.add_worker, path, "mp", w, PER_PROCESS) for w in range(4)
+        ]
         for f in futures:
             f.result(timeout=120)
 
@@ -45,11 +50,11 @@ def test_four_processes_adding_lose_nothing(tmp_path: Path) -> None:
             return texts(await s.get_items())
 
     got = asyncio.run(check())
-    assert len(got) == 1000
-    assert len(set(got)) == 1000
+    assert len(got) == 4 * PER_PROCESS
+    assert len(set(got)) == 4 * PER_PROCESS
     for w in range(4):  # each process's own writes stay in its order
         mine = [int(t.split(":")[1]) for t in got if t.startswith(f"{w}:")]
-        assert mine == list(range(250))
+        assert mine == list(range(PER_PROCESS))
 
 
 def test_four_processes_popping_get_each_item_exactly_once(tmp_path: Path) -> None:
@@ -57,14 +62,14 @@ def test_four_processes_popping_get_each_item_exactly_once(tmp_path: Path) -> No
 
     async def fill() -> None:
         async with SQLiteSession("pop", path) as s:
-            await s.add_items([{"role": "user", "content": str(i)} for i in range(1000)])
+            await s.add_items([{"role": "user", "content": str(i)} for i in range(4 * PER_PROCESS)])
 
     asyncio.run(fill())
     with ProcessPoolExecutor(4, mp_context=SPAWN) as pool:
         futures = [pool.submit(sqlite_workers.pop_worker, path, "pop") for _ in range(4)]
         popped = [c for f in futures for c in f.result(timeout=120)]
     counts = Counter(popped)
-    assert sorted(counts, key=int) == [str(i) for i in range(1000)]
+    assert sorted(counts, key=int) == [str(i) for i in range(4 * PER_PROCESS)]
     assert set(counts.values()) == {1}
 
 
