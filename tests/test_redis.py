@@ -655,3 +655,40 @@ async def test_hung_cluster_node_fails_its_sessions_only_and_they_recover(
         for s in sessions:
             await s.clear_session()
             await s.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("decode", [False, True])
+async def test_compaction_snapshot_prunes_the_oldest_items_in_the_same_script(
+    redis_up: None, decode: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's encrypted session asks the store to drop an expired prefix while it swaps
+    the suffix; a prefix that changed meanwhile makes the swap change nothing."""
+    s = RedisSession.from_url(
+        _sid(), url=REDIS_URL, key_prefix=PREFIX, redis_kwargs={"decode_responses": decode}
+    )
+    summary = {"type": "compaction", "encrypted_content": "s"}
+    try:
+        await s.add_items([_msg(str(i)) for i in range(6)])
+        snapshot = await s._get_compaction_snapshot(
+            2, prune_prefix=lambda item: item["content"] in ("0", "1", "3")
+        )
+        assert texts(snapshot.items) == ["4", "5"] and not snapshot.complete
+        assert await snapshot.replace_suffix(0, [summary])
+        assert await s.get_items() == [_msg("2"), _msg("3"), summary]
+        snapshot = await s._get_compaction_snapshot(1, prune_prefix=lambda item: True)
+        prunable = s._prunable
+
+        async def racing(before: int, prune: Any) -> list[Any]:
+            found = await prunable(before, prune)
+            await s.rewrite_items([(3, _msg("changed"))])  # between the read and the script
+            return found
+
+        monkeypatch.setattr(s, "_prunable", racing)
+        assert not await snapshot.replace_suffix(0, [summary])
+        assert await s.get_items() == [_msg("changed"), _msg("3"), summary]
+        seqs = await s.add_sequenced_items([_msg("after")])
+        assert seqs == [8], "replaced items' numbers are never reused"
+    finally:
+        await s.clear_session()
+        await s.close()
