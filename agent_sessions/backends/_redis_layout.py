@@ -118,26 +118,32 @@ end
 
 
 def _prepare_write() -> str:
-    """Lua that reads the counter and the highest score into ``last`` and checks the expiry in
-    ARGV[1]. Reads come first, so a key of the wrong type fails the script before anything is
-    written; the highest score is consulted too, so a lost meta hash (evicted, deleted) cannot
-    reuse numbers."""
+    """Lua that reads the counter into ``last`` and checks the expiry in ARGV[1].
+
+    Without a counter (a new session, or a meta hash that was lost: evicted, deleted) the
+    highest score decides, so numbers are never reused. With one, the items key is not read:
+    the first ZADD checks its type before anything is written, except when an expiry is set
+    (its check writes), where the read comes first. Every call Lua makes costs server time,
+    so the common append makes four: HGET, TIME, ZADD, HSET."""
     return (
         """
 local items, meta = KEYS[1], KEYS[2]
 """
         + _read_counter("meta", "written")
         + """
-local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
-if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
+local fresh = not raw
+if fresh or ARGV[1] ~= '0' then
+  local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
+  if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
+end
 """
         + _check_expiry("meta", "ARGV[1]")
         + """
 local ttl = tonumber(ARGV[1])
+local clock = redis.call('TIME')
 if last == 0 and ttl > 0 then
   -- An expiring session may have expired before: start above any number it can have used.
-  local now = redis.call('TIME')
-  last = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  last = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 end
 """
     )
@@ -160,10 +166,9 @@ for i = 1, n do
   end
 end
 if k > 0 then redis.call('ZADD', items, unpack(args)) end
-local clock = redis.call('TIME')
 local ms = string.format('%d', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
 redis.call('HSET', meta, 'seq', string.format('%d', last + n), 'updated_ms', ms)
-redis.call('HSETNX', meta, 'created_ms', ms)
+if fresh then redis.call('HSETNX', meta, 'created_ms', ms) end
 if ttl > 0 then
   redis.call('PEXPIRE', items, ARGV[1])
   redis.call('PEXPIRE', meta, ARGV[1])
