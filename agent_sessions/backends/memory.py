@@ -8,12 +8,11 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agents.memory import SessionSettings
-
-from ..core.base import STORE_CAPABILITIES, BaseSession, Row
-from ..core.codec import DEFAULT_MAX_ITEM_BYTES
+from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from ..catalog import CatalogStore
 
 
@@ -73,18 +72,9 @@ class InMemorySession(BaseSession):
         session_id: str,
         *,
         store: InMemoryStore | None = None,
-        session_settings: SessionSettings | dict[str, Any] | None = None,
-        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
-        strict: bool = False,
-        _internal_id: bool = False,
+        **options: Unpack[StoreOptions],
     ) -> None:
-        super().__init__(
-            session_id,
-            session_settings=session_settings,
-            max_item_bytes=max_item_bytes,
-            strict=strict,
-            _internal_id=_internal_id,
-        )
+        super().__init__(session_id, **options)
         self.store = store if store is not None else DEFAULT_STORE
 
     def _member_options(self) -> dict[str, Any]:

@@ -34,7 +34,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
 from agents.memory import SessionSettings
@@ -54,10 +54,13 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("MongoDBSession", "mongodb", _exc) from _exc
 
-from ..core.base import STORE_CAPABILITIES, BaseSession, Row
+from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ..core.capabilities import Capability
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError, ItemTooLargeError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 logger = logging.getLogger("agent_sessions")
 
@@ -247,19 +250,10 @@ class MongoDBSession(BaseSession):
         collection_prefix: str = "",
         sessions_collection: str | None = None,
         messages_collection: str | None = None,
-        session_settings: SessionSettings | dict[str, Any] | None = None,
-        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
-        strict: bool = False,
-        _internal_id: bool = False,
         _handle: _ClientHandle | None = None,
+        **options: Unpack[StoreOptions],
     ) -> None:
-        super().__init__(
-            session_id,
-            session_settings=session_settings,
-            max_item_bytes=max_item_bytes,
-            strict=strict,
-            _internal_id=_internal_id,
-        )
+        super().__init__(session_id, **options)
         if client is None:
             raise TypeError(
                 "MongoDBSession needs client=AsyncMongoClient(...); or use "

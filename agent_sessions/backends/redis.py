@@ -15,7 +15,7 @@ import asyncio
 import sys
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ..core.extras import missing
 
@@ -40,7 +40,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
 
 from agents.memory import SessionSettings
 
-from ..core.base import STORE_CAPABILITIES, BaseSession, Row
+from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ..core.capabilities import Capability
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES
 from ..core.options import explicit_options
@@ -56,6 +56,9 @@ from ._redis_layout import (
     check_key_prefix,
     session_keys,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 if sys.version_info >= (3, 11):
     from asyncio import timeout as _deadline
@@ -186,18 +189,9 @@ class RedisSession(BaseSession):
         ttl: float | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
         _shared: _SharedClient | None = None,
-        session_settings: SessionSettings | dict[str, Any] | None = None,
-        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
-        strict: bool = False,
-        _internal_id: bool = False,
+        **options: Unpack[StoreOptions],
     ) -> None:
-        super().__init__(
-            session_id,
-            session_settings=session_settings,
-            max_item_bytes=max_item_bytes,
-            strict=strict,
-            _internal_id=_internal_id,
-        )
+        super().__init__(session_id, **options)
         if _shared is None:
             if (client is None) == (redis_client is None):
                 raise TypeError(

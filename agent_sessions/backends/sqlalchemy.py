@@ -17,7 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from agents.memory import SessionSettings
 
@@ -33,12 +33,15 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("SQLAlchemySession", "sqlalchemy", _exc) from _exc
 
-from ..core.base import STORE_CAPABILITIES, BaseSession, Row
+from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES
 from ..core.mutation import finish
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError
 from ._sql_common import SqlDialect, Tables, causes
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 T = TypeVar("T")
 
@@ -371,18 +374,9 @@ class SQLAlchemySession(BaseSession):
         messages_table: str | None = None,
         ensure_ascii: bool = True,
         _shared: _SharedEngine | None = None,
-        session_settings: SessionSettings | dict[str, Any] | None = None,
-        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
-        strict: bool = False,
-        _internal_id: bool = False,
+        **options: Unpack[StoreOptions],
     ) -> None:
-        super().__init__(
-            session_id,
-            session_settings=session_settings,
-            max_item_bytes=max_item_bytes,
-            strict=strict,
-            _internal_id=_internal_id,
-        )
+        super().__init__(session_id, **options)
         self.ensure_ascii = ensure_ascii
         self._tables = Tables.build(table_prefix, sessions_table, messages_table)
         self.table_prefix = table_prefix

@@ -24,13 +24,13 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from agents.memory import SessionSettings
-
-from ..core.base import STORE_CAPABILITIES, BaseSession, Row
-from ..core.codec import DEFAULT_MAX_ITEM_BYTES
+from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ..errors import BackendUnavailableError, SessionClosedError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 T = TypeVar("T")
 
@@ -376,18 +376,9 @@ class SQLiteSession(BaseSession):
         busy_timeout: float = 5.0,
         synchronous: str = "NORMAL",
         _database: _Database | None = None,
-        session_settings: SessionSettings | dict[str, Any] | None = None,
-        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
-        strict: bool = False,
-        _internal_id: bool = False,
+        **options: Unpack[StoreOptions],
     ) -> None:
-        super().__init__(
-            session_id,
-            session_settings=session_settings,
-            max_item_bytes=max_item_bytes,
-            strict=strict,
-            _internal_id=_internal_id,
-        )
+        super().__init__(session_id, **options)
         if db_path is not None:
             path = db_path
         if synchronous.upper() not in _SYNCHRONOUS:

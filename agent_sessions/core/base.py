@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from agents.memory import SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings
@@ -42,6 +42,15 @@ def check_before(before: object) -> int:
     if isinstance(before, bool) or not isinstance(before, int):
         raise TypeError(f"before must be an int sequence number, got {before!r}")
     return before
+
+
+class StoreOptions(TypedDict, total=False):
+    """The options every backend's constructor takes and passes on to ``BaseSession``."""
+
+    session_settings: SessionSettings | dict[str, Any] | None
+    max_item_bytes: int
+    strict: bool
+    _internal_id: bool
 
 
 STORE_CAPABILITIES: frozenset[Capability] = frozenset(
@@ -356,4 +365,11 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         return out
 
 
-__all__ = ["STORE_CAPABILITIES", "BaseSession", "InvalidItemError", "Row", "check_before"]
+__all__ = [
+    "STORE_CAPABILITIES",
+    "BaseSession",
+    "InvalidItemError",
+    "Row",
+    "StoreOptions",
+    "check_before",
+]
