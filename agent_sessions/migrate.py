@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from .catalog import SessionCatalog, SupportsCatalog, is_side_store
+from .core.family import close_quietly
 from .core.ids import validate_session_id
 from .errors import BackendDataError, SessionError, StoreNotFoundError
 
@@ -139,12 +140,6 @@ def _redacted(url: str) -> str:
     return f"{head}://{creds.split(':', 1)[0]}:***@{host}"
 
 
-async def _close(session: Any) -> None:
-    close = getattr(session, "close", None)
-    if close is not None:
-        await close()
-
-
 async def _count(session: Any) -> int:
     counter = getattr(session, "count_items", None)
     if counter is not None:
@@ -205,14 +200,44 @@ async def _ids(store: Store, ids: Iterable[str] | None, prefix: str | None) -> l
     return [info.session_id async for info in catalog.iter_sessions(prefix=prefix)]
 
 
-async def _with_family(store: Store, session_ids: list[str]) -> list[str]:
-    if store.catalog is None:
-        return list(session_ids)
+async def _todo(
+    store: Store, ids: Iterable[str] | None, prefix: str | None, side_stores: bool
+) -> list[str]:
+    """The ids to transfer: the chosen sessions, each followed by its side stores when asked
+    and the store lists them."""
+    roots = await _ids(store, ids, prefix)
+    if not side_stores or store.catalog is None:
+        return roots
     out: list[str] = []
-    for sid in session_ids:
+    for sid in roots:
         out.append(sid)
         out.extend(await store.catalog.family(sid))
     return out
+
+
+async def _read(store: Store, sid: str) -> list[Any]:
+    source = store.session(sid)
+    try:
+        return list(await source.get_items())
+    finally:
+        await close_quietly(source)
+
+
+async def _write(
+    store: Store,
+    sid: str,
+    items: list[Any],
+    report: TransferReport,
+    on_session: Callable[[str, int], None] | None,
+    **options: Any,
+) -> None:
+    """``write_session`` into ``store``'s ``sid``, counted in ``report``."""
+    target = store.session(sid)
+    try:
+        written = await write_session(target, items, **options)
+    finally:
+        await close_quietly(target)
+    _tally(report, sid, written, len(items), on_session)
 
 
 async def copy_store(
@@ -235,32 +260,25 @@ async def copy_store(
     for resuming and conflicts. ``plan(ids)`` is told the ids first, ``on_session(id, n)``
     after each session."""
     report = TransferReport()
+    writing = {"replace": replace, "batch": batch, "progress": progress}
     async with await Store.open(src_url, src_options, read_only=True) as src:
         async with await Store.open(dst_url, dst_options) as dst:
-            roots = await _ids(src, session_ids, prefix)
-            todo = await _with_family(src, roots) if side_stores else roots
+            todo = await _todo(src, session_ids, prefix, side_stores)
             if plan is not None:
                 plan(todo)
             for sid in todo:
-                source = src.session(sid)
-                try:
-                    items = await source.get_items()
-                finally:
-                    await _close(source)
-                target = dst.session(sid)
-                try:
-                    written = await write_session(
-                        target, items, replace=replace, batch=batch, progress=progress
-                    )
-                finally:
-                    await _close(target)
-                _tally(report, sid, written, len(items))
-                if on_session is not None:
-                    on_session(sid, len(items))
+                items = await _read(src, sid)
+                await _write(dst, sid, items, report, on_session, **writing)
     return report
 
 
-def _tally(report: TransferReport, sid: str, written: int, total: int) -> None:
+def _tally(
+    report: TransferReport,
+    sid: str,
+    written: int,
+    total: int,
+    on_session: Callable[[str, int], None] | None,
+) -> None:
     if is_side_store(sid):
         report.side_stores += 1
     else:
@@ -269,6 +287,8 @@ def _tally(report: TransferReport, sid: str, written: int, total: int) -> None:
     if total and not written:
         report.skipped += 1
     report.items += written
+    if on_session is not None:
+        on_session(sid, total)
 
 
 async def export_store(
@@ -287,21 +307,14 @@ async def export_store(
     Reads only; the store must exist."""
     report = TransferReport()
     async with await Store.open(url, options, read_only=True) as src:
-        roots = await _ids(src, session_ids, prefix)
-        todo = await _with_family(src, roots) if side_stores else roots
+        todo = await _todo(src, session_ids, prefix, side_stores)
         out.write(json.dumps({"format": EXPORT_FORMAT}) + "\n")
         for sid in todo:
-            source = src.session(sid)
-            try:
-                items = await source.get_items()
-            finally:
-                await _close(source)
+            items = await _read(src, sid)
             for item in items:
                 out.write(json.dumps({"session_id": sid, "item": item}, ensure_ascii=False))
                 out.write("\n")
-            _tally(report, sid, len(items), len(items))
-            if on_session is not None:
-                on_session(sid, len(items))
+            _tally(report, sid, len(items), len(items), on_session)
     return report
 
 
@@ -370,19 +383,11 @@ async def import_store(
     """Write the sessions of an export (see :func:`export_store`) into the store at ``url``;
     importing the same file again writes nothing (resumable like a copy)."""
     report = TransferReport()
+    writing = {"replace": replace, "batch": batch, "progress": progress}
     async with await Store.open(url, options) as dst:
         for sid, items in read_export(lines):
             validate_session_id(sid, internal=True)
-            target = dst.session(sid)
-            try:
-                written = await write_session(
-                    target, items, replace=replace, batch=batch, progress=progress
-                )
-            finally:
-                await _close(target)
-            _tally(report, sid, written, len(items))
-            if on_session is not None:
-                on_session(sid, len(items))
+            await _write(dst, sid, items, report, on_session, **writing)
     return report
 
 

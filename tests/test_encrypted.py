@@ -10,6 +10,7 @@ import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any, cast
+from unittest.mock import patch
 
 import pytest
 from agents.memory import Session
@@ -261,24 +262,36 @@ async def test_tampered_item_is_skipped_or_raises_in_strict_mode(
 
 
 @pytest.mark.asyncio
-async def test_plaintext_cache_is_bounded_and_hands_out_independent_copies() -> None:
+async def test_plaintext_cache_is_bounded_shared_and_hands_out_independent_copies() -> None:
+    from agent_sessions.wrappers.encrypted import _PLAIN
+
+    def mine() -> int:
+        return sum(1 for entry in _PLAIN.entries.values() if entry[0] == s.session_id)
+
     s, inner = await _stack(encryption_key=KEY, cache_bytes=64 * 1024)
-    await s.add_items([msg(f"{i}:" + "x" * 1000) for i in range(200)])  # ~400 KB of entries
-    assert 0 < s._plain_size <= 64 * 1024
-    assert len(s._plain) < 200
-    first = await s.get_items(limit=1)
-    cast("dict[str, Any]", first[0])["content"] = "mutated by the caller"
-    assert item_text((await s.get_items(limit=1))[0]).startswith("199:")
-    # a reader object fills its cache from what it opened, and reads the same again
-    reader = EncryptedSession(inner, encryption_key=KEY)
-    assert len(reader._plain) == 0
-    assert len(await reader.get_items(limit=5)) == 5 and len(reader._plain) == 5
-    assert texts(await reader.get_items(limit=5)) == texts(await s.get_items(limit=5))
-    off = EncryptedSession(inner, encryption_key=KEY, cache_bytes=0)
-    await off.add_items([msg("uncached")])
-    assert texts(await off.get_items(limit=1)) == ["uncached"] and len(off._plain) == 0
-    await s.clear_session()
-    assert len(s._plain) == 0 and s._plain_size == 0
+    saved, _PLAIN.capacity = _PLAIN.capacity, 64 * 1024
+    try:
+        await s.add_items([msg(f"{i}:" + "x" * 1000) for i in range(200)])  # ~400 KB
+        assert 0 < _PLAIN.size <= 64 * 1024 and 0 < mine() < 200
+        first = await s.get_items(limit=1)
+        cast("dict[str, Any]", first[0])["content"] = "mutated by the caller"
+        assert item_text((await s.get_items(limit=1))[0]).startswith("199:")
+        # a new object for the session finds what the first one opened: no AES
+        reader = EncryptedSession(inner, encryption_key=KEY)
+        await s.get_items(limit=5)
+        with patch(f"{EncryptedSession.__module__}.a2b_base64", side_effect=AssertionError):
+            assert texts(await reader.get_items(limit=5)) == texts(await s.get_items(limit=5))
+        # ... but an object with another key (same key id) never gets the plaintext
+        wrong = EncryptedSession(inner, encryption_key=OLD_KEY)
+        assert await wrong.get_items(limit=5) == []
+        off = EncryptedSession(inner, encryption_key=KEY, cache_bytes=0)
+        await off.add_items([msg("uncached")])
+        assert texts(await off.get_items(limit=1)) == ["uncached"]
+        assert all(e[4] != b'{"role":"user","content":"uncached"}' for e in _PLAIN.entries.values())
+        await s.clear_session()
+        assert mine() == 0
+    finally:
+        _PLAIN.capacity = saved
 
 
 @pytest.mark.asyncio

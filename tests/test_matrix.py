@@ -61,8 +61,20 @@ def _suite_name(backend: str, stack: str) -> str:
     return "Test_" + "_".join(part.replace("-", "_") for part in (backend, stack))
 
 
+ATOMIC_BACKENDS = {"memory", "sqlite", "redis", "postgres", "mariadb", "sqlalchemy-sqlite"}
+"""Stores implementing the SDK compaction session's atomic replacement (not MongoDB: a
+history spans many batch documents, and it uses no transactions)."""
+ATOMIC_STACKS = {"bare", "encrypted", "ttl", "encrypted-ttl"}
+"""Layers that pass it through; branching, usage, compaction and resilient keep state per
+item or position and decline (the SDK then clears and adds, restoring on failure)."""
+
 for _backend in BACKENDS:
     for _stack_name, _stack in STACKS.items():
-        _attrs: dict[str, Any] = {"backend": _backend, "stack": staticmethod(_stack)}
+        _attrs: dict[str, Any] = {
+            "backend": _backend,
+            "stack": staticmethod(_stack),
+            "expects_atomic_replacement": _backend.name in ATOMIC_BACKENDS
+            and _stack_name in ATOMIC_STACKS,
+        }
         _name = _suite_name(_backend.name, _stack_name)
         globals()[_name] = type(_name, (_MatrixSuite,), _attrs)

@@ -145,7 +145,7 @@ def test_constructor_rejects_bad_arguments() -> None:
     for prefix in ("", "a{b", "a}b"):
         with pytest.raises(ValueError, match="key_prefix"):
             RedisSession("x", client=Redis(), key_prefix=prefix)
-    for ttl in (0, -1, "10"):
+    for ttl in (0, -1, "10", float("nan"), float("inf"), 2**63 // 1000 + 1):
         with pytest.raises((TypeError, ValueError), match="ttl"):
             RedisSession("x", client=Redis(), ttl=ttl)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="timeout"):
@@ -246,6 +246,30 @@ async def test_siblings_share_the_client_and_outlive_their_parent(raw: Redis) ->
     assert await raw.exists(parent.keys[1], side.keys[1], long_side.keys[1]) == 3, (
         "clear_session keeps each counter, so numbers are never reused"
     )
+
+
+@pytest.mark.asyncio
+async def test_ttl_reaches_the_end_of_redis_expiry_range(raw: Redis) -> None:
+    # The SDK accepts any ttl whose server-absolute expiry fits in Redis's int64 ms, and
+    # raises ValueError at the write when it does not (its test uses ~9.2e15 s).
+    seconds, micros = await raw.time()
+    now_ms = seconds * 1000 + micros // 1000
+    s = RedisSession.from_url(_sid(), url=REDIS_URL, key_prefix=PREFIX)
+    try:
+        s.set_sliding_ttl((2**63 - 1 - now_ms) // 1000 - 86_400)
+        await s.add_items([_msg("a"), _msg("b")])
+        assert await s.pop_item() == _msg("b")
+        for key in s.keys:
+            assert await raw.pexpiretime(key) > 2**63 - 86_400_000 - now_ms
+        s.set_sliding_ttl(2**63 // 1000 - 1)  # a valid int64 ms, but not from now
+        for write in (s.add_items([_msg("c")]), s.pop_item(), s.clear_session()):
+            with pytest.raises(ValueError, match="expiry range of Redis"):
+                await write
+        assert await s.get_items() == [_msg("a")], "a refused write changes nothing"
+    finally:
+        s.set_sliding_ttl(None)
+        await s.clear_session()
+        await s.close()
 
 
 @pytest.mark.asyncio

@@ -101,56 +101,125 @@ if raw then
 end
 """
 
-# KEYS: items, meta. ARGV[1]: expiry in ms ("0" = leave expiry alone); ARGV[2..]: item JSON.
-# Reads first, so a key of the wrong type fails the script before anything is written. The
-# highest score is consulted too, so a lost meta hash (evicted, deleted) cannot reuse numbers.
-APPEND = Script(
-    """
+def _check_expiry(key: str, ttl: str) -> str:
+    """Lua that refuses with an ``EXPIRYRANGE`` error, changing nothing, when the server's
+    time plus the expiry ``ttl`` (ms, as text) is past Redis's range. The exact integer text is
+    handed to PEXPIRE (never a Lua double, which would round it), and PEXPIRE checks the range
+    before it looks at the key; ``key`` is a key that gets this expiry anyway."""
+    return f"""
+if {ttl} ~= '0' then
+  local checked = redis.pcall('PEXPIRE', {key}, {ttl})
+  if type(checked) == 'table' and checked.err then
+    return redis.error_reply('EXPIRYRANGE ttl of ' .. {ttl} ..
+      ' ms from now is past the end of the expiry range of Redis; nothing was changed')
+  end
+end
+"""
+
+
+def _prepare_write() -> str:
+    """Lua that reads the counter into ``last`` and checks the expiry in ARGV[1].
+
+    Without a counter (a new session, or a meta hash that was lost: evicted, deleted) the
+    highest score decides, so numbers are never reused. With one, the items key is not read:
+    the first ZADD checks its type before anything is written, except when an expiry is set
+    (its check writes), where the read comes first. Every call Lua makes costs server time,
+    so the common append makes four: HGET, TIME, ZADD, HSET."""
+    return (
+        """
 local items, meta = KEYS[1], KEYS[2]
 """
-    + _read_counter("meta", "written")
-    + """
-local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
-if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
+        + _read_counter("meta", "written")
+        + """
+local fresh = not raw
+if fresh or ARGV[1] ~= '0' then
+  local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
+  if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
+end
+"""
+        + _check_expiry("meta", "ARGV[1]")
+        + """
 local ttl = tonumber(ARGV[1])
+local clock = redis.call('TIME')
 if last == 0 and ttl > 0 then
   -- An expiring session may have expired before: start above any number it can have used.
-  local now = redis.call('TIME')
-  last = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  last = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 end
-local n = #ARGV - 1
-local args, k = {}, 0
+"""
+    )
+
+
+def _write_items(first: str) -> str:
+    """Lua that stores ARGV[first..] as the items numbered ``last + 1`` on, records the new
+    counter and times in the meta hash, sets the expiry and returns the last number."""
+    return f"""
+local n = #ARGV - ({first}) + 1
+local args, k = {{}}, 0
 for i = 1, n do
   local seq = last + i
   args[k + 1] = seq
-  args[k + 2] = string.format('%d', seq) .. ':' .. ARGV[i + 1]  -- never '1e+14'
+  args[k + 2] = string.format('%d', seq) .. ':' .. ARGV[i + ({first}) - 1]  -- never '1e+14'
   k = k + 2
   if k >= 1000 then  -- unpack() has a stack limit; the first ZADD already checked the type
     redis.call('ZADD', items, unpack(args))
-    args, k = {}, 0
+    args, k = {{}}, 0
   end
 end
 if k > 0 then redis.call('ZADD', items, unpack(args)) end
-local clock = redis.call('TIME')
 local ms = string.format('%d', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
 redis.call('HSET', meta, 'seq', string.format('%d', last + n), 'updated_ms', ms)
-redis.call('HSETNX', meta, 'created_ms', ms)
+if fresh then redis.call('HSETNX', meta, 'created_ms', ms) end
 if ttl > 0 then
-  redis.call('PEXPIRE', items, ttl)
-  redis.call('PEXPIRE', meta, ttl)
+  redis.call('PEXPIRE', items, ARGV[1])
+  redis.call('PEXPIRE', meta, ARGV[1])
 end
 return last + n
 """
+
+
+# KEYS: items, meta. ARGV[1]: expiry in ms ("0" = leave expiry alone); ARGV[2..]: item JSON.
+APPEND = Script(_prepare_write() + _write_items("2"))
+
+# KEYS: items, meta. ARGV[1]: expiry in ms or "0"; ARGV[2]: n, the number of newest members
+# expected (-1: replace everything); ARGV[3]: p, the number of oldest members to prune;
+# ARGV[4..3+n]: the expected newest members, oldest first; then the p members to prune; then
+# the new items' JSON. Unless the newest n members and the oldest p are exactly those, changes
+# nothing and returns -1; else deletes them and appends the new items like APPEND (new numbers,
+# so none is reused). One script: the SDK compaction hook's atomic swap.
+REPLACE = Script(
+    _prepare_write()
+    + """
+local n, p = tonumber(ARGV[2]), tonumber(ARGV[3])
+if n < 0 then
+  redis.call('DEL', items)
+else
+  if redis.call('ZCARD', items) < n + p then return -1 end
+  local current = redis.call('ZRANGE', items, -n, -1)
+  for i = 1, n do
+    if current[i] ~= ARGV[3 + i] then return -1 end
+  end
+  if p > 0 then
+    local oldest = redis.call('ZRANGE', items, 0, p - 1)
+    for i = 1, p do
+      if oldest[i] ~= ARGV[3 + n + i] then return -1 end
+    end
+    redis.call('ZREMRANGEBYRANK', items, 0, p - 1)
+  end
+  if n > 0 then redis.call('ZREMRANGEBYRANK', items, -n, -1) end
+end
+local first = 4 + math.max(n, 0) + p
+"""
+    + _write_items("first")
 )
 
 # KEYS: items, meta. ARGV[1]: expiry in ms or "0". Returns the newest member or nil.
 POP = Script(
-    """
+    _check_expiry("KEYS[2]", "ARGV[1]")
+    + """
 local popped = redis.call('ZPOPMAX', KEYS[1])
-local ttl = tonumber(ARGV[1])
-if ttl > 0 then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl)
+if ARGV[1] ~= '0' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], ARGV[1])
 end
 return popped[1]
 """
@@ -180,11 +249,13 @@ end
     + """
 local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
+"""
+    + _check_expiry("KEYS[2]", "ARGV[1]")
+    + """
 local deleted = redis.call('DEL', KEYS[1])
 if last > 0 then
   redis.call('HSET', KEYS[2], 'seq', string.format('%d', last))
-  local ttl = tonumber(ARGV[1])
-  if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+  if ARGV[1] ~= '0' then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
 end
 return deleted
 """
@@ -212,7 +283,8 @@ return replaced
 
 # KEYS: items, meta. ARGV[1]: expiry in ms. Sets both keys (those that exist) to expire then.
 TOUCH = Script(
-    """
+    _check_expiry("KEYS[2]", "ARGV[1]")
+    + """
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
 return 1

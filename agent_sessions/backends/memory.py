@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -141,6 +142,39 @@ class InMemorySession(BaseSession):
             del entries.seqs[:cut]
             del entries.payloads[:cut]
             return cut
+
+    async def _replace_rows(
+        self,
+        expected: list[Row] | None,
+        payloads: list[str],
+        prune: Callable[[str], bool] | None,
+    ) -> bool:
+        """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``), under the
+        store's lock."""
+        with self.store._lock:
+            entries = self.store._entries(self.session_id)
+            if expected is None:
+                cut = 0
+            else:
+                cut = len(entries.seqs) - len(expected)
+                if cut < 0 or [
+                    (seq, text) for seq, text in expected
+                ] != list(zip(entries.seqs[cut:], entries.payloads[cut:], strict=True)):
+                    return False
+            keep = 0
+            if prune is not None:
+                while keep < cut and prune(entries.payloads[keep]):
+                    keep += 1
+            first = entries.next_seq
+            entries.seqs[cut:] = range(first, first + len(payloads))
+            entries.payloads[cut:] = payloads
+            del entries.seqs[:keep]
+            del entries.payloads[:keep]
+            entries.next_seq = first + len(payloads)
+            if payloads:
+                entries.updated = time.time()
+                entries.created = entries.created or entries.updated
+            return True
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
         with self.store._lock:

@@ -51,6 +51,7 @@ from ._redis_layout import (
     ITEMS_TYPE,
     META_TYPE,
     POP,
+    REPLACE,
     REWRITE,
     TOUCH,
     check_key_prefix,
@@ -66,6 +67,8 @@ else:  # pragma: no cover - redis-py requires async-timeout below Python 3.11.3
     from async_timeout import timeout as _deadline
 
 T = TypeVar("T")
+
+_MAX_EXPIRY_MS = 2**63 - 1
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds one operation may take before it raises BackendUnavailableError."""
@@ -88,6 +91,11 @@ def _is_int(text: str | bytes) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _member(seq: int, text: str | bytes) -> str | bytes:
+    """The sorted-set member of item ``seq`` (bytes for a bytes client's rows)."""
+    return f"{seq}:{text}" if isinstance(text, str) else b"%d:%s" % (seq, text)
 
 
 class _SharedClient:
@@ -294,9 +302,15 @@ class RedisSession(BaseSession):
             return
         if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)):
             raise TypeError(f"ttl must be a number of seconds or None, got {ttl_seconds!r}")
-        if not 0.001 <= ttl_seconds <= 10**12:
-            raise ValueError(f"ttl must be between 0.001 and 1e12 seconds, got {ttl_seconds!r}")
-        self.ttl, self._ttl_ms = ttl_seconds, str(round(ttl_seconds * 1000))
+        if not 0.001 <= ttl_seconds < float("inf"):  # also NaN
+            raise ValueError(f"ttl must be a finite number >= 0.001 seconds, got {ttl_seconds!r}")
+        # Exact for an int (the SDK's type); Redis takes at most 2**63-1 ms from now.
+        ttl_ms = ttl_seconds * 1000 if isinstance(ttl_seconds, int) else round(ttl_seconds * 1000)
+        if ttl_ms > _MAX_EXPIRY_MS:
+            raise ValueError(
+                f"ttl {ttl_seconds!r} s is past the end of Redis's expiry range (2**63-1 ms)"
+            )
+        self.ttl, self._ttl_ms = ttl_seconds, str(ttl_ms)
 
     async def refresh_expiry(self) -> None:
         """Set this session's keys to expire ``ttl`` from now, as a write would, without
@@ -373,6 +387,41 @@ class RedisSession(BaseSession):
         args = [part for seq, payload in rows for part in (str(seq), payload)]
         return int(await self._call(lambda: REWRITE(client, keys, *args)))
 
+    async def _replace_rows(
+        self,
+        expected: list[Row] | None,
+        payloads: list[str],
+        prune: Callable[[str], bool] | None,
+    ) -> bool:
+        """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``): one script
+        that checks the members it was shown and changes nothing when they moved."""
+        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        if expected is None:
+            args: list[Any] = [ttl, -1, 0, *payloads]
+        else:
+            pruned = [] if prune is None else await self._prunable(expected[0][0], prune)
+            args = [
+                ttl, len(expected), len(pruned),
+                *(_member(seq, text) for seq, text in expected), *pruned, *payloads,
+            ]
+        return int(await self._call(lambda: REPLACE(client, keys, *args))) >= 0
+
+    async def _prunable(self, before: int, prune: Callable[[str], bool]) -> list[Any]:
+        """The oldest members (below ``before``) for which ``prune`` holds, up to the first
+        for which it does not."""
+        client, key, page = self._client, self._keys[0], 200
+        out: list[Any] = []
+        while True:
+            members = await self._call(
+                lambda: client.zrangebyscore(key, "-inf", f"({before}", start=len(out), num=page)
+            )
+            for (_, text), member in zip(self._rows(members), members, strict=True):
+                if not prune(text if isinstance(text, str) else text.decode()):
+                    return out
+                out.append(member)
+            if len(members) < page:
+                return out
+
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
         client, key = self._client, self._keys[0]
         if after is None and before is None:
@@ -439,6 +488,11 @@ class RedisSession(BaseSession):
                     f"another type (expected a {ITEMS_TYPE} at {self._keys[0]!r} and a "
                     f"{META_TYPE} at {self._keys[1]!r}); another application may be using "
                     f"key_prefix {self.key_prefix!r}. Nothing was changed. ({message})"
+                ) from exc
+            if message.startswith("EXPIRYRANGE"):
+                raise ValueError(
+                    f"RedisSession {self.session_id!r}: {message.removeprefix('EXPIRYRANGE ')} "
+                    "(the SDK raises ValueError the same way); use a smaller ttl"
                 ) from exc
             if message.startswith("CORRUPT"):
                 raise BackendDataError(

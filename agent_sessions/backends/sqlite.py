@@ -417,6 +417,13 @@ class SQLiteSession(BaseSession):
         """The database path (the SDK's attribute name)."""
         return self.path
 
+    def store_key(self) -> tuple[Any, ...] | None:
+        """Where this session's items live (database file, tables, id), the same for every
+        object of this session; None for a private in-memory database."""
+        if self.path == ":memory:":
+            return None
+        return ("sqlite", self._db.path, self.messages_table, self.session_id)
+
     def _member_options(self) -> dict[str, Any]:
         return {
             "path": self.path,

@@ -6,7 +6,10 @@ Importing it needs pytest and pytest-asyncio (the ``[dev]`` extra).
 from .conformance import (
     HOSTILE_ID_SUFFIXES,
     CoreConformance,
+    FamilyConformance,
     RangeDeleteConformance,
+    RewriteConformance,
+    SDKCompactionConformance,
     SequencingConformance,
     SessionConformanceSuite,
     StrictConformance,
@@ -16,7 +19,10 @@ from .helpers import item_text, model_input_texts, scripted_agent, texts
 __all__ = [
     "HOSTILE_ID_SUFFIXES",
     "CoreConformance",
+    "FamilyConformance",
     "RangeDeleteConformance",
+    "RewriteConformance",
+    "SDKCompactionConformance",
     "SequencingConformance",
     "SessionConformanceSuite",
     "StrictConformance",

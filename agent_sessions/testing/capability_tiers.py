@@ -7,7 +7,8 @@ modules.
 
 from __future__ import annotations
 
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, ClassVar
 
 import pytest
 
@@ -102,3 +103,89 @@ class RangeDeleteConformance(ConformanceBase):
             with pytest.raises(TypeError, match="before"):
                 await s.delete_items(before=bad)
         assert texts(await s.get_items()) == ["0", "1", "2"], "a bad bound must delete nothing"
+
+
+class _StubCompactions:
+    """``client.responses.compact`` for the SDK's compaction session: no network."""
+
+    def __init__(self) -> None:
+        self.output: list[Any] = []
+
+    async def compact(self, **_: Any) -> Any:
+        return SimpleNamespace(output=list(self.output), usage=None)
+
+
+def _summary(text: str) -> Any:
+    return {"type": "compaction", "id": f"cmp_{text}", "encrypted_content": text}
+
+
+class SDKCompactionConformance(ConformanceBase):
+    """The SDK's ``OpenAIResponsesCompactionSession`` over the session, with a
+    ``session_settings.limit`` shorter than the history: compaction replaces the whole history,
+    a replacement that fails leaves the old one, and a session offering the SDK's atomic
+    hooks replaces in one step: the whole history (``_atomic_replace_items``, never clear +
+    add) and a suffix it was shown (``_get_compaction_snapshot``, refused once it changed)."""
+
+    expects_atomic_replacement: ClassVar[bool | None] = None
+    """True: fail when the SDK had to fall back to clear + add; None: either is accepted."""
+
+    @pytest.mark.asyncio
+    async def test_sdk_compaction_replaces_history_atomically(
+        self, new_session: SessionFactory
+    ) -> None:
+        from agents.memory import OpenAIResponsesCompactionSession, SessionSettings
+
+        s: Any = await new_session()
+        history = [_msg("u0"), _msg("a0", "assistant"), _msg("u1"), _msg("a1", "assistant")]
+        await s.add_items(history)
+        if s.session_settings is None:
+            s.session_settings = SessionSettings(limit=2)
+        s.session_settings.limit = 2
+        sequenced = offers_sequencing(s)
+        numbering = s.get_sequenced_items if sequenced else None
+        seqs = [seq for seq, _ in await numbering(100)] if numbering else []
+        clears: list[None] = []
+        clear = s.clear_session
+
+        async def counted_clear() -> None:
+            clears.append(None)
+            await clear()
+
+        s.clear_session = counted_clear
+        stub = _StubCompactions()
+        compaction = OpenAIResponsesCompactionSession(
+            s.session_id, s, client=SimpleNamespace(responses=stub)  # type: ignore[arg-type]
+        )
+        stub.output = [{"type": "compaction", "encrypted_content": float("nan")}]  # unstorable
+        with pytest.raises(ValueError):
+            await compaction.run_compaction({"force": True})
+        assert await s.get_items(100) == history, "a failed replacement lost data"
+        unchanged = not numbering or seqs == [seq for seq, _ in await numbering(100)]
+        stub.output = [_summary("s1")]
+        await compaction.run_compaction({"force": True})
+        assert await s.get_items(100) == [_summary("s1")], "compaction must replace everything"
+        atomic = not clears
+        if self.expects_atomic_replacement:
+            assert atomic, "the SDK fell back to clear + add: the atomic hook is missing"
+        if atomic:
+            assert unchanged, "a failed atomic replacement changed the numbering"
+
+        snapshot = await getattr(s, "_get_compaction_snapshot", _no_snapshot)(2)
+        if self.expects_atomic_replacement:
+            assert snapshot is not None, "the SDK's suffix-replacement hook is missing"
+        if snapshot is None:
+            return
+        await s.add_items([_msg("u2"), _msg("a2", "assistant"), _msg("u3")])
+        snapshot = await s._get_compaction_snapshot(2)
+        assert texts(snapshot.items) == ["a2", "u3"] and not snapshot.complete
+        await s.add_items([_msg("late")])
+        assert not await snapshot.replace_suffix(1, [_summary("stale")])
+        snapshot = await s._get_compaction_snapshot(3)
+        assert await snapshot.replace_suffix(1, [_summary("s2")])
+        assert await s.get_items(100) == [
+            _summary("s1"), _msg("u2"), _msg("a2", "assistant"), _summary("s2")
+        ]
+
+
+async def _no_snapshot(limit: int) -> None:
+    return None

@@ -18,16 +18,33 @@ random session ids and clears and closes what it created.
 from __future__ import annotations
 
 from ._kit import HOSTILE_ID_SUFFIXES
-from .capability_tiers import RangeDeleteConformance, SequencingConformance
+from .capability_tiers import (
+    RangeDeleteConformance,
+    SDKCompactionConformance,
+    SequencingConformance,
+)
 from .core import CoreConformance
+from .family import FamilyConformance, RewriteConformance
 from .strict import StrictConformance
 
-CAPABILITY_TIERS: tuple[type, ...] = (SequencingConformance, RangeDeleteConformance)
+CAPABILITY_TIERS: tuple[type, ...] = (
+    SequencingConformance,
+    RangeDeleteConformance,
+    RewriteConformance,
+    FamilyConformance,
+    SDKCompactionConformance,
+)
 """The capability tiers :class:`SessionConformanceSuite` includes."""
 
 
 class SessionConformanceSuite(
-    CoreConformance, StrictConformance, SequencingConformance, RangeDeleteConformance
+    CoreConformance,
+    StrictConformance,
+    SequencingConformance,
+    RangeDeleteConformance,
+    RewriteConformance,
+    FamilyConformance,
+    SDKCompactionConformance,
 ):
     """Every tier. Override ``create_session``; tune ``max_item_bytes``/``concurrent_tasks``."""
 
@@ -36,7 +53,10 @@ __all__ = [
     "CAPABILITY_TIERS",
     "HOSTILE_ID_SUFFIXES",
     "CoreConformance",
+    "FamilyConformance",
     "RangeDeleteConformance",
+    "RewriteConformance",
+    "SDKCompactionConformance",
     "SequencingConformance",
     "SessionConformanceSuite",
     "StrictConformance",

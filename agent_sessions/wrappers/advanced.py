@@ -13,9 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .branching import BranchingSession
-from .branching.items import is_user_message
 from .branching.usage_log import (
-    Position,
     UsageKey,
     UsageLog,
     numbered,
@@ -25,7 +23,6 @@ from .branching.usage_log import (
     turn_numbers,
     turn_usage,
 )
-from .branching.view import Lineage
 from .foreign import SiblingFactory
 
 if TYPE_CHECKING:
@@ -89,12 +86,6 @@ class AdvancedSession(BranchingSession):
         self.create_tables = create_tables
         super().__init__(inner, sibling_factory=sibling_factory, logger=logger)
         self._usage = UsageLog(self.side_store("usage"))
-
-    async def _after_pop(
-        self, branch: str, lineage: Lineage, item: Any, position: Position
-    ) -> None:
-        if is_user_message(item):  # the turn it opened is gone, and so is its usage
-            await self._usage.drop_turn(branch, position)
 
     async def _after_delete(self, branch: str) -> None:
         await self._usage.drop_branch(branch)

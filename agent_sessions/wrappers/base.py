@@ -118,6 +118,32 @@ class SessionWrapper(OptionsChecked, SessionABC):
         """Forward to the inner session (NATIVE_EXPIRY, when passed on)."""
         await self._inner(Capability.NATIVE_EXPIRY).refresh_expiry()
 
+    # -- the SDK compaction session's hooks (see core.sdk_compaction) ---------------------------
+
+    sdk_compaction_passthrough: ClassVar[bool] = False
+    """True for a layer that stores items unchanged and keeps nothing per item: the SDK's
+    compaction hooks then go straight to the inner session. Otherwise the layer overrides them
+    or declines, and ``OpenAIResponsesCompactionSession`` falls back to its own checked path."""
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
+    ) -> Any:
+        """The SDK's hook: the inner session's snapshot when this layer passes it through,
+        else None (declined)."""
+        reader = getattr(self.inner, "_get_compaction_snapshot", None)
+        if not self.sdk_compaction_passthrough or reader is None:
+            return None
+        if prune_prefix is None:
+            return await reader(limit)
+        return await reader(limit, prune_prefix=prune_prefix)
+
+    async def _atomic_replace_items(self, items: list[Any]) -> bool:
+        """The SDK's hook: replace the whole history in one transaction through the inner
+        session when this layer passes it through; False (declined) otherwise."""
+        if not self.sdk_compaction_passthrough:
+            return False
+        return await atomic_replace(self.inner, items)
+
     # -- the family ------------------------------------------------------------------------------
 
     def side_store(self, purpose: str) -> Session:
@@ -182,6 +208,13 @@ class SessionWrapper(OptionsChecked, SessionABC):
         return f"{type(self).__name__}({self.inner!r})"
 
 
+async def atomic_replace(session: Session, items: list[Any]) -> bool:
+    """Call ``session``'s SDK hook ``_atomic_replace_items`` as the SDK does (looked up on its
+    type); False when it has none or declines."""
+    replace = getattr(type(session), "_atomic_replace_items", None)
+    return replace is not None and bool(await replace(session, items))
+
+
 def check_max_item_bytes(value: object) -> int:
     """Return ``value`` if it is a positive int, else raise ValueError."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -189,4 +222,4 @@ def check_max_item_bytes(value: object) -> int:
     return value
 
 
-__all__ = ["SessionWrapper", "check_max_item_bytes"]
+__all__ = ["SessionWrapper", "atomic_replace", "check_max_item_bytes"]

@@ -17,7 +17,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from .base import SessionWrapper
-from .branching.items import is_user_message
 from .branching.log import MAIN_LINEAGE
 from .branching.store import MAIN, Storages, read_rows
 from .branching.usage_log import (
@@ -82,19 +81,9 @@ class UsageTrackingSession(SessionWrapper):
         await self.inner.add_items(items)
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the newest item; popping a user message drops its turn's usage."""
-        newest = await read_rows(self.inner, 1)
-        item = await self.inner.pop_item()
-        # Another object may have written or popped in between: then the popped item's number
-        # is unknown, and its usage record (if any) is left out by numbering, as its user
-        # message is gone.
-        if newest and newest[0][1] == item:
-            position = (MAIN, newest[0][0])
-            async with self._scan_lock:  # keeps the turn scan valid without a rescan
-                self._view.popped(*position)
-            if is_user_message(item):
-                await self._usage.drop_turn(MAIN, position)
-        return item
+        """Remove and return the newest item. A popped user message takes its turn's usage
+        with it: records are numbered by the user messages still there."""
+        return await self.inner.pop_item()
 
     async def clear_session(self) -> None:
         """Delete the conversation and its usage records."""

@@ -83,7 +83,18 @@ class BranchingSession(SessionWrapper):
         if limit is not None and limit <= 0:
             return []
         async with self._lock:
-            lineage = self._lineage(await self._log.sync(), branch_id)
+            guess = self._lineage(self._log.state, branch_id)
+            if guess is None or len(guess) > 1:
+                lineage = self._lineage(await self._log.sync(), branch_id)
+                return await self._view.read(lineage, limit) if lineage is not None else []
+            # One open segment (e.g. ``main`` without forks, the common case): read it while
+            # the log is checked, in one round trip's time where the store serves both at once.
+            state, items = await asyncio.gather(
+                self._log.sync(), self._view.read(guess, limit)
+            )
+            lineage = self._lineage(state, branch_id)
+            if lineage == guess:
+                return items  # type: ignore[no-any-return]
             return await self._view.read(lineage, limit) if lineage is not None else []
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -125,8 +136,15 @@ class BranchingSession(SessionWrapper):
         point down; it is never deleted. Other items are deleted.
         """
         async with self._lock:
+            state, name, lineage = await self._current()
+            key = lineage[-1][0]
+            if not state.shares(key, besides=name):
+                # No other branch reads this storage, so its newest item is nobody else's: pop
+                # it without reading it first (empty: the newest is in a parent, below).
+                popped = await self._storages.storage(key).pop_item()
+                if popped is not None:
+                    return popped
             while True:
-                state, name, lineage = await self._current()
                 found = await self._view.newest(lineage)
                 if found is None:
                     return None
@@ -135,9 +153,9 @@ class BranchingSession(SessionWrapper):
                 if index == len(lineage) - 1 and not state.depended_on(key, seq, besides=name):
                     popped = await self._storages.storage(key).pop_item()
                     if popped is None:
+                        state, name, lineage = await self._current()
                         continue  # another object emptied it meanwhile
                     self._view.popped(key, seq)
-                    await self._after_pop(name, lineage, popped, (key, seq))
                     return popped
                 tail = (uuid.uuid4().hex, None) if index == len(lineage) - 1 else lineage[-1]
                 moved = (*lineage[:index], (key, seq), tail)
@@ -153,8 +171,8 @@ class BranchingSession(SessionWrapper):
                 )
                 branch = state.branches.get(name)
                 if branch is None or branch.moved_by != op_id:
+                    state, name, lineage = await self._current()
                     continue  # another object moved this branch first: pop its new newest
-                await self._after_pop(name, moved, item, (key, seq))
                 return item  # type: ignore[no-any-return]
 
     async def clear_session(self) -> None:
@@ -172,12 +190,6 @@ class BranchingSession(SessionWrapper):
             self._view.forget()
 
     # -- hooks for AdvancedSession (called with the lock held) ---------------------------------
-
-    async def _after_pop(
-        self, branch: str, lineage: Lineage, item: Any, position: tuple[str, int]
-    ) -> None:
-        """Called after ``item`` left ``branch`` (``lineage`` is the branch after the pop;
-        ``position`` is where the item is: (storage key, seq))."""
 
     async def _after_delete(self, branch: str) -> None:
         """Called after ``branch`` was deleted."""

@@ -6,8 +6,10 @@ the branch's current view. So expiry (or anything else that changes how many tur
 never moves a record to another turn, and a record whose user message is no longer visible is
 left out.
 
-The latest record of a turn wins, like the SDK's ``INSERT OR REPLACE``. Drop records remove a
-turn's usage when its user message is popped, or a branch's when it is deleted.
+The latest record of a turn wins, like the SDK's ``INSERT OR REPLACE``. A popped user message
+takes its turn's usage with it without any write: its number is never visible again (numbers
+are never reused, and a pop that hides an item from a branch never shows it again). A drop
+record removes a branch's usage when the branch is deleted.
 """
 
 from __future__ import annotations
@@ -72,11 +74,6 @@ class UsageLog:
 
     async def store(self, branch: str, usage: Usage, position: Position) -> None:
         record = usage_record(branch, usage, position)
-        await self.session.add_items([record])  # type: ignore[list-item]
-
-    async def drop_turn(self, branch: str, position: Position) -> None:
-        """Drop the record of the turn whose user message is at ``position``."""
-        record = {"b": branch, "drop": True, "p": [position[0], position[1]]}
         await self.session.add_items([record])  # type: ignore[list-item]
 
     async def drop_branch(self, branch: str) -> None:

@@ -57,6 +57,18 @@ class Scan:
             self.user_contents.pop()
         return True
 
+    def cut(self, newest: int | None) -> bool:
+        """Forget the items after ``newest`` (they were popped: pops take the newest first, so
+        the items up to a surviving one are intact); False when ``newest`` is not known here."""
+        k = bisect_left(self.seqs, newest) if newest is not None else 0
+        if newest is None or k == len(self.seqs) or self.seqs[k] != newest:
+            return False
+        users = bisect_left(self.user_seqs, newest + 1)
+        del self.seqs[k + 1 :], self.kinds[k + 1 :], self.tools[k + 1 :]
+        del self.user_seqs[users:], self.user_contents[users:]
+        self.through = newest
+        return True
+
     def drop_first(self, n: int) -> None:
         """Forget the oldest ``n`` items (they expired)."""
         if n <= 0:
@@ -173,14 +185,16 @@ class View:
         cached = self._scans.get(key)
         if cached is not None:
             # Pops take the newest item first, so the cached items below `upto` are all still
-            # there exactly when the newest of them is: one indexed row read, not a count.
+            # there exactly when the newest of them is: one indexed row read, not a count; a
+            # surviving older one means pops reached down to it, and the scan is cut there.
             covered = before is not None and cached.through >= before - 1
             upto = before if covered else cached.through + 1
             known = cached.items_below(upto)
             newest = await read_rows(session, 1, before=upto)
-            if (newest[0][0] if newest else None) != (cached.seqs[known - 1] if known else None):
-                cached = None  # another object popped here: rebuild
-            else:
+            top = newest[0][0] if newest else None
+            if top != (cached.seqs[known - 1] if known else None) and not cached.cut(top):
+                cached = None  # cleared (or expired) below what the scan knows: rebuild
+            else:  # (after a cut, nothing lies between `top` and `upto`: still covered)
                 if self._expires(key):
                     await _drop_expired(session, cached)
                 if not covered:

@@ -32,7 +32,7 @@ from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ...core.extras import missing
 from ...errors import DecryptionError
-from ..base import SessionWrapper, check_max_item_bytes
+from ..base import SessionWrapper, atomic_replace, check_max_item_bytes
 from .sdk_calls import call_with_wrapper
 
 try:
@@ -103,13 +103,44 @@ def _session_cipher(master: bytes, session_id: str) -> AESGCM:
     return AESGCM(hkdf.derive(master))
 
 
-_CacheEntry = tuple[str, str, bytes, Any]
-"""(key id, ciphertext text, plaintext, write time) of an envelope that authenticated."""
+_CacheEntry = tuple[str, str, bytes, str, bytes, Any]
+"""(session id, key id, master key, ciphertext text, plaintext, write time) of an envelope
+that authenticated."""
 
 
-def _pop_oldest(cache: dict[str, _CacheEntry]) -> tuple[str, _CacheEntry]:
-    key = next(iter(cache))
-    return key, cache.pop(key)
+class _PlainCache:
+    """Plaintext of envelopes that authenticated, by nonce text, shared by every
+    EncryptedSession of the process (a session object built per request finds what an
+    earlier one opened). An entry answers only for the same session id, key id, master key
+    bytes and byte-identical envelope, which would authenticate to the same plaintext.
+    Insertion order is eviction order; it holds at most the largest ``cache_bytes`` of the
+    objects that used it."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, _CacheEntry] = {}
+        self.size = 0
+        self.capacity = 0
+
+    def add(self, n: str, entry: _CacheEntry) -> None:
+        size = len(entry[4]) + len(entry[3])
+        entries = self.entries
+        if size * 4 > self.capacity or n in entries:
+            return
+        while self.size + size > self.capacity:
+            old = entries.pop(next(iter(entries)))
+            self.size -= len(old[4]) + len(old[3])
+        entries[n] = entry
+        self.size += size
+
+    def drop_session(self, session_id: str) -> None:
+        """Forget every entry of ``session_id`` (after a clear)."""
+        entries = self.entries
+        for n in [n for n, entry in entries.items() if entry[0] == session_id]:
+            old = entries.pop(n)
+            self.size -= len(old[4]) + len(old[3])
+
+
+_PLAIN = _PlainCache()
 
 
 def _time_aad(t: int) -> bytes:
@@ -183,10 +214,14 @@ class EncryptedSession(SessionWrapper):
             unbounded): ``get_items`` reads growing windows until it has ``limit`` readable
             items, and raises RuntimeError when the budget runs out first (and ValueError for
             a negative limit, before reading).
-        cache_bytes: plaintext kept in memory of items this object wrote or opened, so the
-            next read of the same envelope skips base64 and AES (each Runner turn re-reads the
-            history). An entry is used only for a byte-identical envelope (key id, nonce and
-            ciphertext), which would authenticate to the same plaintext. 0 disables it.
+        cache_bytes: plaintext kept in memory of items written or opened, so the next read
+            of the same envelope skips base64 and AES (each Runner turn re-reads the history).
+            The cache is shared by the process's EncryptedSessions (its size is the largest
+            ``cache_bytes`` among them), so an object built per request reads what an earlier
+            one opened; an entry is used only for the same session id, key id and master key
+            and a byte-identical envelope (write time, nonce and ciphertext), which would
+            authenticate to the same plaintext. ``clear_session`` drops the session's entries.
+            0: this object neither uses nor fills it.
 
     Offers ``sibling()``, the sequenced-items and the range-delete capabilities exactly when
     ``inner`` does (sequence numbers are the inner session's, one per stored item).
@@ -262,9 +297,9 @@ class EncryptedSession(SessionWrapper):
         if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
             raise ValueError("cache_bytes must be an int >= 0 (0 disables the plaintext cache)")
         self.cache_bytes = cache_bytes
-        # nonce text -> (key id, ciphertext text, plaintext); insertion order = eviction order
-        self._plain: dict[str, _CacheEntry] = {}
-        self._plain_size = 0
+        self._plain = _PLAIN if cache_bytes else None
+        if cache_bytes > _PLAIN.capacity:
+            _PLAIN.capacity = cache_bytes
         self._aad_prefix = f"{ENC_TYPE}\x00{ENVELOPE_VERSION}\x00".encode()
         self._aad_suffix = b"\x00" + self.session_id.encode("utf-8")
         self._cipher(self.active_key_id)  # derive now: a bad key fails at construction
@@ -346,15 +381,8 @@ class EncryptedSession(SessionWrapper):
         return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "t": t, "n": n, "c": c}
 
     def _remember(self, n: str, kid: str, c: str, plain: bytes, t: Any) -> None:
-        size = len(plain) + len(c)
-        if size * 4 > self.cache_bytes or n in self._plain:
-            return
-        cache = self._plain
-        while self._plain_size + size > self.cache_bytes:
-            _, (_, old_c, old_plain, _) = _pop_oldest(cache)
-            self._plain_size -= len(old_plain) + len(old_c)
-        cache[n] = (kid, c, plain, t)
-        self._plain_size += size
+        if self._plain is not None and len(plain) * 4 <= self.cache_bytes:
+            self._plain.add(n, (self.session_id, kid, self._keys[kid], c, plain, t))
 
     def _check_age(self, t: Any) -> None:
         if self._lifetime is not None and t is not None and time.time() - t > self._lifetime:
@@ -369,10 +397,17 @@ class EncryptedSession(SessionWrapper):
             raise _Unreadable(f"envelope version {envelope.get('v')!r} is not supported")
         kid = envelope.get("kid")
         n, c, t = envelope.get("n"), envelope.get("c"), envelope.get("t")
-        hit = self._plain.get(n) if type(n) is str else None
-        if hit is not None and hit[1] == c and hit[0] == kid and hit[3] == t:
+        hit = self._plain.entries.get(n) if self._plain is not None and type(n) is str else None
+        if (
+            hit is not None
+            and hit[3] == c
+            and hit[1] == kid
+            and hit[5] == t
+            and hit[0] == self.session_id
+            and hit[2] == self._keys.get(kid)  # type: ignore[arg-type]
+        ):
             self._check_age(t)
-            return loads(hit[2])  # a byte-identical envelope authenticated before
+            return loads(hit[4])  # a byte-identical envelope authenticated before
         if t is not None and type(t) is not int:
             raise _Unreadable("the envelope's write time is malformed")
         entry = self._ciphers.get(kid) if type(kid) is str else None
@@ -542,8 +577,8 @@ class EncryptedSession(SessionWrapper):
     async def clear_session(self, *, wrapper: Any = None) -> None:
         """Delete every item of this session."""
         await call_with_wrapper(self.inner.clear_session, wrapper=wrapper)
-        self._plain.clear()
-        self._plain_size = 0
+        if self._plain is not None:
+            self._plain.drop_session(self.session_id)
 
     # -- the SDK's compaction hooks ------------------------------------------------------------
 
@@ -623,6 +658,12 @@ class EncryptedSession(SessionWrapper):
             return bool(await raw.replace_suffix(raw_start, self._seal_items(output)))
 
         return type(raw)(items, raw.complete and boundary == 0, replace_suffix)
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """The SDK's hook: encrypt ``items`` and replace the whole history with them in one
+        transaction of the wrapped session; False when it cannot (the SDK then clears and
+        adds)."""
+        return await atomic_replace(self.inner, self._seal_items(items))
 
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers (SEQUENCED)."""

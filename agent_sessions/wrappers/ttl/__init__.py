@@ -36,7 +36,7 @@ from agents.memory import Session
 from ...core.capabilities import Capability, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ...core.family import REGISTRY, member_purposes, side_store
-from ..base import SessionWrapper, check_max_item_bytes
+from ..base import SessionWrapper, atomic_replace, check_max_item_bytes
 from .boundary import Boundary, newest_dead_by_scan
 from .family import PURPOSE, Lifecycle, State
 
@@ -183,6 +183,7 @@ class TTLSession(SessionWrapper):
                 ttl=self.ttl,
                 sliding=self.sliding,
                 refresh=self._refresh_family_expiry if native else None,
+                clock_skew=self.clock_skew,
             )
         return self._life
 
@@ -197,7 +198,7 @@ class TTLSession(SessionWrapper):
     async def _sync(self) -> None:
         """Read the family's lifecycle state before a read (family expiry only)."""
         if self._family_expiry:
-            self._state = await self._lifecycle().read()
+            self._state = await self._lifecycle().current(self.clock())
 
     # -- expiry rules --------------------------------------------------------------------------
 
@@ -358,6 +359,45 @@ class TTLSession(SessionWrapper):
     async def clear_session(self) -> None:
         """Delete every item of this session."""
         await self.inner.clear_session()
+
+    # -- the SDK compaction session's hooks (see core.sdk_compaction) ---------------------------
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
+    ) -> Any:
+        """The SDK's hook over the inner session's: the live items among the latest ``limit``
+        stored ones; the replacement is stamped now. The transaction also drops the oldest
+        items that are dead on their own (their item or session lifetime is over)."""
+        reader = getattr(self.inner, "_get_compaction_snapshot", None)
+        if reader is None:
+            return None
+        await self._sync()
+        now = self.clock()
+
+        def prune(envelope: Any) -> bool:
+            t = _time(envelope, "t")
+            if t is None:
+                return False  # not ours: never deleted here
+            if self._dead(envelope, t, now, self.clock_skew):
+                return True
+            return prune_prefix is not None and prune_prefix(envelope["item"])
+
+        raw = await reader(limit, prune_prefix=prune)
+        if raw is None:
+            return None
+        start = self._visible_from(raw.items, now)
+        items = [envelope["item"] for envelope in raw.items[start:]]
+
+        async def replace_suffix(index: int, output: list[TResponseInputItem]) -> bool:
+            raw_start = 0 if index == 0 else start + index  # dead items go with the suffix
+            return bool(await raw.replace_suffix(raw_start, await self._stamp(output)))
+
+        return type(raw)(items, raw.complete or start > 0, replace_suffix)
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """The SDK's hook: stamp ``items`` now and replace the whole history with them in one
+        transaction of the inner session; False when it cannot."""
+        return await atomic_replace(self.inner, await self._stamp(items))
 
     # -- maintenance ---------------------------------------------------------------------------
 

@@ -16,12 +16,19 @@ since ``c`` (absolute), and an item stamped before ``d`` belongs to an earlier l
 ``item_ttl`` stays per item. Over a store with native expiry, the family's writes also refresh
 the expiry of every member at least every ``ttl / 2``, so no member is removed by the store
 while the family lives.
+
+The newest record an object has seen is reused instead of read again while it says the family
+is alive ``clock_skew`` ahead of ``now``: no later write can change what it answers (a write
+into a live family keeps ``c`` and ``d`` and only moves ``t`` later; ``c`` and ``d`` change
+only once the family died, which it cannot have done yet), so reads stay exact without a
+round trip. A store that names its location (``store_key()``) shares that knowledge across
+the objects of the process, so a session object built per request skips the read too.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +41,10 @@ PURPOSE = "ttl"
 
 _TRIM_EVERY = 16
 """Records are trimmed to the newest one every this many writes (one range delete)."""
+
+_KNOWN: dict[Hashable, State] = {}
+"""Newest record seen per family store location (process-wide; see the module doc)."""
+_KNOWN_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -56,10 +67,15 @@ class Lifecycle:
         ttl: float,
         sliding: bool,
         refresh: Callable[[], Awaitable[None]] | None,
+        clock_skew: float = 0.0,
     ) -> None:
         self.store = store
         self.ttl = ttl
         self.sliding = sliding
+        self.clock_skew = clock_skew
+        where = getattr(store, "store_key", None)
+        self._key: Hashable | None = where() if callable(where) else None
+        self._known: State | None = None
         self._refresh = refresh
         self._refreshed: float | None = None
         self._lock = asyncio.Lock()
@@ -67,7 +83,27 @@ class Lifecycle:
     async def read(self) -> State | None:
         """The newest record, or None when the family was never written (or was purged)."""
         newest = await self.store.get_items(limit=1)
-        return _state(newest[-1]) if newest else None
+        state = _state(newest[-1]) if newest else None
+        if state is not None:
+            self._remember(state)
+        return state
+
+    async def current(self, now: float) -> State | None:
+        """The family's state for answering at ``now``: a record seen before while it still
+        says alive ``clock_skew`` ahead (no round trip), else the newest one read."""
+        known = self._known if self._key is None else _KNOWN.get(self._key, self._known)
+        if known is not None and not self.dead(known, now, -self.clock_skew):
+            return known
+        return await self.read()
+
+    def _remember(self, state: State) -> None:
+        self._known = state
+        if self._key is not None:
+            known = _KNOWN
+            known.pop(self._key, None)  # re-inserted last: the oldest entries go first
+            if len(known) >= _KNOWN_MAX:
+                del known[next(iter(known))]
+            known[self._key] = state
 
     def dead(self, state: State | None, now: float, margin: float = 0.0) -> bool:
         """Whether the whole family is dead at ``now`` (None: never written)."""
@@ -78,7 +114,9 @@ class Lifecycle:
 
     async def touch(self, now: float) -> State:
         """Record a write at ``now``; return the family's state including it."""
-        state = await self.read()
+        # Absolute mode reads the record: a write after an erase must start a new lifetime
+        # (``c``); in sliding mode ``c`` decides nothing and a live family keeps its ``d``.
+        state = await (self.current(now) if self.sliding else self.read())
         if state is None:
             c, d = now, 0.0
         elif self.dead(state, now):
@@ -98,7 +136,9 @@ class Lifecycle:
             async with self._lock:
                 self._refreshed = now
                 await self._refresh()
-        return State(now, c, d)
+        state = State(now, c, d)
+        self._remember(state)
+        return state
 
 
 def _state(record: Any) -> State | None:

@@ -50,6 +50,8 @@ class WindowSession(SessionWrapper):
     ``run_compaction`` (the Runner's hook) exists exactly when ``inner`` has it, and calls it.
     """
 
+    sdk_compaction_passthrough = True  # items are stored unchanged
+
     def __init__(
         self,
         inner: Session,
