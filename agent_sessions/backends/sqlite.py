@@ -151,6 +151,7 @@ class _Job:
 
 
 _STOP = object()
+_UNDECODABLE = object()
 
 
 class _Database:
@@ -487,6 +488,29 @@ class SQLiteSession(BaseSession):
             return rows[0][0] if rows else None
 
         return await self._run(_write, pop)
+
+    pops_checked = True
+    """Offers ``_pop_checked``: a layer's check of the newest item runs inside the pop."""
+
+    async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
+        """Remove the newest item and return ``check(item)`` in one transaction; when
+        ``check`` raises, nothing is removed and the exception propagates. ``check`` runs on
+        the worker thread (it must not touch state the event loop mutates). Items that do
+        not decode are removed on the way, as ``pop_item`` does. None when empty."""
+        self._check_open()
+        sql, sid, decode = self._schema.pop, self.session_id, self._decode
+
+        def pop(raw: sqlite3.Connection) -> Any:
+            rows = raw.execute(sql, (sid,)).fetchall()  # drain RETURNING before the check
+            if not rows:
+                return None
+            item = decode(rows[0][0], None)
+            return _UNDECODABLE if item is None else check(item)
+
+        while True:
+            result = await self._run(_write, pop)
+            if result is not _UNDECODABLE:
+                return result
 
     async def _clear(self) -> None:
         statements, sid = self._schema.clear, self.session_id
