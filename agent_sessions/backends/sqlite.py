@@ -48,11 +48,32 @@ def check_identifier(name: str, what: str) -> str:
     return name
 
 
+_QUOTES = {'"': '"', "`": "`", "[": "]"}
+
+
+def sqlite_table_name(name: str, what: str) -> str:
+    """Return the table ``name`` names: a plain identifier as is, or one SQL-quoted the ways
+    SQLite reads (``"t"``, `` `t` ``, ``[t]``; the SDK passes its names to SQL verbatim, so
+    its users may have quoted them) unquoted. Anything else raises ValueError, so no name
+    reaches SQL text unless it is a plain identifier."""
+    if isinstance(name, str) and len(name) >= 2 and _QUOTES.get(name[0]) == name[-1]:
+        inner, close = name[1:-1], name[-1]
+        if close != "]":
+            inner = inner.replace(close * 2, close)
+        if _IDENTIFIER.fullmatch(inner):
+            return inner
+        raise ValueError(
+            f"{what}: a quoted table name must hold a plain identifier (letters, digits, "
+            f"underscore; at most 63 characters, not starting with a digit), got {name!r}"
+        )
+    return check_identifier(name, what)
+
+
 class _Schema:
     """SQL text for one pair of tables, built once."""
 
     def __init__(self, sessions: str, messages: str) -> None:
-        s, m = check_identifier(sessions, "sessions_table"), check_identifier(
+        s, m = sqlite_table_name(sessions, "sessions_table"), sqlite_table_name(
             messages, "messages_table"
         )
         self.key = (s, m)
@@ -369,7 +390,8 @@ class SQLiteSession(BaseSession):
         session_id: the conversation's id.
         path: database file; ``":memory:"`` (default) keeps a private in-memory database.
             ``db_path`` is accepted as an alias, as in the SDK.
-        sessions_table, messages_table: table names (plain identifiers), SDK defaults.
+        sessions_table, messages_table: table names (plain identifiers, optionally SQL-quoted:
+            ``'"t"'`` names table ``t``), SDK defaults.
         busy_timeout: seconds a write waits for another process's write lock.
         synchronous: SQLite's ``synchronous`` pragma. ``"NORMAL"`` (default) keeps every
             committed write across a process crash or kill; only a power loss or OS crash can
