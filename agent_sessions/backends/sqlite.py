@@ -503,8 +503,12 @@ class SQLiteSession(BaseSession):
 
         return await self._run(_write, pop)
 
-    pops_checked = True
-    """Offers ``_pop_checked``: a layer's check of the newest item runs inside the pop."""
+    @property
+    def pops_checked(self) -> bool:
+        """Offers ``_pop_checked``: a layer's check of the newest item runs inside the pop.
+        Not when a subclass overrides ``pop_item``: a layer must then pop through it (as the
+        SDK's ``EncryptedSession`` does)."""
+        return type(self).pop_item is SQLiteSession.pop_item
 
     async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
         """Remove the newest item and return ``check(item)`` in one transaction; when
