@@ -15,6 +15,7 @@ from agents.extensions.memory.advanced_sqlite_session import AdvancedSQLiteSessi
 from agents.memory import Session
 from agents.memory import SQLiteSession as SDKSQLiteSession
 
+from agent_sessions import AdvancedSQLiteSession as OurAdvancedSQLiteSession
 from agent_sessions import InMemorySession, InMemoryStore, SQLiteSession
 from agent_sessions.errors import BranchError, BranchNotFoundError
 from agent_sessions.testing import SessionConformanceSuite
@@ -207,6 +208,57 @@ async def test_errors_match_the_sdk(make: Any) -> None:
     with pytest.raises(BranchError, match="already been used"):
         await s.create_branch_from_turn(1, "b1")  # deleted names stay reserved, as in the SDK
     await s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_failed_forced_delete_raises_and_writes_nothing(make: Any) -> None:
+    a, b = make(), make()
+    await a.add_items(turns(2))
+    await a.create_branch_from_turn(2, "alt")
+    await a.add_items([user("on alt")])
+    log = await a._log.session.get_items()
+    with pytest.raises(BranchNotFoundError, match="Branch 'ghost' does not exist"):
+        await a.delete_branch("ghost", force=True)
+    assert await a._log.session.get_items() == log
+    assert a._current_branch_id == "alt"
+    # Two objects force-deleting one branch at once: one deletes it, the other raises.
+    results = await asyncio.gather(
+        a.delete_branch("alt", force=True), b.delete_branch("alt", force=True),
+        return_exceptions=True,
+    )
+    assert sorted(type(r).__name__ for r in results) == ["BranchNotFoundError", "NoneType"]
+    assert [x["branch_id"] for x in await b.list_branches()] == ["main"]
+    assert contents(await a.get_items()) == contents(turns(2))
+    await close_all(a, b)
+
+
+@pytest.mark.asyncio
+async def test_sdk_constructor_takes_quoted_table_names_and_refuses_hostile_ones(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "quoted.db")
+    s = OurAdvancedSQLiteSession(
+        session_id="q", db_path=db, create_tables=True,
+        sessions_table='"quoted_sessions"', messages_table="[quoted_messages]",
+    )
+    await s.add_items(turns(1))
+    await s.create_branch_from_turn(1, "b")
+    assert (s.sessions_table, s.messages_table) == ("quoted_sessions", "quoted_messages")
+    # The SDK's class reads the same tables (it can quote only the sessions table: it builds
+    # an index name from the messages table's).
+    sdk = SDKSQLiteSession(
+        "q", db, sessions_table='"quoted_sessions"', messages_table="quoted_messages"
+    )
+    assert await sdk.get_items() == turns(1)
+    sdk.close()
+    await s.close()
+    for hostile in ('"x; DROP TABLE quoted_messages; --"', 'x"; DROP', '"a b"', '"', "[a]]"):
+        with pytest.raises(ValueError, match="messages_table"):
+            OurAdvancedSQLiteSession(session_id="q", db_path=db, messages_table=hostile)
+    with sqlite3.connect(db) as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"quoted_sessions", "quoted_messages"} <= names
+    assert not any(";" in n or " " in n for n in names)
 
 
 @pytest.mark.asyncio

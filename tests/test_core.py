@@ -178,3 +178,20 @@ def test_importing_the_package_imports_no_optional_driver() -> None:
 def test_lazy_names_resolve_or_fail_clearly() -> None:
     with pytest.raises(AttributeError, match="no attribute"):
         agent_sessions.NoSuchThing  # noqa: B018
+
+
+@pytest.mark.asyncio
+async def test_memory_compaction_snapshot_prunes_the_oldest_items_atomically() -> None:
+    """The SDK's suffix swap on InMemorySession drops a prunable prefix in the same step,
+    refuses when the suffix changed, and never reuses a number."""
+    s = InMemorySession("prune", store=agent_sessions.InMemoryStore())
+    summary: Any = {"type": "compaction", "encrypted_content": "s"}
+    await s.add_items([{"role": "user", "content": str(i)} for i in range(5)])
+    snapshot = await s._get_compaction_snapshot(2, prune_prefix=lambda i: i["content"] < "2")
+    assert [i["content"] for i in snapshot.items] == ["3", "4"] and not snapshot.complete
+    await s.add_items([{"role": "user", "content": "late"}])
+    assert not await snapshot.replace_suffix(0, [summary])
+    snapshot = await s._get_compaction_snapshot(3, prune_prefix=lambda i: i["content"] < "2")
+    assert await snapshot.replace_suffix(1, [summary])
+    assert [i.get("content") for i in await s.get_items()] == ["2", "3", None]
+    assert await s.add_sequenced_items([{"role": "user", "content": "next"}]) == [8]

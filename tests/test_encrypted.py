@@ -329,13 +329,37 @@ async def test_wrong_key_and_unknown_key_id_never_yield_plaintext(
         await unknown.get_items()
 
 
+def _inner_factories() -> list[Any]:
+    """Inner sessions over one store: the generic pop path (memory) and the one where the
+    check runs inside the store's atomic pop (SQLite, bare and under TTL)."""
+
+    def memory(tmp: Path) -> Any:
+        store = InMemoryStore()
+        return lambda session_id: InMemorySession(session_id, store=store)
+
+    def sqlite(tmp: Path) -> Any:
+        return lambda session_id: SQLiteSession(session_id, str(tmp / "pop.db"))
+
+    def ttl_sqlite(tmp: Path) -> Any:
+        return lambda session_id: TTLSession(SQLiteSession(session_id, str(tmp / "pop.db")), 3600)
+
+    return [
+        pytest.param(memory, id="memory"),
+        pytest.param(sqlite, id="sqlite"),
+        pytest.param(ttl_sqlite, id="ttl-sqlite"),
+    ]
+
+
 @pytest.mark.asyncio
-async def test_a_wrong_key_never_deletes_and_reads_skip_unreadable_items() -> None:
-    store = InMemoryStore()
+@pytest.mark.parametrize("factory", _inner_factories())
+async def test_a_wrong_key_never_deletes_and_reads_skip_unreadable_items(
+    factory: Any, tmp_path: Path
+) -> None:
+    make = factory(tmp_path)
     session_id = sid()
-    good = EncryptedSession(InMemorySession(session_id, store=store), encryption_key=KEY)
+    good = EncryptedSession(make(session_id), encryption_key=KEY)
     await good.add_items([msg("readable")])
-    other = EncryptedSession(InMemorySession(session_id, store=store), encryption_key=OLD_KEY)
+    other = EncryptedSession(make(session_id), encryption_key=OLD_KEY)
     await other.add_items([msg("other key 1"), msg("other key 2")])
     stored = await good.inner.get_items()
     # get_items(limit=n) returns the latest n readable items, as the SDK's.
@@ -355,8 +379,11 @@ async def test_a_wrong_key_never_deletes_and_reads_skip_unreadable_items() -> No
 
 
 @pytest.mark.asyncio
-async def test_pop_drains_plaintext_above_the_newest_readable_item() -> None:
-    inner = InMemorySession(sid())
+@pytest.mark.parametrize("factory", _inner_factories())
+async def test_pop_drains_plaintext_above_the_newest_readable_item(
+    factory: Any, tmp_path: Path
+) -> None:
+    inner = factory(tmp_path)(sid())
     session = EncryptedSession(inner, encryption_key=KEY)
     await session.add_items([msg("kept")])
     await inner.add_items([msg("plaintext 1"), msg("plaintext 2")])

@@ -375,10 +375,16 @@ async def test_sequence_numbers_survive_a_lost_meta_key(raw: Redis) -> None:
 
 
 @pytest.mark.asyncio
-async def test_large_batch_is_one_atomic_write(redis_up: None) -> None:
+async def test_large_batch_is_one_atomic_write(
+    redis_up: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = RedisSession.from_url(_sid(), url=REDIS_URL, key_prefix=PREFIX)
     try:
+        sent: list[object] = []
+        monkeypatch.setattr(s.client, "execute_command", _recording(s.client, sent))
         seqs = await s.add_sequenced_items([_msg(str(i)) for i in range(5000)])
+        assert sent == ["EVALSHA"], "a batch must be one command"
+        monkeypatch.undo()
         assert seqs == list(range(1, 5001))
         assert await s.count_items() == 5000
         assert texts(await s.get_items(limit=2)) == ["4998", "4999"]
@@ -389,17 +395,30 @@ async def test_large_batch_is_one_atomic_write(redis_up: None) -> None:
         await s.close()
 
 
+def _recording(client: Any, sent: list[object]) -> Any:
+    execute = client.execute_command
+
+    async def execute_command(*args: Any, **options: Any) -> Any:
+        sent.append(args[0])
+        return await execute(*args, **options)
+
+    return execute_command
+
+
+# The writer sends what RedisSession.add_items sends (one APPEND script per batch) without
+# importing the SDK, which takes seconds on a loaded machine.
 _WRITER = """
-import asyncio, sys
-from agent_sessions.backends.redis import RedisSession
+import asyncio, json, sys
+from redis.asyncio import Redis
+from agent_sessions.backends._redis_layout import APPEND, session_keys
 
 async def main():
-    s = RedisSession.from_url(sys.argv[2], url=sys.argv[1], key_prefix=sys.argv[3])
+    client = Redis.from_url(sys.argv[1])
+    keys = session_keys(sys.argv[3], sys.argv[2])
     batch = 0
     while True:
-        await s.add_items(
-            [{"role": "user", "content": f"{batch}:{k}:" + "x" * 5000} for k in range(200)]
-        )
+        items = [{"role": "user", "content": f"{batch}:{k}:" + "x" * 5000} for k in range(200)]
+        await APPEND(client, keys, "0", *[json.dumps(item) for item in items])
         batch += 1
 
 asyncio.run(main())
@@ -555,10 +574,12 @@ async def test_hung_server_raises_within_the_timeout_and_recovers(
         await s.add_items([_msg("before")])
         assert private_redis.process is not None
         os.kill(private_redis.process.pid, signal.SIGSTOP)  # accepts nothing, answers nothing
+        s.timeout = 0.2  # six calls each wait this long; the healthy calls keep 0.5 s
         try:
             await _every_operation_fails_fast(s, bound=3.0)
         finally:
             os.kill(private_redis.process.pid, signal.SIGCONT)
+            s.timeout = 0.5
         # Commands already in the socket run when the server resumes, so the outcome of the
         # timed-out writes is unknown; what is certain: the batch is whole or absent.
         await s.add_items([_msg("after")])
@@ -636,3 +657,40 @@ async def test_hung_cluster_node_fails_its_sessions_only_and_they_recover(
         for s in sessions:
             await s.clear_session()
             await s.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("decode", [False, True])
+async def test_compaction_snapshot_prunes_the_oldest_items_in_the_same_script(
+    redis_up: None, decode: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's encrypted session asks the store to drop an expired prefix while it swaps
+    the suffix; a prefix that changed meanwhile makes the swap change nothing."""
+    s = RedisSession.from_url(
+        _sid(), url=REDIS_URL, key_prefix=PREFIX, redis_kwargs={"decode_responses": decode}
+    )
+    summary = {"type": "compaction", "encrypted_content": "s"}
+    try:
+        await s.add_items([_msg(str(i)) for i in range(6)])
+        snapshot = await s._get_compaction_snapshot(
+            2, prune_prefix=lambda item: item["content"] in ("0", "1", "3")
+        )
+        assert texts(snapshot.items) == ["4", "5"] and not snapshot.complete
+        assert await snapshot.replace_suffix(0, [summary])
+        assert await s.get_items() == [_msg("2"), _msg("3"), summary]
+        snapshot = await s._get_compaction_snapshot(1, prune_prefix=lambda item: True)
+        prunable = s._prunable
+
+        async def racing(before: int, prune: Any) -> list[Any]:
+            found = await prunable(before, prune)
+            await s.rewrite_items([(3, _msg("changed"))])  # between the read and the script
+            return found
+
+        monkeypatch.setattr(s, "_prunable", racing)
+        assert not await snapshot.replace_suffix(0, [summary])
+        assert await s.get_items() == [_msg("changed"), _msg("3"), summary]
+        seqs = await s.add_sequenced_items([_msg("after")])
+        assert seqs == [8], "replaced items' numbers are never reused"
+    finally:
+        await s.clear_session()
+        await s.close()

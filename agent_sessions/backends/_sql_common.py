@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,3 +187,46 @@ def prunable_end(rows: list[Row], prune: Callable[[str], bool]) -> int | None:
             break
         end = seq
     return end
+
+
+async def delete_for_swap(
+    fetch: Callable[[str, tuple[Any, ...]], Awaitable[list[Row]]],
+    execute: Callable[[str, tuple[Any, ...]], Awaitable[object]],
+    messages: str,
+    marks: tuple[str, str],
+    session_id: str,
+    expected: list[Row] | None,
+    prune: Callable[[str], bool] | None,
+    *,
+    order: tuple[str, ...] = ("seq",),
+) -> bool:
+    """The deleting half of ``replace_rows``, inside the caller's transaction: return False,
+    deleting nothing, unless the newest ``len(expected)`` rows are ``expected``; else delete
+    them (every row when ``expected`` is None) and the oldest rows ``prune`` accepts.
+
+    ``marks`` are the dialect's first two placeholders; ``order`` the columns that order a
+    session's rows by seq along its index.
+    """
+    a, b = marks
+    where = f"FROM {messages} WHERE session_id = {a}"
+    if expected is None:
+        await execute(f"DELETE {where}", (session_id,))
+        return True
+    newest = ", ".join(f"{column} DESC" for column in order)
+    rows = await fetch(
+        f"SELECT seq, message_data {where} ORDER BY {newest} LIMIT {b}",
+        (session_id, len(expected)),
+    )
+    if rows[::-1] != list(expected):
+        return False
+    first = expected[0][0]
+    if prune is not None:
+        older = await fetch(
+            f"SELECT seq, message_data {where} AND seq < {b} ORDER BY {', '.join(order)}",
+            (session_id, first),
+        )
+        end = prunable_end(older, prune)
+        if end is not None:
+            await execute(f"DELETE {where} AND seq <= {b}", (session_id, end))
+    await execute(f"DELETE {where} AND seq >= {b}", (session_id, first))
+    return True

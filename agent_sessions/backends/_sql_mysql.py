@@ -29,7 +29,7 @@ from ._sql_common import (
     Tables,
     causes,
     check_version,
-    prunable_end,
+    delete_for_swap,
     range_clause,
 )
 
@@ -272,41 +272,25 @@ class MySQLDialect(SqlDialect):
         payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
-        m, sid = self.t.messages, session_id
+        sid = session_id
         async with conn.cursor() as cur:
+
+            async def fetch(sql: str, args: tuple[Any, ...]) -> list[Row]:
+                await cur.execute(sql, args)
+                return [(r[0], str(r[1])) for r in await cur.fetchall()]
+
             if conn.get_autocommit():
                 await conn.begin()
             try:
                 # Locks the counter row (created if missing), so appends wait for this swap.
                 await cur.execute(self._bump, (sid, 0, 0))
-                if expected is None:
-                    await cur.execute(f"DELETE FROM {m} WHERE session_id = %s", (sid,))
-                else:
-                    await cur.execute(
-                        f"SELECT seq, message_data FROM {m} WHERE session_id = %s "
-                        "ORDER BY session_id DESC, seq DESC LIMIT %s",
-                        (sid, len(expected)),
-                    )
-                    rows = [(r[0], str(r[1])) for r in await cur.fetchall()]
-                    if rows[::-1] != list(expected):
-                        await conn.rollback()
-                        return False
-                    first = expected[0][0]
-                    if prune is not None:
-                        await cur.execute(
-                            f"SELECT seq, message_data FROM {m} WHERE session_id = %s "
-                            "AND seq < %s ORDER BY session_id, seq",
-                            (sid, first),
-                        )
-                        older = [(r[0], str(r[1])) for r in await cur.fetchall()]
-                        end = prunable_end(older, prune)
-                        if end is not None:
-                            await cur.execute(
-                                f"DELETE FROM {m} WHERE session_id = %s AND seq <= %s", (sid, end)
-                            )
-                    await cur.execute(
-                        f"DELETE FROM {m} WHERE session_id = %s AND seq >= %s", (sid, first)
-                    )
+                marks = ("%s", "%s")
+                order = ("session_id", "seq")
+                if not await delete_for_swap(
+                    fetch, cur.execute, self.t.messages, marks, sid, expected, prune, order=order
+                ):
+                    await conn.rollback()
+                    return False
                 if payloads:
                     n = len(payloads)
                     await cur.execute(self._bump, (sid, n, n))

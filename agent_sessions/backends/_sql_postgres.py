@@ -26,7 +26,7 @@ from ._sql_common import (
     Tables,
     causes,
     check_version,
-    prunable_end,
+    delete_for_swap,
     range_clause,
 )
 
@@ -160,36 +160,18 @@ class PostgresDialect(SqlDialect):
         payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
-        m = self.t.messages
+        async def fetch(sql: str, args: tuple[Any, ...]) -> list[Row]:
+            return [(r[0], r[1]) for r in await conn.fetch(sql, *args)]
+
+        async def execute(sql: str, args: tuple[Any, ...]) -> object:
+            return await conn.execute(sql, *args)
+
         async with conn.transaction(isolation="read_committed"):
             await conn.execute(self._clear[0], session_id)  # locks the counter row
-            if expected is None:
-                await conn.execute(f"DELETE FROM {m} WHERE session_id = $1", session_id)
-            else:
-                rows = await conn.fetch(
-                    f"SELECT seq, message_data FROM {m} WHERE session_id = $1 "
-                    "ORDER BY seq DESC LIMIT $2",
-                    session_id,
-                    len(expected),
-                )
-                if [(r[0], r[1]) for r in reversed(rows)] != list(expected):
-                    return False
-                first = expected[0][0]
-                if prune is not None:
-                    older = await conn.fetch(
-                        f"SELECT seq, message_data FROM {m} WHERE session_id = $1 AND seq < $2 "
-                        "ORDER BY seq",
-                        session_id,
-                        first,
-                    )
-                    end = prunable_end([(r[0], r[1]) for r in older], prune)
-                    if end is not None:
-                        await conn.execute(
-                            f"DELETE FROM {m} WHERE session_id = $1 AND seq <= $2", session_id, end
-                        )
-                await conn.execute(
-                    f"DELETE FROM {m} WHERE session_id = $1 AND seq >= $2", session_id, first
-                )
+            if not await delete_for_swap(
+                fetch, execute, self.t.messages, ("$1", "$2"), session_id, expected, prune
+            ):
+                return False
             if payloads:
                 await conn.fetchval(self._append, session_id, len(payloads), payloads)
         return True

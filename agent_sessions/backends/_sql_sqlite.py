@@ -19,7 +19,7 @@ from ._sql_common import (
     Tables,
     causes,
     check_version,
-    prunable_end,
+    delete_for_swap,
     range_clause,
 )
 
@@ -162,7 +162,7 @@ class SqliteDialect(SqlDialect):
         payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
-        m, sid = self.t.messages, session_id
+        sid = session_id
 
         async def fetch(sql: str, args: tuple[Any, ...]) -> list[Row]:
             cur = await conn.execute(sql, args)
@@ -171,31 +171,10 @@ class SqliteDialect(SqlDialect):
             return rows
 
         async def run() -> bool:
-            if expected is None:
-                await conn.execute(f"DELETE FROM {m} WHERE session_id = ?", (sid,))
-            else:
-                rows = await fetch(
-                    f"SELECT seq, message_data FROM {m} WHERE session_id = ? "
-                    "ORDER BY seq DESC LIMIT ?",
-                    (sid, len(expected)),
-                )
-                if rows[::-1] != list(expected):
-                    return False
-                first = expected[0][0]
-                if prune is not None:
-                    older = await fetch(
-                        f"SELECT seq, message_data FROM {m} WHERE session_id = ? AND seq < ? "
-                        "ORDER BY seq",
-                        (sid, first),
-                    )
-                    end = prunable_end(older, prune)
-                    if end is not None:
-                        await conn.execute(
-                            f"DELETE FROM {m} WHERE session_id = ? AND seq <= ?", (sid, end)
-                        )
-                await conn.execute(
-                    f"DELETE FROM {m} WHERE session_id = ? AND seq >= ?", (sid, first)
-                )
+            if not await delete_for_swap(
+                fetch, conn.execute, self.t.messages, ("?", "?"), sid, expected, prune
+            ):
+                return False
             if payloads:
                 n = len(payloads)
                 cur = await conn.execute(self._bump, (sid, n))

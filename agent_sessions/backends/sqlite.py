@@ -48,11 +48,32 @@ def check_identifier(name: str, what: str) -> str:
     return name
 
 
+_QUOTES = {'"': '"', "`": "`", "[": "]"}
+
+
+def sqlite_table_name(name: str, what: str) -> str:
+    """Return the table ``name`` names: a plain identifier as is, or one SQL-quoted the ways
+    SQLite reads (``"t"``, `` `t` ``, ``[t]``; the SDK passes its names to SQL verbatim, so
+    its users may have quoted them) unquoted. Anything else raises ValueError, so no name
+    reaches SQL text unless it is a plain identifier."""
+    if isinstance(name, str) and len(name) >= 2 and _QUOTES.get(name[0]) == name[-1]:
+        inner, close = name[1:-1], name[-1]
+        if close != "]":
+            inner = inner.replace(close * 2, close)
+        if _IDENTIFIER.fullmatch(inner):
+            return inner
+        raise ValueError(
+            f"{what}: a quoted table name must hold a plain identifier (letters, digits, "
+            f"underscore; at most 63 characters, not starting with a digit), got {name!r}"
+        )
+    return check_identifier(name, what)
+
+
 class _Schema:
     """SQL text for one pair of tables, built once."""
 
     def __init__(self, sessions: str, messages: str) -> None:
-        s, m = check_identifier(sessions, "sessions_table"), check_identifier(
+        s, m = sqlite_table_name(sessions, "sessions_table"), sqlite_table_name(
             messages, "messages_table"
         )
         self.key = (s, m)
@@ -130,6 +151,7 @@ class _Job:
 
 
 _STOP = object()
+_UNDECODABLE = object()
 
 
 class _Database:
@@ -138,6 +160,7 @@ class _Database:
 
     _registry: ClassVar[dict[tuple[str, float, str], _Database]] = {}
     _registry_lock: ClassVar[threading.Lock] = threading.Lock()
+    _aliases: ClassVar[dict[Any, tuple[str, float, str]]] = {}
     _forked_leftovers: ClassVar[list[Any]] = []
 
     def __init__(
@@ -164,9 +187,22 @@ class _Database:
                      synchronous)
             db.users = 1
             return db
-        real = os.path.realpath(os.path.expanduser(path))
+        given = os.path.expanduser(path)
+        # The path as given (and the working directory it is relative to) remembers its
+        # resolved key while that database is open: realpath costs 3 lstat calls per object.
+        alias = (given if os.path.isabs(given) else (os.getcwd(), given), busy_timeout, synchronous)
+        with cls._registry_lock:
+            known = cls._aliases.get(alias)
+            found = cls._registry.get(known) if known is not None else None
+            if found is not None and not found.closed:
+                found.users += 1
+                return found
+        real = os.path.realpath(given)
         key = (real, float(busy_timeout), synchronous)
         with cls._registry_lock:
+            if len(cls._aliases) >= 1024:
+                cls._aliases.clear()
+            cls._aliases[alias] = key
             found = cls._registry.get(key)
             db = found if found is not None and not found.closed else cls(
                 key, real, busy_timeout, synchronous
@@ -354,7 +390,8 @@ class SQLiteSession(BaseSession):
         session_id: the conversation's id.
         path: database file; ``":memory:"`` (default) keeps a private in-memory database.
             ``db_path`` is accepted as an alias, as in the SDK.
-        sessions_table, messages_table: table names (plain identifiers), SDK defaults.
+        sessions_table, messages_table: table names (plain identifiers, optionally SQL-quoted:
+            ``'"t"'`` names table ``t``), SDK defaults.
         busy_timeout: seconds a write waits for another process's write lock.
         synchronous: SQLite's ``synchronous`` pragma. ``"NORMAL"`` (default) keeps every
             committed write across a process crash or kill; only a power loss or OS crash can
@@ -465,6 +502,33 @@ class SQLiteSession(BaseSession):
             return rows[0][0] if rows else None
 
         return await self._run(_write, pop)
+
+    @property
+    def pops_checked(self) -> bool:
+        """Offers ``_pop_checked``: a layer's check of the newest item runs inside the pop.
+        Not when a subclass overrides ``pop_item``: a layer must then pop through it (as the
+        SDK's ``EncryptedSession`` does)."""
+        return type(self).pop_item is SQLiteSession.pop_item
+
+    async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
+        """Remove the newest item and return ``check(item)`` in one transaction; when
+        ``check`` raises, nothing is removed and the exception propagates. ``check`` runs on
+        the worker thread (it must not touch state the event loop mutates). Items that do
+        not decode are removed on the way, as ``pop_item`` does. None when empty."""
+        self._check_open()
+        sql, sid, decode = self._schema.pop, self.session_id, self._decode
+
+        def pop(raw: sqlite3.Connection) -> Any:
+            rows = raw.execute(sql, (sid,)).fetchall()  # drain RETURNING before the check
+            if not rows:
+                return None
+            item = decode(rows[0][0], None)
+            return _UNDECODABLE if item is None else check(item)
+
+        while True:
+            result = await self._run(_write, pop)
+            if result is not _UNDECODABLE:
+                return result
 
     async def _clear(self) -> None:
         statements, sid = self._schema.clear, self.session_id

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -11,6 +10,7 @@ import pytest_asyncio
 from agents.memory import Session
 
 from ..core.capabilities import Capability, supports
+from ..core.family import close_quietly
 
 SessionFactory = Callable[..., Awaitable[Session]]
 
@@ -53,15 +53,6 @@ def offers_sequencing(session: Session) -> bool:
 def offers_range_delete(session: Session) -> bool:
     """Whether ``session`` declares range deletion (with sequence numbers)."""
     return supports(session, Capability.RANGE_DELETE) and offers_sequencing(session)
-
-
-async def close_quietly(session: Session) -> None:
-    """Close ``session`` if it can be closed (sync or async ``close``)."""
-    close = getattr(session, "close", None)
-    if close is not None:
-        result = close()
-        if inspect.isawaitable(result):
-            await result
 
 
 class ConformanceBase:

@@ -12,10 +12,10 @@ from typing import Any, ClassVar
 
 import pytest
 
+from ..core.family import close_quietly
 from ._kit import (
     ConformanceBase,
     SessionFactory,
-    close_quietly,
     offers_range_delete,
     offers_sequencing,
 )

@@ -16,7 +16,8 @@ import pytest
 from agents import RunConfig, Runner
 from agents.memory import SessionSettings
 
-from ._kit import HOSTILE_ID_SUFFIXES, ConformanceBase, SessionFactory, close_quietly
+from ..core.family import close_quietly
+from ._kit import HOSTILE_ID_SUFFIXES, ConformanceBase, SessionFactory
 from ._kit import msg as _msg
 from .helpers import item_text, model_input_texts, scripted_agent, texts
 

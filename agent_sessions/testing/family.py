@@ -18,10 +18,10 @@ import pytest
 from agents.memory import Session, SessionSettings
 
 from ..core.capabilities import Capability, supports
-from ..core.family import side_store
+from ..core.family import close_quietly, side_store
 from ..errors import InvalidItemError
 from ..wrappers.foreign import expiring_layer
-from ._kit import ConformanceBase, SessionFactory, close_quietly
+from ._kit import ConformanceBase, SessionFactory
 from ._kit import msg as _msg
 from .helpers import texts
 

@@ -150,6 +150,11 @@ class AdvancedSession(BranchingSession):
         (current when None), by turn."""
         return tool_usage(await self._structure(branch_id))
 
+    @property
+    def _current_branch_id(self) -> str:
+        """The current branch as of this object's last operation (the SDK's attribute, which
+        code written against it reads)."""
+        return self._log.state.current
 
     # The SDK's attribute names, read from the inner session when it has them.
     @property

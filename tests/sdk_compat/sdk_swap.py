@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import multiprocessing.forkserver
 import os
 import re
 import uuid
@@ -89,6 +90,10 @@ def swap_classes() -> list[str]:
 
 
 _MISSING = swap_classes()
+
+# Worker processes the SDK's tests start (forkserver) import the test module afresh: swap there
+# too, or they would run the SDK's own classes against our stores.
+multiprocessing.forkserver.set_forkserver_preload(["__main__", "sdk_swap"])
 
 
 # -- exclusions and the outcome report ----------------------------------------------------------

@@ -15,6 +15,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from agents import _debug
+
 from ...errors import BranchError, BranchNotFoundError
 from ..base import SessionWrapper
 from ..foreign import SiblingFactory
@@ -247,7 +249,15 @@ class BranchingSession(SessionWrapper):
                 raise BranchError(
                     f"Branch ID '{name}' has already been used. Choose a new branch ID."
                 )
-        self._logger.debug("Created branch '%s' from turn %s in '%s'", name, turn_number, source)
+        if _debug.DONT_LOG_MODEL_DATA:  # the SDK's switch for logging conversation content
+            self._logger.debug(
+                "Created branch '%s' from turn %s in '%s'", name, turn_number, source
+            )
+        else:
+            self._logger.debug(
+                "Created branch '%s' from turn %s ('%s') in '%s'",
+                name, turn_number, content_preview(turn.content, 50), source,
+            )
         return name
 
     async def create_branch_from_content(
@@ -285,7 +295,8 @@ class BranchingSession(SessionWrapper):
         Raises:
             BranchError (a ValueError): blank id, ``main``, or the current branch without
                 ``force`` (with ``force``, ``main`` becomes current first).
-            BranchNotFoundError: no such branch.
+            BranchNotFoundError (a ValueError): no such branch, or another object deleted it
+                (or cleared the session) first. A delete that raises changed nothing.
         """
         if not isinstance(branch_id, str) or not branch_id.strip():
             raise BranchError("Branch ID cannot be empty")
@@ -301,7 +312,10 @@ class BranchingSession(SessionWrapper):
             branch = state.branches.get(branch_id)
             if branch is None:
                 raise BranchNotFoundError(f"Branch '{branch_id}' does not exist")
-            state = await self._log.append({"op": "delete", "name": branch_id})
+            op_id = uuid.uuid4().hex
+            state = await self._log.append({"op": "delete", "id": op_id, "name": branch_id})
+            if state.deleted_by.get(branch_id) != op_id:  # another object deleted it first
+                raise BranchNotFoundError(f"Branch '{branch_id}' does not exist")
             await self._after_delete(branch_id)
             gone = {k for k, _ in branch.lineage if k != MAIN and not state.referenced(k)}
             for key in sorted(gone):

@@ -77,6 +77,8 @@ class BranchState:
         self.branches: dict[str, Branch] = {MAIN: Branch(MAIN, MAIN_LINEAGE)}
         self.current = MAIN
         self.keys: set[str] = {MAIN}
+        self.deleted_by: dict[str, Any] = {}
+        """The id of the delete record that removed each branch (since the last reset)."""
 
     def apply(self, record: Any) -> None:
         """Apply one log record; records that do not fit are ignored (and logged)."""
@@ -110,6 +112,7 @@ class BranchState:
                 self.keys.update(key for key, _ in lineage)
         elif op == "delete" and isinstance(name, str):
             if name != MAIN and self.branches.pop(name, None) is not None:
+                self.deleted_by[name] = record.get("id")
                 if self.current == name:
                     self.current = MAIN
         else:

@@ -156,6 +156,9 @@ class CompactionSession(SessionWrapper):
         self._compaction_lock: asyncio.Lock | None = None
         self._clears = 0
         self._running: RunningView | None = None
+        self._record_seen: Any = _UNREAD
+        """The record ``get_items`` read since the last check (the Runner's turn reads the
+        view, then writes, then calls the hook: the check reuses that read, once)."""
         # Expiry removes items without a pop, which the incremental check cannot notice.
         self._incremental = expiring_layer(self.inner) is None
         self._summary_tokens: tuple[str, int] | None = None
@@ -180,6 +183,7 @@ class CompactionSession(SessionWrapper):
             record, pairs = await asyncio.gather(
                 self._latest_record(), read_rows(self.inner, limit)
             )
+            self._record_seen = record
             if record is None:
                 return [item for _, item in pairs]
             tail = [item for seq, item in pairs if seq > record.boundary]
@@ -248,6 +252,7 @@ class CompactionSession(SessionWrapper):
         async with self._locks()[0]:
             self._clears += 1
             self._running = None
+            self._record_seen = _UNREAD
             # Records first: a crash in between leaves the full original history visible
             # rather than a stale boundary over a renumbered inner session.
             await self._sibling.clear_session()
@@ -485,19 +490,35 @@ class CompactionSession(SessionWrapper):
     async def _compact(self, force: bool, response_id: str | None) -> CompactionResult | None:
         generation = self._clears
         known = self._running if self._incremental and not force else None
+        seen, self._record_seen = self._record_seen, _UNREAD
         if known is not None and known.seqs:
-            # The record and the items since the newest known one, read at once.
+            # The items since the newest known one; the record too unless this turn's
+            # get_items read it (then the trigger sees the view as of the turn's start plus
+            # the items written since).
             after = known.seqs[-1] - 1
-            record, newer = await asyncio.gather(
-                self._latest_record(), read_rows(self.inner, None, after=after)
-            )
+            if seen is not _UNREAD and (seen.id if seen else None) == known.record_id:
+                record, newer = seen, await read_rows(self.inner, None, after=after)
+            else:
+                seen = _UNREAD
+                record, newer = await asyncio.gather(
+                    self._latest_record(), read_rows(self.inner, None, after=after)
+                )
             known.prefetched = (after, newer)
         else:
+            seen = _UNREAD
             record = await self._latest_record()
         # Deciding reads only the items written since the last check; compacting re-reads
         # the whole tail, so a summary never works from a stale view.
         if not force and not await self._decide(record, response_id, incremental=True):
             return None
+        if seen is not _UNREAD:
+            # Decided on the record as last read; another object may have compacted since
+            # (that only lowers the estimate). Compact only if it is still the one in force.
+            fresh = await self._latest_record()
+            if (fresh.id if fresh else None) != (record.id if record else None):
+                record = fresh
+                if not await self._decide(record, response_id, incremental=True):
+                    return None
         running = await self._refresh_running(record, incremental=False)
         snap = _Snapshot(record, list(zip(running.seqs, running.tail, strict=True)))
         tokens = await self._summary_token_count(record) + running.tokens
@@ -601,6 +622,9 @@ class CompactionSession(SessionWrapper):
         )
         if present != len(covered):
             raise _Aborted("summarised items were popped meanwhile")
+
+
+_UNREAD = object()
 
 
 def _check_summary(summary: Any) -> None:

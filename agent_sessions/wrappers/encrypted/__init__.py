@@ -141,6 +141,7 @@ class _PlainCache:
 
 
 _PLAIN = _PlainCache()
+_DRAINED = object()
 
 
 def _time_aad(t: int) -> bytes:
@@ -388,8 +389,9 @@ class EncryptedSession(SessionWrapper):
         if self._lifetime is not None and t is not None and time.time() - t > self._lifetime:
             raise _Expired("it is older than ttl")
 
-    def _open(self, envelope: Any) -> Any:
-        """Return the item inside ``envelope`` or raise _Unreadable."""
+    def _open(self, envelope: Any, remember: bool = True) -> Any:
+        """Return the item inside ``envelope`` or raise _Unreadable (``remember``: add it to
+        the plaintext cache)."""
         # Reads call this once per item: the common path is kept to a few dict lookups.
         if type(envelope) is not dict or envelope.get("type") != ENC_TYPE:
             raise _NotAnEnvelope("it is not an encrypted envelope")
@@ -437,7 +439,8 @@ class EncryptedSession(SessionWrapper):
             raise _Unreadable("the decrypted data is not JSON") from None
         if type(item) is not dict:
             raise _Unreadable("the decrypted data is not a JSON object")
-        self._remember(n, kid, c, plain, t)  # type: ignore[arg-type]
+        if remember:
+            self._remember(n, kid, c, plain, t)  # type: ignore[arg-type]
         self._check_age(t)
         return item
 
@@ -541,6 +544,14 @@ class EncryptedSession(SessionWrapper):
                 unknown key, altered bytes); it is kept. Also the SDK's ``InvalidToken``.
         """
         inner = self.inner
+        if getattr(inner, "pops_checked", False) and wrapper is None:
+            while True:  # one atomic step per stored item: the check runs inside the pop
+                try:
+                    item = await inner._pop_checked(self._poppable)  # type: ignore[attr-defined]
+                except _Unreadable as reason:
+                    raise self._mismatch(reason) from None
+                if item is not _DRAINED:
+                    return item  # type: ignore[no-any-return]
         while True:
             newest = await call_with_wrapper(inner.get_items, 1, wrapper=wrapper)
             if not newest:
@@ -558,6 +569,16 @@ class EncryptedSession(SessionWrapper):
                 # with one we cannot open: put it back rather than lose it.
                 await call_with_wrapper(inner.add_items, [popped], wrapper=wrapper)
                 raise self._mismatch(reason) from None
+
+    def _poppable(self, envelope: Any) -> Any:
+        """The check ``_pop_checked`` runs inside the pop: the item, or ``_DRAINED`` for a
+        plaintext, foreign or expired one (removed on the way); raises ``_Unreadable`` for
+        an envelope these keys cannot open, so it is not removed. Runs off the event loop's
+        thread: it reads the shared cache but does not fill it."""
+        try:
+            return self._open(envelope, remember=False)
+        except (_NotAnEnvelope, _Expired):
+            return _DRAINED
 
     def _check_poppable(self, envelope: Any) -> None:
         try:

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("agent_sessions")
 
 TTL_TYPE = "agent_sessions.ttl"
+_DEAD = object()
 _ALL = 2**62
 """A sequence number above any: everything at or below it is dead."""
 ENVELOPE_OVERHEAD = 128
@@ -355,6 +356,26 @@ class TTLSession(SessionWrapper):
         if self._dead(envelope, now, now):
             return None
         return envelope["item"]  # type: ignore[no-any-return]
+
+    @property
+    def pops_checked(self) -> bool:
+        """Whether ``_pop_checked`` is offered (when the inner session offers it)."""
+        return bool(getattr(self.inner, "pops_checked", False))
+
+    async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
+        """``pop_item`` with a layer's ``check`` of the live item inside the inner session's
+        atomic pop (see ``SQLiteSession._pop_checked``); a dead newest item is removed and
+        None returned, as ``pop_item`` does."""
+        await self._sync()
+        now = self.clock()
+
+        def unwrap(envelope: Any) -> Any:
+            if self._dead(envelope, now, now):
+                return _DEAD
+            return check(envelope["item"])
+
+        result = await self.inner._pop_checked(unwrap)  # type: ignore[attr-defined]
+        return None if result is _DEAD else result
 
     async def clear_session(self) -> None:
         """Delete every item of this session."""
