@@ -480,6 +480,45 @@ class SQLiteSession(BaseSession):
 
         return await self._run(load)
 
+    async def _load_family(
+        self, reads: list[tuple[BaseSession, int | None, int | None, int | None]]
+    ) -> list[list[Row]]:
+        if not all(
+            isinstance(s, SQLiteSession) and s._db is self._db
+            and s._schema.key == self._schema.key  # the worker creates this job's schema only
+            for s, *_ in reads
+        ):
+            return await super()._load_family(reads)
+        queries = []
+        for s, limit, after, before in reads:
+            assert isinstance(s, SQLiteSession)
+            sql, params = _range_sql(s._schema.select, after, before)
+            if limit is None:
+                sql += " ORDER BY id"
+            else:
+                sql += " ORDER BY id DESC LIMIT ?"
+                params.append(limit)
+            queries.append((sql, (s.session_id, *params), limit is not None))
+
+        def load(raw: sqlite3.Connection) -> list[list[Row]]:
+            # One read transaction: the results are one snapshot of the store.
+            began = not raw.in_transaction
+            if began:
+                raw.execute("BEGIN")
+            try:
+                out = []
+                for sql, args, newest_first in queries:
+                    rows = raw.execute(sql, args).fetchall()
+                    if newest_first:
+                        rows.reverse()
+                    out.append(rows)
+            finally:
+                if began:
+                    raw.execute("COMMIT")
+            return out
+
+        return await self._run(load)
+
     async def _pop(self) -> str | None:
         sql, sid = self._schema.pop, self.session_id
 

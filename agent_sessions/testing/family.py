@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from agents.memory import Session, SessionSettings
 
+from ..core.base import BaseSession
 from ..core.capabilities import Capability, supports
 from ..core.family import close_quietly, side_store
 from ..errors import InvalidItemError
@@ -100,6 +101,32 @@ class FamilyConformance(ConformanceBase):
             assert await compacting.compact(force=True) is not None
         # The user's limit=2 must not cut the records short (prune_archive relies on them).
         assert len(await compacting.get_compaction_records()) == 4
+        await side.clear_session()
+
+    @pytest.mark.asyncio
+    async def test_family_reads_match_reads_one_by_one(self, new_session: SessionFactory) -> None:
+        s: Any = await new_session()
+        _needs(s, Capability.FAMILY, Capability.SEQUENCED)
+        if not isinstance(s, BaseSession):
+            pytest.skip("family reads are a hook of this package's backends")
+        side = side_store(s, "records")
+        seqs = await s.add_sequenced_items([_msg(str(i)) for i in range(5)])
+        side_seqs = await side.add_sequenced_items([_msg("x"), _msg("y")])
+        reads = [
+            (side, None, side_seqs[0] - 1, None),
+            (s, 2, None, None),
+            (s, 0, None, None),
+            (s, None, seqs[0], seqs[4]),
+            (side, 1, None, side_seqs[1]),
+        ]
+        one_by_one = [
+            await m.get_sequenced_items(limit, after=after, before=before)
+            for m, limit, after, before in reads
+        ]
+        assert await s.get_sequenced_family(reads) == one_by_one
+        assert [texts(i for _, i in rows) for rows in one_by_one] == [
+            ["x", "y"], ["3", "4"], [], ["1", "2", "3"], ["x"]
+        ]
         await side.clear_session()
 
     @pytest.mark.asyncio

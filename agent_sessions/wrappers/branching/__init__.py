@@ -84,18 +84,18 @@ class BranchingSession(SessionWrapper):
             return []
         async with self._lock:
             guess = self._lineage(self._log.state, branch_id)
-            if guess is None or len(guess) > 1:
+            if guess is None:
                 lineage = self._lineage(await self._log.sync(), branch_id)
                 return await self._view.read(lineage, limit) if lineage is not None else []
-            # One open segment (e.g. ``main`` without forks, the common case): read it while
-            # the log is checked, in one round trip's time where the store serves both at once.
-            state, items = await asyncio.gather(
-                self._log.sync(), self._view.read(guess, limit)
-            )
+            # Read the open segment's newest items with the log check, in one round trip where
+            # the store serves both at once; when the branch did not move (the common case)
+            # they stand, and older segments come from the view's cache of frozen rows.
+            storage = self._storages.storage(guess[-1][0])
+            state, (tail,) = await self._log.sync_with([(storage, limit, None, None)])
             lineage = self._lineage(state, branch_id)
-            if lineage == guess:
-                return items  # type: ignore[no-any-return]
-            return await self._view.read(lineage, limit) if lineage is not None else []
+            if lineage is None:
+                return []
+            return await self._view.read(lineage, limit, tail if lineage == guess else None)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` to the current branch as one all-or-nothing batch."""
