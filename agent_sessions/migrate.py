@@ -14,7 +14,7 @@ Sessions are read whole into memory one at a time (a conversation, not a store).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -389,12 +389,6 @@ async def import_store(
             validate_session_id(sid, internal=True)
             await _write(dst, sid, items, report, on_session, **writing)
     return report
-
-
-async def iter_ids(store: Store, prefix: str | None = None) -> AsyncIterator[str]:
-    """Yield the user session ids of ``store`` (helper for the CLI)."""
-    async for info in store.require_catalog().iter_sessions(prefix=prefix):
-        yield info.session_id
 
 
 __all__ = [

@@ -574,10 +574,12 @@ async def test_hung_server_raises_within_the_timeout_and_recovers(
         await s.add_items([_msg("before")])
         assert private_redis.process is not None
         os.kill(private_redis.process.pid, signal.SIGSTOP)  # accepts nothing, answers nothing
+        s.timeout = 0.2  # six calls each wait this long; the healthy calls keep 0.5 s
         try:
             await _every_operation_fails_fast(s, bound=3.0)
         finally:
             os.kill(private_redis.process.pid, signal.SIGCONT)
+            s.timeout = 0.5
         # Commands already in the socket run when the server resumes, so the outcome of the
         # timed-out writes is unknown; what is certain: the batch is whole or absent.
         await s.add_items([_msg("after")])

@@ -599,3 +599,39 @@ def test_the_sdks_expiring_encrypted_session_is_refused_too(wrapper: str, tmp_pa
             make[wrapper](SDKEncrypted("s", foreign, "k" * 44, ttl=60), **factory)
     finally:
         foreign.close()
+
+
+@pytest.mark.asyncio
+async def test_a_reused_lifecycle_record_shows_what_a_fresh_read_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_sessions.wrappers.ttl import family
+
+    reads: list[float] = []
+    original = family.Lifecycle.read
+
+    async def counted(self: Any) -> Any:
+        reads.append(clock())
+        return await original(self)
+
+    monkeypatch.setattr(family.Lifecycle, "read", counted)
+    clock = FakeClock()
+    path, session_id = str(tmp_path / "ttl.db"), sid()
+
+    def layer() -> TTLSession:
+        return TTLSession(SQLiteSession(session_id, path), ttl=100, clock=clock, clock_skew=5)
+
+    reader, writer = layer(), layer()
+    await reader.add_items([msg("1")])
+    clock.advance(50)
+    family._KNOWN.clear()  # the writer is "another process": the reader keeps its own record
+    await writer.add_items([msg("2")])
+    family._KNOWN.clear()
+    reads.clear()
+    assert texts(await reader.get_items()) == ["1", "2"]
+    assert reads == []  # its record vouches until t + ttl - clock_skew: no round trip
+    clock.advance(52)  # dead by the reader's record, alive by the writer's: read again
+    assert texts(await reader.get_items()) == ["1", "2"] and len(reads) == 1
+    clock.advance(49)  # 101 s after the last write anywhere: the whole family is dead
+    assert await reader.get_items() == []
+    assert await layer().get_items() == []

@@ -160,6 +160,7 @@ class _Database:
 
     _registry: ClassVar[dict[tuple[str, float, str], _Database]] = {}
     _registry_lock: ClassVar[threading.Lock] = threading.Lock()
+    _aliases: ClassVar[dict[Any, tuple[str, float, str]]] = {}
     _forked_leftovers: ClassVar[list[Any]] = []
 
     def __init__(
@@ -186,9 +187,22 @@ class _Database:
                      synchronous)
             db.users = 1
             return db
-        real = os.path.realpath(os.path.expanduser(path))
+        given = os.path.expanduser(path)
+        # The path as given (and the working directory it is relative to) remembers its
+        # resolved key while that database is open: realpath costs 3 lstat calls per object.
+        alias = (given if os.path.isabs(given) else (os.getcwd(), given), busy_timeout, synchronous)
+        with cls._registry_lock:
+            known = cls._aliases.get(alias)
+            found = cls._registry.get(known) if known is not None else None
+            if found is not None and not found.closed:
+                found.users += 1
+                return found
+        real = os.path.realpath(given)
         key = (real, float(busy_timeout), synchronous)
         with cls._registry_lock:
+            if len(cls._aliases) >= 1024:
+                cls._aliases.clear()
+            cls._aliases[alias] = key
             found = cls._registry.get(key)
             db = found if found is not None and not found.closed else cls(
                 key, real, busy_timeout, synchronous
@@ -528,8 +542,12 @@ class SQLiteSession(BaseSession):
 
         return await self._run(_write, pop)
 
-    pops_checked = True
-    """Offers ``_pop_checked``: a layer's check of the newest item runs inside the pop."""
+    @property
+    def pops_checked(self) -> bool:
+        """Offers ``_pop_checked``: a layer's check of the newest item runs inside the pop.
+        Not when a subclass overrides ``pop_item``: a layer must then pop through it (as the
+        SDK's ``EncryptedSession`` does)."""
+        return type(self).pop_item is SQLiteSession.pop_item
 
     async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
         """Remove the newest item and return ``check(item)`` in one transaction; when

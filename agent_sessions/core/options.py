@@ -78,10 +78,4 @@ class OptionsChecked:
             setattr(cls, "__init__", _checked(init, cls.__qualname__, chain))  # noqa: B010
 
 
-def public_options(cls: type) -> list[str]:
-    """Return the options of ``cls``'s constructor (including those it forwards to its base)."""
-    chain = [k.__dict__["__init__"] for k in cls.__mro__ if "__init__" in k.__dict__]
-    return _options(chain)[1]
-
-
-__all__ = ["OptionsChecked", "explicit_options", "public_options"]
+__all__ = ["OptionsChecked", "explicit_options"]

@@ -154,9 +154,14 @@ class SessionWrapper(OptionsChecked, SessionABC):
         return self._family.member(purpose)
 
     def _open_member(self, purpose: str) -> Session:
+        return self.wrap_member(self._plain_member(purpose))
+
+    def _plain_member(self, purpose: str) -> Session:
+        """The side store for ``purpose`` as the store keeps it: from ``sibling_factory``
+        when given, else from the inner session's family."""
         if self._factory is None:
-            return self.wrap_member(side_store(self.inner, purpose))
-        return self.wrap_member(self._factory(derive_sibling_id(self.session_id, purpose)))
+            return side_store(self.inner, purpose)
+        return self._factory(derive_sibling_id(self.session_id, purpose))
 
     def wrap_member(self, member: Session) -> Session:
         """Return ``member`` (a side store of the inner session) as this layer keeps it:

@@ -51,8 +51,6 @@ from agents.memory import Session
 
 from ..core.capabilities import Capability, supports
 from ..core.codec import encode_batch
-from ..core.family import side_store
-from ..core.ids import derive_sibling_id
 from .base import SessionWrapper
 
 if TYPE_CHECKING:
@@ -196,7 +194,7 @@ class ForeignSession(SessionWrapper):
         sibling_factory: SiblingFactory | None = None,
         wrapper: str = "ForeignSession",
     ) -> None:
-        super().__init__(inner)
+        super().__init__(inner, sibling_factory=sibling_factory)
         layer = expiring_layer(inner)
         if layer is not None:
             raise ValueError(
@@ -205,8 +203,6 @@ class ForeignSession(SessionWrapper):
                 "from reads as they expire, which shifts every position. Put the expiring "
                 "layer over one of agent_sessions' backends, or over ForeignSession(session)"
             )
-        if sibling_factory is not None and not callable(sibling_factory):
-            raise TypeError(f"{wrapper}: sibling_factory must be callable, got {sibling_factory!r}")
         if sibling_factory is None and not supports(inner, Capability.FAMILY):
             raise TypeError(
                 f"{wrapper} keeps side data (item numbering, branches, records) in the same "
@@ -214,24 +210,15 @@ class ForeignSession(SessionWrapper):
                 "sessions; pass sibling_factory=, e.g. "
                 "sibling_factory=lambda sid: SQLiteSession(sid, db_path)"
             )
-        self._factory = sibling_factory
         self.capabilities = frozenset({Capability.SEQUENCED, Capability.FAMILY})
-        self._log = (
-            side_store(inner, "seq")
-            if sibling_factory is None
-            else sibling_factory(derive_sibling_id(self.session_id, "seq"))
-        )
+        self._log = self._plain_member("seq")
         self._key = _store_key(inner)
         self._resolved: tuple[Any, Numbering] | None = None
         self._newest: str | None = None
 
-    def _open_member(self, purpose: str) -> Session:
-        """Side stores come from ``sibling_factory`` (else the inner session's family),
-        numbered in turn."""
-        if self._factory is None:
-            return sequenced(side_store(self.inner, purpose))
-        side = self._factory(derive_sibling_id(self.session_id, purpose))
-        return ForeignSession(side, sibling_factory=self._factory)
+    def wrap_member(self, member: Session) -> Session:
+        """Side stores for the layers above are numbered in turn."""
+        return sequenced(member, self._factory)
 
     def _lock(self) -> asyncio.Lock:
         locks = _LOCKS.setdefault(asyncio.get_running_loop(), {})
