@@ -109,7 +109,7 @@ class FamilyConformance(ConformanceBase):
         _needs(s, Capability.FAMILY, Capability.SEQUENCED)
         if not isinstance(s, BaseSession):
             pytest.skip("family reads are a hook of this package's backends")
-        side = side_store(s, "records")
+        side: Any = side_store(s, "records")
         seqs = await s.add_sequenced_items([_msg(str(i)) for i in range(5)])
         side_seqs = await side.add_sequenced_items([_msg("x"), _msg("y")])
         reads = [
