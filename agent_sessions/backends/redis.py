@@ -285,6 +285,16 @@ class RedisSession(BaseSession):
 
     # -- capabilities ----------------------------------------------------------------------
 
+    def store_key(self) -> tuple[Any, ...] | None:
+        """Where this session's items live (server, database, key), the same for every object
+        of this session; None when the server cannot be named (a cluster)."""
+        pool = getattr(self._client, "connection_pool", None)
+        where = getattr(pool, "connection_kwargs", None)
+        if self._cluster or not isinstance(where, dict):
+            return None
+        server = (where.get("host"), where.get("port"), where.get("path"), where.get("db", 0))
+        return ("redis", *server, self._keys[0])
+
     def _member_options(self) -> dict[str, Any]:
         # The expiry too: native expiry applies to the whole family.
         return {

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from agents.memory import Session
 
 if TYPE_CHECKING:
-    from agents.items import TResponseInputItem
+    pass
 
 from ..errors import MissingDependencyError, UnknownSchemeError
 from .extras import install_hint
@@ -77,40 +77,17 @@ class ClosableSession(Session, Protocol):
     async def __aexit__(self, *exc_info: object) -> None: ...
 
 
-class _Closable:
-    """Gives a Session from a third-party opener that has no ``close`` the closable shape."""
+def _closable(session: Session) -> ClosableSession:
+    """Give a Session from a third-party opener that has no ``close`` the closable shape."""
+    from ..wrappers.base import SessionWrapper  # wrappers build on core
 
-    def __init__(self, inner: Session) -> None:
-        self.inner = inner
-        self.session_id = inner.session_id
-        self.session_settings = getattr(inner, "session_settings", None)
+    class Closable(SessionWrapper):
+        passes = frozenset()
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        return await self.inner.get_items(limit)
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
 
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
-        await self.inner.add_items(items)
-
-    async def pop_item(self) -> TResponseInputItem | None:
-        return await self.inner.pop_item()
-
-    async def clear_session(self) -> None:
-        await self.inner.clear_session()
-
-    async def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        result = close() if close is not None else None
-        if isinstance(result, Awaitable):  # the SDK's own close() is synchronous
-            await result
-
-    async def __aenter__(self) -> _Closable:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    return cast(ClosableSession, Closable(session))
 
 
 async def open_session(url: str, session_id: str, **options: Any) -> ClosableSession:
@@ -156,7 +133,7 @@ async def open_session(url: str, session_id: str, **options: Any) -> ClosableSes
         ) from exc
     if isinstance(result, ClosableSession):
         return result
-    return cast(ClosableSession, _Closable(result))
+    return _closable(result)
 
 
 def _open_memory(url: str, session_id: str, **options: Any) -> Session:

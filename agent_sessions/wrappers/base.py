@@ -11,7 +11,7 @@ through ``ForeignSession``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from agents.memory import Session, SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings
@@ -23,11 +23,15 @@ from ..core.ids import derive_sibling_id
 from ..core.options import OptionsChecked
 from ..errors import SessionClosedError
 
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+
 W = TypeVar("W", bound="SessionWrapper")
 
 
 class SessionWrapper(OptionsChecked, SessionABC):
-    """Base of a layer over ``inner``; subclasses implement the four Session methods.
+    """Base of a layer over ``inner``; a layer overrides the Session methods it changes (the
+    others pass through to ``inner``).
 
     ``session_id`` is the inner session's; ``session_settings`` reads and writes the inner
     session's, so the whole stack shares one ``limit`` (one passed to the constructor is set
@@ -82,6 +86,24 @@ class SessionWrapper(OptionsChecked, SessionABC):
         self._closing: Closing | None = None
         if session_settings is not None:
             self.session_settings = coerce_session_settings(session_settings)
+
+    # -- the Session API: passed through to ``inner`` unless the layer changes it ------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """Return the inner session's latest ``limit`` items."""
+        return await self.inner.get_items(limit)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` to the inner session."""
+        await self.inner.add_items(items)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the inner session's newest item."""
+        return await self.inner.pop_item()
+
+    async def clear_session(self) -> None:
+        """Clear the inner session."""
+        await self.inner.clear_session()
 
     @property  # type: ignore[override]
     def session_settings(self) -> SessionSettings | None:

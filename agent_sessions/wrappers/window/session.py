@@ -94,18 +94,6 @@ class WindowSession(SessionWrapper):
         view = await self.get_window()
         return view if limit is None else view[-limit:]
 
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append ``items`` to the inner session."""
-        await self.inner.add_items(items)
-
-    async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the newest stored item (as stored, never shortened)."""
-        return await self.inner.pop_item()
-
-    async def clear_session(self) -> None:
-        """Clear the inner session."""
-        await self.inner.clear_session()
-
     # -- reads -----------------------------------------------------------------------------------
 
     async def get_full_items(self, limit: int | None = None) -> list[TResponseInputItem]:
