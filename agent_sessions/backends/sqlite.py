@@ -533,6 +533,24 @@ class SQLiteSession(BaseSession):
 
         return await self._run(load)
 
+    async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
+        if not (
+            isinstance(guard, SQLiteSession) and guard._db is self._db
+            and guard._schema.key == self._schema.key
+        ):
+            return False, None
+        newest = f"SELECT max(id) FROM {self._schema.key[1]} WHERE session_id = ?"
+        sql, sid, gid = self._schema.pop, self.session_id, guard.session_id
+
+        def pop(raw: sqlite3.Connection) -> tuple[bool, Any]:
+            if raw.execute(newest, (gid,)).fetchone()[0] != seq:
+                return False, None
+            rows = raw.execute(sql, (sid,)).fetchall()  # drain RETURNING before COMMIT
+            return True, rows[0][0] if rows else None
+
+        result: tuple[bool, Any] = await self._mutate(self._run(_write, pop))
+        return result
+
     async def _pop(self) -> str | None:
         sql, sid = self._schema.pop, self.session_id
 

@@ -250,6 +250,13 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         loads = (s._load(limit, after, before) for s, limit, after, before in reads)
         return list(await asyncio.gather(*loads))
 
+    async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
+        """Pop as ``_pop`` only if ``guard`` (a member of this store) has ``seq`` as its newest
+        number (None: no items), checked and popped in one atomic step: ``(True, payload or
+        None)``; ``(False, None)`` when it has not, or when the backend cannot tell in one
+        step (the default), and then nothing was popped."""
+        return False, None
+
     # -- range delete and rewrite in place (capabilities) ---------------------------------------
 
     async def delete_items(self, *, before: int) -> int:

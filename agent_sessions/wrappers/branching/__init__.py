@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import _debug
 
+from ...core.base import BaseSession
 from ...errors import BranchError, BranchNotFoundError
 from ..base import SessionWrapper
 from ..foreign import SiblingFactory
@@ -136,6 +137,9 @@ class BranchingSession(SessionWrapper):
         point down; it is never deleted. Other items are deleted.
         """
         async with self._lock:
+            popped = await self._pop_if_log_unchanged()
+            if popped is not None:
+                return popped
             state, name, lineage = await self._current()
             key = lineage[-1][0]
             if not state.shares(key, besides=name):
@@ -174,6 +178,25 @@ class BranchingSession(SessionWrapper):
                     state, name, lineage = await self._current()
                     continue  # another object moved this branch first: pop its new newest
                 return item  # type: ignore[no-any-return]
+
+    async def _pop_if_log_unchanged(self) -> TResponseInputItem | None:
+        """The common pop in one round trip where the store offers it: while the branch log
+        holds nothing this object has not applied, pop the current branch's open storage if
+        no other branch reads it. None: nothing was popped (take the general path)."""
+        state = self._log.state
+        key = state.branches[state.current].lineage[-1][0]
+        storage, log = self._storages.storage(key), self._log.session
+        if (
+            not isinstance(storage, BaseSession) or not isinstance(log, BaseSession)
+            or state.shares(key, besides=state.current)
+        ):
+            return None
+        storage._check_open()
+        done, payload = await storage._pop_if_newest(log, self._log.applied or None)
+        if not done or payload is None:
+            return None
+        item: TResponseInputItem | None = storage._decode(payload, None)
+        return item  # an undecodable item was dropped on the way, as pop_item does
 
     async def clear_session(self) -> None:
         """Delete every branch and all their items, and make ``main`` current again.

@@ -161,6 +161,11 @@ class BranchLog:
         log_rows, *rows = await read_family([(self.session, None, self._after(), None), *reads])
         return await self._apply(log_rows), rows
 
+    @property
+    def applied(self) -> int:
+        """The number of the newest record applied (0: none)."""
+        return self._applied
+
     def _after(self) -> int | None:
         return self._applied - 1 if self._applied else None
 
