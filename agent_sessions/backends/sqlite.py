@@ -460,6 +460,9 @@ class SQLiteSession(BaseSession):
             raise
 
     async def _append(self, payloads: list[str]) -> list[int]:
+        return await self._run(_write, self._appender(payloads))
+
+    def _appender(self, payloads: list[str]) -> Callable[[sqlite3.Connection], list[int]]:
         sid, schema = self.session_id, self._schema
 
         def append(raw: sqlite3.Connection) -> list[int]:
@@ -473,7 +476,26 @@ class SQLiteSession(BaseSession):
             # One writer holds the lock and AUTOINCREMENT only grows: the ids are contiguous.
             return list(range(last - len(payloads) + 1, last + 1))
 
-        return await self._run(_write, append)
+        return append
+
+    async def _append_if_newest(
+        self, guard: BaseSession, seq: int | None, payloads: list[str]
+    ) -> list[int] | None:
+        if not (
+            isinstance(guard, SQLiteSession) and guard._db is self._db
+            and guard._schema.key == self._schema.key
+        ):
+            return None
+        newest = f"SELECT max(id) FROM {self._schema.key[1]} WHERE session_id = ?"
+        append, gid = self._appender(payloads), guard.session_id
+
+        def guarded(raw: sqlite3.Connection) -> list[int] | None:
+            if raw.execute(newest, (gid,)).fetchone()[0] != seq:
+                return None
+            return append(raw)
+
+        result: list[int] | None = await self._mutate(self._run(_write, guarded))
+        return result
 
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None

@@ -257,6 +257,13 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         step (the default), and then nothing was popped."""
         return False, None
 
+    async def _append_if_newest(
+        self, guard: BaseSession, seq: int | None, payloads: list[str]
+    ) -> list[int] | None:
+        """``_append`` only if ``guard``'s newest number is ``seq``, as ``_pop_if_newest``:
+        the new numbers, or None when nothing was written."""
+        return None
+
     # -- range delete and rewrite in place (capabilities) ---------------------------------------
 
     async def delete_items(self, *, before: int) -> int:

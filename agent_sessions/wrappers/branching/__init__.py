@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agents import _debug
 
 from ...core.base import BaseSession
+from ...core.codec import encode_batch
 from ...errors import BranchError, BranchNotFoundError
 from ..base import SessionWrapper
 from ..foreign import SiblingFactory
@@ -101,6 +102,8 @@ class BranchingSession(SessionWrapper):
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` to the current branch as one all-or-nothing batch."""
         async with self._lock:
+            if items and await self._add_if_log_unchanged(items):
+                return
             state, name, lineage = await self._current()
             key = lineage[-1][0]
             storage = self._storages.storage(key)
@@ -178,6 +181,22 @@ class BranchingSession(SessionWrapper):
                     state, name, lineage = await self._current()
                     continue  # another object moved this branch first: pop its new newest
                 return item  # type: ignore[no-any-return]
+
+    async def _add_if_log_unchanged(self, items: list[TResponseInputItem]) -> bool:
+        """``add_items``' common case in one round trip where the store offers it (see
+        ``_pop_if_log_unchanged``); False: nothing was written."""
+        state = self._log.state
+        key = state.branches[state.current].lineage[-1][0]
+        storage, log = self._storages.storage(key), self._log.session
+        if (
+            not isinstance(storage, BaseSession) or not isinstance(log, BaseSession)
+            or storage._registration is not None  # its first write lists it in the family
+            or state.shares(key, besides=state.current)
+        ):
+            return False
+        storage._check_open()
+        payloads = encode_batch(items, storage.max_item_bytes)
+        return await storage._append_if_newest(log, self._log.applied or None, payloads) is not None
 
     async def _pop_if_log_unchanged(self) -> TResponseInputItem | None:
         """The common pop in one round trip where the store offers it: while the branch log
