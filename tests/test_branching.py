@@ -450,6 +450,24 @@ async def test_two_objects_pop_and_append_on_one_branch(make: Any) -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_pop_and_an_add_follow_the_branch_another_object_chose(make: Any) -> None:
+    a, b = make(), make()
+    await a.add_items(turns(2))
+    assert await a.get_items()  # a now holds the log's state: main, read by no other branch
+    await b.create_branch_from_turn(2, "alt")
+    assert contents([await a.pop_item()]) == ["r1"], "a pops alt's newest, hiding it"
+    await b.switch_to_branch("main")
+    assert contents(await a.get_items()) == contents(turns(2)), "main keeps every item"
+    await b.switch_to_branch("alt")
+    await a.add_items([user("on alt")])
+    assert contents(await b.get_items()) == ["q1", "on alt"], "a appends to alt, not main"
+    await b.switch_to_branch("main")  # a still holds alt, whose storage nobody else reads
+    await a.add_items([user("on main")])
+    assert contents(await b.get_items()) == [*contents(turns(2)), "on main"]
+    await close_all(a, b)
+
+
+@pytest.mark.asyncio
 async def test_concurrent_creates_of_one_name_let_exactly_one_win(make: Any) -> None:
     a, b = make(), make()
     await a.add_items(turns(2))

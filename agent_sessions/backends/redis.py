@@ -15,7 +15,7 @@ import asyncio
 import sys
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from ..core.extras import missing
 
@@ -285,6 +285,16 @@ class RedisSession(BaseSession):
 
     # -- capabilities ----------------------------------------------------------------------
 
+    def store_key(self) -> tuple[Any, ...] | None:
+        """Where this session's items live (server, database, key), the same for every object
+        of this session; None when the server cannot be named (a cluster)."""
+        pool = getattr(self._client, "connection_pool", None)
+        where = getattr(pool, "connection_kwargs", None)
+        if self._cluster or not isinstance(where, dict):
+            return None
+        server = (where.get("host"), where.get("port"), where.get("path"), where.get("db", 0))
+        return ("redis", *server, self._keys[0])
+
     def _member_options(self) -> dict[str, Any]:
         # The expiry too: native expiry applies to the whole family.
         return {
@@ -351,21 +361,45 @@ class RedisSession(BaseSession):
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:
-        client, key = self._client, self._keys[0]
-        if after is None and before is None:
-            start = 0 if limit is None else -limit
-            members = await self._call(lambda: client.zrange(key, start, -1))
-        else:
-            low = "-inf" if after is None else f"({after}"
-            high = "+inf" if before is None else f"({before}"
-            if limit is None:
-                members = await self._call(lambda: client.zrangebyscore(key, low, high))
-            else:
-                members = await self._call(
-                    lambda: client.zrevrangebyscore(key, high, low, start=0, num=limit)
-                )
-                members.reverse()
+        client = self._client
+        members = await self._call(lambda: self._range(client, limit, after, before))
+        if limit is not None and not (after is None and before is None):
+            members.reverse()
         return self._rows(members)
+
+    def _range(self, target: Any, limit: int | None, after: int | None, before: int | None) -> Any:
+        """Send (or, on a pipeline, queue) the read of ``_load``; with a limit and a bound the
+        members come newest first."""
+        key = self._keys[0]
+        if after is None and before is None:
+            return target.zrange(key, 0 if limit is None else -limit, -1)
+        low = "-inf" if after is None else f"({after}"
+        high = "+inf" if before is None else f"({before}"
+        if limit is None:
+            return target.zrangebyscore(key, low, high)
+        return target.zrevrangebyscore(key, high, low, start=0, num=limit)
+
+    async def _load_family(
+        self, reads: list[tuple[BaseSession, int | None, int | None, int | None]]
+    ) -> list[list[Row]]:
+        # One pipeline (no MULTI) on this client; a cluster may spread the keys over nodes.
+        if self._cluster or not all(
+            isinstance(s, RedisSession) and s._client is self._client for s, *_ in reads
+        ):
+            return await super()._load_family(reads)
+
+        async def send() -> list[Any]:
+            pipe = self._client.pipeline(transaction=False)
+            for s, limit, after, before in reads:
+                cast(RedisSession, s)._range(pipe, limit, after, before)
+            return await pipe.execute()  # type: ignore[no-any-return]
+
+        out = []
+        for (s, limit, after, before), members in zip(reads, await self._call(send), strict=True):
+            if limit is not None and not (after is None and before is None):
+                members.reverse()
+            out.append(cast(RedisSession, s)._rows(members))
+        return out
 
     async def _pop(self) -> str | None:
         client, keys, ttl = self._client, self._keys, self._ttl_ms

@@ -460,6 +460,9 @@ class SQLiteSession(BaseSession):
             raise
 
     async def _append(self, payloads: list[str]) -> list[int]:
+        return await self._run(_write, self._appender(payloads))
+
+    def _appender(self, payloads: list[str]) -> Callable[[sqlite3.Connection], list[int]]:
         sid, schema = self.session_id, self._schema
 
         def append(raw: sqlite3.Connection) -> list[int]:
@@ -473,7 +476,26 @@ class SQLiteSession(BaseSession):
             # One writer holds the lock and AUTOINCREMENT only grows: the ids are contiguous.
             return list(range(last - len(payloads) + 1, last + 1))
 
-        return await self._run(_write, append)
+        return append
+
+    async def _append_if_newest(
+        self, guard: BaseSession, seq: int | None, payloads: list[str]
+    ) -> list[int] | None:
+        if not (
+            isinstance(guard, SQLiteSession) and guard._db is self._db
+            and guard._schema.key == self._schema.key
+        ):
+            return None
+        newest = f"SELECT max(id) FROM {self._schema.key[1]} WHERE session_id = ?"
+        append, gid = self._appender(payloads), guard.session_id
+
+        def guarded(raw: sqlite3.Connection) -> list[int] | None:
+            if raw.execute(newest, (gid,)).fetchone()[0] != seq:
+                return None
+            return append(raw)
+
+        result: list[int] | None = await self._mutate(self._run(_write, guarded))
+        return result
 
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
@@ -493,6 +515,63 @@ class SQLiteSession(BaseSession):
             return rows
 
         return await self._run(load)
+
+    async def _load_family(
+        self, reads: list[tuple[BaseSession, int | None, int | None, int | None]]
+    ) -> list[list[Row]]:
+        if not all(
+            isinstance(s, SQLiteSession) and s._db is self._db
+            and s._schema.key == self._schema.key  # the worker creates this job's schema only
+            for s, *_ in reads
+        ):
+            return await super()._load_family(reads)
+        queries = []
+        for s, limit, after, before in reads:
+            assert isinstance(s, SQLiteSession)
+            sql, params = _range_sql(s._schema.select, after, before)
+            if limit is None:
+                sql += " ORDER BY id"
+            else:
+                sql += " ORDER BY id DESC LIMIT ?"
+                params.append(limit)
+            queries.append((sql, (s.session_id, *params), limit is not None))
+
+        def load(raw: sqlite3.Connection) -> list[list[Row]]:
+            # One read transaction: the results are one snapshot of the store.
+            began = not raw.in_transaction
+            if began:
+                raw.execute("BEGIN")
+            try:
+                out = []
+                for sql, args, newest_first in queries:
+                    rows = raw.execute(sql, args).fetchall()
+                    if newest_first:
+                        rows.reverse()
+                    out.append(rows)
+            finally:
+                if began:
+                    raw.execute("COMMIT")
+            return out
+
+        return await self._run(load)
+
+    async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
+        if not (
+            isinstance(guard, SQLiteSession) and guard._db is self._db
+            and guard._schema.key == self._schema.key
+        ):
+            return False, None
+        newest = f"SELECT max(id) FROM {self._schema.key[1]} WHERE session_id = ?"
+        sql, sid, gid = self._schema.pop, self.session_id, guard.session_id
+
+        def pop(raw: sqlite3.Connection) -> tuple[bool, Any]:
+            if raw.execute(newest, (gid,)).fetchone()[0] != seq:
+                return False, None
+            rows = raw.execute(sql, (sid,)).fetchall()  # drain RETURNING before COMMIT
+            return True, rows[0][0] if rows else None
+
+        result: tuple[bool, Any] = await self._mutate(self._run(_write, pop))
+        return result
 
     async def _pop(self) -> str | None:
         sql, sid = self._schema.pop, self.session_id

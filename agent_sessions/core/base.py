@@ -6,6 +6,7 @@ semantics, decoding, cancellation safety and the closed state once for all of th
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
@@ -218,6 +219,50 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         """Return how many items have after < seq < before."""
         self._check_open()
         return await self._count(after, before)
+
+    async def get_sequenced_family(
+        self, reads: list[tuple[BaseSession, int | None, int | None, int | None]]
+    ) -> list[list[tuple[int, TResponseInputItem]]]:
+        """Run each ``(session, limit, after, before)`` as ``get_sequenced_items`` and return
+        the results in order; the sessions are this one or members of its store (siblings,
+        side stores). A backend that can serve them in one round trip does (``_load_family``).
+        """
+        for session, *_ in reads:
+            session._check_open()
+        wanted = [r for r in reads if r[1] is None or r[1] > 0]
+        loaded = iter(await self._load_family(wanted) if wanted else [])
+        out: list[list[tuple[int, TResponseInputItem]]] = []
+        for session, limit, _, _ in reads:
+            rows = next(loaded) if limit is None or limit > 0 else []
+            decoded = [(seq, session._decode(payload, seq)) for seq, payload in rows]
+            out.append([(seq, item) for seq, item in decoded if item is not None])
+        return out
+
+    async def _load_family(
+        self, reads: list[tuple[BaseSession, int | None, int | None, int | None]]
+    ) -> list[list[Row]]:
+        """``_load`` for each ``(session, limit, after, before)``, in order; by default all at
+        once (their round trips overlap). A backend overrides this to serve sessions that
+        share its connection in one round trip, falling back here for any other."""
+        if len(reads) == 1:
+            s, limit, after, before = reads[0]
+            return [await s._load(limit, after, before)]
+        loads = (s._load(limit, after, before) for s, limit, after, before in reads)
+        return list(await asyncio.gather(*loads))
+
+    async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
+        """Pop as ``_pop`` only if ``guard`` (a member of this store) has ``seq`` as its newest
+        number (None: no items), checked and popped in one atomic step: ``(True, payload or
+        None)``; ``(False, None)`` when it has not, or when the backend cannot tell in one
+        step (the default), and then nothing was popped."""
+        return False, None
+
+    async def _append_if_newest(
+        self, guard: BaseSession, seq: int | None, payloads: list[str]
+    ) -> list[int] | None:
+        """``_append`` only if ``guard``'s newest number is ``seq``, as ``_pop_if_newest``:
+        the new numbers, or None when nothing was written."""
+        return None
 
     # -- range delete and rewrite in place (capabilities) ---------------------------------------
 

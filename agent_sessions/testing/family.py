@@ -12,11 +12,14 @@ layers over the session under test and need the ``encryption`` extra.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from agents.memory import Session, SessionSettings
 
+from ..core.base import BaseSession
 from ..core.capabilities import Capability, supports
 from ..core.family import close_quietly, side_store
 from ..errors import InvalidItemError
@@ -103,6 +106,32 @@ class FamilyConformance(ConformanceBase):
         await side.clear_session()
 
     @pytest.mark.asyncio
+    async def test_family_reads_match_reads_one_by_one(self, new_session: SessionFactory) -> None:
+        s: Any = await new_session()
+        _needs(s, Capability.FAMILY, Capability.SEQUENCED)
+        if not isinstance(s, BaseSession):
+            pytest.skip("family reads are a hook of this package's backends")
+        side: Any = side_store(s, "records")
+        seqs = await s.add_sequenced_items([_msg(str(i)) for i in range(5)])
+        side_seqs = await side.add_sequenced_items([_msg("x"), _msg("y")])
+        reads = [
+            (side, None, side_seqs[0] - 1, None),
+            (s, 2, None, None),
+            (s, 0, None, None),
+            (s, None, seqs[0], seqs[4]),
+            (side, 1, None, side_seqs[1]),
+        ]
+        one_by_one = [
+            await m.get_sequenced_items(limit, after=after, before=before)
+            for m, limit, after, before in reads
+        ]
+        assert await s.get_sequenced_family(reads) == one_by_one
+        assert [texts(i for _, i in rows) for rows in one_by_one] == [
+            ["x", "y"], ["3", "4"], [], ["1", "2", "3"], ["x"]
+        ]
+        await side.clear_session()
+
+    @pytest.mark.asyncio
     async def test_rotation_keeps_a_compacted_view_and_its_records(
         self, new_session: SessionFactory
     ) -> None:
@@ -115,17 +144,11 @@ class FamilyConformance(ConformanceBase):
         await old.add_items([_msg(f"m{i}") for i in range(6)])
         assert await old.compact(force=True) is not None
         view = await old.get_items()
-        await self._rotate(s.session_id)
-        fresh = await self.create_session(s.session_id)
-        try:
-            after = CompactionSession(
-                EncryptedSession(fresh, keys={"k2": _NEW_KEY}, strict=True), keep_last=2
-            )
+        async with self._rotated(s.session_id) as fresh:
+            after = CompactionSession(fresh, keep_last=2)
             assert await after.get_items() == view, "the view is the summary plus the tail"
             assert len(await after.get_compaction_records()) == 1
             await after.clear_session()
-        finally:
-            await close_quietly(fresh)
 
     @pytest.mark.asyncio
     async def test_rotation_keeps_branches_and_their_parents_turns(
@@ -144,17 +167,13 @@ class FamilyConformance(ConformanceBase):
         await old.add_items([_msg("q2 alt"), _msg("a2 alt", "assistant")])
         expected = ["q1", "a1", "q2 alt", "a2 alt"]
         assert texts(await old.get_items()) == expected
-        await self._rotate(s.session_id)
-        fresh = await self.create_session(s.session_id)
-        try:
-            after = AdvancedSession(EncryptedSession(fresh, keys={"k2": _NEW_KEY}, strict=True))
+        async with self._rotated(s.session_id) as fresh:
+            after = AdvancedSession(fresh)
             names = {b["branch_id"] for b in await after.list_branches()}
             assert names == {"main", "alt"}, "branches survive dropping the old key"
             assert texts(await after.get_items(branch_id="alt")) == expected
             assert texts(await after.get_items(branch_id="main")) == ["q1", "a1", "q2", "a2"]
             await after.clear_session()
-        finally:
-            await close_quietly(fresh)
 
     @pytest.mark.asyncio
     async def test_an_interrupted_rotation_then_a_clear_resurrects_nothing(
@@ -234,7 +253,10 @@ class FamilyConformance(ConformanceBase):
         assert now_view[: len(view)] == view, "the summary stays; the originals stay archived"
         assert texts(now_view[len(view) :]) == [f"n{i}" for i in range(7)]
 
-    async def _rotate(self, session_id: str) -> None:
+    @contextlib.asynccontextmanager
+    async def _rotated(self, session_id: str) -> AsyncIterator[Session]:
+        """Rotate ``session_id``'s family to the new key, then yield a new object on it that
+        knows only the new key (strict: an item left under the old key raises)."""
         from ..wrappers.encrypted import EncryptedSession
 
         other = await self.create_session(session_id)
@@ -244,6 +266,11 @@ class FamilyConformance(ConformanceBase):
             assert await ring.rotate() == 0, "a second rotation finds nothing left to do"
         finally:
             await close_quietly(other)
+        fresh = await self.create_session(session_id)
+        try:
+            yield EncryptedSession(fresh, keys={"k2": _NEW_KEY}, strict=True)
+        finally:
+            await close_quietly(fresh)
 
 
 __all__ = ["FamilyConformance", "RewriteConformance"]

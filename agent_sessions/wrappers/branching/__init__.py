@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from agents import _debug
 
+from ...core.base import BaseSession
+from ...core.codec import encode_batch
 from ...errors import BranchError, BranchNotFoundError
 from ..base import SessionWrapper
 from ..foreign import SiblingFactory
@@ -84,22 +86,24 @@ class BranchingSession(SessionWrapper):
             return []
         async with self._lock:
             guess = self._lineage(self._log.state, branch_id)
-            if guess is None or len(guess) > 1:
+            if guess is None:
                 lineage = self._lineage(await self._log.sync(), branch_id)
                 return await self._view.read(lineage, limit) if lineage is not None else []
-            # One open segment (e.g. ``main`` without forks, the common case): read it while
-            # the log is checked, in one round trip's time where the store serves both at once.
-            state, items = await asyncio.gather(
-                self._log.sync(), self._view.read(guess, limit)
-            )
+            # Read the open segment's newest items with the log check, in one round trip where
+            # the store serves both at once; when the branch did not move (the common case)
+            # they stand, and older segments come from the view's cache of frozen rows.
+            storage = self._storages.storage(guess[-1][0])
+            state, (tail,) = await self._log.sync_with([(storage, limit, None, None)])
             lineage = self._lineage(state, branch_id)
-            if lineage == guess:
-                return items  # type: ignore[no-any-return]
-            return await self._view.read(lineage, limit) if lineage is not None else []
+            if lineage is None:
+                return []
+            return await self._view.read(lineage, limit, tail if lineage == guess else None)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` to the current branch as one all-or-nothing batch."""
         async with self._lock:
+            if items and await self._add_if_log_unchanged(items):
+                return
             state, name, lineage = await self._current()
             key = lineage[-1][0]
             storage = self._storages.storage(key)
@@ -136,6 +140,9 @@ class BranchingSession(SessionWrapper):
         point down; it is never deleted. Other items are deleted.
         """
         async with self._lock:
+            popped = await self._pop_if_log_unchanged()
+            if popped is not None:
+                return popped
             state, name, lineage = await self._current()
             key = lineage[-1][0]
             if not state.shares(key, besides=name):
@@ -174,6 +181,41 @@ class BranchingSession(SessionWrapper):
                     state, name, lineage = await self._current()
                     continue  # another object moved this branch first: pop its new newest
                 return item  # type: ignore[no-any-return]
+
+    async def _add_if_log_unchanged(self, items: list[TResponseInputItem]) -> bool:
+        """``add_items``' common case in one round trip where the store offers it (see
+        ``_pop_if_log_unchanged``); False: nothing was written."""
+        state = self._log.state
+        key = state.branches[state.current].lineage[-1][0]
+        storage, log = self._storages.storage(key), self._log.session
+        if (
+            not isinstance(storage, BaseSession) or not isinstance(log, BaseSession)
+            or storage._registration is not None  # its first write lists it in the family
+            or state.shares(key, besides=state.current)
+        ):
+            return False
+        storage._check_open()
+        payloads = encode_batch(items, storage.max_item_bytes)
+        return await storage._append_if_newest(log, self._log.applied or None, payloads) is not None
+
+    async def _pop_if_log_unchanged(self) -> TResponseInputItem | None:
+        """The common pop in one round trip where the store offers it: while the branch log
+        holds nothing this object has not applied, pop the current branch's open storage if
+        no other branch reads it. None: nothing was popped (take the general path)."""
+        state = self._log.state
+        key = state.branches[state.current].lineage[-1][0]
+        storage, log = self._storages.storage(key), self._log.session
+        if (
+            not isinstance(storage, BaseSession) or not isinstance(log, BaseSession)
+            or state.shares(key, besides=state.current)
+        ):
+            return None
+        storage._check_open()
+        done, payload = await storage._pop_if_newest(log, self._log.applied or None)
+        if not done or payload is None:
+            return None
+        item: TResponseInputItem | None = storage._decode(payload, None)
+        return item  # an undecodable item was dropped on the way, as pop_item does
 
     async def clear_session(self) -> None:
         """Delete every branch and all their items, and make ``main`` current again.

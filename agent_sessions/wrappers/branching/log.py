@@ -17,7 +17,7 @@ from typing import Any
 
 from agents.memory import Session
 
-from .store import MAIN, read_rows
+from .store import MAIN, Read, read_family, read_rows
 from .view import Lineage
 
 logger = logging.getLogger("agent_sessions")
@@ -153,7 +153,23 @@ class BranchLog:
         The last applied record is read again: when it is gone (the log expired or was
         erased with its family), the state is folded afresh from what the log still holds,
         so this object shows what a new one would."""
-        rows = await read_rows(self.session, after=self._applied - 1 if self._applied else None)
+        return await self._apply(await read_rows(self.session, after=self._after()))
+
+    async def sync_with(self, reads: list[Read]) -> tuple[BranchState, list[list[Any]]]:
+        """``sync`` and the rows of ``reads`` (see :func:`read_family`), read together: one
+        round trip when the store serves family reads at once."""
+        log_rows, *rows = await read_family([(self.session, None, self._after(), None), *reads])
+        return await self._apply(log_rows), rows
+
+    @property
+    def applied(self) -> int:
+        """The number of the newest record applied (0: none)."""
+        return self._applied
+
+    def _after(self) -> int | None:
+        return self._applied - 1 if self._applied else None
+
+    async def _apply(self, rows: list[tuple[int, Any]]) -> BranchState:
         if self._applied:
             if rows and rows[0][0] == self._applied:
                 rows = rows[1:]

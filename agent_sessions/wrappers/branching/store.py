@@ -8,11 +8,13 @@ Every storage has sequence numbers: a foreign session enters through ``ForeignSe
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 from agents.memory import Session
 
+from ...core.base import BaseSession
 from ...core.capabilities import SupportsSequencedItems
 
 MAIN = "main"
@@ -31,6 +33,23 @@ async def read_rows(
         return []
     seq_session: SupportsSequencedItems = session  # type: ignore[assignment]
     return await seq_session.get_sequenced_items(limit, after=after, before=before)
+
+
+Read = tuple[Session, "int | None", "int | None", "int | None"]
+"""``(session, limit, after, before)`` for :func:`read_rows`."""
+
+
+async def read_family(reads: list[Read]) -> list[list[tuple[int, Any]]]:
+    """:func:`read_rows` for each read, in order: in one round trip when the sessions are
+    members of one backend store that serves such reads together, else concurrently."""
+    first = reads[0][0]
+    if isinstance(first, BaseSession) and all(type(r[0]) is type(first) for r in reads):
+        return await first.get_sequenced_family(reads)  # type: ignore[arg-type]
+    return list(
+        await asyncio.gather(
+            *(read_rows(s, limit, after=after, before=before) for s, limit, after, before in reads)
+        )
+    )
 
 
 class Storages:

@@ -134,12 +134,17 @@ class View:
         if scan is not None and seq <= scan.through and not scan.drop_last(seq):
             del self._scans[key]
 
-    async def read(self, lineage: Lineage, limit: int | None) -> list[Any]:
-        """Return the latest ``limit`` items of the view (all when None), oldest first."""
+    async def read(
+        self, lineage: Lineage, limit: int | None, tail: list[tuple[int, Any]] | None = None
+    ) -> list[Any]:
+        """Return the latest ``limit`` items of the view (all when None), oldest first;
+        ``tail`` is the last (open) segment's rows when already read with that ``limit``."""
         out: list[Any] = []
         remaining = limit
         for key, before in reversed(lineage):
-            if (
+            if tail is not None:
+                rows, tail = tail, None
+            elif (
                 before is not None and remaining is not None and remaining <= FROZEN_TAIL
                 and not self._expires(key)
             ):

@@ -184,6 +184,7 @@ _NOT_FORWARDED = frozenset(
     for name in vars(protocol)
     if not name.startswith("_")
 ) | {"inner", "underlying_session", "close", "rewrite_items", "rotate"}
+_NOT_FORWARDED |= {"get_sequenced_family"}  # a backend's raw family read
 """Names never looked up on the wrapped session: a capability reached past this layer would
 read or write ciphertext (or plaintext) behind its back."""
 
