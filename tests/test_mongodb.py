@@ -709,3 +709,25 @@ async def test_motor_client_against_a_real_server() -> None:
     finally:
         await s.close()
         client.close()
+
+
+def test_a_client_collected_while_the_index_registry_is_locked_does_not_deadlock() -> None:
+    """The garbage collector runs a dead client's finalizer in whatever thread allocates, also
+    one inside the registry's lock (seen: the matrix hung when a test's client was collected
+    while the next test registered its indexes). The finalizer must not take the lock."""
+    import threading
+
+    key = (-1, "db", "s", "m", False)
+    _IndexRegistry._done.add(key)
+
+    def collect_under_the_lock() -> None:
+        with _IndexRegistry._lock:
+            _IndexRegistry._forget(-1)
+
+    worker = threading.Thread(target=collect_under_the_lock, daemon=True)
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive(), "the finalizer deadlocked on the registry's lock"
+    with _IndexRegistry._lock:
+        _IndexRegistry._drop_dead()
+    assert key not in _IndexRegistry._done  # the dead client's indexes are forgotten

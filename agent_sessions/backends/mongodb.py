@@ -182,12 +182,14 @@ class _IndexRegistry:
     _done: ClassVar[set[_IndexKey]] = set()
     _tracked: ClassVar[set[int]] = set()
     _inflight: ClassVar[dict[_IndexKey, asyncio.Future[None]]] = {}
+    _dead: ClassVar[list[int]] = []
 
     @classmethod
     async def ensure(
         cls, client: Any, key: _IndexKey, create: Callable[[], Awaitable[None]]
     ) -> None:
         with cls._lock:
+            cls._drop_dead()
             if key in cls._done:
                 return
             future = cls._inflight.get(key)
@@ -206,6 +208,7 @@ class _IndexRegistry:
                     del cls._inflight[key]
                 if future.cancelled() or future.exception() is not None:
                     return  # the next operation tries again
+                cls._drop_dead()
                 cls._done.add(key)
                 if key[0] not in cls._tracked:
                     cls._tracked.add(key[0])
@@ -218,7 +221,17 @@ class _IndexRegistry:
 
     @classmethod
     def _forget(cls, client_id: int) -> None:
-        with cls._lock:
+        # A finalizer: the garbage collector may run it in a thread that holds _lock (any
+        # allocation inside the lock can collect a client), so it only records the id; taking
+        # the lock here deadlocked. list.append is atomic.
+        cls._dead.append(client_id)
+
+    @classmethod
+    def _drop_dead(cls) -> None:
+        """Forget the indexes of collected clients (called with ``_lock`` held), before an id
+        can be looked up again: a new client may reuse a dead one's id."""
+        while cls._dead:
+            client_id = cls._dead.pop()
             cls._tracked.discard(client_id)
             cls._done.difference_update({k for k in cls._done if k[0] == client_id})
 
