@@ -9,7 +9,7 @@ Every storage has sequence numbers: a foreign session enters through ``ForeignSe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agents.memory import Session
@@ -33,6 +33,28 @@ async def read_rows(
         return []
     seq_session: SupportsSequencedItems = session  # type: ignore[assignment]
     return await seq_session.get_sequenced_items(limit, after=after, before=before)
+
+
+async def first_visible(session: Session, seq_at: Callable[[int], Awaitable[int]], n: int) -> int:
+    """How many of the ``n`` oldest known items (``seq_at(k)`` is the k-th one's number) are
+    no longer in ``session``. Expiry hides a prefix by sequence number, so a binary search
+    finds the first visible one, each probe a one-row read; none expired costs one read."""
+
+    async def visible(k: int) -> bool:
+        seq = await seq_at(k)
+        rows = await read_rows(session, 1, before=seq + 1)
+        return bool(rows) and rows[0][0] == seq
+
+    if n == 0 or await visible(0):
+        return 0
+    lo, hi = 1, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if await visible(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 Read = tuple[Session, "int | None", "int | None", "int | None"]

@@ -33,7 +33,7 @@ from agents.memory import Session
 from ...core.capabilities import Capability, supports
 from ..foreign import ForeignSession
 from .items import is_user_message
-from .store import read_rows
+from .store import first_visible, read_rows
 
 BLOCK = 256
 """User messages per sealed block."""
@@ -234,22 +234,7 @@ class TurnIndex:
         """How many of the oldest indexed user messages are no longer visible (expiry hides a
         prefix); one read when none are."""
         n = len(self.blocks) * BLOCK + len(self.tail)
-
-        async def visible(k: int) -> bool:
-            seq = await self.seq_at(k)
-            rows = await read_rows(self.storage, 1, before=seq + 1)
-            return bool(rows) and rows[0][0] == seq
-
-        if n == 0 or await visible(0):
-            return 0
-        lo, hi = 1, n
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if await visible(mid):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        return await first_visible(self.storage, self.seq_at, n)
 
 
 __all__ = ["BLOCK", "IndexBroken", "TurnIndex", "indexable"]

@@ -15,7 +15,7 @@ from typing import Any
 from ...core.codec import dumps, loads
 from ..foreign import expiring_layer
 from .items import classify_message_type, extract_tool_name, is_user_message
-from .store import Storages, read_rows
+from .store import Storages, first_visible, read_rows
 from .turns import IndexBroken, TurnIndex, indexable
 
 Segment = tuple[str, "int | None"]
@@ -325,17 +325,7 @@ async def _drop_expired(session: Any, scan: Scan) -> None:
     """
     seqs = scan.seqs
 
-    async def visible(i: int) -> bool:
-        rows = await read_rows(session, 1, before=seqs[i] + 1)
-        return bool(rows) and rows[0][0] == seqs[i]
+    async def seq_at(i: int) -> int:
+        return seqs[i]
 
-    if not seqs or await visible(0):
-        return
-    lo, hi = 1, len(seqs)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if await visible(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    scan.drop_first(lo)
+    scan.drop_first(await first_visible(session, seq_at, len(seqs)))
