@@ -19,7 +19,12 @@ from agent_sessions import AdvancedSQLiteSession as OurAdvancedSQLiteSession
 from agent_sessions import InMemorySession, InMemoryStore, SQLiteSession
 from agent_sessions.errors import BranchError, BranchNotFoundError
 from agent_sessions.testing import SessionConformanceSuite
-from agent_sessions.testing.helpers import model_input_texts, scripted_agent, texts
+from agent_sessions.testing.helpers import (
+    cancel_after,
+    model_input_texts,
+    scripted_agent,
+    texts,
+)
 from agent_sessions.wrappers.advanced import AdvancedSession
 from agent_sessions.wrappers.branching import BranchingSession
 
@@ -707,23 +712,9 @@ async def test_cancelled_branch_operations_leave_a_consistent_state(make: Any) -
     s = make()
     await s.add_items(turns(3))
     for attempt in range(8):
-        task = asyncio.ensure_future(s.create_branch_from_turn(2, f"c{attempt}"))
-        for _ in range(attempt):
-            await asyncio.sleep(0)
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
+        await cancel_after(s.create_branch_from_turn(2, f"c{attempt}"), attempt)
         await s.switch_to_branch("main")
-        pop = asyncio.ensure_future(s.pop_item())
-        for _ in range(attempt):
-            await asyncio.sleep(0)
-        pop.cancel()
-        try:
-            await pop
-        except asyncio.CancelledError:
-            pass
+        await cancel_after(s.pop_item(), attempt)
         await s.add_items([assistant("refill")])
     # every branch that exists is whole: q1 r1 and nothing else
     for branch in await s.list_branches():

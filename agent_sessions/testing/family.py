@@ -11,7 +11,6 @@ layers over the session under test and need the ``encryption`` extra.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,7 +25,7 @@ from ..errors import InvalidItemError
 from ..wrappers.foreign import expiring_layer
 from ._kit import ConformanceBase, SessionFactory
 from ._kit import msg as _msg
-from .helpers import texts
+from .helpers import cancel_after, texts
 
 _OLD_KEY = "an old passphrase for the family conformance tier, long and random enough"
 _NEW_KEY = "a new passphrase for the family conformance tier, long and random enough too"
@@ -187,14 +186,7 @@ class FamilyConformance(ConformanceBase):
         ring = EncryptedSession(s, keys={"k2": _NEW_KEY, "k1": _OLD_KEY}, active="k2")
         for steps in range(0, 12, 2):
             await writer.add_items([_msg(f"old {steps}.{i}") for i in range(3)])
-            task = asyncio.ensure_future(ring.rotate())
-            for _ in range(steps):
-                await asyncio.sleep(0)
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await cancel_after(ring.rotate(), steps)
             await ring.clear_session()
             await ring.rotate()
             assert await ring.get_items() == [], f"cancelled after {steps} steps"

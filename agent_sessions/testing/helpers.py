@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from agents import Agent
@@ -41,3 +42,16 @@ def model_input_texts(model: ScriptedModel, call: int = -1) -> list[str]:
     if isinstance(seen, str):
         return [seen]
     return texts(seen)
+
+
+async def cancel_after(awaitable: Awaitable[Any], steps: int) -> None:
+    """Run ``awaitable`` as a task for ``steps`` event-loop turns, then cancel it and wait until
+    it settles (finished or cancelled); any other error propagates."""
+    task = asyncio.ensure_future(awaitable)
+    for _ in range(steps):
+        await asyncio.sleep(0)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass

@@ -17,7 +17,7 @@ import pytest
 
 from ._kit import ConformanceBase, SessionFactory
 from ._kit import msg as _msg
-from .helpers import item_text, texts
+from .helpers import cancel_after, item_text, texts
 
 
 class StrictConformance(ConformanceBase):
@@ -112,16 +112,7 @@ class StrictConformance(ConformanceBase):
         s = await new_session()
         size = 25
         for attempt in range(12):
-            task = asyncio.ensure_future(
-                s.add_items([_msg(f"{attempt}:{k}") for k in range(size)])
-            )
-            for _ in range(attempt):
-                await asyncio.sleep(0)
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await cancel_after(s.add_items([_msg(f"{attempt}:{k}") for k in range(size)]), attempt)
         got = texts(await s.get_items())
         assert len(got) % size == 0
         for start in range(0, len(got), size):
