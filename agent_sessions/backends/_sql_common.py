@@ -85,6 +85,14 @@ class SqlDialect(ABC):
         """Delete the newest row and return its payload; None when there is none."""
 
     @abstractmethod
+    async def pop_checked(
+        self, conn: Any, session_id: str, check: Callable[[str], Any]
+    ) -> Any:
+        """Delete the newest row and return ``check(payload)`` in one transaction (None when
+        there is none); when ``check`` raises an Exception, roll back and return it as
+        :class:`Refused` (the connection stays usable)."""
+
+    @abstractmethod
     async def clear(self, conn: Any, session_id: str) -> None:
         """Delete the session's rows, keeping its counter so no sequence number is reused
         (a purge that read number N before the clear must not hit items written after it)."""
@@ -133,6 +141,21 @@ class SqlDialect(ABC):
     @abstractmethod
     def missing_table(self, exc: BaseException) -> bool:
         """Whether ``exc`` says a table or column does not exist."""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A pop's check raised ``error``; its transaction was rolled back."""
+
+    error: Exception
+
+
+def run_check(check: Callable[[str], Any], payload: str) -> Any:
+    """``check(payload)``, or :class:`Refused` carrying the Exception it raised."""
+    try:
+        return check(payload)
+    except Exception as exc:
+        return Refused(exc)
 
 
 def range_clause(after: int | None, before: int | None, mark: Any) -> tuple[str, list[int]]:

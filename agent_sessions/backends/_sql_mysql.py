@@ -25,12 +25,14 @@ from ..core.base import Row
 from ..errors import ItemTooLargeError
 from ._sql_common import (
     SCHEMA_VERSION,
+    Refused,
     SqlDialect,
     Tables,
     causes,
     check_version,
     delete_for_swap,
     range_clause,
+    run_check,
 )
 
 _GONE = {1040, 1053, 1927, 2002, 2003, 2005, 2006, 2013, 2026, 2055}
@@ -255,6 +257,33 @@ class MySQLDialect(SqlDialect):
             if not auto or not self.mariadb:
                 await conn.commit()
         return None if row is None else str(row[0])
+
+    async def pop_checked(
+        self, conn: Any, session_id: str, check: Callable[[str], Any]
+    ) -> Any:
+        # The pop's row lock is held across the check: a concurrent pop waits for its outcome.
+        async with conn.cursor() as cur:
+            try:
+                if self.mariadb:
+                    # START TRANSACTION and the pop in one round trip (multi-statements).
+                    await cur.execute(f"START TRANSACTION;{self._pop}", (session_id,))
+                    await cur.nextset()
+                    row = await cur.fetchone()
+                    value = None if row is None else row[0]
+                else:
+                    await conn.begin()
+                    await cur.execute(self._lock_newest, (session_id,))
+                    locked = await cur.fetchone()
+                    value = None
+                    if locked is not None:
+                        await cur.execute(self._delete_one, (session_id, locked[0]))
+                        value = locked[1]
+                outcome = None if value is None else run_check(check, str(value))
+            except BaseException:
+                await conn.rollback()
+                raise
+            await (conn.rollback() if isinstance(outcome, Refused) else conn.commit())
+        return outcome
 
     async def clear(self, conn: Any, session_id: str) -> None:
         async with conn.cursor() as cur:

@@ -38,7 +38,7 @@ from ..core.codec import DEFAULT_MAX_ITEM_BYTES
 from ..core.mutation import finish
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError
-from ._sql_common import SqlDialect, Tables, causes
+from ._sql_common import Refused, SqlDialect, Tables, causes
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -702,6 +702,17 @@ class SQLAlchemySession(BaseSession):
             return await d.pop(conn, sid)
 
         return await self._run(op, write=True)
+
+    async def _pop_row_checked(self, check: Callable[[str], Any]) -> Any:
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> Any:
+            return await d.pop_checked(conn, sid, check)
+
+        outcome = await self._run(op, write=True)
+        if isinstance(outcome, Refused):
+            raise outcome.error
+        return outcome
 
     async def _replace_rows(
         self,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from agents.memory import SessionABC, SessionSettings
@@ -32,6 +33,8 @@ logger = logging.getLogger("agent_sessions")
 
 Row = tuple[int, str]
 """A stored item as the backend returns it: (sequence number, JSON text)."""
+
+_UNDECODABLE = object()
 
 
 def check_before(before: object) -> int:
@@ -264,6 +267,41 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         the new numbers, or None when nothing was written."""
         return None
 
+    # -- a pop checked by a layer ----------------------------------------------------------------
+
+    async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
+        """Remove the newest item and return ``check(item)``; when ``check`` raises, nothing
+        is removed and the exception propagates. Items that do not decode are removed on the
+        way, as ``pop_item`` does. None when the session is empty.
+
+        One atomic step where the backend implements ``_pop_row_checked`` (``check`` may then
+        run off the event loop's thread, so it must not mutate loop state). Otherwise, and
+        when a subclass overrides ``pop_item``, the newest item is read and checked, then
+        popped; an item that replaced it in between is checked after its removal and, when
+        that check fails, added back (as a new item) before the exception propagates.
+        """
+        self._check_open()
+        if (
+            type(self).pop_item is not BaseSession.pop_item
+            or type(self)._pop_row_checked is BaseSession._pop_row_checked
+        ):
+            return await pop_checked_by_api(self, check)
+        decode = self._decode
+
+        def on_row(payload: str) -> Any:
+            item = decode(payload, None)
+            return _UNDECODABLE if item is None else check(item)
+
+        while True:
+            result = await self._mutate(self._pop_row_checked(on_row))
+            if result is not _UNDECODABLE:
+                return result
+
+    async def _pop_row_checked(self, check: Callable[[str], Any]) -> Any:
+        """Delete the newest row and return ``check(payload)`` in one atomic step (None when
+        there is none); when ``check`` raises, delete nothing and raise it. Optional."""
+        raise NotImplementedError(f"{type(self).__name__} does not pop with a check")
+
     # -- range delete and rewrite in place (capabilities) ---------------------------------------
 
     async def delete_items(self, *, before: int) -> int:
@@ -410,6 +448,26 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         return out
 
 
+async def pop_checked_by_api(session: Any, check: Callable[[Any], Any]) -> Any:
+    """``_pop_checked`` through a session's public API (read newest, check, pop): two steps,
+    for sessions that cannot check inside their pop."""
+    while True:
+        newest = await session.get_items(limit=1)
+        if not newest:
+            return None
+        result = check(newest[-1])  # raises: nothing was removed
+        popped = await session.pop_item()
+        if popped is None:
+            continue  # emptied meanwhile
+        if popped == newest[-1]:
+            return result
+        try:  # another writer's item replaced the checked one
+            return check(popped)
+        except Exception:
+            await session.add_items([popped])
+            raise
+
+
 __all__ = [
     "STORE_CAPABILITIES",
     "BaseSession",
@@ -417,4 +475,5 @@ __all__ = [
     "Row",
     "StoreOptions",
     "check_before",
+    "pop_checked_by_api",
 ]

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from agents.memory import OpenAIResponsesCompactionSession, Session
 
 from ...core import capabilities
+from ...core.base import BaseSession
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ...core.extras import missing
@@ -545,10 +546,10 @@ class EncryptedSession(SessionWrapper):
                 unknown key, altered bytes); it is kept. Also the SDK's ``InvalidToken``.
         """
         inner = self.inner
-        if getattr(inner, "pops_checked", False) and wrapper is None:
-            while True:  # one atomic step per stored item: the check runs inside the pop
+        if isinstance(inner, (BaseSession, SessionWrapper)) and wrapper is None:
+            while True:  # one step per stored item: the check runs inside the pop
                 try:
-                    item = await inner._pop_checked(self._poppable)  # type: ignore[attr-defined]
+                    item = await inner._pop_checked(self._poppable)
                 except _Unreadable as reason:
                     raise self._mismatch(reason) from None
                 if item is not _DRAINED:

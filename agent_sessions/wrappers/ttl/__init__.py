@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import Session
 
+from ...core.base import BaseSession, pop_checked_by_api
 from ...core.capabilities import Capability, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ...core.family import REGISTRY, member_purposes, side_store
@@ -357,15 +358,10 @@ class TTLSession(SessionWrapper):
             return None
         return envelope["item"]  # type: ignore[no-any-return]
 
-    @property
-    def pops_checked(self) -> bool:
-        """Whether ``_pop_checked`` is offered (when the inner session offers it)."""
-        return bool(getattr(self.inner, "pops_checked", False))
-
     async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
         """``pop_item`` with a layer's ``check`` of the live item inside the inner session's
-        atomic pop (see ``SQLiteSession._pop_checked``); a dead newest item is removed and
-        None returned, as ``pop_item`` does."""
+        pop (see ``BaseSession._pop_checked``); a dead newest item is removed and None
+        returned, as ``pop_item`` does."""
         await self._sync()
         now = self.clock()
 
@@ -374,7 +370,11 @@ class TTLSession(SessionWrapper):
                 return _DEAD
             return check(envelope["item"])
 
-        result = await self.inner._pop_checked(unwrap)  # type: ignore[attr-defined]
+        inner = self.inner
+        if isinstance(inner, (BaseSession, SessionWrapper)):
+            result = await inner._pop_checked(unwrap)
+        else:
+            result = await pop_checked_by_api(inner, unwrap)
         return None if result is _DEAD else result
 
     async def clear_session(self) -> None:
