@@ -6,6 +6,7 @@ out, so a statement costs one driver call, not a trip through SQLAlchemy's execu
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -32,6 +33,15 @@ class Tables:
     def build(cls, prefix: str, sessions_table: str | None, messages_table: str | None) -> Tables:
         if not isinstance(prefix, str):
             raise ValueError(f"table_prefix must be a str, got {type(prefix).__name__}")
+        key = (prefix, sessions_table, messages_table)
+        if all(isinstance(k, (str, type(None))) for k in key):
+            return _built(*key)  # a session object per request: names checked once
+        return cls._check(*key)
+
+    @classmethod
+    def _check(
+        cls, prefix: str, sessions_table: str | None, messages_table: str | None
+    ) -> Tables:
         return cls(
             check_identifier(sessions_table or f"{prefix}sessions", "sessions_table/table_prefix"),
             check_identifier(messages_table or f"{prefix}messages", "messages_table/table_prefix"),
@@ -42,6 +52,11 @@ class Tables:
         """A signed 64-bit number naming this store, for database-wide advisory locks."""
         digest = hashlib.sha256(f"agent_sessions:{self.messages}".encode()).digest()
         return int.from_bytes(digest[:8], "big", signed=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _built(prefix: str, sessions_table: str | None, messages_table: str | None) -> Tables:
+    return Tables._check(prefix, sessions_table, messages_table)
 
 
 class SqlDialect(ABC):

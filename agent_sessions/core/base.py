@@ -391,8 +391,14 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         """
         if self._closing is None:
             self._closed = self._closed or self._owns_resources()
-            self._closing = Closing(self._release() if self._closed else None)
+            done = self._closed and self._family is None and self._release_at_once()
+            self._closing = Closing(self._release() if self._closed and not done else None)
         return self._closing
+
+    def _release_at_once(self) -> bool:
+        """Release without I/O when possible (a share of something others still use); True
+        when done, so ``close()`` starts no task. By default False: ``_release`` runs."""
+        return False
 
     def _owns_resources(self) -> bool:
         """Whether closing ends this session: False for one over the caller's own client,
