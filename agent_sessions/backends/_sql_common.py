@@ -83,6 +83,10 @@ class SqlDialect(ABC):
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
         """Store ``payloads`` as one transaction; return the last sequence number assigned."""
 
+    async def append_unnumbered(self, conn: Any, session_id: str, payloads: list[str]) -> None:
+        """``append`` for a caller that does not need the numbers."""
+        await self.append(conn, session_id, payloads)
+
     @abstractmethod
     async def load(
         self,

@@ -721,6 +721,14 @@ class SQLAlchemySession(BaseSession):
         last = await self._run(op, write=True)
         return list(range(last - len(payloads) + 1, last + 1))
 
+    async def _append_unnumbered(self, payloads: list[str]) -> None:
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> None:
+            await d.append_unnumbered(conn, sid, payloads)
+
+        await self._run(op, write=True)
+
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:

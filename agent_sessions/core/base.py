@@ -112,6 +112,11 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     async def _append(self, payloads: list[str]) -> list[int]:
         """Store ``payloads`` as one atomic, contiguous batch; return their sequence numbers."""
 
+    async def _append_unnumbered(self, payloads: list[str]) -> None:
+        """``_append`` for a caller that does not need the numbers (``add_items``); a backend
+        overrides it where not reporting them saves work."""
+        await self._append(payloads)
+
     @abstractmethod
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
@@ -169,7 +174,10 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
         """
-        await self.add_sequenced_items(items)
+        if type(self).add_sequenced_items is not BaseSession.add_sequenced_items:
+            await self.add_sequenced_items(items)  # a subclass's own write path
+            return
+        await self._add(items, numbered=False)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item, or None when the session is empty."""
@@ -191,12 +199,18 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
 
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers."""
+        return await self._add(items, numbered=True)
+
+    async def _add(self, items: list[TResponseInputItem], numbered: bool) -> list[int]:
         self._check_open()  # before the empty check: the SDK refuses [] on a closed session
         payloads = encode_batch(items, self.max_item_bytes)
         if not payloads:
             return []
         if self._registration is not None:
             await self._register()
+        if not numbered:
+            await self._mutate(self._append_unnumbered(payloads))
+            return []
         seqs: list[int] = await self._mutate(self._append(payloads))
         return seqs
 
