@@ -197,6 +197,24 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         seqs: list[int] = await self._mutate(self._append(payloads))
         return seqs
 
+    async def add_sequenced_family(
+        self, writes: list[tuple[BaseSession, list[TResponseInputItem]]]
+    ) -> list[list[int]]:
+        """Append each ``(session, items)`` batch in order, as ``add_sequenced_items`` would,
+        and return each batch's numbers; the sessions are this one or members of its store
+        (siblings, side stores). A backend that can store them in one round trip does
+        (``_append_family``: SQLite in one transaction, Redis in one MULTI/EXEC).
+
+        Raises:
+            InvalidItemError: an item is not a JSON object or is too large (nothing written).
+        """
+        for session, _ in writes:
+            session._check_open()
+        encoded = [(s, encode_batch(items, s.max_item_bytes)) for s, items in writes]
+        wanted = [(s, payloads) for s, payloads in encoded if payloads]
+        appended = iter(await self._mutate(self._append_family(wanted)) if wanted else [])
+        return [next(appended) if payloads else [] for _, payloads in encoded]
+
     async def get_sequenced_items(
         self,
         limit: int | None = None,
@@ -249,6 +267,24 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             return [await s._load(limit, after, before)]
         loads = (s._load(limit, after, before) for s, limit, after, before in reads)
         return list(await asyncio.gather(*loads))
+
+    async def _append_family(self, writes: list[tuple[BaseSession, list[str]]]) -> list[list[int]]:
+        """``_append`` for each ``(session, payloads)``, in order, each side store listed in
+        its family's registry first (``_register``). This default makes one round trip per
+        batch; a backend overrides it to store sessions that share its connection in one
+        atomic step, falling back here for any other."""
+
+        async def each() -> list[list[int]]:
+            out = []
+            for session, payloads in writes:
+                if session._registration is not None:
+                    await session._register()
+                out.append(await session._append(payloads))
+            return out
+
+        if self._single_dispatch_writes and len(writes) > 1:
+            return await run_to_completion(each())  # several steps: never stop half-way
+        return await each()
 
     async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
         """Pop as ``_pop`` only if ``guard`` (a member of this store) has ``seq`` as its newest

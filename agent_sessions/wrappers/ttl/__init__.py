@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import Session
 
+from ...core.base import BaseSession
 from ...core.capabilities import Capability, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ...core.family import REGISTRY, member_purposes, side_store
@@ -249,9 +250,37 @@ class TTLSession(SessionWrapper):
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
         """
-        envelopes = await self._stamp(items)
-        if envelopes:
-            await self.inner.add_items(envelopes)
+        if await self._add_with_record(items, "add_items") is None:
+            envelopes = await self._stamp(items)
+            if envelopes:
+                await self.inner.add_items(envelopes)
+
+    async def _add_with_record(self, items: list[TResponseInputItem], via: str) -> list[int] | None:
+        """Store the family's lifecycle record and the stamped ``items`` in one round trip
+        (``BaseSession.add_sequenced_family``), record first; the new items' numbers, or None
+        (nothing done) when the inner session is not a plain backend of this package or it
+        does not pass its writes through ``via``'s usual path (a subclass's override)."""
+        inner = self.inner
+        if not (self._family_expiry and isinstance(inner, BaseSession) and items):
+            return None
+        if getattr(type(inner), via) is not getattr(BaseSession, via) or (
+            type(inner).add_sequenced_items is not BaseSession.add_sequenced_items
+        ):
+            return None
+        life = self._lifecycle()
+        if not isinstance(life.store, BaseSession):
+            return None
+        encode_batch(items, self.max_item_bytes)  # validate before anything is written
+        now = self.clock()
+        record, state = await life.stamp(now)
+        stamp = {"type": TTL_TYPE, "t": now}
+        envelopes: list[Any] = [{**stamp, "item": item} for item in items]
+        records, seqs = await inner.add_sequenced_family(
+            [(life.store, [record]), (inner, envelopes)]
+        )
+        self._state = state
+        await life.recorded(state, records[0])
+        return seqs
 
     async def _stamp(self, items: list[TResponseInputItem]) -> list[Any]:
         encode_batch(items, self.max_item_bytes)  # validate before anything is written
@@ -270,6 +299,9 @@ class TTLSession(SessionWrapper):
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers (the inner's)."""
         inner = self._inner(Capability.SEQUENCED)
+        seqs = await self._add_with_record(items, "add_sequenced_items")
+        if seqs is not None:
+            return seqs
         envelopes = await self._stamp(items)
         return await inner.add_sequenced_items(envelopes) if envelopes else []
 
