@@ -70,6 +70,12 @@ def seconds(value: float | timedelta | None, name: str) -> float | None:
     return float(value)
 
 
+def _family_key(location: Any) -> Any:
+    """The key of a family's lifecycle knowledge, from its session's ``store_key()`` (None:
+    a store that cannot name the location shares nothing)."""
+    return None if location is None else (PURPOSE, location)
+
+
 def _time(envelope: Any, key: str) -> float | None:
     """Return a finite timestamp from a TTL envelope, or None when it is not one."""
     if type(envelope) is not dict or envelope.get("type") != TTL_TYPE or "item" not in envelope:
@@ -180,12 +186,14 @@ class TTLSession(SessionWrapper):
         if self._life is None:
             assert self.ttl is not None
             native = supports(self.inner, Capability.NATIVE_EXPIRY)
+            located = getattr(self.inner, "store_key", None)
             self._life = Lifecycle(
-                side_store(self.inner, PURPOSE),
+                lambda: side_store(self.inner, PURPOSE),
                 ttl=self.ttl,
                 sliding=self.sliding,
                 refresh=self._refresh_family_expiry if native else None,
                 clock_skew=self.clock_skew,
+                where=(lambda: _family_key(located())) if callable(located) else None,
             )
         return self._life
 
@@ -224,6 +232,18 @@ class TTLSession(SessionWrapper):
 
     def _visible_from(self, envelopes: list[Any], now: float) -> int:
         """Return the index after the newest dead envelope (0 when none is dead)."""
+        if self._family_expiry and self.item_ttl is None:
+            # ``_dead`` with the family's verdict taken once: alive, an item is dead only when
+            # it is not ours or older than the current lifetime.
+            state = self._state
+            if state is None or self._lifecycle().dead(state, now):
+                return len(envelopes)
+            start = state.d
+            for i in range(len(envelopes) - 1, -1, -1):
+                t = _time(envelopes[i], "t")
+                if t is None or t < start:
+                    return i + 1
+            return 0
         newer_t = now
         for i in range(len(envelopes) - 1, -1, -1):
             envelope = envelopes[i]

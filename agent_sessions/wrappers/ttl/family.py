@@ -73,23 +73,36 @@ class Lifecycle:
 
     def __init__(
         self,
-        store: Session,
+        store: Callable[[], Session],
         *,
         ttl: float,
         sliding: bool,
         refresh: Callable[[], Awaitable[None]] | None,
         clock_skew: float = 0.0,
+        where: Callable[[], Hashable | None] | None = None,
     ) -> None:
-        self.store = store
+        """``store`` opens the family's lifecycle side store (when first needed); ``where``
+        names the family's location without opening it (else the store's ``store_key()``)."""
+        self._open = store
+        self._store: Session | None = None
         self.ttl = ttl
         self.sliding = sliding
         self.clock_skew = clock_skew
-        where = getattr(store, "store_key", None)
+        if where is None:
+            where = getattr(self.store, "store_key", None)
         self._key: Hashable | None = where() if callable(where) else None
         self._known: State | None = None
         self._refresh = refresh
         self._refreshed: float | None = None
         self._lock = asyncio.Lock()
+
+    @property
+    def store(self) -> Session:
+        """The side store holding the records (opened on first use: an object built per
+        request that answers from what the process knows never opens it)."""
+        if self._store is None:
+            self._store = self._open()
+        return self._store
 
     async def read(self) -> State | None:
         """The newest record, or None when the family was never written (or was purged)."""
