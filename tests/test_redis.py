@@ -694,3 +694,57 @@ async def test_compaction_snapshot_prunes_the_oldest_items_in_the_same_script(
     finally:
         await s.clear_session()
         await s.close()
+
+
+# -- checked pops ------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("decode", [True, False], ids=["str", "bytes"])
+async def test_a_checked_pop_removes_exactly_the_item_it_checked(
+    redis_up: None, raw: Redis, decode: bool
+) -> None:
+    from cryptography.fernet import Fernet
+
+    from agent_sessions.backends import redis as backend
+    from agent_sessions.wrappers.encrypted import EncryptedSession, KeyMismatchError
+
+    def open_as(key: str) -> EncryptedSession:
+        inner = RedisSession.from_url(
+            session_id, url=REDIS_URL, redis_kwargs={"decode_responses": decode},
+            key_prefix=PREFIX,
+        )
+        return EncryptedSession(inner, encryption_key=key)
+
+    session_id = f"checked-pop-{uuid.uuid4().hex[:8]}"
+    good, other = open_as(Fernet.generate_key().decode()), open_as(Fernet.generate_key().decode())
+    items_key = good.inner.keys[0]  # type: ignore[attr-defined]
+
+    async def stored() -> int:
+        return int(await raw.zcard(items_key))
+
+    await good.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    stale = backend._NEWEST[items_key]
+    assert texts([await good.pop_item()]) == ["b"]
+    backend._NEWEST[items_key] = stale  # the process's guess is an item popped since
+    assert texts([await good.pop_item()]) == ["a"]
+    assert await stored() == 0
+
+    await good.add_items([{"role": "user", "content": "c"}])
+    readable = backend._NEWEST[items_key]
+    await other.add_items([{"role": "user", "content": "x"}])  # another key's item on top
+    backend._NEWEST[items_key] = readable  # the guess is readable but no longer the newest
+    for _ in range(2):
+        with pytest.raises(KeyMismatchError):
+            await good.pop_item()
+        assert await stored() == 2, "a wrong key never removes anything"
+    unreadable = backend._NEWEST[items_key]
+    assert texts([await other.pop_item()]) == ["x"]
+    backend._NEWEST[items_key] = unreadable  # a guess this key cannot open, popped since
+    assert texts([await good.pop_item()]) == ["c"]
+
+    await good.add_items([{"role": "user", "content": "d"}])
+    await raw.zadd(items_key, {"999999999:not json": 999999999})  # undecodable: drained
+    assert texts([await good.pop_item()]) == ["d"]
+    assert await good.pop_item() is None
+    assert await stored() == 0

@@ -220,6 +220,27 @@ local first = 4 + math.max(n, 0) + p
     + _write_items("first")
 )
 
+# KEYS: items, meta. ARGV[1]: expiry in ms or "0"; ARGV[2]: the member expected newest.
+# Pops the newest member only if it is exactly ARGV[2]: returns {2, member, the new newest
+# member (absent when none is left)} when popped, {1, newest} when the newest is another one
+# (nothing changed), {0} when there is none.
+POP_IF = Script(
+    """
+local top = redis.call('ZRANGE', KEYS[1], -1, -1)
+if not top[1] then return {0} end
+if top[1] ~= ARGV[2] then return {1, top[1]} end
+"""
+    + _check_expiry("KEYS[2]", "ARGV[1]")
+    + """
+redis.call('ZREM', KEYS[1], top[1])
+if ARGV[1] ~= '0' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], ARGV[1])
+end
+return {2, top[1], redis.call('ZRANGE', KEYS[1], -1, -1)[1]}
+"""
+)
+
 # KEYS: items, meta. ARGV[1]: expiry in ms or "0". Returns the newest member or nil.
 POP = Script(
     _check_expiry("KEYS[2]", "ARGV[1]")

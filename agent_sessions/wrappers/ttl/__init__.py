@@ -415,9 +415,9 @@ class TTLSession(SessionWrapper):
         return bool(getattr(self.inner, "pops_checked", False))
 
     async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
-        """``pop_item`` with a layer's ``check`` of the live item inside the inner session's
-        atomic pop (see ``SQLiteSession._pop_checked``); a dead newest item is removed and
-        None returned, as ``pop_item`` does."""
+        """``pop_item`` with a layer's ``check`` of the live item, through the inner
+        session's checked pop (``SQLiteSession._pop_checked``, ``RedisSession._pop_checked``);
+        a dead newest item is removed and None returned, as ``pop_item`` does."""
         await self._sync()
         now = self.clock()
 
