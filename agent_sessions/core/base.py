@@ -16,7 +16,7 @@ from agents.memory.session_settings import coerce_session_settings
 
 from ..errors import CorruptItemError, InvalidItemError, SessionClosedError
 from .capabilities import Capability
-from .closing import Closing
+from .closing import Closing, release_within
 from .codec import DEFAULT_MAX_ITEM_BYTES, decode_item, encode_batch
 from .family import REGISTRY, Family, purposes_in
 from .ids import derive_sibling_id, validate_session_id
@@ -391,6 +391,19 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             self._closed = self._closed or self._owns_resources()
             self._closing = Closing(self._release() if self._closed else None)
         return self._closing
+
+    async def _close_owned(self) -> None:
+        """``close()`` from the release of a session that owns this one (``close_owned``)."""
+        if type(self).close is not BaseSession.close:  # a subclass's close does more
+            await self.close()
+            return
+        if self._closing is None:
+            self._closed = self._closed or self._owns_resources()
+            if self._closed:
+                await release_within(self, self._release)
+                return
+            self._closing = Closing(None)
+        await self._closing
 
     def _owns_resources(self) -> bool:
         """Whether closing ends this session: False for one over the caller's own client,
