@@ -748,3 +748,24 @@ async def test_a_checked_pop_removes_exactly_the_item_it_checked(
     assert texts([await good.pop_item()]) == ["d"]
     assert await good.pop_item() is None
     assert await stored() == 0
+
+
+@pytest.mark.asyncio
+async def test_a_family_write_refused_by_one_key_writes_nothing(redis_up: None, raw: Redis) -> None:
+    from agent_sessions.core.family import REGISTRY, side_store
+
+    session = RedisSession.from_url(
+        f"family-write-{uuid.uuid4().hex[:8]}", url=REDIS_URL, key_prefix=PREFIX
+    )
+    side: Any = side_store(session, "records")
+    registry: Any = side_store(session, REGISTRY)
+    await raw.set(registry.keys[0], "another application's value")
+    batches: Any = [(side, [{"role": "user", "content": "r"}]), (session, [{"content": "a"}])]
+    with pytest.raises(BackendDataError):
+        await session.add_sequenced_family(batches)
+    assert await raw.exists(side.keys[0], session.keys[0], side.keys[1], session.keys[1]) == 0
+    await raw.delete(registry.keys[0])
+    numbers = await session.add_sequenced_family(batches)
+    assert [len(n) for n in numbers] == [1, 1]
+    assert await session.family_purposes() == ["records"]
+    await session.close()

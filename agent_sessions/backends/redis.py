@@ -28,7 +28,6 @@ try:
         BusyLoadingError,
         ClusterError,
         MaxConnectionsError,
-        NoScriptError,
         OutOfMemoryError,
         ReadOnlyError,
         RedisClusterException,
@@ -44,13 +43,14 @@ from agents.memory import SessionSettings
 
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ..core.capabilities import Capability
-from ..core.codec import DEFAULT_MAX_ITEM_BYTES
-from ..core.mutation import run_to_completion
+from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
+from ..core.family import REGISTRY
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError
 from ._redis_layout import (
     APPEND,
     CLEAR,
+    FAMILY_APPEND,
     ITEMS_TYPE,
     META_TYPE,
     POP,
@@ -380,48 +380,42 @@ class RedisSession(BaseSession):
         return list(range(last - len(payloads) + 1, last + 1))
 
     async def _append_family(self, writes: list[tuple[BaseSession, list[str]]]) -> list[list[int]]:
-        # One MULTI/EXEC of APPEND scripts on this client: one round trip, run in order with
-        # nothing between them, and a cancelled send (no EXEC) runs none; a batch that fails
-        # (a key of another type) does not undo those before it. A cluster may spread the
-        # keys over nodes.
+        # One script over every batch's keys (and the registry's, to list a side store first):
+        # one round trip, one atomic step. A cluster may spread the keys over nodes.
         if self._cluster or len(writes) < 2 or not all(
             isinstance(s, RedisSession) and s._client is self._client for s, _ in writes
         ):
             return await super()._append_family(writes)
         sessions = [cast(RedisSession, s) for s, _ in writes]
-        for session in sessions:
-            if session._registration is not None:
-                await session._register()
-
-        async def send() -> list[Any]:
-            pipe = self._client.pipeline(transaction=True)
-            for s, (_, payloads) in zip(sessions, writes, strict=True):
-                pipe.evalsha(APPEND.sha, 2, *s._keys, s._ttl_ms, *payloads)
-            results: list[Any] = await pipe.execute(raise_on_error=False)
-            if any(isinstance(r, NoScriptError) for r in results):
-                # The server lost its scripts: every APPEND refused before running (one
-                # script), so run them again in order (APPEND falls back to EVAL).
-                results = await run_to_completion(self._append_each(sessions, writes))
-            for result in results:
-                if isinstance(result, Exception):
-                    raise result
-            return results
-
-        lasts = await self._call(send)
+        keys: list[str] = []
+        args: list[Any] = [len(writes)]
+        for s, (_, payloads) in zip(sessions, writes, strict=True):
+            keys += s._keys
+            args += [s._ttl_ms, len(payloads), *payloads]
+        listing: RedisSession | None = None
+        for s in sessions:
+            if s._registration is None:
+                continue
+            owner, purpose = s._registration
+            registry = owner.side_store(REGISTRY)
+            if listing is None and isinstance(registry, RedisSession) and (
+                registry._client is self._client
+            ):
+                listing = s
+                keys += registry._keys
+                entry = encode_item({"purpose": purpose}, 0, registry.max_item_bytes)
+                args += [registry._ttl_ms, entry, purpose]
+            else:
+                await s._register()
+        client = self._client
+        lasts = await self._call(lambda: FAMILY_APPEND(client, tuple(keys), *args))
+        if listing is not None:
+            listing._registration = None
+        out = []
         for s, last, (_, payloads) in zip(sessions, lasts, writes, strict=True):
             _note_newest(s._keys[0], f"{int(last)}:{payloads[-1]}")
-        return [
-            list(range(int(last) - len(payloads) + 1, int(last) + 1))
-            for last, (_, payloads) in zip(lasts, writes, strict=True)
-        ]
-
-    async def _append_each(
-        self, sessions: list[RedisSession], writes: list[tuple[BaseSession, list[str]]]
-    ) -> list[Any]:
-        return [
-            await APPEND(self._client, s._keys, s._ttl_ms, *payloads)
-            for s, (_, payloads) in zip(sessions, writes, strict=True)
-        ]
+            out.append(list(range(int(last) - len(payloads) + 1, int(last) + 1)))
+        return out
 
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None

@@ -203,7 +203,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         """Append each ``(session, items)`` batch in order, as ``add_sequenced_items`` would,
         and return each batch's numbers; the sessions are this one or members of its store
         (siblings, side stores). A backend that can store them in one round trip does
-        (``_append_family``: SQLite in one transaction, Redis in one MULTI/EXEC).
+        (``_append_family``: SQLite in one transaction, Redis in one script).
 
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
