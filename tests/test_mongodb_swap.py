@@ -94,9 +94,8 @@ async def test_every_read_sees_a_committed_swap_whole(make: Factory, read: str) 
 async def test_pops_never_return_replaced_rows(make: Factory) -> None:  # noqa: F811
     s = make()
     await _suffix_swap(s)
-    assert [(await s.pop_item() or {}).get("content") for _ in range(5)] == [
-        "S", "d", "c", "b", None,
-    ]
+    popped: list[Any] = [await s.pop_item() for _ in range(5)]
+    assert [item and item["content"] for item in popped] == ["S", "d", "c", "b", None]
 
 
 @pytest.mark.asyncio
