@@ -452,6 +452,8 @@ async def test_injected_client_stays_open_after_close(make: Factory) -> None:
     await s.close()
     other = make(s.session_id)
     assert texts(await other.get_items()) == ["x"]
+    await s.add_items([_msg("y")])  # the closed object stays usable, as the SDK's
+    assert texts(await s.get_items()) == ["x", "y"]
 
 
 # -- construction, URLs and an unreachable server (a real AsyncMongoClient; needs no server) ----
@@ -675,6 +677,21 @@ def test_bad_arguments_are_refused() -> None:
         MongoDBSession.from_uri("x", uri="mongodb://127.0.0.1:notaport")
     with pytest.raises(InvalidSessionIdError):
         MongoDBSession("", client=STANDIN)
+
+
+@pytest.mark.parametrize("session_id", [{"$ne": None}, ["x"], None, 42, ""])
+def test_from_uri_refuses_a_bad_session_id_before_making_a_client(
+    session_id: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agent_sessions.backends.mongodb as backend
+
+    made: list[Any] = []
+    monkeypatch.setattr(backend, "AsyncMongoClient", lambda *a, **k: made.append(a))
+    client_kwargs = {"appname": "test-app"}
+    with pytest.raises(InvalidSessionIdError):
+        MongoDBSession.from_uri(session_id, uri="mongodb://127.0.0.1", client_kwargs=client_kwargs)
+    assert made == []
+    assert client_kwargs == {"appname": "test-app"}
 
 
 def test_sdk_constructor_arguments_are_accepted() -> None:

@@ -56,6 +56,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
 
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ..core.capabilities import Capability
+from ..core.ids import validate_session_id
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError, ItemTooLargeError
 
@@ -308,8 +309,10 @@ class MongoDBSession(BaseSession):
 
         ``database`` defaults to the URI's database, else ``"agent_sessions"``. The client
         connects on first use; ``serverSelectionTimeoutMS`` defaults to 3000 (see
-        :func:`make_client`). The other arguments are the constructor's.
+        :func:`make_client`). The other arguments are the constructor's. A bad
+        ``session_id`` is refused before any client is made.
         """
+        validate_session_id(session_id)
         client = make_client(uri, **dict(client_kwargs or {}))
         if database is None:
             try:
