@@ -38,6 +38,7 @@ from agent_sessions.errors import (
     BackendUnavailableError,
     InvalidSessionIdError,
     ItemTooLargeError,
+    SessionClosedError,
 )
 from agent_sessions.testing import SessionConformanceSuite
 from agent_sessions.testing.helpers import item_text, texts
@@ -562,6 +563,34 @@ async def test_clients_we_create_time_out_in_seconds_not_half_a_minute() -> None
     finally:
         for s in (default, from_uri, from_kwargs):
             await s.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("failure", [ConnectionError("close failed"), asyncio.CancelledError()])
+async def test_a_failed_close_of_the_owned_client_is_terminal_and_retried(
+    failure: BaseException,
+) -> None:
+    """As the SDK's: the session is closed from the first attempt; the next close() tries the
+    client's close again, and once it succeeded closing does nothing more."""
+    s = MongoDBSession.from_uri("owner", uri=f"mongodb://127.0.0.1:{_closed_port()}")
+    original = s.client.close
+    calls: list[int] = []
+
+    async def close() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise failure
+        await original()
+
+    s.client.close = close
+    with pytest.raises(type(failure)):
+        await s.close()
+    assert s.closed
+    with pytest.raises(SessionClosedError):
+        await s.get_items()
+    await s.close()
+    await s.close()
+    assert calls == [1, 1]
 
 
 @pytest.mark.asyncio

@@ -386,9 +386,11 @@ EXCLUDED: dict[str, str] = {
     "test_mongodb_session.py::test_external_client_session_stays_usable_after_close": _PRIVATE
     + "_owns_client (tests/test_mongodb.py::test_injected_client_stays_open_after_close)",
     "test_mongodb_session.py::test_failed_close_is_terminal_and_can_be_retried": _PRIVATE
-    + "_client (patches its close)",
+    + "_client (patches its close; tests/test_mongodb.py::"
+    "test_a_failed_close_of_the_owned_client_is_terminal_and_retried checks the same)",
     "test_mongodb_session.py::test_cancelled_close_is_terminal_and_can_be_retried": _PRIVATE
-    + "_client (patches its close)",
+    + "_client (patches its close; tests/test_mongodb.py::"
+    "test_a_failed_close_of_the_owned_client_is_terminal_and_retried checks the same)",
     "test_mongodb_session.py::test_ping_failure": _PRIVATE
     + "_client (tests/test_mongodb.py pings an unreachable server)",
     "test_mongodb_session.py::test_index_creation_runs_only_once": _PRIVATE
