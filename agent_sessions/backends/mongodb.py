@@ -56,6 +56,8 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
 
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ..core.capabilities import Capability
+from ..core.closing import Closing
+from ..core.ids import validate_session_id
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError, ItemTooLargeError
 from . import _mongodb_swap as swaps
@@ -150,6 +152,7 @@ class _ClientHandle:
         self.client = client
         self.owned = owned
         self.users = 1
+        self.close_pending = False  # the owned client's close failed or was cancelled
         self._lock = threading.Lock()
 
     def share(self) -> _ClientHandle:
@@ -162,9 +165,15 @@ class _ClientHandle:
             self.users -= 1
             last = self.users == 0
         if last and self.owned:
-            result = self.client.close()  # a coroutine on PyMongo, plain on Motor
-            if inspect.isawaitable(result):
-                await result
+            await self.close_client()
+
+    async def close_client(self) -> None:
+        """Close the owned client; may be called again after it failed (PyMongo allows it)."""
+        self.close_pending = True
+        result = self.client.close()  # a coroutine on PyMongo, plain on Motor
+        if inspect.isawaitable(result):
+            await result
+        self.close_pending = False
 
 
 _IndexKey = tuple[int, str, str, str, bool]
@@ -288,6 +297,7 @@ class MongoDBSession(BaseSession):
         self._messages = db[self.messages_collection]
         self._ttl: float | None = None
         self._unset_expiry = False  # set_sliding_ttl(None) after a TTL: clear it at next write
+        self._share_released = False
 
     @classmethod
     @explicit_options
@@ -309,8 +319,10 @@ class MongoDBSession(BaseSession):
 
         ``database`` defaults to the URI's database, else ``"agent_sessions"``. The client
         connects on first use; ``serverSelectionTimeoutMS`` defaults to 3000 (see
-        :func:`make_client`). The other arguments are the constructor's.
+        :func:`make_client`). The other arguments are the constructor's. A bad
+        ``session_id`` is refused before any client is made.
         """
+        validate_session_id(session_id)
         client = make_client(uri, **dict(client_kwargs or {}))
         if database is None:
             try:
@@ -902,7 +914,20 @@ class MongoDBSession(BaseSession):
                 return int(doc["total"])
         return 0
 
+    def close(self) -> Closing:
+        """Close the session (see :meth:`BaseSession.close`). If closing the client it owns
+        failed or was cancelled, the session stays closed and a later ``close()`` tries the
+        client's close again, as the SDK's does."""
+        if self._closing is not None and self._closing.failed and self._handle.close_pending:
+            self._closing = None
+        return super().close()
+
     async def _close(self) -> None:
+        if self._share_released:  # a retry: only the client's close is left to do
+            if self._handle.close_pending:
+                await self._handle.close_client()
+            return
+        self._share_released = True
         await self._handle.release()
 
     def _owns_resources(self) -> bool:
