@@ -227,7 +227,10 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             return []
         self._check_open()
         out: list[tuple[int, TResponseInputItem]] = []
-        for seq, payload in await self._load(limit, after, before):
+        rows = await self._load(limit, after, before)
+        if rows:
+            self._seen_written()
+        for seq, payload in rows:
             item = self._decode(payload, seq)
             if item is not None:
                 out.append((seq, item))
@@ -252,6 +255,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         out: list[list[tuple[int, TResponseInputItem]]] = []
         for session, limit, _, _ in reads:
             rows = next(loaded) if limit is None or limit > 0 else []
+            if rows:
+                session._seen_written()
             decoded = [(seq, session._decode(payload, seq)) for seq, payload in rows]
             out.append([(seq, item) for seq, item in decoded if item is not None])
         return out
@@ -362,6 +367,11 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     async def family_purposes(self) -> list[str]:
         """The purposes of every side store ever written in this session's family."""
         return purposes_in(await self.side_store(REGISTRY).get_items())
+
+    def _seen_written(self) -> None:
+        """This side store holds items, so its first writer listed it in the family registry
+        (``_register`` runs before a member's first write): this object need not check."""
+        self._registration = None
 
     async def _register(self) -> None:
         """List this side store in its family's registry (once per object, before a write)."""

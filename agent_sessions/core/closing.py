@@ -72,6 +72,16 @@ class Closing(Coroutine[Any, Any, None]):
         return self._iterator
 
     @property
+    def failed(self) -> bool:
+        """Whether the release ended with an error or was cancelled."""
+        if self._error is not None:
+            return True
+        task = self._task
+        if task is None or not task.done():
+            return False
+        return task.cancelled() or task.exception() is not None
+
+    @property
     def done(self) -> bool:
         """Whether the release has finished."""
         return self._task is None or self._task.done()
