@@ -492,8 +492,8 @@ class RedisSession(BaseSession):
             if guess is None:
                 guess = ""  # matches no member: the script answers with the newest
             else:
-                item = self._decode(self._rows([guess])[0][1], None)
                 try:
+                    item = self._decode(self._rows([guess])[0][1], None)
                     outcome = _UNDECODABLE if item is None else check(item)
                 except Exception:
                     if verified:
