@@ -547,7 +547,8 @@ class EncryptedSession(SessionWrapper):
         """
         inner = self.inner
         if isinstance(inner, (BaseSession, SessionWrapper)) and wrapper is None:
-            while True:  # one step per stored item: the check runs inside the pop
+            # One step per stored item: the store removes exactly the item checked.
+            while True:
                 try:
                     item = await inner._pop_checked(self._poppable)
                 except _Unreadable as reason:
