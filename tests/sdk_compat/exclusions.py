@@ -48,6 +48,30 @@ _OVERLAP = (
     "wins (docs/sdk-differences.md)"
 )
 
+_REDIS_KEYS = (
+    "reads or writes the SDK's Redis keys (agents:session:<id>, :messages, :counter) directly; "
+    "ours keeps a session under <prefix>:{<id>}:items/:meta and does not read the SDK's data "
+    "(docs/redis.md, 'Key layout' and 'Not compatible with the SDK's data'): "
+)
+_REDIS_COLLIDE = (
+    "needs two session ids whose keys collide in the SDK's layout ('conversation' and "
+    "'conversation:messages' or ':counter'), expecting WRONGTYPE; ours brace-encloses the id, so "
+    "no two ids share a key (docs/redis.md) and both sessions work; also reads "
+)
+_REDIS_PIPELINE = (
+    "instruments the SDK's WATCH/MULTI write (patches client.pipeline() and its execute/watch/"
+    "time, counts its pipelines or retries); ours writes in one Lua script (EVALSHA), so there "
+    "is no pipeline and no WATCH retry"
+)
+_REDIS_POOL = (
+    "drives the SDK's own connection checkout for its WATCH transaction: it patches the pool's "
+    "ensure_connection/release/disconnect or its release listeners, or the SDK's private "
+    "_redis_connection_api, and waits for or counts those steps. Ours sends each operation as "
+    "one command through redis-py's ordinary path, which checks the connection out and in "
+    "itself (so the waits never end, the counts differ, and a failure injected into redis-py's "
+    "release reaches the caller as redis-py raises it)"
+)
+
 EXCLUDED: dict[str, str] = {
     # tests/memory/test_session.py (SQLiteSession)
     "test_session.py::test_await_mutation_cancellation_hides_later_failure_without_loop_error": (
@@ -178,6 +202,69 @@ EXCLUDED: dict[str, str] = {
     "test_redis_session.py::test_mutation_cancellation_waits_for_authoritative_outcome": _PRIVATE
     + "_redis",
     "test_redis_session.py::test_redis_compaction_preserves_encryption_wrapper": _FERNET,
+    # ... and those that build fakeredis clients (run on target redis-fake)
+    "test_redis_session.py::test_redis_cluster_reads_and_subclass_writes": _REDIS_KEYS
+    + "it patches a RedisCluster's lrange/rpop/rpush/delete (ours runs scripts) and its "
+    "subclass writes through the SDK's private _redis/_messages_key",
+    "test_redis_session.py::test_released_redis_layout_remains_usable": _REDIS_KEYS
+    + "it writes a v0.22.3 SDK session by hand and reads it back",
+    "test_redis_session.py::test_get_items_limit_skips_corrupt_newest_messages": _REDIS_KEYS
+    + "injects corrupt JSON through the SDK's private _messages_key",
+    "test_redis_session.py::test_corrupted_data_handling": _REDIS_KEYS
+    + "injects corrupt JSON through the SDK's private _messages_key",
+    "test_redis_session.py::test_add_items_rejects_wrong_metadata_key_type_before_writing": (
+        _REDIS_KEYS + "sets the SDK's private _session_key to a string (ours refuses a foreign "
+        "type in its own keys with BackendDataError, writing nothing; tests/test_redis.py)"
+    ),
+    "test_redis_session.py::test_colliding_session_clear_preserves_existing_session": (
+        _REDIS_COLLIDE + "the SDK's private _session_key"
+    ),
+    "test_redis_session.py::test_colliding_counter_rejects_ttl_write_before_side_effects": (
+        _REDIS_COLLIDE + "the SDK's private _session_key"
+    ),
+    "test_redis_session.py::test_clear_rechecks_key_types_after_concurrent_replacement": (
+        _REDIS_COLLIDE + "nothing private, but " + _REDIS_PIPELINE
+    ),
+    "test_redis_session.py::test_add_items_applies_ttl_in_the_write_transaction": _REDIS_PIPELINE,
+    "test_redis_session.py::test_add_items_refreshes_server_timestamps_after_watch_retry": (
+        _REDIS_PIPELINE
+    ),
+    "test_redis_session.py::test_ambiguous_exec_watch_error_is_not_retried": _REDIS_PIPELINE,
+    "test_redis_session.py::test_add_items_rejects_unrepresentable_ttl_before_writing": (
+        "matches the SDK's message wording ('outside Redis's supported expiration range'); ours "
+        "raises the same ValueError, writing nothing, worded 'past the end of Redis's expiry "
+        "range' (tests/test_redis.py::test_ttl_reaches_the_end_of_redis_expiry_range)"
+    ),
+    "test_redis_session.py::test_close_method_coverage": _PRIVATE + "_owns_client",
+    "test_redis_session.py::test_redis_session_close_is_noop_for_injected_client": _PRIVATE
+    + "_owns_client",
+    "test_redis_session.py::test_redis_session_closed_operations_raise_runtime_error": _PRIVATE
+    + "_owns_client",
+    "test_redis_session.py::test_ping_connection_failure": _PRIVATE + "_redis (patches its ping)",
+    "test_redis_session.py::test_redis_session_failed_cleanup_is_terminal_and_retried": _PRIVATE
+    + "_redis (patches its aclose)",
+    "test_redis_session.py::test_redis_session_cancelled_cleanup_is_terminal_and_retried": (
+        _PRIVATE + "_redis (patches its aclose)"
+    ),
+    "test_redis_session.py::test_blocking_pool_cancellation_completion_owns_release": _REDIS_POOL,
+    "test_redis_session.py::test_blocking_pool_detached_disconnect_notifies_waiter": _REDIS_POOL,
+    "test_redis_session.py::test_redis_session_operation_waiting_behind_close_raises": _PRIVATE
+    + "_owns_client (and patches the SDK module's redis.from_url, which ours does not call)",
+    "test_redis_session.py::test_blocking_pool_listener_failure_notifies_waiter": _REDIS_POOL,
+    "test_redis_session.py::test_cancelled_connection_acquisition_is_discarded_before_release": _REDIS_POOL,
+    "test_redis_session.py::test_cancelled_in_flight_watch_command_reconnects_before_pool_reuse": _REDIS_POOL,
+    "test_redis_session.py::test_cancelled_watch_releases_single_connection_pool": _REDIS_POOL,
+    "test_redis_session.py::test_ordinary_pool_cancellation_completion_owns_release": _REDIS_POOL,
+    "test_redis_session.py::test_post_commit_cancellation_propagates_after_cleanup": _REDIS_POOL,
+    "test_redis_session.py::test_post_commit_detached_close_failure_is_quarantined": _REDIS_POOL,
+    "test_redis_session.py::test_post_commit_release_listener_failure_does_not_retry": _REDIS_POOL,
+    "test_redis_session.py::test_post_commit_reset_failure_detaches_without_release_listener": _REDIS_POOL,
+    "test_redis_session.py::test_pre_exec_cancellation_skips_pipeline_reset": _REDIS_POOL,
+    "test_redis_session.py::test_pre_exec_close_failure_is_quarantined": _REDIS_POOL,
+    "test_redis_session.py::test_reconnect_marked_inside_release_failure_is_detached": _REDIS_POOL,
+    "test_redis_session.py::test_reconnect_required_release_detaches_without_listener_reborrow": _REDIS_POOL,
+    "test_redis_session.py::test_redis8_blocking_pool_checkout_preserves_native_timing": _REDIS_POOL,
+    "test_redis_session.py::test_release_failure_after_reborrow_preserves_new_borrower": _REDIS_POOL,
     # tests/extensions/memory/test_encrypt_session.py
     "test_encrypt_session.py::test_encrypted_session_basic_functionality": _FERNET,
     "test_encrypt_session.py::test_clear_revokes_encrypted_deferred_compaction": _FERNET,
@@ -483,4 +570,5 @@ BY_TARGET: dict[str, dict[str, str]] = {
     }
     for target in ("postgres", "mariadb")
 }
-"""Exclusions that apply on one target only (``sqlite``, ``redis``, ``postgres``, ``mariadb``)."""
+"""Exclusions that apply on one target only (``sqlite``, ``redis``, ``redis-fake``, ``postgres``,
+``mariadb``)."""

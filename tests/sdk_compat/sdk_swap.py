@@ -4,8 +4,9 @@ Loaded as ``-p sdk_swap`` by ``tests/test_sdk_suite.py`` in a pytest subprocess 
 the SDK's extracted test tree (its ``tests`` package must not meet ours). At start-up it
 replaces the SDK's session classes in every module the tests import them from; a test module
 binds the names at import, after this. ``AGENT_SESSIONS_SDK_TARGET`` picks the store the SQL
-and Redis tests reach (``sqlite``, ``redis``, ``postgres``, ``mariadb``); on a server each test
-gets its own schema (PostgreSQL), database (MariaDB) or key prefix (Redis). In the MongoDB
+and Redis tests reach (``sqlite``, ``redis``, ``redis-fake``, ``postgres``, ``mariadb``); on a
+server each test gets its own schema (PostgreSQL), database (MariaDB) or key prefix (Redis); on
+``redis-fake`` the Redis file runs on the fakeredis clients it builds. In the MongoDB
 file, the file's fake client becomes mongomock-motor's (a real client and per-test databases
 with ``AGENT_SESSIONS_MONGODB_URL``; see ``_mongodb_target``). Excluded tests
 (``exclusions.py``) are skipped with their reason; the outcome of every test is written as JSON
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.util
 import json
 import multiprocessing.forkserver
 import os
@@ -38,6 +40,16 @@ MARIADB_URL = os.environ.get(
     "AGENT_SESSIONS_MARIADB_URL", "mysql+asyncmy://root@127.0.0.1:3306/test"
 )
 _RUN = uuid.uuid4().hex[:8]
+
+# The SDK's Redis file uses fakeredis for every test when it can import it. On ``redis`` it
+# must reach the real server, so fakeredis is hidden before the file imports (its tests that
+# need fakeredis skip); ``redis-fake`` runs the file on fakeredis.
+if TARGET == "redis":
+    sys.modules["fakeredis"] = None  # type: ignore[assignment]  # import raises ImportError
+elif TARGET == "redis-fake":
+    for _needed in ("fakeredis", "lupa"):  # lupa: fakeredis runs our Lua scripts with it
+        if importlib.util.find_spec(_needed) is None:
+            raise RuntimeError(f"target redis-fake needs {_needed}: install the dev extra")
 
 # SDK module -> {name in that module: (our module, our name)}
 SWAPS: dict[str, dict[str, tuple[str, str]]] = {
@@ -281,8 +293,9 @@ def _sql_target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 
 @pytest.fixture(autouse=True)
 def _redis_target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Point the Redis tests (which fall back to a real server without fakeredis) at the
-    configured Redis; their keys carry a ``test:`` prefix and random ids."""
+    """Point the Redis tests (which fall back to a real server without fakeredis, i.e. on
+    target ``redis``) at the configured Redis; their keys carry a ``test:`` prefix and random
+    ids."""
     module = request.module
     if hasattr(module, "REDIS_URL") and not getattr(module, "USE_FAKE_REDIS", False):
         base = REDIS_URL.rsplit("/", 1)[0] if REDIS_URL.count("/") > 2 else REDIS_URL
