@@ -50,8 +50,8 @@ _OVERLAP = (
 
 _REDIS_KEYS = (
     "reads or writes the SDK's Redis keys (agents:session:<id>, :messages, :counter) directly; "
-    "ours keeps a session under <prefix>:{<id>}:items/:meta and does not read the SDK's data "
-    "(docs/redis.md, 'Key layout' and 'Not compatible with the SDK's data'): "
+    "ours keeps a session under <prefix>:{<id>}:items/:meta (docs/redis.md); the SDK's data "
+    "is opened with the SDK's class through sdk+redis:// URLs or migrated (docs/sdk-layouts.md): "
 )
 _REDIS_COLLIDE = (
     "needs two session ids whose keys collide in the SDK's layout ('conversation' and "
