@@ -12,7 +12,6 @@ session works again once Redis is back.
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
@@ -43,6 +42,7 @@ from agents.memory import SessionSettings
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ..core.capabilities import Capability
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES
+from ..core.deadline import within
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError
 from ._redis_layout import (
@@ -60,11 +60,6 @@ from ._redis_layout import (
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-if sys.version_info >= (3, 11):
-    from asyncio import timeout as _deadline
-else:  # pragma: no cover - redis-py requires async-timeout below Python 3.11.3
-    from async_timeout import timeout as _deadline
 
 T = TypeVar("T")
 
@@ -502,7 +497,7 @@ class RedisSession(BaseSession):
         again (until the timeout) instead of failing under a burst of concurrent calls.
         """
         try:
-            async with _deadline(self.timeout):
+            with within(self.timeout):
                 if self._cluster:
                     # Concurrent first calls on a cold RedisCluster race inside redis-py (one
                     # call's topology discovery closes connections the others are using).
