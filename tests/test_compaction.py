@@ -908,11 +908,10 @@ async def test_another_writer_during_a_turn_is_seen_and_compaction_still_comes_w
         return SQLiteSession(session_id, path)
 
     seen: list[CompactionTriggerContext] = []
-    due = item_count_trigger(30)
 
     def watching(context: CompactionTriggerContext) -> bool:
         seen.append(context)
-        return due(context)
+        return context["items_since_last_compaction"] >= 30
 
     estimator = TokenEstimator(encoding=None)
     watcher = CompactionSession(

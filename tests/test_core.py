@@ -195,3 +195,27 @@ async def test_memory_compaction_snapshot_prunes_the_oldest_items_atomically() -
     assert await snapshot.replace_suffix(1, [summary])
     assert [i.get("content") for i in await s.get_items()] == ["2", "3", None]
     assert await s.add_sequenced_items([{"role": "user", "content": "next"}]) == [8]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.asyncio
+async def test_append_if_newest_writes_only_while_the_guard_is_unchanged(
+    kind: str, tmp_path: Path
+) -> None:
+    if kind == "memory":
+        s: Any = InMemorySession("guarded")
+        other: Any = InMemorySession("guarded", store=s.store)
+    else:
+        s = SQLiteSession("guarded", tmp_path / "g.db")
+        other = SQLiteSession("guarded", tmp_path / "g.db")
+    assert await s._append_if_newest(s, None, ['{"n":0}']) == [1]  # empty: newest is None
+    assert await s._append_if_newest(s, None, ['{"n":1}']) is None
+    seqs = await s._append_if_newest(s, 1, ['{"n":1}', '{"n":2}'])
+    assert seqs == [2, 3]
+    await other.add_items([{"n": 3}])  # another object moves the newest item
+    assert await s._append_if_newest(s, 3, ['{"n":9}']) is None
+    await other.pop_item()  # back to 3 items, but the number 4 is not reused
+    assert await s._append_if_newest(s, 3, ['{"n":4}']) == [5]
+    assert [i["n"] for i in await s.get_items()] == [0, 1, 2, 4]
+    await s.close()
+    await other.close()
