@@ -3,10 +3,10 @@
 Each session is two keys that share a hash tag (see ``_redis_layout``): a sorted set of items
 scored by sequence number and a hash with the counter. ``add_items`` is one Lua script (counter,
 write and expiry together, so the batch is atomic), ``get_items(limit)`` one ZRANGE of the newest
-N, ``pop_item`` one ZPOPMAX (a script around it when ``ttl`` is set), ``clear_session`` one script
-(it keeps the counter, so numbers are never reused), ``delete_items`` one ZREMRANGEBYSCORE.
-Every call is bounded by ``timeout``; when Redis cannot be reached it raises
-:class:`BackendUnavailableError`, and the same session works again once Redis is back.
+N, ``pop_item`` one script around ZPOPMAX, ``clear_session`` one script (it keeps the counter, so
+numbers are never reused), ``delete_items`` one ZREMRANGEBYSCORE. Every call is bounded by
+``timeout``; when Redis cannot be reached it raises :class:`BackendUnavailableError`, and the same
+session works again once Redis is back.
 """
 
 from __future__ import annotations
@@ -398,13 +398,7 @@ class RedisSession(BaseSession):
 
     async def _pop(self) -> str | None:
         client, keys, ttl = self._client, self._keys, self._ttl_ms
-        if ttl == "0":
-            # ZPOPMAX is atomic by itself; the script is only needed to set the expiry in the
-            # same step. A script call costs ~10 us more than the bare command.
-            popped = await self._call(lambda: client.zpopmax(keys[0]))
-            member = popped[0][0] if popped else None
-        else:
-            member = await self._call(lambda: POP(client, keys, ttl))
+        member = await self._call(lambda: POP(client, keys, ttl))
         return None if member is None else self._rows([member])[0][1]
 
     async def _clear(self) -> None:
