@@ -58,6 +58,19 @@ class _Watch:
 _watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watch] = (
     weakref.WeakKeyDictionary()
 )
+_last: list[_Watch | None] = [None]
+"""The watch used last: one loop is the common case, and skips the weak dictionary."""
+_current_task = asyncio.current_task
+_running_loop = asyncio.get_running_loop
+_COUNTS_CANCELS = hasattr(asyncio.Task, "cancelling")  # Python 3.11+
+
+
+def _watch_of(loop: asyncio.AbstractEventLoop) -> _Watch:
+    watch = _watches.get(loop)
+    if watch is None:
+        watch = _watches[loop] = _Watch(loop)
+    _last[0] = watch
+    return watch
 
 
 class within:
@@ -68,27 +81,28 @@ class within:
 
     def __init__(self, seconds: float | None) -> None:
         self.seconds = seconds
-        self.deadline = 0.0
         self.expired = False
 
     def __enter__(self) -> within:
         if self.seconds is None:
             return self
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task(loop)
+        loop = _running_loop()
+        task = _current_task(loop)
         if task is None:
             raise RuntimeError("within() must be used inside a task")
-        watch = _watches.get(loop)
-        if watch is None:
-            watch = _watches[loop] = _Watch(loop)
+        watch = _last[0]
+        if watch is None or watch.loop is not loop:
+            watch = _watch_of(loop)
         self.watch, self.task = watch, task
-        self.cancelling = task.cancelling() if hasattr(task, "cancelling") else 0
-        self.deadline = loop.time() + self.seconds
-        self.outer = watch.calls.get(task)
-        if self.outer is not None and self.outer.deadline < self.deadline:
-            self.deadline = self.outer.deadline  # nested: the outer limit still holds
-        watch.calls[task] = self
-        watch.arm(self.deadline)
+        self.cancelling = task.cancelling() if _COUNTS_CANCELS else 0
+        self.deadline = deadline = loop.time() + self.seconds
+        calls = watch.calls
+        self.outer = outer = calls.get(task)
+        if outer is not None and outer.deadline < deadline:
+            self.deadline = deadline = outer.deadline  # nested: the outer limit still holds
+        calls[task] = self
+        if watch.timer is None or deadline < watch.when:
+            watch.arm(deadline)
         return self
 
     def __exit__(
@@ -99,15 +113,14 @@ class within:
     ) -> None:
         if self.seconds is None:
             return
-        calls, task = self.watch.calls, self.task
+        task = self.task
         if self.outer is None:
-            del calls[task]
+            del self.watch.calls[task]
         else:
-            calls[task] = self.outer
+            self.watch.calls[task] = self.outer
         if self.expired:
             # As asyncio.timeout: only our own cancellation becomes a TimeoutError.
-            uncancel = getattr(task, "uncancel", None)
-            ours = uncancel() <= self.cancelling if uncancel is not None else True
+            ours = task.uncancel() <= self.cancelling if _COUNTS_CANCELS else True
             if ours and exc_type is asyncio.CancelledError:
                 raise TimeoutError from exc
 
