@@ -27,13 +27,14 @@ loopback, 100k items of ~160 bytes) add, get(limit=20) and pop took the same tim
 the sorted set costs ~90 bytes more per item (280 vs 190). The member starts with its sequence
 number only to keep equal items distinct.
 
-What this costs a write, in server time (Redis 7.0 SLOWLOG medians, ~200-byte items, a loaded
-2-core machine, so absolute numbers are inflated): a bare RPUSH takes 3-4 us for 1 item and
-14-19 us for 20; an empty EVALSHA 6 us; APPEND 35 us for 1 item and ~160 us for 20. Of the
-20-item cost, ZADD of 20 such members inside Lua takes ~147 us where RPUSH of them takes
-~58 us: the sorted set, not the script's bookkeeping, is what a batch pays. Measured end to
-end on loopback this leaves ``add_items`` at 0.66-0.79x a raw RPUSH (1 item) and 0.71-0.78x
-(20 items), ratios from alternating calls.
+What this costs a write, in server time (Redis 7.0 INFO commandstats, ~200-byte items, a loaded
+2-core machine, so absolute numbers are inflated): a bare RPUSH takes 3-4 us for 1 item; APPEND
+~40 us, of which its four calls (HGET, TIME, ZADD, HSET) are ~10 us and the script around them
+the rest; a script that only RPUSHes takes ~13 us. End to end on loopback that is ~0.75-0.8x a
+raw RPUSH (1 item) against ~0.86x for the RPUSH-only script, the floor of any scripted add.
+``benchmarks/redis_layouts.py`` measures the alternatives (a list numbered by a script, Lua-free
+transactions, a stream); none that keeps the contract gets add above that floor (see
+docs/redis.md).
 """
 
 from __future__ import annotations
