@@ -866,3 +866,41 @@ async def test_a_forwarding_proxy_does_not_pass_for_a_sequenced_session() -> Non
     await s.add_items([user("q0"), assistant("a0")])
     assert texts(await s.get_items()) == ["q0", "a0"]
     assert texts(await s.get_items(limit=1)) == ["a0"]
+
+
+@pytest.mark.asyncio
+async def test_a_new_object_folds_the_branch_log_from_its_newest_checkpoint(make: Any) -> None:
+    """Branch operations leave checkpoints; a new object reads at most a page of the log, not
+    every operation ever made, and sees the same branches, current branch and used names."""
+    from agent_sessions.wrappers.branching import log as branch_log
+
+    a = make()
+    await a.add_items(turns(3))
+    for i in range(branch_log.CHECKPOINT_EVERY):  # three log records per round
+        name = await a.create_branch_from_turn(2, f"b{i}")
+        await a.switch_to_branch("main")
+        if i % 2:
+            await a.delete_branch(name, force=True)
+    await a.create_branch_from_turn(3, "last")
+    records = await a._log.session.get_items()
+    assert len(records) > branch_log.PAGE
+    assert any(r.get("op") == "checkpoint" for r in records)
+
+    b = make()
+    read: list[int] = []
+    inner = b._log.session.get_sequenced_items
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        rows = await inner(*args, **kwargs)
+        read.append(len(rows))
+        return rows
+
+    b._log.session.get_sequenced_items = counted
+    assert [x["branch_id"] for x in await b.list_branches()] == [
+        x["branch_id"] for x in await a.list_branches()
+    ]
+    assert b._current_branch_id == "last"
+    assert sum(read) <= branch_log.PAGE
+    with pytest.raises(BranchError, match="already been used"):
+        await b.create_branch_from_turn(1, "b1")  # deleted before the checkpoint: still taken
+    assert contents(await b.get_items()) == contents(await a.get_items())

@@ -67,9 +67,11 @@ def _suite_name(backend: str, stack: str) -> str:
     return "Test_" + "_".join(part.replace("-", "_") for part in (backend, stack))
 
 
-ATOMIC_BACKENDS = {"memory", "sqlite", "redis", "postgres", "mariadb", "sqlalchemy-sqlite"}
-"""Stores implementing the SDK compaction session's atomic replacement (not MongoDB: a
-history spans many batch documents, and it uses no transactions)."""
+ATOMIC_BACKENDS = {
+    "memory", "sqlite", "redis", "postgres", "mariadb", "sqlalchemy-sqlite", "mongodb"
+}
+"""Stores implementing the SDK compaction session's atomic replacement (all of them; MongoDB
+commits it with one document write, see ``backends/_mongodb_swap.py``)."""
 ATOMIC_STACKS = {"bare", "encrypted", "ttl", "encrypted-ttl"}
 """Layers that pass it through; branching, usage, compaction and resilient keep state per
 item or position and decline (the SDK then clears and adds, restoring on failure)."""

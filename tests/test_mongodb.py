@@ -38,6 +38,7 @@ from agent_sessions.errors import (
     BackendUnavailableError,
     InvalidSessionIdError,
     ItemTooLargeError,
+    SessionClosedError,
 )
 from agent_sessions.testing import SessionConformanceSuite
 from agent_sessions.testing.helpers import item_text, texts
@@ -452,6 +453,8 @@ async def test_injected_client_stays_open_after_close(make: Factory) -> None:
     await s.close()
     other = make(s.session_id)
     assert texts(await other.get_items()) == ["x"]
+    await s.add_items([_msg("y")])  # the closed object stays usable, as the SDK's
+    assert texts(await s.get_items()) == ["x", "y"]
 
 
 # -- construction, URLs and an unreachable server (a real AsyncMongoClient; needs no server) ----
@@ -560,6 +563,34 @@ async def test_clients_we_create_time_out_in_seconds_not_half_a_minute() -> None
     finally:
         for s in (default, from_uri, from_kwargs):
             await s.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("failure", [ConnectionError("close failed"), asyncio.CancelledError()])
+async def test_a_failed_close_of_the_owned_client_is_terminal_and_retried(
+    failure: BaseException,
+) -> None:
+    """As the SDK's: the session is closed from the first attempt; the next close() tries the
+    client's close again, and once it succeeded closing does nothing more."""
+    s = MongoDBSession.from_uri("owner", uri=f"mongodb://127.0.0.1:{_closed_port()}")
+    original = s.client.close
+    calls: list[int] = []
+
+    async def close() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise failure
+        await original()
+
+    s.client.close = close
+    with pytest.raises(type(failure)):
+        await s.close()
+    assert s.closed
+    with pytest.raises(SessionClosedError):
+        await s.get_items()
+    await s.close()
+    await s.close()
+    assert calls == [1, 1]
 
 
 @pytest.mark.asyncio
@@ -675,6 +706,21 @@ def test_bad_arguments_are_refused() -> None:
         MongoDBSession.from_uri("x", uri="mongodb://127.0.0.1:notaport")
     with pytest.raises(InvalidSessionIdError):
         MongoDBSession("", client=STANDIN)
+
+
+@pytest.mark.parametrize("session_id", [{"$ne": None}, ["x"], None, 42, ""])
+def test_from_uri_refuses_a_bad_session_id_before_making_a_client(
+    session_id: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agent_sessions.backends.mongodb as backend
+
+    made: list[Any] = []
+    monkeypatch.setattr(backend, "AsyncMongoClient", lambda *a, **k: made.append(a))
+    client_kwargs = {"appname": "test-app"}
+    with pytest.raises(InvalidSessionIdError):
+        MongoDBSession.from_uri(session_id, uri="mongodb://127.0.0.1", client_kwargs=client_kwargs)
+    assert made == []
+    assert client_kwargs == {"appname": "test-app"}
 
 
 def test_sdk_constructor_arguments_are_accepted() -> None:

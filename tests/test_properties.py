@@ -33,6 +33,7 @@ from hypothesis.stateful import (
 from agent_sessions import BranchingSession, CompactionSession, EncryptedSession
 from agent_sessions.core.capabilities import Capability, supports
 from agent_sessions.errors import BranchError
+from agent_sessions.wrappers.branching import log as branch_log
 from tests import matrix
 from tests.matrix import (
     BACKENDS,
@@ -79,6 +80,16 @@ class Model:
 
 def _entries(items: list[Any]) -> list[Entry]:
     return [(item["role"], item["content"]) for item in items]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _frequent_branch_checkpoints() -> Iterator[None]:
+    """Checkpoint the branch log every 3 records and let new objects read 5: reopened objects
+    then fold from checkpoints, and sometimes find none in their first page."""
+    saved = branch_log.CHECKPOINT_EVERY, branch_log.PAGE
+    branch_log.CHECKPOINT_EVERY, branch_log.PAGE = 3, 5
+    yield
+    branch_log.CHECKPOINT_EVERY, branch_log.PAGE = saved
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -694,3 +694,78 @@ async def test_compaction_snapshot_prunes_the_oldest_items_in_the_same_script(
     finally:
         await s.clear_session()
         await s.close()
+
+
+# -- checked pops ------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("decode", [True, False], ids=["str", "bytes"])
+async def test_a_checked_pop_removes_exactly_the_item_it_checked(
+    redis_up: None, raw: Redis, decode: bool
+) -> None:
+    from cryptography.fernet import Fernet
+
+    from agent_sessions.backends import redis as backend
+    from agent_sessions.wrappers.encrypted import EncryptedSession, KeyMismatchError
+
+    def open_as(key: str) -> EncryptedSession:
+        inner = RedisSession.from_url(
+            session_id, url=REDIS_URL, redis_kwargs={"decode_responses": decode},
+            key_prefix=PREFIX,
+        )
+        return EncryptedSession(inner, encryption_key=key)
+
+    session_id = f"checked-pop-{uuid.uuid4().hex[:8]}"
+    good, other = open_as(Fernet.generate_key().decode()), open_as(Fernet.generate_key().decode())
+    items_key = good.inner.keys[0]  # type: ignore[attr-defined]
+
+    async def stored() -> int:
+        return int(await raw.zcard(items_key))
+
+    await good.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    stale = backend._NEWEST[items_key]
+    assert texts([await good.pop_item()]) == ["b"]
+    backend._NEWEST[items_key] = stale  # the process's guess is an item popped since
+    assert texts([await good.pop_item()]) == ["a"]
+    assert await stored() == 0
+
+    await good.add_items([{"role": "user", "content": "c"}])
+    readable = backend._NEWEST[items_key]
+    await other.add_items([{"role": "user", "content": "x"}])  # another key's item on top
+    backend._NEWEST[items_key] = readable  # the guess is readable but no longer the newest
+    for _ in range(2):
+        with pytest.raises(KeyMismatchError):
+            await good.pop_item()
+        assert await stored() == 2, "a wrong key never removes anything"
+    unreadable = backend._NEWEST[items_key]
+    assert texts([await other.pop_item()]) == ["x"]
+    backend._NEWEST[items_key] = unreadable  # a guess this key cannot open, popped since
+    assert texts([await good.pop_item()]) == ["c"]
+
+    await good.add_items([{"role": "user", "content": "d"}])
+    await raw.zadd(items_key, {"999999999:not json": 999999999})  # undecodable: drained
+    assert texts([await good.pop_item()]) == ["d"]
+    assert await good.pop_item() is None
+    assert await stored() == 0
+
+
+@pytest.mark.asyncio
+async def test_a_family_write_refused_by_one_key_writes_nothing(redis_up: None, raw: Redis) -> None:
+    from agent_sessions.core.family import REGISTRY, side_store
+
+    session = RedisSession.from_url(
+        f"family-write-{uuid.uuid4().hex[:8]}", url=REDIS_URL, key_prefix=PREFIX
+    )
+    side: Any = side_store(session, "records")
+    registry: Any = side_store(session, REGISTRY)
+    await raw.set(registry.keys[0], "another application's value")
+    batches: Any = [(side, [{"role": "user", "content": "r"}]), (session, [{"content": "a"}])]
+    with pytest.raises(BackendDataError):
+        await session.add_sequenced_family(batches)
+    assert await raw.exists(side.keys[0], session.keys[0], side.keys[1], session.keys[1]) == 0
+    await raw.delete(registry.keys[0])
+    numbers = await session.add_sequenced_family(batches)
+    assert [len(n) for n in numbers] == [1, 1]
+    assert await session.family_purposes() == ["records"]
+    await session.close()

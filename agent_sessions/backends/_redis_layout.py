@@ -87,7 +87,7 @@ class Script:
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
 
-    async def __call__(self, client: Any, keys: tuple[str, str], *args: Any) -> Any:
+    async def __call__(self, client: Any, keys: tuple[str, ...], *args: Any) -> Any:
         try:
             return await client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
@@ -219,6 +219,131 @@ end
 local first = 4 + math.max(n, 0) + p
 """
     + _write_items("first")
+)
+
+# KEYS: (items, meta) of each batch, in order; then, when a side store is to be listed in its
+# family's registry first, the registry's (items, meta). ARGV[1]: the number of batches; then
+# per batch: its expiry in ms or "0", its item count and its item JSONs; then, for the
+# registry: its expiry, the entry's JSON and the purpose. Appends every batch as APPEND would
+# (a session may come twice), after listing the purpose unless an entry already names it.
+# Every key is checked before anything is written, so a refusal (WRONGTYPE, CORRUPT,
+# EXPIRYRANGE) writes nothing. Returns each batch's last number. One script: the TTL layer's
+# lifecycle record and its items in one step (see ``RedisSession._append_family``).
+FAMILY_APPEND = Script(
+    """
+local clock = redis.call('TIME')
+local planned = {}
+local function prepare(items, meta, ttl, count)
+  local kind = redis.call('TYPE', items)['ok']
+  if kind ~= 'none' and kind ~= '"""
+    + ITEMS_TYPE
+    + """' then
+    return redis.error_reply('WRONGTYPE ' .. items .. ' holds a ' .. kind ..
+      '; nothing was written')
+  end
+  if planned[items] then
+    local start = planned[items]
+    planned[items] = start + count
+    return {start, false}
+  end
+"""
+    + _read_counter("meta", "written")
+    + """
+  local fresh = not raw
+  if fresh or ttl ~= '0' then
+    local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
+    if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
+  end
+"""
+    + _check_expiry("meta", "ttl")
+    + """
+  if last == 0 and ttl ~= '0' then
+    last = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+  end
+  planned[items] = last + count
+  return {last, fresh}
+end
+local function write(items, meta, ttl, last, fresh, first, n)
+  local args, k = {}, 0
+  for i = 1, n do
+    local seq = last + i
+    args[k + 1] = seq
+    args[k + 2] = string.format('%d', seq) .. ':' .. ARGV[first + i - 1]
+    k = k + 2
+    if k >= 1000 then
+      redis.call('ZADD', items, unpack(args))
+      args, k = {}, 0
+    end
+  end
+  if k > 0 then redis.call('ZADD', items, unpack(args)) end
+  local ms = string.format('%d', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
+  redis.call('HSET', meta, 'seq', string.format('%d', last + n), 'updated_ms', ms)
+  if fresh then redis.call('HSETNX', meta, 'created_ms', ms) end
+  if ttl ~= '0' then
+    redis.call('PEXPIRE', items, ttl)
+    redis.call('PEXPIRE', meta, ttl)
+  end
+  return last + n
+end
+local function listed(items, purpose)
+  for _, member in ipairs(redis.call('ZRANGE', items, 0, -1)) do
+    local at = string.find(member, ':', 1, true)
+    if at then
+      local ok, record = pcall(cjson.decode, string.sub(member, at + 1))
+      if ok and type(record) == 'table' and record['purpose'] == purpose then return true end
+    end
+  end
+  return false
+end
+local n = tonumber(ARGV[1])
+local plans, pos = {}, 2
+local register = nil
+if #KEYS > 2 * n then
+  local rttl = ARGV[#ARGV - 2]
+  if not listed(KEYS[2 * n + 1], ARGV[#ARGV]) then
+    local p = prepare(KEYS[2 * n + 1], KEYS[2 * n + 2], rttl, 1)
+    if p.err then return p end
+    register = {p[1], p[2], rttl}
+  end
+end
+for b = 1, n do
+  local ttl, count = ARGV[pos], tonumber(ARGV[pos + 1])
+  local p = prepare(KEYS[2 * b - 1], KEYS[2 * b], ttl, count)
+  if p.err then return p end
+  plans[b] = {p[1], p[2], ttl, pos + 2, count}
+  pos = pos + 2 + count
+end
+if register then
+  write(KEYS[2 * n + 1], KEYS[2 * n + 2], register[3], register[1], register[2], #ARGV - 1, 1)
+end
+local out = {}
+for b = 1, n do
+  local plan = plans[b]
+  out[b] = write(KEYS[2 * b - 1], KEYS[2 * b], plan[3], plan[1], plan[2], plan[4], plan[5])
+end
+return out
+"""
+)
+
+# KEYS: items, meta. ARGV[1]: expiry in ms or "0"; ARGV[2]: the member expected newest.
+# Pops the newest member only if it is exactly ARGV[2]: returns {2, member, the new newest
+# member (absent when none is left)} when popped, {1, newest} when the newest is another one
+# (nothing changed), {0} when there is none.
+POP_IF = Script(
+    """
+local top = redis.call('ZRANGE', KEYS[1], -1, -1)
+if not top[1] then return {0} end
+if top[1] ~= ARGV[2] then return {1, top[1]} end
+"""
+    + _check_expiry("KEYS[2]", "ARGV[1]")
+    + """
+redis.call('ZREM', KEYS[1], top[1])
+if ARGV[1] ~= '0' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], ARGV[1])
+end
+return {2, top[1], redis.call('ZRANGE', KEYS[1], -1, -1)[1]}
+"""
 )
 
 # KEYS: items, meta. ARGV[1]: expiry in ms or "0". Returns the newest member or nil.

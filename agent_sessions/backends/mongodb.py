@@ -56,8 +56,11 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
 
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ..core.capabilities import Capability
+from ..core.closing import Closing
+from ..core.ids import validate_session_id
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError, ItemTooLargeError
+from . import _mongodb_swap as swaps
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -149,6 +152,7 @@ class _ClientHandle:
         self.client = client
         self.owned = owned
         self.users = 1
+        self.close_pending = False  # the owned client's close failed or was cancelled
         self._lock = threading.Lock()
 
     def share(self) -> _ClientHandle:
@@ -161,9 +165,15 @@ class _ClientHandle:
             self.users -= 1
             last = self.users == 0
         if last and self.owned:
-            result = self.client.close()  # a coroutine on PyMongo, plain on Motor
-            if inspect.isawaitable(result):
-                await result
+            await self.close_client()
+
+    async def close_client(self) -> None:
+        """Close the owned client; may be called again after it failed (PyMongo allows it)."""
+        self.close_pending = True
+        result = self.client.close()  # a coroutine on PyMongo, plain on Motor
+        if inspect.isawaitable(result):
+            await result
+        self.close_pending = False
 
 
 _IndexKey = tuple[int, str, str, str, bool]
@@ -287,6 +297,7 @@ class MongoDBSession(BaseSession):
         self._messages = db[self.messages_collection]
         self._ttl: float | None = None
         self._unset_expiry = False  # set_sliding_ttl(None) after a TTL: clear it at next write
+        self._share_released = False
 
     @classmethod
     @explicit_options
@@ -308,8 +319,10 @@ class MongoDBSession(BaseSession):
 
         ``database`` defaults to the URI's database, else ``"agent_sessions"``. The client
         connects on first use; ``serverSelectionTimeoutMS`` defaults to 3000 (see
-        :func:`make_client`). The other arguments are the constructor's.
+        :func:`make_client`). The other arguments are the constructor's. A bad
+        ``session_id`` is refused before any client is made.
         """
+        validate_session_id(session_id)
         client = make_client(uri, **dict(client_kwargs or {}))
         if database is None:
             try:
@@ -399,6 +412,11 @@ class MongoDBSession(BaseSession):
             await self._messages.create_index(
                 [("session_id", 1), ("seq", 1)], unique=True, name="session_seq"
             )
+            await self._messages.create_index(
+                [("session_id", 1)],
+                name=swaps.SWAP_INDEX,
+                partialFilterExpression={swaps.SWAP: {"$exists": True}},
+            )
 
     async def _create_ttl_indexes(self) -> None:
         async with _translated("creating TTL indexes"):
@@ -448,7 +466,11 @@ class MongoDBSession(BaseSession):
         if "$unset" in expiry:
             self._unset_expiry = False
 
-    async def _append(self, payloads: list[str]) -> list[int]:
+    async def _append(
+        self, payloads: list[str], swap: dict[str, Any] | None = None
+    ) -> list[int]:
+        """Store ``payloads`` as one batch document; with ``swap``, that document commits a
+        replacement (see ``_mongodb_swap``)."""
         cost = 0
         for index, payload in enumerate(payloads):
             cost += len(payload.encode()) + _ITEM_OVERHEAD
@@ -465,9 +487,12 @@ class MongoDBSession(BaseSession):
         expiry, stale = self._expiry()
         n = len(payloads)
         async with _translated("adding items"):
-            counter = await self._reserve(n, now, expiry)
-            first = counter["seq"] - n + 1
+            # An empty swap document still takes a number: (session_id, seq) is unique.
+            counter = await self._reserve(max(n, 1), now, expiry)
+            first = counter["seq"] - max(n, 1) + 1
             doc = {"session_id": self.session_id, "seq": first, "n": n, "items": payloads}
+            if swap is not None:
+                doc[swaps.SWAP] = swap
             try:
                 if expiry:
                     doc.update(expiry.get("$set", {}))
@@ -536,6 +561,14 @@ class MongoDBSession(BaseSession):
     def _base_filter(self) -> dict[str, Any]:
         return {"session_id": self.session_id, "n": {"$gt": 0}}
 
+    def _read_filter(self) -> dict[str, Any]:
+        """The batches a newest-first read must see: those holding items, and any document
+        committing a swap (which may hold none)."""
+        return {
+            "session_id": self.session_id,
+            "$or": [{"n": {"$gt": 0}}, {swaps.SWAP: {"$exists": True}}],
+        }
+
     def _rows(
         self, doc: Any, after: int | None, before: int | None, tail: int | None = None
     ) -> list[Row]:
@@ -567,7 +600,28 @@ class MongoDBSession(BaseSession):
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:
         await self._ensure_indexes()
-        query = self._base_filter()
+        if before is not None:
+            # A bounded read may not reach a swap's document: finish any first.
+            await self._finish_swaps()
+            rows, _ = await self._load_once(limit, after, before)
+            return rows
+        for _ in range(8):
+            rows, swapping = await self._load_once(limit, after, None)
+            if not swapping:
+                return rows
+            await self._finish_swaps()
+        return rows
+
+    async def _finish_swaps(self) -> None:
+        async with _translated("finishing a history replacement"):
+            await swaps.finish_pending(self)
+
+    async def _load_once(
+        self, limit: int | None, after: int | None, before: int | None
+    ) -> tuple[list[Row], bool]:
+        """The rows, and whether a document committing a swap was among those read (the
+        rows then mix the old and the new history: finish it and read again)."""
+        query = self._base_filter() if before is not None else self._read_filter()
         bounds: dict[str, int] = {}
         if after is not None:
             bounds["$gt"] = after
@@ -575,11 +629,13 @@ class MongoDBSession(BaseSession):
             bounds["$lt"] = before
         if bounds:
             query["seq"] = bounds
-        projection: dict[str, Any] = {"_id": 0, "seq": 1, "n": 1, "items": 1}
+        projection: dict[str, Any] = {"_id": 0, "seq": 1, "n": 1, "items": 1, swaps.SWAP: 1}
         rows: list[Row] = []
+        swapping = False
         async with _translated("reading items"):
             if limit is None:
                 async for doc in self._messages.find(query, projection).sort("seq", 1):
+                    swapping = swapping or swaps.SWAP in doc
                     rows.extend(self._rows(doc, None, before))
             else:
                 # Every matching document holds at least one wanted item, so ``limit``
@@ -595,6 +651,7 @@ class MongoDBSession(BaseSession):
                 got = 0
                 try:
                     async for doc in cursor.batch_size(limit):
+                        swapping = swapping or swaps.SWAP in doc
                         chunk = self._rows(doc, None, before, None if tail is None else limit - got)
                         chunks.append(chunk)
                         got += len(chunk)
@@ -617,21 +674,13 @@ class MongoDBSession(BaseSession):
                     rows[:0] = self._rows(straddler, after, before)
         if limit is not None and len(rows) > limit:
             rows = rows[-limit:]
-        return rows
+        return rows, swapping
 
     async def _pop(self) -> str | None:
         await self._ensure_indexes()
         expiry, stale = self._expiry()
         async with _translated("popping an item"):
-            # One atomic update takes the newest item off the newest batch: two concurrent pops
-            # can never take the same item. ``$slice`` returns only that item, not the batch.
-            doc = await self._messages.find_one_and_update(
-                self._base_filter(),
-                {**expiry, "$pop": {"items": 1}, "$inc": {"n": -1}},
-                sort=[("seq", -1)],
-                projection={"_id": 1, "n": 1, "items": {"$slice": -1}},
-                return_document=ReturnDocument.BEFORE,
-            )
+            doc = await self._pop_newest(expiry)
             if doc is None:
                 if expiry:
                     await self._refresh_counter(expiry)
@@ -647,11 +696,14 @@ class MongoDBSession(BaseSession):
         # The item is ours now: what follows is housekeeping, and its failure must not turn a
         # completed pop into an error (the caller would lose the item).
         emptied = doc.get("n") == 1  # drop an emptied batch (readers skip n == 0 meanwhile)
+        unused = {"_id": doc["_id"], "n": 0, swaps.SWAP: {"$exists": False}}
         try:
+            if swaps.SWAP in doc:  # took the last items of a replacement still being applied
+                await self._finish_swaps()
             if expiry:
                 refresh: list[Any] = [UpdateMany({"session_id": self.session_id, **stale}, expiry)]
                 if emptied:
-                    refresh.insert(0, DeleteOne({"_id": doc["_id"], "n": 0}))
+                    refresh.insert(0, DeleteOne(unused))
                 results = await asyncio.gather(
                     self._messages.bulk_write(refresh, ordered=False),
                     self._refresh_counter(expiry),
@@ -662,13 +714,38 @@ class MongoDBSession(BaseSession):
                         raise result
                 self._expiry_done(expiry)
             elif emptied:
-                await self._messages.delete_one({"_id": doc["_id"], "n": 0})
+                await self._messages.delete_one(unused)
         except Exception as exc:
             logger.warning(
                 "MongoDBSession %r: popped an item, but cleaning up after it failed: %s",
                 self.session_id, exc,
             )
         return items[-1]
+
+    async def _pop_newest(self, expiry: dict[str, Any]) -> Any:
+        """Take the newest item off the newest batch in one atomic update (two concurrent pops
+        never take the same item; ``$slice`` returns only that item); the batch before it, or
+        None when there is none."""
+        for _ in range(8):
+            doc = await self._messages.find_one_and_update(
+                self._read_filter(),
+                {**expiry, "$pop": {"items": 1}, "$inc": {"n": -1}},
+                sort=[("seq", -1)],
+                projection={"_id": 1, "n": 1, "items": {"$slice": -1}, swaps.SWAP: 1},
+                return_document=ReturnDocument.BEFORE,
+            )
+            if doc is None or swaps.SWAP not in doc or doc.get("n", 0) > 0:
+                return doc
+            # The newest document commits a replacement but holds no item: what lies below it
+            # may be replaced rows. Undo the decrement, finish the swap, then pop again.
+            await self._messages.update_one(
+                {"_id": doc["_id"], "n": {"$lt": 0}}, {"$inc": {"n": 1}}
+            )
+            await swaps.finish_pending(self)
+        raise BackendUnavailableError(
+            f"MongoDBSession {self.session_id!r}: a history replacement kept the newest batch "
+            "busy through 8 attempts to pop; try again"
+        )
 
     async def _refresh_counter(self, expiry: dict[str, Any]) -> None:
         await self._counters.update_one({"_id": self.session_id}, _counter_expiry(expiry))
@@ -694,6 +771,7 @@ class MongoDBSession(BaseSession):
         Costs one round trip per batch removed (a purge usually removes the few that died
         since the last); leaves expiry alone so it never prolongs the rest."""
         await self._ensure_indexes()
+        await self._finish_swaps()
         sid = self.session_id
         deleted = 0
         async with _translated("deleting items"):
@@ -738,6 +816,7 @@ class MongoDBSession(BaseSession):
         a rewrite interrupted halfway can simply be run again; without a transaction the
         documents do not change together."""
         await self._ensure_indexes()
+        await self._finish_swaps()
         wanted = dict(rows)
         replaced = 0
         async with _translated("rewriting items"):
@@ -773,8 +852,36 @@ class MongoDBSession(BaseSession):
             )
         return seq, n
 
+    async def _replace_rows(
+        self,
+        expected: list[Row] | None,
+        payloads: list[str],
+        prune: Callable[[str], bool] | None,
+    ) -> bool:
+        """The SDK compaction hook's swap (see ``core.sdk_compaction``): the new batch document
+        commits it in one write, naming what it replaces; that is deleted next. Readers never
+        see a half-applied swap, and one cut short is finished by the next reader or writer
+        (``_mongodb_swap``)."""
+        await self._ensure_indexes()
+        await self._finish_swaps()
+        spec: dict[str, Any] | None
+        async with _translated("replacing the history"):
+            spec = {"below": True} if expected is None else await swaps.plan(self, expected, prune)
+        if spec is None:
+            return False
+        await self._append(payloads, spec)
+        try:
+            await self._finish_swaps()
+        except BackendUnavailableError as exc:  # committed: the next reader finishes it
+            logger.warning(
+                "MongoDBSession %r: replaced the history, but deleting the old items failed "
+                "(the next read finishes it): %s", self.session_id, exc,
+            )
+        return True
+
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
         await self._ensure_indexes()
+        await self._finish_swaps()
         query = self._base_filter()
         async with _translated("counting items"):
             lo: int | None = None
@@ -807,7 +914,20 @@ class MongoDBSession(BaseSession):
                 return int(doc["total"])
         return 0
 
+    def close(self) -> Closing:
+        """Close the session (see :meth:`BaseSession.close`). If closing the client it owns
+        failed or was cancelled, the session stays closed and a later ``close()`` tries the
+        client's close again, as the SDK's does."""
+        if self._closing is not None and self._closing.failed and self._handle.close_pending:
+            self._closing = None
+        return super().close()
+
     async def _close(self) -> None:
+        if self._share_released:  # a retry: only the client's close is left to do
+            if self._handle.close_pending:
+                await self._handle.close_client()
+            return
+        self._share_released = True
         await self._handle.release()
 
     def _owns_resources(self) -> bool:

@@ -12,6 +12,7 @@ session works again once Redis is back.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
@@ -41,16 +42,19 @@ from agents.memory import SessionSettings
 
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ..core.capabilities import Capability
-from ..core.codec import DEFAULT_MAX_ITEM_BYTES
+from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
 from ..core.deadline import within
+from ..core.family import REGISTRY
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError
 from ._redis_layout import (
     APPEND,
     CLEAR,
+    FAMILY_APPEND,
     ITEMS_TYPE,
     META_TYPE,
     POP,
+    POP_IF,
     REPLACE,
     REWRITE,
     TOUCH,
@@ -78,6 +82,22 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     OutOfMemoryError,
     OSError,
 )
+
+
+_NEWEST: dict[str, str | bytes] = {}
+"""The newest member this process wrote or read, per items key: the guess a checked pop
+verifies first (stale is harmless: the server pops only an exact match)."""
+_NEWEST_MAX = 1024
+_NEWEST_BYTES = 64 * 1024
+_UNDECODABLE = object()
+
+
+def _note_newest(key: str, member: str | bytes | None) -> None:
+    _NEWEST.pop(key, None)
+    if member is not None and len(member) <= _NEWEST_BYTES:
+        if len(_NEWEST) >= _NEWEST_MAX:
+            del _NEWEST[next(iter(_NEWEST))]
+        _NEWEST[key] = member
 
 
 def _is_int(text: str | bytes) -> bool:
@@ -351,7 +371,46 @@ class RedisSession(BaseSession):
     async def _append(self, payloads: list[str]) -> list[int]:
         client, keys, ttl = self._client, self._keys, self._ttl_ms
         last = int(await self._call(lambda: APPEND(client, keys, ttl, *payloads)))
+        _note_newest(keys[0], f"{last}:{payloads[-1]}")
         return list(range(last - len(payloads) + 1, last + 1))
+
+    async def _append_family(self, writes: list[tuple[BaseSession, list[str]]]) -> list[list[int]]:
+        # One script over every batch's keys (and the registry's, to list a side store first):
+        # one round trip, one atomic step. A cluster may spread the keys over nodes.
+        if self._cluster or len(writes) < 2 or not all(
+            isinstance(s, RedisSession) and s._client is self._client for s, _ in writes
+        ):
+            return await super()._append_family(writes)
+        sessions = [cast(RedisSession, s) for s, _ in writes]
+        keys: list[str] = []
+        args: list[Any] = [len(writes)]
+        for s, (_, payloads) in zip(sessions, writes, strict=True):
+            keys += s._keys
+            args += [s._ttl_ms, len(payloads), *payloads]
+        listing: RedisSession | None = None
+        for s in sessions:
+            if s._registration is None:
+                continue
+            owner, purpose = s._registration
+            registry = owner.side_store(REGISTRY)
+            if listing is None and isinstance(registry, RedisSession) and (
+                registry._client is self._client
+            ):
+                listing = s
+                keys += registry._keys
+                entry = encode_item({"purpose": purpose}, 0, registry.max_item_bytes)
+                args += [registry._ttl_ms, entry, purpose]
+            else:
+                await s._register()
+        client = self._client
+        lasts = await self._call(lambda: FAMILY_APPEND(client, tuple(keys), *args))
+        if listing is not None:
+            listing._registration = None
+        out = []
+        for s, last, (_, payloads) in zip(sessions, lasts, writes, strict=True):
+            _note_newest(s._keys[0], f"{int(last)}:{payloads[-1]}")
+            out.append(list(range(int(last) - len(payloads) + 1, int(last) + 1)))
+        return out
 
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
@@ -360,6 +419,8 @@ class RedisSession(BaseSession):
         members = await self._call(lambda: self._range(client, limit, after, before))
         if limit is not None and not (after is None and before is None):
             members.reverse()
+        elif after is None and before is None and members:
+            _note_newest(self._keys[0], members[-1])
         return self._rows(members)
 
     def _range(self, target: Any, limit: int | None, after: int | None, before: int | None) -> Any:
@@ -398,11 +459,60 @@ class RedisSession(BaseSession):
 
     async def _pop(self) -> str | None:
         client, keys, ttl = self._client, self._keys, self._ttl_ms
+        _note_newest(keys[0], None)
         member = await self._call(lambda: POP(client, keys, ttl))
         return None if member is None else self._rows([member])[0][1]
 
+    @property
+    def pops_checked(self) -> bool:
+        """Offers ``_pop_checked``. Not when a subclass overrides ``pop_item``: a layer must
+        then pop through it."""
+        return type(self).pop_item is BaseSession.pop_item
+
+    async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
+        """Remove the newest item and return ``check(item)``, where ``check`` saw exactly the
+        item removed (a script pops only the member it was shown); when ``check`` raises for
+        the newest item, nothing is removed and the exception propagates. Items that do not
+        decode are removed on the way, as ``pop_item`` does. None when empty.
+
+        One round trip when this process knows the newest member (it wrote, read or popped
+        down to it last), else two: the script answers a wrong guess with the newest member,
+        unchanged, and a pop with the member below it."""
+        self._check_open()
+        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        guess: str | bytes | None = _NEWEST.get(keys[0])
+        verified = False  # whether the server named ``guess`` as its newest member
+        while True:
+            outcome: Any = None
+            if guess is None:
+                guess = ""  # matches no member: the script answers with the newest
+            else:
+                try:
+                    item = self._decode(self._rows([guess])[0][1], None)
+                    outcome = _UNDECODABLE if item is None else check(item)
+                except Exception:
+                    if verified:
+                        raise
+                    guess = None  # a stale guess: look at the real newest before refusing
+                    continue
+            _note_newest(keys[0], None)
+            answer = await self._call(functools.partial(POP_IF, client, keys, ttl, guess))
+            if answer[0] == 0:
+                return None
+            if answer[0] == 1:
+                guess, verified = answer[1], True
+                _note_newest(keys[0], guess)
+                continue
+            _note_newest(keys[0], answer[2] if len(answer) > 2 else None)
+            if outcome is not _UNDECODABLE:
+                return outcome
+            guess, verified = (answer[2] if len(answer) > 2 else None), True
+            if guess is None:
+                return None
+
     async def _clear(self) -> None:
         client, keys, ttl = self._client, self._keys, self._ttl_ms
+        _note_newest(keys[0], None)
         await self._call(lambda: CLEAR(client, keys, ttl))
 
     async def _delete_before(self, before: int) -> int:

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ..core.codec import decode_item, encode_item
+from ..core.family import REGISTRY, purposes_in
 from ..errors import BackendUnavailableError, SessionClosedError
 
 if TYPE_CHECKING:
@@ -383,6 +385,23 @@ def _write(raw: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
     return result
 
 
+def _register_in(raw: sqlite3.Connection, schema: _Schema, registry: str, purpose: str,
+                 entry: str) -> None:
+    """Inside a write transaction: list ``purpose`` in the family registry ``registry`` unless
+    it is listed (``BaseSession._register`` as one step of a larger write)."""
+    records = []
+    for (payload,) in raw.execute(
+        f"SELECT message_data FROM {schema.key[1]} WHERE session_id = ? ORDER BY id", (registry,)
+    ):
+        try:
+            records.append(decode_item(payload))
+        except ValueError:
+            continue  # skipped, as a read of the registry skips it
+    if purpose not in purposes_in(records):
+        raw.execute(schema.touch, (registry,))
+        raw.execute(schema.insert, (registry, entry))
+
+
 class SQLiteSession(BaseSession):
     """A session stored in a SQLite database file (or in memory).
 
@@ -477,6 +496,46 @@ class SQLiteSession(BaseSession):
             return list(range(last - len(payloads) + 1, last + 1))
 
         return append
+
+    def _same_store(self, other: object) -> bool:
+        """Whether ``other`` is a SQLiteSession on this connection and tables (one job can
+        serve both: the worker creates the job's schema only)."""
+        return (
+            isinstance(other, SQLiteSession) and other._db is self._db
+            and other._schema.key == self._schema.key
+        )
+
+    async def _append_family(self, writes: list[tuple[BaseSession, list[str]]]) -> list[list[int]]:
+        # One transaction: every batch (and each side store's registration, checked inside it)
+        # commits or none does.
+        steps: list[tuple[tuple[str, str, str] | None, Callable[..., list[int]]]] = []
+        for session, payloads in writes:
+            if not self._same_store(session):
+                return await super()._append_family(writes)
+            assert isinstance(session, SQLiteSession)
+            register = None
+            if session._registration is not None:
+                owner, purpose = session._registration
+                registry = owner.side_store(REGISTRY)
+                if not self._same_store(registry):
+                    return await super()._append_family(writes)
+                entry = encode_item({"purpose": purpose}, 0, registry.max_item_bytes)
+                register = (registry.session_id, purpose, entry)
+            steps.append((register, session._appender(payloads)))
+        schema = self._schema
+
+        def append(raw: sqlite3.Connection) -> list[list[int]]:
+            out = []
+            for register, appender in steps:
+                if register is not None:
+                    _register_in(raw, schema, *register)
+                out.append(appender(raw))
+            return out
+
+        result: list[list[int]] = await self._run(_write, append)
+        for session, _ in writes:
+            session._registration = None
+        return result
 
     async def _append_if_newest(
         self, guard: BaseSession, seq: int | None, payloads: list[str]

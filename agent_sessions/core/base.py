@@ -16,7 +16,7 @@ from agents.memory.session_settings import coerce_session_settings
 
 from ..errors import CorruptItemError, InvalidItemError, SessionClosedError
 from .capabilities import Capability
-from .closing import Closing
+from .closing import Closing, release_within
 from .codec import DEFAULT_MAX_ITEM_BYTES, decode_item, encode_batch
 from .family import REGISTRY, Family, purposes_in
 from .ids import derive_sibling_id, validate_session_id
@@ -212,6 +212,24 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         seqs: list[int] = await self._mutate(self._append(payloads))
         return seqs
 
+    async def add_sequenced_family(
+        self, writes: list[tuple[BaseSession, list[TResponseInputItem]]]
+    ) -> list[list[int]]:
+        """Append each ``(session, items)`` batch in order, as ``add_sequenced_items`` would,
+        and return each batch's numbers; the sessions are this one or members of its store
+        (siblings, side stores). A backend that can store them in one round trip does
+        (``_append_family``: SQLite in one transaction, Redis in one script).
+
+        Raises:
+            InvalidItemError: an item is not a JSON object or is too large (nothing written).
+        """
+        for session, _ in writes:
+            session._check_open()
+        encoded = [(s, encode_batch(items, s.max_item_bytes)) for s, items in writes]
+        wanted = [(s, payloads) for s, payloads in encoded if payloads]
+        appended = iter(await self._mutate(self._append_family(wanted)) if wanted else [])
+        return [next(appended) if payloads else [] for _, payloads in encoded]
+
     async def get_sequenced_items(
         self,
         limit: int | None = None,
@@ -224,7 +242,10 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             return []
         self._check_open()
         out: list[tuple[int, TResponseInputItem]] = []
-        for seq, payload in await self._load(limit, after, before):
+        rows = await self._load(limit, after, before)
+        if rows:
+            self._seen_written()
+        for seq, payload in rows:
             item = self._decode(payload, seq)
             if item is not None:
                 out.append((seq, item))
@@ -249,6 +270,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         out: list[list[tuple[int, TResponseInputItem]]] = []
         for session, limit, _, _ in reads:
             rows = next(loaded) if limit is None or limit > 0 else []
+            if rows:
+                session._seen_written()
             decoded = [(seq, session._decode(payload, seq)) for seq, payload in rows]
             out.append([(seq, item) for seq, item in decoded if item is not None])
         return out
@@ -264,6 +287,24 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             return [await s._load(limit, after, before)]
         loads = (s._load(limit, after, before) for s, limit, after, before in reads)
         return list(await asyncio.gather(*loads))
+
+    async def _append_family(self, writes: list[tuple[BaseSession, list[str]]]) -> list[list[int]]:
+        """``_append`` for each ``(session, payloads)``, in order, each side store listed in
+        its family's registry first (``_register``). This default makes one round trip per
+        batch; a backend overrides it to store sessions that share its connection in one
+        atomic step, falling back here for any other."""
+
+        async def each() -> list[list[int]]:
+            out = []
+            for session, payloads in writes:
+                if session._registration is not None:
+                    await session._register()
+                out.append(await session._append(payloads))
+            return out
+
+        if self._single_dispatch_writes and len(writes) > 1:
+            return await run_to_completion(each())  # several steps: never stop half-way
+        return await each()
 
     async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
         """Pop as ``_pop`` only if ``guard`` (a member of this store) has ``seq`` as its newest
@@ -342,6 +383,11 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         """The purposes of every side store ever written in this session's family."""
         return purposes_in(await self.side_store(REGISTRY).get_items())
 
+    def _seen_written(self) -> None:
+        """This side store holds items, so its first writer listed it in the family registry
+        (``_register`` runs before a member's first write): this object need not check."""
+        self._registration = None
+
     async def _register(self) -> None:
         """List this side store in its family's registry (once per object, before a write)."""
         assert self._registration is not None
@@ -370,6 +416,19 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             self._closed = self._closed or self._owns_resources()
             self._closing = Closing(self._release() if self._closed else None)
         return self._closing
+
+    async def _close_owned(self) -> None:
+        """``close()`` from the release of a session that owns this one (``close_owned``)."""
+        if type(self).close is not BaseSession.close:  # a subclass's close does more
+            await self.close()
+            return
+        if self._closing is None:
+            self._closed = self._closed or self._owns_resources()
+            if self._closed:
+                await release_within(self, self._release)
+                return
+            self._closing = Closing(None)
+        await self._closing
 
     def _owns_resources(self) -> bool:
         """Whether closing ends this session: False for one over the caller's own client,

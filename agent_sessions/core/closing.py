@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
 logger = logging.getLogger("agent_sessions")
@@ -43,6 +43,13 @@ class Closing(Coroutine[Any, Any, None]):
         task.add_done_callback(_settled)
         self._task = task
 
+    @classmethod
+    def following(cls, release: asyncio.Future[None]) -> Closing:
+        """A Closing for a release that its caller runs itself (see ``release_within``)."""
+        closing = cls(None)
+        closing._task = release
+        return closing
+
     def __await__(self) -> Generator[Any, None, None]:
         if self._error is not None:
             raise self._error
@@ -65,9 +72,40 @@ class Closing(Coroutine[Any, Any, None]):
         return self._iterator
 
     @property
+    def failed(self) -> bool:
+        """Whether the release ended with an error or was cancelled."""
+        if self._error is not None:
+            return True
+        task = self._task
+        if task is None or not task.done():
+            return False
+        return task.cancelled() or task.exception() is not None
+
+    @property
     def done(self) -> bool:
         """Whether the release has finished."""
         return self._task is None or self._task.done()
+
+
+async def release_within(session: Any, release: Callable[[], Awaitable[None]]) -> Closing:
+    """Run ``session``'s ``release`` in the calling task and return the Closing that
+    ``session.close()`` hands out meanwhile. Only for a caller that is itself a release, a
+    task a cancelled ``close()`` does not stop: a session closing the sessions it owns then
+    starts no task per layer."""
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    closing = Closing.following(done)
+    session._closing = closing
+    try:
+        await release()
+    except asyncio.CancelledError:
+        done.cancel()
+        raise
+    except BaseException as exc:
+        done.set_exception(exc)
+        done.exception()  # retrieved: the caller raises it
+        raise
+    done.set_result(None)
+    return closing
 
 
 def _settled(task: asyncio.Future[None]) -> None:
@@ -76,4 +114,4 @@ def _settled(task: asyncio.Future[None]) -> None:
         logger.warning("closing a session failed: %r", task.exception())
 
 
-__all__ = ["Closing"]
+__all__ = ["Closing", "release_within"]

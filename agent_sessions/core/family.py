@@ -60,6 +60,17 @@ async def close_quietly(session: Session) -> None:
             await result
 
 
+async def close_owned(session: Session) -> None:
+    """Close ``session`` from inside the release of the session that owns it (a task that a
+    cancelled ``close()`` does not stop): one of this package's sessions releases in the
+    calling task instead of starting a task of its own; any other is closed as usual."""
+    inline = getattr(session, "_close_owned", None)
+    if inline is None:
+        await close_quietly(session)
+    else:
+        await inline()
+
+
 def purposes_in(records: list[Any]) -> list[str]:
     """The distinct purposes named by registry ``records``, in first-seen order."""
     seen: dict[str, None] = {}
@@ -93,10 +104,18 @@ class Family:
         return [m for m in self._members.values() if not getattr(m, "closed", False)]
 
     async def close(self) -> None:
-        """Close every member this object opened."""
+        """Close every member this object opened (from the owner's release)."""
         members, self._members = list(self._members.values()), {}
         for member in members:
-            await close_quietly(member)
+            await close_owned(member)
 
 
-__all__ = ["REGISTRY", "Family", "close_quietly", "member_purposes", "purposes_in", "side_store"]
+__all__ = [
+    "REGISTRY",
+    "Family",
+    "close_owned",
+    "close_quietly",
+    "member_purposes",
+    "purposes_in",
+    "side_store",
+]

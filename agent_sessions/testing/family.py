@@ -131,6 +131,40 @@ class FamilyConformance(ConformanceBase):
         await side.clear_session()
 
     @pytest.mark.asyncio
+    async def test_family_writes_match_writes_one_by_one(
+        self, new_session: SessionFactory
+    ) -> None:
+        s: Any = await new_session()
+        _needs(s, Capability.FAMILY, Capability.SEQUENCED)
+        if not isinstance(s, BaseSession):
+            pytest.skip("family writes are a hook of this package's backends")
+        side: Any = side_store(s, "records")
+        numbers = await s.add_sequenced_family(
+            [(side, [_msg("x"), _msg("y")]), (s, [_msg("a")]), (s, []), (side, [_msg("z")])]
+        )
+        assert [len(n) for n in numbers] == [2, 1, 0, 1]
+        assert await side.get_sequenced_items() == list(
+            zip(numbers[0] + numbers[3], [_msg("x"), _msg("y"), _msg("z")], strict=True)
+        )
+        assert await s.get_sequenced_items() == [(numbers[1][0], _msg("a"))]
+        assert "records" in await s.family_purposes(), "a side store is listed before it is written"
+        bad: list[Any] = [_msg("b"), "not an object"]
+        with pytest.raises(InvalidItemError) as caught:
+            await s.add_sequenced_family([(side, [_msg("w")]), (s, bad)])
+        assert caught.value.index == 1
+        assert texts(await side.get_items()) == ["x", "y", "z"], "a bad batch writes nothing"
+        assert texts(await s.get_items()) == ["a"]
+        for steps in range(8):  # cancelled anywhere: both batches are stored or neither
+            await cancel_after(
+                s.add_sequenced_family([(side, [_msg(f"r{steps}")]), (s, [_msg(f"c{steps}")])]),
+                steps,
+            )
+            stored = (f"r{steps}" in texts(await side.get_items()),
+                      f"c{steps}" in texts(await s.get_items()))
+            assert stored in ((True, True), (False, False)), f"half a family write at {steps}"
+        await side.clear_session()
+
+    @pytest.mark.asyncio
     async def test_rotation_keeps_a_compacted_view_and_its_records(
         self, new_session: SessionFactory
     ) -> None:

@@ -85,7 +85,7 @@ class AdvancedSession(BranchingSession):
             )
         self.create_tables = create_tables
         super().__init__(inner, sibling_factory=sibling_factory, logger=logger)
-        self._usage = UsageLog(self.side_store("usage"))
+        self._usage = UsageLog(lambda: self.side_store("usage"))
 
     async def _after_delete(self, branch: str) -> None:
         await self._usage.drop_branch(branch)

@@ -17,8 +17,8 @@ from agents.memory import Session, SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings
 
 from ..core.capabilities import Capability, capabilities_of, supports
-from ..core.closing import Closing
-from ..core.family import Family, close_quietly, member_purposes, side_store
+from ..core.closing import Closing, release_within
+from ..core.family import Family, close_owned, member_purposes, side_store
 from ..core.ids import derive_sibling_id
 from ..core.options import OptionsChecked
 from ..errors import SessionClosedError
@@ -220,10 +220,20 @@ class SessionWrapper(OptionsChecked, SessionABC):
             self._closing = Closing(self._release())
         return self._closing
 
+    async def _close_owned(self) -> None:
+        """``close()`` from the release of a session that owns this one (``close_owned``)."""
+        if type(self).close is not SessionWrapper.close:  # a subclass's close does more
+            await self.close()
+        elif self._closing is None:
+            self._closed = True
+            await release_within(self, self._release)
+        else:
+            await self._closing
+
     async def _release(self) -> None:
         if self._family is not None:
             await self._family.close()
-        await close_quietly(self.inner)
+        await close_owned(self.inner)
 
     async def __aenter__(self: W) -> W:
         return self

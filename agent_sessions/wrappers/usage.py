@@ -60,7 +60,7 @@ class UsageTrackingSession(SessionWrapper):
     ) -> None:
         super().__init__(inner, sibling_factory=sibling_factory)
         self._view = View(Storages(self.inner, self.side_store))
-        self._usage = UsageLog(self.side_store("usage"))
+        self._usage = UsageLog(lambda: self.side_store("usage"))
         self._scan_lock = asyncio.Lock()
         self._logger = logger if logger is not None else logging.getLogger("agent_sessions")
 

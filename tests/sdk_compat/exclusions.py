@@ -28,6 +28,25 @@ _SECOND_PAIR = (
     "so it is accepted (docs/sdk-differences.md)"
 )
 _WORDING = "matches the SDK's message wording naming its own class"
+_EXACT = (
+    "matches the SDK's whole message (^...$); ours raises the same type with a longer message "
+    "naming the session (closed) or the type it got (session_id)"
+)
+_FAKE = (
+    "inspects the file's in-process fake client (the stand-in here is mongomock-motor or a "
+    "real server, which have no such attribute): "
+)
+_MONGO_LAYOUT = (
+    "reads or writes documents in the SDK's MongoDB layout (message_data per item or batch, "
+    "a sessions document with _seq/_generation); ours stores one {seq, n, items} document "
+    "per batch (docs/mongodb.md): "
+)
+_OVERLAP = (
+    "an operation that overlaps a clear_session (it started before the clear and ends after "
+    "it) takes effect after the clear here, before it in the SDK (its generation counter); "
+    "both are linearizable, and a clear that completes before an operation starts always "
+    "wins (docs/sdk-differences.md)"
+)
 
 EXCLUDED: dict[str, str] = {
     # tests/memory/test_session.py (SQLiteSession)
@@ -341,15 +360,89 @@ EXCLUDED: dict[str, str] = {
         "cache_write_tokens_details field the test's expected dict lacks (the other "
         "parametrisations pass)"
     ),
-    # tests/extensions/memory/test_mongodb_session.py
-    "test_mongodb_session.py::*": (
-        "drives the class through an in-process fake of exactly the PyMongo calls the SDK's "
-        "implementation makes, reset through its private _init_state; ours makes other calls "
-        "and is checked against mongomock-motor and a real server in tests/test_mongodb.py"
+    # tests/extensions/memory/test_mongodb_session.py (FakeAsyncMongoClient -> mongomock-motor
+    # or a real server, see sdk_swap._mongodb_target)
+    "test_mongodb_session.py::test_constructor_rejects_non_string_session_id": _EXACT
+    + "; and " + _FAKE + "_metadata_calls, _databases, _closed",
+    "test_mongodb_session.py::test_from_uri_rejects_non_string_session_id_before_client_creation": (
+        _EXACT + " (the client is not created here either)"
+    ),
+    "test_mongodb_session.py::test_close_before_use_is_terminal": _EXACT,
+    "test_mongodb_session.py::test_closed_operations_raise_runtime_error": _EXACT,
+    "test_mongodb_session.py::test_closed_rejects_empty_add_items": _EXACT,
+    "test_mongodb_session.py::test_ping_on_closed_session_raises": _EXACT,
+    "test_mongodb_session.py::test_repeated_close_remains_safe": _EXACT,
+    "test_mongodb_session.py::test_injected_client_receives_append_metadata": _FAKE
+    + "_metadata_calls",
+    "test_mongodb_session.py::test_concurrent_pop_item_claims_distinct_items_from_batch": _FAKE
+    + "_docs (after the pops, which return distinct items here too)",
+    "test_mongodb_session.py::test_pop_item_deletes_exhausted_batch_document": _FAKE + "_docs",
+    "test_mongodb_session.py::test_pop_item_cancellation_waits_for_exhausted_batch_cleanup": _FAKE
+    + "_docs (after the cancellation, which waits here too)",
+    "test_mongodb_session.py::test_close_owned_client_is_closed": _PRIVATE
+    + "_owns_client; and " + _FAKE + "_closed",
+    "test_mongodb_session.py::test_close_external_client_not_closed": _PRIVATE
+    + "_owns_client; and " + _FAKE + "_closed",
+    "test_mongodb_session.py::test_external_client_session_stays_usable_after_close": _PRIVATE
+    + "_owns_client (tests/test_mongodb.py::test_injected_client_stays_open_after_close)",
+    "test_mongodb_session.py::test_failed_close_is_terminal_and_can_be_retried": _PRIVATE
+    + "_client (patches its close; tests/test_mongodb.py::"
+    "test_a_failed_close_of_the_owned_client_is_terminal_and_retried checks the same)",
+    "test_mongodb_session.py::test_cancelled_close_is_terminal_and_can_be_retried": _PRIVATE
+    + "_client (patches its close; tests/test_mongodb.py::"
+    "test_a_failed_close_of_the_owned_client_is_terminal_and_retried checks the same)",
+    "test_mongodb_session.py::test_ping_failure": _PRIVATE
+    + "_client (tests/test_mongodb.py pings an unreachable server)",
+    "test_mongodb_session.py::test_index_creation_runs_only_once": _PRIVATE
+    + "_sessions and _ensure_indexes",
+    "test_mongodb_session.py::test_different_clients_each_run_index_init": _PRIVATE
+    + "_sessions and _ensure_indexes",
+    "test_mongodb_session.py::test_add_items_serializes_before_reserving_sequence_numbers": (
+        _PRIVATE + "_serialize_item (overridden to fail; ours never calls it) and _sessions"
+    ),
+    "test_mongodb_session.py::test_clear_session": _MONGO_LAYOUT + "_seq, _generation",
+    "test_mongodb_session.py::test_clear_session_partial_cleanup_failure_is_logically_atomic": (
+        _MONGO_LAYOUT + "a failed sweep after its generation advanced"
+    ),
+    "test_mongodb_session.py::test_generation_reads_use_primary_after_failed_clear_cleanup": (
+        _MONGO_LAYOUT + "a stale _generation on a secondary"
+    ),
+    "test_mongodb_session.py::test_session_metadata_timestamps_are_written": _MONGO_LAYOUT
+    + "its sessions document (and patches the SDK module's datetime)",
+    "test_mongodb_session.py::test_corrupted_document_is_skipped": _MONGO_LAYOUT
+    + "injected message_data",
+    "test_mongodb_session.py::test_missing_message_data_field_is_skipped": _MONGO_LAYOUT
+    + "injected document",
+    "test_mongodb_session.py::test_non_string_message_data_is_skipped": _MONGO_LAYOUT
+    + "injected message_data",
+    "test_mongodb_session.py::test_get_items_limit_skips_corrupt_newest_docs": _MONGO_LAYOUT
+    + "injected message_data",
+    "test_mongodb_session.py::test_pop_item_skips_corrupt_most_recent": _MONGO_LAYOUT
+    + "injected message_data",
+    "test_mongodb_session.py::test_pop_item_returns_none_when_only_corrupt_docs_remain": (
+        _MONGO_LAYOUT + "injected message_data"
+    ),
+    "test_mongodb_session.py::test_pop_item_cleanup_failure_does_not_hide_known_claim": (
+        _MONGO_LAYOUT + "an emptied batch's message_data == []"
+    ),
+    "test_mongodb_session.py::test_reads_legacy_item_documents_with_new_batch_documents": (
+        _MONGO_LAYOUT + "its legacy per-item documents"
     ),
 }
 
 DIFFERENCES: dict[str, str] = {
+    "test_mongodb_session.py::test_string_session_ids_remain_literal_and_isolated[]": (
+        "an empty session id is refused here with InvalidSessionIdError (a ValueError) on every "
+        "store (docs/sdk-differences.md); the other ids of this test pass"
+    ),
+    "test_mongodb_session.py::test_from_uri_passes_driver_info_to_constructor": (
+        "from_uri passes a DriverInfo, named agent_sessions here: the handshake names the "
+        "library that talks to the server, not the SDK (docs/sdk-differences.md)"
+    ),
+    "test_mongodb_session.py::test_clear_session_hides_add_reserved_before_generation_advance": (
+        _OVERLAP
+    ),
+    "test_mongodb_session.py::test_pop_rechecks_generation_after_concurrent_clear": _OVERLAP,
     "test_encrypt_session.py::test_encrypted_session_scan_budget_rejects_negative_limit_before_read": (
         "limit=-1 without a budget: SQLite's LIMIT -1 returns every item in the SDK; here a "
         "limit <= 0 returns [] on every store (docs/sdk-differences.md)"

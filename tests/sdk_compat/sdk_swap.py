@@ -5,7 +5,9 @@ the SDK's extracted test tree (its ``tests`` package must not meet ours). At sta
 replaces the SDK's session classes in every module the tests import them from; a test module
 binds the names at import, after this. ``AGENT_SESSIONS_SDK_TARGET`` picks the store the SQL
 and Redis tests reach (``sqlite``, ``redis``, ``postgres``, ``mariadb``); on a server each test
-gets its own schema (PostgreSQL), database (MariaDB) or key prefix (Redis). Excluded tests
+gets its own schema (PostgreSQL), database (MariaDB) or key prefix (Redis). In the MongoDB
+file, the file's fake client becomes mongomock-motor's (a real client and per-test databases
+with ``AGENT_SESSIONS_MONGODB_URL``; see ``_mongodb_target``). Excluded tests
 (``exclusions.py``) are skipped with their reason; the outcome of every test is written as JSON
 to ``AGENT_SESSIONS_SDK_REPORT``.
 """
@@ -18,6 +20,7 @@ import json
 import multiprocessing.forkserver
 import os
 import re
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -91,6 +94,14 @@ def swap_classes() -> list[str]:
 
 _MISSING = swap_classes()
 
+# The SDK's MongoDB test module installs fake pymongo submodules in sys.modules when it is
+# imported; the real ones are put back after collection (see _restore_pymongo).
+_PYMONGO = {
+    name: module
+    for name, module in sys.modules.items()
+    if name == "pymongo" or name.startswith("pymongo.")
+}
+
 # Worker processes the SDK's tests start (forkserver) import the test module afresh: swap there
 # too, or they would run the SDK's own classes against our stores.
 multiprocessing.forkserver.set_forkserver_preload(["__main__", "sdk_swap"])
@@ -117,7 +128,17 @@ def _exclusion(nodeid: str) -> tuple[str, str] | None:
     return None
 
 
+def _restore_pymongo() -> None:
+    """Put the real pymongo submodules back where the SDK's MongoDB test module put fakes (it
+    needs them only at its import): the stand-in client and PyMongo import from them later."""
+    for name in [n for n in sys.modules if n == "pymongo" or n.startswith("pymongo.")]:
+        if name not in _PYMONGO and getattr(sys.modules[name], "__file__", None) is None:
+            del sys.modules[name]  # a fake the file made (a real module has a file)
+    sys.modules.update(_PYMONGO)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _restore_pymongo()
     for item in items:
         found = _exclusion(item.nodeid)
         if found is not None:
@@ -266,3 +287,87 @@ def _redis_target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     if hasattr(module, "REDIS_URL") and not getattr(module, "USE_FAKE_REDIS", False):
         base = REDIS_URL.rsplit("/", 1)[0] if REDIS_URL.count("/") > 2 else REDIS_URL
         monkeypatch.setattr(module, "REDIS_URL", f"{base}/15")
+
+
+# -- the MongoDB tests: a faithful stand-in for the file's fake client -------------------------
+
+MONGODB_URL = os.environ.get("AGENT_SESSIONS_MONGODB_URL")
+
+
+class _IndexStateReset:
+    """Stands for the SDK's class-level ``MongoDBSession._init_state`` (its record of which
+    clients had their indexes created), which the file clears before building sessions:
+    clearing it makes ours forget the same."""
+
+    def clear(self) -> None:
+        from agent_sessions.backends.mongodb import _IndexRegistry
+
+        with _IndexRegistry._lock:
+            _IndexRegistry._done.clear()
+
+
+@pytest.fixture(autouse=True)
+def _mongodb_target(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """In the SDK's MongoDB file, make ``FakeAsyncMongoClient()`` return mongomock-motor's
+    ``AsyncMongoMockClient`` (a fresh in-memory server each, as the fake), or with
+    ``AGENT_SESSIONS_MONGODB_URL`` a real ``AsyncMongoClient`` whose databases are this test's
+    own; route our ``from_uri`` through the SDK module's ``AsyncMongoClient`` name, which the
+    file patches; and give ``MongoDBSession._init_state.clear()`` our registry's meaning."""
+    module = request.module
+    if not hasattr(module, "FakeAsyncMongoClient"):
+        yield
+        return
+    import agents.extensions.memory.mongodb_session as sdk_mongodb
+    from pymongo.driver_info import DriverInfo
+
+    import agent_sessions.backends.mongodb as ours
+
+    prefix = f"sdk{_RUN}{uuid.uuid4().hex[:6]}_"
+    databases: set[str] = set()
+    if MONGODB_URL:
+        from pymongo import AsyncMongoClient
+
+        class ScopedClient(AsyncMongoClient):  # type: ignore[type-arg]
+            """A real client whose database names carry this test's prefix."""
+
+            def __getitem__(self, name: str) -> Any:
+                return self.get_database(name)
+
+            def get_database(self, name: Any = None, *args: Any, **kwargs: Any) -> Any:
+                if name != "admin":  # ping() runs on admin
+                    name = f"{prefix}{name or 'default'}"
+                    databases.add(name)
+                return super().get_database(name, *args, **kwargs)
+
+        def client(*args: Any, **kwargs: Any) -> Any:
+            return ScopedClient(MONGODB_URL, serverSelectionTimeoutMS=3000)
+
+    else:
+        from mongomock_motor import AsyncMongoMockClient
+
+        def client(*args: Any, **kwargs: Any) -> Any:
+            return AsyncMongoMockClient()
+
+    monkeypatch.setattr(module, "FakeAsyncMongoClient", client)
+    monkeypatch.setattr(module, "FakeDriverInfo", DriverInfo)
+    monkeypatch.setattr(module.MongoDBSession, "_init_state", _IndexStateReset(), raising=False)
+    # Looked up at each call: the file patches the SDK module's name to a mock or a factory.
+    monkeypatch.setattr(
+        ours,
+        "AsyncMongoClient",
+        lambda *a, **k: sdk_mongodb.AsyncMongoClient(*a, **k),  # type: ignore[attr-defined]
+    )
+    try:
+        yield
+    finally:
+        if databases:
+            from pymongo import MongoClient
+
+            admin: Any = MongoClient(MONGODB_URL, serverSelectionTimeoutMS=3000)
+            try:
+                for name in databases:
+                    admin.drop_database(name)
+            finally:
+                admin.close()

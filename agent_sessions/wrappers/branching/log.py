@@ -5,6 +5,10 @@ state is the fold of the log in commit order. Appends are atomic and ordered by 
 concurrent writers (other objects, other processes) never lose each other's changes, and a
 conflict (two creates of one name) is decided by log order: the first wins. A session object
 keeps the folded state and reads only the records after the last one it applied.
+
+Every :data:`CHECKPOINT_EVERY` records a writer appends a checkpoint: the folded state up to a
+record number. A new object reads the newest :data:`PAGE` records and folds from the newest
+checkpoint among them, so its cost does not grow with the number of branch operations ever made.
 """
 
 from __future__ import annotations
@@ -53,6 +57,11 @@ def _decode_lineage(value: Any) -> Lineage | None:
 
 MAIN_LINEAGE: Lineage = ((MAIN, None),)
 
+CHECKPOINT_EVERY = 64
+"""Records between checkpoints of the folded state."""
+PAGE = 2 * CHECKPOINT_EVERY
+"""Records a new object reads first; a checkpoint is nearly always among them."""
+
 
 @dataclass
 class Branch:
@@ -80,10 +89,48 @@ class BranchState:
         self.deleted_by: dict[str, Any] = {}
         """The id of the delete record that removed each branch (since the last reset)."""
 
+    def to_record(self, upto: int) -> dict[str, Any]:
+        """A checkpoint record: this state, the fold of the records numbered up to ``upto``."""
+        return {
+            "op": "checkpoint",
+            "upto": upto,
+            "used": sorted(self.used),
+            "current": self.current,
+            "keys": sorted(self.keys),
+            "deleted_by": self.deleted_by,
+            "branches": [
+                [b.name, encode_lineage(b.lineage), b.created_at, b.op_id, b.moved_by]
+                for b in self.branches.values()
+            ],
+        }
+
+    @classmethod
+    def from_record(cls, record: Any) -> BranchState | None:
+        """The state a checkpoint record holds; None when it is malformed."""
+        try:
+            state = cls()
+            state.used = {str(name) for name in record["used"]}
+            state.keys = {str(key) for key in record["keys"]}
+            state.deleted_by = dict(record["deleted_by"])
+            state.branches = {}
+            for name, lineage, created_at, op_id, moved_by in record["branches"]:
+                decoded = _decode_lineage(lineage)
+                if not isinstance(name, str) or decoded is None:
+                    return None
+                state.branches[name] = Branch(name, decoded, created_at, op_id, moved_by)
+            state.current = record["current"]
+            if MAIN not in state.branches or state.current not in state.branches:
+                return None
+        except (KeyError, TypeError, ValueError):
+            return None
+        return state
+
     def apply(self, record: Any) -> None:
         """Apply one log record; records that do not fit are ignored (and logged)."""
         op = record.get("op") if isinstance(record, dict) else None
         name = record.get("name") if isinstance(record, dict) else None
+        if op == "checkpoint":
+            return  # a summary of records already applied
         if op == "reset":
             self.reset()
         elif op == "create" and isinstance(name, str):
@@ -145,6 +192,8 @@ class BranchLog:
         self.session = session
         self.state = BranchState()
         self._applied = 0
+        self._uncovered = 0
+        """Records applied since the newest checkpoint seen (all of them when none)."""
         self._on_reset = on_reset
 
     async def sync(self) -> BranchState:
@@ -153,13 +202,20 @@ class BranchLog:
         The last applied record is read again: when it is gone (the log expired or was
         erased with its family), the state is folded afresh from what the log still holds,
         so this object shows what a new one would."""
+        if not self._applied:
+            return await self._fold_fresh(await read_rows(self.session, PAGE))
         return await self._apply(await read_rows(self.session, after=self._after()))
 
     async def sync_with(self, reads: list[Read]) -> tuple[BranchState, list[list[Any]]]:
         """``sync`` and the rows of ``reads`` (see :func:`read_family`), read together: one
         round trip when the store serves family reads at once."""
-        log_rows, *rows = await read_family([(self.session, None, self._after(), None), *reads])
-        return await self._apply(log_rows), rows
+        fresh = not self._applied
+        log_read: Read = (self.session, PAGE, None, None) if fresh else (
+            self.session, None, self._after(), None
+        )
+        log_rows, *rows = await read_family([log_read, *reads])
+        state = await (self._fold_fresh(log_rows) if fresh else self._apply(log_rows))
+        return state, rows
 
     @property
     def applied(self) -> int:
@@ -175,19 +231,57 @@ class BranchLog:
                 rows = rows[1:]
             else:
                 self.state = BranchState()
-                self._applied = 0
+                self._applied = self._uncovered = 0
                 if self._on_reset is not None:
                     self._on_reset()
-                rows = await read_rows(self.session)
+                return await self._fold_fresh(await read_rows(self.session, PAGE))
+        self._fold(rows)
+        return self.state
+
+    async def _fold_fresh(self, page: list[tuple[int, Any]]) -> BranchState:
+        """Fold the state from the newest ``PAGE`` records: from the newest checkpoint among
+        them, else (a log without one near its end) from all records."""
+        rows = page
+        found = _newest_checkpoint(rows)
+        if found is None and len(rows) >= PAGE:
+            rows = await read_rows(self.session)
+            found = _newest_checkpoint(rows)
+        if found is not None:
+            state, upto = found
+            if len(rows) >= PAGE and rows[0][0] > upto + 1:  # records after it fell off the page
+                rows = await read_rows(self.session, after=upto)
+            self.state, self._applied, self._uncovered = state, upto, 0
+            rows = [row for row in rows if row[0] > upto]
+        self._fold(rows)
+        return self.state
+
+    def _fold(self, rows: list[tuple[int, Any]]) -> None:
         for seq, record in rows:
             self.state.apply(record)
             self._applied = max(self._applied, seq)
-            if self._on_reset is not None and isinstance(record, dict):
-                if record.get("op") == "reset":
-                    self._on_reset()  # storages were cleared: cached scans are void
-        return self.state
+            op = record.get("op") if isinstance(record, dict) else None
+            self._uncovered = 0 if op == "checkpoint" else self._uncovered + 1
+            if op == "reset" and self._on_reset is not None:
+                self._on_reset()  # storages were cleared: cached scans are void
 
     async def append(self, record: dict[str, Any]) -> BranchState:
-        """Append ``record`` and return the state including it (and anything before it)."""
+        """Append ``record`` and return the state including it (and anything before it);
+        every ``CHECKPOINT_EVERY`` records, append a checkpoint too."""
         await self.session.add_items([record])  # type: ignore[list-item]
-        return await self.sync()
+        state = await self.sync()
+        if self._uncovered >= CHECKPOINT_EVERY:
+            await self.session.add_items([state.to_record(self._applied)])  # type: ignore[list-item]
+            self._uncovered = 0
+        return state
+
+
+def _newest_checkpoint(rows: list[tuple[int, Any]]) -> tuple[BranchState, int] | None:
+    """The state and record number of the newest valid checkpoint among ``rows``."""
+    for _, record in reversed(rows):
+        if isinstance(record, dict) and record.get("op") == "checkpoint":
+            upto = record.get("upto")
+            state = BranchState.from_record(record) if isinstance(upto, int) else None
+            if state is not None and isinstance(upto, int):
+                return state, upto
+            logger.warning("branch log: malformed checkpoint ignored")
+    return None

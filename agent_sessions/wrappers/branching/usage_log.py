@@ -14,6 +14,7 @@ record removes a branch's usage when the branch is deleted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agents.memory import Session
@@ -67,10 +68,15 @@ def usage_record(branch: str, usage: Usage, position: Position) -> dict[str, Any
 
 
 class UsageLog:
-    """Reads and writes usage records in ``session``."""
+    """Reads and writes usage records in the session ``open_session()`` returns, opened on
+    first use (most requests of a web handler's new object never touch usage)."""
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
+    def __init__(self, open_session: Callable[[], Session]) -> None:
+        self._open = open_session
+
+    @property
+    def session(self) -> Session:
+        return self._open()
 
     async def store(self, branch: str, usage: Usage, position: Position) -> None:
         record = usage_record(branch, usage, position)

@@ -546,7 +546,8 @@ class EncryptedSession(SessionWrapper):
         """
         inner = self.inner
         if getattr(inner, "pops_checked", False) and wrapper is None:
-            while True:  # one atomic step per stored item: the check runs inside the pop
+            # One round trip per stored item: the store removes exactly the item checked.
+            while True:
                 try:
                     item = await inner._pop_checked(self._poppable)  # type: ignore[attr-defined]
                 except _Unreadable as reason:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import Session
 
+from ...core.base import BaseSession
 from ...core.capabilities import Capability, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ...core.family import REGISTRY, member_purposes, side_store
@@ -67,6 +68,12 @@ def seconds(value: float | timedelta | None, name: str) -> float | None:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be positive and finite, got {value!r} seconds")
     return float(value)
+
+
+def _family_key(location: Any) -> Any:
+    """The key of a family's lifecycle knowledge, from its session's ``store_key()`` (None:
+    a store that cannot name the location shares nothing)."""
+    return None if location is None else (PURPOSE, location)
 
 
 def _time(envelope: Any, key: str) -> float | None:
@@ -179,12 +186,14 @@ class TTLSession(SessionWrapper):
         if self._life is None:
             assert self.ttl is not None
             native = supports(self.inner, Capability.NATIVE_EXPIRY)
+            located = getattr(self.inner, "store_key", None)
             self._life = Lifecycle(
-                side_store(self.inner, PURPOSE),
+                lambda: side_store(self.inner, PURPOSE),
                 ttl=self.ttl,
                 sliding=self.sliding,
                 refresh=self._refresh_family_expiry if native else None,
                 clock_skew=self.clock_skew,
+                where=(lambda: _family_key(located())) if callable(located) else None,
             )
         return self._life
 
@@ -223,6 +232,18 @@ class TTLSession(SessionWrapper):
 
     def _visible_from(self, envelopes: list[Any], now: float) -> int:
         """Return the index after the newest dead envelope (0 when none is dead)."""
+        if self._family_expiry and self.item_ttl is None:
+            # ``_dead`` with the family's verdict taken once: alive, an item is dead only when
+            # it is not ours or older than the current lifetime.
+            state = self._state
+            if state is None or self._lifecycle().dead(state, now):
+                return len(envelopes)
+            start = state.d
+            for i in range(len(envelopes) - 1, -1, -1):
+                t = _time(envelopes[i], "t")
+                if t is None or t < start:
+                    return i + 1
+            return 0
         newer_t = now
         for i in range(len(envelopes) - 1, -1, -1):
             envelope = envelopes[i]
@@ -249,9 +270,37 @@ class TTLSession(SessionWrapper):
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
         """
-        envelopes = await self._stamp(items)
-        if envelopes:
-            await self.inner.add_items(envelopes)
+        if await self._add_with_record(items, "add_items") is None:
+            envelopes = await self._stamp(items)
+            if envelopes:
+                await self.inner.add_items(envelopes)
+
+    async def _add_with_record(self, items: list[TResponseInputItem], via: str) -> list[int] | None:
+        """Store the family's lifecycle record and the stamped ``items`` in one round trip
+        (``BaseSession.add_sequenced_family``), record first; the new items' numbers, or None
+        (nothing done) when the inner session is not a plain backend of this package or it
+        does not pass its writes through ``via``'s usual path (a subclass's override)."""
+        inner = self.inner
+        if not (self._family_expiry and isinstance(inner, BaseSession) and items):
+            return None
+        if getattr(type(inner), via) is not getattr(BaseSession, via) or (
+            type(inner).add_sequenced_items is not BaseSession.add_sequenced_items
+        ):
+            return None
+        life = self._lifecycle()
+        if not isinstance(life.store, BaseSession):
+            return None
+        encode_batch(items, self.max_item_bytes)  # validate before anything is written
+        now = self.clock()
+        record, state = await life.stamp(now)
+        stamp = {"type": TTL_TYPE, "t": now}
+        envelopes: list[Any] = [{**stamp, "item": item} for item in items]
+        records, seqs = await inner.add_sequenced_family(
+            [(life.store, [record]), (inner, envelopes)]
+        )
+        self._state = state
+        await life.recorded(state, records[0])
+        return seqs
 
     async def _stamp(self, items: list[TResponseInputItem]) -> list[Any]:
         encode_batch(items, self.max_item_bytes)  # validate before anything is written
@@ -270,6 +319,9 @@ class TTLSession(SessionWrapper):
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers (the inner's)."""
         inner = self._inner(Capability.SEQUENCED)
+        seqs = await self._add_with_record(items, "add_sequenced_items")
+        if seqs is not None:
+            return seqs
         envelopes = await self._stamp(items)
         return await inner.add_sequenced_items(envelopes) if envelopes else []
 
@@ -363,9 +415,9 @@ class TTLSession(SessionWrapper):
         return bool(getattr(self.inner, "pops_checked", False))
 
     async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
-        """``pop_item`` with a layer's ``check`` of the live item inside the inner session's
-        atomic pop (see ``SQLiteSession._pop_checked``); a dead newest item is removed and
-        None returned, as ``pop_item`` does."""
+        """``pop_item`` with a layer's ``check`` of the live item, through the inner
+        session's checked pop (``SQLiteSession._pop_checked``, ``RedisSession._pop_checked``);
+        a dead newest item is removed and None returned, as ``pop_item`` does."""
         await self._sync()
         now = self.clock()
 

@@ -15,7 +15,8 @@ since ``c`` (absolute), and an item stamped before ``d`` belongs to an earlier l
 ``d`` is computed from the dead record, so writers racing to start a new lifetime agree on it.
 ``item_ttl`` stays per item. Over a store with native expiry, the family's writes also refresh
 the expiry of every member at least every ``ttl / 2``, so no member is removed by the store
-while the family lives.
+while the family lives; per process and family where the store names its location (a session
+object built per request does not refresh them all again).
 
 The newest record an object has seen is reused instead of read again while it says the family
 is alive ``clock_skew`` ahead of ``now``: no later write can change what it answers (a write
@@ -44,7 +45,17 @@ _TRIM_EVERY = 16
 
 _KNOWN: dict[Hashable, State] = {}
 """Newest record seen per family store location (process-wide; see the module doc)."""
+_REFRESHED: dict[Hashable, float] = {}
+"""When this process last pushed native expiry to every member, per family store location."""
 _KNOWN_MAX = 4096
+
+
+def _put(known: dict[Hashable, Any], key: Hashable, value: Any) -> None:
+    """Set ``known[key]``, re-inserted last so the oldest entries are evicted first."""
+    known.pop(key, None)
+    if len(known) >= _KNOWN_MAX:
+        del known[next(iter(known))]
+    known[key] = value
 
 
 @dataclass(frozen=True)
@@ -62,23 +73,36 @@ class Lifecycle:
 
     def __init__(
         self,
-        store: Session,
+        store: Callable[[], Session],
         *,
         ttl: float,
         sliding: bool,
         refresh: Callable[[], Awaitable[None]] | None,
         clock_skew: float = 0.0,
+        where: Callable[[], Hashable | None] | None = None,
     ) -> None:
-        self.store = store
+        """``store`` opens the family's lifecycle side store (when first needed); ``where``
+        names the family's location without opening it (else the store's ``store_key()``)."""
+        self._open = store
+        self._store: Session | None = None
         self.ttl = ttl
         self.sliding = sliding
         self.clock_skew = clock_skew
-        where = getattr(store, "store_key", None)
+        if where is None:
+            where = getattr(self.store, "store_key", None)
         self._key: Hashable | None = where() if callable(where) else None
         self._known: State | None = None
         self._refresh = refresh
         self._refreshed: float | None = None
         self._lock = asyncio.Lock()
+
+    @property
+    def store(self) -> Session:
+        """The side store holding the records (opened on first use: an object built per
+        request that answers from what the process knows never opens it)."""
+        if self._store is None:
+            self._store = self._open()
+        return self._store
 
     async def read(self) -> State | None:
         """The newest record, or None when the family was never written (or was purged)."""
@@ -99,11 +123,7 @@ class Lifecycle:
     def _remember(self, state: State) -> None:
         self._known = state
         if self._key is not None:
-            known = _KNOWN
-            known.pop(self._key, None)  # re-inserted last: the oldest entries go first
-            if len(known) >= _KNOWN_MAX:
-                del known[next(iter(known))]
-            known[self._key] = state
+            _put(_KNOWN, self._key, state)
 
     def dead(self, state: State | None, now: float, margin: float = 0.0) -> bool:
         """Whether the whole family is dead at ``now`` (None: never written)."""
@@ -114,6 +134,19 @@ class Lifecycle:
 
     async def touch(self, now: float) -> State:
         """Record a write at ``now``; return the family's state including it."""
+        record, state = await self.stamp(now)
+        seq = None
+        if supports(self.store, Capability.SEQUENCED):
+            seq = (await self.store.add_sequenced_items([record]))[0]  # type: ignore[attr-defined]
+        else:
+            await self.store.add_items([record])
+        await self.recorded(state, seq)
+        return state
+
+    async def stamp(self, now: float) -> tuple[Any, State]:
+        """The record of a write at ``now`` and the family's state including it; the caller
+        stores the record before the write's items (``touch``, or in one step with them),
+        then calls ``recorded``."""
         # Absolute mode reads the record: a write after an erase must start a new lifetime
         # (``c``); in sliding mode ``c`` decides nothing and a live family keeps its ``d``.
         state = await (self.current(now) if self.sliding else self.read())
@@ -123,22 +156,28 @@ class Lifecycle:
             c, d = now, (state.t if self.sliding else state.c) + self.ttl
         else:
             c, d = state.c, state.d
-        record: Any = {"t": now, "c": c, "d": d}
-        if supports(self.store, Capability.SEQUENCED):
-            seq = (await self.store.add_sequenced_items([record]))[0]  # type: ignore[attr-defined]
-            if seq % _TRIM_EVERY == 0 and supports(self.store, Capability.RANGE_DELETE):
-                await self.store.delete_items(before=seq)  # type: ignore[attr-defined]
-        else:
-            await self.store.add_items([record])
-        if self._refresh is not None and (
-            self._refreshed is None or now - self._refreshed > self.ttl / 2
+        return {"t": now, "c": c, "d": d}, State(now, c, d)
+
+    async def recorded(self, state: State, seq: int | None) -> None:
+        """After the record of ``state`` was stored (as number ``seq``, when known): trim the
+        older records now and then, push native expiry to the family's members at least every
+        ``ttl / 2`` (by this process, for a store that names its location), remember it."""
+        if (
+            seq is not None
+            and seq % _TRIM_EVERY == 0
+            and supports(self.store, Capability.RANGE_DELETE)
         ):
-            async with self._lock:
-                self._refreshed = now
-                await self._refresh()
-        state = State(now, c, d)
+            await self.store.delete_items(before=seq)  # type: ignore[attr-defined]
+        if self._refresh is not None:
+            now, key = state.t, self._key
+            last = self._refreshed if key is None else _REFRESHED.get(key, self._refreshed)
+            if last is None or not 0 <= now - last <= self.ttl / 2:  # (a clock set back too)
+                async with self._lock:
+                    await self._refresh()
+                    self._refreshed = now
+                    if key is not None:
+                        _put(_REFRESHED, key, now)
         self._remember(state)
-        return state
 
 
 def _state(record: Any) -> State | None:
