@@ -588,3 +588,70 @@ async def test_clear_keeps_the_counter_so_numbers_are_never_reused(
     assert await s.add_sequenced_items([_msg("c")]) == [3]
     assert await s.delete_items(before=3) == 0  # a purge that read before the clear
     assert texts(await s.get_items()) == ["c"]
+
+
+# -- a pop checked by a layer (EncryptedSession's key check) inside the pop's transaction ----
+
+
+def _checked_pop_stores(tmp_path: Path) -> list[tuple[str, str]]:
+    return [
+        ("postgres", "postgres"),
+        ("mariadb", "mariadb"),
+        ("mariadb", "mysql"),  # the SELECT .. FOR UPDATE path, on MariaDB
+        ("sqlite", f"sqlite+aiosqlite:///{tmp_path / 'checked.db'}"),
+    ]
+
+
+@contextlib.contextmanager
+def _mysql_path(s: SQLAlchemySession, on: bool) -> Iterator[None]:
+    from agent_sessions.backends.sqlalchemy import _store_for
+
+    dialect = _store_for(s.engine, s._tables).dialect
+    if on:
+        dialect.mariadb = False  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        if on:
+            dialect.mariadb = True  # type: ignore[attr-defined]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("ttl", [False, True], ids=["bare", "ttl"])
+@pytest.mark.parametrize("store", range(4), ids=["postgres", "mariadb", "mysql-path", "sqlite"])
+async def test_a_checked_pop_that_fails_deletes_nothing_and_concurrent_ones_never_repeat(
+    store: int, ttl: bool, tmp_path: Path
+) -> None:
+    from agent_sessions.wrappers.encrypted import EncryptedSession, KeyMismatchError
+
+    kind, where = _checked_pop_stores(tmp_path)[store]
+    url = where if kind == "sqlite" else _need(kind)
+    prefix = "cp_" if kind == "sqlite" else _prefix(kind, "cp_")
+    session_id = f"t-{uuid.uuid4().hex[:8]}"
+    opened: list[Any] = []
+
+    def encrypted(key: str) -> EncryptedSession:
+        inner: Any = SQLAlchemySession.from_url(session_id, url=url, table_prefix=prefix)
+        opened.append(inner)
+        return EncryptedSession(TTLSession(inner, 3600) if ttl else inner, encryption_key=key)
+
+    good, other = encrypted("k" * 32), encrypted("o" * 32)
+    bare = opened[0]
+    with _mysql_path(bare, where == "mysql"):
+        try:
+            await good.add_items([_msg(str(i)) for i in range(30)])
+            await other.add_items([_msg("other key")])
+            stored = await bare.get_sequenced_items()
+            for _ in range(2):  # the check fails inside the pop: it is rolled back
+                with pytest.raises(KeyMismatchError):
+                    await good.pop_item()
+            assert await bare.get_sequenced_items() == stored
+            assert item_text(await other.pop_item()) == "other key"
+            popped = await asyncio.gather(*(good.pop_item() for _ in range(35)))
+            got = sorted(int(item_text(p)) for p in popped if p is not None)
+            assert got == list(range(30))
+            assert await bare.get_items() == []
+        finally:
+            await bare.clear_session()
+            for s in opened:
+                await s.close()

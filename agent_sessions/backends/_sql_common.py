@@ -6,6 +6,7 @@ out, so a statement costs one driver call, not a trip through SQLAlchemy's execu
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -32,6 +33,15 @@ class Tables:
     def build(cls, prefix: str, sessions_table: str | None, messages_table: str | None) -> Tables:
         if not isinstance(prefix, str):
             raise ValueError(f"table_prefix must be a str, got {type(prefix).__name__}")
+        key = (prefix, sessions_table, messages_table)
+        if all(isinstance(k, (str, type(None))) for k in key):
+            return _built(*key)  # a session object per request: names checked once
+        return cls._check(*key)
+
+    @classmethod
+    def _check(
+        cls, prefix: str, sessions_table: str | None, messages_table: str | None
+    ) -> Tables:
         return cls(
             check_identifier(sessions_table or f"{prefix}sessions", "sessions_table/table_prefix"),
             check_identifier(messages_table or f"{prefix}messages", "messages_table/table_prefix"),
@@ -42,6 +52,11 @@ class Tables:
         """A signed 64-bit number naming this store, for database-wide advisory locks."""
         digest = hashlib.sha256(f"agent_sessions:{self.messages}".encode()).digest()
         return int.from_bytes(digest[:8], "big", signed=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _built(prefix: str, sessions_table: str | None, messages_table: str | None) -> Tables:
+    return Tables._check(prefix, sessions_table, messages_table)
 
 
 class SqlDialect(ABC):
@@ -68,6 +83,10 @@ class SqlDialect(ABC):
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
         """Store ``payloads`` as one transaction; return the last sequence number assigned."""
 
+    async def append_unnumbered(self, conn: Any, session_id: str, payloads: list[str]) -> None:
+        """``append`` for a caller that does not need the numbers."""
+        await self.append(conn, session_id, payloads)
+
     @abstractmethod
     async def load(
         self,
@@ -83,6 +102,14 @@ class SqlDialect(ABC):
     @abstractmethod
     async def pop(self, conn: Any, session_id: str) -> str | None:
         """Delete the newest row and return its payload; None when there is none."""
+
+    @abstractmethod
+    async def pop_checked(
+        self, conn: Any, session_id: str, check: Callable[[str], Any]
+    ) -> Any:
+        """Delete the newest row and return ``check(payload)`` in one transaction (None when
+        there is none); when ``check`` raises an Exception, roll back and return it as
+        :class:`Refused` (the connection stays usable)."""
 
     @abstractmethod
     async def clear(self, conn: Any, session_id: str) -> None:
@@ -133,6 +160,21 @@ class SqlDialect(ABC):
     @abstractmethod
     def missing_table(self, exc: BaseException) -> bool:
         """Whether ``exc`` says a table or column does not exist."""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A pop's check raised ``error``; its transaction was rolled back."""
+
+    error: Exception
+
+
+def run_check(check: Callable[[str], Any], payload: str) -> Any:
+    """``check(payload)``, or :class:`Refused` carrying the Exception it raised."""
+    try:
+        return check(payload)
+    except Exception as exc:
+        return Refused(exc)
 
 
 def range_clause(after: int | None, before: int | None, mark: Any) -> tuple[str, list[int]]:

@@ -5,7 +5,9 @@
   The first INSERT locks the session row (writers of one session queue up, so numbers are
   contiguous and follow commit order) and reports the new counter in its OK packet; the items'
   numbers are derived from it by the server. A batch above the server's ``max_allowed_packet``
-  is sent as several INSERTs in one transaction instead.
+  is sent as several INSERTs in one transaction instead. When the caller needs no numbers
+  (``add_items``), MariaDB gets the same transaction as one compound statement
+  (``BEGIN NOT ATOMIC .. END``), answered by a single OK packet after the commit.
 - pop: on MariaDB one ``DELETE .. ORDER BY session_id DESC, seq DESC LIMIT 1 RETURNING``: the
   row lock makes a concurrent pop skip to the next row. On MySQL, which lacks
   ``DELETE .. RETURNING``, ``SELECT .. FOR UPDATE`` then ``DELETE`` in one transaction.
@@ -25,12 +27,14 @@ from ..core.base import Row
 from ..errors import ItemTooLargeError
 from ._sql_common import (
     SCHEMA_VERSION,
+    Refused,
     SqlDialect,
     Tables,
     causes,
     check_version,
     delete_for_swap,
     range_clause,
+    run_check,
 )
 
 _GONE = {1040, 1053, 1927, 2002, 2003, 2005, 2006, 2013, 2026, 2055}
@@ -38,6 +42,8 @@ _GONE = {1040, 1053, 1927, 2002, 2003, 2005, 2006, 2013, 2026, 2055}
 _DRIVERS = ("asyncmy", "aiomysql", "pymysql")
 _PACKET_CAP = 16 * 1024 * 1024  # the drivers' own default client-side limit
 _ROW_OVERHEAD = 64
+_BLOCK = "BEGIN NOT ATOMIC DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;"
+"""Opens a MariaDB compound statement that rolls back and re-raises on any error."""
 
 
 def create_statements(t: Tables, mariadb: bool = True) -> list[str]:
@@ -206,6 +212,23 @@ class MySQLDialect(SqlDialect):
             await conn.commit()
         return last
 
+    async def append_unnumbered(self, conn: Any, session_id: str, payloads: list[str]) -> None:
+        n = len(payloads)
+        if not self.mariadb or len(self._chunks(session_id, payloads)) > 1:
+            await self.append(conn, session_id, payloads)
+            return
+        # MariaDB: the transaction as one compound statement, answered by one OK packet after
+        # its COMMIT (the multi-statement form answers before and after the commit: two
+        # wake-ups and four results to parse). It reports no number, hence only here.
+        values = ",".join(f"(%s,LAST_INSERT_ID()-{n - 1 - i},%s)" for i in range(n))
+        args: list[Any] = [session_id, n, n]
+        for p in payloads:
+            args += (session_id, p)
+        async with conn.cursor() as cur:
+            await cur.execute(
+                f"{_BLOCK}START TRANSACTION;{self._bump};{self._insert}{values};COMMIT;END", args
+            )
+
     def abort(self, conn: Any) -> None:
         conn.close()  # closes the socket: a read in progress fails at once
 
@@ -255,6 +278,33 @@ class MySQLDialect(SqlDialect):
             if not auto or not self.mariadb:
                 await conn.commit()
         return None if row is None else str(row[0])
+
+    async def pop_checked(
+        self, conn: Any, session_id: str, check: Callable[[str], Any]
+    ) -> Any:
+        # The pop's row lock is held across the check: a concurrent pop waits for its outcome.
+        async with conn.cursor() as cur:
+            try:
+                if self.mariadb:
+                    # START TRANSACTION and the pop in one round trip (multi-statements).
+                    await cur.execute(f"START TRANSACTION;{self._pop}", (session_id,))
+                    await cur.nextset()
+                    row = await cur.fetchone()
+                    value = None if row is None else row[0]
+                else:
+                    await conn.begin()
+                    await cur.execute(self._lock_newest, (session_id,))
+                    locked = await cur.fetchone()
+                    value = None
+                    if locked is not None:
+                        await cur.execute(self._delete_one, (session_id, locked[0]))
+                        value = locked[1]
+                outcome = None if value is None else run_check(check, str(value))
+            except BaseException:
+                await conn.rollback()
+                raise
+            await (conn.rollback() if isinstance(outcome, Refused) else conn.commit())
+        return outcome
 
     async def clear(self, conn: Any, session_id: str) -> None:
         async with conn.cursor() as cur:

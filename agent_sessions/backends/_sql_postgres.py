@@ -22,12 +22,14 @@ import asyncpg.exceptions as pg  # type: ignore[import-untyped]
 from ..core.base import Row
 from ._sql_common import (
     SCHEMA_VERSION,
+    Refused,
     SqlDialect,
     Tables,
     causes,
     check_version,
     delete_for_swap,
     range_clause,
+    run_check,
 )
 
 _UNAVAILABLE = (
@@ -145,6 +147,21 @@ class PostgresDialect(SqlDialect):
     async def pop(self, conn: Any, session_id: str) -> str | None:
         value = await conn.fetchval(self._pop, session_id)
         return None if value is None else str(value)
+
+    async def pop_checked(
+        self, conn: Any, session_id: str, check: Callable[[str], Any]
+    ) -> Any:
+        # The pop's row lock is held across the check: a concurrent pop waits for its outcome.
+        tx = conn.transaction(isolation="read_committed")
+        await tx.start()
+        try:
+            value = await conn.fetchval(self._pop, session_id)
+            outcome = None if value is None else run_check(check, str(value))
+        except BaseException:
+            await tx.rollback()
+            raise
+        await (tx.rollback() if isinstance(outcome, Refused) else tx.commit())
+        return outcome
 
     async def clear(self, conn: Any, session_id: str) -> None:
         # READ COMMITTED: the second statement sees the rows of a writer the first waited for.

@@ -15,12 +15,14 @@ from typing import Any
 from ..core.base import Row
 from ._sql_common import (
     SCHEMA_VERSION,
+    Refused,
     SqlDialect,
     Tables,
     causes,
     check_version,
     delete_for_swap,
     range_clause,
+    run_check,
 )
 
 
@@ -146,6 +148,20 @@ class SqliteDialect(SqlDialect):
 
         value = await self._write(conn, run)
         return None if value is None else str(value)
+
+    async def pop_checked(
+        self, conn: Any, session_id: str, check: Callable[[str], Any]
+    ) -> Any:
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            cur = await conn.execute(self._pop, (session_id, session_id))
+            rows = await cur.fetchall()  # drain RETURNING before the check
+            outcome = None if not rows else run_check(check, str(rows[0][0]))
+        except BaseException:
+            await conn.rollback()
+            raise
+        await (conn.rollback() if isinstance(outcome, Refused) else conn.commit())
+        return outcome
 
     async def clear(self, conn: Any, session_id: str) -> None:
         async def run() -> None:

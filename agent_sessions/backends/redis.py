@@ -40,7 +40,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
 
 from agents.memory import SessionSettings
 
-from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, pop_checked_by_api
 from ..core.capabilities import Capability
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
 from ..core.deadline import within
@@ -463,12 +463,6 @@ class RedisSession(BaseSession):
         member = await self._call(lambda: POP(client, keys, ttl))
         return None if member is None else self._rows([member])[0][1]
 
-    @property
-    def pops_checked(self) -> bool:
-        """Offers ``_pop_checked``. Not when a subclass overrides ``pop_item``: a layer must
-        then pop through it."""
-        return type(self).pop_item is BaseSession.pop_item
-
     async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
         """Remove the newest item and return ``check(item)``, where ``check`` saw exactly the
         item removed (a script pops only the member it was shown); when ``check`` raises for
@@ -479,6 +473,8 @@ class RedisSession(BaseSession):
         down to it last), else two: the script answers a wrong guess with the newest member,
         unchanged, and a pop with the member below it."""
         self._check_open()
+        if type(self).pop_item is not BaseSession.pop_item:
+            return await pop_checked_by_api(self, check)  # pop through the subclass's own
         client, keys, ttl = self._client, self._keys, self._ttl_ms
         guess: str | bytes | None = _NEWEST.get(keys[0])
         verified = False  # whether the server named ``guess`` as its newest member

@@ -12,6 +12,7 @@ schema version. See docs/sqlalchemy.md.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import threading
 import time
@@ -38,7 +39,7 @@ from ..core.codec import DEFAULT_MAX_ITEM_BYTES
 from ..core.mutation import finish
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError
-from ._sql_common import SqlDialect, Tables, causes
+from ._sql_common import Refused, SqlDialect, Tables, causes
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -214,6 +215,28 @@ def _default_engine_kwargs(
     return {}
 
 
+def _engine_options(
+    url: str,
+    engine_kwargs: dict[str, Any] | None,
+    timeouts: tuple[float | None, float | None],
+) -> tuple[dict[str, Any], tuple[str, str]]:
+    """``create_async_engine`` arguments for ``from_url`` and their registry key."""
+    defaults = _default_engine_kwargs(url, timeouts[1], timeouts[0])  # type: ignore[arg-type]
+    merged = {**defaults, **(engine_kwargs or {})}
+    merged["connect_args"] = {
+        **defaults.get("connect_args", {}),
+        **(engine_kwargs or {}).get("connect_args", {}),
+    }
+    return merged, (url, repr((sorted(merged.items()), timeouts)))
+
+
+@functools.lru_cache(maxsize=64)
+def _url_options(
+    url: str, timeouts: tuple[float | None, float | None]
+) -> tuple[dict[str, Any], tuple[str, str]]:
+    return _engine_options(url, None, timeouts)
+
+
 _DRIVER_EXTRAS = {"asyncpg": "postgres", "asyncmy": "mysql", "aiomysql": "mysql"}
 
 
@@ -253,9 +276,14 @@ class _SharedEngine:
 
     @classmethod
     def acquire(
-        cls, url: str, kwargs: dict[str, Any], timeouts: tuple[float | None, float | None]
+        cls,
+        url: str,
+        kwargs: dict[str, Any],
+        timeouts: tuple[float | None, float | None],
+        key: tuple[str, str] | None = None,
     ) -> _SharedEngine:
-        key = (url, repr((sorted(kwargs.items()), timeouts)))
+        if key is None:
+            key = (url, repr((sorted(kwargs.items()), timeouts)))
         with cls._registry_lock:
             shared = cls._registry.get(key)
             if shared is None:
@@ -296,6 +324,14 @@ class _SharedEngine:
             if engine is None:
                 engine = self.engines[loop] = _check_engine(_create_engine(self.url, self.kwargs))
             return engine
+
+    def release_share(self) -> bool:
+        """Give up one share without I/O if others remain; False (nothing done) otherwise."""
+        with self._registry_lock:
+            if self.users <= 1:
+                return False
+            self.users -= 1
+            return True
 
     async def release(self) -> None:
         with self._registry_lock:
@@ -424,13 +460,13 @@ class SQLAlchemySession(BaseSession):
         """
         if not isinstance(url, str):
             url = str(url)
-        defaults = _default_engine_kwargs(url, connect_timeout, command_timeout)
-        merged = {**defaults, **(engine_kwargs or {})}
-        merged["connect_args"] = {
-            **defaults.get("connect_args", {}),
-            **(engine_kwargs or {}).get("connect_args", {}),
-        }
-        shared = _SharedEngine.acquire(url, merged, (command_timeout, connect_timeout))
+        timeouts = (command_timeout, connect_timeout)
+        if engine_kwargs is None and all(isinstance(t, (int, float, type(None))) for t in timeouts):
+            # A session object per request: the URL is parsed once per URL and timeouts.
+            merged, key = _url_options(url, timeouts)
+        else:
+            merged, key = _engine_options(url, engine_kwargs, timeouts)
+        shared = _SharedEngine.acquire(url, merged, timeouts, key)
         try:
             return cls(
                 session_id,
@@ -685,6 +721,14 @@ class SQLAlchemySession(BaseSession):
         last = await self._run(op, write=True)
         return list(range(last - len(payloads) + 1, last + 1))
 
+    async def _append_unnumbered(self, payloads: list[str]) -> None:
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> None:
+            await d.append_unnumbered(conn, sid, payloads)
+
+        await self._run(op, write=True)
+
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:
@@ -702,6 +746,17 @@ class SQLAlchemySession(BaseSession):
             return await d.pop(conn, sid)
 
         return await self._run(op, write=True)
+
+    async def _pop_row_checked(self, check: Callable[[str], Any]) -> Any:
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> Any:
+            return await d.pop_checked(conn, sid, check)
+
+        outcome = await self._run(op, write=True)
+        if isinstance(outcome, Refused):
+            raise outcome.error
+        return outcome
 
     async def _replace_rows(
         self,
@@ -755,6 +810,11 @@ class SQLAlchemySession(BaseSession):
 
     def _owns_resources(self) -> bool:
         return self._shared is not None  # the caller's engine: close() is a no-op
+
+    def _release_at_once(self) -> bool:
+        if self._shared is None or type(self)._close is not SQLAlchemySession._close:
+            return False  # a subclass's own _close must run
+        return self._shared.release_share()
 
     def catalog_store(self) -> Any:
         """Return the catalog of these tables (see ``agent_sessions.catalog``)."""

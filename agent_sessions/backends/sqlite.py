@@ -153,7 +153,6 @@ class _Job:
 
 
 _STOP = object()
-_UNDECODABLE = object()
 
 
 class _Database:
@@ -641,32 +640,16 @@ class SQLiteSession(BaseSession):
 
         return await self._run(_write, pop)
 
-    @property
-    def pops_checked(self) -> bool:
-        """Offers ``_pop_checked``: a layer's check of the newest item runs inside the pop.
-        Not when a subclass overrides ``pop_item``: a layer must then pop through it (as the
-        SDK's ``EncryptedSession`` does)."""
-        return type(self).pop_item is SQLiteSession.pop_item
-
-    async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
-        """Remove the newest item and return ``check(item)`` in one transaction; when
-        ``check`` raises, nothing is removed and the exception propagates. ``check`` runs on
-        the worker thread (it must not touch state the event loop mutates). Items that do
-        not decode are removed on the way, as ``pop_item`` does. None when empty."""
-        self._check_open()
-        sql, sid, decode = self._schema.pop, self.session_id, self._decode
+    async def _pop_row_checked(self, check: Callable[[str], Any]) -> Any:
+        """Delete the newest row and return ``check(payload)`` in one transaction, rolled
+        back when ``check`` raises. ``check`` runs on the worker thread."""
+        sql, sid = self._schema.pop, self.session_id
 
         def pop(raw: sqlite3.Connection) -> Any:
             rows = raw.execute(sql, (sid,)).fetchall()  # drain RETURNING before the check
-            if not rows:
-                return None
-            item = decode(rows[0][0], None)
-            return _UNDECODABLE if item is None else check(item)
+            return check(rows[0][0]) if rows else None
 
-        while True:
-            result = await self._run(_write, pop)
-            if result is not _UNDECODABLE:
-                return result
+        return await self._run(_write, pop)
 
     async def _clear(self) -> None:
         statements, sid = self._schema.clear, self.session_id

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from agents.memory import SessionABC, SessionSettings
@@ -32,6 +33,8 @@ logger = logging.getLogger("agent_sessions")
 
 Row = tuple[int, str]
 """A stored item as the backend returns it: (sequence number, JSON text)."""
+
+_UNDECODABLE = object()
 
 
 def check_before(before: object) -> int:
@@ -109,6 +112,11 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     async def _append(self, payloads: list[str]) -> list[int]:
         """Store ``payloads`` as one atomic, contiguous batch; return their sequence numbers."""
 
+    async def _append_unnumbered(self, payloads: list[str]) -> None:
+        """``_append`` for a caller that does not need the numbers (``add_items``); a backend
+        overrides it where not reporting them saves work."""
+        await self._append(payloads)
+
     @abstractmethod
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
@@ -166,8 +174,11 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
         """
-        # add_sequenced_items inlined: this is every turn's write, and each coroutine layer
-        # costs a visible share of a loopback round trip.
+        if type(self).add_sequenced_items is not BaseSession.add_sequenced_items:
+            await self.add_sequenced_items(items)  # a subclass's own write path
+            return
+        # _add inlined: this is every turn's write, and each coroutine layer costs a visible
+        # share of a loopback round trip.
         self._check_open()
         payloads = encode_batch(items, self.max_item_bytes)
         if not payloads:
@@ -175,9 +186,9 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         if self._registration is not None:
             await self._register()
         if self._single_dispatch_writes:
-            await self._append(payloads)
+            await self._append_unnumbered(payloads)
         else:
-            await run_to_completion(self._append(payloads))
+            await run_to_completion(self._append_unnumbered(payloads))
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item, or None when the session is empty."""
@@ -203,12 +214,18 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
 
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers."""
+        return await self._add(items, numbered=True)
+
+    async def _add(self, items: list[TResponseInputItem], numbered: bool) -> list[int]:
         self._check_open()  # before the empty check: the SDK refuses [] on a closed session
         payloads = encode_batch(items, self.max_item_bytes)
         if not payloads:
             return []
         if self._registration is not None:
             await self._register()
+        if not numbered:
+            await self._mutate(self._append_unnumbered(payloads))
+            return []
         seqs: list[int] = await self._mutate(self._append(payloads))
         return seqs
 
@@ -320,6 +337,41 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         the new numbers, or None when nothing was written."""
         return None
 
+    # -- a pop checked by a layer ----------------------------------------------------------------
+
+    async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
+        """Remove the newest item and return ``check(item)``; when ``check`` raises, nothing
+        is removed and the exception propagates. Items that do not decode are removed on the
+        way, as ``pop_item`` does. None when the session is empty.
+
+        One atomic step where the backend implements ``_pop_row_checked`` (``check`` may then
+        run off the event loop's thread, so it must not mutate loop state). Otherwise, and
+        when a subclass overrides ``pop_item``, the newest item is read and checked, then
+        popped; an item that replaced it in between is checked after its removal and, when
+        that check fails, added back (as a new item) before the exception propagates.
+        """
+        self._check_open()
+        if (
+            type(self).pop_item is not BaseSession.pop_item
+            or type(self)._pop_row_checked is BaseSession._pop_row_checked
+        ):
+            return await pop_checked_by_api(self, check)
+        decode = self._decode
+
+        def on_row(payload: str) -> Any:
+            item = decode(payload, None)
+            return _UNDECODABLE if item is None else check(item)
+
+        while True:
+            result = await self._mutate(self._pop_row_checked(on_row))
+            if result is not _UNDECODABLE:
+                return result
+
+    async def _pop_row_checked(self, check: Callable[[str], Any]) -> Any:
+        """Delete the newest row and return ``check(payload)`` in one atomic step (None when
+        there is none); when ``check`` raises, delete nothing and raise it. Optional."""
+        raise NotImplementedError(f"{type(self).__name__} does not pop with a check")
+
     # -- range delete and rewrite in place (capabilities) ---------------------------------------
 
     async def delete_items(self, *, before: int) -> int:
@@ -414,8 +466,14 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         """
         if self._closing is None:
             self._closed = self._closed or self._owns_resources()
-            self._closing = Closing(self._release() if self._closed else None)
+            done = self._closed and self._family is None and self._release_at_once()
+            self._closing = Closing(self._release() if self._closed and not done else None)
         return self._closing
+
+    def _release_at_once(self) -> bool:
+        """Release without I/O when possible (a share of something others still use); True
+        when done, so ``close()`` starts no task. By default False: ``_release`` runs."""
+        return False
 
     async def _close_owned(self) -> None:
         """``close()`` from the release of a session that owns this one (``close_owned``)."""
@@ -484,6 +542,26 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         return out
 
 
+async def pop_checked_by_api(session: Any, check: Callable[[Any], Any]) -> Any:
+    """``_pop_checked`` through a session's public API (read newest, check, pop): two steps,
+    for sessions that cannot check inside their pop."""
+    while True:
+        newest = await session.get_items(limit=1)
+        if not newest:
+            return None
+        result = check(newest[-1])  # raises: nothing was removed
+        popped = await session.pop_item()
+        if popped is None:
+            continue  # emptied meanwhile
+        if popped == newest[-1]:
+            return result
+        try:  # another writer's item replaced the checked one
+            return check(popped)
+        except Exception:
+            await session.add_items([popped])
+            raise
+
+
 __all__ = [
     "STORE_CAPABILITIES",
     "BaseSession",
@@ -491,4 +569,5 @@ __all__ = [
     "Row",
     "StoreOptions",
     "check_before",
+    "pop_checked_by_api",
 ]

@@ -168,6 +168,14 @@ class SessionWrapper(OptionsChecked, SessionABC):
 
     # -- the family ------------------------------------------------------------------------------
 
+    async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
+        """Remove the newest item and return ``check(item)``; when ``check`` raises, nothing
+        is removed (see ``BaseSession._pop_checked``). A layer that can check inside its
+        inner session's pop overrides this; by default the item is read, checked, popped."""
+        from ..core.base import pop_checked_by_api
+
+        return await pop_checked_by_api(self, check)
+
     def side_store(self, purpose: str) -> Session:
         """Return the side store for ``purpose`` in this session's family (see
         ``core.family``), with this layer's treatment of side data."""

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from agents.memory import OpenAIResponsesCompactionSession, Session
 
 from ...core import capabilities
+from ...core.base import BaseSession
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ...core.extras import missing
@@ -545,11 +546,11 @@ class EncryptedSession(SessionWrapper):
                 unknown key, altered bytes); it is kept. Also the SDK's ``InvalidToken``.
         """
         inner = self.inner
-        if getattr(inner, "pops_checked", False) and wrapper is None:
-            # One round trip per stored item: the store removes exactly the item checked.
+        if isinstance(inner, (BaseSession, SessionWrapper)) and wrapper is None:
+            # One step per stored item: the store removes exactly the item checked.
             while True:
                 try:
-                    item = await inner._pop_checked(self._poppable)  # type: ignore[attr-defined]
+                    item = await inner._pop_checked(self._poppable)
                 except _Unreadable as reason:
                     raise self._mismatch(reason) from None
                 if item is not _DRAINED:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import Session
 
-from ...core.base import BaseSession
+from ...core.base import BaseSession, pop_checked_by_api
 from ...core.capabilities import Capability, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ...core.family import REGISTRY, member_purposes, side_store
@@ -409,15 +409,11 @@ class TTLSession(SessionWrapper):
             return None
         return envelope["item"]  # type: ignore[no-any-return]
 
-    @property
-    def pops_checked(self) -> bool:
-        """Whether ``_pop_checked`` is offered (when the inner session offers it)."""
-        return bool(getattr(self.inner, "pops_checked", False))
-
     async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
         """``pop_item`` with a layer's ``check`` of the live item, through the inner
-        session's checked pop (``SQLiteSession._pop_checked``, ``RedisSession._pop_checked``);
-        a dead newest item is removed and None returned, as ``pop_item`` does."""
+        session's checked pop (``BaseSession._pop_checked``: inside the pop's transaction on
+        SQLite and SQLAlchemy, a compare-and-pop script on Redis); a dead newest item is
+        removed and None returned, as ``pop_item`` does."""
         await self._sync()
         now = self.clock()
 
@@ -426,7 +422,11 @@ class TTLSession(SessionWrapper):
                 return _DEAD
             return check(envelope["item"])
 
-        result = await self.inner._pop_checked(unwrap)  # type: ignore[attr-defined]
+        inner = self.inner
+        if isinstance(inner, (BaseSession, SessionWrapper)):
+            result = await inner._pop_checked(unwrap)
+        else:
+            result = await pop_checked_by_api(inner, unwrap)
         return None if result is _DEAD else result
 
     async def clear_session(self) -> None:
