@@ -786,7 +786,8 @@ async def test_an_idle_trigger_check_reads_only_the_items_written_since_the_last
     )
     await session.add_items([msg(f"q{i}") for i in range(300)])
     await session.run_compaction()
-    await session.add_items([msg("new question"), msg("new answer", "assistant")])
+    # Written past the wrapper (as another object would): the check must read them.
+    await inner.add_items([msg("new question"), msg("new answer", "assistant")])
     inner.read_sizes.clear()
     await session.run_compaction()
     assert inner.read_sizes == [3]  # the newest known item and the two new ones
@@ -891,6 +892,11 @@ async def test_a_turn_whose_writes_were_all_this_objects_checks_without_reading(
         assert seen[-1]["session_items"] == expected
         assert seen[-1]["estimated_tokens"] == sum(await estimator.count_items(expected))
         assert seen[-1]["compaction_candidate_items"][-1] == msg(f"a{n}", "assistant")
+    reads.clear()
+    await session.add_items([msg("solo", "assistant")])
+    await session.run_compaction()  # without the turn's get_items: the record alone is read
+    assert reads == []
+    assert seen[-1]["session_items"] == await inner.get_items()
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])

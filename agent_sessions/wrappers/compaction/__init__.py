@@ -554,19 +554,24 @@ class CompactionSession(SessionWrapper):
             # the items written since).
             after = known.seqs[-1] - 1
             appended = self._appended
+            newer: list[tuple[int, TResponseInputItem]] | None = None
+            if appended is not None and appended[0] is known and appended[1]:
+                # Every write since the last check was ours and guarded: the items need no
+                # read. (A write by another object after our last one is seen by the next
+                # check: our next guarded append fails and that check reads.)
+                newer = [(known.seqs[-1], known.view[-1]), *appended[1]]
             if seen is not _UNREAD and (seen.id if seen else None) == known.record_id:
-                if appended is not None and appended[0] is known and appended[1]:
-                    # Every write since the last check was ours and guarded: nothing to read.
-                    # (A write by another object after our last one is seen by the next
-                    # check: our next guarded append fails and that check reads.)
-                    record, newer = seen, [(known.seqs[-1], known.view[-1]), *appended[1]]
-                else:
-                    record, newer = seen, await read_rows(self.inner, None, after=after)
+                record = seen
+                if newer is None:
+                    newer = await read_rows(self.inner, None, after=after)
             else:
                 seen = _UNREAD
-                record, newer = await asyncio.gather(
-                    self._latest_record(), read_rows(self.inner, None, after=after)
-                )
+                if newer is not None:
+                    record = await self._latest_record()
+                else:
+                    record, newer = await asyncio.gather(
+                        self._latest_record(), read_rows(self.inner, None, after=after)
+                    )
             known.prefetched = (after, newer)
         else:
             seen = _UNREAD
