@@ -189,6 +189,42 @@ return last + n
 # KEYS: items, meta. ARGV[1]: expiry in ms ("0" = leave expiry alone); ARGV[2..]: item JSON.
 APPEND = Script(_prepare_write() + _write_items("2"))
 
+def _guard(key: str, expected: str) -> str:
+    """Lua that returns ``refused`` unless the newest score of ``key`` is ``expected`` (a
+    sequence number as text; '' for an empty ``key``): another session of the family (a
+    layer's log) has not moved since the caller last read it."""
+    return f"""
+local guard = redis.call('ZRANGE', {key}, -1, -1, 'WITHSCORES')
+if (guard[2] and tonumber(guard[2]) or -1) ~= ({expected} == '' and -1 or tonumber({expected})) then
+  return refused
+end
+"""
+
+
+# KEYS: items, meta, guard items. ARGV[1]: expiry in ms or "0"; ARGV[2]: the guard's expected
+# newest number ('' for none); ARGV[3..]: item JSON. APPEND only while the guard is unchanged;
+# -1 (nothing written) otherwise.
+APPEND_IF_NEWEST = Script(
+    "local refused = -1\n" + _guard("KEYS[3]", "ARGV[2]") + _prepare_write() + _write_items("3")
+)
+
+# KEYS: items, meta, guard items. ARGV[1]: expiry in ms or "0"; ARGV[2]: the guard's expected
+# newest number ('' for none). POP only while the guard is unchanged: {1, the popped member
+# (absent when empty)}; {0} (nothing changed) otherwise.
+POP_IF_NEWEST = Script(
+    "local refused = {0}\n"
+    + _guard("KEYS[3]", "ARGV[2]")
+    + _check_expiry("KEYS[2]", "ARGV[1]")
+    + """
+local popped = redis.call('ZPOPMAX', KEYS[1])
+if ARGV[1] ~= '0' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], ARGV[1])
+end
+return {1, popped[1]}
+"""
+)
+
 # KEYS: items, meta. ARGV[1]: expiry in ms or "0"; ARGV[2]: n, the number of newest members
 # expected (-1: replace everything); ARGV[3]: p, the number of oldest members to prune;
 # ARGV[4..3+n]: the expected newest members, oldest first; then the p members to prune; then

@@ -49,12 +49,14 @@ from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError
 from ._redis_layout import (
     APPEND,
+    APPEND_IF_NEWEST,
     CLEAR,
     FAMILY_APPEND,
     ITEMS_TYPE,
     META_TYPE,
     POP,
     POP_IF,
+    POP_IF_NEWEST,
     REPLACE,
     REWRITE,
     TOUCH,
@@ -456,6 +458,49 @@ class RedisSession(BaseSession):
                 members.reverse()
             out.append(cast(RedisSession, s)._rows(members))
         return out
+
+    def _guard_keys(self, guard: BaseSession) -> tuple[str, str, str] | None:
+        """This session's keys and ``guard``'s items key, for a script over both; None when
+        they may live on different nodes (a cluster) or another client."""
+        if self._cluster or not (
+            isinstance(guard, RedisSession) and guard._client is self._client
+        ):
+            return None
+        return (*self._keys, guard._keys[0])
+
+    async def _append_if_newest(
+        self, guard: BaseSession, seq: int | None, payloads: list[str]
+    ) -> list[int] | None:
+        keys = self._guard_keys(guard)
+        if keys is None:
+            return None
+        client, ttl, expected = self._client, self._ttl_ms, "" if seq is None else str(seq)
+
+        async def append() -> int:
+            return int(
+                await self._call(lambda: APPEND_IF_NEWEST(client, keys, ttl, expected, *payloads))
+            )
+
+        last = await self._mutate(append())
+        if last < 0:
+            return None
+        _note_newest(keys[0], f"{last}:{payloads[-1]}")
+        return list(range(last - len(payloads) + 1, last + 1))
+
+    async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
+        keys = self._guard_keys(guard)
+        if keys is None:
+            return False, None
+        client, ttl, expected = self._client, self._ttl_ms, "" if seq is None else str(seq)
+
+        async def pop() -> Any:
+            return await self._call(lambda: POP_IF_NEWEST(client, keys, ttl, expected))
+
+        _note_newest(keys[0], None)
+        reply = await self._mutate(pop())
+        if not int(reply[0]):
+            return False, None
+        return True, None if len(reply) < 2 or reply[1] is None else self._rows([reply[1]])[0][1]
 
     async def _pop(self) -> str | None:
         client, keys, ttl = self._client, self._keys, self._ttl_ms
