@@ -786,7 +786,8 @@ async def test_an_idle_trigger_check_reads_only_the_items_written_since_the_last
     )
     await session.add_items([msg(f"q{i}") for i in range(300)])
     await session.run_compaction()
-    await session.add_items([msg("new question"), msg("new answer", "assistant")])
+    # Written past the wrapper (as another object would): the check must read them.
+    await inner.add_items([msg("new question"), msg("new answer", "assistant")])
     inner.read_sizes.clear()
     await session.run_compaction()
     assert inner.read_sizes == [3]  # the newest known item and the two new ones
@@ -837,6 +838,122 @@ async def test_the_trigger_sees_pops_clears_and_writes_made_by_another_object() 
         assert seen[-1]["session_items"] == expected, (op, n)
         assert seen[-1]["item_count"] == len(expected)
         assert seen[-1]["estimated_tokens"] == sum(await estimator.count_items(expected))
+
+
+async def _runner_turn(session: CompactionSession, n: int, between: Any = None) -> None:
+    """What the Runner does in a turn: read the view, write input and output, call the hook;
+    ``between(step)`` runs at each point where another writer could come in."""
+
+    async def at(step: str) -> None:
+        if between is not None:
+            await between(step)
+
+    await session.get_items(limit=20)
+    await at("after read")
+    await session.add_items([msg(f"q{n}")])
+    await at("between writes")
+    await session.add_items([msg(f"a{n}", "assistant")])
+    await session.run_compaction()
+    await at("after hook")
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.asyncio
+async def test_a_turn_whose_writes_were_all_this_objects_checks_without_reading(
+    kind: str, tmp_path: Path
+) -> None:
+    inner: Any = (
+        _CountingReads(sid()) if kind == "memory" else SQLiteSession(sid(), tmp_path / "c.db")
+    )
+    reads: list[Any] = []
+    real = inner.get_sequenced_items
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append((args, kwargs))
+        return await real(*args, **kwargs)
+
+    inner.get_sequenced_items = counted
+    inner.read_sizes = []
+    seen: list[CompactionTriggerContext] = []
+
+    def never(context: CompactionTriggerContext) -> bool:
+        seen.append(context)
+        return False
+
+    estimator = TokenEstimator(encoding=None)
+    session = CompactionSession(inner, should_trigger_compaction=never, token_estimator=estimator)
+    await session.add_items([msg(f"m{i}") for i in range(50)])
+    await _runner_turn(session, 0)  # the first check reads the view
+    for n in range(1, 4):
+        reads.clear()
+        await _runner_turn(session, n)
+        assert reads == []  # the view read is one family read; the check reads nothing
+        expected = await inner.get_items()
+        assert seen[-1]["session_items"] == expected
+        assert seen[-1]["estimated_tokens"] == sum(await estimator.count_items(expected))
+        assert seen[-1]["compaction_candidate_items"][-1] == msg(f"a{n}", "assistant")
+    reads.clear()
+    await session.add_items([msg("solo", "assistant")])
+    await session.run_compaction()  # without the turn's get_items: the record alone is read
+    assert reads == []
+    assert seen[-1]["session_items"] == await inner.get_items()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("step", ["after read", "between writes", "after hook"])
+@pytest.mark.parametrize("change", ["add", "pop"])
+@pytest.mark.asyncio
+async def test_another_writer_during_a_turn_is_seen_and_compaction_still_comes_when_due(
+    kind: str, step: str, change: str, tmp_path: Path
+) -> None:
+    session_id, path, store = sid(), tmp_path / "c.db", InMemoryStore()
+
+    def open_inner() -> Any:
+        if kind == "memory":
+            return InMemorySession(session_id, store=store)
+        return SQLiteSession(session_id, path)
+
+    seen: list[CompactionTriggerContext] = []
+
+    def watching(context: CompactionTriggerContext) -> bool:
+        seen.append(context)
+        return context["items_since_last_compaction"] >= 30
+
+    estimator = TokenEstimator(encoding=None)
+    watcher = CompactionSession(
+        open_inner(), should_trigger_compaction=watching, token_estimator=estimator, keep_last=2
+    )
+    other = open_inner()
+    await watcher.add_items([msg(f"m{i}") for i in range(10)])
+    await _runner_turn(watcher, 0)
+    counter = 0
+
+    async def interfere(at: str) -> None:
+        nonlocal counter
+        if at != step:
+            return
+        if change == "add":
+            await other.add_items([msg(f"other{counter + k}", "assistant") for k in range(3)])
+            counter += 3
+        else:
+            await other.pop_item()
+
+    for n in range(1, 6):
+        await _runner_turn(watcher, n, interfere)
+        await _runner_turn(watcher, 100 + n)  # the next check sees a change made after a hook
+        if not watcher.compactions:
+            expected = await watcher.get_items()
+            assert seen[-1]["session_items"] == expected, (n, step, change)
+            assert seen[-1]["estimated_tokens"] == sum(await estimator.count_items(expected))
+        else:
+            break
+    if change == "add":
+        # 10 + 4 per turn pair + 3 per interference crosses 30 in the 3rd pair.
+        assert watcher.compactions == 1
+        record = (await watcher.get_compaction_records())[-1]
+        assert record.archived > 0
+    await watcher.close()
+    await other.close()
 
 
 @pytest.mark.asyncio

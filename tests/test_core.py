@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any, cast
 
@@ -195,3 +196,67 @@ async def test_memory_compaction_snapshot_prunes_the_oldest_items_atomically() -
     assert await snapshot.replace_suffix(1, [summary])
     assert [i.get("content") for i in await s.get_items()] == ["2", "3", None]
     assert await s.add_sequenced_items([{"role": "user", "content": "next"}]) == [8]
+
+
+def _guarded_pair(kind: str, tmp_path: Path) -> tuple[Any, Any]:
+    """Two objects of one fresh session on ``kind``."""
+    if kind == "memory":
+        s = InMemorySession("guarded")
+        return s, InMemorySession("guarded", store=s.store)
+    if kind == "sqlite":
+        path = tmp_path / "g.db"
+        return SQLiteSession("guarded", path), SQLiteSession("guarded", path)
+    from agent_sessions.backends.redis import RedisSession
+    from tests.servers import REDIS_URL, require_server
+
+    require_server("Redis", "127.0.0.1", 6379)
+    prefix = f"guard-{uuid.uuid4().hex[:10]}"
+    return (
+        RedisSession.from_url("guarded", url=REDIS_URL, key_prefix=prefix),
+        RedisSession.from_url("guarded", url=REDIS_URL, key_prefix=prefix),
+    )
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "redis"])
+@pytest.mark.asyncio
+async def test_append_if_newest_writes_only_while_the_guard_is_unchanged(
+    kind: str, tmp_path: Path
+) -> None:
+    s, other = _guarded_pair(kind, tmp_path)
+    assert await s._append_if_newest(s, None, ['{"n":0}']) == [1]  # empty: newest is None
+    assert await s._append_if_newest(s, None, ['{"n":1}']) is None
+    seqs = await s._append_if_newest(s, 1, ['{"n":1}', '{"n":2}'])
+    assert seqs == [2, 3]
+    await other.add_items([{"n": 3}])  # another object moves the newest item
+    assert await s._append_if_newest(s, 3, ['{"n":9}']) is None
+    await other.pop_item()  # back to 3 items, but the number 4 is not reused
+    assert await s._append_if_newest(s, 3, ['{"n":4}']) == [5]
+    assert [i["n"] for i in await s.get_items()] == [0, 1, 2, 4]
+    await s.clear_session()
+    await s.close()
+    await other.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+@pytest.mark.asyncio
+async def test_pop_if_newest_pops_only_while_the_guard_is_unchanged(
+    kind: str, tmp_path: Path
+) -> None:
+    s, other = _guarded_pair(kind, tmp_path)
+    guard = s.side_store("log")
+
+    async def pop(seq: int | None) -> tuple[bool, Any]:
+        done, payload = await s._pop_if_newest(guard, seq)
+        return done, None if payload is None else json.loads(payload)
+
+    await s.add_items([{"n": 0}, {"n": 1}])
+    assert await pop(None) == (True, {"n": 1})  # the guard is empty
+    [seq] = await guard.add_sequenced_items([{"op": "x"}])
+    assert await pop(None) == (False, None)  # it moved: nothing popped
+    assert [i["n"] for i in await other.get_items()] == [0]
+    assert await pop(seq) == (True, {"n": 0})
+    assert await pop(seq) == (True, None)  # empty, guard unchanged
+    await guard.clear_session()
+    await s.clear_session()
+    await s.close()
+    await other.close()

@@ -27,13 +27,14 @@ loopback, 100k items of ~160 bytes) add, get(limit=20) and pop took the same tim
 the sorted set costs ~90 bytes more per item (280 vs 190). The member starts with its sequence
 number only to keep equal items distinct.
 
-What this costs a write, in server time (Redis 7.0 SLOWLOG medians, ~200-byte items, a loaded
-2-core machine, so absolute numbers are inflated): a bare RPUSH takes 3-4 us for 1 item and
-14-19 us for 20; an empty EVALSHA 6 us; APPEND 35 us for 1 item and ~160 us for 20. Of the
-20-item cost, ZADD of 20 such members inside Lua takes ~147 us where RPUSH of them takes
-~58 us: the sorted set, not the script's bookkeeping, is what a batch pays. Measured end to
-end on loopback this leaves ``add_items`` at 0.66-0.79x a raw RPUSH (1 item) and 0.71-0.78x
-(20 items), ratios from alternating calls.
+What this costs a write, in server time (Redis 7.0 INFO commandstats, ~200-byte items, a loaded
+2-core machine, so absolute numbers are inflated): a bare RPUSH takes 3-4 us for 1 item; APPEND
+~40 us, of which its four calls (HGET, TIME, ZADD, HSET) are ~10 us and the script around them
+the rest; a script that only RPUSHes takes ~13 us. End to end on loopback that is ~0.75-0.8x a
+raw RPUSH (1 item) against ~0.86x for the RPUSH-only script, the floor of any scripted add.
+``benchmarks/redis_layouts.py`` measures the alternatives (a list numbered by a script, Lua-free
+transactions, a stream); none that keeps the contract gets add above that floor (see
+docs/redis.md).
 """
 
 from __future__ import annotations
@@ -187,6 +188,42 @@ return last + n
 
 # KEYS: items, meta. ARGV[1]: expiry in ms ("0" = leave expiry alone); ARGV[2..]: item JSON.
 APPEND = Script(_prepare_write() + _write_items("2"))
+
+def _guard(key: str, expected: str) -> str:
+    """Lua that returns ``refused`` unless the newest score of ``key`` is ``expected`` (a
+    sequence number as text; '' for an empty ``key``): another session of the family (a
+    layer's log) has not moved since the caller last read it."""
+    return f"""
+local guard = redis.call('ZRANGE', {key}, -1, -1, 'WITHSCORES')
+if (guard[2] and tonumber(guard[2]) or -1) ~= ({expected} == '' and -1 or tonumber({expected})) then
+  return refused
+end
+"""
+
+
+# KEYS: items, meta, guard items. ARGV[1]: expiry in ms or "0"; ARGV[2]: the guard's expected
+# newest number ('' for none); ARGV[3..]: item JSON. APPEND only while the guard is unchanged;
+# -1 (nothing written) otherwise.
+APPEND_IF_NEWEST = Script(
+    "local refused = -1\n" + _guard("KEYS[3]", "ARGV[2]") + _prepare_write() + _write_items("3")
+)
+
+# KEYS: items, meta, guard items. ARGV[1]: expiry in ms or "0"; ARGV[2]: the guard's expected
+# newest number ('' for none). POP only while the guard is unchanged: {1, the popped member
+# (absent when empty)}; {0} (nothing changed) otherwise.
+POP_IF_NEWEST = Script(
+    "local refused = {0}\n"
+    + _guard("KEYS[3]", "ARGV[2]")
+    + _check_expiry("KEYS[2]", "ARGV[1]")
+    + """
+local popped = redis.call('ZPOPMAX', KEYS[1])
+if ARGV[1] ~= '0' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], ARGV[1])
+end
+return {1, popped[1]}
+"""
+)
 
 # KEYS: items, meta. ARGV[1]: expiry in ms or "0"; ARGV[2]: n, the number of newest members
 # expected (-1: replace everything); ARGV[3]: p, the number of oldest members to prune;

@@ -83,14 +83,28 @@ class InMemorySession(BaseSession):
 
     async def _append(self, payloads: list[str]) -> list[int]:
         with self.store._lock:
-            entries = self.store._entries(self.session_id)
-            entries.updated = time.time()
-            entries.created = entries.created or entries.updated
-            first = entries.next_seq
-            seqs = list(range(first, first + len(payloads)))
-            entries.next_seq = first + len(payloads)
-            entries.seqs.extend(seqs)
-            entries.payloads.extend(payloads)
+            return self._append_locked(payloads)
+
+    async def _append_if_newest(
+        self, guard: BaseSession, seq: int | None, payloads: list[str]
+    ) -> list[int] | None:
+        if not (isinstance(guard, InMemorySession) and guard.store is self.store):
+            return None
+        with self.store._lock:
+            entries = self.store._sessions.get(guard.session_id)
+            if (entries.seqs[-1] if entries is not None and entries.seqs else None) != seq:
+                return None
+            return self._append_locked(payloads)
+
+    def _append_locked(self, payloads: list[str]) -> list[int]:
+        entries = self.store._entries(self.session_id)
+        entries.updated = time.time()
+        entries.created = entries.created or entries.updated
+        first = entries.next_seq
+        seqs = list(range(first, first + len(payloads)))
+        entries.next_seq = first + len(payloads)
+        entries.seqs.extend(seqs)
+        entries.payloads.extend(payloads)
         return seqs
 
     async def _load(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import sys
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
@@ -44,17 +43,20 @@ from agents.memory import SessionSettings
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, pop_checked_by_api
 from ..core.capabilities import Capability
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
+from ..core.deadline import within
 from ..core.family import REGISTRY
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError
 from ._redis_layout import (
     APPEND,
+    APPEND_IF_NEWEST,
     CLEAR,
     FAMILY_APPEND,
     ITEMS_TYPE,
     META_TYPE,
     POP,
     POP_IF,
+    POP_IF_NEWEST,
     REPLACE,
     REWRITE,
     TOUCH,
@@ -64,11 +66,6 @@ from ._redis_layout import (
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-if sys.version_info >= (3, 11):
-    from asyncio import timeout as _deadline
-else:  # pragma: no cover - redis-py requires async-timeout below Python 3.11.3
-    from async_timeout import timeout as _deadline
 
 T = TypeVar("T")
 
@@ -462,6 +459,49 @@ class RedisSession(BaseSession):
             out.append(cast(RedisSession, s)._rows(members))
         return out
 
+    def _guard_keys(self, guard: BaseSession) -> tuple[str, str, str] | None:
+        """This session's keys and ``guard``'s items key, for a script over both; None when
+        they may live on different nodes (a cluster) or another client."""
+        if self._cluster or not (
+            isinstance(guard, RedisSession) and guard._client is self._client
+        ):
+            return None
+        return (*self._keys, guard._keys[0])
+
+    async def _append_if_newest(
+        self, guard: BaseSession, seq: int | None, payloads: list[str]
+    ) -> list[int] | None:
+        keys = self._guard_keys(guard)
+        if keys is None:
+            return None
+        client, ttl, expected = self._client, self._ttl_ms, "" if seq is None else str(seq)
+
+        async def append() -> int:
+            return int(
+                await self._call(lambda: APPEND_IF_NEWEST(client, keys, ttl, expected, *payloads))
+            )
+
+        last = await self._mutate(append())
+        if last < 0:
+            return None
+        _note_newest(keys[0], f"{last}:{payloads[-1]}")
+        return list(range(last - len(payloads) + 1, last + 1))
+
+    async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
+        keys = self._guard_keys(guard)
+        if keys is None:
+            return False, None
+        client, ttl, expected = self._client, self._ttl_ms, "" if seq is None else str(seq)
+
+        async def pop() -> Any:
+            return await self._call(lambda: POP_IF_NEWEST(client, keys, ttl, expected))
+
+        _note_newest(keys[0], None)
+        reply = await self._mutate(pop())
+        if not int(reply[0]):
+            return False, None
+        return True, None if len(reply) < 2 or reply[1] is None else self._rows([reply[1]])[0][1]
+
     async def _pop(self) -> str | None:
         client, keys, ttl = self._client, self._keys, self._ttl_ms
         _note_newest(keys[0], None)
@@ -608,7 +648,7 @@ class RedisSession(BaseSession):
         again (until the timeout) instead of failing under a burst of concurrent calls.
         """
         try:
-            async with _deadline(self.timeout):
+            with within(self.timeout):
                 if self._cluster:
                     # Concurrent first calls on a cold RedisCluster race inside redis-py (one
                     # call's topology discovery closes connections the others are using).

@@ -177,13 +177,28 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         if type(self).add_sequenced_items is not BaseSession.add_sequenced_items:
             await self.add_sequenced_items(items)  # a subclass's own write path
             return
-        await self._add(items, numbered=False)
+        # _add inlined: this is every turn's write, and each coroutine layer costs a visible
+        # share of a loopback round trip.
+        self._check_open()
+        payloads = encode_batch(items, self.max_item_bytes)
+        if not payloads:
+            return
+        if self._registration is not None:
+            await self._register()
+        if self._single_dispatch_writes:
+            await self._append_unnumbered(payloads)
+        else:
+            await run_to_completion(self._append_unnumbered(payloads))
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item, or None when the session is empty."""
         self._check_open()
         while True:
-            payload = await self._mutate(self._pop())
+            payload = (
+                await self._pop()
+                if self._single_dispatch_writes
+                else await run_to_completion(self._pop())
+            )
             if payload is None:
                 return None
             item = self._decode(payload, None)

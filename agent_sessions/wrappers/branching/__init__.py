@@ -192,6 +192,7 @@ class BranchingSession(SessionWrapper):
             not isinstance(storage, BaseSession) or not isinstance(log, BaseSession)
             or storage._registration is not None  # its first write lists it in the family
             or state.shares(key, besides=state.current)
+            or not (self._log.applied or self._log.may_be_empty())
         ):
             return False
         storage._check_open()
@@ -208,6 +209,7 @@ class BranchingSession(SessionWrapper):
         if (
             not isinstance(storage, BaseSession) or not isinstance(log, BaseSession)
             or state.shares(key, besides=state.current)
+            or not (self._log.applied or self._log.may_be_empty())
         ):
             return None
         storage._check_open()

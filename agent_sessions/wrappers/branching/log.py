@@ -185,6 +185,11 @@ class BranchState:
         return any(key == k for b in self.branches.values() for k, _ in b.lineage)
 
 
+_WRITTEN: dict[Any, None] = {}
+"""Store keys of branch logs this process has seen holding records (bounded, oldest dropped)."""
+_WRITTEN_MAX = 4096
+
+
 class BranchLog:
     """Keeps a :class:`BranchState` in step with the log session."""
 
@@ -216,6 +221,26 @@ class BranchLog:
         log_rows, *rows = await read_family([log_read, *reads])
         state = await (self._fold_fresh(log_rows) if fresh else self._apply(log_rows))
         return state, rows
+
+    def may_be_empty(self) -> bool:
+        """Whether a log this object has not read yet may hold no record: False once this
+        process saw it hold one. An object that has not read the log can act on the empty
+        log's state only under a guard that the log is still empty; when it is known not
+        to be, trying that costs a round trip for nothing."""
+        key = self._key()
+        return key is None or key not in _WRITTEN
+
+    def _key(self) -> Any:
+        located = getattr(self.session, "store_key", None)
+        where = located() if callable(located) else None
+        return None if where is None else (*where, self.session.session_id)
+
+    def _note_written(self) -> None:
+        key = self._key()
+        if key is not None and key not in _WRITTEN:
+            if len(_WRITTEN) >= _WRITTEN_MAX:
+                del _WRITTEN[next(iter(_WRITTEN))]
+            _WRITTEN[key] = None
 
     @property
     def applied(self) -> int:
@@ -256,6 +281,8 @@ class BranchLog:
         return self.state
 
     def _fold(self, rows: list[tuple[int, Any]]) -> None:
+        if rows and not self._applied:
+            self._note_written()
         for seq, record in rows:
             self.state.apply(record)
             self._applied = max(self._applied, seq)

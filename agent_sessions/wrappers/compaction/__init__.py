@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from agents.memory import SessionSettings
 
+from ...core.base import BaseSession
 from ...core.capabilities import Capability, supports
 from ...core.closing import Closing
+from ...core.codec import encode_batch
 from ..base import SessionWrapper
-from ..branching.store import read_rows
+from ..branching.store import read_family, read_rows
 from ..foreign import expiring_layer
 from .boundary import choose_cut
 from .records import CompactionRecord
@@ -159,6 +161,13 @@ class CompactionSession(SessionWrapper):
         self._record_seen: Any = _UNREAD
         """The record ``get_items`` read since the last check (the Runner's turn reads the
         view, then writes, then calls the hook: the check reuses that read, once)."""
+        self._appended: tuple[RunningView, list[tuple[int, TResponseInputItem]]] | None = None
+        """(view, pairs): since ``view`` was last refreshed, every inner write was this
+        object's and went through ``_append_known``, which appends only while the inner
+        session's newest item is the one this object expects (checked by the store in the
+        same atomic step). So ``view`` plus ``pairs`` was the whole tail at this object's last
+        write, and a check right after it needs no read. Valid while ``view`` is
+        ``_running``; None: unknown, the check reads."""
         # Expiry removes items without a pop, which the incremental check cannot notice.
         self._incremental = expiring_layer(self.inner) is None
         self._summary_tokens: tuple[str, int] | None = None
@@ -180,9 +189,7 @@ class CompactionSession(SessionWrapper):
         if limit is not None:
             # Both reads at once (one wait instead of two): the newest ``limit`` items after
             # the boundary are the newest ``limit`` items less those at or below it.
-            record, pairs = await asyncio.gather(
-                self._latest_record(), read_rows(self.inner, limit)
-            )
+            record, pairs = await self._record_and_latest(limit)
             self._record_seen = record
             if record is None:
                 return [item for _, item in pairs]
@@ -201,7 +208,8 @@ class CompactionSession(SessionWrapper):
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` to the inner session (always after any compaction boundary)."""
         self._check_open()
-        await self.inner.add_items(items)
+        if not await self._append_known(items):
+            await self.inner.add_items(items)
         if not self.compact_on_write or not items:
             return
         if self.background:
@@ -224,6 +232,7 @@ class CompactionSession(SessionWrapper):
         without it) and returned; archived originals are never popped.
         """
         self._check_open()
+        self._appended = None
         async with self._locks()[0]:
             record = await self._latest_record()
             if record is None:
@@ -251,7 +260,7 @@ class CompactionSession(SessionWrapper):
         self._check_open()
         async with self._locks()[0]:
             self._clears += 1
-            self._running = None
+            self._running = self._appended = None
             self._record_seen = _UNREAD
             # Records first: a crash in between leaves the full original history visible
             # rather than a stale boundary over a renumbered inner session.
@@ -457,6 +466,54 @@ class CompactionSession(SessionWrapper):
             self._compaction_lock = asyncio.Lock()
         return self._mutation_lock, self._compaction_lock
 
+    async def _record_and_latest(
+        self, limit: int
+    ) -> tuple[CompactionRecord | None, list[tuple[int, TResponseInputItem]]]:
+        """The record in force and the inner session's latest ``limit`` (seq, item) pairs,
+        in one round trip where the store serves both."""
+        side = self._sibling
+        if not (isinstance(side, BaseSession) and type(side) is type(self.inner)):
+            record, pairs = await asyncio.gather(
+                self._latest_record(), read_rows(self.inner, limit)
+            )
+            return record, pairs
+        rows, pairs = await read_family([(side, 1, None, None), (self.inner, limit, None, None)])
+        if not rows:
+            return None, pairs
+        where = f"compaction records of {self.session_id!r}"
+        return CompactionRecord.from_item(rows[-1][1], where), pairs
+
+    async def _append_known(self, items: list[TResponseInputItem]) -> bool:
+        """Append ``items`` to the inner session only if its newest item is the newest this
+        object knows of (one atomic step in the store), and remember them for the next check.
+        False: nothing was written (no view known, a store that cannot guard an append, or
+        another writer changed the session): write the usual way, and the check reads."""
+        state, inner = self._appended, self.inner
+        if (
+            state is None or state[0] is not self._running or not state[0].seqs
+            or not isinstance(inner, BaseSession)
+            or type(inner)._append_if_newest is BaseSession._append_if_newest
+            or inner._registration is not None
+        ):
+            self._appended = None
+            return False
+        known, pairs = state
+        inner._check_open()
+        payloads = encode_batch(items, inner.max_item_bytes)
+        if not payloads:
+            return True
+        expected = pairs[-1][0] if pairs else known.seqs[-1]
+        seqs = await inner._append_if_newest(inner, expected, payloads)
+        if seqs is None:
+            self._appended = None
+            return False
+        if self._appended is not state or len(pairs) + len(seqs) > _MAX_APPENDED:
+            self._appended = None  # a check or another write ran meanwhile
+            return True
+        decoded = zip(seqs, (inner._decode(text, None) for text in payloads), strict=True)
+        self._appended = (known, pairs + [(seq, item) for seq, item in decoded if item is not None])
+        return True
+
     async def _latest_record(self) -> CompactionRecord | None:
         items = await self._sibling.get_items(limit=1)
         if not items:
@@ -496,13 +553,25 @@ class CompactionSession(SessionWrapper):
             # get_items read it (then the trigger sees the view as of the turn's start plus
             # the items written since).
             after = known.seqs[-1] - 1
+            appended = self._appended
+            newer: list[tuple[int, TResponseInputItem]] | None = None
+            if appended is not None and appended[0] is known and appended[1]:
+                # Every write since the last check was ours and guarded: the items need no
+                # read. (A write by another object after our last one is seen by the next
+                # check: our next guarded append fails and that check reads.)
+                newer = [(known.seqs[-1], known.view[-1]), *appended[1]]
             if seen is not _UNREAD and (seen.id if seen else None) == known.record_id:
-                record, newer = seen, await read_rows(self.inner, None, after=after)
+                record = seen
+                if newer is None:
+                    newer = await read_rows(self.inner, None, after=after)
             else:
                 seen = _UNREAD
-                record, newer = await asyncio.gather(
-                    self._latest_record(), read_rows(self.inner, None, after=after)
-                )
+                if newer is not None:
+                    record = await self._latest_record()
+                else:
+                    record, newer = await asyncio.gather(
+                        self._latest_record(), read_rows(self.inner, None, after=after)
+                    )
             known.prefetched = (after, newer)
         else:
             seen = _UNREAD
@@ -594,6 +663,8 @@ class CompactionSession(SessionWrapper):
             incremental=incremental and self._incremental,
             estimator=self.token_estimator,
         )
+        # Just read (or extended by guarded appends): complete, so later appends may be known.
+        self._appended = (self._running, []) if self._incremental else None
         return self._running
 
     async def _summary_token_count(self, record: CompactionRecord | None) -> int:
@@ -625,6 +696,9 @@ class CompactionSession(SessionWrapper):
 
 
 _UNREAD = object()
+_MAX_APPENDED = 1000
+"""Most items remembered between two checks; past that the check reads (bounded memory when
+the hook is not called, e.g. without the Runner)."""
 
 
 def _check_summary(summary: Any) -> None:
