@@ -24,7 +24,7 @@ from mongomock_motor import AsyncMongoMockClient
 
 from agent_sessions.backends import _mongodb_swap as swaps
 from agent_sessions.backends.mongodb import MongoDBSession
-from agent_sessions.testing.helpers import texts
+from agent_sessions.testing.helpers import cancel_after, texts
 from tests.test_mongodb import Factory, _docs, _msg, make  # noqa: F401  (the fixture)
 
 
@@ -141,14 +141,7 @@ async def test_a_cancelled_replacement_is_all_or_nothing(make: Factory) -> None:
     for turns in range(12):
         await s.clear_session()
         await _batches(s)
-        task = asyncio.ensure_future(s._atomic_replace_items([_msg("S")]))
-        for _ in range(turns):
-            await asyncio.sleep(0)
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
+        await cancel_after(s._atomic_replace_items([_msg("S")]), turns)
         assert texts(await s.get_items()) in (["a", "b", "c", "d", "e", "f"], ["S"])
 
 

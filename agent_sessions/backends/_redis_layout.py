@@ -189,6 +189,21 @@ return last + n
 # KEYS: items, meta. ARGV[1]: expiry in ms ("0" = leave expiry alone); ARGV[2..]: item JSON.
 APPEND = Script(_prepare_write() + _write_items("2"))
 
+def _pop_newest() -> str:
+    """Lua that pops the newest member of KEYS[1] into ``popped`` (a ZPOPMAX reply) after
+    checking the expiry in ARGV[1], and gives both keys that expiry."""
+    return (
+        _check_expiry("KEYS[2]", "ARGV[1]")
+        + """
+local popped = redis.call('ZPOPMAX', KEYS[1])
+if ARGV[1] ~= '0' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], ARGV[1])
+end
+"""
+    )
+
+
 def _guard(key: str, expected: str) -> str:
     """Lua that returns ``refused`` unless the newest score of ``key`` is ``expected`` (a
     sequence number as text; '' for an empty ``key``): another session of the family (a
@@ -214,15 +229,8 @@ APPEND_IF_NEWEST = Script(
 POP_IF_NEWEST = Script(
     "local refused = {0}\n"
     + _guard("KEYS[3]", "ARGV[2]")
-    + _check_expiry("KEYS[2]", "ARGV[1]")
-    + """
-local popped = redis.call('ZPOPMAX', KEYS[1])
-if ARGV[1] ~= '0' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  redis.call('PEXPIRE', KEYS[2], ARGV[1])
-end
-return {1, popped[1]}
-"""
+    + _pop_newest()
+    + "return {1, popped[1]}\n"
 )
 
 # KEYS: items, meta. ARGV[1]: expiry in ms or "0"; ARGV[2]: n, the number of newest members
@@ -383,17 +391,7 @@ return {2, top[1], redis.call('ZRANGE', KEYS[1], -1, -1)[1]}
 )
 
 # KEYS: items, meta. ARGV[1]: expiry in ms or "0". Returns the newest member or nil.
-POP = Script(
-    _check_expiry("KEYS[2]", "ARGV[1]")
-    + """
-local popped = redis.call('ZPOPMAX', KEYS[1])
-if ARGV[1] ~= '0' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  redis.call('PEXPIRE', KEYS[2], ARGV[1])
-end
-return popped[1]
-"""
-)
+POP = Script(_pop_newest() + "return popped[1]\n")
 
 # KEYS: items, meta. ARGV[1]: expiry in ms ("0" = leave expiry alone). Deletes the items but
 # keeps the counter (recording the highest score too, in case the meta hash was lost), so
