@@ -16,7 +16,7 @@ first reads of ``get_items`` and ``pop_item`` meet it before any replaced row; r
 Finishing is idempotent (deletes by id, shrinks guarded on ``seq`` and ``n``), so a swap cut short
 by a crash or a cancellation is finished by whoever comes next, and two finishers cannot clash.
 A suffix swap deletes by id, never by range, so a concurrent add whose numbers fall inside the
-replaced suffix is kept: hidden while the swap is pending, visible after. A whole-history swap
+replaced suffix is kept. A whole-history swap
 deletes every document numbered below its own, as a transaction replacing everything would.
 """
 
