@@ -144,7 +144,12 @@ class _Writers:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            index, number, *unknown = line.split()
+            fields = line.split()
+            if not line.endswith("\n") or len(fields) < 2:
+                # The kill cut this report short: the batch was not acknowledged. Reading on
+                # (not crashing the thread) keeps every report before it counted.
+                continue
+            index, number, *unknown = fields
             if unknown:
                 self.unknown[int(index)].add(int(number))
                 continue
