@@ -158,32 +158,41 @@ end
     )
 
 
-def _write_items(first: str) -> str:
-    """Lua that stores ARGV[first..] as the items numbered ``last + 1`` on, records the new
-    counter and times in the meta hash, sets the expiry and returns the last number."""
-    return f"""
-local n = #ARGV - ({first}) + 1
-local args, k = {{}}, 0
-for i = 1, n do
-  local seq = last + i
-  args[k + 1] = seq
-  args[k + 2] = string.format('%d', seq) .. ':' .. ARGV[i + ({first}) - 1]  -- never '1e+14'
-  k = k + 2
-  if k >= 1000 then  -- unpack() has a stack limit; the first ZADD already checked the type
-    redis.call('ZADD', items, unpack(args))
-    args, k = {{}}, 0
+_WRITE = """
+local function write(items, meta, ttl, last, fresh, first, n)
+  local args, k = {}, 0
+  for i = 1, n do
+    local seq = last + i
+    args[k + 1] = seq
+    args[k + 2] = string.format('%d', seq) .. ':' .. ARGV[first + i - 1]  -- never '1e+14'
+    k = k + 2
+    if k >= 1000 then  -- unpack() has a stack limit; the first ZADD already checked the type
+      redis.call('ZADD', items, unpack(args))
+      args, k = {}, 0
+    end
   end
+  if k > 0 then redis.call('ZADD', items, unpack(args)) end
+  local ms = string.format('%d', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
+  redis.call('HSET', meta, 'seq', string.format('%d', last + n), 'updated_ms', ms)
+  if fresh then redis.call('HSETNX', meta, 'created_ms', ms) end
+  if ttl ~= '0' then
+    redis.call('PEXPIRE', items, ttl)
+    redis.call('PEXPIRE', meta, ttl)
+  end
+  return last + n
 end
-if k > 0 then redis.call('ZADD', items, unpack(args)) end
-local ms = string.format('%d', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
-redis.call('HSET', meta, 'seq', string.format('%d', last + n), 'updated_ms', ms)
-if fresh then redis.call('HSETNX', meta, 'created_ms', ms) end
-if ttl > 0 then
-  redis.call('PEXPIRE', items, ARGV[1])
-  redis.call('PEXPIRE', meta, ARGV[1])
-end
-return last + n
 """
+"""Lua defining ``write(items, meta, ttl, last, fresh, first, n)``: stores ARGV[first ..
+first + n - 1] as the items numbered ``last + 1`` on, records the new counter and times in the
+meta hash, sets the expiry ``ttl`` (ms as text, '0': none) and returns the last number. Needs
+``clock`` (the server's TIME) in scope."""
+
+
+def _write_items(first: str) -> str:
+    """Lua that stores ARGV[first..] as the items numbered ``last + 1`` on (see ``_WRITE``),
+    with the expiry in ARGV[1], and returns the last number."""
+    count = f"#ARGV - ({first}) + 1"
+    return _WRITE + f"return write(items, meta, ARGV[1], last, fresh, {first}, {count})\n"
 
 
 # KEYS: items, meta. ARGV[1]: expiry in ms ("0" = leave expiry alone); ARGV[2..]: item JSON.
@@ -307,29 +316,9 @@ local function prepare(items, meta, ttl, count)
   planned[items] = last + count
   return {last, fresh}
 end
-local function write(items, meta, ttl, last, fresh, first, n)
-  local args, k = {}, 0
-  for i = 1, n do
-    local seq = last + i
-    args[k + 1] = seq
-    args[k + 2] = string.format('%d', seq) .. ':' .. ARGV[first + i - 1]
-    k = k + 2
-    if k >= 1000 then
-      redis.call('ZADD', items, unpack(args))
-      args, k = {}, 0
-    end
-  end
-  if k > 0 then redis.call('ZADD', items, unpack(args)) end
-  local ms = string.format('%d', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
-  redis.call('HSET', meta, 'seq', string.format('%d', last + n), 'updated_ms', ms)
-  if fresh then redis.call('HSETNX', meta, 'created_ms', ms) end
-  if ttl ~= '0' then
-    redis.call('PEXPIRE', items, ttl)
-    redis.call('PEXPIRE', meta, ttl)
-  end
-  return last + n
-end
-local function listed(items, purpose)
+"""
+    + _WRITE
+    + """local function listed(items, purpose)
   for _, member in ipairs(redis.call('ZRANGE', items, 0, -1)) do
     local at = string.find(member, ':', 1, true)
     if at then

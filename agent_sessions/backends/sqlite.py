@@ -555,16 +555,22 @@ class SQLiteSession(BaseSession):
         result: list[int] | None = await self._mutate(self._run(_write, guarded))
         return result
 
-    async def _load(
-        self, limit: int | None, after: int | None = None, before: int | None = None
-    ) -> list[Row]:
+    def _read_sql(
+        self, limit: int | None, after: int | None, before: int | None
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The SELECT of ``_load`` and its parameters (with a limit: newest first)."""
         sql, params = _range_sql(self._schema.select, after, before)
         if limit is None:
             sql += " ORDER BY id"
         else:
             sql += " ORDER BY id DESC LIMIT ?"
             params.append(limit)
-        args = (self.session_id, *params)
+        return sql, (self.session_id, *params)
+
+    async def _load(
+        self, limit: int | None, after: int | None = None, before: int | None = None
+    ) -> list[Row]:
+        sql, args = self._read_sql(limit, after, before)
 
         def load(raw: sqlite3.Connection) -> list[Row]:
             rows = raw.execute(sql, args).fetchall()
@@ -586,13 +592,7 @@ class SQLiteSession(BaseSession):
         queries = []
         for s, limit, after, before in reads:
             assert isinstance(s, SQLiteSession)
-            sql, params = _range_sql(s._schema.select, after, before)
-            if limit is None:
-                sql += " ORDER BY id"
-            else:
-                sql += " ORDER BY id DESC LIMIT ?"
-                params.append(limit)
-            queries.append((sql, (s.session_id, *params), limit is not None))
+            queries.append((*s._read_sql(limit, after, before), limit is not None))
 
         def load(raw: sqlite3.Connection) -> list[list[Row]]:
             # One read transaction: the results are one snapshot of the store.
