@@ -177,8 +177,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         if type(self).add_sequenced_items is not BaseSession.add_sequenced_items:
             await self.add_sequenced_items(items)  # a subclass's own write path
             return
-        # _add inlined: this is every turn's write, and each coroutine layer costs a visible
-        # share of a loopback round trip.
+        # add_sequenced_items without the numbers, inlined: this is every turn's write, and
+        # each coroutine layer costs a visible share of a loopback round trip.
         self._check_open()
         payloads = encode_batch(items, self.max_item_bytes)
         if not payloads:
@@ -214,18 +214,12 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
 
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers."""
-        return await self._add(items, numbered=True)
-
-    async def _add(self, items: list[TResponseInputItem], numbered: bool) -> list[int]:
         self._check_open()  # before the empty check: the SDK refuses [] on a closed session
         payloads = encode_batch(items, self.max_item_bytes)
         if not payloads:
             return []
         if self._registration is not None:
             await self._register()
-        if not numbered:
-            await self._mutate(self._append_unnumbered(payloads))
-            return []
         seqs: list[int] = await self._mutate(self._append(payloads))
         return seqs
 
