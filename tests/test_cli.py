@@ -320,15 +320,83 @@ def test_purge_removes_expired_items_and_erases_emptied_sessions(
     asyncio.run(fill())
     url = f"sqlite:///{db}"
     assert main(["purge", url, "--ttl", "60", "--yes", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {
-        "sessions": 2, "removed": 3, "by_session": {"old": 3}
-    }
+    report = json.loads(capsys.readouterr().out)
+    assert (report["sessions"], report["removed"], report["by_session"]) == (2, 3, {"old": 3})
+    assert report["erased"] == ["old"]
     assert main(["list", url, "--json"]) == 0
     assert [r["session_id"] for r in _lines(capsys.readouterr().out)] == ["fresh"]
     assert main(["purge", url, "fresh", "--ttl", "60", "--yes"]) == 0
     assert "fresh: removed 0 expired item(s)" in capsys.readouterr().out
     assert main(["purge", url, "--yes"]) == 2
     assert "--ttl" in capsys.readouterr().err
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def ttl_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    if request.param == "sqlite":
+        yield Target("sqlite", f"sqlite:///{tmp_path / 'purge.db'}", {})
+    else:
+        require_server("Redis", "127.0.0.1", 6379)
+        run = f"clipurge{uuid.uuid4().hex[:8]}"
+        yield Target("redis", REDIS_URL, {"key_prefix": run})
+        asyncio.run(drop_redis_keys(REDIS_URL, f"{run}*"))
+
+
+def test_purge_touches_only_sessions_written_through_ttl(
+    ttl_target: Target, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cryptography.fernet import Fernet
+
+    from agent_sessions import AdvancedSession, CompactionSession, EncryptedSession, TTLSession
+
+    key = Fernet.generate_key().decode()
+    hour_ago = time.time() - 3600
+    turn = [_msg("q"), {"role": "assistant", "content": "a"}]
+
+    async def fill() -> None:
+        async with await ttl_target.open("plain") as s:
+            await s.add_items(turn * 3)
+        async with await ttl_target.open("advanced") as s:
+            advanced = AdvancedSession(s)
+            await advanced.add_items(turn * 3)
+            await advanced.create_branch_from_turn(2)
+        async with await ttl_target.open("compacted") as s:
+            compaction = CompactionSession(s, keep_last=2)
+            await compaction.add_items(turn * 4)
+            await compaction.compact()
+        async with await ttl_target.open("secret") as s:
+            await EncryptedSession(s, encryption_key=key).add_items(turn * 2)
+        async with await ttl_target.open("expired") as s:
+            await TTLSession(s, ttl=60, clock=lambda: hour_ago).add_items(turn)
+
+    asyncio.run(fill())
+    url, o = ttl_target.url, ttl_target.args
+    assert main(["stats", url, "--json", *o]) == 0
+    before = json.loads(capsys.readouterr().out)
+
+    assert main(["purge", url, "--ttl", "60", "--dry-run", *o]) == 0
+    out = capsys.readouterr().out
+    assert "expired: would remove 2 expired item(s) (left empty" in out
+    assert "would remove 2 item(s) from 1 TTL session(s); 4 session(s) not written" in out
+    assert main(["stats", url, "--json", *o]) == 0
+    assert json.loads(capsys.readouterr().out) == before  # the dry run changed nothing
+
+    assert main(["purge", url, "--ttl", "60", *o]) == 1  # no terminal: the question is the error
+    err = capsys.readouterr().err
+    assert "Remove 2 expired item(s) from 1 TTL session(s) ('expired')" in err
+    assert "4 session(s) not written through TTLSession are skipped" in err
+
+    assert main(["purge", url, "--ttl", "60", "--yes", "--json", *o]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["removed"], report["erased"], report["skipped"]) == (2, ["expired"], 4)
+    assert report["skipped_ids"] == ["advanced", "compacted", "plain", "secret"]
+    assert main(["stats", url, "--json", *o]) == 0
+    after = json.loads(capsys.readouterr().out)
+    assert (after["sessions"], after["items"]) == (4, before["items"] - 2)
+    # only the family of "expired" went (its lifecycle record and its family registry)
+    assert after["side_stores"] == before["side_stores"] - 2
+    assert main(["purge", url, "plain", "nobody", "--ttl", "60", "--yes", *o]) == 1
+    assert "no session 'nobody'" in capsys.readouterr().err
 
 
 def test_options_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,11 +16,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     import typer
 
-    from .app import app
+    from . import app as commands
 
+    args = list(sys.argv[1:] if argv is None else argv)
+    commands._URLS.clear()
+    commands._URLS.update(arg for arg in args if "://" in arg)
+    commands._INTERRUPTED.clear()
     try:
-        result = app(
-            args=list(sys.argv[1:] if argv is None else argv),
+        result = commands.app(
+            args=args,
             prog_name="agent-sessions",
             standalone_mode=False,
         )
@@ -30,13 +34,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("agent-sessions: aborted", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("agent-sessions: interrupted", file=sys.stderr)
+        note = commands.interrupted_note()
+        print(f"agent-sessions: interrupted{'; ' + note if note else ''}", file=sys.stderr)
         return 130
     except Exception as exc:
         # Usage errors: Click's ClickException (vendored by recent Typer releases) shows itself.
         show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
         if show is None or not isinstance(code, int):
             raise
+        message = getattr(exc, "message", None)
+        if isinstance(message, str):
+            setattr(exc, "message", commands._scrub(message))  # noqa: B010
         show()
         return code
     return result if isinstance(result, int) else 0

@@ -7,7 +7,7 @@ import asyncio
 import json
 import re
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -71,8 +71,45 @@ def _root(
 # -- helpers ---------------------------------------------------------------------------------
 
 
+_URLS: set[str] = set()
+"""Store URLs of this run, so that no message shows their passwords (see ``_scrub``)."""
+_INTERRUPTED: list[Callable[[], str]] = []
+
+
+def _redacted(url: str) -> str:
+    """``url`` without its password."""
+    from ..migrate import _redacted as redacted
+
+    return redacted(url)
+
+
+def _scrub(text: str) -> str:
+    """``text`` with every store URL of this run redacted and their passwords masked."""
+    from urllib.parse import urlsplit
+
+    for url in sorted(_URLS, key=len, reverse=True):
+        text = text.replace(url, _redacted(url))
+        try:
+            password = urlsplit(url).password
+        except ValueError:
+            password = None
+        if password and len(password) > 2:
+            text = text.replace(password, "***")
+    return text
+
+
+def _on_interrupt(note: Callable[[], str]) -> None:
+    """Have Ctrl-C print ``note()``: what was done and how to resume."""
+    _INTERRUPTED.append(note)
+
+
+def interrupted_note() -> str | None:
+    """What the interrupted command did, or None."""
+    return "; ".join(note() for note in _INTERRUPTED) or None
+
+
 def _fail(message: str, code: int = 1) -> NoReturn:
-    typer.echo(f"agent-sessions: error: {message}", err=True)
+    typer.echo(f"agent-sessions: error: {_scrub(message)}", err=True)
     raise typer.Exit(code)
 
 
@@ -134,6 +171,7 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 def _confirm(question: str, yes: bool) -> None:
     if yes:
         return
+    question = _scrub(question)
     if not sys.stdin.isatty():
         _fail(f"{question} Not confirmed: stdin is not a terminal; pass --yes to proceed")
     if not typer.confirm(question, default=False, err=True):
@@ -383,7 +421,7 @@ def import_sessions(
     """
     options = _parse_options(option)
     if replace:
-        _confirm(f"Overwrite sessions in {url} that hold other items?", yes)
+        _confirm(f"Overwrite sessions in {_redacted(url)} that hold other items?", yes)
 
     async def go(lines: Any) -> Any:
         from ..migrate import import_store
@@ -451,7 +489,7 @@ def copy(
     src_opts = {**both, **_parse_options(src_option)}
     dst_opts = {**both, **_parse_options(dst_option)}
     if replace:
-        _confirm(f"Overwrite sessions in {dst_url} that hold other items?", yes)
+        _confirm(f"Overwrite sessions in {_redacted(dst_url)} that hold other items?", yes)
 
     async def go() -> Any:
         from ..migrate import copy_store
@@ -527,12 +565,23 @@ def delete(
         async with await Store.open(url, options, read_only=True) as store:
             catalog = store.require_catalog()
             ids = await _ids_or_listed(store, session_ids, prefix)
+            if session_ids:
+                await _require_all(store, ids)
             if not ids:
                 return 0
             _confirm(
-                f"Erase {len(ids)} session(s) and their side stores from {url}?", yes
+                f"Erase {len(ids)} session(s) ({_names(ids)}) and their side stores from "
+                f"{_redacted(url)}?",
+                yes,
             )
-            return await catalog.delete_sessions(ids)
+            deleted = 0
+            _on_interrupt(lambda: (
+                f"erased {deleted} of {len(ids)} session(s) before the interruption; run the "
+                "same command again to erase the rest"
+            ))
+            for start in range(0, len(ids), 100):
+                deleted += await catalog.delete_sessions(ids[start : start + 100])
+            return deleted
 
     deleted = _run(go())
     if as_json:
@@ -542,7 +591,40 @@ def delete(
     return 0
 
 
-@app.command()
+_PURGE_HELP = """Physically remove expired items of sessions written through TTLSession.
+
+Only sessions whose family has a TTL lifecycle record (written by TTLSession(ttl=...)) or, with
+--item-ttl alone, whose items are TTLSession envelopes are purged; every other session (plain,
+AdvancedSession, CompactionSession, EncryptedSession, ...) is skipped and counted. A session the
+purge leaves empty is erased with its side stores (unless --keep-empty). The confirmation and
+--dry-run name the sessions and how many items would go.
+"""
+
+
+async def _ttl_skip_reason(store: Any, sid: str, family_clock: bool) -> str | None:
+    """None when ``sid`` was written through TTLSession, else why purge must leave it."""
+    from ..core.ids import derive_sibling_id
+    from ..wrappers.ttl import TTL_TYPE
+    from ..wrappers.ttl.family import PURPOSE
+
+    session = store.session(sid)
+    try:
+        newest = await session.get_items(1)
+    finally:
+        await session.close()
+    if newest and not (isinstance(newest[0], dict) and newest[0].get("type") == TTL_TYPE):
+        return "its items are not TTLSession envelopes"
+    if family_clock:
+        records = store.session(derive_sibling_id(sid, PURPOSE))
+        try:
+            if not await records.get_items(1):
+                return "its family has no TTL lifecycle record"
+        finally:
+            await records.close()
+    return None
+
+
+@app.command(help=_PURGE_HELP)
 def purge(
     url: Url,
     session_ids: Ids = None,
@@ -558,55 +640,121 @@ def purge(
         bool,
         typer.Option(help="keep sessions the purge emptied (default: erase them, side stores too)"),
     ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print what would be removed; change nothing")
+    ] = False,
     yes: Yes = False,
     as_json: Json = False,
     option: Options = None,
 ) -> int:
-    """Physically remove expired items of TTLSession-written sessions (all, or those named).
-
-    A session that the purge leaves empty is erased with its side stores.
-    """
     options = _parse_options(option)
     if ttl is None and item_ttl is None:
         raise typer.BadParameter(
             "purge needs --ttl and/or --item-ttl, the values the app uses", param_hint="--ttl"
         )
+    done: dict[str, int] = {}
+    _on_interrupt(lambda: (
+        f"purged {sum(done.values())} item(s) from {len(done)} session(s) before the "
+        "interruption; run the same command again to purge the rest"
+    ))
 
-    async def go() -> dict[str, int]:
+    async def go() -> tuple[dict[str, int], list[str], dict[str, str]]:
         from ..migrate import Store
         from ..wrappers.ttl import TTLSession
 
-        removed: dict[str, int] = {}
         async with await Store.open(url, options, read_only=True) as store:
             ids = await _ids_or_listed(store, session_ids, prefix)
-            _confirm(f"Purge expired items of {len(ids)} session(s) in {url}?", yes)
+            if session_ids:
+                await _require_all(store, ids)
+            skipped: dict[str, str] = {}
+            plan: dict[str, int] = {}
             emptied: list[str] = []
             for sid in ids:
+                reason = await _ttl_skip_reason(store, sid, ttl is not None)
+                if reason is not None:
+                    skipped[sid] = reason
+                    continue
                 inner = store.session(sid)
                 try:
                     ttl_session = TTLSession(
                         inner, ttl=ttl, sliding=not absolute, item_ttl=item_ttl
                     )
-                    removed[sid] = await ttl_session.purge_expired()
+                    plan[sid] = await ttl_session.purge_expired(dry_run=True)
+                    if plan[sid] and not await ttl_session.get_items(1):
+                        emptied.append(sid)  # nothing live: the purge removes every item
+                finally:
+                    await inner.close()
+            if dry_run or not sum(plan.values()):
+                return plan, emptied if not keep_empty else [], skipped
+            going = {sid: n for sid, n in plan.items() if n}
+            erase = "" if keep_empty or not emptied else (
+                f" and erase {len(emptied)} session(s) left empty ({_names(emptied)}) with "
+                "their side stores"
+            )
+            _confirm(
+                f"Remove {sum(going.values())} expired item(s) from {len(going)} TTL "
+                f"session(s) ({_names(going)}) in {_redacted(url)}{erase}? "
+                f"{len(skipped)} session(s) not written through TTLSession are skipped.",
+                yes,
+            )
+            removed: dict[str, int] = {}
+            emptied = []
+            for sid in plan:
+                inner = store.session(sid)
+                try:
+                    removed[sid] = done[sid] = await TTLSession(
+                        inner, ttl=ttl, sliding=not absolute, item_ttl=item_ttl
+                    ).purge_expired()
                     if removed[sid] and not await inner.count_items():
                         emptied.append(sid)
                 finally:
                     await inner.close()
-            if emptied and not keep_empty and store.catalog is not None:
+            if keep_empty or store.catalog is None:
+                emptied = []
+            elif emptied:
                 await store.catalog.delete_sessions(emptied)
-        return removed
+            return removed, emptied, skipped
 
-    removed = _run(go())
+    removed, erased, skipped = _run(go())
+    verb = "would remove" if dry_run else "removed"
     if as_json:
-        _print_json({"sessions": len(removed), "removed": sum(removed.values()), "by_session": {
-            sid: n for sid, n in removed.items() if n
-        }})
+        _print_json({
+            "dry_run": dry_run, "sessions": len(removed), "removed": sum(removed.values()),
+            "by_session": {sid: n for sid, n in removed.items() if n}, "erased": erased,
+            "skipped": len(skipped), "skipped_ids": sorted(skipped),
+        })
         return 0
     for sid, n in removed.items():
         if n or session_ids:
-            typer.echo(f"{sid}: removed {n} expired item(s)")
-    typer.echo(f"purged {sum(removed.values())} item(s) from {len(removed)} session(s)")
+            gone = " (left empty: erased with its side stores)" if sid in erased else ""
+            typer.echo(f"{sid}: {verb} {n} expired item(s){gone}")
+    for sid, reason in skipped.items():
+        if session_ids:
+            typer.echo(f"{sid}: skipped, {reason}")
+    typer.echo(
+        f"{'dry run: ' if dry_run else ''}{verb} {sum(removed.values())} item(s) from "
+        f"{len(removed)} TTL session(s); {len(skipped)} session(s) not written through "
+        "TTLSession skipped"
+    )
     return 0
+
+
+def _names(ids: Any, most: int = 10) -> str:
+    """``ids`` as a short list for a question: the first ``most`` and how many more."""
+    ids = list(ids)
+    shown = ", ".join(repr(sid) for sid in ids[:most])
+    return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
+
+
+async def _require_all(store: Any, ids: list[str]) -> None:
+    """Fail naming the ids the store does not hold (before anything is changed)."""
+    catalog = store.require_catalog()
+    missing = [sid for sid in ids if await catalog.get(sid) is None]
+    if missing:
+        _fail(
+            f"no session {_names(missing)} in {_redacted(store.url)}; nothing was changed "
+            "(list the ids with `agent-sessions list URL`)"
+        )
 
 
 @app.command()
