@@ -399,6 +399,75 @@ def test_purge_touches_only_sessions_written_through_ttl(
     assert "no session 'nobody'" in capsys.readouterr().err
 
 
+def test_erase_of_unknown_ids_and_copy_onto_itself_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "app.db"
+    url = f"sqlite:///{db}"
+    _fill(Target("sqlite", url, {}), {"alice": 2, "bob": 1})
+    assert main(["delete", url, "bob", "no-such-id", "--yes"]) == 1
+    assert "no session 'no-such-id'" in capsys.readouterr().err
+    assert main(["list", url, "--json"]) == 0
+    assert len(_lines(capsys.readouterr().out)) == 2  # bob was not erased either
+
+    other = f"sqlite:///{tmp_path / '.' / 'app.db'}"  # the same file, spelled otherwise
+    assert main(["copy", url, other, "--replace", "--yes"]) == 1
+    assert "both the source and the destination" in capsys.readouterr().err
+    dst = f"sqlite:///{tmp_path / 'dst.db'}"
+    assert main(["copy", url, dst]) == 0
+    assert "copied 2 session(s)" in capsys.readouterr().out
+    assert main(["copy", url, dst]) == 0
+    assert capsys.readouterr().out.startswith(
+        "nothing copied: all 2 session(s) and side store(s) were already complete"
+    )
+
+
+def test_no_password_is_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    export = tmp_path / "e.jsonl"
+    export.write_text('{"format": "agent-sessions-export/1"}\n')
+    pg = "postgresql://app:S3CRET-PW@127.0.0.1:1/test"
+    assert main(["import", pg, str(export), "--replace"]) == 1  # no terminal, no --yes
+    err = capsys.readouterr().err
+    assert "postgresql://app:***@127.0.0.1:1/test" in err and "S3CRET" not in err
+    assert main(["copy", f"sqlite:///{tmp_path / 'x.db'}", pg, "--replace"]) == 1
+    err = capsys.readouterr().err
+    assert "app:***@" in err and "S3CRET" not in err
+    require_server("Redis", "127.0.0.1", 6379)
+    wrong = REDIS_URL.replace("redis://", "redis://nobody:S3CRET-PW@")
+    for args in (["list", wrong], ["delete", wrong, "x", "--yes"], ["stats", wrong]):
+        assert main(args) == 1
+        err = capsys.readouterr().err
+        assert "authentication required/failed: check the user and password in the URL" in err
+        assert "S3CRET" not in err and "write" not in err and "running" not in err
+
+
+def test_show_reads_the_key_from_a_file_or_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cryptography.fernet import Fernet
+
+    from agent_sessions import EncryptedSession
+
+    key = Fernet.generate_key().decode()
+    db = tmp_path / "enc.db"
+
+    async def fill() -> None:
+        async with SQLiteSession("secret", str(db)) as raw:
+            await EncryptedSession(raw, encryption_key=key).add_items([_msg("classified")])
+
+    asyncio.run(fill())
+    key_file = tmp_path / "key"
+    key_file.write_text(key + "\n")
+    url = f"sqlite:///{db}"
+    assert main(["show", url, "secret", "--decrypt", "--key-file", str(key_file)]) == 0
+    assert _lines(capsys.readouterr().out) == [_msg("classified")]
+    monkeypatch.setenv("AGENT_SESSIONS_KEY_FILE", str(key_file))
+    assert main(["show", url, "secret", "--decrypt"]) == 0
+    assert _lines(capsys.readouterr().out) == [_msg("classified")]
+    assert main(["show", url, "secret", "--decrypt", "--key-file", str(tmp_path / "no")]) == 1
+    assert "cannot read the key file" in capsys.readouterr().err
+
+
 def test_options_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "custom.db"
 
@@ -433,7 +502,8 @@ def test_unreachable_or_wrong_servers_fail_with_a_hint(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert main(["list", "redis://127.0.0.1:1/0", "-o", "timeout=2"]) == 1
-    assert "check that it is running" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "check that it is running" in err and "write" not in err  # a read says no more
     require_server("PostgreSQL", "127.0.0.1", 5432)
     wrong_db = POSTGRES_URL.rsplit("/", 1)[0] + "/no_such_db_for_cli"
     assert main(["list", wrong_db]) == 1

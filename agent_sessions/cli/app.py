@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Coroutine
@@ -282,6 +283,20 @@ async def _unwrap(items: list[Any], session_id: str, key: str | None) -> list[An
     return items
 
 
+def _read_key(key: str | None, key_file: str | None) -> str | None:
+    """The key given by value or, with ``key_file``, read from that file (stripped)."""
+    if key_file is None:
+        return key
+    try:
+        with open(key_file, encoding="utf-8") as file:
+            text = file.read().strip()
+    except OSError as exc:
+        _fail(f"cannot read the key file {key_file}: {exc.strerror or exc}")
+    if not text:
+        _fail(f"the key file {key_file} is empty")
+    return text
+
+
 @app.command()
 def show(
     url: Url,
@@ -293,8 +308,16 @@ def show(
     key: Annotated[
         str | None,
         typer.Option(
-            envvar="AGENT_SESSIONS_KEY",
-            help="encryption key for --decrypt (or the AGENT_SESSIONS_KEY variable)",
+            envvar="AGENT_SESSIONS_KEY", show_envvar=False,
+            help="encryption key for --decrypt; prefer --key-file or the AGENT_SESSIONS_KEY "
+            "variable, which stay out of the shell history",
+        ),
+    ] = None,
+    key_file: Annotated[
+        str | None,
+        typer.Option(
+            envvar="AGENT_SESSIONS_KEY_FILE", show_envvar=False,
+            help="file holding the encryption key (or the AGENT_SESSIONS_KEY_FILE variable)",
         ),
     ] = None,
     option: Options = None,
@@ -305,8 +328,11 @@ def show(
     stored unless --decrypt is given.
     """
     options = _parse_options(option)
+    key = _read_key(key, key_file)
     if decrypt and not key:
-        raise typer.BadParameter("--decrypt needs --key or AGENT_SESSIONS_KEY", param_hint="--key")
+        raise typer.BadParameter(
+            "--decrypt needs --key-file, AGENT_SESSIONS_KEY or --key", param_hint="--key-file"
+        )
 
     async def go() -> list[Any]:
         from ..migrate import Store
@@ -447,12 +473,32 @@ def import_sessions(
 def _report(report: Any, verb: str, as_json: bool) -> int:
     if as_json:
         _print_json(report.as_dict())
+    elif not report.items:
+        found = report.sessions + report.side_stores
+        typer.echo(
+            f"nothing {verb}: all {found} session(s) and side store(s) were already complete "
+            "at the destination" if found else f"nothing {verb}: no session matched"
+        )
     else:
         typer.echo(
             f"{verb} {report.sessions} session(s) and {report.side_stores} side store(s): "
             f"{report.items} item(s) written, {report.skipped} already complete"
         )
     return 0
+
+
+def _store_identity(url: str, options: dict[str, Any]) -> tuple[str, str]:
+    """What names a store: its URL normalised (a SQLite file by its real path) and options."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme.removeprefix("sdk+").split("+")[0] == "sqlite":
+        path = url.split("://", 1)[1].removeprefix("/").split("?")[0]
+        where = path if path in ("", ":memory:") else os.path.realpath(path)
+    else:
+        where = f"{parts.netloc.lower()}{parts.path.rstrip('/')}?{parts.query}"
+    return f"{scheme}://{where}", json.dumps(options, sort_keys=True, default=str)
 
 
 @app.command()
@@ -488,6 +534,12 @@ def copy(
     both = _parse_options(option)
     src_opts = {**both, **_parse_options(src_option)}
     dst_opts = {**both, **_parse_options(dst_option)}
+    if _store_identity(src_url, src_opts) == _store_identity(dst_url, dst_opts):
+        _fail(
+            f"{_redacted(src_url)} is both the source and the destination; a copy onto itself "
+            "would change nothing or, with --replace, erase what it reads. Name another "
+            "destination (or other options such as -o key_prefix=...)"
+        )
     if replace:
         _confirm(f"Overwrite sessions in {_redacted(dst_url)} that hold other items?", yes)
 
