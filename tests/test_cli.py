@@ -468,6 +468,34 @@ def test_show_reads_the_key_from_a_file_or_the_environment(
     assert "cannot read the key file" in capsys.readouterr().err
 
 
+def test_copy_reports_progress_and_what_an_interruption_left(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_sessions.cli import app
+
+    src, dst = f"sqlite:///{tmp_path / 'src.db'}", f"sqlite:///{tmp_path / 'dst.db'}"
+    _fill(Target("src", src, {}), {"a": 2, "b": 3, "c": 1})
+    monkeypatch.setenv("AGENT_SESSIONS_PROGRESS_EVERY", "0")  # a line per session
+    counted = app._Meter.session
+
+    def interrupt_after_two(meter: Any, sid: str, items: int) -> None:
+        counted(meter, sid, items)
+        if meter.sessions == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(app._Meter, "session", interrupt_after_two)
+    assert main(["copy", src, dst]) == 130
+    err = capsys.readouterr().err
+    assert "copying: 1/3 session(s), 2 item(s), ETA" in err
+    assert "interrupted; 2 session(s) and side store(s) with 5 item(s) were done" in err
+    assert "run the same command again to resume" in err
+    monkeypatch.setattr(app._Meter, "session", counted)
+    assert main(["copy", src, dst, "--quiet"]) == 0
+    out = capsys.readouterr()
+    assert out.err == ""  # --quiet: no progress
+    assert "1 item(s) written, 2 already complete" in out.out
+
+
 def test_options_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "custom.db"
 

@@ -12,6 +12,11 @@ import sys
 from collections.abc import Sequence
 
 
+def _interrupted(note: str | None) -> int:
+    print(f"agent-sessions: interrupted{'; ' + note if note else ''}", file=sys.stderr)
+    return 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     import typer
@@ -34,9 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("agent-sessions: aborted", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        note = commands.interrupted_note()
-        print(f"agent-sessions: interrupted{'; ' + note if note else ''}", file=sys.stderr)
-        return 130
+        return _interrupted(commands.interrupted_note())
     except Exception as exc:
         # Usage errors: Click's ClickException (vendored by recent Typer releases) shows itself.
         show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
@@ -47,4 +50,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             setattr(exc, "message", commands._scrub(message))  # noqa: B010
         show()
         return code
+    if result == 130:  # Click returns Typer's Exit(130) for Ctrl-C when not standalone
+        return _interrupted(commands.interrupted_note())
     return result if isinstance(result, int) else 0

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -47,6 +48,8 @@ SideStores = Annotated[
         help="include each session's side stores (branches, usage, compaction records)",
     ),
 ]
+
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="print no progress on stderr")]
 
 
 def _version(value: bool) -> None:
@@ -385,6 +388,7 @@ def export_sessions(
         str, typer.Option("--output", "-O", help="file to write, '-' for stdout")
     ] = "-",
     side_stores: SideStores = True,
+    quiet: Quiet = False,
     option: Options = None,
 ) -> int:
     """Write sessions as JSON lines (one item per line) to a file or stdout (reads only)."""
@@ -393,10 +397,11 @@ def export_sessions(
     async def go(out: Any) -> Any:
         from ..migrate import export_store
 
-        return await export_store(
-            url, out, session_ids=session_ids or None, prefix=prefix, options=options,
-            side_stores=side_stores,
-        )
+        with _Meter("exporting", quiet, "run the same command again to export them all") as m:
+            return await export_store(
+                url, out, session_ids=session_ids or None, prefix=prefix, options=options,
+                side_stores=side_stores, on_session=m.session,
+            )
 
     if output == "-":
         report = _run(go(sys.stdout))
@@ -417,17 +422,73 @@ def export_sessions(
 # -- writing commands --------------------------------------------------------------------------
 
 
-def _progress() -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+class _Meter:
+    """Progress on stderr: a bar with items and an ETA under a terminal, a line every few
+    seconds (``AGENT_SESSIONS_PROGRESS_EVERY``, default 5) without one, nothing when quiet.
+    Ctrl-C prints what was done and how to resume."""
 
-    console = _console(stderr=True)
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=console,
-        disable=not console.is_terminal,
-    )
+    def __init__(self, verb: str, quiet: bool, resume: str) -> None:
+        self.verb, self.sessions, self.items = verb, 0, 0
+        self.total: int | None = None
+        self.start = self.last = time.monotonic()
+        self.every = float(os.environ.get("AGENT_SESSIONS_PROGRESS_EVERY", "5"))
+        console = _console(stderr=True)
+        self.lines = not quiet and not console.is_terminal
+        self.bar: Any = None
+        if not quiet and console.is_terminal:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+
+            self.bar = Progress(
+                TextColumn(verb), BarColumn(), MofNCompleteColumn(),
+                TextColumn("sessions, {task.fields[items]} items, ETA"), TimeRemainingColumn(),
+                console=console,
+            )
+            self.task = self.bar.add_task(verb, total=None, items=0)
+        _on_interrupt(lambda: (
+            f"{self.sessions} session(s) and side store(s) with {self.items} item(s) were "
+            f"done; {resume}"
+        ))
+
+    def __enter__(self) -> _Meter:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def plan(self, ids: list[str]) -> None:
+        self.total = len(ids)
+        if self.bar is not None:
+            self.bar.update(self.task, total=self.total)
+
+    def session(self, sid: str, items: int) -> None:
+        self.sessions += 1
+        self.items += items
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.sessions, items=self.items)
+        now = time.monotonic()
+        if self.lines and now - self.last >= self.every:
+            self.last = now
+            of = "" if self.total is None else f"/{self.total}"
+            eta = ""
+            if self.total:
+                left = (now - self.start) / self.sessions * (self.total - self.sessions)
+                eta = f", ETA {timedelta(seconds=round(left))}"
+            typer.echo(
+                f"{self.verb}: {self.sessions}{of} session(s), {self.items} item(s){eta}",
+                err=True,
+            )
+
+
+_RESUME = "run the same command again to resume (complete sessions are skipped)"
 
 
 @app.command("import")
@@ -439,6 +500,7 @@ def import_sessions(
     ] = False,
     yes: Yes = False,
     as_json: Json = False,
+    quiet: Quiet = False,
     option: Options = None,
 ) -> int:
     """Write the sessions of an export file into a store (creates what is missing).
@@ -452,11 +514,9 @@ def import_sessions(
     async def go(lines: Any) -> Any:
         from ..migrate import import_store
 
-        with _progress() as bar:
-            task = bar.add_task("importing", total=None)
+        with _Meter("importing", quiet, _RESUME) as meter:
             return await import_store(
-                url, lines, options=options, replace=replace,
-                on_session=lambda sid, n: bar.advance(task),
+                url, lines, options=options, replace=replace, on_session=meter.session
             )
 
     if file == "-":
@@ -514,6 +574,7 @@ def copy(
     batch: Annotated[int, typer.Option(min=1, help="items per write")] = 500,
     yes: Yes = False,
     as_json: Json = False,
+    quiet: Quiet = False,
     option: Options = None,
     src_option: Annotated[
         list[str] | None,
@@ -546,14 +607,12 @@ def copy(
     async def go() -> Any:
         from ..migrate import copy_store
 
-        with _progress() as bar:
-            task = bar.add_task("copying", total=None)
+        with _Meter("copying", quiet, _RESUME) as meter:
             return await copy_store(
                 src_url, dst_url, session_ids=session_ids or None, prefix=prefix,
                 src_options=src_opts, dst_options=dst_opts, replace=replace,
-                side_stores=side_stores, batch=batch,
-                plan=lambda ids: bar.update(task, total=len(ids)),
-                on_session=lambda sid, n: bar.advance(task),
+                side_stores=side_stores, batch=batch, plan=meter.plan,
+                on_session=meter.session,
             )
 
     return _report(_run(go()), "copied", as_json)
