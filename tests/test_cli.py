@@ -496,6 +496,42 @@ def test_copy_reports_progress_and_what_an_interruption_left(
     assert "1 item(s) written, 2 already complete" in out.out
 
 
+def test_list_keeps_long_ids_whole_and_stats_counts_side_stores_by_kind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_sessions import AdvancedSession
+
+    url = f"sqlite:///{tmp_path / 'kinds.db'}"
+    long_id = "tenant-" + "x" * 150
+    _fill(Target("sqlite", url, {}), {long_id: 1, "alice": 2}, branch="alice")
+
+    async def usage() -> None:
+        async with await Target("sqlite", url, {}).open("carol") as s:
+            advanced = AdvancedSession(s)
+            await advanced.add_items([_msg("hi")])
+            await advanced.store_run_usage(_usage_result())
+
+    asyncio.run(usage())
+    assert main(["list", url]) == 0  # piped (captured): no table, no ellipsis
+    rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [(r[0], r[1]) for r in rows] == [("alice", "2"), ("carol", "1"), (long_id, "1")]
+    assert main(["stats", url, "--json"]) == 0
+    kinds = json.loads(capsys.readouterr().out)["side_stores_by_kind"]
+    assert set(kinds) >= {"branches", "usage"}
+    assert kinds["usage"] == {"stores": 1, "items": 1}
+    assert main(["stats", url]) == 0
+    assert "usage" in capsys.readouterr().out
+
+
+def _usage_result() -> Any:
+    from agents.usage import Usage
+
+    class Result:
+        context_wrapper = type("Ctx", (), {"usage": Usage(requests=1, input_tokens=3)})()
+
+    return Result()
+
+
 def test_options_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "custom.db"
 

@@ -246,15 +246,22 @@ def list_sessions(
         for info in rows:
             _print_json(info.as_dict())
         return 0
-    from rich.table import Table
-
-    table = Table("session id", "items", "created (UTC)", "updated (UTC)", box=None)
-    for info in rows:
-        table.add_row(
-            info.session_id, str(info.item_count), _time(info.created_at), _time(info.updated_at)
-        )
     console = _console()
-    console.print(table)
+    if not console.is_terminal:  # piped: whole ids, one tab-separated line per session
+        for info in rows:
+            times = _time(info.created_at), _time(info.updated_at)
+            typer.echo("\t".join((info.session_id, str(info.item_count), *times)))
+    else:
+        from rich.table import Table
+
+        table = Table("session id", "items", "created (UTC)", "updated (UTC)", box=None)
+        table.columns[0].overflow = "fold"  # a long id wraps, never an ellipsis
+        for info in rows:
+            table.add_row(
+                info.session_id, str(info.item_count), _time(info.created_at),
+                _time(info.updated_at),
+            )
+        console.print(table)
     _console(stderr=True).print(f"{len(rows)} session(s)")
     return 0
 
@@ -374,6 +381,10 @@ def stats(url: Url, as_json: Json = False, option: Options = None) -> int:
 
     table = Table(show_header=False, box=None)
     for name, value in totals.items():
+        if name == "side_stores_by_kind":
+            for kind, counts in value.items():
+                table.add_row(f"  {kind}", f"{counts['stores']} ({counts['items']} items)")
+            continue
         table.add_row(name.replace("_", " "), "-" if value is None else str(value))
     _console().print(table)
     return 0
