@@ -532,6 +532,36 @@ def _usage_result() -> Any:
     return Result()
 
 
+def test_sdk_redis_lists_no_keys_of_our_layout_under_the_same_prefix(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from agents.extensions.memory import RedisSession as SDKRedisSession
+    from redis.asyncio import Redis
+
+    require_server("Redis", "127.0.0.1", 6379)
+    prefix = f"clisdk{uuid.uuid4().hex[:8]}"
+
+    async def fill() -> None:
+        async with await open_session(REDIS_URL, "ours", key_prefix=prefix) as ours:
+            await ours.add_items([_msg("ours")])
+        client = Redis.from_url(REDIS_URL)
+        try:
+            theirs = SDKRedisSession("theirs", redis_client=client, key_prefix=prefix)
+            await theirs.add_items([_msg("theirs")])
+        finally:
+            await client.aclose()
+
+    from agent_sessions import open_session
+
+    try:
+        asyncio.run(fill())
+        assert main(["list", f"sdk+{REDIS_URL}", "-o", f"key_prefix={prefix}", "--json"]) == 0
+        listed = _lines(capsys.readouterr().out)
+        assert [(r["session_id"], r["item_count"]) for r in listed] == [("theirs", 1)]
+    finally:
+        asyncio.run(drop_redis_keys(REDIS_URL, f"{prefix}*"))
+
+
 def test_options_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "custom.db"
 
