@@ -618,6 +618,52 @@ def test_help_and_version_do_not_import_the_sdk() -> None:
     assert out.stdout.rstrip().endswith("0 False")
 
 
+def test_reading_commands_do_not_import_the_sdk(tmp_path: Path) -> None:
+    db = tmp_path / "fast.db"
+    asyncio.run(_add(db, "s1", [_msg("hi")]))
+    url = f"sqlite:///{db}"
+    commands = [
+        f"list {url}", f"show {url} s1", f"stats {url}", f"export {url} -q",
+        f"delete {url} s1 --yes",
+    ]
+    code = (
+        "import sys; from agent_sessions.cli import main; "
+        f"rcs = [main(a.split()) for a in {commands!r}]; print(rcs, 'agents' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.rstrip().endswith("[0, 0, 0, 0, 0] False")
+
+
+def test_the_sdk_imported_after_the_backends_is_one_sdk() -> None:
+    code = """
+import asyncio, sys
+from agent_sessions import SQLiteSession
+from agent_sessions.core import sdk
+assert "agents" not in sys.modules
+import agents.memory.session
+from agents import Agent, Runner
+from agents.testing import ScriptedModel, assistant_message
+assert agents.memory.session.SessionABC is sdk.SessionABC is agents.SessionABC
+assert agents.memory.SessionSettings is sdk.SessionSettings
+
+async def run():
+    async with SQLiteSession("s") as session:
+        agent = Agent("a", model=ScriptedModel([[assistant_message("hello")]]))
+        await Runner.run(agent, "hi", session=session)
+        print(len(await session.get_items()), isinstance(session, agents.memory.SessionABC))
+
+asyncio.run(run())
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2", "True"]
+
+
 def test_demo_runs_offline_and_undoes_the_wrong_turn(tmp_path: Path) -> None:
     db = tmp_path / "demo.db"
     out = subprocess.run(
