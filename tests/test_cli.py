@@ -562,6 +562,62 @@ def test_sdk_redis_lists_no_keys_of_our_layout_under_the_same_prefix(
         asyncio.run(drop_redis_keys(REDIS_URL, f"{prefix}*"))
 
 
+def test_show_a_branch_the_agents_view_pretty_and_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_sessions import AdvancedSession, CompactionSession, TTLSession
+
+    db = tmp_path / "show.db"
+    url = f"sqlite:///{db}"
+    hour_ago = time.time() - 3600
+
+    def turn(i: int) -> list[Any]:
+        return [_msg(f"q{i}"), {"role": "assistant", "content": [{"type": "output_text",
+                                                                  "text": f"a{i}"}]}]
+
+    async def fill() -> None:
+        async with SQLiteSession("adv", str(db)) as s:
+            advanced = AdvancedSession(s)
+            await advanced.add_items(turn(1) + turn(2))
+            await advanced.create_branch_from_turn(2, "retry")
+            await advanced.add_items(turn(3))
+            await advanced.switch_to_branch("main")
+        async with SQLiteSession("long", str(db)) as s:
+            compaction = CompactionSession(s, keep_last=2)
+            await compaction.add_items(turn(1) + turn(2) + turn(3))
+            await compaction.compact()
+        async with SQLiteSession("aging", str(db)) as s:
+            await TTLSession(s, item_ttl=60, clock=lambda: hour_ago).add_items(turn(1))
+            await TTLSession(s, item_ttl=60).add_items(turn(2))
+
+    asyncio.run(fill())
+    assert main(["list", url, "--json"]) == 0
+    before = capsys.readouterr().out
+    assert main(["show", url, "adv", "--branch", "retry", "--pretty"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "user: q1", "assistant: a1", "user: q3", "assistant: a3"
+    ]
+    assert main(["show", url, "adv", "--view", "--pretty"]) == 0  # main is current
+    assert capsys.readouterr().out.splitlines() == [
+        "user: q1", "assistant: a1", "user: q2", "assistant: a2"
+    ]
+    assert main(["show", url, "adv", "--branch", "nope"]) == 1
+    assert "no branch 'nope'; its branches: 'main', 'retry'" in capsys.readouterr().err
+
+    assert main(["show", url, "long", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 6  # as stored
+    assert main(["show", url, "long", "--view", "--json"]) == 0
+    seen = json.loads(capsys.readouterr().out)
+    assert seen[-2:] == turn(3) and len(seen) < 6 and "q1" in json.dumps(seen[0])  # summary
+
+    assert main(["show", url, "aging", "--view"]) == 1
+    assert "pass --ttl" in capsys.readouterr().err
+    assert main(["show", url, "aging", "--view", "--item-ttl", "60", "--pretty"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["user: q2", "assistant: a2"]
+    assert main(["list", url, "--json"]) == 0
+    assert capsys.readouterr().out == before  # reading through the layers wrote nothing
+
+
 def test_options_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "custom.db"
 

@@ -330,12 +330,35 @@ def show(
             help="file holding the encryption key (or the AGENT_SESSIONS_KEY_FILE variable)",
         ),
     ] = None,
+    branch: Annotated[
+        str | None, typer.Option(help="print this branch (BranchingSession/AdvancedSession)")
+    ] = None,
+    view: Annotated[
+        bool,
+        typer.Option(
+            "--view",
+            help="print what the agent sees: the compaction summary plus the newer items of "
+            "the current branch, expired items hidden (needs --ttl for a TTLSession)",
+        ),
+    ] = False,
+    ttl: Annotated[
+        float | None, typer.Option(help="the app's TTLSession ttl: hide what expired")
+    ] = None,
+    item_ttl: Annotated[float | None, typer.Option(help="the app's per-item ttl")] = None,
+    absolute: Annotated[
+        bool, typer.Option("--absolute", help="the app uses TTLSession(sliding=False)")
+    ] = False,
+    pretty: Annotated[bool, typer.Option("--pretty", help="print 'role: text' lines")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print one JSON array instead of JSON lines")
+    ] = False,
     option: Options = None,
 ) -> int:
     """Print a session's items as JSON lines, oldest first (reads only; creates nothing).
 
     TTLSession envelopes are shown as their items; EncryptedSession envelopes are shown as
-    stored unless --decrypt is given.
+    stored unless --decrypt is given. --branch and --view read through the layers the session
+    was written with (branching, compaction, TTL with --ttl, encryption with --decrypt).
     """
     options = _parse_options(option)
     key = _read_key(key, key_file)
@@ -343,6 +366,11 @@ def show(
         raise typer.BadParameter(
             "--decrypt needs --key-file, AGENT_SESSIONS_KEY or --key", param_hint="--key-file"
         )
+    if branch is not None and view:
+        raise typer.BadParameter(
+            "--view shows the current branch; pass either --branch or --view", param_hint="--view"
+        )
+    expiry = (ttl, item_ttl, absolute)
 
     async def go() -> list[Any]:
         from ..migrate import Store
@@ -352,14 +380,98 @@ def show(
                 await store.catalog.require(session_id)
             session = store.session(session_id)
             try:
-                items = await session.get_items(limit)
+                if branch is None and not view:
+                    items = await session.get_items(limit)
+                    return await _unwrap(items, session_id, key if decrypt else None)
+                layered = await _layers(session, session_id, key if decrypt else None, expiry)
+                return await _read_through(store, session_id, layered, branch, view, limit)
             finally:
                 await session.close()
-        return await _unwrap(items, session_id, key if decrypt else None)
 
-    for item in _run(go()):
-        _print_json(item)
+    items = _run(go())
+    if as_json:
+        _print_json(items)
+    else:
+        for item in items:
+            if pretty:
+                typer.echo(_pretty(item))
+            else:
+                _print_json(item)
     return 0
+
+
+async def _layers(
+    session: Any, sid: str, key: str | None, expiry: tuple[float | None, float | None, bool]
+) -> Any:
+    """``session`` under TTLSession and EncryptedSession in the order its items were written
+    (read from their envelopes)."""
+    from ..wrappers.ttl import TTL_TYPE, TTLSession
+
+    ttl, item_ttl, absolute = expiry
+    for _ in range(2):
+        newest = await session.get_items(1)
+        kind = newest[0].get("type") if newest and isinstance(newest[0], dict) else None
+        if kind == TTL_TYPE:
+            if ttl is None and item_ttl is None:
+                _fail(
+                    f"session {sid!r} was written through TTLSession: pass --ttl (and "
+                    "--item-ttl, --absolute) as the app uses, so that expired items are hidden"
+                )
+            session = TTLSession(session, ttl=ttl, sliding=not absolute, item_ttl=item_ttl)
+        elif kind == "agent_sessions.enc":
+            if key is None:
+                _fail(f"session {sid!r} is encrypted: pass --decrypt with --key-file")
+            from ..wrappers.encrypted import EncryptedSession
+
+            session = EncryptedSession(session, encryption_key=key, strict=True)
+        else:
+            break
+    return session
+
+
+async def _read_through(
+    store: Any, sid: str, session: Any, branch: str | None, view: bool, limit: int | None
+) -> list[Any]:
+    """Read ``session`` as branch ``branch``, or (``view``) as the agent sees it."""
+    from ..catalog import side_store_kind
+
+    kinds = {side_store_kind(s) for s in await store.require_catalog().family(sid)}
+    if branch is not None or "branches" in kinds:
+        from ..wrappers.branching import BranchingSession
+
+        branching = BranchingSession(session)
+        if branch is not None:
+            names = [b["branch_id"] for b in await branching.list_branches()]
+            if branch not in names:
+                _fail(f"session {sid!r} has no branch {branch!r}; its branches: {_names(names)}")
+            return list(await branching.get_items(limit, branch_id=branch))
+        session = branching
+    if "compaction" in kinds:
+        from ..wrappers.compaction import CompactionSession
+
+        session = CompactionSession(session)
+    return list(await session.get_items(limit))
+
+
+def _pretty(item: Any) -> str:
+    """``item`` as one ``role: text`` line (tool calls as ``name(arguments)``)."""
+    if not isinstance(item, dict):
+        return json.dumps(item, ensure_ascii=False)
+    label = item.get("role") or item.get("type") or "item"
+    content = item.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        text = " ".join(str(p.get("text", p.get("refusal", ""))) for p in content)
+    elif item.get("type") == "function_call":
+        text = f"{item.get('name')}({item.get('arguments', '')})"
+    elif "output" in item:
+        text = str(item["output"])
+    else:
+        text = json.dumps(
+            {k: v for k, v in item.items() if k not in ("role", "type")}, ensure_ascii=False
+        )
+    return f"{label}: {' '.join(text.split())}"
 
 
 @app.command()
