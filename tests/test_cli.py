@@ -591,7 +591,7 @@ def test_show_a_branch_the_agents_view_pretty_and_json(
             await TTLSession(s, item_ttl=60).add_items(turn(2))
 
     asyncio.run(fill())
-    assert main(["list", url, "--json"]) == 0
+    assert main(["list", url, "--json"]) == 0 and main(["stats", url, "--json"]) == 0
     before = capsys.readouterr().out
     assert main(["show", url, "adv", "--branch", "retry", "--pretty"]) == 0
     assert capsys.readouterr().out.splitlines() == [
@@ -614,7 +614,7 @@ def test_show_a_branch_the_agents_view_pretty_and_json(
     assert "pass --ttl" in capsys.readouterr().err
     assert main(["show", url, "aging", "--view", "--item-ttl", "60", "--pretty"]) == 0
     assert capsys.readouterr().out.splitlines() == ["user: q2", "assistant: a2"]
-    assert main(["list", url, "--json"]) == 0
+    assert main(["list", url, "--json"]) == 0 and main(["stats", url, "--json"]) == 0
     assert capsys.readouterr().out == before  # reading through the layers wrote nothing
 
 
