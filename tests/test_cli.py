@@ -368,6 +368,9 @@ def test_purge_touches_only_sessions_written_through_ttl(
             await EncryptedSession(s, encryption_key=key).add_items(turn * 2)
         async with await ttl_target.open("expired") as s:
             await TTLSession(s, ttl=60, clock=lambda: hour_ago).add_items(turn)
+        async with await ttl_target.open("ttl-over-encrypted") as s:
+            encrypted = EncryptedSession(s, encryption_key=key)
+            await TTLSession(encrypted, ttl=60, clock=lambda: hour_ago).add_items(turn)
 
     asyncio.run(fill())
     url, o = ttl_target.url, ttl_target.args
@@ -377,22 +380,26 @@ def test_purge_touches_only_sessions_written_through_ttl(
     assert main(["purge", url, "--ttl", "60", "--dry-run", *o]) == 0
     out = capsys.readouterr().out
     assert "expired: would remove 2 expired item(s) (left empty" in out
-    assert "would remove 2 item(s) from 1 TTL session(s); 4 session(s) not written" in out
+    assert "would remove 2 item(s) from 1 TTL session(s); 5 session(s) not written" in out
+    assert "plain: skipped, its items are not TTLSession envelopes" in out
+    assert "ttl-over-encrypted: skipped, its items are encrypted" in out
     assert main(["stats", url, "--json", *o]) == 0
     assert json.loads(capsys.readouterr().out) == before  # the dry run changed nothing
 
     assert main(["purge", url, "--ttl", "60", *o]) == 1  # no terminal: the question is the error
     err = capsys.readouterr().err
     assert "Remove 2 expired item(s) from 1 TTL session(s) ('expired')" in err
-    assert "4 session(s) not written through TTLSession are skipped" in err
+    assert "5 session(s) not written through TTLSession are skipped" in err
 
     assert main(["purge", url, "--ttl", "60", "--yes", "--json", *o]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert (report["removed"], report["erased"], report["skipped"]) == (2, ["expired"], 4)
-    assert report["skipped_ids"] == ["advanced", "compacted", "plain", "secret"]
+    assert (report["removed"], report["erased"], report["skipped"]) == (2, ["expired"], 5)
+    assert report["skipped_ids"] == [
+        "advanced", "compacted", "plain", "secret", "ttl-over-encrypted"
+    ]
     assert main(["stats", url, "--json", *o]) == 0
     after = json.loads(capsys.readouterr().out)
-    assert (after["sessions"], after["items"]) == (4, before["items"] - 2)
+    assert (after["sessions"], after["items"]) == (5, before["items"] - 2)
     # only the family of "expired" went (its lifecycle record and its family registry)
     assert after["side_stores"] == before["side_stores"] - 2
     assert main(["purge", url, "plain", "nobody", "--ttl", "60", "--yes", *o]) == 1

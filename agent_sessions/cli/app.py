@@ -846,7 +846,11 @@ async def _ttl_skip_reason(store: Any, sid: str, family_clock: bool) -> str | No
         newest = await session.get_items(1)
     finally:
         await session.close()
-    if newest and not (isinstance(newest[0], dict) and newest[0].get("type") == TTL_TYPE):
+    kind = newest[0].get("type") if newest and isinstance(newest[0], dict) else None
+    if newest and kind == "agent_sessions.enc":
+        # TTLSession over EncryptedSession: the stamps are encrypted, so only the app can tell
+        return "its items are encrypted (call TTLSession.purge_expired() in the app)"
+    if newest and kind != TTL_TYPE:
         return "its items are not TTLSession envelopes"
     if family_clock:
         records = store.session(derive_sibling_id(sid, PURPOSE))
@@ -963,7 +967,7 @@ def purge(
             gone = " (left empty: erased with its side stores)" if sid in erased else ""
             typer.echo(f"{sid}: {verb} {n} expired item(s){gone}")
     for sid, reason in skipped.items():
-        if session_ids:
+        if session_ids or dry_run:
             typer.echo(f"{sid}: skipped, {reason}")
     typer.echo(
         f"{'dry run: ' if dry_run else ''}{verb} {sum(removed.values())} item(s) from "
