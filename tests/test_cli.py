@@ -501,6 +501,13 @@ def test_copy_reports_progress_and_what_an_interruption_left(
     out = capsys.readouterr()
     assert out.err == ""  # --quiet: no progress
     assert "1 item(s) written, 2 already complete" in out.out
+    export = tmp_path / "e.jsonl"
+    assert main(["export", src, "-O", str(export), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["import", f"sqlite:///{tmp_path / 'i.db'}", str(export)]) == 0
+    progress = capsys.readouterr().err.splitlines()
+    assert progress[0].startswith("importing: 1 session(s), 2 item(s), ETA 0:00:0")
+    assert progress[-1].startswith("importing: 3 session(s), 6 item(s), ETA 0:00:00")
 
 
 def test_list_keeps_long_ids_whole_and_stats_counts_side_stores_by_kind(

@@ -9,7 +9,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -548,31 +548,27 @@ def export_sessions(
 class _Meter:
     """Progress on stderr: a bar with items and an ETA under a terminal, a line every few
     seconds (``AGENT_SESSIONS_PROGRESS_EVERY``, default 5) without one, nothing when quiet.
-    Ctrl-C prints what was done and how to resume."""
+    The ETA follows the sessions done of those planned (``plan``) or the characters read of
+    an input's size (``reading``). Ctrl-C prints what was done and how to resume."""
 
     def __init__(self, verb: str, quiet: bool, resume: str) -> None:
         self.verb, self.sessions, self.items = verb, 0, 0
         self.total: int | None = None
+        self.done = 0
         self.start = self.last = time.monotonic()
         self.every = float(os.environ.get("AGENT_SESSIONS_PROGRESS_EVERY", "5"))
         console = _console(stderr=True)
         self.lines = not quiet and not console.is_terminal
         self.bar: Any = None
         if not quiet and console.is_terminal:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeRemainingColumn,
-            )
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
             self.bar = Progress(
-                TextColumn(verb), BarColumn(), MofNCompleteColumn(),
-                TextColumn("sessions, {task.fields[items]} items, ETA"), TimeRemainingColumn(),
-                console=console,
+                TextColumn(verb), BarColumn(),
+                TextColumn("{task.fields[sessions]} sessions, {task.fields[items]} items, ETA"),
+                TimeRemainingColumn(), console=console,
             )
-            self.task = self.bar.add_task(verb, total=None, items=0)
+            self.task = self.bar.add_task(verb, total=None, sessions=0, items=0)
         _on_interrupt(lambda: (
             f"{self.sessions} session(s) and side store(s) with {self.items} item(s) were "
             f"done; {resume}"
@@ -589,21 +585,30 @@ class _Meter:
 
     def plan(self, ids: list[str]) -> None:
         self.total = len(ids)
-        if self.bar is not None:
-            self.bar.update(self.task, total=self.total)
+
+    def reading(self, lines: Any, size: int) -> Iterator[str]:
+        """Yield ``lines`` (of an input of ``size`` characters), counting what was read."""
+        self.total = max(size, 1)
+        for line in lines:
+            self.done += len(line)
+            yield line
 
     def session(self, sid: str, items: int) -> None:
         self.sessions += 1
         self.items += items
+        done = self.sessions if self.total is not None and not self.done else self.done
         if self.bar is not None:
-            self.bar.update(self.task, completed=self.sessions, items=self.items)
+            self.bar.update(
+                self.task, total=self.total, completed=done, sessions=self.sessions,
+                items=self.items,
+            )
         now = time.monotonic()
         if self.lines and now - self.last >= self.every:
             self.last = now
-            of = "" if self.total is None else f"/{self.total}"
+            of = f"/{self.total}" if self.total is not None and not self.done else ""
             eta = ""
-            if self.total:
-                left = (now - self.start) / self.sessions * (self.total - self.sessions)
+            if self.total and done:
+                left = (now - self.start) / done * max(0, self.total - done)
                 eta = f", ETA {timedelta(seconds=round(left))}"
             typer.echo(
                 f"{self.verb}: {self.sessions}{of} session(s), {self.items} item(s){eta}",
@@ -634,20 +639,22 @@ def import_sessions(
     if replace:
         _confirm(f"Overwrite sessions in {_redacted(url)} that hold other items?", yes)
 
-    async def go(lines: Any) -> Any:
+    async def go(lines: Any, size: int | None) -> Any:
         from ..migrate import import_store
 
         with _Meter("importing", quiet, _RESUME) as meter:
+            if size is not None:  # the ETA follows the characters read of the file's bytes
+                lines = meter.reading(lines, size)
             return await import_store(
                 url, lines, options=options, replace=replace, on_session=meter.session
             )
 
     if file == "-":
-        report = _run(go(sys.stdin))
+        report = _run(go(sys.stdin, None))
     else:
         try:
             with open(file, encoding="utf-8") as lines:
-                report = _run(go(lines))
+                report = _run(go(lines, os.fstat(lines.fileno()).st_size))
         except OSError as exc:
             _fail(f"cannot read {file}: {exc.strerror or exc}")
     return _report(report, "imported", as_json)
