@@ -24,9 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from . import app as commands
 
     args = list(sys.argv[1:] if argv is None else argv)
-    commands._URLS.clear()
-    commands._URLS.update(arg for arg in args if "://" in arg)
-    commands._INTERRUPTED.clear()
+    commands.begin(args)
     try:
         result = commands.app(
             args=args,
@@ -47,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         message = getattr(exc, "message", None)
         if isinstance(message, str):
-            setattr(exc, "message", commands._scrub(message))  # noqa: B010
+            setattr(exc, "message", commands.scrub(message))  # noqa: B010
         show()
         return code
     if result == 130:  # Click returns Typer's Exit(130) for Ctrl-C when not standalone

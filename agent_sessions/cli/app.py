@@ -76,7 +76,7 @@ def _root(
 
 
 _URLS: set[str] = set()
-"""Store URLs of this run, so that no message shows their passwords (see ``_scrub``)."""
+"""Store URLs of this run, so that no message shows their passwords (see ``scrub``)."""
 _INTERRUPTED: list[Callable[[], str]] = []
 
 
@@ -87,7 +87,14 @@ def _redacted(url: str) -> str:
     return redacted(url)
 
 
-def _scrub(text: str) -> str:
+def begin(args: list[str]) -> None:
+    """Start a run of the command line: note its store URLs (to redact them), no notes yet."""
+    _URLS.clear()
+    _URLS.update(arg for arg in args if "://" in arg)
+    _INTERRUPTED.clear()
+
+
+def scrub(text: str) -> str:
     """``text`` with every store URL of this run redacted and their passwords masked."""
     from urllib.parse import urlsplit
 
@@ -113,7 +120,7 @@ def interrupted_note() -> str | None:
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    typer.echo(f"agent-sessions: error: {_scrub(message)}", err=True)
+    typer.echo(f"agent-sessions: error: {scrub(message)}", err=True)
     raise typer.Exit(code)
 
 
@@ -175,7 +182,7 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 def _confirm(question: str, yes: bool) -> None:
     if yes:
         return
-    question = _scrub(question)
+    question = scrub(question)
     if not sys.stdin.isatty():
         _fail(f"{question} Not confirmed: stdin is not a terminal; pass --yes to proceed")
     if not typer.confirm(question, default=False, err=True):
