@@ -999,8 +999,11 @@ def _names(ids: Any, most: int = 10) -> str:
 
 
 async def _require_all(store: Any, ids: list[str]) -> None:
-    """Fail naming the ids the store does not hold (before anything is changed)."""
-    catalog = store.require_catalog()
+    """Fail naming the ids the store does not hold (before anything is changed); a store
+    that cannot list its sessions is taken at its word."""
+    catalog = store.catalog
+    if catalog is None:
+        return
     missing = [sid for sid in ids if await catalog.get(sid) is None]
     if missing:
         _fail(
