@@ -978,7 +978,8 @@ def purge(
         return 0
     for sid, n in removed.items():
         if n or session_ids:
-            gone = " (left empty: erased with its side stores)" if sid in erased else ""
+            erase = "would be erased" if dry_run else "erased"
+            gone = f" (left empty: {erase} with its side stores)" if sid in erased else ""
             typer.echo(f"{sid}: {verb} {n} expired item(s){gone}")
     for sid, reason in skipped.items():
         if session_ids or dry_run:
