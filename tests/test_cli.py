@@ -439,6 +439,18 @@ def test_no_password_is_printed(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["copy", f"sqlite:///{tmp_path / 'x.db'}", pg, "--replace"]) == 1
     err = capsys.readouterr().err
     assert "app:***@" in err and "S3CRET" not in err
+    require_server("PostgreSQL", "127.0.0.1", 5432)  # trust auth: any password connects
+    run = f"clipw{uuid.uuid4().hex[:8]}_"
+    with_pw = POSTGRES_URL.replace("://postgres@", "://postgres:S3CRET-PW@")
+    assert "S3CRET-PW" in with_pw
+    _fill(Target("pg", with_pw, {"table_prefix": run}), {"x": 1})
+    try:
+        for args in (["delete", with_pw, "x"], ["copy", with_pw, with_pw, "--replace"]):
+            assert main([*args, "-o", f"table_prefix={run}"]) == 1  # no terminal, no --yes
+            err = capsys.readouterr().err
+            assert "postgres:***@" in err and "S3CRET" not in err
+    finally:
+        asyncio.run(_drop_pg(run))
     require_server("Redis", "127.0.0.1", 6379)
     wrong = REDIS_URL.replace("redis://", "redis://nobody:S3CRET-PW@")
     for args in (["list", wrong], ["delete", wrong, "x", "--yes"], ["stats", wrong]):
