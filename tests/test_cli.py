@@ -725,6 +725,9 @@ import asyncio, sys
 from agent_sessions import SQLiteSession
 from agent_sessions.core import sdk
 assert "agents" not in sys.modules
+# A module that needs more of the SDK is not loaded early, and leaves nothing behind.
+assert not sdk._standalone(["agents.memory.sqlite_session"])
+assert "agents" not in sys.modules and "agents.memory.sqlite_session" not in sys.modules
 import agents.memory.session
 from agents import Agent, Runner
 from agents.testing import ScriptedModel, assistant_message

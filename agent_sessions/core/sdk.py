@@ -53,37 +53,58 @@ class _Attach(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _load(name: str) -> ModuleType:
-    """Import the SDK module ``name`` without ``agents/__init__`` while the SDK is not loaded."""
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
-    package = importlib.util.find_spec("agents")  # finds the package, imports nothing
-    if "agents" in sys.modules or package is None or not package.submodule_search_locations:
-        return importlib.import_module(name)
-    if not any(isinstance(finder, _Attach) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _Attach())
-    path = os.path.join(package.submodule_search_locations[0], *name.split(".")[1:]) + ".py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:  # pragma: no cover - an unusual installation
-        return importlib.import_module(name)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+class _Refuse(importlib.abc.MetaPathFinder):
+    """Stops an early-loaded module from importing the SDK package (it would import a
+    half-loaded module of ours back: a circular import)."""
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if name == "agents":
+            raise ImportError("needs the whole SDK")
+        return None
+
+
+def _standalone(names: Sequence[str]) -> bool:
+    """Load the SDK modules ``names`` without ``agents/__init__``; return False, leaving none
+    of them loaded, when one needs more of the SDK (another SDK version)."""
+    root = importlib.util.find_spec("agents")  # finds the package, imports nothing
+    if root is None or not root.submodule_search_locations:
+        return False
+    refuse = _Refuse()
+    sys.meta_path.insert(0, refuse)
+    loaded: list[str] = []
     try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
+        for name in names:
+            path = os.path.join(root.submodule_search_locations[0], *name.split(".")[1:])
+            spec = importlib.util.spec_from_file_location(name, path + ".py")
+            if spec is None or spec.loader is None:
+                raise ImportError(name)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            loaded.append(name)
+            spec.loader.exec_module(module)
+    except (ImportError, OSError):
+        for name in loaded:
+            del sys.modules[name]
+        return False
+    finally:
+        sys.meta_path.remove(refuse)
+    sys.meta_path.insert(0, _Attach())
+    return True
 
 
 if TYPE_CHECKING:
     from agents.memory import Session, SessionABC, SessionSettings
     from agents.memory.session_settings import coerce_session_settings
 else:
-    _load("agents._config_coercion")  # what session_settings imports from the package
-    _session = _load("agents.memory.session")
-    _settings = _load("agents.memory.session_settings")
+    if "agents" not in sys.modules:
+        # session_settings imports _config_coercion from the package: that one first.
+        _standalone(
+            ["agents._config_coercion", "agents.memory.session", "agents.memory.session_settings"]
+        )
+    _session = importlib.import_module("agents.memory.session")  # the early one, if loaded
+    _settings = importlib.import_module("agents.memory.session_settings")
     Session = _session.Session
     SessionABC = _session.SessionABC
     SessionSettings = _settings.SessionSettings
