@@ -1,6 +1,6 @@
 """The Agents SDK's session protocol, without importing the whole SDK.
 
-``agents/__init__.py`` imports every part of the SDK (models, tracing, MCP: about 2 s), and any
+``agents/__init__.py`` imports every part of the SDK (models, tracing, MCP: 1 to 2 s), and any
 ``from agents.memory import ...`` runs it first. The backends need only ``Session``,
 ``SessionABC`` and ``SessionSettings``, which live in modules that import little. So while the
 SDK is not imported yet, those modules are loaded under their own names without running the
