@@ -37,9 +37,8 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
-from agents.memory import SessionSettings
-
 from ..core.extras import missing
+from ..core.sdk import SessionSettings
 
 try:
     from pymongo import AsyncMongoClient, DeleteOne, InsertOne, ReturnDocument, UpdateMany

@@ -20,9 +20,8 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from agents.memory import SessionSettings
-
 from ..core.extras import missing
+from ..core.sdk import SessionSettings
 
 try:
     from sqlalchemy import event
