@@ -722,17 +722,19 @@ def test_reading_commands_do_not_import_the_sdk(tmp_path: Path) -> None:
 def test_the_sdk_imported_after_the_backends_is_one_sdk() -> None:
     code = """
 import asyncio, sys
+from agent_sessions.cli import light_sdk
+light_sdk.load_session_protocol()
 from agent_sessions import SQLiteSession
-from agent_sessions.core import sdk
 assert "agents" not in sys.modules
 # A module that needs more of the SDK is not loaded early, and leaves nothing behind.
-assert not sdk._standalone(["agents.memory.sqlite_session"])
+assert not light_sdk._standalone(["agents.memory.sqlite_session"])
 assert "agents" not in sys.modules and "agents.memory.sqlite_session" not in sys.modules
 import agents.memory.session
 from agents import Agent, Runner
 from agents.testing import ScriptedModel, assistant_message
-assert agents.memory.session.SessionABC is sdk.SessionABC is agents.SessionABC
-assert agents.memory.SessionSettings is sdk.SessionSettings
+from agent_sessions.core import base
+assert agents.memory.session.SessionABC is base.SessionABC is agents.SessionABC
+assert agents.memory.SessionSettings is base.SessionSettings
 
 async def run():
     async with SQLiteSession("s") as session:

@@ -37,8 +37,9 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
+from agents.memory.session_settings import SessionSettings
+
 from ..core.extras import missing
-from ..core.sdk import SessionSettings
 
 try:
     from pymongo import AsyncMongoClient, DeleteOne, InsertOne, ReturnDocument, UpdateMany

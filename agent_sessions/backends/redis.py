@@ -39,13 +39,14 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("RedisSession", "redis", _exc) from _exc
 
+from agents.memory.session_settings import SessionSettings
+
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, pop_checked_by_api
 from ..core.capabilities import Capability
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
 from ..core.deadline import within
 from ..core.family import REGISTRY
 from ..core.options import explicit_options
-from ..core.sdk import SessionSettings
 from ..errors import BackendDataError, BackendUnavailableError
 from ._redis_layout import (
     APPEND,

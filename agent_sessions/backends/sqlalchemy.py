@@ -20,8 +20,9 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from agents.memory.session_settings import SessionSettings
+
 from ..core.extras import missing
-from ..core.sdk import SessionSettings
 
 try:
     from sqlalchemy import event

@@ -21,6 +21,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     import typer
 
+    from .light_sdk import load_session_protocol
+
+    load_session_protocol()
     from . import app as commands
 
     args = list(sys.argv[1:] if argv is None else argv)

@@ -12,6 +12,10 @@ from abc import abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
+# From the submodules, not agents.memory: the CLI preloads just these (cli/light_sdk.py).
+from agents.memory.session import SessionABC
+from agents.memory.session_settings import SessionSettings, coerce_session_settings
+
 from ..errors import CorruptItemError, InvalidItemError, SessionClosedError
 from .capabilities import Capability
 from .closing import Closing, release_within
@@ -20,7 +24,6 @@ from .family import REGISTRY, Family, purposes_in
 from .ids import derive_sibling_id, validate_session_id
 from .mutation import run_to_completion
 from .options import OptionsChecked
-from .sdk import SessionABC, SessionSettings, coerce_session_settings
 from .sdk_compaction import SDKCompactionHooks
 
 if TYPE_CHECKING:

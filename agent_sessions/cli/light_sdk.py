@@ -1,15 +1,14 @@
-"""The Agents SDK's session protocol, without importing the whole SDK.
+"""The CLI's fast start: the SDK's session protocol without importing the whole SDK.
 
-``agents/__init__.py`` imports every part of the SDK (models, tracing, MCP: 1 to 2 s), and any
-``from agents.memory import ...`` runs it first. The backends need only ``Session``,
-``SessionABC`` and ``SessionSettings``, which live in modules that import little. So while the
-SDK is not imported yet, those modules are loaded under their own names without running the
-package's ``__init__``; a later ``import agents`` finds them in ``sys.modules`` and reuses them,
-so every class is the SDK's very object (``isinstance`` and subclass checks hold), and a
-finder gives the packages those submodules as attributes when they are imported, as an
-ordinary import does. Once the SDK is imported this module simply imports from it. The CLI's
-reading commands (``list``, ``show``, ``stats``, ``export``, ``delete``) rely on this to start
-fast.
+``agents/__init__.py`` imports every part of the SDK (models, tracing, MCP: 1 to 2 s). The
+backends import only ``agents.memory.session`` and ``agents.memory.session_settings``, modules
+that import little. The command line owns its process, so before any command runs it loads
+those modules under their own names without running the packages' ``__init__``; the backends'
+imports find them in ``sys.modules``, and a later ``import agents`` reuses them, so every class
+is the SDK's very object, and a finder gives the packages those submodules as attributes when
+they are imported, as an ordinary import does. The reading commands (``list``, ``show``,
+``stats``, ``export``, ``delete``) so start in a quarter of a second. A library import never
+does this: it changes the import system only in the CLI's own process.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 _PACKAGES = ("agents", "agents.memory")
 
@@ -94,20 +92,14 @@ def _standalone(names: Sequence[str]) -> bool:
     return True
 
 
-if TYPE_CHECKING:
-    from agents.memory import Session, SessionABC, SessionSettings
-    from agents.memory.session_settings import coerce_session_settings
-else:
-    if "agents" not in sys.modules:
+def load_session_protocol() -> None:
+    """Load the SDK's session protocol modules early (once, and only while the SDK is not
+    imported); the library's own imports then find them in ``sys.modules``."""
+    if "agents" not in sys.modules and "agents.memory.session" not in sys.modules:
         # session_settings imports _config_coercion from the package: that one first.
         _standalone(
             ["agents._config_coercion", "agents.memory.session", "agents.memory.session_settings"]
         )
-    _session = importlib.import_module("agents.memory.session")  # the early one, if loaded
-    _settings = importlib.import_module("agents.memory.session_settings")
-    Session = _session.Session
-    SessionABC = _session.SessionABC
-    SessionSettings = _settings.SessionSettings
-    coerce_session_settings = _settings.coerce_session_settings
 
-__all__ = ["Session", "SessionABC", "SessionSettings", "coerce_session_settings"]
+
+__all__ = ["load_session_protocol"]
