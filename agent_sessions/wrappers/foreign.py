@@ -26,12 +26,15 @@ What is not: several *processes* writing one foreign session through adapters ma
 differently (nothing in a foreign store can order them; use one of this package's backends for
 that). A change made behind the adapter's back is noticed when it changes the newest item: an
 append is numbered on, anything else renumbers the whole history (pointers that layers kept into
-it then find nothing). A foreign session whose reads leave stored items out (expiry, such as the
+it then find nothing). Each batch is read back after its write, so items another writer slipped
+in before it (the SDK's ``DaprSession`` retries a conflicting save behind them) are numbered on
+too, in commit order. A foreign session whose reads leave stored items out (expiry, such as the
 SDK's ``EncryptedSession``'s ttl, or unreadable items) cannot be numbered by position: the adapter
 refuses the first kind; put expiry above it instead (``TTLSession(ForeignSession(...))``).
 
-Costs: a numbered write adds one small record write and two one-row reads; ranged reads read the
-foreign items from the first one wanted to the newest (the Session API has no other way).
+Costs: a numbered write adds one small record write, two one-row reads and a read of the batch
+(plus one item) after writing it; ranged reads read the foreign items from the first one wanted
+to the newest (the Session API has no other way).
 """
 
 from __future__ import annotations
