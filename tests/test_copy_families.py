@@ -9,7 +9,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
 
@@ -161,22 +161,23 @@ def _compacted(raw: Any, clock: Clock) -> CompactionSession:
 
 
 async def _build(place: Place, clock: Clock) -> None:
-    """Two families: branches with usage (and a popped item, so numbers have a gap), and a
-    compacted conversation; both over encryption and TTL."""
+    """Two families: branches with usage (and a popped item early on, so the numbers have a
+    gap before every pointer), and a compacted conversation, both over encryption and TTL;
+    plus a session last written in 2021."""
     raw = await place.open("adv")
     adv = _advanced(raw, clock)
     try:
-        for turn in range(3):
+        await adv.add_items([_msg("q0"), _msg("oops", "assistant")])
+        await adv.pop_item()
+        await adv.add_items([_msg("a0", "assistant")])
+        await adv.store_run_usage(_usage(0))
+        for turn in range(1, 4):
             await adv.add_items([_msg(f"q{turn}"), _msg(f"a{turn}", "assistant")])
             await adv.store_run_usage(_usage(turn))
         await adv.create_branch_from_turn(2, "retry")
         await adv.add_items([_msg("q1-retry"), _msg("a1-retry", "assistant")])
         await adv.store_run_usage(_usage(7))
         await adv.switch_to_branch("main")
-        await adv.add_items([_msg("q3"), _msg("oops", "assistant")])
-        await adv.pop_item()
-        await adv.add_items([_msg("a3", "assistant")])
-        await adv.store_run_usage(_usage(3))
     finally:
         await adv.close()
     cmp = _compacted(await place.open("cmp"), clock)
@@ -185,6 +186,16 @@ async def _build(place: Place, clock: Clock) -> None:
             await cmp.add_items([_msg(f"c{turn}"), _msg(f"r{turn}", "assistant")])
     finally:
         await cmp.close()
+    old = await place.open("old")
+    try:
+        await old.write_sequenced_items(
+            [(10**6, _msg("from 2020"))], created_at=OLD[0], updated_at=OLD[1]
+        )
+    finally:
+        await old.close()
+
+
+OLD = (datetime(2020, 3, 1, tzinfo=timezone.utc), datetime(2021, 3, 1, tzinfo=timezone.utc))
 
 
 async def _observe(place: Place, clock: Clock) -> dict[str, Any]:
@@ -208,9 +219,12 @@ async def _observe(place: Place, clock: Clock) -> dict[str, Any]:
         await cmp.close()
     catalog = await SessionCatalog.open(place.url, **place.options)
     try:
-        for sid in ("adv", "cmp"):
+        for sid in ("adv", "cmp", "old"):
             info = await catalog.require(sid)
             seen[f"times {sid}"] = (info.created_at, info.updated_at)
+        cutoff = datetime(2022, 1, 1, tzinfo=timezone.utc)
+        page = await catalog.list_sessions(updated_before=cutoff)
+        seen["updated before 2022"] = [info.session_id for info in page.sessions]
     finally:
         await catalog.close()
     return seen
@@ -252,6 +266,7 @@ async def test_a_copied_family_equals_the_original_through_every_layer(
     await _build(src, clock)
     original = await _observe(src, clock)
     assert original["branches"] == [("main", 8), ("retry", 4)]
+    assert original["updated before 2022"] == ["old"] and original["times old"] == OLD
     assert len(original["usage retry"]) == 1
     assert original["compacted view"][0]["content"].startswith("summary of")
     if dst_kind == "sqlite" and src_kind != "sqlite":
@@ -267,7 +282,7 @@ async def test_a_copied_family_equals_the_original_through_every_layer(
             await catalog.close()
         return
     report = await copy_store(src.url, dst.url, src_options=src.options, dst_options=dst.options)
-    assert (report.sessions, report.renumbered) == (2, 0)
+    assert (report.sessions, report.renumbered) == (3, 0)
     again = await copy_store(src.url, dst.url, src_options=src.options, dst_options=dst.options)
     assert again.items == 0  # complete: verified and skipped
     _same(await _observe(dst, clock), original)
@@ -338,7 +353,7 @@ async def test_a_renumbering_destination_refuses_side_stores_unless_asked(
     with pytest.raises(RenumberingError, match="renumber=True"):
         await copy_store(src.url, dst_url, src_options=src.options)
     report = await copy_store(src.url, dst_url, src_options=src.options, renumber=True)
-    assert (report.sessions, report.side_stores, report.renumbered) == (2, 0, 2)
+    assert (report.sessions, report.side_stores, report.renumbered) == (3, 0, 3)
     assert report.side_stores_left > 0
 
 
