@@ -286,6 +286,27 @@ def test_copy_resumes_a_partial_destination_and_refuses_a_conflict(
     assert [i["content"] for i in _lines(capsys.readouterr().out)] == ["diverged 0", "diverged 1"]
 
 
+def test_copy_into_a_renumbering_store_refuses_side_stores_unless_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_sessions import AdvancedSession
+
+    async def fill() -> None:
+        async with SQLiteSession("talk", str(tmp_path / "src.db")) as raw:
+            session = AdvancedSession(raw)
+            await session.add_items([_msg("q0"), _msg("q1")])
+            await session.create_branch_from_turn(2, "retry")
+
+    asyncio.run(fill())
+    src, dst = f"sqlite:///{tmp_path / 'src.db'}", f"sdk+sqlite+aiosqlite:///{tmp_path / 'sdk.db'}"
+    assert main(["copy", src, dst]) == 1
+    assert "--renumber" in capsys.readouterr().err
+    assert main(["copy", src, dst, "--renumber", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["sessions"], report["side_stores"], report["renumbered"]) == (1, 0, 1)
+    assert report["side_stores_left"] >= 1
+
+
 async def _add(db: Path, sid: str, items: list[Any]) -> None:
     async with SQLiteSession(sid, str(db)) as s:
         await s.add_items(items)
