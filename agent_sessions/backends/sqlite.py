@@ -700,7 +700,6 @@ class SQLiteSession(BaseSession):
         s = schema.key[0]
         stamp = [_sqlite_stamp(created), _sqlite_stamp(updated)]
         seqs = [seq for seq, _ in rows]
-        wanted = set(seqs)
 
         def write(raw: sqlite3.Connection) -> None:
             (held,) = raw.execute(schema.count, (sid,)).fetchone()
@@ -709,11 +708,12 @@ class SQLiteSession(BaseSession):
                     f"session {sid!r} already holds {held} item(s); write_sequenced_items "
                     "fills an empty session only. Nothing was written"
                 )
-            taken = [
-                seq for (seq,) in raw.execute(
-                    f"SELECT id FROM {m} WHERE id BETWEEN ? AND ?", (seqs[0], seqs[-1])
-                ) if seq in wanted
-            ]
+            taken = []
+            for start in range(0, len(seqs), 500):  # by primary key: O(n log table)
+                chunk = seqs[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                sql = f"SELECT id FROM {m} WHERE id IN ({marks})"
+                taken += [row[0] for row in raw.execute(sql, chunk)]
             if taken:
                 raise SequenceConflictError(
                     f"session {sid!r}: item number(s) {taken[:5]} are held by other sessions "
