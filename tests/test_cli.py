@@ -127,8 +127,8 @@ def test_every_command_on_each_store(
     assert main(["export", url, "-O", str(export), *o]) == 0
     assert "exported 3 session(s)" in capsys.readouterr().err
     records = _lines(export.read_text())
-    assert records[0] == {"format": "agent-sessions-export/1"}
-    assert [r["session_id"] for r in records[1:4]] == ["alice"] * 3
+    assert records[0] == {"format": "agent-sessions-export/2"}
+    assert [r["session_id"] for r in records[1:5]] == ["alice"] * 4  # its times, its items
 
     assert main(["delete", url, "alice", "--yes", "--json", *o]) == 0
     assert json.loads(capsys.readouterr().out) == {"deleted": 1}
@@ -145,16 +145,17 @@ def test_every_command_on_each_store(
         "alice 0", "alice 1", "alice 2"
     ]
 
-    copy_db = tmp_path / "copy.db"
+    # sqlite+aiosqlite: numbers per session, as every store but the SDK's SQLite layout
+    copy_url = f"sqlite+aiosqlite:///{tmp_path / 'copy.db'}"
     src_o = [arg for kv in o[1::2] for arg in ("--src-option", kv)]
     dst_o = [arg for kv in o[1::2] for arg in ("--dst-option", kv)]
-    assert main(["copy", url, f"sqlite:///{copy_db}", "--json", *src_o]) == 0
+    assert main(["copy", url, copy_url, "--json", *src_o]) == 0
     copied = json.loads(capsys.readouterr().out)
     assert (copied["sessions"], copied["items"] >= 6) == (3, True)
-    assert main(["list", f"sqlite:///{copy_db}", "--json"]) == 0
+    assert main(["list", copy_url, "--json"]) == 0
     assert [r["item_count"] for r in _lines(capsys.readouterr().out)] == [3, 2, 1]
     # and back: everything is there already, so the copy verifies and skips it all
-    assert main(["copy", f"sqlite:///{copy_db}", url, "--json", *dst_o]) == 0
+    assert main(["copy", copy_url, url, "--json", *dst_o]) == 0
     again = json.loads(capsys.readouterr().out)
     assert (again["skipped"], again["items"]) == (copied["sessions"] + copied["side_stores"], 0)
 
@@ -270,7 +271,7 @@ def test_copy_resumes_a_partial_destination_and_refuses_a_conflict(
     _fill(Target("dst", dst, {}), {"long": 3})  # items 0..2, as a copy that stopped leaves them
     assert main(["copy", src, dst, "--batch", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert (report["sessions"], report["items"]) == (2, 4 + 2)
+    assert (report["sessions"], report["items"]) == (2, 7 + 2)  # "long" written again whole
     assert main(["show", dst, "long"]) == 0
     assert [i["content"] for i in _lines(capsys.readouterr().out)] == [
         f"long {i}" for i in range(7)
@@ -283,6 +284,27 @@ def test_copy_resumes_a_partial_destination_and_refuses_a_conflict(
     capsys.readouterr()
     assert main(["show", dst, "diverged"]) == 0
     assert [i["content"] for i in _lines(capsys.readouterr().out)] == ["diverged 0", "diverged 1"]
+
+
+def test_copy_into_a_renumbering_store_refuses_side_stores_unless_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_sessions import AdvancedSession
+
+    async def fill() -> None:
+        async with SQLiteSession("talk", str(tmp_path / "src.db")) as raw:
+            session = AdvancedSession(raw)
+            await session.add_items([_msg("q0"), _msg("q1")])
+            await session.create_branch_from_turn(2, "retry")
+
+    asyncio.run(fill())
+    src, dst = f"sqlite:///{tmp_path / 'src.db'}", f"sdk+sqlite+aiosqlite:///{tmp_path / 'sdk.db'}"
+    assert main(["copy", src, dst]) == 1
+    assert "--renumber" in capsys.readouterr().err
+    assert main(["copy", src, dst, "--renumber", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["sessions"], report["side_stores"], report["renumbered"]) == (1, 0, 1)
+    assert report["side_stores_left"] >= 1
 
 
 async def _add(db: Path, sid: str, items: list[Any]) -> None:

@@ -47,7 +47,7 @@ from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
 from ..core.deadline import within
 from ..core.family import REGISTRY
 from ..core.options import explicit_options
-from ..errors import BackendDataError, BackendUnavailableError
+from ..errors import BackendDataError, BackendUnavailableError, SequenceConflictError
 from ._redis_layout import (
     APPEND,
     APPEND_IF_NEWEST,
@@ -61,6 +61,7 @@ from ._redis_layout import (
     REPLACE,
     REWRITE,
     TOUCH,
+    WRITE_AT,
     check_key_prefix,
     session_keys,
 )
@@ -565,6 +566,18 @@ class RedisSession(BaseSession):
         # must not prolong the life of the rest.
         client, key, high = self._client, self._keys[0], f"({before}"
         return int(await self._call(lambda: client.zremrangebyscore(key, "-inf", high)))
+
+    async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
+        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        args = [ttl, str(round(created * 1000)), str(round(updated * 1000))]
+        args += [part for seq, payload in rows for part in (str(seq), payload)]
+        held = int(await self._call(lambda: WRITE_AT(client, keys, *args)))
+        if held:
+            raise SequenceConflictError(
+                f"session {self.session_id!r} already holds {held} item(s); "
+                "write_sequenced_items fills an empty session only. Nothing was written"
+            )
+        _note_newest(keys[0], None)
 
     async def _rewrite(self, rows: list[Row]) -> int:
         client, keys = self._client, self._keys

@@ -633,6 +633,14 @@ def import_sessions(
     replace: Annotated[
         bool, typer.Option(help="overwrite sessions that hold other items")
     ] = False,
+    renumber: Annotated[
+        bool,
+        typer.Option(
+            help="into a store that numbers items anew (an SDK layout): copy the sessions "
+            "without their side stores (branches, usage, compaction, TTL), which would point "
+            "at the wrong items there"
+        ),
+    ] = False,
     yes: Yes = False,
     as_json: Json = False,
     quiet: Quiet = False,
@@ -640,7 +648,8 @@ def import_sessions(
 ) -> int:
     """Write the sessions of an export file into a store (creates what is missing).
 
-    Sessions already imported in full are skipped; one imported in part is completed.
+    Sessions keep their item numbers and times. Sessions already imported in full are
+    skipped; one imported in part is written again.
     """
     options = _parse_options(option)
     if replace:
@@ -653,7 +662,8 @@ def import_sessions(
             if size is not None:  # the ETA follows the characters read of the file's bytes
                 lines = meter.reading(lines, size)
             return await import_store(
-                url, lines, options=options, replace=replace, on_session=meter.session
+                url, lines, options=options, replace=replace, on_session=meter.session,
+                renumber=renumber,
             )
 
     if file == "-":
@@ -680,6 +690,13 @@ def _report(report: Any, verb: str, as_json: bool) -> int:
         typer.echo(
             f"{verb} {report.sessions} session(s) and {report.side_stores} side store(s): "
             f"{report.items} item(s) written, {report.skipped} already complete"
+        )
+    if report.renumbered and not as_json:
+        left = report.side_stores_left
+        typer.echo(
+            f"{report.renumbered} session(s) were numbered anew by the destination"
+            + (f"; {left} side store(s) were left behind (--renumber)" if left else ""),
+            err=True,
         )
     return 0
 
@@ -708,6 +725,14 @@ def copy(
         bool, typer.Option(help="overwrite destination sessions that hold other items")
     ] = False,
     side_stores: SideStores = True,
+    renumber: Annotated[
+        bool,
+        typer.Option(
+            help="into a store that numbers items anew (an SDK layout): copy the sessions "
+            "without their side stores (branches, usage, compaction, TTL), which would point "
+            "at the wrong items there"
+        ),
+    ] = False,
     batch: Annotated[int, typer.Option(min=1, help="items per write")] = 500,
     yes: Yes = False,
     as_json: Json = False,
@@ -726,8 +751,9 @@ def copy(
 
     E.g. SQLite to PostgreSQL, or the Agents SDK's layout to this package's (sdk+redis://...).
 
-    Resumable: run it again after an interruption and it completes what is missing; a
-    session already copied is skipped. Each session is verified by its item count.
+    Sessions keep their item numbers and times. Resumable: run it again after an
+    interruption and it completes what is missing; a session already copied is skipped.
+    Each session is verified by its item count.
     """
     both = _parse_options(option)
     src_opts = {**both, **_parse_options(src_option)}
@@ -749,7 +775,7 @@ def copy(
                 src_url, dst_url, session_ids=session_ids or None, prefix=prefix,
                 src_options=src_opts, dst_options=dst_opts, replace=replace,
                 side_stores=side_stores, batch=batch, plan=meter.plan,
-                on_session=meter.session,
+                on_session=meter.session, renumber=renumber,
             )
 
     return _report(_run(go()), "copied", as_json)
