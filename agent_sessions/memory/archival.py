@@ -14,7 +14,7 @@ from agents.memory import Session
 from ._log import RecordLog
 from .blocks import MemoryEditError
 from .embedders import Embedder
-from .search import BM25Index, cosine, reciprocal_rank_fusion
+from .search import BM25Index, dot, reciprocal_rank_fusion, unit
 
 CANDIDATES = 50
 """How many hits of each ranking enter the fusion (at least; more when top_k is larger)."""
@@ -33,6 +33,7 @@ class Passage:
     superseded_by: str | None = None
     embedder: str | None = field(default=None, repr=False)
     vector: tuple[float, ...] | None = field(default=None, repr=False)
+    """The embedding scaled to unit length."""
 
     def active(self, now: float) -> bool:
         """Neither superseded nor past ``valid_to`` at ``now``."""
@@ -92,7 +93,7 @@ class Archive:
                         r.get("valid_to"),
                         None,
                         r.get("embedder"),
-                        tuple(vector) if vector is not None else None,
+                        unit(vector) if vector is not None else None,
                     )
                 )
             elif kind == "supersede" and r["id"] in self._by_id:
@@ -194,9 +195,9 @@ class Archive:
         rankings = [[doc for doc, _ in self._index.search(query, where=keep, top_k=depth)]]
         if self.embedder is not None:
             name = self.embedder.name
-            probe = (await self.embedder.embed([query]))[0]
+            probe = unit((await self.embedder.embed([query]))[0])
             scored = [
-                (cosine(probe, p.vector), doc)
+                (dot(probe, p.vector), doc)
                 for doc, p in enumerate(self.passages)
                 if p.vector is not None and p.embedder == name and keep(doc)
             ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -60,11 +61,17 @@ class BM25Index:
         return ranked[:top_k]
 
 
-def cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    """Cosine similarity of two vectors of equal length (0.0 when either is zero)."""
-    dot = math.fsum(x * y for x, y in zip(a, b, strict=True))
-    norm = math.sqrt(math.fsum(x * x for x in a)) * math.sqrt(math.fsum(y * y for y in b))
-    return dot / norm if norm else 0.0
+def unit(vector: Sequence[float]) -> tuple[float, ...]:
+    """``vector`` scaled to length 1 (unchanged when zero), so a dot product is a cosine."""
+    norm = math.sqrt(sum(x * x for x in vector))
+    return tuple(x / norm for x in vector) if norm else tuple(vector)
+
+
+def dot(a: Sequence[float], b: Sequence[float]) -> float:
+    """The dot product of two vectors of equal length."""
+    if len(a) != len(b):
+        raise ValueError(f"vectors of different lengths: {len(a)} and {len(b)}")
+    return float(sum(map(operator.mul, a, b)))
 
 
 def reciprocal_rank_fusion(rankings: Iterable[Sequence[int]], k: int = 60) -> list[int]:
