@@ -270,6 +270,10 @@ async def test_scopes_are_isolated_and_erased_with_their_root(store: Opener) -> 
     family = await catalog.family(alice.root.session_id)
     assert len(family) >= 3
     await catalog.delete_sessions([alice.root.session_id])
+    assert await alice.blocks.all() == []  # a reader with a cache notices the erase
+    await alice.blocks.define("human", "Alice again")
+    assert (await alice.blocks.get("human")).version == 1
+    await catalog.delete_sessions([alice.root.session_id])
     fresh = await _memory(store, alice.root.session_id)
     assert await fresh.blocks.all() == []
     assert await fresh.archive.search("secret") == []
