@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 from agents import Agent, Runner
 from agents.memory import Session
-from agents.testing import ScriptedModel, assistant_message, function_call
+from agents.testing import ScriptedModel, UnexpectedModelCall, assistant_message, function_call
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -331,3 +331,31 @@ def test_scope_ids_are_validated(agent_id: str | None, user_id: str | None) -> N
     with pytest.raises(MemoryEditError):
         scope_id(agent_id, user_id)
     assert scope_id("a", None) != scope_id(None, "a")
+
+
+@pytest.mark.asyncio
+async def test_a_failing_upkeep_does_not_fail_the_users_run(store: Opener) -> None:
+    memory = await _memory(store)
+    broken = Agent(name="upkeep", model=ScriptedModel([]))  # no step: the upkeep run fails
+    hooks = Upkeep(memory, broken, every=1)
+    agent = Agent(name="chat", model=ScriptedModel([[assistant_message("hi")]]))
+    session = memory.session(await store(f"chat{uuid.uuid4().hex[:8]}"))
+    result = await Runner.run(agent, "hello", session=session, hooks=hooks)
+    assert result.final_output == "hi" and hooks.runs == 0
+    with pytest.raises(UnexpectedModelCall):  # still due: the next call retries
+        await hooks.run_if_due()
+
+
+@pytest.mark.asyncio
+async def test_archival_rejects_bad_input_and_writes_nothing(store: Opener) -> None:
+    memory = await _memory(store)
+    for bad in [
+        {"content": "  "},
+        {"content": "x", "tags": "pets"},
+        {"content": "x", "metadata": ["m"]},
+        {"content": "x", "valid_to": "tomorrow"},
+        {"content": "x", "supersedes": "nope"},
+    ]:
+        with pytest.raises(MemoryEditError):
+            await memory.archive.insert(**bad)
+    assert await memory.archive.search("", include_inactive=True) == []

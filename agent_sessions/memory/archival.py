@@ -121,6 +121,10 @@ class Archive:
         if not isinstance(content, str) or not content.strip():
             raise MemoryEditError("content must be non-empty text")
         checked = check_tags(tags)
+        if valid_to is not None and (
+            isinstance(valid_to, bool) or not isinstance(valid_to, int | float)
+        ):
+            raise MemoryEditError(f"valid_to must be epoch seconds or None, got {valid_to!r}")
         if metadata is not None and not isinstance(metadata, dict):
             raise MemoryEditError(f"metadata must be a dict, got {metadata!r}")
         await self.refresh()

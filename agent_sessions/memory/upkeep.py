@@ -3,6 +3,7 @@ cursor and edits the blocks, one run per scope at a time (a lease kept in the st
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,8 @@ from ._log import RecordLog
 
 if TYPE_CHECKING:
     from .core import Memory
+
+log = logging.getLogger(__name__)
 
 UPKEEP_PROMPT = (
     "You maintain the long-term memory of another agent. Read the new part of its "
@@ -60,9 +63,15 @@ class Upkeep(RunHooks[Any]):
     async def on_agent_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], output: Any
     ) -> None:
-        """Run upkeep when due (not for the upkeep agent's own runs)."""
-        if agent is not self.agent:
+        """Run upkeep when due (not for the upkeep agent's own runs). A failing upkeep is
+        logged, not raised: it must not fail the user's run (the cursor stays, so the next
+        run retries)."""
+        if agent is self.agent:
+            return
+        try:
             await self.run_if_due()
+        except Exception:
+            log.exception("memory upkeep failed; it is retried after the next run")
 
     async def _fold(self) -> tuple[dict[str, Any] | None, set[str], int]:
         """(the lease holding now or last, granted lease ids, cursor)."""
