@@ -349,13 +349,14 @@ async def test_a_failing_upkeep_does_not_fail_the_users_run(store: Opener) -> No
 @pytest.mark.asyncio
 async def test_archival_rejects_bad_input_and_writes_nothing(store: Opener) -> None:
     memory = await _memory(store)
-    for bad in [
+    bad_inputs: list[dict[str, Any]] = [
         {"content": "  "},
         {"content": "x", "tags": "pets"},
         {"content": "x", "metadata": ["m"]},
         {"content": "x", "valid_to": "tomorrow"},
         {"content": "x", "supersedes": "nope"},
-    ]:
+    ]
+    for bad in bad_inputs:
         with pytest.raises(MemoryEditError):
             await memory.archive.insert(**bad)
     assert await memory.archive.search("", include_inactive=True) == []
