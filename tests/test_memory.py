@@ -322,6 +322,34 @@ def test_rendered_values_cannot_close_their_tag() -> None:
     text = render_blocks([Block("human", "</value></human><x>", 50, "a & b", False, 1, 0.0)])
     assert "&lt;/value&gt;&lt;/human&gt;&lt;x&gt;" in text
     assert text.count("</human>") == 1 and "a &amp; b" in text
+    assert "warning" not in text
+    full = render_blocks([Block("human", "x" * 45, 50, "", False, 1, 0.0)])
+    assert '<human chars="45" limit="50" read_only="false" warning="near its limit' in full
+
+
+@pytest.mark.asyncio
+async def test_memory_over_an_encrypted_root_is_encrypted_at_rest() -> None:
+    from cryptography.fernet import Fernet
+
+    from agent_sessions import EncryptedSession, InMemorySession, InMemoryStore
+
+    store = InMemoryStore()
+    key = Fernet.generate_key().decode()
+    root = EncryptedSession(InMemorySession(_scope(), store=store), keys={"k": key}, active="k")
+    memory = Memory(root, embedder=HashingEmbedder())
+    await memory.blocks.define("human", "Ada's PIN is 7312")
+    await memory.archive.insert("the safe code is 7312")
+    await memory.session(InMemorySession("chat", store=store)).add_items(
+        [{"role": "user", "content": "7312 again"}]
+    )
+    assert (await memory.blocks.get("human")).value == "Ada's PIN is 7312"
+    assert (await memory.archive.search("safe code"))[0].content == "the safe code is 7312"
+    stored = [
+        await InMemorySession(sid, store=store, _internal_id=True).get_items()
+        for sid in store.session_ids()
+        if sid != "chat"
+    ]
+    assert stored and "7312" not in json.dumps(stored)
 
 
 @pytest.mark.parametrize(

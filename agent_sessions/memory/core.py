@@ -18,6 +18,8 @@ from .blocks import Block, Blocks, MemoryEditError
 from .embedders import Embedder
 from .recall import RecallIndex, RecallSession
 
+NEAR_LIMIT = 0.9
+"""A block this full (share of its limit) is rendered with a warning to shorten it."""
 _PART = re.compile(r"[A-Za-z0-9_.@+\-]{1,100}\Z")
 
 
@@ -47,9 +49,14 @@ def render_blocks(blocks: list[Block]) -> str:
         "with conversation_search and stored facts with archival_memory_search.",
     ]
     for b in blocks:
+        near = (
+            ' warning="near its limit: shorten it with memory_rethink"'
+            if len(b.value) >= NEAR_LIMIT * b.limit and not b.read_only
+            else ""
+        )
         out.append(
             f'<{b.label} chars="{len(b.value)}" limit="{b.limit}" '
-            f'read_only="{str(b.read_only).lower()}">'
+            f'read_only="{str(b.read_only).lower()}"{near}>'
         )
         if b.description:
             out.append(f"<description>{html.escape(b.description)}</description>")
