@@ -253,6 +253,13 @@ async def test_archival_search_filters_tags_dates_and_keeps_superseded_facts(
     ]
     again = Memory(memory.root, embedder=HashingEmbedder())  # another reader of the store
     assert [p.id for p in await again.archive.search("Lyon", top_k=1)] == [new.id]
+    changed = Memory(memory.root, embedder=HashingEmbedder(64))  # a new embedder
+    assert await changed.archive.reembed(batch=2) == 3
+    assert {p.embedder for p in changed.archive.passages} == {"hashing-64"}
+    assert await changed.archive.reembed() == 0
+    [top] = await changed.archive.search("sencha", top_k=1)
+    assert top.content == "Ada's favourite tea is sencha" and top.vector is not None
+    assert len(top.vector) == 64
 
 
 @pytest.mark.asyncio

@@ -96,6 +96,11 @@ class Archive:
                         unit(vector) if vector is not None else None,
                     )
                 )
+            elif kind == "vector" and r["id"] in self._by_id:
+                at = self._by_id[r["id"]]
+                self.passages[at] = replace(
+                    self.passages[at], embedder=r["embedder"], vector=unit(r["vector"])
+                )
             elif kind == "supersede" and r["id"] in self._by_id:
                 at = self._by_id[r["id"]]
                 if self.passages[at].superseded_by is None:
@@ -160,6 +165,27 @@ class Archive:
         found = await self.get(passage_id)
         assert found is not None
         return found
+
+    async def reembed(self, batch: int = 100) -> int:
+        """Embed, with the current embedder, every passage stored without a vector of its
+        (e.g. after changing the embedder); return how many. Until then such passages are
+        found by keyword only. Safe to run while others write; run it off the request path."""
+        if self.embedder is None:
+            raise MemoryEditError("reembed needs an embedder: pass embedder= to Memory")
+        await self.refresh()
+        name = self.embedder.name
+        todo = [p for p in self.passages if p.embedder != name]
+        for start in range(0, len(todo), batch):
+            part = todo[start : start + batch]
+            vectors = await self.embedder.embed([p.content for p in part])
+            await self._log.append(
+                *[
+                    {"kind": "vector", "id": p.id, "embedder": name, "vector": v}
+                    for p, v in zip(part, vectors, strict=True)
+                ]
+            )
+        await self.refresh()
+        return len(todo)
 
     async def search(
         self,
