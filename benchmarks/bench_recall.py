@@ -43,8 +43,32 @@ def sentence(rng: random.Random, n: int = 12) -> str:
     return " ".join(rng.choices(WORDS, k=n))
 
 
+PREFIX = f"benchrecall{uuid.uuid4().hex[:6]}"
+
+
+async def drop_leftovers(backend: str) -> None:
+    """Remove this run's Redis keys or PostgreSQL tables."""
+    if backend == "redis":
+        from redis.asyncio import Redis
+
+        client = Redis.from_url(REDIS_URL)
+        keys = [key async for key in client.scan_iter(match=f"{PREFIX}*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+    elif backend == "postgres":
+        from sqlalchemy import text
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        engine = create_async_engine(PG_URL)
+        async with engine.begin() as conn:
+            for table in ("messages", "sessions", "schema"):
+                await conn.execute(text(f"DROP TABLE IF EXISTS {PREFIX}_{table} CASCADE"))
+        await engine.dispose()
+
+
 async def opener(backend: str, folder: str) -> Callable[[str], Awaitable[Session]]:
-    prefix = f"benchrecall{uuid.uuid4().hex[:6]}"
+    prefix = PREFIX
     if backend == "memory":
         from agent_sessions import InMemorySession
 
@@ -219,10 +243,13 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         for backend in args.backends:
             open_ = await opener(backend, folder)
-            print(backend, "recall", await bench_recall(open_, args.items), flush=True)
-            for n in args.passages:
-                print(backend, "archive", await bench_archive(open_, n), flush=True)
-            print(backend, "render", await bench_render(open_), flush=True)
+            try:
+                print(backend, "recall", await bench_recall(open_, args.items), flush=True)
+                for n in args.passages:
+                    print(backend, "archive", await bench_archive(open_, n), flush=True)
+                print(backend, "render", await bench_render(open_), flush=True)
+            finally:
+                await drop_leftovers(backend)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+import os
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
@@ -28,8 +31,40 @@ from agent_sessions.memory import (
     scope_id,
 )
 from agent_sessions.wrappers.compaction import CompactionSession, item_count_trigger
-from tests.matrix import BACKENDS, REDIS_PREFIX, SQL_PREFIX, SQL_URLS, Backend, reset_standins
+from tests.matrix import BACKENDS, SQL_URLS, Backend, reset_standins
 from tests.servers import REDIS_URL, drop_redis_keys
+
+RUN = uuid.uuid4().hex[:8]
+SQL_PREFIX = f"memory{RUN}_"
+REDIS_PREFIX = f"memory{RUN}"
+
+
+def _own_tables(backend: Backend) -> Backend:
+    """``backend`` with tables and keys of this module's own (dropped at its end)."""
+    if backend.name == "redis":
+
+        async def open_redis(session_id: str) -> Session:
+            from agent_sessions import RedisSession
+
+            return RedisSession.from_url(session_id, url=REDIS_URL, key_prefix=REDIS_PREFIX)
+
+        return dataclasses.replace(backend, open=open_redis)
+    url = {**SQL_URLS, "sqlalchemy-sqlite": "sqlite+aiosqlite:///" + SQLALCHEMY_SQLITE}.get(
+        backend.name
+    )
+    if url is None:
+        return backend
+
+    async def open_sql(session_id: str) -> Session:
+        from agent_sessions import SQLAlchemySession
+
+        return SQLAlchemySession.from_url(session_id, url=url, table_prefix=SQL_PREFIX)
+
+    return dataclasses.replace(backend, open=open_sql)
+
+
+SQLALCHEMY_SQLITE = os.path.join(tempfile.mkdtemp(prefix="agent-sessions-memory-"), "sa.db")
+MEMORY_BACKENDS = [_own_tables(b) for b in BACKENDS]
 
 Opener = Callable[[str], Awaitable[Session]]
 
@@ -54,7 +89,7 @@ def _drop_leftovers_at_end() -> Iterator[None]:
         asyncio.run(drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*"))
 
 
-@pytest_asyncio.fixture(params=BACKENDS, ids=[b.name for b in BACKENDS])
+@pytest_asyncio.fixture(params=MEMORY_BACKENDS, ids=[b.name for b in MEMORY_BACKENDS])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[Opener]:
     """Opens sessions of one backend; erases (through the catalog) and closes them after."""
     backend: Backend = request.param
