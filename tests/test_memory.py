@@ -430,3 +430,25 @@ async def test_archival_rejects_bad_input_and_writes_nothing(store: Opener) -> N
         with pytest.raises(MemoryEditError):
             await memory.archive.insert(**bad)
     assert await memory.archive.search("", include_inactive=True) == []
+
+
+@pytest.mark.asyncio
+async def test_a_crashed_upkeep_holds_the_lease_only_until_it_expires(store: Opener) -> None:
+    now = [1_000.0]
+    scope = _scope()
+    memory = await _memory(store, scope, clock=lambda: now[0])
+    await memory.blocks.define("human", "")
+    model = ScriptedModel(
+        [_call("memory_insert", 1, label="human", new_str="x"), [assistant_message("ok")]]
+    )
+    upkeep = Agent(name="upkeep", instructions="", tools=memory.tools(), model=model)
+    crashed = Upkeep(memory, upkeep, every=1, lease_seconds=300)
+    assert await crashed._acquire() is not None  # a lease taken, then the process died
+    other = Upkeep(await _memory(store, scope, clock=lambda: now[0]), upkeep, every=1)
+    await memory.session(await store(f"chat{uuid.uuid4().hex[:8]}")).add_items(
+        [{"role": "user", "content": "I sail"}]
+    )
+    assert not await other.run_if_due()
+    now[0] += 301
+    assert await other.run_if_due()
+    assert (await memory.blocks.get("human")).value == "x"
