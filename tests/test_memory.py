@@ -260,6 +260,29 @@ async def test_recall_finds_items_compaction_folded_away_and_earlier_history(
 
 
 @pytest.mark.asyncio
+async def test_the_runner_compacts_through_the_recall_layer(store: Opener) -> None:
+    memory = await _memory(store)
+
+    class OneLine:
+        async def summarize(self, items: list[Any], *, previous_summary: list[Any]) -> list[Any]:
+            return [{"role": "assistant", "content": "(summary)"}]
+
+    compacting = CompactionSession(
+        await store(f"chat{uuid.uuid4().hex[:8]}"),
+        summarizer=OneLine(),
+        should_trigger_compaction=item_count_trigger(4),
+        keep_last=2,
+    )  # no compact_on_write: only the Runner's run_compaction hook compacts
+    session = memory.session(compacting)
+    agent = Agent(name="a", model=ScriptedModel([[assistant_message("ok")] for _ in range(3)]))
+    for said in ["my bike is red", "second", "third"]:
+        await Runner.run(agent, said, session=session)
+    view = json.dumps(await session.get_items())
+    assert "(summary)" in view and "bike" not in view
+    assert (await memory.recall.search("bike"))[0].text == "my bike is red"
+
+
+@pytest.mark.asyncio
 async def test_archival_search_filters_tags_dates_and_keeps_superseded_facts(
     store: Opener,
 ) -> None:

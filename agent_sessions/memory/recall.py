@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from agents.memory import Session
+from agents.memory import Session, is_openai_responses_compaction_aware_session
 
 from ..core.capabilities import Capability, supports
 from ..wrappers.base import SessionWrapper
@@ -169,9 +169,15 @@ class RecallSession(SessionWrapper):
     before is indexed on first write.
     """
 
+    run_compaction: Callable[..., Awaitable[None]]
+    """The inner session's, when it has the SDK's compaction hook (e.g. a CompactionSession):
+    the Runner calls it on the outermost session after each turn."""
+
     def __init__(self, inner: Session, recall: RecallIndex) -> None:
         super().__init__(inner)
         self.recall = recall
+        if is_openai_responses_compaction_aware_session(inner):
+            self.run_compaction = inner.run_compaction
 
     async def _backfill(self) -> None:
         if self.session_id in self.recall.backfilled:
