@@ -37,7 +37,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
-from agents.memory import SessionSettings
+from agents.memory.session_settings import SessionSettings
 
 from ..core.extras import missing
 

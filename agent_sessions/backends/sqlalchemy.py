@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from agents.memory import SessionSettings
+from agents.memory.session_settings import SessionSettings
 
 from ..core.extras import missing
 

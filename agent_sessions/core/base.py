@@ -12,8 +12,9 @@ from abc import abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
-from agents.memory import SessionABC, SessionSettings
-from agents.memory.session_settings import coerce_session_settings
+# From the submodules, not agents.memory: the CLI preloads just these (cli/light_sdk.py).
+from agents.memory.session import SessionABC
+from agents.memory.session_settings import SessionSettings, coerce_session_settings
 
 from ..errors import CorruptItemError, InvalidItemError, SessionClosedError
 from .capabilities import Capability
