@@ -137,7 +137,7 @@ class ResilientMachine(RuleBasedStateMachine):
 
     @invariant()
     def status_counts_the_spool(self) -> None:
-        status = self.session.status
+        status = self.run(self.session.current_status())
         assert status.spooled_batches == Spool(self.spool_path).counts(self.store.session_id)[0]
 
 
@@ -216,7 +216,7 @@ async def test_a_crash_between_apply_and_confirm_replays_exactly_once(spool_path
         await session.replay()
     assert len(await store.get_items()) == 4
     reopened = _open(FlakySequencedPrimary(store), spool_path)
-    assert reopened.status.spooled_batches == 3  # the applied but unconfirmed batch is still there
+    assert (await reopened.current_status()).spooled_batches == 3  # the applied but unconfirmed batch is still there
     assert await reopened.replay() == 2
     assert await _stored(store) == [_msg(f"{i}{s}") for i in range(4) for s in "ab"]
 

@@ -163,7 +163,7 @@ async def test_kill_9_during_replay_then_reopen_is_exactly_once(tmp_path: Path) 
             RedisSession.from_url("kill", url=server.url, key_prefix="rk"), spool
         )
         # The last applied batch was not yet recorded in the spool: it is still there.
-        assert reopened.status.spooled_batches == len(batches) - applied + 1
+        assert (await reopened.current_status()).spooled_batches == len(batches) - applied + 1
         assert await reopened.replay() == len(batches) - applied  # found it; wrote the rest
         flat = [item for batch in batches for item in batch]
         assert _stripped(await reader.get_items()) == flat
