@@ -143,7 +143,10 @@ class Spool:
         """A token that changes whenever a change to the file is committed (by any process),
         or None when unknown. Reads shared memory only: safe on the event loop."""
         version = self._version
-        return None if version is None else version[:8]
+        try:
+            return None if version is None else version[:8]
+        except ValueError:  # closed meanwhile by another thread
+            return None
 
     # -- writes --------------------------------------------------------------------------------
 
