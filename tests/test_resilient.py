@@ -603,3 +603,34 @@ async def test_a_corrupt_spool_file_still_serves_a_healthy_primary(
     primary.down = False
     assert await session.get_items() == [_msg("A"), _msg("C")]
     assert await _stored(primary.inner) == [_msg("A"), _msg("C")]
+
+
+@pytest.mark.asyncio
+async def test_a_spool_of_the_previous_format_is_upgraded_and_replayed_once(
+    tmp_path: Path,
+) -> None:
+    """The previous format kept one anchor per session: it bounds the look-up of each
+    attempted batch after the upgrade."""
+    store = InMemorySession(f"upgrade-{uuid.uuid4().hex[:8]}")
+    stored: list[Any] = [{**_msg("A"), BATCH_KEY: "a"}, {**_msg("X"), BATCH_KEY: "x"}]
+    await store.add_items(stored)
+    path = str(tmp_path / "spool.db")
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            "CREATE TABLE spool_batches (seq INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT "
+            "NOT NULL, batch_id TEXT NOT NULL UNIQUE, items TEXT NOT NULL, attempted INTEGER "
+            "NOT NULL DEFAULT 0);"
+            "CREATE TABLE spool_anchors (session_id TEXT PRIMARY KEY, batch_id TEXT);"
+        )
+        conn.execute("INSERT INTO spool_anchors VALUES (?, 'a')", (store.session_id,))
+        for bid, text, attempted in [("x", "X", 1), ("y", "Y", 0)]:
+            items = f'[{{"role":"user","content":"{text}","{BATCH_KEY}":"{bid}"}}]'
+            conn.execute(
+                "INSERT INTO spool_batches (session_id, batch_id, items, attempted) "
+                "VALUES (?, ?, ?, ?)",
+                (store.session_id, bid, items, attempted),
+            )
+    session = _open(FlakyPrimary(store), path)
+    assert await session.replay() == 1  # x was found (stored, its reply lost); y written
+    assert await _stored(store) == [_msg("A"), _msg("X"), _msg("Y")]
+    assert Spool(path).batches(store.session_id) == []
