@@ -84,7 +84,7 @@ class ResilientSession(SessionWrapper):
     * When the primary answers again, the spool is replayed into it in order, one batch per
       write, then emptied. Every item carries its batch id, so a batch that reached the
       primary although the call failed, or whose replay was interrupted by a crash, is found
-      there and not written twice (exactly once; see ``markers``).
+      there and not written twice, nor read twice (exactly once; see ``markers``).
     * ``pop_item`` while degraded removes the newest spooled item (the newest write). When the
       newest spooled batch was already sent to the primary (it may be there), or nothing is
       spooled, a pop needs the primary: it is tried once (a pop is not idempotent, so it is
@@ -100,9 +100,10 @@ class ResilientSession(SessionWrapper):
         mirror_items: newest items kept in memory to serve reads while the primary is down.
         max_item_bytes: size limit applied to items before they are spooled.
 
-    One object per session and process should write a session while it is degraded: the
-    order of writes is kept per object. Replays of one spool file are serialized across
-    processes with an OS file lock.
+    Any number of objects and processes may write one session through one spool file: each
+    call re-reads the spool when any of them changed it, each spooled batch is looked up by
+    its own id, and replays of one file are serialized by an OS file lock. Spool I/O runs in
+    worker threads, never on the event loop (docs/resilient.md).
     """
 
     def __init__(
@@ -128,8 +129,7 @@ class ResilientSession(SessionWrapper):
         self.mirror_items = mirror_items
         self._sequenced = supports(inner, Capability.SEQUENCED)
         self._anchor: str | None = None  # a batch known to be in the primary
-        self._counts: tuple[int, int] | None = None  # (batches, items) spooled, as of
-        self._counts_version: bytes | None = None  # this spool version
+        self._counts: tuple[int, int] | None = None  # (batches, items) spooled, last seen
         self._state: State = "healthy"
         self._last_error: str | None = None
         self._mirror: list[TResponseInputItem] | None = None
@@ -143,7 +143,7 @@ class ResilientSession(SessionWrapper):
     def status(self) -> ResilienceStatus:
         """The state, spool size and breaker state as of this object's last call: never reads
         the spool file, so it never waits (see :meth:`current_status`)."""
-        batches, items = self._counts or (0, 0)
+        batches, items = self.spool.known_counts(self.session_id) or self._counts or (0, 0)
         state = self._state
         if state == "healthy" and (batches or self.breaker.state == "open"):
             state = "degraded"
@@ -410,8 +410,8 @@ class ResilientSession(SessionWrapper):
         """Batches spooled for the session: cached while the spool's version is unchanged
         (no I/O), else read in a worker thread. An unreadable spool counts as empty (logged):
         the primary is still served."""
-        version = self.spool.version()
-        if self._counts is None or version is None or version != self._counts_version:
+        counts = self.spool.known_counts(self.session_id)
+        if counts is None:
             try:
                 counts = await asyncio.to_thread(self.spool.counts, self.session_id)
             except SpoolUnreadableError as exc:
@@ -419,28 +419,23 @@ class ResilientSession(SessionWrapper):
                     logger.error("%r: %s", self.session_id, exc)
                 self._last_error, self._counts = str(exc), None
                 return 0
-            self._counts, self._counts_version = counts, version
-        return self._counts[0]
+        self._counts = counts
+        return counts[0]
 
     async def _load_batches(self) -> list[SpooledBatch]:
-        version = self.spool.version()
         batches = await asyncio.to_thread(self.spool.batches, self.session_id)
         self._counts = (len(batches), sum(len(b.items) for b in batches))
-        self._counts_version = version
         return batches
 
     async def _spool_write(self, method: Callable[..., T], *args: Any) -> T:
         """Run a spool write, then count the spool, in a worker thread; a cancelled caller
         waits for its end, so it has applied (or failed) when CancelledError arrives."""
 
-        def write() -> tuple[T, bytes | None, tuple[int, int]]:
-            result = method(*args)
-            return result, self.spool.version(), self.spool.counts(self.session_id)
+        def write() -> tuple[T, tuple[int, int]]:
+            return method(*args), self.spool.counts(self.session_id)
 
         self._counts = None
-        result, self._counts_version, self._counts = await run_to_completion(
-            asyncio.to_thread(write)
-        )
+        result, self._counts = await run_to_completion(asyncio.to_thread(write))
         return result
 
     async def _to_spool(

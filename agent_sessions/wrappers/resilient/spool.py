@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS spool_batches (
 CREATE INDEX IF NOT EXISTS spool_batches_by_session ON spool_batches (session_id, seq)
 """
 _CORRUPT = ("SQLITE_NOTADB", "SQLITE_CORRUPT")
+_KNOWN_SESSIONS = 10_000
 
 
 class SpoolUnreadableError(BackendUnavailableError):
@@ -73,6 +74,8 @@ class Spool:
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._version: mmap.mmap | None = None
+        # counts per session with the version they were read at (valid while it is current)
+        self._known: dict[str, tuple[bytes, tuple[int, int]]] = {}
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -240,8 +243,17 @@ class Spool:
             for seq, bid, items, a, anchor in rows
         ]
 
+    def known_counts(self, session_id: str) -> tuple[int, int] | None:
+        """:meth:`counts` as last read by this object, if no change was committed since (by
+        any process), else None. No I/O: safe on the event loop."""
+        known = self._known.get(session_id)
+        if known is None or known[0] != self.version():
+            return None
+        return known[1]
+
     def counts(self, session_id: str) -> tuple[int, int]:
         """(batches, items) spooled for the session."""
+        version = self.version()  # before the read: a change committed after it replaces it
         row = self._run(
             lambda conn: conn.execute(
                 "SELECT COUNT(*), COALESCE(SUM(json_array_length(items)), 0) "
@@ -250,7 +262,12 @@ class Spool:
             ).fetchone(),
             write=False,
         )
-        return int(row[0]), int(row[1])
+        counts = int(row[0]), int(row[1])
+        if version is not None:
+            if len(self._known) >= _KNOWN_SESSIONS:
+                self._known.clear()
+            self._known[session_id] = version, counts
+        return counts
 
     # -- replay lock ---------------------------------------------------------------------------
 
