@@ -290,9 +290,10 @@ class ResilientSession(SessionWrapper):
             await self._replay()
 
     async def _replay(self) -> int:
-        with self.spool.replay_lock() as held:
-            if not held:
-                return 0
+        lock = await asyncio.to_thread(self.spool.acquire_replay_lock)
+        if lock is None:
+            return 0
+        with lock:  # closing it releases the lock, also on a crash
             batches = await self._load_batches()
             if not batches:
                 return 0

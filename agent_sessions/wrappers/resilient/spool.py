@@ -21,7 +21,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from ...errors import BackendUnavailableError
 
@@ -271,27 +271,28 @@ class Spool:
 
     # -- replay lock ---------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def replay_lock(self) -> Iterator[bool]:
-        """Hold the spool's replay lock if it is free (yields True), else yield False at once
-        (never waits). An OS file lock per open file: objects of one process exclude each
-        other too, and a killed process releases it."""
-        if fcntl is None:  # pragma: no cover
-            yield True
-            return
+    def acquire_replay_lock(self) -> IO[bytes] | None:
+        """The spool's replay lock if it is free (close the returned file to release it), else
+        None at once (never waits). An OS file lock per open file: objects of one process
+        exclude each other too, and a killed process releases it."""
         handle = open(self.path + ".replay-lock", "a+b")
-        try:
+        if fcntl is not None:
             try:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                yield False
-                return
-            try:
-                yield True
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+                handle.close()
+                return None
+        return handle
+
+    @contextlib.contextmanager
+    def replay_lock(self) -> Iterator[bool]:
+        """:meth:`acquire_replay_lock` as a context: yields whether it is held."""
+        handle = self.acquire_replay_lock()
+        try:
+            yield handle is not None
         finally:
-            handle.close()
+            if handle is not None:
+                handle.close()
 
     def _close(self) -> None:
         if self._conn is not None:
