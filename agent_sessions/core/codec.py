@@ -3,6 +3,9 @@
 orjson is used when installed (extra ``[fast]``); it encodes a typical item 5-10x faster than the
 standard library (see ``benchmarks/bench_codec.py``). Both paths apply the same rules: an item is a
 JSON object whose keys are strings, whose numbers are finite, and whose values are JSON types.
+The orjson path lets orjson refuse what it refuses and checks the rest by reading the text back
+(both in C); only an item that does not read back equal to itself is walked in Python, to tell
+a tuple from a NaN or a UUID and to name the bad part.
 """
 
 from __future__ import annotations
@@ -106,6 +109,41 @@ def _invalid(index: int, problem: str) -> InvalidItemError:
     )
 
 
+def _encode_text(item: Any, index: int) -> str:
+    """Validate ``item`` and return its JSON text (the rules in the module docstring)."""
+    if _orjson is not None:
+        try:
+            data = _orjson.dumps(item)
+        except TypeError:
+            pass  # orjson refuses (non-string key, 64-bit range, depth...): the walk says why
+        else:
+            # orjson also writes what json.dumps refuses: NaN and infinities as null, UUID, Enum,
+            # datetime, dataclass and Fragment values converted. Such an item does not read back
+            # equal to itself (tuples neither; they take the walk too), so a C-speed round trip
+            # spares the walk for every other item.
+            if _orjson.loads(data) == item:
+                return str(data.decode())
+            problem = _find_problem(item, "item")
+            if problem:
+                raise _invalid(index, problem)
+            return str(data.decode())
+    problem = _find_problem(item, "item")
+    if problem:
+        raise _invalid(index, problem)
+    # No orjson, or JSON that orjson refuses (a float or tuple subclass, a str subclass as a key).
+    try:
+        text = _std_dumps(item)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise _invalid(index, str(exc)) from exc
+    try:  # the standard encoder lets lone surrogates through; orjson refuses them itself
+        text.encode()
+    except UnicodeEncodeError:
+        raise _invalid(
+            index, "a string holds a lone surrogate, which is not valid Unicode"
+        ) from None
+    return text
+
+
 def encode_item(item: Any, index: int, max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES) -> str:
     """Validate one item of a batch and return its JSON text.
 
@@ -119,20 +157,7 @@ def encode_item(item: Any, index: int, max_item_bytes: int = DEFAULT_MAX_ITEM_BY
             "nothing of the batch was written",
             index=index,
         )
-    problem = _find_problem(item, "item")
-    if problem:
-        raise _invalid(index, problem)
-    try:
-        text = dumps(item)
-    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-        raise _invalid(index, str(exc)) from exc
-    if _orjson is None:
-        try:  # the standard encoder lets lone surrogates through; orjson refuses them itself
-            text.encode()
-        except UnicodeEncodeError:
-            raise _invalid(
-                index, "a string holds a lone surrogate, which is not valid Unicode"
-            ) from None
+    text = _encode_text(item, index)
     # len(str) <= UTF-8 size <= 4 * len(str): encode only when the cheap bounds cannot decide.
     if len(text) > max_item_bytes or (
         4 * len(text) > max_item_bytes and len(text.encode()) > max_item_bytes
