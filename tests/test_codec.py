@@ -1,4 +1,4 @@
-"""Issue 25 item 4: the orjson path checks by round trip, not by walking, and keeps the rules."""
+"""Issue 25 item 4: the orjson path walks no valid item in Python and keeps the rules."""
 
 from __future__ import annotations
 
