@@ -119,19 +119,23 @@ def _orjson_wrote_json(item: dict[str, Any], data: bytes) -> bool:
     orjson has refused non-string keys, integers beyond 64 bits and nesting deeper than 254 (so
     cycles too). What else it writes but ``json.dumps`` refuses is UUID, Enum, datetime,
     dataclass and Fragment values, none of an exact JSON type, and NaN and infinities, which
-    become ``null``. So this checks that every value is of an exact JSON type and that the text
-    holds no more ``null`` than the item holds None (a "null" inside a string only costs the
-    full walk). ``gc.get_referents`` lists the elements of a whole level of exact dicts, lists
-    and tuples in one C call: no Python code runs per value.
+    become ``null``. So this checks that every value is of an exact JSON type and, if any is a
+    float, that the text holds no more ``null`` than the item holds None (a "null" inside a
+    string only costs the full walk). ``gc.get_referents`` lists the elements of a whole level
+    of exact dicts, lists and tuples in one C call: no Python code runs per value.
     """
     level: list[Any] = [item]
-    nones = 0
+    nones, floats = 0, False
     while level:
         level = gc.get_referents(*level)
-        if not _EXACT_JSON.issuperset(map(type, level)):
+        kinds = set(map(type, level))
+        if not kinds <= _EXACT_JSON:
             return False
+        floats = floats or float in kinds
         nones += level.count(None)
-    return nones == data.count(b"null")
+        if _CONTAINERS.isdisjoint(kinds):
+            break
+    return not floats or nones == data.count(b"null")
 
 
 def _encode_text(item: Any, index: int) -> str:
