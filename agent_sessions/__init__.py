@@ -95,7 +95,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 _ALIASES = {"AsyncSQLiteSession": "SQLiteSession"}
-"""The SDK's ``AsyncSQLiteSession`` name: ``SQLiteSession`` is already aiosqlite-based."""
+"""The SDK's ``AsyncSQLiteSession`` name: ``SQLiteSession`` is already asynchronous (sqlite3 on
+its own worker thread, no aiosqlite)."""
 
 
 def __getattr__(name: str) -> Any:

@@ -22,6 +22,11 @@ ITEMS: dict[str, Any] = {
     },
     "tool output 8 KB": {"type": "function_call_output", "call_id": "c1",
                          "output": json.dumps([{"k": i, "v": "x" * 60} for i in range(100)])},
+    # Issue 25: a nested item, where a validation walk in Python costs the most.
+    "nested 200 entries": {"type": "function_call_output", "call_id": "c2", "output": [
+        {"k": i, "v": "x" * 20, "f": i / 2, "tags": ["a", "b"], "meta": {"ok": True, "n": None}}
+        for i in range(200)
+    ]},
 }
 
 
@@ -44,7 +49,7 @@ def main() -> None:
     for name, item in ITEMS.items():
         for lib, (enc, dec) in candidates.items():
             data = enc(item)
-            n = 20000
+            n = 1000 if name.startswith("nested") else 20000
 
             def encode(enc: Any = enc, item: Any = item) -> Any:
                 return enc(item)
@@ -55,7 +60,7 @@ def main() -> None:
             e = timeit.timeit(encode, number=n) / n * 1e6
             d = timeit.timeit(decode, number=n) / n * 1e6
             print(f"{name:20}{lib:14}{e:>11.2f}{d:>11.2f}")
-        n = 20000
+        n = 1000 if name.startswith("nested") else 20000
 
         def encode_ours(item: Any = item) -> str:
             return codec.encode_item(item, 0)

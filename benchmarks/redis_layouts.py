@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -93,15 +92,15 @@ class ZsetLayout:
         self.append, self.pop = APPEND, POP
 
     async def add_items(self, items: list[Any]) -> None:
-        await self.append(self.client, self.keys, "0", *[json.dumps(i) for i in items])
+        await self.append(self.client, self.keys, "0", *[raw.dumps(i) for i in items])
 
     async def get_items(self, limit: int) -> list[Any]:
         members = await self.client.zrange(self.keys[0], -limit, -1)
-        return [json.loads(m.partition(b":")[2]) for m in members]
+        return [raw.loads(m.partition(b":")[2]) for m in members]
 
     async def pop_item(self) -> Any:
         member = await self.pop(self.client, self.keys, "0")
-        return None if member is None else json.loads(member.partition(b":")[2])
+        return None if member is None else raw.loads(member.partition(b":")[2])
 
     def all_keys(self) -> list[str]:
         return list(self.keys)
@@ -116,15 +115,15 @@ class ListLayout:
         self.script = client.register_script(script)
 
     async def add_items(self, items: list[Any]) -> None:
-        await self.script(keys=self.keys, args=[json.dumps(i) for i in items])
+        await self.script(keys=self.keys, args=[raw.dumps(i) for i in items])
 
     async def get_items(self, limit: int) -> list[Any]:
         members = await self.client.lrange(self.keys[0], -limit, -1)
-        return [json.loads(m.partition(b":")[2]) for m in members]
+        return [raw.loads(m.partition(b":")[2]) for m in members]
 
     async def pop_item(self) -> Any:
         member = await self.client.rpop(self.keys[0])
-        return None if member is None else json.loads(member.partition(b":")[2])
+        return None if member is None else raw.loads(member.partition(b":")[2])
 
     def all_keys(self) -> list[str]:
         return list(self.keys)
@@ -137,14 +136,14 @@ class LuaBound(ListLayout):
         super().__init__(client, prefix, LUA_BOUND)
 
     async def add_items(self, items: list[Any]) -> None:
-        await self.script(keys=self.keys[:1], args=[json.dumps(i) for i in items])
+        await self.script(keys=self.keys[:1], args=[raw.dumps(i) for i in items])
 
     async def get_items(self, limit: int) -> list[Any]:
-        return [json.loads(m) for m in await self.client.lrange(self.keys[0], -limit, -1)]
+        return [raw.loads(m) for m in await self.client.lrange(self.keys[0], -limit, -1)]
 
     async def pop_item(self) -> Any:
         member = await self.client.rpop(self.keys[0])
-        return None if member is None else json.loads(member)
+        return None if member is None else raw.loads(member)
 
 
 class ListMulti(ListLayout):
@@ -156,15 +155,15 @@ class ListMulti(ListLayout):
     async def add_items(self, items: list[Any]) -> None:
         pipe = self.client.pipeline(transaction=True)
         pipe.incrby(self.keys[1], len(items))
-        pipe.rpush(self.keys[0], *[json.dumps(i) for i in items])
+        pipe.rpush(self.keys[0], *[raw.dumps(i) for i in items])
         await pipe.execute()
 
     async def get_items(self, limit: int) -> list[Any]:
-        return [json.loads(m) for m in await self.client.lrange(self.keys[0], -limit, -1)]
+        return [raw.loads(m) for m in await self.client.lrange(self.keys[0], -limit, -1)]
 
     async def pop_item(self) -> Any:
         member = await self.client.rpop(self.keys[0])
-        return None if member is None else json.loads(member)
+        return None if member is None else raw.loads(member)
 
 
 class ListWatch(ListLayout):
@@ -176,7 +175,7 @@ class ListWatch(ListLayout):
     async def add_items(self, items: list[Any]) -> None:
         from redis.exceptions import WatchError
 
-        payloads = [json.dumps(i) for i in items]
+        payloads = [raw.dumps(i) for i in items]
         async with self.client.pipeline(transaction=True) as pipe:
             while True:
                 try:
@@ -202,20 +201,20 @@ class StreamLayout:
 
     async def add_items(self, items: list[Any]) -> None:
         if len(items) == 1:
-            await self.client.xadd(self.key, {"d": json.dumps(items[0])}, id="0-*")
+            await self.client.xadd(self.key, {"d": raw.dumps(items[0])}, id="0-*")
             return
         pipe = self.client.pipeline(transaction=True)
         for i in items:
-            pipe.xadd(self.key, {"d": json.dumps(i)}, id="0-*")
+            pipe.xadd(self.key, {"d": raw.dumps(i)}, id="0-*")
         await pipe.execute()
 
     async def get_items(self, limit: int) -> list[Any]:
         entries = await self.client.xrevrange(self.key, count=limit)
-        return [json.loads(fields[b"d"]) for _, fields in reversed(entries)]
+        return [raw.loads(fields[b"d"]) for _, fields in reversed(entries)]
 
     async def pop_item(self) -> Any:
         member = await self.pop(keys=[self.key])
-        return None if member is None else json.loads(member)
+        return None if member is None else raw.loads(member)
 
     def all_keys(self) -> list[str]:
         return [self.key]

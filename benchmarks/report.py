@@ -149,7 +149,10 @@ def markdown(
         "tables a ratio `X ÷ ours` above 1 means ours is faster than X; in wrapper tables "
         "`W ÷ bare` is the wrapper's cost relative to the bare backend. \"fresh\" builds a new "
         "session object for every call (and closes it), as a web handler does; \"warm\" reuses "
-        "one. \"raw\" is the minimal idiomatic driver code (benchmarks/raw.py), not ours.",
+        "one. \"raw\" is the fastest idiomatic driver code a user would write "
+        "(benchmarks/raw.py), not ours: orjson when installed, as ours; autocommit; one "
+        "statement per operation (a multi-row INSERT for a batch, one RPUSH, one DELETE ... "
+        "RETURNING for a pop).",
         "",
     ]
     if chart_name:

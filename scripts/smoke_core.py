@@ -4,7 +4,7 @@ Run it from outside the repository so it imports the installed package. It check
 core works (import, ``open_session`` on SQLite and memory, the offline demo) and that every
 optional part says which extra to install instead of failing with a bare ModuleNotFoundError.
 Pass ``--sqlalchemy-only`` after installing SQLAlchemy without a driver: then the driver
-hints for PostgreSQL and MariaDB URLs are checked.
+hints for PostgreSQL, MariaDB and ``sqlite+aiosqlite`` URLs are checked.
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def main() -> None:
     version = importlib.metadata.version(DISTRIBUTION)
     check(agent_sessions.__version__ == version, f"__version__ {version} matches the metadata")
 
+    check(absent("aiosqlite"), "aiosqlite is not installed (SQLiteSession needs no driver)")
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(core_roundtrip(os.path.join(tmp, "smoke.db")))
         demo = subprocess.run(
@@ -85,8 +86,10 @@ def main() -> None:
     from agent_sessions import open_session
 
     if "--sqlalchemy-only" in sys.argv:
-        check(not absent("sqlalchemy") and absent("asyncpg") and absent("asyncmy"),
-              "sqlalchemy installed without drivers")
+        check(not absent("sqlalchemy") and absent("asyncpg") and absent("asyncmy")
+              and absent("aiosqlite"), "sqlalchemy installed without drivers")
+        expect_hint(open_session("sqlite+aiosqlite:///unused.db", "s"), "sqlalchemy",
+                    "sqlite+aiosqlite URL without aiosqlite")
         expect_hint(open_session("postgresql+asyncpg://u@127.0.0.1/db", "s"), "postgres",
                     "postgresql+asyncpg URL without asyncpg")
         expect_hint(open_session("mysql+asyncmy://u@127.0.0.1/db", "s"), "mysql",

@@ -3,10 +3,14 @@
 orjson is used when installed (extra ``[fast]``); it encodes a typical item 5-10x faster than the
 standard library (see ``benchmarks/bench_codec.py``). Both paths apply the same rules: an item is a
 JSON object whose keys are strings, whose numbers are finite, and whose values are JSON types.
+The orjson path lets orjson refuse what it refuses and checks the few things it accepts but
+``json.dumps`` refuses in C-speed passes; only an item that fails them is walked in Python, to
+name the bad part (or accept it: a ``StrEnum`` is a str).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -106,6 +110,65 @@ def _invalid(index: int, problem: str) -> InvalidItemError:
     )
 
 
+_EXACT_JSON = frozenset({dict, list, tuple, str, int, float, bool, type(None)})
+
+
+def _orjson_wrote_json(item: dict[str, Any], data: bytes) -> bool:
+    """True when ``data``, orjson's text for ``item``, is what ``json.dumps`` would write.
+
+    orjson has refused non-string keys, integers beyond 64 bits and nesting deeper than 254 (so
+    cycles too). What else it writes but ``json.dumps`` refuses is UUID, Enum, datetime,
+    dataclass and Fragment values, none of an exact JSON type, and NaN and infinities, which
+    become ``null``. So this checks that every value is of an exact JSON type and, if any is a
+    float, that the text holds no more ``null`` than the item holds None (a "null" inside a
+    string only costs the full walk). ``gc.get_referents`` lists the elements of a whole level
+    of exact dicts, lists and tuples in one C call: no Python code runs per value.
+    """
+    level: list[Any] = [item]
+    nones, floats = 0, False
+    while level:
+        level = gc.get_referents(*level)
+        kinds = set(map(type, level))
+        if not kinds <= _EXACT_JSON:
+            return False
+        floats = floats or float in kinds
+        nones += level.count(None)
+        if _CONTAINERS.isdisjoint(kinds):
+            break
+    return not floats or nones == data.count(b"null")
+
+
+def _encode_text(item: Any, index: int) -> str:
+    """Validate ``item`` and return its JSON text (the rules in the module docstring)."""
+    if _orjson is not None:
+        try:
+            data = _orjson.dumps(item)
+        except TypeError:
+            pass  # orjson refuses (non-string key, 64-bit range, depth...): the walk says why
+        else:
+            if type(item) is dict and _orjson_wrote_json(item, data):
+                return str(data.decode())
+            problem = _find_problem(item, "item")
+            if problem:
+                raise _invalid(index, problem)
+            return str(data.decode())
+    problem = _find_problem(item, "item")
+    if problem:
+        raise _invalid(index, problem)
+    # No orjson, or JSON that orjson refuses (a float or tuple subclass, a str subclass as a key).
+    try:
+        text = _std_dumps(item)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise _invalid(index, str(exc)) from exc
+    try:  # the standard encoder lets lone surrogates through; orjson refuses them itself
+        text.encode()
+    except UnicodeEncodeError:
+        raise _invalid(
+            index, "a string holds a lone surrogate, which is not valid Unicode"
+        ) from None
+    return text
+
+
 def encode_item(item: Any, index: int, max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES) -> str:
     """Validate one item of a batch and return its JSON text.
 
@@ -119,20 +182,7 @@ def encode_item(item: Any, index: int, max_item_bytes: int = DEFAULT_MAX_ITEM_BY
             "nothing of the batch was written",
             index=index,
         )
-    problem = _find_problem(item, "item")
-    if problem:
-        raise _invalid(index, problem)
-    try:
-        text = dumps(item)
-    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-        raise _invalid(index, str(exc)) from exc
-    if _orjson is None:
-        try:  # the standard encoder lets lone surrogates through; orjson refuses them itself
-            text.encode()
-        except UnicodeEncodeError:
-            raise _invalid(
-                index, "a string holds a lone surrogate, which is not valid Unicode"
-            ) from None
+    text = _encode_text(item, index)
     # len(str) <= UTF-8 size <= 4 * len(str): encode only when the cheap bounds cannot decide.
     if len(text) > max_item_bytes or (
         4 * len(text) > max_item_bytes and len(text.encode()) > max_item_bytes

@@ -1,6 +1,6 @@
 """Test kit: the conformance suite in tiers and helpers for ScriptedModel-driven tests.
 
-Importing it needs pytest and pytest-asyncio (the ``[dev]`` extra).
+Importing it needs pytest and pytest-asyncio (the ``[testing]`` extra).
 """
 
 from .conformance import (

@@ -11,7 +11,7 @@ implement ``create_session``::
 
 Tiers: :class:`CoreConformance` (the SDK's semantics), :class:`StrictConformance` (validation,
 size caps, concurrency, cancellation) and one class per capability, which skips sessions that do
-not declare it. Needs pytest and pytest-asyncio (the ``[dev]`` extra). Each test gets fresh,
+not declare it. Needs pytest and pytest-asyncio (the ``[testing]`` extra). Each test gets fresh,
 random session ids and clears and closes what it created.
 """
 
