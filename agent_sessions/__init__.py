@@ -19,6 +19,7 @@ _EXTRAS = {
     "SQLAlchemySession": "sqlalchemy",
     "MongoDBSession": "mongodb",
     "EncryptedSession": "encryption",
+    "is_encrypted": "encryption",
 }
 """The pip extra each optional name needs (the others need only the core)."""
 
@@ -42,6 +43,7 @@ _LAZY = {
     "SQLAlchemySession": "agent_sessions.backends.sqlalchemy",
     "MongoDBSession": "agent_sessions.backends.mongodb",
     "EncryptedSession": "agent_sessions.wrappers.encrypted",
+    "is_encrypted": "agent_sessions.wrappers.encrypted",
     "TTLSession": "agent_sessions.wrappers.ttl",
     "UsageTrackingSession": "agent_sessions.wrappers.usage",
     "BranchingSession": "agent_sessions.wrappers.branching",
@@ -66,6 +68,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .wrappers.branching import BranchingSession as BranchingSession
     from .wrappers.compaction import CompactionSession as CompactionSession
     from .wrappers.encrypted import EncryptedSession as EncryptedSession
+    from .wrappers.encrypted import is_encrypted as is_encrypted
     from .wrappers.resilient import CircuitBreaker as CircuitBreaker
     from .wrappers.resilient import ResilientSession as ResilientSession
     from .wrappers.resilient import RetryPolicy as RetryPolicy

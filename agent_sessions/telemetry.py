@@ -16,9 +16,12 @@ A span is named ``"{operation} {system}"`` (e.g. ``"add_items redis"``) and carr
 - ``agent_sessions.item_count``: items written, read, popped, counted or deleted;
 - ``agent_sessions.bytes``: UTF-8 bytes of the stored JSON written or read (what the store
   holds: ciphertext envelopes under ``EncryptedSession``);
-- on failure, ``error.type`` and the recorded exception, with status ERROR.
+- on failure, ``error.type`` and an ``exception`` event with ``exception.type`` and a fixed
+  ``exception.message`` (the real message may name the session or quote a driver's view of
+  stored data; it reaches the caller, not the span), with status ERROR.
 
-Never the content of an item, and not the session id (it often names a user).
+Never the content of an item, nor an exception's message, and not the session id (it often
+names a user).
 """
 
 from __future__ import annotations
@@ -85,6 +88,9 @@ def _measure(operation: str, args: tuple[Any, ...], result: Any) -> tuple[int | 
     return None, None
 
 
+_WITHHELD = "withheld by agent_sessions (it may name the session or quote stored data)"
+
+
 def _traced(operation: str, hook: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     @functools.wraps(hook)
     async def traced(self: BaseSession, *args: Any, **kwargs: Any) -> Any:
@@ -106,9 +112,14 @@ def _traced(operation: str, hook: Callable[..., Awaitable[Any]]) -> Callable[...
             try:
                 result = await hook(self, *args, **kwargs)
             except BaseException as exc:
-                span.set_attribute("error.type", type(exc).__qualname__)
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                # The type and a fixed text only: a message may name the session (often a
+                # user) or, from a driver, quote stored data.
+                kind = type(exc).__qualname__
+                span.set_attribute("error.type", kind)
+                span.add_event(
+                    "exception", {"exception.type": kind, "exception.message": _WITHHELD}
+                )
+                span.set_status(Status(StatusCode.ERROR, kind))
                 raise
             count, size = _measure(operation, args, result)
             if count is not None:

@@ -262,36 +262,60 @@ async def test_tampered_item_is_skipped_or_raises_in_strict_mode(
 
 
 @pytest.mark.asyncio
-async def test_plaintext_cache_is_bounded_shared_and_hands_out_independent_copies() -> None:
-    from agent_sessions.wrappers.encrypted import _PLAIN
-
-    def mine() -> int:
-        return sum(1 for entry in _PLAIN.entries.values() if entry[0] == s.session_id)
-
+async def test_plaintext_cache_is_bounded_per_object_and_hands_out_independent_copies() -> None:
     s, inner = await _stack(encryption_key=KEY, cache_bytes=64 * 1024)
-    saved, _PLAIN.capacity = _PLAIN.capacity, 64 * 1024
-    try:
-        await s.add_items([msg(f"{i}:" + "x" * 1000) for i in range(200)])  # ~400 KB
-        assert 0 < _PLAIN.size <= 64 * 1024 and 0 < mine() < 200
-        first = await s.get_items(limit=1)
-        cast("dict[str, Any]", first[0])["content"] = "mutated by the caller"
-        assert item_text((await s.get_items(limit=1))[0]).startswith("199:")
-        # a new object for the session finds what the first one opened: no AES
-        reader = EncryptedSession(inner, encryption_key=KEY)
-        await s.get_items(limit=5)
-        with patch(f"{EncryptedSession.__module__}.a2b_base64", side_effect=AssertionError):
-            assert texts(await reader.get_items(limit=5)) == texts(await s.get_items(limit=5))
-        # ... but an object with another key (same key id) never gets the plaintext
-        wrong = EncryptedSession(inner, encryption_key=OLD_KEY)
-        assert await wrong.get_items(limit=5) == []
-        off = EncryptedSession(inner, encryption_key=KEY, cache_bytes=0)
-        await off.add_items([msg("uncached")])
-        assert texts(await off.get_items(limit=1)) == ["uncached"]
-        assert all(e[4] != b'{"role":"user","content":"uncached"}' for e in _PLAIN.entries.values())
-        await s.clear_session()
-        assert mine() == 0
-    finally:
-        _PLAIN.capacity = saved
+    assert s._plain is not None
+    await s.add_items([msg(f"{i}:" + "x" * 1000) for i in range(200)])  # ~400 KB
+    assert 0 < s._plain.size <= 64 * 1024 and 0 < len(s._plain.entries) < 200
+    first = await s.get_items(limit=1)
+    cast("dict[str, Any]", first[0])["content"] = "mutated by the caller"
+    assert item_text((await s.get_items(limit=1))[0]).startswith("199:")
+    # the object's own reads of what it opened skip base64 and AES
+    with patch(f"{EncryptedSession.__module__}.a2b_base64", side_effect=AssertionError):
+        assert len(await s.get_items(limit=5)) == 5
+    off = EncryptedSession(inner, encryption_key=KEY, cache_bytes=0)
+    await off.add_items([msg("uncached")])
+    assert off._plain is None and texts(await off.get_items(limit=1)) == ["uncached"]
+    await s.clear_session()
+    assert s._plain.entries == {} and s._plain.size == 0
+
+
+@pytest.mark.asyncio
+async def test_no_object_reads_plaintext_another_object_opened() -> None:
+    """Issue 23 item 8: plaintext lives no wider than the object that decrypted it."""
+    import binascii
+
+    s, inner = await _stack(encryption_key=KEY)
+    await s.add_items([msg(f"{i}") for i in range(5)])
+    assert texts(await s.get_items()) == [str(i) for i in range(5)]
+    calls = 0
+
+    def counting(data: Any) -> bytes:
+        nonlocal calls
+        calls += 1
+        return binascii.a2b_base64(data)
+
+    reader = EncryptedSession(inner, encryption_key=KEY)  # same session, same key
+    with patch(f"{EncryptedSession.__module__}.a2b_base64", side_effect=counting):
+        assert texts(await reader.get_items()) == [str(i) for i in range(5)]
+    assert calls == 10, "each envelope is authenticated again (nonce and ciphertext)"
+
+
+@pytest.mark.asyncio
+async def test_keys_live_no_longer_than_the_object_that_uses_them() -> None:
+    """Issue 23 item 8: no process-wide cache keeps master keys after their sessions."""
+    import gc
+    import sys
+
+    key = b"refcount-test-passphrase-" + uuid.uuid4().hex.encode()
+    unused = sys.getrefcount(key)
+    s = EncryptedSession(InMemorySession(sid()), encryption_key=key)
+    await s.add_items([msg("a")])
+    assert texts(await s.get_items()) == ["a"]
+    assert sys.getrefcount(key) > unused
+    del s
+    gc.collect()
+    assert sys.getrefcount(key) == unused
 
 
 @pytest.mark.asyncio
@@ -645,3 +669,24 @@ async def test_a_process_killed_mid_rotation_loses_nothing(tmp_path: Path) -> No
     assert {e["kid"] for e in await raw_items(ring.inner)} == {"k2"}
     await ring.clear_session()
     await ring.close()
+
+
+@pytest.mark.asyncio
+async def test_is_encrypted_recognises_stored_envelopes_ours_and_the_sdks() -> None:
+    """Issue 22: the SDK example's ``item.get("__enc__") == 1`` misses our envelopes."""
+    from agents.extensions.memory.encrypt_session import EncryptedSession as SDKEncrypted
+
+    import agent_sessions
+    from agent_sessions.wrappers.encrypted import is_encrypted
+
+    assert agent_sessions.is_encrypted is is_encrypted
+    s, inner = await _stack(encryption_key=KEY)
+    await s.add_items([msg("secret")])
+    await inner.add_items([msg("plain")])
+    sdk_inner = InMemorySession(sid())
+    await SDKEncrypted(sdk_inner.session_id, sdk_inner, KEY).add_items([msg("sdk")])
+    stored = [*await inner.get_items(), *await sdk_inner.get_items()]
+    assert [is_encrypted(item) for item in stored] == [True, False, True]
+    assert stored[0].get("__enc__") != 1, "why the SDK's check is not enough"
+    odd: list[Any] = [None, "x", [], {"type": "agent_sessions.enc"}]
+    assert not any(is_encrypted(x) for x in odd)

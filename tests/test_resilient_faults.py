@@ -303,20 +303,6 @@ async def test_postgres_cut_mid_conversation(tmp_path: Path) -> None:
         await pg.drop()
 
 
-def _asyncpg_protocol_error() -> type[BaseException]:
-    from asyncpg.exceptions import InternalClientError  # type: ignore[import-untyped]
-
-    error: type[BaseException] = InternalClientError
-    return error
-
-
-@pytest.mark.xfail(
-    raises=_asyncpg_protocol_error(),
-    strict=False,
-    reason="SQLAlchemySession defect (backend, not this layer): now and then a pooled asyncpg "
-    "connection raises InternalClientError 'another operation is in progress' after "
-    "pg_terminate_backend; it is not a BackendUnavailableError, so it is not retried",
-)
 @pytest.mark.asyncio
 async def test_postgres_own_connections_terminated_mid_conversation(tmp_path: Path) -> None:
     """pg_terminate_backend of this test's own connections before turn 2, then a cut."""

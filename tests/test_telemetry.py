@@ -122,3 +122,68 @@ def test_without_opentelemetry_instrument_names_the_extra() -> None:
         "    sys.exit('no error')\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def _span_text(exporter: InMemorySpanExporter) -> str:
+    return "".join(
+        s.name + repr(dict(s.attributes or {})) + repr(s.status.description)
+        + repr([(e.name, dict(e.attributes or {})) for e in s.events])
+        for s in exporter.get_finished_spans()
+    )
+
+
+@pytest.mark.asyncio
+async def test_a_failure_span_holds_the_type_and_a_fixed_text_not_the_message(
+    spans: InMemorySpanExporter,
+) -> None:
+    class Broken(InMemorySession):
+        async def _load(
+            self, limit: int | None, after: int | None = None, before: int | None = None
+        ) -> list[Row]:
+            raise ConnectionError(f"session {self.session_id} row {SECRET}")
+
+    session = Broken("otel-user-7")
+    with pytest.raises(ConnectionError):
+        await session.get_items()
+    (span,) = spans.get_finished_spans()
+    (event,) = span.events
+    assert event.name == "exception"
+    assert dict(event.attributes or {}) == {
+        "exception.type": "ConnectionError", "exception.message": telemetry._WITHHELD,
+    }
+    text = _span_text(spans)
+    assert SECRET not in text and "otel-user-7" not in text
+
+
+@pytest.mark.asyncio
+async def test_a_redis_member_we_did_not_write_is_named_by_place_not_content(
+    spans: InMemorySpanExporter,
+) -> None:
+    import uuid
+    from urllib.parse import urlsplit
+
+    from redis.asyncio import Redis
+
+    from agent_sessions import RedisSession
+    from agent_sessions.errors import BackendDataError
+
+    from .servers import REDIS_URL, require_server
+
+    parts = urlsplit(REDIS_URL)
+    require_server("Redis", parts.hostname or "127.0.0.1", parts.port or 6379)
+    raw = Redis.from_url(REDIS_URL)
+    session = RedisSession.from_url(
+        "otel-user-9", url=REDIS_URL, key_prefix=f"leaks_otel{uuid.uuid4().hex[:8]}"
+    )
+    try:
+        await session.add_items([{"role": "user", "content": "mine"}])
+        await raw.zadd(session.keys[0], {"x17:SECRET-CONTENT": 0})
+        with pytest.raises(BackendDataError, match="did not write") as info:
+            await session.get_items()
+        assert "SECRET" not in str(info.value) and "member 0 of the 2" in str(info.value)
+        text = _span_text(spans)
+        assert "SECRET" not in text and "otel-user-9" not in text
+    finally:
+        await raw.delete(*session.keys)
+        await session.close()
+        await raw.aclose()

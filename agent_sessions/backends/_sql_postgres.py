@@ -44,6 +44,16 @@ _UNAVAILABLE = (
 )
 
 
+def _unsent(exc: BaseException) -> bool:
+    """Whether asyncpg refused to start the operation because its connection had already
+    broken: the server's termination notice (pg_terminate_backend, a restart) arrived on the
+    pooled connection before its socket closed. Nothing was sent, so the connection is
+    dropped and the operation runs again on another."""
+    return isinstance(exc, pg.InternalClientError) and (
+        str(exc).startswith("cannot switch to state") or str(exc) == "not connected"
+    )
+
+
 def create_statements(t: Tables) -> list[str]:
     """The DDL of schema version 1 (``COLLATE "C"``: ids compare byte by byte)."""
     return [
@@ -271,7 +281,8 @@ class PostgresDialect(SqlDialect):
 
     def retryable(self, exc: BaseException) -> bool:
         return any(
-            isinstance(e, (pg.DeadlockDetectedError, pg.SerializationError)) for e in causes(exc)
+            isinstance(e, (pg.DeadlockDetectedError, pg.SerializationError)) or _unsent(e)
+            for e in causes(exc)
         )
 
     def missing_table(self, exc: BaseException) -> bool:

@@ -651,11 +651,12 @@ class RedisSession(BaseSession):
         try:
             return [(int(head), payload) for head, _, payload in parts]
         except ValueError:
-            bad = next(m for m in members if not _is_int(m.partition(sep)[0]))
+            # Where, not what: the member is stored content and may reach logs and spans.
+            at = next(i for i, m in enumerate(members) if not _is_int(m.partition(sep)[0]))
             raise BackendDataError(
                 f"Redis key {self._keys[0]!r} holds a member that agent_sessions did not write "
-                f"({bad[:40]!r}...); is another application using key_prefix "
-                f"{self.key_prefix!r}? Choose another prefix or remove the key."
+                f"(member {at} of the {len(members)} read, oldest first); is another application "
+                f"using key_prefix {self.key_prefix!r}? Choose another prefix or remove the key."
             ) from None
 
     async def _call(self, command: Callable[[], Awaitable[T]], *, reads: bool = False) -> T:

@@ -8,7 +8,8 @@ session object; a write is one hand-off that a cancelled caller cannot interrupt
 caller waits for its end, so the outcome is settled when ``CancelledError`` arrives), and costs
 one thread hop rather than one per statement. Writes take the database's write lock up front
 (``BEGIN IMMEDIATE``) and wait up to ``busy_timeout`` for other connections, so several
-processes (or sessions with different settings) can share a file.
+processes (or sessions with different settings) can share a file. A session collected
+without ``close()`` gives its hold back: the last one stops the worker and closes the file.
 
 The schema is the Agents SDK's (``agent_sessions`` / ``agent_messages``), so a database written
 by the SDK's ``SQLiteSession`` opens here and vice versa.
@@ -23,6 +24,7 @@ import re
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -154,6 +156,7 @@ class _Job:
 
 
 _STOP = object()
+_RELEASE = object()  # queued by a collected session's finalizer: one hold to give back
 
 
 class _Database:
@@ -220,7 +223,8 @@ class _Database:
             self.users += 1
         return self
 
-    async def release(self) -> None:
+    def _drop_use(self) -> bool:
+        """Give back one hold; True when it was the last (the database is then closed)."""
         with self._registry_lock:
             self.users -= 1
             last = self.users <= 0
@@ -228,6 +232,16 @@ class _Database:
                 self.closed = True
                 if self._registry.get(self.key) is self:
                     del self._registry[self.key]
+        return last
+
+    def release_later(self) -> None:
+        """Give back one hold from a finalizer: only a reentrant ``SimpleQueue.put`` here (a
+        finalizer may run inside any code, even under our locks); the worker does the rest,
+        or the next worker of this database does when none runs."""
+        self._jobs.put(_RELEASE)
+
+    async def release(self) -> None:
+        last = self._drop_use()
         if last and self.pid == os.getpid():
             job = self._submit(_close_connection, (), None, last=True)
             if job is not None:
@@ -296,6 +310,15 @@ class _Database:
             job = jobs.get()
             if job is _STOP:
                 return
+            if job is _RELEASE:
+                if self._drop_use():
+                    with self._start_lock:
+                        self._stopped = True
+                    conn, self.conn = self.conn, None
+                    if conn is not None:
+                        conn.close()
+                    return
+                continue
             result: Any = None
             error: BaseException | None = None
             try:
@@ -450,6 +473,9 @@ class SQLiteSession(BaseSession):
         self.sessions_table, self.messages_table = self._schema.key
         self.path = str(path)
         self._db = _database or _Database.acquire(self.path, busy_timeout, synchronous.upper())
+        # Collected without close(): the hold goes back, so the worker and file do not leak.
+        self._hold = weakref.finalize(self, self._db.release_later)
+        self._hold.atexit = False
 
     @property
     def db_path(self) -> str:
@@ -734,6 +760,7 @@ class SQLiteSession(BaseSession):
         await self._run(_write, write)
 
     async def _close(self) -> None:
+        self._hold.detach()
         await self._db.release()
 
     async def _replace_rows(

@@ -703,12 +703,16 @@ the hook is not called, e.g. without the Runner)."""
 
 def _check_summary(summary: Any) -> None:
     if not isinstance(summary, list) or not summary:
-        raise ValueError(f"the summarizer must return a non-empty list of items, got {summary!r}")
+        raise ValueError(
+            f"the summarizer must return a non-empty list of items, got {type(summary).__name__}"
+            + (" (empty)" if isinstance(summary, list) else "")
+        )
     for index, item in enumerate(summary):
         if not isinstance(item, dict) or not ("type" in item or "role" in item):
             raise ValueError(
-                f"summary item {index} is not an input item (a dict with 'role' or 'type'): "
-                f"{item!r}"
+                f"summary item {index} is not an input item (a dict with 'role' or 'type'), "
+                f"it is a {type(item).__name__}" + (f" with keys {sorted(map(str, item))}"
+                                                    if isinstance(item, dict) else "")
             )
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import logging
 import os
 import re
@@ -87,14 +86,8 @@ def master_key_bytes(key: str | bytes, name: str = "encryption_key") -> bytes:
     return key if isinstance(key, bytes) else key.encode("utf-8")
 
 
-@functools.lru_cache(maxsize=1024)
 def _session_cipher(master: bytes, session_id: str) -> AESGCM:
-    """The AEAD of ``session_id``'s key derived from ``master`` (HKDF-SHA256).
-
-    Cached process-wide (the 1,024 most recent pairs, keyed by the master key's bytes and the
-    id, so a different key or id never hits another's entry): a session object built per
-    request would otherwise pay the derivation each time. The cache holds no more than the
-    session objects themselves hold: the master keys and the derived keys."""
+    """The AEAD of ``session_id``'s key derived from ``master`` (HKDF-SHA256)."""
     hkdf = HKDF(
         algorithm=hashes.SHA256(),
         length=32,
@@ -104,45 +97,53 @@ def _session_cipher(master: bytes, session_id: str) -> AESGCM:
     return AESGCM(hkdf.derive(master))
 
 
-_CacheEntry = tuple[str, str, bytes, str, bytes, Any]
-"""(session id, key id, master key, ciphertext text, plaintext, write time) of an envelope
-that authenticated."""
+_CacheEntry = tuple[str, str, bytes, Any]
+"""(key id, ciphertext text, plaintext, write time) of an envelope that authenticated."""
 
 
 class _PlainCache:
-    """Plaintext of envelopes that authenticated, by nonce text, shared by every
-    EncryptedSession of the process (a session object built per request finds what an
-    earlier one opened). An entry answers only for the same session id, key id, master key
-    bytes and byte-identical envelope, which would authenticate to the same plaintext.
-    Insertion order is eviction order; it holds at most the largest ``cache_bytes`` of the
-    objects that used it."""
+    """Plaintext of envelopes one EncryptedSession object wrote or opened, by nonce text; it
+    lives and dies with that object (never shared: plaintext stays no wider than its reader).
+    An entry answers only for a byte-identical envelope (key id, write time, ciphertext),
+    which would authenticate to the same plaintext under the object's fixed keys and session.
+    Insertion order is eviction order; it holds at most ``capacity`` bytes."""
 
-    def __init__(self) -> None:
+    __slots__ = ("capacity", "entries", "size")
+
+    def __init__(self, capacity: int) -> None:
         self.entries: dict[str, _CacheEntry] = {}
         self.size = 0
-        self.capacity = 0
+        self.capacity = capacity
 
     def add(self, n: str, entry: _CacheEntry) -> None:
-        size = len(entry[4]) + len(entry[3])
+        size = len(entry[2]) + len(entry[1])
         entries = self.entries
         if size * 4 > self.capacity or n in entries:
             return
         while self.size + size > self.capacity:
             old = entries.pop(next(iter(entries)))
-            self.size -= len(old[4]) + len(old[3])
+            self.size -= len(old[2]) + len(old[1])
         entries[n] = entry
         self.size += size
 
-    def drop_session(self, session_id: str) -> None:
-        """Forget every entry of ``session_id`` (after a clear)."""
-        entries = self.entries
-        for n in [n for n, entry in entries.items() if entry[0] == session_id]:
-            old = entries.pop(n)
-            self.size -= len(old[4]) + len(old[3])
+    def clear(self) -> None:
+        self.entries.clear()
+        self.size = 0
 
 
-_PLAIN = _PlainCache()
 _DRAINED = object()
+
+
+def is_encrypted(item: Any) -> bool:
+    """Whether ``item``, as stored (read from the session under an ``EncryptedSession``), is
+    an encrypted envelope: ours (``{"type": "agent_sessions.enc", ...}``) or the Agents SDK's
+    ``EncryptedSession``'s (``{"__enc__": 1, ...}``). It says nothing of whether a key opens it.
+    """
+    if not isinstance(item, Mapping):
+        return False
+    if item.get("type") == ENC_TYPE:
+        return isinstance(item.get("n"), str) and isinstance(item.get("c"), str)
+    return item.get("__enc__") == 1 and isinstance(item.get("payload"), str)
 
 
 def _time_aad(t: int) -> bytes:
@@ -217,14 +218,11 @@ class EncryptedSession(SessionWrapper):
             unbounded): ``get_items`` reads growing windows until it has ``limit`` readable
             items, and raises RuntimeError when the budget runs out first (and ValueError for
             a negative limit, before reading).
-        cache_bytes: plaintext kept in memory of items written or opened, so the next read
-            of the same envelope skips base64 and AES (each Runner turn re-reads the history).
-            The cache is shared by the process's EncryptedSessions (its size is the largest
-            ``cache_bytes`` among them), so an object built per request reads what an earlier
-            one opened; an entry is used only for the same session id, key id and master key
-            and a byte-identical envelope (write time, nonce and ciphertext), which would
-            authenticate to the same plaintext. ``clear_session`` drops the session's entries.
-            0: this object neither uses nor fills it.
+        cache_bytes: plaintext this object keeps in memory of items it wrote or opened, so
+            its next read of the same envelope skips base64 and AES (each Runner turn re-reads
+            the history). The cache belongs to this object and goes with it (no other object,
+            session or key ever sees it); an entry is used only for a byte-identical envelope
+            (key id, write time, nonce and ciphertext). ``clear_session`` empties it. 0: none.
 
     Offers ``sibling()``, the sequenced-items and the range-delete capabilities exactly when
     ``inner`` does (sequence numbers are the inner session's, one per stored item).
@@ -302,9 +300,7 @@ class EncryptedSession(SessionWrapper):
         if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
             raise ValueError("cache_bytes must be an int >= 0 (0 disables the plaintext cache)")
         self.cache_bytes = cache_bytes
-        self._plain = _PLAIN if cache_bytes else None
-        if cache_bytes > _PLAIN.capacity:
-            _PLAIN.capacity = cache_bytes
+        self._plain = _PlainCache(cache_bytes) if cache_bytes else None
         self._aad_prefix = f"{ENC_TYPE}\x00{ENVELOPE_VERSION}\x00".encode()
         self._aad_suffix = b"\x00" + self.session_id.encode("utf-8")
         self._cipher(self.active_key_id)  # derive now: a bad key fails at construction
@@ -386,8 +382,8 @@ class EncryptedSession(SessionWrapper):
         return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "t": t, "n": n, "c": c}
 
     def _remember(self, n: str, kid: str, c: str, plain: bytes, t: Any) -> None:
-        if self._plain is not None and len(plain) * 4 <= self.cache_bytes:
-            self._plain.add(n, (self.session_id, kid, self._keys[kid], c, plain, t))
+        if self._plain is not None:
+            self._plain.add(n, (kid, c, plain, t))
 
     def _check_age(self, t: Any) -> None:
         if self._lifetime is not None and t is not None and time.time() - t > self._lifetime:
@@ -404,16 +400,9 @@ class EncryptedSession(SessionWrapper):
         kid = envelope.get("kid")
         n, c, t = envelope.get("n"), envelope.get("c"), envelope.get("t")
         hit = self._plain.entries.get(n) if self._plain is not None and type(n) is str else None
-        if (
-            hit is not None
-            and hit[3] == c
-            and hit[1] == kid
-            and hit[5] == t
-            and hit[0] == self.session_id
-            and hit[2] == self._keys.get(kid)  # type: ignore[arg-type]
-        ):
+        if hit is not None and hit[1] == c and hit[0] == kid and hit[3] == t:
             self._check_age(t)
-            return loads(hit[4])  # a byte-identical envelope authenticated before
+            return loads(hit[2])  # a byte-identical envelope authenticated before
         if t is not None and type(t) is not int:
             raise _Unreadable("the envelope's write time is malformed")
         entry = self._ciphers.get(kid) if type(kid) is str else None
@@ -579,7 +568,7 @@ class EncryptedSession(SessionWrapper):
         """The check ``_pop_checked`` runs inside the pop: the item, or ``_DRAINED`` for a
         plaintext, foreign or expired one (removed on the way); raises ``_Unreadable`` for
         an envelope these keys cannot open, so it is not removed. Runs off the event loop's
-        thread: it reads the shared cache but does not fill it."""
+        thread: it reads this object's cache but does not fill it."""
         try:
             return self._open(envelope, remember=False)
         except (_NotAnEnvelope, _Expired):
@@ -604,7 +593,7 @@ class EncryptedSession(SessionWrapper):
         """Delete every item of this session."""
         await call_with_wrapper(self.inner.clear_session, wrapper=wrapper)
         if self._plain is not None:
-            self._plain.drop_session(self.session_id)
+            self._plain.clear()
 
     # -- the SDK's compaction hooks ------------------------------------------------------------
 
@@ -815,5 +804,6 @@ __all__ = [
     "ENC_TYPE",
     "EncryptedSession",
     "KeyMismatchError",
+    "is_encrypted",
     "master_key_bytes",
 ]

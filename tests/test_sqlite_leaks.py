@@ -1,0 +1,127 @@
+"""Issue 23 item 6: SQLite sessions collected without close() give back their worker thread
+and file descriptors; sessions of one file share one worker."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from agent_sessions import BranchingSession, SQLiteSession
+
+
+def _msg(text: str) -> Any:
+    return {"role": "user", "content": text}
+
+
+def _workers(path: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"agent_sessions-sqlite:{path}"]
+
+
+def _open_files(directory: Path) -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # closed since the listing
+        if target.startswith(str(directory)):
+            found.append(target)
+    return found
+
+
+def _collect_and_join(threads: list[threading.Thread]) -> None:
+    gc.collect()
+    deadline = time.monotonic() + 20  # a bound for a hang, not a timing assertion
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+
+
+def test_a_thousand_unclosed_sessions_of_one_file_share_one_worker(tmp_path: Path) -> None:
+    path = str(tmp_path / "one.db")
+    kept: list[SQLiteSession] = []
+
+    async def use() -> None:
+        for i in range(1000):
+            session = SQLiteSession(f"s{i}", path)
+            await session.add_items([_msg(str(i))])
+            kept.append(session)
+
+    asyncio.run(use())
+    workers = _workers(os.path.realpath(path))
+    assert len(workers) == 1
+    kept.clear()
+    _collect_and_join(workers)
+    assert not any(t.is_alive() for t in workers)
+    assert _open_files(tmp_path) == []
+
+
+def test_unclosed_sessions_on_many_files_give_threads_and_files_back(tmp_path: Path) -> None:
+    kept: list[SQLiteSession] = []
+
+    async def use() -> None:
+        for i in range(40):
+            session = SQLiteSession("s", str(tmp_path / f"f{i}.db"))
+            await session.add_items([_msg(str(i))])
+            kept.append(session)
+
+    asyncio.run(use())
+    workers = [t for i in range(40) for t in _workers(os.path.realpath(tmp_path / f"f{i}.db"))]
+    assert len(workers) == 40 and _open_files(tmp_path) != []
+    kept.clear()
+    _collect_and_join(workers)
+    assert not any(t.is_alive() for t in workers)
+    assert _open_files(tmp_path) == []
+
+
+def test_unclosed_in_memory_sessions_and_their_side_stores_stop_their_workers() -> None:
+    before = set(threading.enumerate())
+
+    async def use() -> None:
+        for i in range(50):
+            session = BranchingSession(SQLiteSession(f"m{i}"))
+            await session.add_items([_msg(str(i))])
+            await session.create_branch_from_turn(1, "b")
+
+    asyncio.run(use())
+    started = [t for t in threading.enumerate() if t not in before and t.name.startswith(
+        "agent_sessions-sqlite:")]
+    _collect_and_join(started)
+    assert [t for t in started if t.is_alive()] == []
+
+
+def test_a_closed_then_collected_session_does_not_give_its_hold_back_twice(tmp_path: Path) -> None:
+    path = str(tmp_path / "twice.db")
+
+    async def run() -> list[Any]:
+        a, b = SQLiteSession("a", path), SQLiteSession("b", path)
+        await a.add_items([_msg("1")])
+        await a.close()
+        del a
+        gc.collect()
+        await asyncio.sleep(0)
+        await b.add_items([_msg("2")])  # the file is still open for b
+        items = await b.get_items()
+        await b.close()
+        return items
+
+    assert [i["content"] for i in asyncio.run(run())] == ["2"]
+
+
+def test_a_session_collected_before_its_first_use_leaves_the_file_usable(tmp_path: Path) -> None:
+    path = str(tmp_path / "unused.db")
+    SQLiteSession("never-used", path)  # collected at once: its hold waits for a worker
+    gc.collect()
+
+    async def run() -> list[Any]:
+        async with SQLiteSession("s", path) as s:
+            await s.add_items([_msg("x")])
+            return await s.get_items()
+
+    assert len(asyncio.run(run())) == 1
+    _collect_and_join(_workers(os.path.realpath(path)))
+    assert _open_files(tmp_path) == []
