@@ -151,3 +151,56 @@ def _close_page(state: PageState) -> None:
 def test_every_page_with_python_blocks_is_found() -> None:
     assert any(b.page.name == "README.md" for b in BLOCKS)
     assert len({b.page for b in BLOCKS}) >= 5
+
+
+def _section(text: str, heading: str) -> str:
+    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_names_every_session_class_and_links_every_page() -> None:
+    import agent_sessions
+
+    readme = (ROOT / "README.md").read_text()
+    features = _section(readme, "Features")
+    public = {n for n in agent_sessions.__all__ if n.endswith("Session")}
+    internal = {"BaseSession", "AsyncSQLiteSession"}  # the backend template; the SDK's alias
+    assert sorted(n for n in public - internal if f"`{n}`" not in features) == []
+    linked = set(re.findall(r"\]\(docs/([\w./-]+\.md)\)", _section(readme, "Documentation")))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"index.md", "changelog.md"}
+    assert sorted(pages - linked) == []
+
+
+def test_api_reference_renders_no_sphinx_roles() -> None:
+    """mkdocstrings prints a ``:class:`X``` role as is; the site's griffe extension turns each
+    into a code span (docstrings keep the roles for ``help()`` and IDEs)."""
+    import griffe
+
+    from scripts.griffe_roles import ROLE, SphinxRoles
+
+    assert "scripts/griffe_roles.py:SphinxRoles" in (ROOT / "mkdocs.yml").read_text()
+    package = griffe.load(
+        "agent_sessions", search_paths=[str(ROOT)], extensions=griffe.load_extensions(SphinxRoles())
+    )
+    left: list[str] = []
+    todo: list[griffe.Object | griffe.Alias] = [package]
+    while todo:
+        obj = todo.pop()
+        if obj.is_alias:
+            continue
+        if obj.docstring is not None and ROLE.search(obj.docstring.value):
+            left.append(obj.path)
+        todo.extend(obj.members.values())
+    assert left == []
+
+
+def test_the_site_lists_each_page_once() -> None:
+    import yaml
+
+    def pages(node: Any) -> list[str]:
+        if isinstance(node, str):
+            return [node]
+        values = node.values() if isinstance(node, dict) else node
+        return [page for value in values for page in pages(value)]
+
+    nav = pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
+    assert sorted({p for p in nav if nav.count(p) > 1}) == []
