@@ -17,7 +17,7 @@ import pytest
 
 from agent_sessions import SQLiteSession
 from agent_sessions.cli import main
-from tests.servers import POSTGRES_URL, REDIS_URL, drop_redis_keys, require_server
+from tests.servers import POSTGRES_URL, REDIS_URL, RUN, drop_redis_keys, require_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,32 +48,19 @@ class Target:
         return await open_session(self.url, session_id, **self.options)
 
 
-async def _drop_pg(prefix: str) -> None:
-    from sqlalchemy import text
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    engine = create_async_engine(POSTGRES_URL)
-    try:
-        async with engine.begin() as conn:
-            for table in ("sessions", "messages", "schema"):
-                await conn.execute(text(f"DROP TABLE IF EXISTS {prefix}{table}"))
-    finally:
-        await engine.dispose()
-
-
 @pytest.fixture(params=["sqlite", "redis", "postgres"])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
-    run = uuid.uuid4().hex[:8]
     if request.param == "sqlite":
         yield Target("sqlite", f"sqlite:///{tmp_path / 'cli.db'}", {})
     elif request.param == "redis":
         require_server("Redis", "127.0.0.1", 6379)
-        yield Target("redis", REDIS_URL, {"key_prefix": f"cli{run}"})
-        asyncio.run(drop_redis_keys(REDIS_URL, f"cli{run}*"))
+        prefix = f"cli{RUN}{uuid.uuid4().hex[:6]}"
+        yield Target("redis", REDIS_URL, {"key_prefix": prefix})
+        asyncio.run(drop_redis_keys(REDIS_URL, f"{prefix}*"))
     else:
         require_server("PostgreSQL", "127.0.0.1", 5432)
-        yield Target("postgres", POSTGRES_URL, {"table_prefix": f"cli{run}_"})
-        asyncio.run(_drop_pg(f"cli{run}_"))
+        prefix = request.getfixturevalue("sql_prefix")
+        yield Target("postgres", POSTGRES_URL, {"table_prefix": prefix})
 
 
 def _fill(target: Target, sessions: dict[str, int], branch: str | None = None) -> None:

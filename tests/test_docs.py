@@ -23,13 +23,14 @@ import inspect
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.servers import require_server
+from tests.servers import RUN, require_server
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -117,6 +118,24 @@ def _obey(block: Block) -> None:
         raise AssertionError(f"unknown docs-test requirement {arg!r}")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _tagged_redis_prefixes() -> Iterator[None]:
+    """Pages name their sessions (``user-42``); their Redis key prefixes get the test run's
+    tag appended, so the run's guard (tests/conftest.py) removes what the pages leave (a
+    cleared session keeps its counter) and a concurrent run's pages never meet them."""
+    from agent_sessions.backends.redis import RedisSession
+
+    init = RedisSession.__init__
+    default = inspect.signature(init).parameters["key_prefix"].default
+
+    def tagged(self: RedisSession, *args: Any, key_prefix: str = default, **kw: Any) -> None:
+        init(self, *args, key_prefix=f"{key_prefix}{RUN}", **kw)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RedisSession, "__init__", tagged)
+        yield
+
+
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
 def test_docs_block_runs(block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
     _obey(block)
@@ -194,13 +213,6 @@ def test_api_reference_renders_no_sphinx_roles() -> None:
 
 
 def test_the_site_lists_each_page_once() -> None:
-    import yaml
-
-    def pages(node: Any) -> list[str]:
-        if isinstance(node, str):
-            return [node]
-        values = node.values() if isinstance(node, dict) else node
-        return [page for value in values for page in pages(value)]
-
-    nav = pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
-    assert sorted({p for p in nav if nav.count(p) > 1}) == []
+    nav = (ROOT / "mkdocs.yml").read_text().split("\nnav:\n", 1)[1]
+    pages = re.findall(r":\s*([\w/.-]+\.md)\s*$", nav, re.M)
+    assert sorted({p for p in pages if pages.count(p) > 1}) == []

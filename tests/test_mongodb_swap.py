@@ -159,9 +159,6 @@ async def test_a_cancelled_replacement_is_all_or_nothing(make: Factory) -> None:
 
 # -- stateful: random operations against a plain list -----------------------------------------
 
-CLIENT: Any = AsyncMongoMockClient()
-
-
 class SwapMachine(RuleBasedStateMachine):
     """Adds, pops, suffix and whole replacements (some interrupted after their commit), and
     reads through a second object, checked against a list."""
@@ -170,8 +167,9 @@ class SwapMachine(RuleBasedStateMachine):
         super().__init__()
         self.loop = asyncio.new_event_loop()
         sid = f"swap-{uuid.uuid4().hex[:10]}"
-        self.s = MongoDBSession(sid, client=CLIENT, database="as_swap_props")
-        self.other = MongoDBSession(sid, client=CLIENT, database="as_swap_props")
+        client = AsyncMongoMockClient()  # an example shares no state with the one before
+        self.s = MongoDBSession(sid, client=client, database="as_swap_props")
+        self.other = MongoDBSession(sid, client=client, database="as_swap_props")
         self.model: list[str] = []
         self.n = 0
 

@@ -25,7 +25,7 @@ from agent_sessions.wrappers.resilient import (
     RetryPolicy,
 )
 from tests.redis_servers import RedisServer, require_binaries
-from tests.servers import POSTGRES_URL, require_server
+from tests.servers import POSTGRES_URL, RUN, drop_sql_tables, require_server
 from tests.tcp_proxy import TcpProxy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,7 +181,7 @@ class _Postgres:
     def __init__(self) -> None:
         require_server("PostgreSQL", "127.0.0.1", 5432)
         self.app = f"as-resilient-{uuid.uuid4().hex[:8]}"
-        self.prefix = f"rs{uuid.uuid4().hex[:8]}_"
+        self.prefix = f"rs{RUN}{uuid.uuid4().hex[:6]}_"
         self.proxy = TcpProxy(("127.0.0.1", 5432))
         self.proxy.start()
         self.terminated: list[int] = []
@@ -222,15 +222,8 @@ class _Postgres:
             await reader.close()
 
     async def drop(self) -> None:
-        from sqlalchemy import text
-        from sqlalchemy.ext.asyncio import create_async_engine
-
         self.proxy.cut()
-        engine = create_async_engine(POSTGRES_URL)
-        async with engine.begin() as conn:
-            for table in ("sessions", "messages", "schema"):
-                await conn.execute(text(f"DROP TABLE IF EXISTS {self.prefix}{table}"))
-        await engine.dispose()
+        await drop_sql_tables(POSTGRES_URL, self.prefix)
 
 
 @pytest.mark.asyncio
