@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import uuid
@@ -87,7 +88,8 @@ async def snapshot() -> set[str]:
     session ids in SQL tables that have a ``session_id`` column. Servers that are down are
     left out."""
     from redis.asyncio import Redis
-    from sqlalchemy import inspect, text
+    from sqlalchemy import text
+    from sqlalchemy.exc import ProgrammingError
     from sqlalchemy.ext.asyncio import create_async_engine
 
     names: set[str] = set()
@@ -98,23 +100,30 @@ async def snapshot() -> set[str]:
                 names |= {f"redis/{db}/{k.decode()}" async for k in client.scan_iter(count=1000)}
             finally:
                 await client.aclose()
+    schema = {"postgresql": "current_schema()", "mariadb": "database()"}
     for server, url in sql_up().items():
-        engine = create_async_engine(url)
+        # Each statement on its own: another run may drop a table between two of them.
+        engine = create_async_engine(url, isolation_level="AUTOCOMMIT")
         try:
             async with engine.connect() as conn:
-                def tables(sync: Any) -> dict[str, bool]:
-                    insp = inspect(sync)
-                    return {
-                        t: any(c["name"] == "session_id" for c in insp.get_columns(t))
-                        for t in insp.get_table_names()
-                    }
-
-                for table, keyed in (await conn.run_sync(tables)).items():
+                columns = await conn.execute(
+                    text(
+                        "SELECT table_name, column_name FROM information_schema.columns "
+                        f"WHERE table_schema = {schema[server]}"
+                    )
+                )
+                keyed: set[str] = set()
+                for table, column in columns:
                     names.add(f"{server}/{table}")
-                    if keyed:
-                        q = conn.dialect.identifier_preparer.quote(table)
+                    if column == "session_id":
+                        keyed.add(table)
+                for table in keyed:
+                    q = conn.dialect.identifier_preparer.quote(table)
+                    try:
                         rows = await conn.execute(text(f"SELECT DISTINCT session_id FROM {q}"))
-                        names |= {f"{server}/{table}/{sid}" for (sid,) in rows}
+                    except ProgrammingError:  # dropped meanwhile
+                        continue
+                    names |= {f"{server}/{table}/{sid}" for (sid,) in rows}
         finally:
             await engine.dispose()
     return names
@@ -124,6 +133,7 @@ async def remove_run(tag: str) -> None:
     """Remove from the shared servers every key, table and session row whose name contains
     ``tag``."""
     from sqlalchemy import text
+    from sqlalchemy.exc import ProgrammingError
     from sqlalchemy.ext.asyncio import create_async_engine
 
     if port_open("127.0.0.1", 6379):
@@ -137,12 +147,14 @@ async def remove_run(tag: str) -> None:
         key=lambda r: r[1].endswith("sessions"),
     )
     for server, url in up.items():
-        engine = create_async_engine(url)
+        engine = create_async_engine(url, isolation_level="AUTOCOMMIT")
         try:
-            async with engine.begin() as conn:
+            async with engine.connect() as conn:
                 for _, table, sid in (r for r in rows if len(r) == 3 and r[0] == server):
                     q = conn.dialect.identifier_preparer.quote(table)
-                    await conn.execute(text(f"DELETE FROM {q} WHERE session_id = :s"), {"s": sid})
+                    delete = text(f"DELETE FROM {q} WHERE session_id = :s")
+                    with contextlib.suppress(ProgrammingError):  # dropped meanwhile
+                        await conn.execute(delete, {"s": sid})
         finally:
             await engine.dispose()
 
