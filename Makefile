@@ -44,6 +44,12 @@ smoke-core:
 test-window-long: install services
 	WINDOW_EXAMPLES=300 $(PY) -m pytest tests/test_window.py -q
 
+# The SDK's DaprSession (on the SDK's fake Dapr client) under every wrapper stack through
+# ForeignSession (CI runs it bare).
+.PHONY: test-dapr-long
+test-dapr-long: install
+	AGENT_SESSIONS_DAPR_STACKS=all $(PY) -m pytest tests/test_dapr.py -q
+
 # The SDK's own session test files against our classes, every file on every store (prints a
 # per-file count; also what tests/test_sdk_suite.py runs with AGENT_SESSIONS_SDK_SUITE=full).
 sdk-tests: install services

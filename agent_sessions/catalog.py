@@ -127,6 +127,11 @@ def is_side_store(session_id: str) -> bool:
     return session_id.startswith(SIBLING_MARK)
 
 
+def side_store_kind(session_id: str) -> str:
+    """The purpose a layer gave the side store ``session_id`` (its outermost one)."""
+    return session_id[1:].partition(SIBLING_MARK)[0]
+
+
 def family_root(session_id: str) -> str:
     """Return the user session a side-store id belongs to (``session_id`` itself for a user id).
 
@@ -347,8 +352,11 @@ class SessionCatalog:
     erase = delete_sessions
 
     async def stats(self) -> dict[str, Any]:
-        """Return totals over the store: sessions, items, side stores, oldest/newest update."""
+        """Return totals over the store: sessions, items, side stores (also by kind: the
+        purpose a layer gave them, e.g. ``branches``, ``usage``, ``compaction``, ``ttl``),
+        oldest/newest update."""
         sessions = items = side = side_items = 0
+        kinds: dict[str, dict[str, int]] = {}
         oldest: datetime | None = None
         newest: datetime | None = None
         cursor: str | None = None
@@ -360,6 +368,11 @@ class SessionCatalog:
                 if is_side_store(info.session_id):
                     side += 1
                     side_items += info.item_count
+                    kind = kinds.setdefault(side_store_kind(info.session_id), {
+                        "stores": 0, "items": 0
+                    })
+                    kind["stores"] += 1
+                    kind["items"] += info.item_count
                     continue
                 sessions += 1
                 items += info.item_count
@@ -374,6 +387,7 @@ class SessionCatalog:
             "items": items,
             "side_stores": side,
             "side_store_items": side_items,
+            "side_stores_by_kind": dict(sorted(kinds.items())),
             "oldest_update": None if oldest is None else oldest.isoformat(),
             "newest_update": None if newest is None else newest.isoformat(),
         }

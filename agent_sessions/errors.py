@@ -58,6 +58,11 @@ class BackendDataError(SessionError, RuntimeError):
     """The backing store holds data this package did not write where it expects its own."""
 
 
+class SequenceConflictError(SessionError, ValueError):
+    """``write_sequenced_items`` was refused: the session already holds items, or a number is
+    taken in the store; nothing was written."""
+
+
 class UnknownSchemeError(SessionError, ValueError):
     """``open_session`` got a URL whose scheme no backend registered."""
 
@@ -87,6 +92,7 @@ __all__ = [
     "ItemTooLargeError",
     "MissingDependencyError",
     "SessionClosedError",
+    "SequenceConflictError",
     "SessionError",
     "SessionNotFoundError",
     "StoreNotFoundError",

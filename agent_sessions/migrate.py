@@ -2,9 +2,13 @@
 
 A copy writes a session's stored items unchanged (encrypted or TTL envelopes stay envelopes,
 still bound to the same session id), together with its side stores (branch logs, usage,
-compaction records), so the layers find their data at the destination. Each session is copied
-in batches; a copy stopped halfway resumes where it stopped, and finishes by checking that the
-destination holds as many items as the source::
+compaction records, TTL lifecycle), so the layers find their data at the destination. Side data
+points at items by sequence number, so each session is written at its source's numbers and
+times, in one atomic step, into a destination that declares ``Capability.SEQUENCED_WRITE`` (every
+backend of this package). A destination without it (an SDK layout) numbers items anew: a family
+with side stores is refused there unless ``renumber=True``, which copies the sessions without
+their side stores. A copy stopped halfway resumes (complete sessions are skipped), and each
+session is checked by its item count afterwards::
 
     result = await copy_store("sqlite:///app.db", "postgresql+asyncpg://u:pw@db/app")
 
@@ -16,16 +20,28 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from datetime import datetime
+from itertools import pairwise
+from typing import IO, Any, TypeVar
 
-from .catalog import SessionCatalog, SupportsCatalog, is_side_store
+from .catalog import SessionCatalog, SupportsCatalog, family_root, is_side_store, utc
+from .core.capabilities import Capability, supports
+from .core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from .core.family import close_quietly
 from .core.ids import validate_session_id
-from .errors import BackendDataError, SessionError, StoreNotFoundError
+from .errors import (
+    BackendDataError,
+    InvalidItemError,
+    SequenceConflictError,
+    SessionError,
+    StoreNotFoundError,
+)
 
+T = TypeVar("T")
 DEFAULT_BATCH = 500
-EXPORT_FORMAT = "agent-sessions-export/1"
-"""``format`` of the first line of an export file."""
+EXPORT_FORMAT = "agent-sessions-export/2"
+"""``format`` of the first line of an export file this version writes."""
+_READABLE_FORMATS = ("agent-sessions-export/1", EXPORT_FORMAT)
 
 Progress = Callable[[str, int], None]
 """``progress(session_id, items_written_so_far)``, called after each batch."""
@@ -33,6 +49,23 @@ Progress = Callable[[str, int], None]
 
 class TransferConflictError(SessionError, ValueError):
     """The destination already holds other items for a session; nothing was written to it."""
+
+
+class RenumberingError(SessionError, ValueError):
+    """The destination cannot keep sequence numbers and the sessions have side stores that
+    point at items by number; nothing was written."""
+
+
+@dataclass
+class SessionData:
+    """One session as read from a store or an export: its items, their sequence numbers (None
+    when the source has none) and its times (None when unknown)."""
+
+    session_id: str
+    items: list[Any]
+    seqs: list[int] | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
 
 
 @dataclass
@@ -44,6 +77,10 @@ class TransferReport:
     skipped: int = 0
     items: int = 0
     ids: list[str] = field(default_factory=list)
+    renumbered: int = 0
+    """Sessions the destination numbered anew (it cannot write at given numbers)."""
+    side_stores_left: int = 0
+    """Side stores not copied because the destination renumbers (``renumber=True``)."""
 
     def as_dict(self) -> dict[str, Any]:
         """Return the report as JSON-ready values."""
@@ -52,6 +89,8 @@ class TransferReport:
             "side_stores": self.side_stores,
             "skipped": self.skipped,
             "items": self.items,
+            "renumbered": self.renumbered,
+            "side_stores_left": self.side_stores_left,
         }
 
 
@@ -104,6 +143,11 @@ class Store:
                 )
         return store
 
+    @property
+    def keeps_numbers(self) -> bool:
+        """Whether sessions of this store can be written at given sequence numbers."""
+        return supports(self.base, Capability.SEQUENCED_WRITE)
+
     def session(self, session_id: str) -> Any:
         """Return a session of this store for ``session_id`` (close it after use)."""
         sibling = getattr(self.base, "sibling", None)
@@ -154,36 +198,57 @@ async def write_session(
     replace: bool = False,
     batch: int = DEFAULT_BATCH,
     progress: Progress | None = None,
+    seqs: list[int] | None = None,
+    created_at: datetime | None = None,
+    updated_at: datetime | None = None,
 ) -> int:
     """Make ``dst`` hold exactly ``items``; return how many were written (0: already did).
 
-    An empty destination gets every item; one holding the first ``k`` of them (a copy that
-    stopped) gets the rest. Any other content is a conflict: it is cleared first when
-    ``replace``, else :class:`TransferConflictError` is raised and nothing is written.
+    With ``seqs`` (the items' sequence numbers) and a ``dst`` that declares SEQUENCED_WRITE,
+    the items are written at those numbers with the given times in one atomic step; a
+    destination holding some of them (a copy that stopped) is written again whole. Otherwise
+    they are appended in batches of ``batch``: an empty destination gets every item, one
+    holding the first ``k`` of them gets the rest. Every item is validated before anything
+    is written. Any other content is a conflict: it is cleared first when ``replace``, else
+    :class:`TransferConflictError` is raised and nothing is written.
 
     Raises:
+        InvalidItemError: an item cannot be stored (its index in ``items``; nothing written).
         BackendDataError: the destination's item count differs from ``len(items)`` afterwards.
     """
-    have = await _count(dst)
     sid = dst.session_id
-    if have:
-        existing = await dst.get_items(have) if have <= len(items) else None
-        if existing is None or existing != items[: len(existing)] or len(existing) != have:
-            if not replace:
-                raise TransferConflictError(
-                    f"the destination already holds {have} item(s) for session {sid!r} that "
-                    "are not the source's; nothing was written to it. Pass replace=True "
-                    "(--replace) to overwrite it"
-                )
+    numbered = seqs is not None and supports(dst, Capability.SEQUENCED_WRITE)
+    encode_batch(items, getattr(dst, "max_item_bytes", DEFAULT_MAX_ITEM_BYTES))
+    have = await _count(dst)
+    if numbered:
+        assert seqs is not None
+        wanted = list(zip(seqs, items, strict=True))
+        existing = await dst.get_sequenced_items() if have else []
+        if have and existing == wanted:
+            return 0
+        if have and existing != wanted[: len(existing)] and not replace:
+            raise _conflict(sid, have)
+        if have:
             await dst.clear_session()
-            have = 0
-    written = 0
-    for start in range(have, len(items), batch):
-        chunk = items[start : start + batch]
-        await dst.add_items(chunk)
-        written += len(chunk)
+        await dst.write_sequenced_items(wanted, created_at=created_at, updated_at=updated_at)
+        written = len(items)
         if progress is not None:
-            progress(sid, have + written)
+            progress(sid, written)
+    else:
+        if have:
+            existing = await dst.get_items(have) if have <= len(items) else None
+            if existing is None or existing != items[: len(existing)] or len(existing) != have:
+                if not replace:
+                    raise _conflict(sid, have)
+                await dst.clear_session()
+                have = 0
+        written = 0
+        for start in range(have, len(items), batch):
+            chunk = items[start : start + batch]
+            await dst.add_items(chunk)
+            written += len(chunk)
+            if progress is not None:
+                progress(sid, have + written)
     final = await _count(dst)
     if final != len(items):
         raise BackendDataError(
@@ -191,6 +256,13 @@ async def write_session(
             f"source {len(items)}; another writer may be using it. Run the copy again"
         )
     return written
+
+
+def _conflict(sid: str, have: int) -> TransferConflictError:
+    return TransferConflictError(
+        f"the destination already holds {have} item(s) for session {sid!r} that are not the "
+        "source's; nothing was written to it. Pass replace=True (--replace) to overwrite it"
+    )
 
 
 async def _ids(store: Store, ids: Iterable[str] | None, prefix: str | None) -> list[str]:
@@ -215,29 +287,122 @@ async def _todo(
     return out
 
 
-async def _read(store: Store, sid: str) -> list[Any]:
+async def _read(store: Store, sid: str) -> SessionData:
     source = store.session(sid)
     try:
-        return list(await source.get_items())
+        info = await store.catalog.get(sid) if store.catalog is not None else None
+        times = (info.created_at, info.updated_at) if info is not None else (None, None)
+        if supports(source, Capability.SEQUENCED):
+            pairs = await source.get_sequenced_items()
+            return SessionData(sid, [i for _, i in pairs], [n for n, _ in pairs], *times)
+        return SessionData(sid, list(await source.get_items()), None, *times)
     finally:
         await close_quietly(source)
 
 
 async def _write(
     store: Store,
-    sid: str,
-    items: list[Any],
+    data: SessionData,
     report: TransferReport,
     on_session: Callable[[str, int], None] | None,
+    *,
+    needs_numbers: bool,
     **options: Any,
-) -> None:
-    """``write_session`` into ``store``'s ``sid``, counted in ``report``."""
+) -> int:
+    """``write_session`` of ``data`` into ``store``, counted in ``report``; return how many
+    items were written. A session no side store points into (``needs_numbers`` False) whose
+    numbers are taken at the destination is appended instead."""
+    sid = data.session_id
     target = store.session(sid)
     try:
-        written = await write_session(target, items, **options)
+        seqs = data.seqs
+        while True:
+            try:
+                written = await write_session(
+                    target,
+                    data.items,
+                    seqs=seqs,
+                    created_at=data.created_at,
+                    updated_at=data.updated_at,
+                    **options,
+                )
+                break
+            except SequenceConflictError:
+                if needs_numbers or seqs is None or await _count(target):
+                    raise
+                seqs = None  # numbers taken by other sessions (one SQLite layout)
+    except InvalidItemError as exc:
+        raise InvalidItemError(
+            f"stopped at session {sid!r}, item {exc.index}: {exc}. Nothing of that session "
+            f"was written; {_before(report)}",
+            index=exc.index,
+        ) from exc
     finally:
         await close_quietly(target)
-    _tally(report, sid, written, len(items), on_session)
+    if data.seqs is not None and (seqs is None or not store.keeps_numbers):
+        report.renumbered += 1
+    _tally(report, sid, written, len(data.items), on_session)
+    return written
+
+
+def _before(report: TransferReport) -> str:
+    written = report.sessions + report.side_stores
+    if not written:
+        return "no session before it was written"
+    ids = ", ".join(repr(sid) for sid in report.ids[-3:])
+    return (
+        f"the {written} session(s) before it were written ({report.sessions} user "
+        f"session(s), the last {ids}); fix the item and run again to write the rest"
+    )
+
+
+async def _write_family(
+    store: Store,
+    family: list[SessionData],
+    report: TransferReport,
+    on_session: Callable[[str, int], None] | None,
+    renumber: bool,
+    **options: Any,
+) -> None:
+    """Write a user session and its side stores; when a member is refused for its numbers,
+    the members this call wrote are cleared again, so no half family is left."""
+    side_ids = [d.session_id for d in family if is_side_store(d.session_id)]
+    if not _numbering_check(store, side_ids, renumber):
+        family = [d for d in family if not is_side_store(d.session_id)]
+        report.side_stores_left += len(side_ids)
+    fresh: list[str] = []
+    try:
+        for data in family:
+            if await _write(
+                store, data, report, on_session, needs_numbers=len(family) > 1, **options
+            ):
+                fresh.append(data.session_id)
+    except SequenceConflictError:
+        for sid in fresh:
+            written = store.session(sid)
+            try:
+                await written.clear_session()
+            finally:
+                await close_quietly(written)
+        raise
+
+
+def _numbering_check(dst: Store, side_ids: list[str], renumber: bool) -> bool:
+    """Whether side stores can be written to ``dst``; raise when they would be corrupted
+    there and the caller did not accept leaving them behind."""
+    if dst.keeps_numbers or not side_ids:
+        return True
+    if renumber:
+        return False
+    roots = sorted({family_root(sid) for sid in side_ids})
+    raise RenumberingError(
+        f"the destination {_redacted(dst.url)} numbers items anew (it cannot write at given "
+        f"sequence numbers, e.g. an SDK layout), and {len(roots)} session(s) have side stores "
+        f"({len(side_ids)}: branches, usage, compaction, TTL records) that point at items by "
+        f"number, starting with {roots[0]!r}. Nothing was written. Copy into a store of this "
+        "package, or pass renumber=True (--renumber) to copy the sessions without their side "
+        "stores"
+    )
 
 
 async def copy_store(
@@ -254,21 +419,32 @@ async def copy_store(
     progress: Progress | None = None,
     on_session: Callable[[str, int], None] | None = None,
     plan: Callable[[list[str]], None] | None = None,
+    renumber: bool = False,
 ) -> TransferReport:
     """Copy sessions (all, those starting with ``prefix``, or ``session_ids``) with their side
-    stores from the store at ``src_url`` to the one at ``dst_url``; see :func:`write_session`
-    for resuming and conflicts. ``plan(ids)`` is told the ids first, ``on_session(id, n)``
-    after each session."""
+    stores from the store at ``src_url`` to the one at ``dst_url``, keeping sequence numbers
+    and times; see :func:`write_session` for resuming and conflicts. ``plan(ids)`` is told the
+    ids first, ``on_session(id, n)`` after each session.
+
+    Raises:
+        RenumberingError: the destination cannot keep numbers, the sessions have side stores
+            and ``renumber`` is False (nothing written). With ``renumber``, side stores are
+            left behind (``report.side_stores_left``).
+    """
     report = TransferReport()
     writing = {"replace": replace, "batch": batch, "progress": progress}
     async with await Store.open(src_url, src_options, read_only=True) as src:
         async with await Store.open(dst_url, dst_options) as dst:
             todo = await _todo(src, session_ids, prefix, side_stores)
+            side_ids = [sid for sid in todo if is_side_store(sid)]
+            if not _numbering_check(dst, side_ids, renumber):
+                todo = [sid for sid in todo if not is_side_store(sid)]
+                report.side_stores_left = len(side_ids)
             if plan is not None:
                 plan(todo)
-            for sid in todo:
-                items = await _read(src, sid)
-                await _write(dst, sid, items, report, on_session, **writing)
+            for family in _families(todo):
+                members = [await _read(src, sid) for sid in family]
+                await _write_family(dst, members, report, on_session, renumber, **writing)
     return report
 
 
@@ -302,32 +478,55 @@ async def export_store(
     on_session: Callable[[str, int], None] | None = None,
 ) -> TransferReport:
     """Write sessions as JSON lines to ``out``: a header line
-    ``{"format": "agent-sessions-export/1"}``, then one line per item,
-    ``{"session_id": ..., "item": {...}}``, sessions one after another, items oldest first.
+    ``{"format": "agent-sessions-export/2"}``, then per session a line
+    ``{"session_id": ..., "created_at": ISO or null, "updated_at": ISO or null}`` followed by
+    one line per item, ``{"session_id": ..., "seq": n, "item": {...}}``, oldest first.
     Reads only; the store must exist."""
     report = TransferReport()
     async with await Store.open(url, options, read_only=True) as src:
         todo = await _todo(src, session_ids, prefix, side_stores)
         out.write(json.dumps({"format": EXPORT_FORMAT}) + "\n")
         for sid in todo:
-            items = await _read(src, sid)
-            for item in items:
-                out.write(json.dumps({"session_id": sid, "item": item}, ensure_ascii=False))
+            data = await _read(src, sid)
+            if data.items:
+                head = {"session_id": sid, "created_at": _iso(data.created_at),
+                        "updated_at": _iso(data.updated_at)}
+                out.write(json.dumps(head, ensure_ascii=False) + "\n")
+            seqs: list[int | None] = list(data.seqs) if data.seqs else [None] * len(data.items)
+            for seq, item in zip(seqs, data.items, strict=True):
+                record: dict[str, Any] = {"session_id": sid, "item": item}
+                if seq is not None:
+                    record["seq"] = seq
+                out.write(json.dumps(record, ensure_ascii=False))
                 out.write("\n")
-            _tally(report, sid, len(items), len(items), on_session)
+            _tally(report, sid, len(data.items), len(data.items), on_session)
     return report
 
 
-def read_export(lines: Iterable[str]) -> Iterator[tuple[str, list[Any]]]:
-    """Yield ``(session_id, items)`` from an export's lines, one session at a time.
+def _iso(when: datetime | None) -> str | None:
+    return None if when is None else when.isoformat()
+
+
+def _time(value: Any, number: int, name: str) -> datetime | None:
+    if value is None:
+        return None
+    when = utc(value) if isinstance(value, str) else None
+    if when is None:
+        raise ValueError(f"line {number}: {name} is {value!r}, not an ISO 8601 time")
+    return when
+
+
+def iter_export(lines: Iterable[str]) -> Iterator[SessionData]:
+    """Yield the sessions of an export (format 1 or 2), one at a time; format 1 carries no
+    sequence numbers or times (``seqs``, ``created_at``, ``updated_at`` are None).
 
     Raises:
         ValueError: the text is not an export (line number and reason in the message).
     """
-    current: str | None = None
-    items: list[Any] = []
+    current: SessionData | None = None
+    numbers: list[int | None] = []
     done: set[str] = set()
-    header = False
+    version: str | None = None
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -335,39 +534,89 @@ def read_export(lines: Iterable[str]) -> Iterator[tuple[str, list[Any]]]:
             record = json.loads(line)
         except ValueError as exc:
             raise ValueError(f"line {number} is not JSON: {exc}") from None
-        if not header:
-            if not isinstance(record, dict) or record.get("format") != EXPORT_FORMAT:
+        if version is None:
+            if not isinstance(record, dict) or record.get("format") not in _READABLE_FORMATS:
                 raise ValueError(
                     f"line {number}: not an agent-sessions export (expected a first line "
                     f'{{"format": "{EXPORT_FORMAT}"}}, as `agent-sessions export` writes)'
                 )
-            header = True
+            version = record["format"]
             continue
+        head = version != _READABLE_FORMATS[0] and isinstance(record, dict) and (
+            "item" not in record
+        )
+        seq = record.get("seq") if isinstance(record, dict) else None
         if (
             not isinstance(record, dict)
             or not isinstance(record.get("session_id"), str)
-            or not isinstance(record.get("item"), dict)
+            or not (head or isinstance(record.get("item"), dict))
+            or (seq is not None and (type(seq) is not int or seq <= 0))
         ):
             raise ValueError(
-                f'line {number}: expected {{"session_id": "...", "item": {{...}}}}, got '
-                f"{line.strip()[:80]!r}"
+                f'line {number}: expected {{"session_id": "...", "seq": n, "item": {{...}}}}, '
+                f"got {line.strip()[:80]!r}"
             )
         sid = record["session_id"]
-        if sid != current:
+        if current is None or sid != current.session_id or head:
             if current is not None:
-                yield current, items
-                done.add(current)
+                yield _numbered(current, numbers)
+                done.add(current.session_id)
             if sid in done:
                 raise ValueError(
                     f"line {number}: session {sid!r} appears again after other sessions; "
                     "an export lists each session's items together"
                 )
-            current, items = sid, []
-        items.append(record["item"])
-    if not header:
+            current, numbers = SessionData(sid, []), []
+            if head:
+                current.created_at = _time(record.get("created_at"), number, "created_at")
+                current.updated_at = _time(record.get("updated_at"), number, "updated_at")
+                continue
+        current.items.append(record["item"])
+        numbers.append(seq)
+    if version is None:
         raise ValueError("the input is empty: not an agent-sessions export")
     if current is not None:
-        yield current, items
+        yield _numbered(current, numbers)
+
+
+def _numbered(data: SessionData, numbers: list[int | None]) -> SessionData:
+    """``data`` with ``seqs``: the items' numbers when all carry increasing ones, else None
+    when none does."""
+    if all(n is None for n in numbers):
+        return data
+    seqs = [n for n in numbers if n is not None]
+    if len(seqs) != len(numbers) or any(a >= b for a, b in pairwise(seqs)):
+        raise ValueError(
+            f"session {data.session_id!r}: its items' numbers (\"seq\") are missing on some "
+            "items or do not increase; an export numbers all of a session's items or none"
+        )
+    data.seqs = seqs
+    return data
+
+
+def read_export(lines: Iterable[str]) -> Iterator[tuple[str, list[Any]]]:
+    """Yield ``(session_id, items)`` from an export's lines, one session at a time (see
+    :func:`iter_export` for numbers and times).
+
+    Raises:
+        ValueError: the text is not an export (line number and reason in the message).
+    """
+    for data in iter_export(lines):
+        yield data.session_id, data.items
+
+
+def _families(
+    members: Iterable[T], key: Callable[[T], str] = str  # type: ignore[assignment]
+) -> Iterator[list[T]]:
+    """Group consecutive members of one family (a user session and its side stores)."""
+    group: list[T] = []
+    for member in members:
+        if group and family_root(key(member)) != family_root(key(group[0])):
+            yield group
+            group = []
+        group.append(member)
+    if group:
+        yield group
 
 
 async def import_store(
@@ -379,26 +628,38 @@ async def import_store(
     batch: int = DEFAULT_BATCH,
     progress: Progress | None = None,
     on_session: Callable[[str, int], None] | None = None,
+    renumber: bool = False,
 ) -> TransferReport:
-    """Write the sessions of an export (see :func:`export_store`) into the store at ``url``;
-    importing the same file again writes nothing (resumable like a copy)."""
+    """Write the sessions of an export (see :func:`export_store`) into the store at ``url``,
+    at their numbers and with their times; importing the same file again writes nothing
+    (resumable like a copy). Each session is validated whole before it is written.
+
+    Raises:
+        InvalidItemError: an item cannot be stored; the message names the session and item,
+            and which sessions before it were written. Nothing of that session was written.
+        RenumberingError: as for :func:`copy_store`, for the first family with side stores.
+    """
     report = TransferReport()
     writing = {"replace": replace, "batch": batch, "progress": progress}
     async with await Store.open(url, options) as dst:
-        for sid, items in read_export(lines):
-            validate_session_id(sid, internal=True)
-            await _write(dst, sid, items, report, on_session, **writing)
+        for family in _families(iter_export(lines), lambda d: d.session_id):
+            for data in family:
+                validate_session_id(data.session_id, internal=True)
+            await _write_family(dst, family, report, on_session, renumber, **writing)
     return report
 
 
 __all__ = [
     "EXPORT_FORMAT",
+    "RenumberingError",
+    "SessionData",
     "Store",
     "TransferConflictError",
     "TransferReport",
     "copy_store",
     "export_store",
     "import_store",
+    "iter_export",
     "read_export",
     "write_session",
 ]

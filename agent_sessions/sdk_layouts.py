@@ -206,16 +206,21 @@ class SDKRedisCatalog:
         for begin in range(0, len(candidates), query.limit):
             chunk = candidates[begin : begin + query.limit]
             infos = await asyncio.gather(*(self._info(sid, key) for sid, key in chunk))
-            out.extend(info for info in infos if query.matches(info))
+            out.extend(info for info in infos if info is not None and query.matches(info))
             if len(out) >= query.limit:
                 break
         return out[: query.limit]
 
-    async def _info(self, session_id: str, key: str) -> SessionInfo:
-        (created, updated), count = await asyncio.gather(
-            self.client.hmget(key, "created_at", "updated_at"),
+    async def _info(self, session_id: str, key: str) -> SessionInfo | None:
+        """The session's info, or None for a hash that is no SDK session (e.g. the meta key
+        ``P:{id}:meta`` of this package's layout under the same prefix): the SDK writes its
+        ``session_id`` into every session hash."""
+        (sid, created, updated), count = await asyncio.gather(
+            self.client.hmget(key, "session_id", "created_at", "updated_at"),
             self.client.llen(f"{key}:messages"),
         )
+        if (sid.decode() if isinstance(sid, bytes) else sid) != session_id:
+            return None
         return SessionInfo(session_id, utc(created), utc(updated), int(count))
 
     async def family_ids(self, session_id: str) -> list[str]:

@@ -40,10 +40,17 @@ def _servers_left_as_found() -> Iterator[None]:
     before = asyncio.run(snapshot())
     yield
     asyncio.run(remove_run(RUN))
-    new = asyncio.run(snapshot()) - before
-    tables = {n for n in new if not n.startswith("redis/") and n.count("/") == 1}
-    # A new table's rows are not listed apart from it.
-    LEFTOVERS[:] = sorted(n for n in new if "/".join(n.split("/", 2)[:2]) not in tables - {n})
+    groups: dict[str, int] = {}
+    for name in asyncio.run(snapshot()) - before:
+        # Per table, and per Redis key prefix: "redis/0/app:{id}:items" -> "redis/0/app:"
+        where, _, rest = name.partition("/")
+        if where == "redis":
+            db, _, key = rest.partition("/")
+            group = f"redis/{db}/{key.split('{', 1)[0]}"
+        else:
+            group = f"{where}/{rest.split('/', 1)[0]}"
+        groups[group] = groups.get(group, 0) + 1
+    LEFTOVERS[:] = [f"{group} ({n} new)" for group, n in sorted(groups.items())]
 
 
 @pytest.fixture
@@ -61,14 +68,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     what the run left on the shared servers."""
     from tests.fault_report import LINES, SEED
 
-    if LINES:
+    if LINES and SEED:  # only tests/test_faults.py draws from the seed
         terminalreporter.write_line(f"[faults] FAULT_SEED={SEED[0]} replays this run")
     for line in LINES:
         terminalreporter.write_line(line)
     if LEFTOVERS:
         terminalreporter.write_line(
-            f"[servers] {len(LEFTOVERS)} names appeared during this run (run tag {RUN}) and are "
-            "still there: left by an untagged test, or by a concurrent run"
+            f"[servers] keys, tables or session rows appeared during this run (run tag {RUN}) "
+            "and are still there: left by an untagged test, or by a concurrent run"
         )
-        for name in LEFTOVERS[:50]:
+        for name in LEFTOVERS[:40]:
             terminalreporter.write_line(f"[servers]   {name}")

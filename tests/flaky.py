@@ -14,19 +14,45 @@ class Crash(BaseException):
     """Stands for the process dying at that point (nothing after it runs)."""
 
 
-class FlakyPrimary(SessionABC):
-    """Forwards to ``inner`` unless ``down``; ``lost_replies`` writes are applied and then
-    reported as failed (a reply lost after the commit); ``crash_after_writes`` raises
-    :class:`Crash` right after that many more writes were applied."""
+class Faults:
+    """The faults of one primary, shared by the :class:`FlakyPrimary` objects of its writers:
+    ``down``; ``lost_replies`` writes applied and then reported as failed (a reply lost after
+    the commit), after which the primary is down if ``down_after_lost_reply``."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self) -> None:
+        self.down = False
+        self.lost_replies = 0
+        self.down_after_lost_reply = False
+
+
+class FlakyPrimary(SessionABC):
+    """Forwards to ``inner`` unless ``faults.down`` (see :class:`Faults`; ``down`` and
+    ``lost_replies`` are shortcuts to it); ``crash_after_writes`` raises :class:`Crash` right
+    after that many more writes were applied."""
+
+    def __init__(self, inner: Any, faults: Faults | None = None) -> None:
         self.inner = inner
         self.session_id = inner.session_id
         self.session_settings = None
-        self.down = False
-        self.lost_replies = 0
+        self.faults = faults if faults is not None else Faults()
         self.crash_after_writes: int | None = None
         self.writes = 0
+
+    @property
+    def down(self) -> bool:
+        return self.faults.down
+
+    @down.setter
+    def down(self, value: bool) -> None:
+        self.faults.down = value
+
+    @property
+    def lost_replies(self) -> int:
+        return self.faults.lost_replies
+
+    @lost_replies.setter
+    def lost_replies(self, value: int) -> None:
+        self.faults.lost_replies = value
 
     def _check(self) -> None:
         if self.down:
@@ -46,8 +72,9 @@ class FlakyPrimary(SessionABC):
             if self.crash_after_writes <= 0:
                 self.crash_after_writes = None
                 raise Crash
-        if self.lost_replies:
-            self.lost_replies -= 1
+        if self.faults.lost_replies:
+            self.faults.lost_replies -= 1
+            self.faults.down = self.faults.down_after_lost_reply
             raise BackendUnavailableError("the test lost the reply after the commit")
 
     async def pop_item(self) -> Any:

@@ -1,8 +1,10 @@
-"""Run in a child process by tests/test_resilient_faults.py: replay a spool into a Redis
-primary, announcing "APPLIED" and then hanging right after the ``pause_after``-th batch reached
-Redis (before the spool could record it), so the parent can kill -9 it exactly there.
+"""Run in a child process by tests/test_resilient_faults.py: replay a spool into a primary,
+announcing "APPLIED" and then hanging right after the ``pause_after``-th batch reached the
+primary (before the spool could record it), so the parent can kill -9 it exactly there.
 
-    python -m tests.resilient_child REDIS_URL KEY_PREFIX SESSION_ID SPOOL_PATH PAUSE_AFTER
+    python -m tests.resilient_child KIND TARGET PREFIX SESSION_ID SPOOL_PATH PAUSE_AFTER
+
+``KIND TARGET PREFIX`` as in ``tests.fault_writer.open_store`` (redis, sql).
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import sys
 import time
 from typing import Any
 
-from agent_sessions import RedisSession
 from agent_sessions.wrappers.resilient import ResilientSession
+from tests.fault_writer import open_store
 
 
 class PauseAfter:
@@ -40,12 +42,14 @@ class PauseAfter:
         await self.inner.clear_session()
 
 
-async def main(url: str, prefix: str, session_id: str, spool: str, pause_after: int) -> None:
-    primary = RedisSession.from_url(session_id, url=url, key_prefix=prefix, timeout=2.0)
+async def main(
+    kind: str, target: str, prefix: str, session_id: str, spool: str, pause_after: int
+) -> None:
+    primary = open_store(kind, target, prefix, session_id)
     session = ResilientSession(PauseAfter(primary, pause_after), spool)  # type: ignore[arg-type]
     print("REPLAYED", await session.replay(), flush=True)
 
 
 if __name__ == "__main__":
-    url, prefix, session_id, spool, pause = sys.argv[1:6]
-    asyncio.run(main(url, prefix, session_id, spool, int(pause)))
+    kind, target, prefix, session_id, spool, pause = sys.argv[1:7]
+    asyncio.run(main(kind, target, prefix, session_id, spool, int(pause)))

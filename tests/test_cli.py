@@ -114,8 +114,8 @@ def test_every_command_on_each_store(
     assert main(["export", url, "-O", str(export), *o]) == 0
     assert "exported 3 session(s)" in capsys.readouterr().err
     records = _lines(export.read_text())
-    assert records[0] == {"format": "agent-sessions-export/1"}
-    assert [r["session_id"] for r in records[1:4]] == ["alice"] * 3
+    assert records[0] == {"format": "agent-sessions-export/2"}
+    assert [r["session_id"] for r in records[1:5]] == ["alice"] * 4  # its times, its items
 
     assert main(["delete", url, "alice", "--yes", "--json", *o]) == 0
     assert json.loads(capsys.readouterr().out) == {"deleted": 1}
@@ -132,16 +132,17 @@ def test_every_command_on_each_store(
         "alice 0", "alice 1", "alice 2"
     ]
 
-    copy_db = tmp_path / "copy.db"
+    # sqlite+aiosqlite: numbers per session, as every store but the SDK's SQLite layout
+    copy_url = f"sqlite+aiosqlite:///{tmp_path / 'copy.db'}"
     src_o = [arg for kv in o[1::2] for arg in ("--src-option", kv)]
     dst_o = [arg for kv in o[1::2] for arg in ("--dst-option", kv)]
-    assert main(["copy", url, f"sqlite:///{copy_db}", "--json", *src_o]) == 0
+    assert main(["copy", url, copy_url, "--json", *src_o]) == 0
     copied = json.loads(capsys.readouterr().out)
     assert (copied["sessions"], copied["items"] >= 6) == (3, True)
-    assert main(["list", f"sqlite:///{copy_db}", "--json"]) == 0
+    assert main(["list", copy_url, "--json"]) == 0
     assert [r["item_count"] for r in _lines(capsys.readouterr().out)] == [3, 2, 1]
     # and back: everything is there already, so the copy verifies and skips it all
-    assert main(["copy", f"sqlite:///{copy_db}", url, "--json", *dst_o]) == 0
+    assert main(["copy", copy_url, url, "--json", *dst_o]) == 0
     again = json.loads(capsys.readouterr().out)
     assert (again["skipped"], again["items"]) == (copied["sessions"] + copied["side_stores"], 0)
 
@@ -257,7 +258,7 @@ def test_copy_resumes_a_partial_destination_and_refuses_a_conflict(
     _fill(Target("dst", dst, {}), {"long": 3})  # items 0..2, as a copy that stopped leaves them
     assert main(["copy", src, dst, "--batch", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert (report["sessions"], report["items"]) == (2, 4 + 2)
+    assert (report["sessions"], report["items"]) == (2, 7 + 2)  # "long" written again whole
     assert main(["show", dst, "long"]) == 0
     assert [i["content"] for i in _lines(capsys.readouterr().out)] == [
         f"long {i}" for i in range(7)
@@ -270,6 +271,27 @@ def test_copy_resumes_a_partial_destination_and_refuses_a_conflict(
     capsys.readouterr()
     assert main(["show", dst, "diverged"]) == 0
     assert [i["content"] for i in _lines(capsys.readouterr().out)] == ["diverged 0", "diverged 1"]
+
+
+def test_copy_into_a_renumbering_store_refuses_side_stores_unless_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_sessions import AdvancedSession
+
+    async def fill() -> None:
+        async with SQLiteSession("talk", str(tmp_path / "src.db")) as raw:
+            session = AdvancedSession(raw)
+            await session.add_items([_msg("q0"), _msg("q1")])
+            await session.create_branch_from_turn(2, "retry")
+
+    asyncio.run(fill())
+    src, dst = f"sqlite:///{tmp_path / 'src.db'}", f"sdk+sqlite+aiosqlite:///{tmp_path / 'sdk.db'}"
+    assert main(["copy", src, dst]) == 1
+    assert "--renumber" in capsys.readouterr().err
+    assert main(["copy", src, dst, "--renumber", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["sessions"], report["side_stores"], report["renumbered"]) == (1, 0, 1)
+    assert report["side_stores_left"] >= 1
 
 
 async def _add(db: Path, sid: str, items: list[Any]) -> None:
@@ -307,15 +329,327 @@ def test_purge_removes_expired_items_and_erases_emptied_sessions(
     asyncio.run(fill())
     url = f"sqlite:///{db}"
     assert main(["purge", url, "--ttl", "60", "--yes", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {
-        "sessions": 2, "removed": 3, "by_session": {"old": 3}
-    }
+    report = json.loads(capsys.readouterr().out)
+    assert (report["sessions"], report["removed"], report["by_session"]) == (2, 3, {"old": 3})
+    assert report["erased"] == ["old"]
     assert main(["list", url, "--json"]) == 0
     assert [r["session_id"] for r in _lines(capsys.readouterr().out)] == ["fresh"]
     assert main(["purge", url, "fresh", "--ttl", "60", "--yes"]) == 0
     assert "fresh: removed 0 expired item(s)" in capsys.readouterr().out
     assert main(["purge", url, "--yes"]) == 2
     assert "--ttl" in capsys.readouterr().err
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def ttl_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    if request.param == "sqlite":
+        yield Target("sqlite", f"sqlite:///{tmp_path / 'purge.db'}", {})
+    else:
+        require_server("Redis", "127.0.0.1", 6379)
+        run = f"clipurge{RUN}{uuid.uuid4().hex[:6]}"
+        yield Target("redis", REDIS_URL, {"key_prefix": run})
+        asyncio.run(drop_redis_keys(REDIS_URL, f"{run}*"))
+
+
+def test_purge_touches_only_sessions_written_through_ttl(
+    ttl_target: Target, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cryptography.fernet import Fernet
+
+    from agent_sessions import AdvancedSession, CompactionSession, EncryptedSession, TTLSession
+
+    key = Fernet.generate_key().decode()
+    hour_ago = time.time() - 3600
+    turn = [_msg("q"), {"role": "assistant", "content": "a"}]
+
+    async def fill() -> None:
+        async with await ttl_target.open("plain") as s:
+            await s.add_items(turn * 3)
+        async with await ttl_target.open("advanced") as s:
+            advanced = AdvancedSession(s)
+            await advanced.add_items(turn * 3)
+            await advanced.create_branch_from_turn(2)
+        async with await ttl_target.open("compacted") as s:
+            compaction = CompactionSession(s, keep_last=2)
+            await compaction.add_items(turn * 4)
+            await compaction.compact()
+        async with await ttl_target.open("secret") as s:
+            await EncryptedSession(s, encryption_key=key).add_items(turn * 2)
+        async with await ttl_target.open("expired") as s:
+            await TTLSession(s, ttl=60, clock=lambda: hour_ago).add_items(turn)
+        async with await ttl_target.open("ttl-over-encrypted") as s:
+            encrypted = EncryptedSession(s, encryption_key=key)
+            await TTLSession(encrypted, ttl=60, clock=lambda: hour_ago).add_items(turn)
+
+    asyncio.run(fill())
+    url, o = ttl_target.url, ttl_target.args
+    assert main(["stats", url, "--json", *o]) == 0
+    before = json.loads(capsys.readouterr().out)
+
+    assert main(["purge", url, "--ttl", "60", "--dry-run", *o]) == 0
+    out = capsys.readouterr().out
+    assert "expired: would remove 2 expired item(s) (left empty" in out
+    assert "would remove 2 item(s) from 1 TTL session(s); 5 session(s) not written" in out
+    assert "plain: skipped, its items are not TTLSession envelopes" in out
+    assert "ttl-over-encrypted: skipped, its items are encrypted" in out
+    assert main(["stats", url, "--json", *o]) == 0
+    assert json.loads(capsys.readouterr().out) == before  # the dry run changed nothing
+
+    assert main(["purge", url, "--ttl", "60", *o]) == 1  # no terminal: the question is the error
+    err = capsys.readouterr().err
+    assert "Remove 2 expired item(s) from 1 TTL session(s) ('expired')" in err
+    assert "5 session(s) not written through TTLSession are skipped" in err
+
+    assert main(["purge", url, "--ttl", "60", "--yes", "--json", *o]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["removed"], report["erased"], report["skipped"]) == (2, ["expired"], 5)
+    assert report["skipped_ids"] == [
+        "advanced", "compacted", "plain", "secret", "ttl-over-encrypted"
+    ]
+    assert main(["stats", url, "--json", *o]) == 0
+    after = json.loads(capsys.readouterr().out)
+    assert (after["sessions"], after["items"]) == (5, before["items"] - 2)
+    # only the family of "expired" went (its lifecycle record and its family registry)
+    assert after["side_stores"] == before["side_stores"] - 2
+    assert main(["purge", url, "plain", "nobody", "--ttl", "60", "--yes", *o]) == 1
+    assert "no session 'nobody'" in capsys.readouterr().err
+
+
+def test_erase_of_unknown_ids_and_copy_onto_itself_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "app.db"
+    url = f"sqlite:///{db}"
+    _fill(Target("sqlite", url, {}), {"alice": 2, "bob": 1})
+    assert main(["delete", url, "bob", "no-such-id", "--yes"]) == 1
+    assert "no session 'no-such-id'" in capsys.readouterr().err
+    assert main(["list", url, "--json"]) == 0
+    assert len(_lines(capsys.readouterr().out)) == 2  # bob was not erased either
+
+    other = f"sqlite:///{tmp_path / '.' / 'app.db'}"  # the same file, spelled otherwise
+    assert main(["copy", url, other, "--replace", "--yes"]) == 1
+    assert "both the source and the destination" in capsys.readouterr().err
+    dst = f"sqlite:///{tmp_path / 'dst.db'}"
+    assert main(["copy", url, dst]) == 0
+    assert "copied 2 session(s)" in capsys.readouterr().out
+    assert main(["copy", url, dst]) == 0
+    assert capsys.readouterr().out.startswith(
+        "nothing copied: all 2 session(s) and side store(s) were already complete"
+    )
+
+
+def test_no_password_is_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sql_prefix: str
+) -> None:
+    export = tmp_path / "e.jsonl"
+    export.write_text('{"format": "agent-sessions-export/1"}\n')
+    pg = "postgresql://app:S3CRET-PW@127.0.0.1:1/test"
+    assert main(["import", pg, str(export), "--replace"]) == 1  # no terminal, no --yes
+    err = capsys.readouterr().err
+    assert "postgresql://app:***@127.0.0.1:1/test" in err and "S3CRET" not in err
+    assert main(["copy", f"sqlite:///{tmp_path / 'x.db'}", pg, "--replace"]) == 1
+    err = capsys.readouterr().err
+    assert "app:***@" in err and "S3CRET" not in err
+    require_server("PostgreSQL", "127.0.0.1", 5432)  # trust auth: any password connects
+    run = sql_prefix
+    with_pw = POSTGRES_URL.replace("://postgres@", "://postgres:S3CRET-PW@")
+    assert "S3CRET-PW" in with_pw
+    _fill(Target("pg", with_pw, {"table_prefix": run}), {"x": 1})
+    for args in (["delete", with_pw, "x"], ["copy", with_pw, with_pw, "--replace"]):
+        assert main([*args, "-o", f"table_prefix={run}"]) == 1  # no terminal, no --yes
+        err = capsys.readouterr().err
+        assert "postgres:***@" in err and "S3CRET" not in err
+    require_server("Redis", "127.0.0.1", 6379)
+    wrong = REDIS_URL.replace("redis://", "redis://nobody:S3CRET-PW@")
+    for args in (["list", wrong], ["delete", wrong, "x", "--yes"], ["stats", wrong]):
+        assert main(args) == 1
+        err = capsys.readouterr().err
+        assert "authentication required/failed: check the user and password in the URL" in err
+        assert "S3CRET" not in err and "write" not in err and "running" not in err
+
+
+def test_show_reads_the_key_from_a_file_or_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cryptography.fernet import Fernet
+
+    from agent_sessions import EncryptedSession
+
+    key = Fernet.generate_key().decode()
+    db = tmp_path / "enc.db"
+
+    async def fill() -> None:
+        async with SQLiteSession("secret", str(db)) as raw:
+            await EncryptedSession(raw, encryption_key=key).add_items([_msg("classified")])
+
+    asyncio.run(fill())
+    key_file = tmp_path / "key"
+    key_file.write_text(key + "\n")
+    url = f"sqlite:///{db}"
+    assert main(["show", url, "secret", "--decrypt", "--key-file", str(key_file)]) == 0
+    assert _lines(capsys.readouterr().out) == [_msg("classified")]
+    monkeypatch.setenv("AGENT_SESSIONS_KEY_FILE", str(key_file))
+    assert main(["show", url, "secret", "--decrypt"]) == 0
+    assert _lines(capsys.readouterr().out) == [_msg("classified")]
+    assert main(["show", url, "secret", "--decrypt", "--key-file", str(tmp_path / "no")]) == 1
+    assert "cannot read the key file" in capsys.readouterr().err
+
+
+def test_copy_reports_progress_and_what_an_interruption_left(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_sessions.cli import app
+
+    src, dst = f"sqlite:///{tmp_path / 'src.db'}", f"sqlite:///{tmp_path / 'dst.db'}"
+    _fill(Target("src", src, {}), {"a": 2, "b": 3, "c": 1})
+    monkeypatch.setenv("AGENT_SESSIONS_PROGRESS_EVERY", "0")  # a line per session
+    counted = app._Meter.session
+
+    def interrupt_after_two(meter: Any, sid: str, items: int) -> None:
+        counted(meter, sid, items)
+        if meter.sessions == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(app._Meter, "session", interrupt_after_two)
+    assert main(["copy", src, dst]) == 130
+    err = capsys.readouterr().err
+    assert "copying: 1/3 session(s), 2 item(s), ETA" in err
+    assert "interrupted; 2 session(s) and side store(s) with 5 item(s) were done" in err
+    assert "run the same command again to resume" in err
+    monkeypatch.setattr(app._Meter, "session", counted)
+    assert main(["copy", src, dst, "--quiet"]) == 0
+    out = capsys.readouterr()
+    assert out.err == ""  # --quiet: no progress
+    assert "1 item(s) written, 2 already complete" in out.out
+    export = tmp_path / "e.jsonl"
+    assert main(["export", src, "-O", str(export), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["import", f"sqlite:///{tmp_path / 'i.db'}", str(export)]) == 0
+    progress = capsys.readouterr().err.splitlines()
+    assert progress[0].startswith("importing: 1 session(s), 2 item(s), ETA 0:00:0")
+    assert progress[-1].startswith("importing: 3 session(s), 6 item(s), ETA 0:00:00")
+
+
+def test_list_keeps_long_ids_whole_and_stats_counts_side_stores_by_kind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_sessions import AdvancedSession
+
+    url = f"sqlite:///{tmp_path / 'kinds.db'}"
+    long_id = "tenant-" + "x" * 150
+    _fill(Target("sqlite", url, {}), {long_id: 1, "alice": 2}, branch="alice")
+
+    async def usage() -> None:
+        async with await Target("sqlite", url, {}).open("carol") as s:
+            advanced = AdvancedSession(s)
+            await advanced.add_items([_msg("hi")])
+            await advanced.store_run_usage(_usage_result())
+
+    asyncio.run(usage())
+    assert main(["list", url]) == 0  # piped (captured): no table, no ellipsis
+    rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [(r[0], r[1]) for r in rows] == [("alice", "2"), ("carol", "1"), (long_id, "1")]
+    assert main(["stats", url, "--json"]) == 0
+    kinds = json.loads(capsys.readouterr().out)["side_stores_by_kind"]
+    assert set(kinds) >= {"branches", "usage"}
+    assert kinds["usage"] == {"stores": 1, "items": 1}
+    assert main(["stats", url]) == 0
+    assert "usage" in capsys.readouterr().out
+
+
+def _usage_result() -> Any:
+    from agents.usage import Usage
+
+    class Result:
+        context_wrapper = type("Ctx", (), {"usage": Usage(requests=1, input_tokens=3)})()
+
+    return Result()
+
+
+def test_sdk_redis_lists_no_keys_of_our_layout_under_the_same_prefix(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from agents.extensions.memory import RedisSession as SDKRedisSession
+    from redis.asyncio import Redis
+
+    require_server("Redis", "127.0.0.1", 6379)
+    prefix = f"clisdk{RUN}{uuid.uuid4().hex[:6]}"
+
+    async def fill() -> None:
+        async with await open_session(REDIS_URL, "ours", key_prefix=prefix) as ours:
+            await ours.add_items([_msg("ours")])
+        client = Redis.from_url(REDIS_URL)
+        try:
+            theirs = SDKRedisSession("theirs", redis_client=client, key_prefix=prefix)
+            await theirs.add_items([_msg("theirs")])
+        finally:
+            await client.aclose()
+
+    from agent_sessions import open_session
+
+    try:
+        asyncio.run(fill())
+        assert main(["list", f"sdk+{REDIS_URL}", "-o", f"key_prefix={prefix}", "--json"]) == 0
+        listed = _lines(capsys.readouterr().out)
+        assert [(r["session_id"], r["item_count"]) for r in listed] == [("theirs", 1)]
+    finally:
+        asyncio.run(drop_redis_keys(REDIS_URL, f"{prefix}*"))
+
+
+def test_show_a_branch_the_agents_view_pretty_and_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_sessions import AdvancedSession, CompactionSession, TTLSession
+
+    db = tmp_path / "show.db"
+    url = f"sqlite:///{db}"
+    hour_ago = time.time() - 3600
+
+    def turn(i: int) -> list[Any]:
+        return [_msg(f"q{i}"), {"role": "assistant", "content": [{"type": "output_text",
+                                                                  "text": f"a{i}"}]}]
+
+    async def fill() -> None:
+        async with SQLiteSession("adv", str(db)) as s:
+            advanced = AdvancedSession(s)
+            await advanced.add_items(turn(1) + turn(2))
+            await advanced.create_branch_from_turn(2, "retry")
+            await advanced.add_items(turn(3))
+            await advanced.switch_to_branch("main")
+        async with SQLiteSession("long", str(db)) as s:
+            compaction = CompactionSession(s, keep_last=2)
+            await compaction.add_items(turn(1) + turn(2) + turn(3))
+            await compaction.compact()
+        async with SQLiteSession("aging", str(db)) as s:
+            await TTLSession(s, item_ttl=60, clock=lambda: hour_ago).add_items(turn(1))
+            await TTLSession(s, item_ttl=60).add_items(turn(2))
+
+    asyncio.run(fill())
+    assert main(["list", url, "--json"]) == 0 and main(["stats", url, "--json"]) == 0
+    before = capsys.readouterr().out
+    assert main(["show", url, "adv", "--branch", "retry", "--pretty"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "user: q1", "assistant: a1", "user: q3", "assistant: a3"
+    ]
+    assert main(["show", url, "adv", "--view", "--pretty"]) == 0  # main is current
+    assert capsys.readouterr().out.splitlines() == [
+        "user: q1", "assistant: a1", "user: q2", "assistant: a2"
+    ]
+    assert main(["show", url, "adv", "--branch", "nope"]) == 1
+    assert "no branch 'nope'; its branches: 'main', 'retry'" in capsys.readouterr().err
+
+    assert main(["show", url, "long", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 6  # as stored
+    assert main(["show", url, "long", "--view", "--json"]) == 0
+    seen = json.loads(capsys.readouterr().out)
+    assert seen[-2:] == turn(3) and len(seen) < 6 and "q1" in json.dumps(seen[0])  # summary
+
+    assert main(["show", url, "aging", "--view"]) == 1
+    assert "pass --ttl" in capsys.readouterr().err
+    assert main(["show", url, "aging", "--view", "--item-ttl", "60", "--pretty"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["user: q2", "assistant: a2"]
+    assert main(["list", url, "--json"]) == 0 and main(["stats", url, "--json"]) == 0
+    assert capsys.readouterr().out == before  # reading through the layers wrote nothing
 
 
 def test_options_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -352,7 +686,8 @@ def test_unreachable_or_wrong_servers_fail_with_a_hint(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert main(["list", "redis://127.0.0.1:1/0", "-o", "timeout=2"]) == 1
-    assert "check that it is running" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "check that it is running" in err and "write" not in err  # a read says no more
     require_server("PostgreSQL", "127.0.0.1", 5432)
     wrong_db = POSTGRES_URL.rsplit("/", 1)[0] + "/no_such_db_for_cli"
     assert main(["list", wrong_db]) == 1
@@ -371,6 +706,57 @@ def test_help_and_version_do_not_import_the_sdk() -> None:
     assert out.returncode == 0, out.stderr
     assert "copy" in out.stdout and "agent-sessions 0." in out.stdout
     assert out.stdout.rstrip().endswith("0 False")
+
+
+def test_reading_commands_do_not_import_the_sdk(tmp_path: Path) -> None:
+    db = tmp_path / "fast.db"
+    asyncio.run(_add(db, "s1", [_msg("hi")]))
+    url = f"sqlite:///{db}"
+    commands = [
+        f"list {url}", f"show {url} s1", f"stats {url}", f"export {url} -q",
+        f"delete {url} s1 --yes",
+    ]
+    code = (
+        "import sys; from agent_sessions.cli import main; "
+        f"rcs = [main(a.split()) for a in {commands!r}]; print(rcs, 'agents' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.rstrip().endswith("[0, 0, 0, 0, 0] False")
+
+
+def test_the_sdk_imported_after_the_backends_is_one_sdk() -> None:
+    code = """
+import asyncio, sys
+from agent_sessions.cli import light_sdk
+light_sdk.load_session_protocol()
+from agent_sessions import SQLiteSession
+assert "agents" not in sys.modules
+# A module that needs more of the SDK is not loaded early, and leaves nothing behind.
+assert not light_sdk._standalone(["agents.memory.sqlite_session"])
+assert "agents" not in sys.modules and "agents.memory.sqlite_session" not in sys.modules
+import agents.memory.session
+from agents import Agent, Runner
+from agents.testing import ScriptedModel, assistant_message
+from agent_sessions.core import base
+assert agents.memory.session.SessionABC is base.SessionABC is agents.SessionABC
+assert agents.memory.SessionSettings is base.SessionSettings
+
+async def run():
+    async with SQLiteSession("s") as session:
+        agent = Agent("a", model=ScriptedModel([[assistant_message("hello")]]))
+        await Runner.run(agent, "hi", session=session)
+        print(len(await session.get_items()), isinstance(session, agents.memory.SessionABC))
+
+asyncio.run(run())
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2", "True"]
 
 
 def test_demo_runs_offline_and_undoes_the_wrong_turn(tmp_path: Path) -> None:

@@ -136,6 +136,40 @@ async def test_changes_behind_its_back_are_noticed(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
+async def test_items_another_writer_puts_around_a_batch_are_numbered_in_commit_order(
+    tmp_path: Path,
+) -> None:
+    s = _foreign(tmp_path)
+    raw = SDKSQLiteSession(s.session_id, str(tmp_path / "f.db"))
+    await s.add_items([msg("a")])
+    inner: Any = s.inner
+    add = inner.add_items
+
+    async def between(items: Any) -> None:  # another writer before and after the batch
+        await raw.add_items([msg("x")])
+        await add(items)
+        await raw.add_items([msg("y")])
+
+    inner.add_items = between
+    assert await s.add_sequenced_items([msg("b"), msg("c")]) == [3, 4]
+    assert _pairs(await s.get_sequenced_items()) == [
+        (1, "a"), (2, "x"), (3, "b"), (4, "c"), (5, "y")
+    ]
+
+    async def undone(items: Any) -> None:  # another writer pops the batch at once
+        await add(items)
+        await raw.pop_item()
+
+    inner.add_items = undone
+    assert await s.add_sequenced_items([msg("d")]) == [6], "a number nothing holds"
+    inner.add_items = add
+    assert await s.add_sequenced_items([msg("e")]) == [7]
+    assert _pairs(await s.get_sequenced_items())[-2:] == [(5, "y"), (7, "e")]
+    raw.close()
+    await s.close()
+
+
+@pytest.mark.asyncio
 async def test_clear_drops_the_numbering_log(tmp_path: Path) -> None:
     s = _foreign(tmp_path)
     await s.add_items([msg("a")])

@@ -777,3 +777,29 @@ def test_a_client_collected_while_the_index_registry_is_locked_does_not_deadlock
     with _IndexRegistry._lock:
         _IndexRegistry._drop_dead()
     assert key not in _IndexRegistry._done  # the dead client's indexes are forgotten
+
+
+@pytest.mark.asyncio
+async def test_write_sequenced_items_leaves_nothing_when_a_later_document_fails() -> None:
+    """Runs of consecutive numbers are separate documents (no transaction): one refused by
+    the unique index takes the ones inserted before it back out."""
+    s = MongoDBSession(f"seqw-{uuid.uuid4().hex[:8]}", client=STANDIN, database=STANDIN_DB)
+    try:
+        await s.add_items([_msg("x")])
+        await s.clear_session()  # the index exists; the session holds nothing
+        _, messages = _collections(s)
+        # a document holding no items at number 5 (not counted), as foreign data could be
+        await messages.insert_one({"session_id": s.session_id, "seq": 5, "n": 0, "items": []})
+        pairs = [(1, _msg("a")), (2, _msg("b")), (5, _msg("c")), (6, _msg("d"))]
+        with pytest.raises(BackendDataError):
+            await s.write_sequenced_items(pairs)
+        assert [d["seq"] for d in await _docs(s)] == [5]  # only the foreign one
+        assert await s.get_items() == []
+        await messages.delete_many({"session_id": s.session_id})
+        await s.write_sequenced_items(pairs)
+        assert [d["seq"] for d in await _docs(s)] == [1, 5]  # one document per run
+        assert [seq for seq, _ in await s.get_sequenced_items()] == [1, 2, 5, 6]
+        assert (await s.add_sequenced_items([_msg("e")]))[0] > 6
+    finally:
+        await s.clear_session()
+        await s.close()

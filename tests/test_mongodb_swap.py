@@ -167,7 +167,7 @@ class SwapMachine(RuleBasedStateMachine):
         super().__init__()
         self.loop = asyncio.new_event_loop()
         sid = f"swap-{uuid.uuid4().hex[:10]}"
-        client = AsyncMongoMockClient()  # an example shares no state with the one before
+        client: Any = AsyncMongoMockClient()  # an example shares no state with the one before
         self.s = MongoDBSession(sid, client=client, database="as_swap_props")
         self.other = MongoDBSession(sid, client=client, database="as_swap_props")
         self.model: list[str] = []

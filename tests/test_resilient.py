@@ -6,8 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sqlite3
 import tempfile
+import threading
+import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +28,7 @@ from agent_sessions.wrappers.resilient import (
     RetryPolicy,
     Spool,
 )
-from tests.flaky import Crash, FlakyPrimary, FlakySequencedPrimary
+from tests.flaky import Crash, Faults, FlakyPrimary, FlakySequencedPrimary
 
 FAST = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0, total_timeout=5.0)
 
@@ -137,7 +141,7 @@ class ResilientMachine(RuleBasedStateMachine):
 
     @invariant()
     def status_counts_the_spool(self) -> None:
-        status = self.session.status
+        status = self.run(self.session.current_status())
         assert status.spooled_batches == Spool(self.spool_path).counts(self.store.session_id)[0]
 
 
@@ -150,7 +154,149 @@ TestResilientMachine.settings = settings(
 )
 
 
+class SharedSpoolMachine(RuleBasedStateMachine):
+    """Several writers (objects that could be processes: each has its own breaker, mirror and
+    cache) of one session through one spool file, with outages, lost replies (some followed by
+    an outage, so the batch is stored and spooled), crashes during replay and reopens,
+    compared with one plain list: every acknowledged batch exactly once, popped items gone."""
+
+    WRITERS = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.dir = tempfile.mkdtemp(prefix="resilient-shared-")
+        self.spool_path = os.path.join(self.dir, "spool.db")
+        self.store = InMemorySession(f"rsw-{uuid.uuid4().hex[:8]}")
+        self.faults = Faults()
+        self.writers = [self._open(k) for k in range(self.WRITERS)]
+        self.model: list[Any] = []
+        self.counter = 0
+
+    def _open(self, k: int) -> ResilientSession:
+        kind = FlakySequencedPrimary if k % 2 else FlakyPrimary
+        return _open(kind(self.store, self.faults), self.spool_path)
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def teardown(self) -> None:
+        self.faults.down, self.faults.lost_replies = False, 0
+        self.run(self.writers[0].replay())
+        assert self.run(_stored(self.store)) == self.model, "exactly once, in write order"
+        for writer in self.writers:
+            assert self.run(writer.current_status()).spooled_batches == 0
+            self.run(writer.close())
+        self.loop.close()
+
+    @rule(k=st.integers(0, WRITERS - 1), size=st.integers(1, 2))
+    def add(self, k: int, size: int) -> None:
+        batch = []
+        for _ in range(size):
+            self.counter += 1
+            batch.append(_msg(f"w{k}-{self.counter}"))
+        self.run(self.writers[k].add_items(batch))
+        self.model += batch
+
+    @rule(k=st.integers(0, WRITERS - 1))
+    def pop(self, k: int) -> None:
+        try:
+            item = self.run(self.writers[k].pop_item())
+        except BackendUnavailableError:
+            assert self.faults.down
+            return
+        assert item == (self.model.pop() if self.model else None)
+
+    @rule(k=st.integers(0, WRITERS - 1), limit=st.one_of(st.none(), st.integers(1, 4)))
+    def read(self, k: int, limit: int | None) -> None:
+        items = self.run(self.writers[k].get_items(limit))
+        expected = self.model if limit is None else self.model[-limit:]
+        if not self.faults.down:
+            assert items == expected
+            return
+        # Down: this writer's last view, then the spooled batches, each once.
+        spooled = Spool(self.spool_path).counts(self.store.session_id)[1]
+        tail = min(spooled, len(items))
+        assert items[len(items) - tail :] == self.model[len(self.model) - tail :]
+
+    @rule(down=st.booleans())
+    def outage(self, down: bool) -> None:
+        self.faults.down = down
+
+    @rule(then_down=st.booleans())
+    def lost_reply(self, then_down: bool) -> None:
+        self.faults.lost_replies = 1
+        self.faults.down_after_lost_reply = then_down
+
+    @precondition(lambda self: not self.faults.down)
+    @rule(k=st.integers(0, WRITERS - 1), after=st.integers(1, 2))
+    def crash_during_replay(self, k: int, after: int) -> None:
+        primary = self.writers[k].inner
+        assert isinstance(primary, FlakyPrimary)
+        primary.crash_after_writes = after
+        try:
+            self.run(self.writers[k].replay())
+        except Crash:
+            pass
+        primary.crash_after_writes = None
+        self.writers[k] = self._open(k)  # the process died: a new one takes over
+
+    @rule(k=st.integers(0, WRITERS - 1))
+    def reopen(self, k: int) -> None:
+        self.writers[k] = self._open(k)
+
+
+TestSharedSpoolMachine = SharedSpoolMachine.TestCase
+TestSharedSpoolMachine.settings = settings(
+    # 3x: 25 examples rarely reach the two-writer losses of the old design; 75 always did
+    max_examples=3 * int(os.environ.get("RESILIENT_EXAMPLES", "25")),
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
 # -- behaviour ---------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_two_writers_of_one_spool_lose_and_duplicate_nothing(tmp_path: Any) -> None:
+    """Issue 23.1-2: writer 1 spools B; writer 2, which saw an empty spool before, writes W,
+    whose reply is lost before an outage (W is stored and spooled)."""
+    store, faults = InMemorySession("two"), Faults()
+    spool = str(tmp_path / "spool.db")
+    w1 = _open(FlakyPrimary(store, faults), spool)
+    w2 = _open(FlakySequencedPrimary(store, faults), spool)
+    await w2.add_items([_msg("A")])
+    faults.down = True
+    await w1.add_items([_msg("B")])
+    faults.down = False
+    faults.lost_replies, faults.down_after_lost_reply = 1, True
+    await w2.add_items([_msg("W")])
+    faults.down = False
+    await w1.add_items([_msg("Z")])
+    assert await _stored(store) == [_msg("A"), _msg("B"), _msg("W"), _msg("Z")]
+    assert (await w2.current_status()).spooled_batches == 0
+
+
+@pytest.mark.asyncio
+async def test_a_batch_stored_and_still_spooled_is_read_once(tmp_path: Any) -> None:
+    """Issue 23.3: the reply of X was lost before an outage, so X is in the primary and in the
+    spool; while another process holds the replay lock, reads show X once."""
+    store, faults = InMemorySession("twice"), Faults()
+    session = _open(FlakyPrimary(store, faults), str(tmp_path / "spool.db"))
+    await session.add_items([_msg("A")])
+    faults.lost_replies, faults.down_after_lost_reply = 1, True
+    await session.add_items([_msg("X1"), _msg("X2")])
+    faults.down = False
+    assert (await session.current_status()).spooled_batches == 1
+    with Spool(str(tmp_path / "spool.db")).replay_lock() as held:
+        assert held  # the replay is someone else's: this object cannot run it
+        assert await session.get_items() == [_msg("A"), _msg("X1"), _msg("X2")]
+        assert await session.get_items(2) == [_msg("X1"), _msg("X2")]
+        assert await session.get_items(3) == [_msg("A"), _msg("X1"), _msg("X2")]
+    assert await session.replay() == 0  # found in the primary: nothing written
+    assert await _stored(store) == [_msg("A"), _msg("X1"), _msg("X2")]
 
 
 @pytest.fixture
@@ -216,7 +362,8 @@ async def test_a_crash_between_apply_and_confirm_replays_exactly_once(spool_path
         await session.replay()
     assert len(await store.get_items()) == 4
     reopened = _open(FlakySequencedPrimary(store), spool_path)
-    assert reopened.status.spooled_batches == 3  # the applied but unconfirmed batch is still there
+    # the applied but unconfirmed batch is still there
+    assert (await reopened.current_status()).spooled_batches == 3
     assert await reopened.replay() == 2
     assert await _stored(store) == [_msg(f"{i}{s}") for i in range(4) for s in "ab"]
 
@@ -331,3 +478,159 @@ def test_bad_policies_are_refused(kwargs: dict[str, Any], match: str) -> None:
 def test_an_in_memory_spool_is_refused() -> None:
     with pytest.raises(ValueError, match="durable"):
         ResilientSession(InMemorySession("mem"), ":memory:")
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_spooled_write_is_settled_when_cancelled_error_arrives(
+    spool_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23.4: the spool write waits for the file's lock when the caller is cancelled; the
+    caller gets CancelledError only once the write is whole, never before it applies."""
+    primary = FlakyPrimary(InMemorySession("cancel"))
+    session = _open(primary, spool_path, reset=3600)
+    primary.down = True
+    await session.add_items([_msg("A")])
+    blocker = sqlite3.connect(spool_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another process writing the spool
+    entered = threading.Event()
+    append = session.spool.append
+
+    def entering(*args: Any, **kwargs: Any) -> None:
+        entered.set()
+        append(*args, **kwargs)
+
+    monkeypatch.setattr(session.spool, "append", entering)
+    task = asyncio.create_task(session.add_items([_msg("B")]))
+    await asyncio.to_thread(entered.wait, 30)
+    task.cancel()
+    asyncio.get_running_loop().call_later(0.3, blocker.rollback)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert Spool(spool_path).counts("cancel") == (2, 2), "applied before CancelledError"
+    primary.down = False
+    assert await session.get_items() == [_msg("A"), _msg("B")]
+    blocker.close()
+
+
+@pytest.mark.asyncio
+async def test_spool_contention_never_blocks_the_event_loop(spool_path: str) -> None:
+    """Issue 23.5: another thread holds the spool while it waits for the file's lock (held by
+    another process): ``status`` answers at once and the loop keeps running while a write
+    waits for the spool."""
+    primary = FlakyPrimary(InMemorySession("lag"))
+    session = _open(primary, spool_path, reset=3600)
+    primary.down = True
+    await session.add_items([_msg("A")])
+    blocker = sqlite3.connect(spool_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    other = threading.Thread(
+        target=session.spool.append,
+        args=("lag-other", "other-batch", ['{"role":"user","content":"x"}']),
+        kwargs={"attempted": False},
+    )
+    other.start()
+    await asyncio.to_thread(_until, session.spool._lock.locked)  # the other thread holds it
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    ticking = asyncio.create_task(ticker())
+    status = session.status
+    assert other.is_alive(), "status returned while the spool was still held"
+    assert (status.state, status.spooled_batches) == ("degraded", 1)
+    write = asyncio.create_task(session.add_items([_msg("B")]))
+    seen = ticks
+    await asyncio.sleep(0.2)
+    assert ticks > seen and not write.done()  # the loop ran; the write waits in a thread
+    blocker.rollback()
+    await write
+    other.join()
+    ticking.cancel()
+    assert (await session.current_status()).spooled_batches == 2
+    blocker.close()
+
+
+def _until(condition: Any) -> None:
+    while not condition():
+        time.sleep(0.005)
+
+
+def _move_aside(directory: Path) -> None:
+    for leftover in directory.glob("spool.db*"):
+        leftover.rename(directory / ("aside-" + leftover.name))
+
+
+def _truncated_spool(path: Path) -> None:
+    spool = Spool(path)
+    for i in range(200):
+        spool.append(str(path), f"b{i}", ['{"role":"user","content":"%s"}' % ("x" * 500)],
+                     attempted=False)
+    spool.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 3)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+@pytest.mark.asyncio
+async def test_a_corrupt_spool_file_still_serves_a_healthy_primary(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 23.9: the primary is served; a write that needs the spool names the file and what
+    to do; a spool moved aside is replaced by a new one."""
+    path = tmp_path / "spool.db"
+    if damage == "garbage":
+        path.write_bytes(b"this is not an SQLite file " * 200)
+    else:
+        _truncated_spool(path)
+    primary = FlakyPrimary(InMemorySession(f"corrupt-{uuid.uuid4().hex[:8]}"))
+    session = _open(primary, str(path))
+    await session.add_items([_msg("A"), _msg("B")])
+    assert await session.pop_item() == _msg("B")
+    assert await session.get_items() == [_msg("A")]
+    assert str(path) in caplog.text and "Move it aside" in caplog.text
+    primary.down = True
+    with pytest.raises(BackendUnavailableError, match="Move it aside") as info:
+        await session.add_items([_msg("C")])
+    assert str(path) in str(info.value)
+    _move_aside(tmp_path)
+    await session.add_items([_msg("C")])  # a new spool
+    primary.down = False
+    assert await session.get_items() == [_msg("A"), _msg("C")]
+    assert await _stored(primary.inner) == [_msg("A"), _msg("C")]
+
+
+@pytest.mark.asyncio
+async def test_a_spool_of_the_previous_format_is_upgraded_and_replayed_once(
+    tmp_path: Path,
+) -> None:
+    """The previous format kept one anchor per session: it bounds the look-up of each
+    attempted batch after the upgrade."""
+    store = InMemorySession(f"upgrade-{uuid.uuid4().hex[:8]}")
+    stored: list[Any] = [{**_msg("A"), BATCH_KEY: "a"}, {**_msg("X"), BATCH_KEY: "x"}]
+    await store.add_items(stored)
+    path = str(tmp_path / "spool.db")
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            "CREATE TABLE spool_batches (seq INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT "
+            "NOT NULL, batch_id TEXT NOT NULL UNIQUE, items TEXT NOT NULL, attempted INTEGER "
+            "NOT NULL DEFAULT 0);"
+            "CREATE TABLE spool_anchors (session_id TEXT PRIMARY KEY, batch_id TEXT);"
+        )
+        conn.execute("INSERT INTO spool_anchors VALUES (?, 'a')", (store.session_id,))
+        for bid, text, attempted in [("x", "X", 1), ("y", "Y", 0)]:
+            items = f'[{{"role":"user","content":"{text}","{BATCH_KEY}":"{bid}"}}]'
+            conn.execute(
+                "INSERT INTO spool_batches (session_id, batch_id, items, attempted) "
+                "VALUES (?, ?, ?, ?)",
+                (store.session_id, bid, items, attempted),
+            )
+    session = _open(FlakyPrimary(store), path)
+    assert await session.replay() == 1  # x was found (stored, its reply lost); y written
+    assert await _stored(store) == [_msg("A"), _msg("X"), _msg("Y")]
+    assert Spool(path).batches(store.session_id) == []

@@ -5,11 +5,13 @@ this test's own connections terminated and cut (the shared servers are never tou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +26,11 @@ from agent_sessions.wrappers.resilient import (
     ResilientSession,
     RetryPolicy,
 )
+from tests.fault_report import report
+from tests.fault_writer import open_store
+from tests.flaky import FlakyPrimary
 from tests.redis_servers import RedisServer, require_binaries
-from tests.servers import POSTGRES_URL, RUN, drop_sql_tables, require_server
+from tests.servers import MARIADB_URL, POSTGRES_URL, RUN, drop_sql_tables, require_server
 from tests.tcp_proxy import TcpProxy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,14 +111,21 @@ async def test_redis_stopped_and_restarted_mid_conversation(tmp_path: Path) -> N
         assert _stripped(stored) == expected  # nothing lost, nothing twice, in write order
         assert last_input == expected_input  # the model saw the whole history
         await session.close()
+        report(
+            "resilient Redis outage mid-conversation",
+            f"a private redis-server stopped before turn 3 of {TURNS} and restarted before turn 6",
+            f"no turn failed; {len(expected)} items stored once, in order; the model saw them all",
+        )
     finally:
         server.kill()
 
 
-def _spawn_replay(url: str, spool: Path, pause_after: int) -> subprocess.Popen[str]:
+def _spawn_replay(
+    kind: str, target: str, prefix: str, spool: Path, pause_after: int
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.resilient_child", url, "rk", "kill", str(spool),
-         str(pause_after)],
+        [sys.executable, "-m", "tests.resilient_child", kind, target, prefix, "kill",
+         str(spool), str(pause_after)],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,
@@ -123,55 +135,81 @@ def _spawn_replay(url: str, spool: Path, pause_after: int) -> subprocess.Popen[s
 
 def _kill_when_applied(child: subprocess.Popen[str]) -> None:
     assert child.stdout is not None
-    line = child.stdout.readline()  # the child hangs right after a batch reached Redis
+    line = child.stdout.readline()  # the child hangs right after a batch reached the primary
     assert line.strip() == "APPLIED", line
     os.kill(child.pid, signal.SIGKILL)
     child.wait(timeout=30)
     assert child.returncode == -signal.SIGKILL
 
 
-@pytest.mark.asyncio
-async def test_kill_9_during_replay_then_reopen_is_exactly_once(tmp_path: Path) -> None:
-    require_binaries("redis-server", "redis-cli")
-    from agent_sessions import RedisSession
+@contextlib.contextmanager
+def _primary(kind: str, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
+    """(kind, target, prefix) of a primary of this test's own: a private redis-server, or
+    tables with a prefix of its own on the shared PostgreSQL or MariaDB (dropped after)."""
+    prefix = f"rk{RUN}{uuid.uuid4().hex[:6]}_"
+    if kind == "redis":
+        require_binaries("redis-server", "redis-cli")
+        server = RedisServer(tmp_path / "redis")
+        server.start()
+        try:
+            yield "redis", server.url, prefix
+        finally:
+            server.kill()
+        return
+    url = POSTGRES_URL if kind == "postgres" else MARIADB_URL
+    require_server(kind, "127.0.0.1", 5432 if kind == "postgres" else 3306)
+    try:
+        yield "sql", url, prefix
+    finally:
+        asyncio.run(drop_sql_tables(url, prefix))
 
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    spool = tmp_path / "spool.db"
+
+@pytest.mark.parametrize("kind", ["redis", "postgres", "mariadb"])
+def test_kill_9_during_replay_then_reopen_is_exactly_once(tmp_path: Path, kind: str) -> None:
+    """The spool holds batches written during an outage; replaying processes are killed with
+    SIGKILL right after a batch reached the primary; a reopen replays exactly once."""
+    with _primary(kind, tmp_path) as (store, target, prefix):
+        asyncio.run(_kill_during_replay(kind, store, target, prefix, tmp_path / "spool.db"))
+
+
+async def _kill_during_replay(kind: str, store: str, target: str, prefix: str, spool: Path) -> None:
     batches = [[{"role": "user", "content": f"b{b}-{i}"} for i in range(3)]
                for b in range(3 + 2 * KILLS)]
-    try:
-        primary = RedisSession.from_url("kill", url=server.url, key_prefix="rk", timeout=1.0)
-        session = ResilientSession(primary, spool, retry=RETRY, breaker=_breaker())
-        await session.add_items(batches[0])  # type: ignore[arg-type]
-        server.stop()
-        for batch in batches[1:]:
-            await session.add_items(batch)  # type: ignore[arg-type]
-        assert session.status.spooled_batches == len(batches) - 1
-        await session.close()
-        server.start()
+    flaky = FlakyPrimary(open_store(store, target, prefix, "kill"))
+    session = ResilientSession(flaky, spool, retry=RETRY, breaker=_breaker())  # type: ignore[arg-type]
+    await session.add_items(batches[0])  # type: ignore[arg-type]
+    flaky.down = True  # the outage: the rest goes to the spool
+    for batch in batches[1:]:
+        await session.add_items(batch)  # type: ignore[arg-type]
+    assert session.status.spooled_batches == len(batches) - 1
+    await session.close()
 
-        applied = 1
-        for kill in range(KILLS):  # each child dies right after a batch reached Redis
-            pause_after = 2 if kill % 2 == 0 else 1
-            _kill_when_applied(_spawn_replay(server.url, spool, pause_after))
-            applied += pause_after
-
-        reader = RedisSession.from_url("kill", url=server.url, key_prefix="rk")
-        assert len(await reader.get_items()) == 3 * applied
-        reopened = ResilientSession(
-            RedisSession.from_url("kill", url=server.url, key_prefix="rk"), spool
+    applied = 1
+    for kill in range(KILLS):  # each child dies right after a batch reached the primary
+        pause_after = 2 if kill % 2 == 0 else 1
+        await asyncio.to_thread(
+            _kill_when_applied, _spawn_replay(store, target, prefix, spool, pause_after)
         )
-        # The last applied batch was not yet recorded in the spool: it is still there.
-        assert reopened.status.spooled_batches == len(batches) - applied + 1
-        assert await reopened.replay() == len(batches) - applied  # found it; wrote the rest
-        flat = [item for batch in batches for item in batch]
-        assert _stripped(await reader.get_items()) == flat
-        assert reopened.status.spooled_batches == 0
-        await reopened.close()
-        await reader.close()
-    finally:
-        server.kill()
+        applied += pause_after
+
+    reader = open_store(store, target, prefix, "kill")
+    assert len(await reader.get_items()) == 3 * applied
+    reopened = ResilientSession(open_store(store, target, prefix, "kill"), spool)
+    # The last applied batch was not yet recorded in the spool: it is still there.
+    assert (await reopened.current_status()).spooled_batches == len(batches) - applied + 1
+    assert await reopened.replay() == len(batches) - applied  # found it; wrote the rest
+    flat = [item for batch in batches for item in batch]
+    assert _stripped(await reader.get_items()) == flat
+    assert (await reopened.current_status()).spooled_batches == 0
+    await reopened.close()
+    await reader.close()
+    report(
+        f"resilient kill -9 during replay ({kind})",
+        f"{len(batches) - 1} batches spooled in an outage, {KILLS} replaying process(es) "
+        "killed with SIGKILL right after a batch reached the primary",
+        f"a reopen found the unrecorded batch and replayed the rest: {len(flat)} items, "
+        "each once, in order",
+    )
 
 
 class _Postgres:
@@ -238,6 +276,11 @@ async def test_postgres_cut_mid_conversation(tmp_path: Path) -> None:
         assert await pg.stored() == expected
         assert last_input == expected_input
         await session.close()
+        report(
+            "resilient PostgreSQL cut mid-conversation",
+            f"this test's TCP route cut from turn 3 to turn 6 of {TURNS}",
+            f"no turn failed; {len(expected)} items stored once, in order",
+        )
     finally:
         await pg.drop()
 

@@ -26,7 +26,7 @@ def test_a_failing_property_test_shrinks_and_reports_within_the_pytest_timeout(
 ) -> None:
     # Generation gets at least as long as shrinking; the report follows the shrink.
     assert 2 * engine.MAX_SHRINKING_SECONDS <= float(pytestconfig.getini("timeout"))
-    assert settings.default.print_blob
+    assert settings.default is not None and settings.default.print_blob
 
 
 def test_removing_a_run_takes_what_carries_its_tag_and_nothing_else() -> None:

@@ -37,7 +37,7 @@ class RedisCatalog:
 
     async def exists(self) -> bool:
         # A Redis server has no store to create: reaching it is enough.
-        await self.session._call(self.session._client.ping)
+        await self.session._call(self.session._client.ping, reads=True)
         return True
 
     async def _ids(self, tag_pattern: str) -> list[str]:
@@ -53,7 +53,7 @@ class RedisCatalog:
                 found.append(unescape_session_id(text[start : -len(_META)]))
             return found
 
-        return await self.session._call(scan)
+        return await self.session._call(scan, reads=True)
 
     async def _info(self, session_id: str) -> SessionInfo | None:
         client = self.session._client
@@ -64,7 +64,7 @@ class RedisCatalog:
                 client.hmget(meta, "created_ms", "updated_ms"), client.zcard(items)
             )
 
-        (created, updated), count = await self.session._call(read)
+        (created, updated), count = await self.session._call(read, reads=True)
         return SessionInfo(
             session_id,
             None if created is None else utc(int(created) / 1000),

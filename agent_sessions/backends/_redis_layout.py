@@ -438,6 +438,41 @@ return replaced
 """
 )
 
+# KEYS: items, meta. ARGV[1]: expiry in ms ("0": none), ARGV[2], ARGV[3]: created and updated
+# times in ms; ARGV[4..]: seq1, json1, seq2, json2, ... (increasing). Refuses with HELD when
+# the session holds items; else stores each item at its number, raises the counter to the last
+# (never lowers it) and sets the times. Returns the number of items held (0: written).
+WRITE_AT = Script(
+    """
+local items, meta = KEYS[1], KEYS[2]
+local held = redis.call('ZCARD', items)
+if held > 0 then return held end
+"""
+    + _read_counter("meta", "written")
+    + _check_expiry("meta", "ARGV[1]")
+    + """
+local args = {}
+for i = 4, #ARGV, 2 do
+  args[#args + 1] = ARGV[i]
+  args[#args + 1] = ARGV[i] .. ':' .. ARGV[i + 1]
+  if #args >= 1000 then
+    redis.call('ZADD', items, unpack(args))
+    args = {}
+  end
+end
+if #args > 0 then redis.call('ZADD', items, unpack(args)) end
+local top = tonumber(ARGV[#ARGV - 1])
+if top > last then last = top end
+redis.call('HSET', meta, 'seq', string.format('%d', last), 'created_ms', ARGV[2],
+  'updated_ms', ARGV[3])
+if ARGV[1] ~= '0' then
+  redis.call('PEXPIRE', items, ARGV[1])
+  redis.call('PEXPIRE', meta, ARGV[1])
+end
+return 0
+"""
+)
+
 # KEYS: items, meta. ARGV[1]: expiry in ms. Sets both keys (those that exist) to expire then.
 TOUCH = Script(
     _check_expiry("KEYS[2]", "ARGV[1]")

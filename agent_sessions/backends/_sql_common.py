@@ -137,6 +137,14 @@ class SqlDialect(ABC):
         return how many rows were replaced."""
 
     @abstractmethod
+    async def write_at(
+        self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
+    ) -> int:
+        """In one transaction, unless the session holds rows: store ``rows`` at their numbers,
+        raise the counter to the last (never lower it) and set the session's times (epoch
+        seconds). Return how many rows the session held (0: written; else nothing was)."""
+
+    @abstractmethod
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         """Count the session's rows with after < seq < before."""
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 from ..core.base import Row
@@ -375,6 +376,42 @@ class MySQLDialect(SqlDialect):
                 replaced += int(cur.rowcount)
             await conn.commit()
         return replaced
+
+    async def write_at(
+        self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
+    ) -> int:
+        s, m = self.t.sessions, self.t.messages
+        payloads = [payload for _, payload in rows]
+        chunks = self._chunks(session_id, payloads)
+        times = [datetime.fromtimestamp(t, timezone.utc).replace(tzinfo=None)
+                 for t in (created, updated)]
+        async with conn.cursor() as cur:
+            if conn.get_autocommit():
+                await conn.begin()
+            try:
+                # first: locks the counter row, so appends wait for this write
+                await cur.execute(
+                    f"INSERT INTO {s} (session_id, last_seq, created_at, updated_at) "
+                    "VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE "
+                    "last_seq = GREATEST(last_seq, VALUES(last_seq)), "
+                    "created_at = VALUES(created_at), updated_at = VALUES(updated_at)",
+                    (session_id, rows[-1][0], *times),
+                )
+                await cur.execute(f"SELECT COUNT(*) FROM {m} WHERE session_id = %s", (session_id,))
+                (held,) = await cur.fetchone()
+                if held:
+                    await conn.rollback()
+                    return int(held)
+                for chunk in chunks:
+                    args: list[Any] = []
+                    for i in chunk:
+                        args += (session_id, rows[i][0], payloads[i])
+                    await cur.execute(self._insert + ",".join(["(%s,%s,%s)"] * len(chunk)), args)
+                await conn.commit()
+            except BaseException:
+                await conn.rollback()
+                raise
+        return 0
 
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         bounds, args = range_clause(after, before, lambda i: "%s")

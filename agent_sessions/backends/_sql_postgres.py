@@ -62,6 +62,13 @@ def create_statements(t: Tables) -> list[str]:
     ]
 
 
+class _Held(Exception):
+    """Rolls back a ``write_at`` into a session that holds rows."""
+
+    def __init__(self, held: int) -> None:
+        self.held = held
+
+
 class PostgresDialect(SqlDialect):
     """SQL for PostgreSQL (asyncpg)."""
 
@@ -207,6 +214,36 @@ class PostgresDialect(SqlDialect):
             [payload for _, payload in rows],
         )
         return int(str(status).rsplit(" ", 1)[-1])  # "UPDATE <n>"
+
+    async def write_at(
+        self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
+    ) -> int:
+        s, m = self.t.sessions, self.t.messages
+        try:
+            async with conn.transaction():
+                # first: locks the counter row, so appends wait for this write
+                await conn.execute(
+                    f"INSERT INTO {s} AS s (session_id, last_seq, created_at, updated_at) "
+                    "VALUES ($1, $2::bigint, to_timestamp($3), to_timestamp($4)) "
+                    "ON CONFLICT (session_id) DO UPDATE SET "
+                    "last_seq = GREATEST(s.last_seq, EXCLUDED.last_seq), "
+                    "created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at",
+                    session_id, rows[-1][0], created, updated,
+                )
+                held = int(await conn.fetchval(
+                    f"SELECT COUNT(*) FROM {m} WHERE session_id = $1", session_id
+                ))
+                if held:
+                    raise _Held(held)
+                await conn.execute(
+                    f"INSERT INTO {m} (session_id, seq, message_data) "
+                    "SELECT $1, u.seq, u.data "
+                    "FROM unnest($2::bigint[], $3::text[]) AS u(seq, data)",
+                    session_id, [seq for seq, _ in rows], [payload for _, payload in rows],
+                )
+        except _Held as refused:
+            return refused.held
+        return 0
 
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         key = (after is not None, before is not None)

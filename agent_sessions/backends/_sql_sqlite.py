@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 from ..core.base import Row
@@ -40,6 +41,11 @@ def create_statements(t: Tables) -> list[str]:
         f"INSERT OR IGNORE INTO {t.schema} (table_name, version) "
         f"VALUES ('{t.messages}', {SCHEMA_VERSION})",
     ]
+
+
+def _stamp(epoch: float) -> str:
+    """``epoch`` as CURRENT_TIMESTAMP text (UTC)."""
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 class SqliteDialect(SqlDialect):
@@ -221,6 +227,32 @@ class SqliteDialect(SqlDialect):
             replaced = int(cur.rowcount)  # summed over the rows
             await cur.close()
             return replaced
+
+        return int(await self._write(conn, run))
+
+    async def write_at(
+        self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
+    ) -> int:
+        s, m = self.t.sessions, self.t.messages
+        stamps = [_stamp(created), _stamp(updated)]
+
+        async def run() -> int:
+            cur = await conn.execute(
+                f"SELECT COUNT(*) FROM {m} WHERE session_id = ?", (session_id,)
+            )
+            (held,) = await cur.fetchone()
+            await cur.close()
+            if held:
+                return int(held)
+            await conn.execute(
+                f"INSERT INTO {s} (session_id, last_seq, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
+                "last_seq = MAX(last_seq, excluded.last_seq), "
+                "created_at = excluded.created_at, updated_at = excluded.updated_at",
+                (session_id, rows[-1][0], *stamps),
+            )
+            await conn.executemany(self._insert, [(session_id, seq, p) for seq, p in rows])
+            return 0
 
         return int(await self._write(conn, run))
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ..errors import SequenceConflictError
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -106,6 +107,19 @@ class InMemorySession(BaseSession):
         entries.seqs.extend(seqs)
         entries.payloads.extend(payloads)
         return seqs
+
+    async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
+        with self.store._lock:
+            entries = self.store._entries(self.session_id)
+            if entries.seqs:
+                raise SequenceConflictError(
+                    f"session {self.session_id!r} already holds {len(entries.seqs)} item(s); "
+                    "write_sequenced_items fills an empty session only. Nothing was written"
+                )
+            entries.seqs[:] = [seq for seq, _ in rows]
+            entries.payloads[:] = [payload for _, payload in rows]
+            entries.next_seq = max(entries.next_seq, rows[-1][0] + 1)
+            entries.created, entries.updated = created, updated
 
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None

@@ -37,7 +37,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
-from agents.memory import SessionSettings
+from agents.memory.session_settings import SessionSettings
 
 from ..core.extras import missing
 
@@ -59,7 +59,12 @@ from ..core.capabilities import Capability
 from ..core.closing import Closing
 from ..core.ids import validate_session_id
 from ..core.options import explicit_options
-from ..errors import BackendDataError, BackendUnavailableError, ItemTooLargeError
+from ..errors import (
+    BackendDataError,
+    BackendUnavailableError,
+    ItemTooLargeError,
+    SequenceConflictError,
+)
 from . import _mongodb_swap as swaps
 
 if TYPE_CHECKING:
@@ -520,6 +525,57 @@ class MongoDBSession(BaseSession):
                 )
         self._expiry_done(expiry)
         return list(range(first, first + n))
+
+    async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
+        """One batch document per run of consecutive numbers. Without a transaction several
+        documents are not one step: the counter is raised first (so no append can take these
+        numbers), and documents already inserted are deleted again when a later one fails."""
+        docs: list[dict[str, Any]] = []
+        cost = 0
+        for seq, payload in rows:
+            size = len(payload.encode()) + _ITEM_OVERHEAD
+            last = docs[-1] if docs else None
+            if last is None or seq != last["seq"] + last["n"] or cost + size > MAX_BATCH_BYTES:
+                last = {"session_id": self.session_id, "seq": seq, "n": 0, "items": []}
+                docs.append(last)
+                cost = 0
+            last["items"].append(payload)
+            last["n"] += 1
+            cost += size
+        await self._ensure_indexes()
+        await self._finish_swaps()
+        expiry, _ = self._expiry()
+        for doc in docs:
+            doc.update(expiry.get("$set", {}))
+        times = {
+            "created_at": datetime.fromtimestamp(created, timezone.utc),
+            "updated_at": datetime.fromtimestamp(updated, timezone.utc),
+        }
+        counter_set = {**times, **_counter_expiry(expiry).get("$set", {})}
+        held = await self._count()
+        if held:
+            raise SequenceConflictError(
+                f"session {self.session_id!r} already holds {held} item(s); "
+                "write_sequenced_items fills an empty session only. Nothing was written"
+            )
+        async with _translated("writing items at their numbers"):
+            await self._counters.update_one(
+                {"_id": self.session_id},
+                {"$max": {"seq": rows[-1][0]}, "$set": counter_set},
+                upsert=True,
+            )
+            try:
+                await self._messages.insert_many(docs, ordered=True)
+            except BaseException as exc:
+                # only this call's documents (PyMongo gave each its _id before sending)
+                ours = [d["_id"] for d in docs if "_id" in d]
+                await self._messages.delete_many({"_id": {"$in": ours}})
+                if isinstance(exc, DuplicateKeyError) or (
+                    isinstance(exc, BulkWriteError) and _is_duplicate(exc)
+                ):
+                    raise self._foreign_data(exc) from exc
+                raise
+        self._expiry_done(expiry)
 
     async def _reserve(self, n: int, now: datetime, expiry: dict[str, Any]) -> Any:
         update = {

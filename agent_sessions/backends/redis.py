@@ -24,6 +24,7 @@ try:
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
     from redis.exceptions import (
+        AuthenticationError,
         BusyLoadingError,
         ClusterError,
         MaxConnectionsError,
@@ -38,7 +39,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("RedisSession", "redis", _exc) from _exc
 
-from agents.memory import SessionSettings
+from agents.memory.session_settings import SessionSettings
 
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, pop_checked_by_api
 from ..core.capabilities import Capability
@@ -46,7 +47,7 @@ from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
 from ..core.deadline import within
 from ..core.family import REGISTRY
 from ..core.options import explicit_options
-from ..errors import BackendDataError, BackendUnavailableError
+from ..errors import BackendDataError, BackendUnavailableError, SequenceConflictError
 from ._redis_layout import (
     APPEND,
     APPEND_IF_NEWEST,
@@ -60,6 +61,7 @@ from ._redis_layout import (
     REPLACE,
     REWRITE,
     TOUCH,
+    WRITE_AT,
     check_key_prefix,
     session_keys,
 )
@@ -364,7 +366,7 @@ class RedisSession(BaseSession):
         """Return whether Redis answers within ``timeout`` (the SDK's method)."""
         self._check_open()
         try:
-            return bool(await self._call(self._client.ping))
+            return bool(await self._call(self._client.ping, reads=True))
         except BackendUnavailableError:
             return False
 
@@ -418,7 +420,9 @@ class RedisSession(BaseSession):
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:
         client = self._client
-        members = await self._call(lambda: self._range(client, limit, after, before))
+        members = await self._call(
+            lambda: self._range(client, limit, after, before), reads=True
+        )
         if limit is not None and not (after is None and before is None):
             members.reverse()
         elif after is None and before is None and members:
@@ -453,7 +457,8 @@ class RedisSession(BaseSession):
             return await pipe.execute()  # type: ignore[no-any-return]
 
         out = []
-        for (s, limit, after, before), members in zip(reads, await self._call(send), strict=True):
+        answers = await self._call(send, reads=True)
+        for (s, limit, after, before), members in zip(reads, answers, strict=True):
             if limit is not None and not (after is None and before is None):
                 members.reverse()
             out.append(cast(RedisSession, s)._rows(members))
@@ -562,6 +567,18 @@ class RedisSession(BaseSession):
         client, key, high = self._client, self._keys[0], f"({before}"
         return int(await self._call(lambda: client.zremrangebyscore(key, "-inf", high)))
 
+    async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
+        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        args = [ttl, str(round(created * 1000)), str(round(updated * 1000))]
+        args += [part for seq, payload in rows for part in (str(seq), payload)]
+        held = int(await self._call(lambda: WRITE_AT(client, keys, *args)))
+        if held:
+            raise SequenceConflictError(
+                f"session {self.session_id!r} already holds {held} item(s); "
+                "write_sequenced_items fills an empty session only. Nothing was written"
+            )
+        _note_newest(keys[0], None)
+
     async def _rewrite(self, rows: list[Row]) -> int:
         client, keys = self._client, self._keys
         args = [part for seq, payload in rows for part in (str(seq), payload)]
@@ -605,10 +622,10 @@ class RedisSession(BaseSession):
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
         client, key = self._client, self._keys[0]
         if after is None and before is None:
-            return int(await self._call(lambda: client.zcard(key)))
+            return int(await self._call(lambda: client.zcard(key), reads=True))
         low = "-inf" if after is None else f"({after}"
         high = "+inf" if before is None else f"({before}"
-        return int(await self._call(lambda: client.zcount(key, low, high)))
+        return int(await self._call(lambda: client.zcount(key, low, high), reads=True))
 
     async def _close(self) -> None:
         await self._shared.release()
@@ -641,8 +658,9 @@ class RedisSession(BaseSession):
                 f"{self.key_prefix!r}? Choose another prefix or remove the key."
             ) from None
 
-    async def _call(self, command: Callable[[], Awaitable[T]]) -> T:
-        """Run one Redis call within ``timeout``, translating failures to this package's errors.
+    async def _call(self, command: Callable[[], Awaitable[T]], *, reads: bool = False) -> T:
+        """Run one Redis call within ``timeout``, translating failures to this package's errors
+        (``reads``: the call changes nothing, so its error says nothing about writes).
 
         A full connection pool raises before anything is sent, so the call waits and tries
         again (until the timeout) instead of failing under a burst of concurrent calls.
@@ -681,13 +699,18 @@ class RedisSession(BaseSession):
                     "set it to the highest sequence number stored (or delete the session's keys)"
                 ) from exc
             if isinstance(exc, _UNAVAILABLE) or message.startswith("BUSY"):
-                raise self._unavailable(exc) from exc
+                raise self._unavailable(exc, reads) from exc
             raise
         except _UNAVAILABLE as exc:
-            raise self._unavailable(exc) from exc
+            raise self._unavailable(exc, reads) from exc
 
-    def _unavailable(self, exc: BaseException) -> BackendUnavailableError:
+    def _unavailable(self, exc: BaseException, reads: bool) -> BackendUnavailableError:
         where = _describe(self._client)
+        if isinstance(exc, AuthenticationError) or str(exc).startswith(("NOAUTH", "WRONGPASS")):
+            return BackendUnavailableError(
+                f"{where}: authentication required/failed: check the user and password in the "
+                f"URL ({type(exc).__name__}: {exc}); nothing was read or written"
+            )
         if isinstance(exc, (TimeoutError, RedisTimeoutError)):
             reason = f"did not answer within {self.timeout} s"
         elif isinstance(exc, BusyLoadingError):
@@ -696,7 +719,8 @@ class RedisSession(BaseSession):
             reason = f"failed: {type(exc).__name__}: {exc}"
         return BackendUnavailableError(
             f"{where} {reason} (session {self.session_id!r}); check that it is running and "
-            "reachable. A write that fails this way was applied fully or not at all."
+            "reachable."
+            + ("" if reads else " A write that fails this way was applied fully or not at all.")
         )
 
 

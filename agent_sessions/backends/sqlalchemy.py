@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from agents.memory import SessionSettings
+from agents.memory.session_settings import SessionSettings
 
 from ..core.extras import missing
 
@@ -38,7 +38,7 @@ from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES
 from ..core.mutation import finish
 from ..core.options import explicit_options
-from ..errors import BackendDataError, BackendUnavailableError
+from ..errors import BackendDataError, BackendUnavailableError, SequenceConflictError
 from ._sql_common import Refused, SqlDialect, Tables, causes
 
 if TYPE_CHECKING:
@@ -803,6 +803,19 @@ class SQLAlchemySession(BaseSession):
             return await d.rewrite(conn, sid, rows)
 
         return await self._run(op, write=True)
+
+    async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
+        sid = self.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> int:
+            return await d.write_at(conn, sid, rows, created, updated)
+
+        held = await self._run(op, write=True)
+        if held:
+            raise SequenceConflictError(
+                f"session {sid!r} already holds {held} item(s); write_sequenced_items fills "
+                "an empty session only. Nothing was written"
+            )
 
     async def _close(self) -> None:
         if self._shared is not None:

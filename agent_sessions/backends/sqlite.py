@@ -24,12 +24,13 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ..core.codec import decode_item, encode_item
 from ..core.family import REGISTRY, purposes_in
-from ..errors import BackendUnavailableError, SessionClosedError
+from ..errors import BackendUnavailableError, SequenceConflictError, SessionClosedError
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -367,6 +368,11 @@ async def _settled(job: _Job) -> Any:
         raise
 
 
+def _sqlite_stamp(epoch: float) -> str:
+    """``epoch`` as CURRENT_TIMESTAMP text (UTC)."""
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def _write(raw: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
     """Run ``fn`` inside one IMMEDIATE transaction; all of it commits or none of it.
 
@@ -686,6 +692,46 @@ class SQLiteSession(BaseSession):
             return raw.executemany(sql, args).rowcount  # summed over the rows
 
         return await self._run(_write, rewrite)
+
+    async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
+        # The SDK layout numbers items by the table's row id, shared by every session of the
+        # file: a number another session holds cannot be written here.
+        schema, sid, m = self._schema, self.session_id, self.messages_table
+        s = schema.key[0]
+        stamp = [_sqlite_stamp(created), _sqlite_stamp(updated)]
+        seqs = [seq for seq, _ in rows]
+
+        def write(raw: sqlite3.Connection) -> None:
+            (held,) = raw.execute(schema.count, (sid,)).fetchone()
+            if held:
+                raise SequenceConflictError(
+                    f"session {sid!r} already holds {held} item(s); write_sequenced_items "
+                    "fills an empty session only. Nothing was written"
+                )
+            taken = []
+            for start in range(0, len(seqs), 500):  # by primary key: O(n log table)
+                chunk = seqs[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                sql = f"SELECT id FROM {m} WHERE id IN ({marks})"
+                taken += [row[0] for row in raw.execute(sql, chunk)]
+            if taken:
+                raise SequenceConflictError(
+                    f"session {sid!r}: item number(s) {taken[:5]} are held by other sessions "
+                    f"of {self.path!r} (this layout numbers items across the whole file); "
+                    "copy into a new file or an sqlite+aiosqlite:// URL. Nothing was written"
+                )
+            raw.execute(
+                f"INSERT INTO {s} (session_id, created_at, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(session_id) DO UPDATE SET created_at = excluded.created_at, "
+                "updated_at = excluded.updated_at",
+                (sid, *stamp),
+            )
+            raw.executemany(
+                f"INSERT INTO {m} (id, session_id, message_data) VALUES (?, ?, ?)",
+                [(seq, sid, payload) for seq, payload in rows],
+            )
+
+        await self._run(_write, write)
 
     async def _close(self) -> None:
         await self._db.release()

@@ -12,15 +12,25 @@ import sys
 from collections.abc import Sequence
 
 
+def _interrupted(note: str | None) -> int:
+    print(f"agent-sessions: interrupted{'; ' + note if note else ''}", file=sys.stderr)
+    return 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     import typer
 
-    from .app import app
+    from .light_sdk import load_session_protocol
 
+    load_session_protocol()
+    from . import app as commands
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    commands.begin(args)
     try:
-        result = app(
-            args=list(sys.argv[1:] if argv is None else argv),
+        result = commands.app(
+            args=args,
             prog_name="agent-sessions",
             standalone_mode=False,
         )
@@ -30,13 +40,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("agent-sessions: aborted", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("agent-sessions: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted(commands.interrupted_note())
     except Exception as exc:
         # Usage errors: Click's ClickException (vendored by recent Typer releases) shows itself.
         show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
         if show is None or not isinstance(code, int):
             raise
+        message = getattr(exc, "message", None)
+        if isinstance(message, str):
+            setattr(exc, "message", commands.scrub(message))  # noqa: B010
         show()
         return code
+    if result == 130:  # Click returns Typer's Exit(130) for Ctrl-C when not standalone
+        return _interrupted(commands.interrupted_note())
     return result if isinstance(result, int) else 0

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import sys
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -47,6 +49,8 @@ SideStores = Annotated[
     ),
 ]
 
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="print no progress on stderr")]
+
 
 def _version(value: bool) -> None:
     if value:
@@ -71,8 +75,52 @@ def _root(
 # -- helpers ---------------------------------------------------------------------------------
 
 
+_URLS: set[str] = set()
+"""Store URLs of this run, so that no message shows their passwords (see ``scrub``)."""
+_INTERRUPTED: list[Callable[[], str]] = []
+
+
+def _redacted(url: str) -> str:
+    """``url`` without its password."""
+    from ..migrate import _redacted as redacted
+
+    return redacted(url)
+
+
+def begin(args: list[str]) -> None:
+    """Start a run of the command line: note its store URLs (to redact them), no notes yet."""
+    _URLS.clear()
+    _URLS.update(arg for arg in args if "://" in arg)
+    _INTERRUPTED.clear()
+
+
+def scrub(text: str) -> str:
+    """``text`` with every store URL of this run redacted and their passwords masked."""
+    from urllib.parse import urlsplit
+
+    for url in sorted(_URLS, key=len, reverse=True):
+        text = text.replace(url, _redacted(url))
+        try:
+            password = urlsplit(url).password
+        except ValueError:
+            password = None
+        if password and len(password) > 2:
+            text = text.replace(password, "***")
+    return text
+
+
+def _on_interrupt(note: Callable[[], str]) -> None:
+    """Have Ctrl-C print ``note()``: what was done and how to resume."""
+    _INTERRUPTED.append(note)
+
+
+def interrupted_note() -> str | None:
+    """What the interrupted command did, or None."""
+    return "; ".join(note() for note in _INTERRUPTED) or None
+
+
 def _fail(message: str, code: int = 1) -> NoReturn:
-    typer.echo(f"agent-sessions: error: {message}", err=True)
+    typer.echo(f"agent-sessions: error: {scrub(message)}", err=True)
     raise typer.Exit(code)
 
 
@@ -134,6 +182,7 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 def _confirm(question: str, yes: bool) -> None:
     if yes:
         return
+    question = scrub(question)
     if not sys.stdin.isatty():
         _fail(f"{question} Not confirmed: stdin is not a terminal; pass --yes to proceed")
     if not typer.confirm(question, default=False, err=True):
@@ -204,15 +253,22 @@ def list_sessions(
         for info in rows:
             _print_json(info.as_dict())
         return 0
-    from rich.table import Table
-
-    table = Table("session id", "items", "created (UTC)", "updated (UTC)", box=None)
-    for info in rows:
-        table.add_row(
-            info.session_id, str(info.item_count), _time(info.created_at), _time(info.updated_at)
-        )
     console = _console()
-    console.print(table)
+    if not console.is_terminal:  # piped: whole ids, one tab-separated line per session
+        for info in rows:
+            times = _time(info.created_at), _time(info.updated_at)
+            typer.echo("\t".join((info.session_id, str(info.item_count), *times)))
+    else:
+        from rich.table import Table
+
+        table = Table("session id", "items", "created (UTC)", "updated (UTC)", box=None)
+        table.columns[0].overflow = "fold"  # a long id wraps, never an ellipsis
+        for info in rows:
+            table.add_row(
+                info.session_id, str(info.item_count), _time(info.created_at),
+                _time(info.updated_at),
+            )
+        console.print(table)
     _console(stderr=True).print(f"{len(rows)} session(s)")
     return 0
 
@@ -244,6 +300,20 @@ async def _unwrap(items: list[Any], session_id: str, key: str | None) -> list[An
     return items
 
 
+def _read_key(key: str | None, key_file: str | None) -> str | None:
+    """The key given by value or, with ``key_file``, read from that file (stripped)."""
+    if key_file is None:
+        return key
+    try:
+        with open(key_file, encoding="utf-8") as file:
+            text = file.read().strip()
+    except OSError as exc:
+        _fail(f"cannot read the key file {key_file}: {exc.strerror or exc}")
+    if not text:
+        _fail(f"the key file {key_file} is empty")
+    return text
+
+
 @app.command()
 def show(
     url: Url,
@@ -255,20 +325,59 @@ def show(
     key: Annotated[
         str | None,
         typer.Option(
-            envvar="AGENT_SESSIONS_KEY",
-            help="encryption key for --decrypt (or the AGENT_SESSIONS_KEY variable)",
+            envvar="AGENT_SESSIONS_KEY", show_envvar=False,
+            help="encryption key for --decrypt; prefer --key-file or the AGENT_SESSIONS_KEY "
+            "variable, which stay out of the shell history",
         ),
     ] = None,
+    key_file: Annotated[
+        str | None,
+        typer.Option(
+            envvar="AGENT_SESSIONS_KEY_FILE", show_envvar=False,
+            help="file holding the encryption key (or the AGENT_SESSIONS_KEY_FILE variable)",
+        ),
+    ] = None,
+    branch: Annotated[
+        str | None, typer.Option(help="print this branch (BranchingSession/AdvancedSession)")
+    ] = None,
+    view: Annotated[
+        bool,
+        typer.Option(
+            "--view",
+            help="print what the agent sees: the compaction summary plus the newer items of "
+            "the current branch, expired items hidden (needs --ttl for a TTLSession)",
+        ),
+    ] = False,
+    ttl: Annotated[
+        float | None, typer.Option(help="the app's TTLSession ttl: hide what expired")
+    ] = None,
+    item_ttl: Annotated[float | None, typer.Option(help="the app's per-item ttl")] = None,
+    absolute: Annotated[
+        bool, typer.Option("--absolute", help="the app uses TTLSession(sliding=False)")
+    ] = False,
+    pretty: Annotated[bool, typer.Option("--pretty", help="print 'role: text' lines")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print one JSON array instead of JSON lines")
+    ] = False,
     option: Options = None,
 ) -> int:
     """Print a session's items as JSON lines, oldest first (reads only; creates nothing).
 
     TTLSession envelopes are shown as their items; EncryptedSession envelopes are shown as
-    stored unless --decrypt is given.
+    stored unless --decrypt is given. --branch and --view read through the layers the session
+    was written with (branching, compaction, TTL with --ttl, encryption with --decrypt).
     """
     options = _parse_options(option)
+    key = _read_key(key, key_file)
     if decrypt and not key:
-        raise typer.BadParameter("--decrypt needs --key or AGENT_SESSIONS_KEY", param_hint="--key")
+        raise typer.BadParameter(
+            "--decrypt needs --key-file, AGENT_SESSIONS_KEY or --key", param_hint="--key-file"
+        )
+    if branch is not None and view:
+        raise typer.BadParameter(
+            "--view shows the current branch; pass either --branch or --view", param_hint="--view"
+        )
+    expiry = (ttl, item_ttl, absolute)
 
     async def go() -> list[Any]:
         from ..migrate import Store
@@ -278,14 +387,98 @@ def show(
                 await store.catalog.require(session_id)
             session = store.session(session_id)
             try:
-                items = await session.get_items(limit)
+                if branch is None and not view:
+                    items = await session.get_items(limit)
+                    return await _unwrap(items, session_id, key if decrypt else None)
+                layered = await _layers(session, session_id, key if decrypt else None, expiry)
+                return await _read_through(store, session_id, layered, branch, view, limit)
             finally:
                 await session.close()
-        return await _unwrap(items, session_id, key if decrypt else None)
 
-    for item in _run(go()):
-        _print_json(item)
+    items = _run(go())
+    if as_json:
+        _print_json(items)
+    else:
+        for item in items:
+            if pretty:
+                typer.echo(_pretty(item))
+            else:
+                _print_json(item)
     return 0
+
+
+async def _layers(
+    session: Any, sid: str, key: str | None, expiry: tuple[float | None, float | None, bool]
+) -> Any:
+    """``session`` under TTLSession and EncryptedSession in the order its items were written
+    (read from their envelopes)."""
+    from ..wrappers.ttl import TTL_TYPE, TTLSession
+
+    ttl, item_ttl, absolute = expiry
+    for _ in range(2):
+        newest = await session.get_items(1)
+        kind = newest[0].get("type") if newest and isinstance(newest[0], dict) else None
+        if kind == TTL_TYPE:
+            if ttl is None and item_ttl is None:
+                _fail(
+                    f"session {sid!r} was written through TTLSession: pass --ttl (and "
+                    "--item-ttl, --absolute) as the app uses, so that expired items are hidden"
+                )
+            session = TTLSession(session, ttl=ttl, sliding=not absolute, item_ttl=item_ttl)
+        elif kind == "agent_sessions.enc":
+            if key is None:
+                _fail(f"session {sid!r} is encrypted: pass --decrypt with --key-file")
+            from ..wrappers.encrypted import EncryptedSession
+
+            session = EncryptedSession(session, encryption_key=key, strict=True)
+        else:
+            break
+    return session
+
+
+async def _read_through(
+    store: Any, sid: str, session: Any, branch: str | None, view: bool, limit: int | None
+) -> list[Any]:
+    """Read ``session`` as branch ``branch``, or (``view``) as the agent sees it."""
+    from ..catalog import side_store_kind
+
+    kinds = {side_store_kind(s) for s in await store.require_catalog().family(sid)}
+    if branch is not None or "branches" in kinds:
+        from ..wrappers.branching import BranchingSession
+
+        branching = BranchingSession(session)
+        if branch is not None:
+            names = [b["branch_id"] for b in await branching.list_branches()]
+            if branch not in names:
+                _fail(f"session {sid!r} has no branch {branch!r}; its branches: {_names(names)}")
+            return list(await branching.get_items(limit, branch_id=branch))
+        session = branching
+    if "compaction" in kinds:
+        from ..wrappers.compaction import CompactionSession
+
+        session = CompactionSession(session)
+    return list(await session.get_items(limit))
+
+
+def _pretty(item: Any) -> str:
+    """``item`` as one ``role: text`` line (tool calls as ``name(arguments)``)."""
+    if not isinstance(item, dict):
+        return json.dumps(item, ensure_ascii=False)
+    label = item.get("role") or item.get("type") or "item"
+    content = item.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        text = " ".join(str(p.get("text", p.get("refusal", ""))) for p in content)
+    elif item.get("type") == "function_call":
+        text = f"{item.get('name')}({item.get('arguments', '')})"
+    elif "output" in item:
+        text = str(item["output"])
+    else:
+        text = json.dumps(
+            {k: v for k, v in item.items() if k not in ("role", "type")}, ensure_ascii=False
+        )
+    return f"{label}: {' '.join(text.split())}"
 
 
 @app.command()
@@ -307,6 +500,10 @@ def stats(url: Url, as_json: Json = False, option: Options = None) -> int:
 
     table = Table(show_header=False, box=None)
     for name, value in totals.items():
+        if name == "side_stores_by_kind":
+            for kind, counts in value.items():
+                table.add_row(f"  {kind}", f"{counts['stores']} ({counts['items']} items)")
+            continue
         table.add_row(name.replace("_", " "), "-" if value is None else str(value))
     _console().print(table)
     return 0
@@ -321,6 +518,7 @@ def export_sessions(
         str, typer.Option("--output", "-O", help="file to write, '-' for stdout")
     ] = "-",
     side_stores: SideStores = True,
+    quiet: Quiet = False,
     option: Options = None,
 ) -> int:
     """Write sessions as JSON lines (one item per line) to a file or stdout (reads only)."""
@@ -329,10 +527,11 @@ def export_sessions(
     async def go(out: Any) -> Any:
         from ..migrate import export_store
 
-        return await export_store(
-            url, out, session_ids=session_ids or None, prefix=prefix, options=options,
-            side_stores=side_stores,
-        )
+        with _Meter("exporting", quiet, "run the same command again to export them all") as m:
+            return await export_store(
+                url, out, session_ids=session_ids or None, prefix=prefix, options=options,
+                side_stores=side_stores, on_session=m.session,
+            )
 
     if output == "-":
         report = _run(go(sys.stdout))
@@ -353,17 +552,78 @@ def export_sessions(
 # -- writing commands --------------------------------------------------------------------------
 
 
-def _progress() -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+class _Meter:
+    """Progress on stderr: a bar with items and an ETA under a terminal, a line every few
+    seconds (``AGENT_SESSIONS_PROGRESS_EVERY``, default 5) without one, nothing when quiet.
+    The ETA follows the sessions done of those planned (``plan``) or the characters read of
+    an input's size (``reading``). Ctrl-C prints what was done and how to resume."""
 
-    console = _console(stderr=True)
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=console,
-        disable=not console.is_terminal,
-    )
+    def __init__(self, verb: str, quiet: bool, resume: str) -> None:
+        self.verb, self.sessions, self.items = verb, 0, 0
+        self.total: int | None = None
+        self.done = 0
+        self.start = self.last = time.monotonic()
+        self.every = float(os.environ.get("AGENT_SESSIONS_PROGRESS_EVERY", "5"))
+        console = _console(stderr=True)
+        self.lines = not quiet and not console.is_terminal
+        self.bar: Any = None
+        if not quiet and console.is_terminal:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(
+                TextColumn(verb), BarColumn(),
+                TextColumn("{task.fields[sessions]} sessions, {task.fields[items]} items, ETA"),
+                TimeRemainingColumn(), console=console,
+            )
+            self.task = self.bar.add_task(verb, total=None, sessions=0, items=0)
+        _on_interrupt(lambda: (
+            f"{self.sessions} session(s) and side store(s) with {self.items} item(s) were "
+            f"done; {resume}"
+        ))
+
+    def __enter__(self) -> _Meter:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def plan(self, ids: list[str]) -> None:
+        self.total = len(ids)
+
+    def reading(self, lines: Any, size: int) -> Iterator[str]:
+        """Yield ``lines`` (of an input of ``size`` characters), counting what was read."""
+        self.total = max(size, 1)
+        for line in lines:
+            self.done += len(line)
+            yield line
+
+    def session(self, sid: str, items: int) -> None:
+        self.sessions += 1
+        self.items += items
+        done = self.sessions if self.total is not None and not self.done else self.done
+        if self.bar is not None:
+            self.bar.update(
+                self.task, total=self.total, completed=done, sessions=self.sessions,
+                items=self.items,
+            )
+        now = time.monotonic()
+        if self.lines and now - self.last >= self.every:
+            self.last = now
+            of = f"/{self.total}" if self.total is not None and not self.done else ""
+            eta = ""
+            if self.total and done:
+                left = (now - self.start) / done * max(0, self.total - done)
+                eta = f", ETA {timedelta(seconds=round(left))}"
+            typer.echo(
+                f"{self.verb}: {self.sessions}{of} session(s), {self.items} item(s){eta}",
+                err=True,
+            )
+
+
+_RESUME = "run the same command again to resume (complete sessions are skipped)"
 
 
 @app.command("import")
@@ -373,34 +633,45 @@ def import_sessions(
     replace: Annotated[
         bool, typer.Option(help="overwrite sessions that hold other items")
     ] = False,
+    renumber: Annotated[
+        bool,
+        typer.Option(
+            help="into a store that numbers items anew (an SDK layout): copy the sessions "
+            "without their side stores (branches, usage, compaction, TTL), which would point "
+            "at the wrong items there"
+        ),
+    ] = False,
     yes: Yes = False,
     as_json: Json = False,
+    quiet: Quiet = False,
     option: Options = None,
 ) -> int:
     """Write the sessions of an export file into a store (creates what is missing).
 
-    Sessions already imported in full are skipped; one imported in part is completed.
+    Sessions keep their item numbers and times. Sessions already imported in full are
+    skipped; one imported in part is written again.
     """
     options = _parse_options(option)
     if replace:
-        _confirm(f"Overwrite sessions in {url} that hold other items?", yes)
+        _confirm(f"Overwrite sessions in {_redacted(url)} that hold other items?", yes)
 
-    async def go(lines: Any) -> Any:
+    async def go(lines: Any, size: int | None) -> Any:
         from ..migrate import import_store
 
-        with _progress() as bar:
-            task = bar.add_task("importing", total=None)
+        with _Meter("importing", quiet, _RESUME) as meter:
+            if size is not None:  # the ETA follows the characters read of the file's bytes
+                lines = meter.reading(lines, size)
             return await import_store(
-                url, lines, options=options, replace=replace,
-                on_session=lambda sid, n: bar.advance(task),
+                url, lines, options=options, replace=replace, on_session=meter.session,
+                renumber=renumber,
             )
 
     if file == "-":
-        report = _run(go(sys.stdin))
+        report = _run(go(sys.stdin, None))
     else:
         try:
             with open(file, encoding="utf-8") as lines:
-                report = _run(go(lines))
+                report = _run(go(lines, os.fstat(lines.fileno()).st_size))
         except OSError as exc:
             _fail(f"cannot read {file}: {exc.strerror or exc}")
     return _report(report, "imported", as_json)
@@ -409,12 +680,39 @@ def import_sessions(
 def _report(report: Any, verb: str, as_json: bool) -> int:
     if as_json:
         _print_json(report.as_dict())
+    elif not report.items:
+        found = report.sessions + report.side_stores
+        typer.echo(
+            f"nothing {verb}: all {found} session(s) and side store(s) were already complete "
+            "at the destination" if found else f"nothing {verb}: no session matched"
+        )
     else:
         typer.echo(
             f"{verb} {report.sessions} session(s) and {report.side_stores} side store(s): "
             f"{report.items} item(s) written, {report.skipped} already complete"
         )
+    if report.renumbered and not as_json:
+        left = report.side_stores_left
+        typer.echo(
+            f"{report.renumbered} session(s) were numbered anew by the destination"
+            + (f"; {left} side store(s) were left behind (--renumber)" if left else ""),
+            err=True,
+        )
     return 0
+
+
+def _store_identity(url: str, options: dict[str, Any]) -> tuple[str, str]:
+    """What names a store: its URL normalised (a SQLite file by its real path) and options."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme.removeprefix("sdk+").split("+")[0] == "sqlite":
+        path = url.split("://", 1)[1].removeprefix("/").split("?")[0]
+        where = path if path in ("", ":memory:") else os.path.realpath(path)
+    else:
+        where = f"{parts.netloc.lower()}{parts.path.rstrip('/')}?{parts.query}"
+    return f"{scheme}://{where}", json.dumps(options, sort_keys=True, default=str)
 
 
 @app.command()
@@ -427,9 +725,18 @@ def copy(
         bool, typer.Option(help="overwrite destination sessions that hold other items")
     ] = False,
     side_stores: SideStores = True,
+    renumber: Annotated[
+        bool,
+        typer.Option(
+            help="into a store that numbers items anew (an SDK layout): copy the sessions "
+            "without their side stores (branches, usage, compaction, TTL), which would point "
+            "at the wrong items there"
+        ),
+    ] = False,
     batch: Annotated[int, typer.Option(min=1, help="items per write")] = 500,
     yes: Yes = False,
     as_json: Json = False,
+    quiet: Quiet = False,
     option: Options = None,
     src_option: Annotated[
         list[str] | None,
@@ -444,26 +751,31 @@ def copy(
 
     E.g. SQLite to PostgreSQL, or the Agents SDK's layout to this package's (sdk+redis://...).
 
-    Resumable: run it again after an interruption and it completes what is missing; a
-    session already copied is skipped. Each session is verified by its item count.
+    Sessions keep their item numbers and times. Resumable: run it again after an
+    interruption and it completes what is missing; a session already copied is skipped.
+    Each session is verified by its item count.
     """
     both = _parse_options(option)
     src_opts = {**both, **_parse_options(src_option)}
     dst_opts = {**both, **_parse_options(dst_option)}
+    if _store_identity(src_url, src_opts) == _store_identity(dst_url, dst_opts):
+        _fail(
+            f"{_redacted(src_url)} is both the source and the destination; a copy onto itself "
+            "would change nothing or, with --replace, erase what it reads. Name another "
+            "destination (or other options such as -o key_prefix=...)"
+        )
     if replace:
-        _confirm(f"Overwrite sessions in {dst_url} that hold other items?", yes)
+        _confirm(f"Overwrite sessions in {_redacted(dst_url)} that hold other items?", yes)
 
     async def go() -> Any:
         from ..migrate import copy_store
 
-        with _progress() as bar:
-            task = bar.add_task("copying", total=None)
+        with _Meter("copying", quiet, _RESUME) as meter:
             return await copy_store(
                 src_url, dst_url, session_ids=session_ids or None, prefix=prefix,
                 src_options=src_opts, dst_options=dst_opts, replace=replace,
-                side_stores=side_stores, batch=batch,
-                plan=lambda ids: bar.update(task, total=len(ids)),
-                on_session=lambda sid, n: bar.advance(task),
+                side_stores=side_stores, batch=batch, plan=meter.plan,
+                on_session=meter.session, renumber=renumber,
             )
 
     return _report(_run(go()), "copied", as_json)
@@ -527,12 +839,23 @@ def delete(
         async with await Store.open(url, options, read_only=True) as store:
             catalog = store.require_catalog()
             ids = await _ids_or_listed(store, session_ids, prefix)
+            if session_ids:
+                await _require_all(store, ids)
             if not ids:
                 return 0
             _confirm(
-                f"Erase {len(ids)} session(s) and their side stores from {url}?", yes
+                f"Erase {len(ids)} session(s) ({_names(ids)}) and their side stores from "
+                f"{_redacted(url)}?",
+                yes,
             )
-            return await catalog.delete_sessions(ids)
+            deleted = 0
+            _on_interrupt(lambda: (
+                f"erased {deleted} of {len(ids)} session(s) before the interruption; run the "
+                "same command again to erase the rest"
+            ))
+            for start in range(0, len(ids), 100):
+                deleted += await catalog.delete_sessions(ids[start : start + 100])
+            return deleted
 
     deleted = _run(go())
     if as_json:
@@ -542,7 +865,44 @@ def delete(
     return 0
 
 
-@app.command()
+_PURGE_HELP = """Physically remove expired items of sessions written through TTLSession.
+
+Only sessions whose family has a TTL lifecycle record (written by TTLSession(ttl=...)) or, with
+--item-ttl alone, whose items are TTLSession envelopes are purged; every other session (plain,
+AdvancedSession, CompactionSession, EncryptedSession, ...) is skipped and counted. A session the
+purge leaves empty is erased with its side stores (unless --keep-empty). The confirmation and
+--dry-run name the sessions and how many items would go.
+"""
+
+
+async def _ttl_skip_reason(store: Any, sid: str, family_clock: bool) -> str | None:
+    """None when ``sid`` was written through TTLSession, else why purge must leave it."""
+    from ..core.ids import derive_sibling_id
+    from ..wrappers.ttl import TTL_TYPE
+    from ..wrappers.ttl.family import PURPOSE
+
+    session = store.session(sid)
+    try:
+        newest = await session.get_items(1)
+    finally:
+        await session.close()
+    kind = newest[0].get("type") if newest and isinstance(newest[0], dict) else None
+    if newest and kind == "agent_sessions.enc":
+        # TTLSession over EncryptedSession: the stamps are encrypted, so only the app can tell
+        return "its items are encrypted (call TTLSession.purge_expired() in the app)"
+    if newest and kind != TTL_TYPE:
+        return "its items are not TTLSession envelopes"
+    if family_clock:
+        records = store.session(derive_sibling_id(sid, PURPOSE))
+        try:
+            if not await records.get_items(1):
+                return "its family has no TTL lifecycle record"
+        finally:
+            await records.close()
+    return None
+
+
+@app.command(help=_PURGE_HELP)
 def purge(
     url: Url,
     session_ids: Ids = None,
@@ -558,55 +918,125 @@ def purge(
         bool,
         typer.Option(help="keep sessions the purge emptied (default: erase them, side stores too)"),
     ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print what would be removed; change nothing")
+    ] = False,
     yes: Yes = False,
     as_json: Json = False,
     option: Options = None,
 ) -> int:
-    """Physically remove expired items of TTLSession-written sessions (all, or those named).
-
-    A session that the purge leaves empty is erased with its side stores.
-    """
     options = _parse_options(option)
     if ttl is None and item_ttl is None:
         raise typer.BadParameter(
             "purge needs --ttl and/or --item-ttl, the values the app uses", param_hint="--ttl"
         )
+    done: dict[str, int] = {}
+    _on_interrupt(lambda: (
+        f"purged {sum(done.values())} item(s) from {len(done)} session(s) before the "
+        "interruption; run the same command again to purge the rest"
+    ))
 
-    async def go() -> dict[str, int]:
+    async def go() -> tuple[dict[str, int], list[str], dict[str, str]]:
         from ..migrate import Store
         from ..wrappers.ttl import TTLSession
 
-        removed: dict[str, int] = {}
         async with await Store.open(url, options, read_only=True) as store:
             ids = await _ids_or_listed(store, session_ids, prefix)
-            _confirm(f"Purge expired items of {len(ids)} session(s) in {url}?", yes)
+            if session_ids:
+                await _require_all(store, ids)
+            skipped: dict[str, str] = {}
+            plan: dict[str, int] = {}
             emptied: list[str] = []
             for sid in ids:
+                reason = await _ttl_skip_reason(store, sid, ttl is not None)
+                if reason is not None:
+                    skipped[sid] = reason
+                    continue
                 inner = store.session(sid)
                 try:
                     ttl_session = TTLSession(
                         inner, ttl=ttl, sliding=not absolute, item_ttl=item_ttl
                     )
-                    removed[sid] = await ttl_session.purge_expired()
+                    plan[sid] = await ttl_session.purge_expired(dry_run=True)
+                    if plan[sid] and not await ttl_session.get_items(1):
+                        emptied.append(sid)  # nothing live: the purge removes every item
+                finally:
+                    await inner.close()
+            if dry_run or not sum(plan.values()):
+                return plan, emptied if not keep_empty else [], skipped
+            going = {sid: n for sid, n in plan.items() if n}
+            erase = "" if keep_empty or not emptied else (
+                f" and erase {len(emptied)} session(s) left empty ({_names(emptied)}) with "
+                "their side stores"
+            )
+            _confirm(
+                f"Remove {sum(going.values())} expired item(s) from {len(going)} TTL "
+                f"session(s) ({_names(going)}) in {_redacted(url)}{erase}? "
+                f"{len(skipped)} session(s) not written through TTLSession are skipped.",
+                yes,
+            )
+            removed: dict[str, int] = {}
+            emptied = []
+            for sid in plan:
+                inner = store.session(sid)
+                try:
+                    removed[sid] = done[sid] = await TTLSession(
+                        inner, ttl=ttl, sliding=not absolute, item_ttl=item_ttl
+                    ).purge_expired()
                     if removed[sid] and not await inner.count_items():
                         emptied.append(sid)
                 finally:
                     await inner.close()
-            if emptied and not keep_empty and store.catalog is not None:
+            if keep_empty or store.catalog is None:
+                emptied = []
+            elif emptied:
                 await store.catalog.delete_sessions(emptied)
-        return removed
+            return removed, emptied, skipped
 
-    removed = _run(go())
+    removed, erased, skipped = _run(go())
+    verb = "would remove" if dry_run else "removed"
     if as_json:
-        _print_json({"sessions": len(removed), "removed": sum(removed.values()), "by_session": {
-            sid: n for sid, n in removed.items() if n
-        }})
+        _print_json({
+            "dry_run": dry_run, "sessions": len(removed), "removed": sum(removed.values()),
+            "by_session": {sid: n for sid, n in removed.items() if n}, "erased": erased,
+            "skipped": len(skipped), "skipped_ids": sorted(skipped),
+        })
         return 0
     for sid, n in removed.items():
         if n or session_ids:
-            typer.echo(f"{sid}: removed {n} expired item(s)")
-    typer.echo(f"purged {sum(removed.values())} item(s) from {len(removed)} session(s)")
+            erase = "would be erased" if dry_run else "erased"
+            gone = f" (left empty: {erase} with its side stores)" if sid in erased else ""
+            typer.echo(f"{sid}: {verb} {n} expired item(s){gone}")
+    for sid, reason in skipped.items():
+        if session_ids or dry_run:
+            typer.echo(f"{sid}: skipped, {reason}")
+    typer.echo(
+        f"{'dry run: ' if dry_run else ''}{verb} {sum(removed.values())} item(s) from "
+        f"{len(removed)} TTL session(s); {len(skipped)} session(s) not written through "
+        "TTLSession skipped"
+    )
     return 0
+
+
+def _names(ids: Any, most: int = 10) -> str:
+    """``ids`` as a short list for a question: the first ``most`` and how many more."""
+    ids = list(ids)
+    shown = ", ".join(repr(sid) for sid in ids[:most])
+    return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
+
+
+async def _require_all(store: Any, ids: list[str]) -> None:
+    """Fail naming the ids the store does not hold (before anything is changed); a store
+    that cannot list its sessions is taken at its word."""
+    catalog = store.catalog
+    if catalog is None:
+        return
+    missing = [sid for sid in ids if await catalog.get(sid) is None]
+    if missing:
+        _fail(
+            f"no session {_names(missing)} in {_redacted(store.url)}; nothing was changed "
+            "(list the ids with `agent-sessions list URL`)"
+        )
 
 
 @app.command()

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from abc import abstractmethod
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
-from agents.memory import SessionABC, SessionSettings
-from agents.memory.session_settings import coerce_session_settings
+# From the submodules, not agents.memory: the CLI preloads just these (cli/light_sdk.py).
+from agents.memory.session import SessionABC
+from agents.memory.session_settings import SessionSettings, coerce_session_settings
 
 from ..errors import CorruptItemError, InvalidItemError, SessionClosedError
 from .capabilities import Capability
@@ -37,6 +40,12 @@ Row = tuple[int, str]
 _UNDECODABLE = object()
 
 
+def _epoch(name: str, when: object) -> float:
+    if not isinstance(when, datetime):
+        raise TypeError(f"{name} must be a datetime, got {type(when).__name__}")
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+
+
 def check_before(before: object) -> int:
     """Return ``before`` if it is an int (a sequence number bound), else raise TypeError.
 
@@ -58,7 +67,13 @@ class StoreOptions(TypedDict, total=False):
 
 
 STORE_CAPABILITIES: frozenset[Capability] = frozenset(
-    {Capability.SEQUENCED, Capability.RANGE_DELETE, Capability.REWRITE, Capability.FAMILY}
+    {
+        Capability.SEQUENCED,
+        Capability.RANGE_DELETE,
+        Capability.REWRITE,
+        Capability.FAMILY,
+        Capability.SEQUENCED_WRITE,
+    }
 )
 """What a backend built on this template offers once it implements every hook."""
 
@@ -77,7 +92,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     session_settings: SessionSettings | None = None
     capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.SEQUENCED})
     """What this backend offers (see ``core.capabilities``); add a capability only together
-    with its hook (``_delete_before``, ``_rewrite``, ``_member_options``)."""
+    with its hook (``_delete_before``, ``_rewrite``, ``_member_options``, ``_write_at``)."""
     _single_dispatch_writes = False
     """True when each write is handed to the store in one step that cannot be half-done by a
     cancellation (in-process, or one queued call), so no extra task is needed to finish it."""
@@ -147,6 +162,12 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         """Replace the payload of each existing row ``(seq, payload)`` in one atomic step,
         skipping numbers that no longer exist; return how many were replaced (REWRITE)."""
         raise NotImplementedError(f"{type(self).__name__} does not rewrite items")
+
+    async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
+        """In one atomic step: unless this session holds items, store ``rows`` at their
+        numbers, make later appends number above the last, and set the session's created and
+        updated times (epoch seconds); else raise SequenceConflictError (SEQUENCED_WRITE)."""
+        raise NotImplementedError(f"{type(self).__name__} does not write at given numbers")
 
     def _member_options(self) -> dict[str, Any]:
         """Constructor keywords that open another session on this one's store and connection
@@ -394,6 +415,40 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         self._check_open()
         replaced: int = await self._mutate(self._rewrite(list(zip(seqs, payloads, strict=True))))
         return replaced
+
+    # -- writes at given numbers (capability) ---------------------------------------------------
+
+    async def write_sequenced_items(
+        self,
+        pairs: list[tuple[int, TResponseInputItem]],
+        *,
+        created_at: datetime | None = None,
+        updated_at: datetime | None = None,
+    ) -> None:
+        """Store each ``(seq, item)`` at number ``seq`` in one atomic step into this session,
+        which must hold no items; record ``created_at``/``updated_at`` (now when None) as its
+        times. Later appends are numbered above the highest ``seq``. ``[]`` writes nothing.
+
+        Raises:
+            InvalidItemError: an item is not a JSON object or is too large (nothing written).
+            TypeError, ValueError: a number is not a positive int, or numbers do not increase.
+            SequenceConflictError: the session holds items, or a number is taken in the store
+                (nothing written).
+        """
+        seqs = [check_before(pair[0]) for pair in pairs]
+        for i, seq in enumerate(seqs):
+            if seq <= 0 or (i and seq <= seqs[i - 1]):
+                raise ValueError(
+                    f"write_sequenced_items: number {seq} at index {i} is not positive and "
+                    "above the previous one; nothing was written"
+                )
+        payloads = encode_batch([pair[1] for pair in pairs], self.max_item_bytes)
+        self._check_open()
+        if not payloads:
+            return
+        updated = time.time() if updated_at is None else _epoch("updated_at", updated_at)
+        created = updated if created_at is None else _epoch("created_at", created_at)
+        await self._mutate(self._write_at(list(zip(seqs, payloads, strict=True)), created, updated))
 
     # -- the session family (capability) -------------------------------------------------------
 

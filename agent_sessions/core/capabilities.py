@@ -14,6 +14,8 @@ import enum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from agents.items import TResponseInputItem
     from agents.memory import Session
 
@@ -30,6 +32,10 @@ class Capability(enum.Enum):
     """``set_sliding_ttl(seconds)``: the store expires the session (and its family) itself."""
     REWRITE = "rewrite"
     """``rewrite_items([(seq, item), ...])`` replaces payloads in place, numbering unchanged."""
+    SEQUENCED_WRITE = "sequenced_write"
+    """``write_sequenced_items(pairs, created_at=, updated_at=)`` fills an empty session at
+    given numbers and times, so a copy keeps every pointer into it
+    (:class:`SupportsSequencedWrite`)."""
     FAMILY = "family"
     """``side_store(purpose)`` opens side storage sharing this session's store and lifecycle."""
 
@@ -123,6 +129,25 @@ class SupportsRewrite(Protocol):
 
 
 @runtime_checkable
+class SupportsSequencedWrite(Protocol):
+    """The method of :attr:`Capability.SEQUENCED_WRITE` (copies, imports)."""
+
+    async def write_sequenced_items(
+        self,
+        pairs: list[tuple[int, TResponseInputItem]],
+        *,
+        created_at: datetime | None = None,
+        updated_at: datetime | None = None,
+    ) -> None:
+        """Store each ``(seq, item)`` at number ``seq`` (positive, increasing) in one atomic
+        step into this session, which must hold no items, and record its creation and last
+        update times (now when None). Later appends get numbers above the highest written.
+        Raises SequenceConflictError, writing nothing, when the session holds items or a
+        number is taken in the store."""
+        ...
+
+
+@runtime_checkable
 class SupportsFamily(Protocol):
     """The method of :attr:`Capability.FAMILY` (use :func:`agent_sessions.core.family.
     side_store` rather than calling it)."""
@@ -140,6 +165,7 @@ __all__ = [
     "SupportsRangeDelete",
     "SupportsRewrite",
     "SupportsSequencedItems",
+    "SupportsSequencedWrite",
     "capabilities_of",
     "supports",
 ]

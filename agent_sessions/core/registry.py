@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 from urllib.parse import urlsplit
 
-from agents.memory import Session
+from agents.memory.session import Session
 
 if TYPE_CHECKING:
     pass

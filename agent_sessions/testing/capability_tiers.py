@@ -1,18 +1,23 @@
 """Capability tiers: one class per optional capability, each skipping sessions without it.
 
-``SequencingConformance`` (sequence numbers) and ``RangeDeleteConformance`` (atomic deletion
-below a sequence number) live here; the rewrite-in-place and family tiers live in their own
-modules.
+``SequencingConformance`` (sequence numbers), ``RangeDeleteConformance`` (atomic deletion
+below a sequence number) and ``SequencedWriteConformance`` (writes at given numbers) live
+here; the rewrite-in-place and family tiers live in their own modules.
 """
 
 from __future__ import annotations
 
+import random
+from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
 
+from ..catalog import CatalogQuery, SupportsCatalog
+from ..core.capabilities import Capability, supports
 from ..core.family import close_quietly
+from ..errors import InvalidItemError, SequenceConflictError
 from ._kit import (
     ConformanceBase,
     SessionFactory,
@@ -103,6 +108,76 @@ class RangeDeleteConformance(ConformanceBase):
             with pytest.raises(TypeError, match="before"):
                 await s.delete_items(before=bad)
         assert texts(await s.get_items()) == ["0", "1", "2"], "a bad bound must delete nothing"
+
+
+class SequencedWriteConformance(ConformanceBase):
+    """``write_sequenced_items``: an empty session filled at given numbers and times, in one
+    step; later appends number above them; a session holding items is refused."""
+
+    @pytest.mark.asyncio
+    async def test_writes_at_given_numbers_and_times(self, new_session: SessionFactory) -> None:
+        s: Any = await new_session()
+        if not supports(s, Capability.SEQUENCED_WRITE):
+            pytest.skip("the session does not offer sequenced writes")
+        base = _numbers_base()
+        seqs = [base + 3, base + 4, base + 7, base + 20]
+        created = datetime(2020, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+        updated = datetime(2021, 6, 7, 8, 9, 10, tzinfo=timezone.utc)
+        await s.write_sequenced_items(
+            [(seq, _msg(str(i))) for i, seq in enumerate(seqs)],
+            created_at=created,
+            updated_at=updated,
+        )
+        pairs = await s.get_sequenced_items()
+        assert [(seq, item_text(item)) for seq, item in pairs] == [
+            (seq, str(i)) for i, seq in enumerate(seqs)
+        ]
+        assert await s.count_items(after=base + 4) == 2
+        assert texts(i for _, i in await s.get_sequenced_items(1, before=base + 20)) == ["2"]
+        if isinstance(s, SupportsCatalog):
+            sid: str = getattr(s, "session_id")  # noqa: B009
+            query = CatalogQuery(limit=1, prefix=sid, internal=True)
+            (info,) = await s.catalog_store().list_page(query)
+            assert (info.created_at, info.updated_at) == (created, updated)
+        assert item_text(await s.pop_item()) == "3"
+        later = await s.add_sequenced_items([_msg("new")])
+        assert later[0] > seqs[-1], "an append reused a number written at"
+
+    @pytest.mark.asyncio
+    async def test_refuses_a_session_holding_items(self, new_session: SessionFactory) -> None:
+        s: Any = await new_session()
+        if not supports(s, Capability.SEQUENCED_WRITE):
+            pytest.skip("the session does not offer sequenced writes")
+        base = _numbers_base()
+        await s.add_items([_msg("kept")])
+        with pytest.raises(SequenceConflictError, match="already holds 1 item"):
+            await s.write_sequenced_items([(base, _msg("x"))])
+        assert texts(await s.get_items()) == ["kept"]
+        await s.clear_session()
+        await s.write_sequenced_items([(base, _msg("x"))])  # empty again: accepted
+        assert [seq for seq, _ in await s.get_sequenced_items()] == [base]
+
+    @pytest.mark.asyncio
+    async def test_bad_input_writes_nothing(self, new_session: SessionFactory) -> None:
+        s: Any = await new_session()
+        if not supports(s, Capability.SEQUENCED_WRITE):
+            pytest.skip("the session does not offer sequenced writes")
+        base = _numbers_base()
+        with pytest.raises(InvalidItemError, match="item 1 "):
+            await s.write_sequenced_items([(base, _msg("a")), (base + 1, {"x": float("nan")})])
+        for bad in ([(base + 1, _msg("a")), (base, _msg("b"))], [(0, _msg("a"))]):
+            with pytest.raises(ValueError, match="nothing was written"):
+                await s.write_sequenced_items(bad)
+        with pytest.raises(TypeError):
+            await s.write_sequenced_items([("1", _msg("a"))])
+        assert await s.get_items() == []
+        await s.write_sequenced_items([])
+        assert await s.count_items() == 0
+
+
+def _numbers_base() -> int:
+    """Numbers no other test uses (one SQLite layout numbers items across the whole file)."""
+    return 10**9 + random.randrange(10**6) * 1000
 
 
 class _StubCompactions:

@@ -21,6 +21,7 @@ from ._kit import HOSTILE_ID_SUFFIXES
 from .capability_tiers import (
     RangeDeleteConformance,
     SDKCompactionConformance,
+    SequencedWriteConformance,
     SequencingConformance,
 )
 from .core import CoreConformance
@@ -32,6 +33,7 @@ CAPABILITY_TIERS: tuple[type, ...] = (
     RangeDeleteConformance,
     RewriteConformance,
     FamilyConformance,
+    SequencedWriteConformance,
     SDKCompactionConformance,
 )
 """The capability tiers :class:`SessionConformanceSuite` includes."""
@@ -44,6 +46,7 @@ class SessionConformanceSuite(
     RangeDeleteConformance,
     RewriteConformance,
     FamilyConformance,
+    SequencedWriteConformance,
     SDKCompactionConformance,
 ):
     """Every tier. Override ``create_session``; tune ``max_item_bytes``/``concurrent_tasks``."""
@@ -57,6 +60,7 @@ __all__ = [
     "RangeDeleteConformance",
     "RewriteConformance",
     "SDKCompactionConformance",
+    "SequencedWriteConformance",
     "SequencingConformance",
     "SessionConformanceSuite",
     "StrictConformance",

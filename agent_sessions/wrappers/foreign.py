@@ -26,12 +26,15 @@ What is not: several *processes* writing one foreign session through adapters ma
 differently (nothing in a foreign store can order them; use one of this package's backends for
 that). A change made behind the adapter's back is noticed when it changes the newest item: an
 append is numbered on, anything else renumbers the whole history (pointers that layers kept into
-it then find nothing). A foreign session whose reads leave stored items out (expiry, such as the
+it then find nothing). Each batch is read back after its write, so items another writer slipped
+in before it (the SDK's ``DaprSession`` retries a conflicting save behind them) are numbered on
+too, in commit order. A foreign session whose reads leave stored items out (expiry, such as the
 SDK's ``EncryptedSession``'s ttl, or unreadable items) cannot be numbered by position: the adapter
 refuses the first kind; put expiry above it instead (``TTLSession(ForeignSession(...))``).
 
-Costs: a numbered write adds one small record write and two one-row reads; ranged reads read the
-foreign items from the first one wanted to the newest (the Session API has no other way).
+Costs: a numbered write adds one small record write, two one-row reads and a read of the batch
+(plus one item) after writing it; ranged reads read the foreign items from the first one wanted
+to the newest (the Session API has no other way).
 """
 
 from __future__ import annotations
@@ -323,11 +326,46 @@ class ForeignSession(SessionWrapper):
             return []
         async with self._lock():
             before = await self._numbering()
+            was, last = self._newest, _digest(items[-1])
             after = before.copy()
             seqs = after.added(len(items))
-            await self._record(before, after, self._newest, _digest(items[-1]))
+            await self._record(before, after, was, last)
             await self.inner.add_items(items)
-            return seqs
+            landed = await self.inner.get_items(len(items) + 1)
+            expected = len(items) + (1 if before.n else 0)
+            if (
+                len(landed) == expected
+                and _digest(landed[-1]) == last
+                and (not before.n or _digest(landed[0]) == was)
+            ):
+                return seqs
+            return await self._number_interleaved(before, was, items)
+
+    async def _number_interleaved(
+        self, before: Numbering, was: str | None, batch: list[Any]
+    ) -> list[int]:
+        """Number a history in which another writer's items landed around ``batch`` (a
+        foreign session that retries a conflicting write, such as the SDK's DaprSession, puts
+        the batch behind them); return the batch's numbers (lock held)."""
+        items = await self._count()
+        m, k = len(items), len(batch)
+        if before.n == 0 or (m >= before.n and _digest(items[before.n - 1]) == was):
+            state, first = before.copy(), before.n
+            state.added(m - before.n)  # numbered on, in commit order
+        else:
+            state, first = before.renumbered(m), 0
+        mine = [_digest(item) for item in batch]
+        found = [_digest(item) for item in items[first:]]
+        starts = [p for p in range(len(found) - k, -1, -1) if found[p : p + k] == mine]
+        if starts:
+            seqs = [state.seq_at(first + starts[0] + 1 + i) for i in range(k)]
+        else:  # already removed by another writer: numbers that nothing holds
+            seqs = list(range(state.high + 1, state.high + k + 1))
+            state.high += k
+        newest = _digest(items[-1]) if items else None
+        await self._record(state, state, newest, newest)
+        self._resolved = None
+        return seqs
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item, or None."""

@@ -241,7 +241,9 @@ class EncryptedSession(SessionWrapper):
     decrypted for the compaction call and the result is stored encrypted).
     """
 
-    passes: ClassVar[frozenset[Capability]] = frozenset(Capability)
+    passes: ClassVar[frozenset[Capability]] = frozenset(Capability) - {
+        Capability.SEQUENCED_WRITE  # a copy writes the stored envelopes, below this layer
+    }
 
     def __init__(
         self,

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from ...core.base import BaseSession
 from ...core.capabilities import Capability, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
+from ...core.mutation import run_to_completion
 from ...errors import BackendUnavailableError
 from ..base import SessionWrapper, check_max_item_bytes
 from .markers import batch_of, new_batch_id, stamp, strip, strip_all
 from .policy import BreakerState, CircuitBreaker, RetryPolicy
-from .spool import Spool, SpooledBatch
+from .spool import Spool, SpooledBatch, SpoolUnreadableError
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -83,7 +84,7 @@ class ResilientSession(SessionWrapper):
     * When the primary answers again, the spool is replayed into it in order, one batch per
       write, then emptied. Every item carries its batch id, so a batch that reached the
       primary although the call failed, or whose replay was interrupted by a crash, is found
-      there and not written twice (exactly once; see ``markers``).
+      there and not written twice, nor read twice (exactly once; see ``markers``).
     * ``pop_item`` while degraded removes the newest spooled item (the newest write). When the
       newest spooled batch was already sent to the primary (it may be there), or nothing is
       spooled, a pop needs the primary: it is tried once (a pop is not idempotent, so it is
@@ -99,9 +100,10 @@ class ResilientSession(SessionWrapper):
         mirror_items: newest items kept in memory to serve reads while the primary is down.
         max_item_bytes: size limit applied to items before they are spooled.
 
-    One object per session and process should write a session while it is degraded: the
-    order of writes is kept per object. Replays of one spool file are serialized across
-    processes with an OS file lock.
+    Any number of objects and processes may write one session through one spool file: each
+    call re-reads the spool when any of them changed it, each spooled batch is looked up by
+    its own id, and replays of one file are serialized by an OS file lock. Spool I/O runs in
+    worker threads, never on the event loop (docs/resilient.md).
     """
 
     def __init__(
@@ -126,8 +128,8 @@ class ResilientSession(SessionWrapper):
         self.breaker = breaker if breaker is not None else CircuitBreaker()
         self.mirror_items = mirror_items
         self._sequenced = supports(inner, Capability.SEQUENCED)
-        self._anchor: str | None = None
-        self._spooled: int | None = None
+        self._anchor: str | None = None  # a batch known to be in the primary
+        self._counts: tuple[int, int] | None = None  # (batches, items) spooled, last seen
         self._state: State = "healthy"
         self._last_error: str | None = None
         self._mirror: list[TResponseInputItem] | None = None
@@ -139,12 +141,19 @@ class ResilientSession(SessionWrapper):
 
     @property
     def status(self) -> ResilienceStatus:
-        """The current state, spool size and breaker state (reads the spool file)."""
-        batches, items = self.spool.counts(self.session_id)
+        """The state, spool size and breaker state as of this object's last call: never reads
+        the spool file, so it never waits (see :meth:`current_status`)."""
+        batches, items = self.spool.known_counts(self.session_id) or self._counts or (0, 0)
         state = self._state
         if state == "healthy" and (batches or self.breaker.state == "open"):
             state = "degraded"
         return ResilienceStatus(state, batches, items, self.breaker.state, self._last_error)
+
+    async def current_status(self) -> ResilienceStatus:
+        """:attr:`status` after reading the spool file (off the event loop), so it also counts
+        what other writers of the session spooled."""
+        await self._spooled_count()
+        return self.status
 
     # -- the Session API ---------------------------------------------------------------------
 
@@ -158,12 +167,13 @@ class ResilientSession(SessionWrapper):
         async with self._locked():
             await self._replay_if_due()
             if await self._spooled_count():
-                await self._to_spool(stamped, batch_id, attempted=False)
+                await self._to_spool(stamped, batch_id, attempted=False, anchor=None)
                 return
+            anchor = self._anchor
             try:
-                await self._call(self._add_once(stamped, batch_id))
+                await self._call(self._add_once(stamped, batch_id, anchor))
             except _Down:
-                await self._to_spool(stamped, batch_id, attempted=True)
+                await self._to_spool(stamped, batch_id, attempted=True, anchor=anchor)
                 return
             self._anchor = batch_id
             self._mirror_extend(list(items))
@@ -184,23 +194,51 @@ class ResilientSession(SessionWrapper):
                 pass
         async with self._locked():
             await self._replay_if_due()
-            spooled = await self._spool_items()
+            try:
+                batches = await self._load_batches()
+            except SpoolUnreadableError:
+                batches = []
+            return await self._merged(batches, limit)
+
+    async def _merged(
+        self, batches: list[SpooledBatch], limit: int | None
+    ) -> list[TResponseInputItem]:
+        """The primary's latest items, then the spooled batches it does not hold (a batch
+        whose reply was lost may be in both)."""
+        spooled = [strip(item) for batch in batches for item in batch.items]
+        if not any(batch.attempted for batch in batches):
             if limit is not None and len(spooled) >= limit:
                 return spooled[len(spooled) - limit :]
             rest = None if limit is None else limit - len(spooled)
             try:
-                primary = await self._read_primary(rest)
+                return await self._read_primary(rest) + spooled
             except _Down:
-                primary = self._from_mirror(rest)
-            return primary + spooled
+                return self._from_mirror(rest) + spooled
+        try:  # read ``limit`` items: the spooled batches found there do not count
+            raw = await self._call(lambda: self.inner.get_items(limit))
+            stored = {batch_of(item) for item in raw}
+            sent = {b.batch_id: b.anchor for b in batches if b.attempted}
+            unseen = {bid: anchor for bid, anchor in sent.items() if bid not in stored}
+            if unseen:
+                stored |= await self._call(lambda: self._find(unseen))
+        except _Down:
+            if limit is not None and len(spooled) >= limit:
+                return spooled[len(spooled) - limit :]
+            rest = None if limit is None else limit - len(spooled)
+            return self._from_mirror(rest) + spooled  # the mirror holds no spooled batch
+        primary = strip_all(raw)
+        self._remember(primary, limit)
+        merged = primary + [
+            strip(item) for b in batches if b.batch_id not in stored for item in b.items
+        ]
+        return merged if limit is None else merged[len(merged) - limit :]
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item (see the class docstring while degraded)."""
         async with self._locked():
             await self._replay_if_due()
             if await self._spooled_count():
-                popped = await asyncio.to_thread(self.spool.pop_newest, self.session_id)
-                self._spooled = None
+                popped = await self._spool_write(self.spool.pop_newest, self.session_id)
                 if popped is not None:
                     item, removed = popped
                     if not removed:
@@ -224,8 +262,10 @@ class ResilientSession(SessionWrapper):
     async def clear_session(self) -> None:
         """Drop the spooled batches, then clear the primary (retried)."""
         async with self._locked():
-            await asyncio.to_thread(self.spool.clear, self.session_id)
-            self._spooled = 0
+            try:
+                await self._spool_write(self.spool.clear, self.session_id)
+            except SpoolUnreadableError:
+                pass  # logged; an unreadable spool has nothing that could be replayed
             self._anchor = None
             try:
                 await self._call(self.inner.clear_session)
@@ -250,67 +290,60 @@ class ResilientSession(SessionWrapper):
             await self._replay()
 
     async def _replay(self) -> int:
-        with self.spool.replay_lock() as held:
-            if not held:
-                return 0
-            batches = await asyncio.to_thread(self.spool.batches, self.session_id)
-            self._spooled = len(batches)
+        lock = await asyncio.to_thread(self.spool.acquire_replay_lock)
+        if lock is None:
+            return 0
+        with lock:  # closing it releases the lock, also on a crash
+            batches = await self._load_batches()
             if not batches:
                 return 0
             self._set_state("replaying", f"{len(batches)} spooled batches")
             done = 0
+            anchor = self._anchor
             try:
-                anchor = await asyncio.to_thread(self.spool.anchor, self.session_id)
-                sent = {b.batch_id for b in batches if b.attempted}
-                if sent:
-                    found = await self._call(lambda: self._find(sent, anchor))
-                    if found is not None:
-                        upto = next(i for i, b in enumerate(batches) if b.batch_id == found)
-                        await self._confirm(batches[: upto + 1])
-                        anchor, batches = found, batches[upto + 1 :]
+                sent = {b.batch_id: b.anchor for b in batches if b.attempted}
+                found = await self._call(lambda: self._find(sent)) if sent else set()
                 for batch in batches:
-                    if not batch.attempted:
-                        await asyncio.to_thread(self.spool.mark_attempted, batch.seq)
-                    await self._call(self._add_once(batch.items, batch.batch_id, anchor))
-                    await self._confirm([batch])
-                    anchor = batch.batch_id
-                    done += 1
+                    items = batch.items
+                    if batch.batch_id not in found:
+                        # Recorded as sent before it is sent; a pop may have shortened it.
+                        claimed = await self._spool_write(self.spool.claim, batch.seq, anchor)
+                        if claimed is None:
+                            continue  # popped or cleared meanwhile
+                        items = claimed
+                        await self._call(self._add_once(items, batch.batch_id, anchor))
+                        done += 1
+                    await self._spool_write(self.spool.confirm, batch.seq)
+                    anchor = self._anchor = batch.batch_id
+                    self._mirror_extend(strip_all(items))
             except _Down:
                 self._set_state("degraded", f"replay stopped: {self._last_error}")
                 return done
             self._set_state("healthy", f"replayed {done} batches; the spool is empty")
             return done
 
-    async def _confirm(self, batches: list[SpooledBatch]) -> None:
-        await asyncio.to_thread(
-            self.spool.confirm, self.session_id, [b.seq for b in batches], batches[-1].batch_id
-        )
-        self._spooled = None
-        self._anchor = batches[-1].batch_id
-        for batch in batches:
-            self._mirror_extend(strip_all(batch.items))
-
     # -- the primary -----------------------------------------------------------------------------
 
     def _add_once(
-        self, stamped: list[Any], batch_id: str, anchor: str | None = None
+        self, stamped: list[Any], batch_id: str, anchor: str | None
     ) -> Callable[[], Awaitable[None]]:
         """One attempt of writing a batch: after a failed attempt, look for it first."""
         tried = False
-        anchor = anchor if anchor is not None else self._anchor
 
         async def attempt() -> None:
             nonlocal tried
-            if tried and await self._find({batch_id}, anchor) == batch_id:
+            if tried and await self._find({batch_id: anchor}):
                 return
             tried = True
             await self.inner.add_items(stamped)
 
         return attempt
 
-    async def _find(self, batch_ids: set[str], anchor: str | None) -> str | None:
-        """The newest of ``batch_ids`` found in the primary, reading back from its newest
-        item to ``anchor`` (or its start), or None."""
+    async def _find(self, anchors: dict[str, str | None]) -> set[str]:
+        """Which of the batches ``anchors`` maps to their anchors are in the primary: each is
+        looked for from the newest item back to its anchor (or the start of the history)."""
+        pending = dict(anchors)
+        found: set[str] = set()
         size = _FIRST_PAGE
         before: int | None = None
         seen = 0
@@ -328,12 +361,18 @@ class ResilientSession(SessionWrapper):
                 seen = len(got)
             for item in reversed(page):
                 batch = batch_of(item)
-                if batch in batch_ids:
-                    return batch
-                if batch is not None and batch == anchor:
-                    return None
+                if batch is None:
+                    continue
+                if batch in pending:
+                    found.add(batch)
+                    del pending[batch]
+                # Reached a batch's anchor without seeing it: it was not stored.
+                for missing in [bid for bid, anchor in pending.items() if anchor == batch]:
+                    del pending[missing]
+                if not pending:
+                    return found
             if end:
-                return None
+                return found
             size = min(size * 2, _MAX_PAGE)
 
     async def _read_primary(self, limit: int | None) -> list[TResponseInputItem]:
@@ -369,26 +408,48 @@ class ResilientSession(SessionWrapper):
     # -- the spool -------------------------------------------------------------------------------
 
     async def _spooled_count(self) -> int:
-        if self._spooled is None:
-            # A read of an indexed table in WAL mode: no fsync, cheaper than a thread hop.
-            self._spooled = self.spool.counts(self.session_id)[0]
-        return self._spooled
+        """Batches spooled for the session: cached while the spool's version is unchanged
+        (no I/O), else read in a worker thread. An unreadable spool counts as empty (logged):
+        the primary is still served."""
+        counts = self.spool.known_counts(self.session_id)
+        if counts is None:
+            try:
+                counts = await asyncio.to_thread(self.spool.counts, self.session_id)
+            except SpoolUnreadableError as exc:
+                if self._last_error != str(exc):
+                    logger.error("%r: %s", self.session_id, exc)
+                self._last_error, self._counts = str(exc), None
+                return 0
+        self._counts = counts
+        return counts[0]
 
-    async def _to_spool(self, stamped: list[Any], batch_id: str, *, attempted: bool) -> None:
+    async def _load_batches(self) -> list[SpooledBatch]:
+        batches = await asyncio.to_thread(self.spool.batches, self.session_id)
+        self._counts = (len(batches), sum(len(b.items) for b in batches))
+        return batches
+
+    async def _spool_write(self, method: Callable[..., T], *args: Any) -> T:
+        """Run a spool write, then count the spool, in a worker thread; a cancelled caller
+        waits for its end, so it has applied (or failed) when CancelledError arrives."""
+
+        def write() -> tuple[T, tuple[int, int]]:
+            return method(*args), self.spool.counts(self.session_id)
+
+        self._counts = None
+        result, self._counts = await run_to_completion(asyncio.to_thread(write))
+        return result
+
+    async def _to_spool(
+        self, stamped: list[Any], batch_id: str, *, attempted: bool, anchor: str | None
+    ) -> None:
         encoded = encode_batch(stamped, self.max_item_bytes)  # bad items: raise, spool nothing
-        first = not await self._spooled_count()
-        await asyncio.to_thread(
-            self.spool.append, self.session_id, batch_id, encoded, attempted=attempted,
-            anchor=self._anchor, set_anchor=first and self._anchor is not None,
+        await self._spool_write(
+            lambda: self.spool.append(
+                self.session_id, batch_id, encoded, attempted=attempted, anchor=anchor
+            )
         )
-        self._spooled = None
         if self._state != "degraded":
             self._set_state("degraded", f"writes go to the spool ({self._last_error})")
-
-    async def _spool_items(self) -> list[TResponseInputItem]:
-        batches = await asyncio.to_thread(self.spool.batches, self.session_id)
-        self._spooled = len(batches)
-        return [strip(item) for batch in batches for item in batch.items]
 
     # -- the mirror (reads while the primary is down) --------------------------------------------
 
@@ -452,4 +513,4 @@ class ResilientSession(SessionWrapper):
             await super()._release()
         finally:
             if self._owns_spool:
-                self.spool.close()
+                await asyncio.to_thread(self.spool.close)

@@ -2,27 +2,35 @@
 primary was down, per session, in write order.
 
 Every change is one SQLite transaction with ``synchronous=FULL``: a batch acknowledged to the
-caller survives a process kill or power loss. A batch carries its id and whether it was ever
-sent to the primary (``attempted``): only those can already be there, so only those are looked
-for before replaying. The *anchor* of a session is the id of the newest batch known to be in
-the primary before the spooled ones; a search for spooled batches in the primary stops there.
+caller survives a process kill or power loss. A batch carries its id, whether it was ever sent
+to the primary (``attempted``: only those can already be there) and, then, its *anchor*: a
+batch known to be in the primary before that attempt began, where a search for it stops.
+
+Every method does file I/O and may wait for the file's lock: call them off the event loop. The
+one exception is :meth:`Spool.version`, a read of shared memory: it changes whenever any
+process commits a change, so a cached view of the spool is current while it stays the same.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import mmap
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, TypeVar
+
+from ...errors import BackendUnavailableError
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: replays are not locked across processes
     fcntl = None  # type: ignore[assignment]
+
+T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS spool_batches (
@@ -30,14 +38,17 @@ CREATE TABLE IF NOT EXISTS spool_batches (
     session_id TEXT NOT NULL,
     batch_id TEXT NOT NULL UNIQUE,
     items TEXT NOT NULL,
-    attempted INTEGER NOT NULL DEFAULT 0
+    attempted INTEGER NOT NULL DEFAULT 0,
+    anchor TEXT
 );
-CREATE INDEX IF NOT EXISTS spool_batches_by_session ON spool_batches (session_id, seq);
-CREATE TABLE IF NOT EXISTS spool_anchors (
-    session_id TEXT PRIMARY KEY,
-    batch_id TEXT
-);
+CREATE INDEX IF NOT EXISTS spool_batches_by_session ON spool_batches (session_id, seq)
 """
+_CORRUPT = ("SQLITE_NOTADB", "SQLITE_CORRUPT")
+_KNOWN_SESSIONS = 10_000
+
+
+class SpoolUnreadableError(BackendUnavailableError):
+    """The spool file is corrupt or not a spool; the message names it and what to do."""
 
 
 @dataclass(frozen=True)
@@ -48,77 +59,142 @@ class SpooledBatch:
     batch_id: str
     items: list[Any]
     attempted: bool
+    anchor: str | None = None
 
 
 class Spool:
-    """The SQLite spool at ``path`` (created on first use). One object may serve many sessions
-    and is safe to share between threads; several processes may share the file."""
+    """The SQLite spool at ``path`` (opened on first use, in the calling thread). One object may
+    serve many sessions and is safe to share between threads; several processes may share
+    the file."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         if not self.path or self.path == ":memory:":
             raise ValueError("the spool must be a file path: an in-memory spool is not durable")
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        self._conn.execute("PRAGMA busy_timeout=10000")
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                self._conn.execute(statement)
+        self._conn: sqlite3.Connection | None = None
+        self._version: mmap.mmap | None = None
+        # counts per session with the version they were read at (valid while it is current)
+        self._known: dict[str, tuple[bytes, tuple[int, int]]] = {}
 
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Cursor]:
-        with self._lock:
-            cur = self._conn.cursor()
-            cur.execute("BEGIN IMMEDIATE")
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             try:
-                yield cur
+                conn.execute("PRAGMA busy_timeout=10000")
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.execute("BEGIN IMMEDIATE")
+                for statement in _SCHEMA.split(";"):
+                    conn.execute(statement)
+                columns = {row[1] for row in conn.execute("PRAGMA table_info(spool_batches)")}
+                if "anchor" not in columns:  # written by an older version: its one anchor
+                    # per session is a valid bound for each attempted batch of the session
+                    conn.execute("ALTER TABLE spool_batches ADD COLUMN anchor TEXT")
+                    conn.execute(
+                        "UPDATE spool_batches SET anchor = (SELECT a.batch_id FROM "
+                        "spool_anchors a WHERE a.session_id = spool_batches.session_id)"
+                    )
+                conn.execute("COMMIT")
             except BaseException:
-                cur.execute("ROLLBACK")
+                conn.close()
                 raise
-            cur.execute("COMMIT")
+            self._conn = conn
+            self._open_version()
+        return self._conn
+
+    def _open_version(self) -> None:
+        with contextlib.suppress(OSError, ValueError):  # no version file: callers re-read
+            fd = os.open(self.path + ".version", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                if os.fstat(fd).st_size < 8:
+                    os.ftruncate(fd, 8)
+                self._version = mmap.mmap(fd, 8)
+            finally:
+                os.close(fd)
+
+    def _run(self, body: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+        """Run ``body`` on the connection (in a transaction when ``write``); a corrupt file
+        raises :class:`SpoolUnreadableError` and is reopened at the next call."""
+        with self._lock:
+            try:
+                conn = self._connect()
+                if not write:
+                    return body(conn)  # WAL: a read never waits for a writer
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = body(conn)
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                if getattr(exc, "sqlite_errorname", None) not in _CORRUPT:
+                    raise
+                self._close()
+                raise SpoolUnreadableError(
+                    f"the spool file {self.path!r} is unreadable ({exc}): writes cannot be "
+                    "spooled while the primary is down. Move it aside (it may hold writes not "
+                    f"yet replayed: `sqlite3 {self.path} .recover` salvages them); a new spool "
+                    "is created at the next use"
+                ) from exc
+            if self._version is not None:  # after the commit: a reader that saw the old
+                self._version[:8] = os.urandom(8)  # token may have read the old state
+            return result
+
+    def version(self) -> bytes | None:
+        """A token that changes whenever a change to the file is committed (by any process),
+        or None when unknown. Reads shared memory only: safe on the event loop."""
+        version = self._version
+        try:
+            return None if version is None else version[:8]
+        except ValueError:  # closed meanwhile by another thread
+            return None
 
     # -- writes --------------------------------------------------------------------------------
 
     def append(
         self, session_id: str, batch_id: str, encoded: list[str], *, attempted: bool,
-        anchor: str | None = None, set_anchor: bool = False,
+        anchor: str | None = None,
     ) -> None:
-        """Append one batch (its items already encoded as JSON); with ``set_anchor``, record
-        ``anchor`` for the session in the same transaction."""
-        with self._transaction() as cur:
-            cur.execute(
-                "INSERT INTO spool_batches (session_id, batch_id, items, attempted) "
-                "VALUES (?, ?, ?, ?)",
-                (session_id, batch_id, "[" + ",".join(encoded) + "]", int(attempted)),
-            )
-            if set_anchor:
-                cur.execute(
-                    "INSERT OR REPLACE INTO spool_anchors (session_id, batch_id) VALUES (?, ?)",
-                    (session_id, anchor),
-                )
+        """Append one batch (its items already encoded as JSON); ``anchor`` is a batch known
+        to be in the primary before an ``attempted`` batch was sent."""
+        self._run(
+            lambda conn: conn.execute(
+                "INSERT INTO spool_batches (session_id, batch_id, items, attempted, anchor) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (session_id, batch_id, "[" + ",".join(encoded) + "]", int(attempted), anchor),
+            ),
+            write=True,
+        )
 
-    def mark_attempted(self, seq: int) -> None:
-        with self._transaction() as cur:
-            cur.execute("UPDATE spool_batches SET attempted = 1 WHERE seq = ?", (seq,))
+    def claim(self, seq: int, anchor: str | None) -> list[Any] | None:
+        """Mark batch ``seq`` as sent, with ``anchor``, and return its items as they are now
+        (a pop may have shortened it), or None when it is gone."""
 
-    def confirm(self, session_id: str, seqs: list[int], anchor: str) -> None:
-        """The batches ``seqs`` are in the primary: drop them and make ``anchor`` (the newest
-        of them) the session's anchor, atomically."""
-        with self._transaction() as cur:
-            cur.executemany("DELETE FROM spool_batches WHERE seq = ?", [(s,) for s in seqs])
-            cur.execute(
-                "INSERT OR REPLACE INTO spool_anchors (session_id, batch_id) VALUES (?, ?)",
-                (session_id, anchor),
-            )
+        def body(conn: sqlite3.Connection) -> list[Any] | None:
+            row = conn.execute(
+                "UPDATE spool_batches SET attempted = 1, anchor = ? WHERE seq = ? RETURNING items",
+                (anchor, seq),
+            ).fetchone()
+            return None if row is None else json.loads(row[0])  # type: ignore[no-any-return]
+
+        return self._run(body, write=True)
+
+    def confirm(self, seq: int) -> None:
+        """Batch ``seq`` is in the primary: drop it."""
+        self._run(
+            lambda conn: conn.execute("DELETE FROM spool_batches WHERE seq = ?", (seq,)),
+            write=True,
+        )
 
     def pop_newest(self, session_id: str) -> tuple[Any, bool] | None:
         """Remove and return the newest spooled item of the session, with whether it was
         removable: None when nothing is spooled; ``(None, False)`` when the newest batch was
         already sent to the primary (it may be there: only the primary can pop it)."""
-        with self._transaction() as cur:
-            row = cur.execute(
+
+        def body(conn: sqlite3.Connection) -> tuple[Any, bool] | None:
+            row = conn.execute(
                 "SELECT seq, items, attempted FROM spool_batches WHERE session_id = ? "
                 "ORDER BY seq DESC LIMIT 1",
                 (session_id,),
@@ -131,72 +207,101 @@ class Spool:
             items = json.loads(items_json)
             item = items.pop()
             if items:
-                cur.execute(
+                conn.execute(
                     "UPDATE spool_batches SET items = ? WHERE seq = ?",
                     (json.dumps(items, separators=(",", ":")), seq),
                 )
             else:
-                cur.execute("DELETE FROM spool_batches WHERE seq = ?", (seq,))
+                conn.execute("DELETE FROM spool_batches WHERE seq = ?", (seq,))
             return item, True
 
+        return self._run(body, write=True)
+
     def clear(self, session_id: str) -> None:
-        """Drop every spooled batch and the anchor of the session."""
-        with self._transaction() as cur:
-            cur.execute("DELETE FROM spool_batches WHERE session_id = ?", (session_id,))
-            cur.execute("DELETE FROM spool_anchors WHERE session_id = ?", (session_id,))
+        """Drop every spooled batch of the session."""
+        self._run(
+            lambda conn: conn.execute(
+                "DELETE FROM spool_batches WHERE session_id = ?", (session_id,)
+            ),
+            write=True,
+        )
 
     # -- reads ---------------------------------------------------------------------------------
 
     def batches(self, session_id: str) -> list[SpooledBatch]:
         """The session's spooled batches, oldest first."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT seq, batch_id, items, attempted FROM spool_batches "
+        rows = self._run(
+            lambda conn: conn.execute(
+                "SELECT seq, batch_id, items, attempted, anchor FROM spool_batches "
                 "WHERE session_id = ? ORDER BY seq",
                 (session_id,),
-            ).fetchall()
-        return [SpooledBatch(seq, bid, json.loads(items), bool(a)) for seq, bid, items, a in rows]
+            ).fetchall(),
+            write=False,
+        )
+        return [
+            SpooledBatch(seq, bid, json.loads(items), bool(a), anchor)
+            for seq, bid, items, a, anchor in rows
+        ]
+
+    def known_counts(self, session_id: str) -> tuple[int, int] | None:
+        """:meth:`counts` as last read by this object, if no change was committed since (by
+        any process), else None. No I/O: safe on the event loop."""
+        known = self._known.get(session_id)
+        if known is None or known[0] != self.version():
+            return None
+        return known[1]
 
     def counts(self, session_id: str) -> tuple[int, int]:
         """(batches, items) spooled for the session."""
-        with self._lock:
-            row = self._conn.execute(
+        version = self.version()  # before the read: a change committed after it replaces it
+        row = self._run(
+            lambda conn: conn.execute(
                 "SELECT COUNT(*), COALESCE(SUM(json_array_length(items)), 0) "
                 "FROM spool_batches WHERE session_id = ?",
                 (session_id,),
-            ).fetchone()
-        return int(row[0]), int(row[1])
-
-    def anchor(self, session_id: str) -> str | None:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT batch_id FROM spool_anchors WHERE session_id = ?", (session_id,)
-            ).fetchone()
-        return None if row is None else row[0]
+            ).fetchone(),
+            write=False,
+        )
+        counts = int(row[0]), int(row[1])
+        if version is not None:
+            if len(self._known) >= _KNOWN_SESSIONS:
+                self._known.clear()
+            self._known[session_id] = version, counts
+        return counts
 
     # -- replay lock ---------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def replay_lock(self) -> Iterator[bool]:
-        """Hold the spool's replay lock if it is free (yields True), else yield False at once.
-        An OS file lock: a killed process releases it, so a reopen can replay at once."""
-        if fcntl is None:  # pragma: no cover
-            yield True
-            return
+    def acquire_replay_lock(self) -> IO[bytes] | None:
+        """The spool's replay lock if it is free (close the returned file to release it), else
+        None at once (never waits). An OS file lock per open file: objects of one process
+        exclude each other too, and a killed process releases it."""
         handle = open(self.path + ".replay-lock", "a+b")
-        try:
+        if fcntl is not None:
             try:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                yield False
-                return
-            try:
-                yield True
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+                handle.close()
+                return None
+        return handle
+
+    @contextlib.contextmanager
+    def replay_lock(self) -> Iterator[bool]:
+        """:meth:`acquire_replay_lock` as a context: yields whether it is held."""
+        handle = self.acquire_replay_lock()
+        try:
+            yield handle is not None
         finally:
-            handle.close()
+            if handle is not None:
+                handle.close()
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._version is not None:
+            self._version.close()
+            self._version = None
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            self._close()

@@ -474,8 +474,9 @@ class TTLSession(SessionWrapper):
 
     # -- maintenance ---------------------------------------------------------------------------
 
-    async def purge_expired(self) -> int:
-        """Delete this session's dead items from the store; return how many were deleted.
+    async def purge_expired(self, *, dry_run: bool = False) -> int:
+        """Delete this session's dead items from the store; return how many were deleted
+        (with ``dry_run``, how many would be, deleting nothing).
 
         Safe while other tasks or processes use the session: it deletes only items already
         dead (by ``clock_skew`` more than reads require), in one atomic range delete below a
@@ -509,7 +510,7 @@ class TTLSession(SessionWrapper):
                 if purpose != PURPOSE:
                     member = self.side_store(purpose)
                     assert isinstance(member, TTLSession)
-                    purged += await member.purge_expired()
+                    purged += await member.purge_expired(dry_run=dry_run)
         dead, _ = await newest_dead_by_scan(
             inner,
             lambda envelope, newer_t: self._dead(envelope, newer_t, now, self.clock_skew),
@@ -517,7 +518,10 @@ class TTLSession(SessionWrapper):
             keep_live=False,
         )
         if dead:
-            purged += await inner.delete_items(before=dead + 1)
+            if dry_run:
+                purged += await inner.count_items(before=dead + 1)
+            else:
+                purged += await inner.delete_items(before=dead + 1)
         return purged
 
 

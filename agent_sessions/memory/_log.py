@@ -1,0 +1,54 @@
+"""An append-only log of JSON records kept in one side store, read incrementally."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.memory import Session
+
+from ..core.capabilities import Capability, supports
+
+
+class RecordLog:
+    """The records of ``store`` in commit order, cached in this object.
+
+    A store with sequence numbers is read incrementally: the records after the last one seen,
+    starting with that one again, so a log that was erased or rewritten meanwhile (the last
+    record gone or different) is noticed and read from the start. Any other store is read
+    whole on every refresh.
+    """
+
+    def __init__(self, store: Session) -> None:
+        self.store = store
+        self.records: list[dict[str, Any]] = []
+        self._last: tuple[int, Any] | None = None
+
+    async def append(self, *records: dict[str, Any]) -> None:
+        """Append ``records`` as one all-or-nothing batch."""
+        await self.store.add_items(list(records))  # type: ignore[arg-type]
+
+    async def refresh(self) -> tuple[bool, list[dict[str, Any]]]:
+        """Read what was appended since the last refresh (by any writer). Return ``(reloaded,
+        new)``: ``reloaded`` when the log was read from the start (``new`` is then all of it)."""
+        if not supports(self.store, Capability.SEQUENCED):
+            items: list[Any] = await self.store.get_items()
+            self.records = [r for r in items if isinstance(r, dict)]
+            return True, self.records
+        store: Any = self.store
+        reloaded = self._last is None
+        if self._last is None:
+            new = await store.get_sequenced_items()
+        else:
+            new = await store.get_sequenced_items(after=self._last[0] - 1)
+            if new and new[0] == self._last:
+                new = new[1:]
+            else:  # the last record seen is gone or changed: erased meanwhile
+                reloaded = True
+                new = await store.get_sequenced_items()
+        if reloaded:
+            self.records, self._last = [], None
+        if new:
+            self._last = new[-1]
+        fresh = [item for _seq, item in new if isinstance(item, dict)]
+        self.records.extend(fresh)
+        return reloaded, fresh

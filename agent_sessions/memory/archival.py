@@ -1,0 +1,236 @@
+"""Archival memory: passages with tags, metadata and validity, searched by keyword and
+vector together (reciprocal-rank fusion), filters applied before ranking."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from agents.memory import Session
+
+from ._log import RecordLog
+from .blocks import MemoryEditError
+from .embedders import Embedder
+from .search import BM25Index, dot, reciprocal_rank_fusion, unit
+
+CANDIDATES = 50
+"""How many hits of each ranking enter the fusion (at least; more when top_k is larger)."""
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One archived fact. ``id`` is the hash of its content (so no duplicates)."""
+
+    id: str
+    content: str
+    tags: tuple[str, ...]
+    metadata: dict[str, Any]
+    at: float
+    valid_to: float | None = None
+    superseded_by: str | None = None
+    embedder: str | None = field(default=None, repr=False)
+    vector: tuple[float, ...] | None = field(default=None, repr=False)
+    """The embedding scaled to unit length."""
+
+    def active(self, now: float) -> bool:
+        """Neither superseded nor past ``valid_to`` at ``now``."""
+        return self.superseded_by is None and (self.valid_to is None or self.valid_to > now)
+
+
+def content_id(content: str) -> str:
+    """The id of a passage: a hash of its content with surrounding whitespace removed."""
+    return hashlib.sha256(content.strip().encode()).hexdigest()[:32]
+
+
+def check_tags(tags: object) -> tuple[str, ...]:
+    """``tags`` as a sorted tuple of distinct non-empty str (None: no tags)."""
+    if tags is None:
+        return ()
+    if isinstance(tags, str) or not isinstance(tags, Sequence):
+        raise MemoryEditError(f"tags must be a list of str, got {tags!r}")
+    if not all(isinstance(t, str) and t for t in tags):
+        raise MemoryEditError(f"tags must be non-empty str, got {list(tags)!r}")
+    return tuple(sorted(set(tags)))
+
+
+class Archive:
+    """The archival passages of one memory scope, in its side store ``store``."""
+
+    def __init__(
+        self,
+        store: Session,
+        embedder: Embedder | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._log = RecordLog(store)
+        self.embedder = embedder
+        self._clock = clock
+        self._index = BM25Index()
+        self.passages: list[Passage] = []
+        self._by_id: dict[str, int] = {}
+
+    async def refresh(self) -> None:
+        """Read what was written since the last refresh (by any writer)."""
+        reloaded, records = await self._log.refresh()
+        if reloaded:
+            self._index, self.passages, self._by_id = BM25Index(), [], {}
+        for r in records:
+            kind = r.get("kind")
+            if kind == "passage" and r["id"] not in self._by_id:
+                vector = r.get("vector")
+                self._by_id[r["id"]] = len(self.passages)
+                self._index.add(len(self.passages), r["content"] + " " + " ".join(r["tags"]))
+                self.passages.append(
+                    Passage(
+                        r["id"],
+                        r["content"],
+                        tuple(r["tags"]),
+                        r["metadata"],
+                        r["at"],
+                        r.get("valid_to"),
+                        None,
+                        r.get("embedder"),
+                        unit(vector) if vector is not None else None,
+                    )
+                )
+            elif kind == "vector" and r["id"] in self._by_id:
+                at = self._by_id[r["id"]]
+                self.passages[at] = replace(
+                    self.passages[at], embedder=r["embedder"], vector=unit(r["vector"])
+                )
+            elif kind == "supersede" and r["id"] in self._by_id:
+                at = self._by_id[r["id"]]
+                if self.passages[at].superseded_by is None:
+                    self.passages[at] = replace(self.passages[at], superseded_by=r["by"])
+
+    async def get(self, passage_id: str) -> Passage | None:
+        """The passage ``passage_id``, or None."""
+        await self.refresh()
+        at = self._by_id.get(passage_id)
+        return None if at is None else self.passages[at]
+
+    async def insert(
+        self,
+        content: str,
+        tags: Sequence[str] | None = None,
+        *,
+        metadata: dict[str, Any] | None = None,
+        supersedes: str | None = None,
+        valid_to: float | None = None,
+    ) -> Passage:
+        """Archive ``content`` (returns the existing passage for a duplicate). With
+        ``supersedes``, the passage of that id is kept but marked superseded by this one."""
+        if not isinstance(content, str) or not content.strip():
+            raise MemoryEditError("content must be non-empty text")
+        checked = check_tags(tags)
+        if valid_to is not None and (
+            isinstance(valid_to, bool) or not isinstance(valid_to, int | float)
+        ):
+            raise MemoryEditError(f"valid_to must be epoch seconds or None, got {valid_to!r}")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise MemoryEditError(f"metadata must be a dict, got {metadata!r}")
+        await self.refresh()
+        passage_id = content_id(content)
+        if supersedes is not None and supersedes not in self._by_id:
+            raise MemoryEditError(f"no passage {supersedes!r} to supersede")
+        if supersedes == passage_id:
+            raise MemoryEditError("a passage cannot supersede itself")
+        records: list[dict[str, Any]] = []
+        if passage_id not in self._by_id:
+            vector = None
+            if self.embedder is not None:
+                vector = (await self.embedder.embed([content]))[0]
+            records.append(
+                {
+                    "kind": "passage",
+                    "id": passage_id,
+                    "content": content,
+                    "tags": list(checked),
+                    "metadata": metadata or {},
+                    "at": self._clock(),
+                    "valid_to": valid_to,
+                    "embedder": self.embedder.name if self.embedder else None,
+                    "vector": vector,
+                }
+            )
+        if supersedes is not None:
+            records.append(
+                {"kind": "supersede", "id": supersedes, "by": passage_id, "at": self._clock()}
+            )
+        if records:
+            await self._log.append(*records)
+        found = await self.get(passage_id)
+        assert found is not None
+        return found
+
+    async def reembed(self, batch: int = 100) -> int:
+        """Embed, with the current embedder, every passage stored without a vector of its
+        (e.g. after changing the embedder); return how many. Until then such passages are
+        found by keyword only. Safe to run while others write; run it off the request path."""
+        if self.embedder is None:
+            raise MemoryEditError("reembed needs an embedder: pass embedder= to Memory")
+        await self.refresh()
+        name = self.embedder.name
+        todo = [p for p in self.passages if p.embedder != name]
+        for start in range(0, len(todo), batch):
+            part = todo[start : start + batch]
+            vectors = await self.embedder.embed([p.content for p in part])
+            await self._log.append(
+                *[
+                    {"kind": "vector", "id": p.id, "embedder": name, "vector": v}
+                    for p, v in zip(part, vectors, strict=True)
+                ]
+            )
+        await self.refresh()
+        return len(todo)
+
+    async def search(
+        self,
+        query: str,
+        *,
+        tags: Sequence[str] | None = None,
+        tag_match_mode: Literal["any", "all"] = "any",
+        top_k: int = 5,
+        start: float | None = None,
+        end: float | None = None,
+        include_inactive: bool = False,
+    ) -> list[Passage]:
+        """The ``top_k`` passages best matching ``query``: BM25 and (with an embedder) cosine
+        over stored vectors of the same embedder, fused by reciprocal rank. Filters (tags,
+        time range, active unless ``include_inactive``) apply before ranking."""
+        if tag_match_mode not in ("any", "all"):
+            raise MemoryEditError(f"tag_match_mode must be 'any' or 'all', got {tag_match_mode!r}")
+        wanted = set(check_tags(tags))
+        await self.refresh()
+        now = self._clock()
+
+        def keep(doc: int) -> bool:
+            p = self.passages[doc]
+            if not include_inactive and not p.active(now):
+                return False
+            if (start is not None and p.at < start) or (end is not None and p.at > end):
+                return False
+            if wanted:
+                have = wanted & set(p.tags)
+                return have == wanted if tag_match_mode == "all" else bool(have)
+            return True
+
+        if not query.strip():  # filters only: newest first
+            kept = [doc for doc in range(len(self.passages)) if keep(doc)]
+            return [self.passages[doc] for doc in reversed(kept)][:top_k]
+        depth = max(CANDIDATES, top_k * 4)
+        rankings = [[doc for doc, _ in self._index.search(query, where=keep, top_k=depth)]]
+        if self.embedder is not None:
+            name = self.embedder.name
+            probe = unit((await self.embedder.embed([query]))[0])
+            scored = [
+                (dot(probe, p.vector), doc)
+                for doc, p in enumerate(self.passages)
+                if p.vector is not None and p.embedder == name and keep(doc)
+            ]
+            scored.sort(key=lambda pair: (-pair[0], pair[1]))
+            rankings.append([doc for _score, doc in scored[:depth]])
+        return [self.passages[doc] for doc in reciprocal_rank_fusion(rankings)[:top_k]]

@@ -1,0 +1,194 @@
+"""The memory tools for an SDK ``Agent``, with Letta's names and arguments. A refused edit
+or bad argument comes back to the model as text saying how to fix it; the run goes on."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from agents import FunctionTool, function_tool
+
+from .blocks import Block, MemoryEditError
+from .recall import epoch
+
+if TYPE_CHECKING:
+    from .core import Memory
+
+DAY = 86_400.0
+
+
+def _bound(value: str | None, name: str, *, end: bool = False) -> float | None:
+    at = epoch(value, name)
+    if at is not None and end and value is not None and len(value) == 10:
+        at += DAY  # a date alone as the end includes that whole day
+    return at
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
+
+
+async def _answer(work: Callable[[], Awaitable[str]]) -> str:
+    try:
+        return await work()
+    except (MemoryEditError, ValueError) as exc:
+        return f"Error: {exc}"
+
+
+def _edited(block: Block) -> str:
+    return (
+        f"Block '{block.label}' is now version {block.version} "
+        f"({len(block.value)} of {block.limit} characters)."
+    )
+
+
+def memory_tools(memory: Memory) -> list[FunctionTool]:
+    """The seven tools, bound to ``memory``."""
+    blocks, recall, archive = memory.blocks, memory.recall, memory.archive
+
+    async def memory_insert(label: str, new_str: str, insert_line: int = -1) -> str:
+        """Insert text into a memory block.
+
+        Args:
+            label: The block to edit, e.g. "human".
+            new_str: The text to insert.
+            insert_line: Insert after this line (0 inserts at the top, -1 at the end).
+        """
+        return await _answer(lambda: _edit(blocks.insert(label, new_str, insert_line)))
+
+    async def memory_replace(label: str, old_str: str, new_str: str) -> str:
+        """Replace text in a memory block; old_str must occur exactly once.
+
+        Args:
+            label: The block to edit.
+            old_str: The exact text to replace, copied from the block.
+            new_str: The replacement ("" deletes old_str).
+        """
+        return await _answer(lambda: _edit(blocks.replace(label, old_str, new_str)))
+
+    async def memory_rethink(label: str, new_memory: str) -> str:
+        """Rewrite a whole memory block (to reorganise or shorten it).
+
+        Args:
+            label: The block to rewrite.
+            new_memory: The complete new value of the block.
+        """
+        return await _answer(lambda: _edit(blocks.rethink(label, new_memory)))
+
+    async def memory_finish_edits() -> str:
+        """Call when you are done editing memory."""
+        return "Memory edits finished."
+
+    async def conversation_search(
+        query: str,
+        roles: list[str] | None = None,
+        limit: int = 5,
+        start_date: str | None = None,
+        end_date: str | None = None,
+    ) -> str:
+        """Search everything said in past conversations (also what was summarised away).
+
+        Args:
+            query: Words to look for.
+            roles: Only these roles, e.g. ["user"] or ["assistant", "tool"].
+            limit: At most this many results.
+            start_date: Only from this ISO date or time on, e.g. "2026-12-01".
+            end_date: Only up to this ISO date (inclusive) or time.
+        """
+
+        async def work() -> str:
+            hits = await recall.search(
+                query,
+                roles=roles,
+                limit=max(1, min(limit, 50)),
+                start=_bound(start_date, "start_date"),
+                end=_bound(end_date, "end_date", end=True),
+            )
+            if not hits:
+                return f"No past messages match {query!r}."
+            return json.dumps(
+                [
+                    {
+                        "session": h.session_id,
+                        "seq": h.seq,
+                        "role": h.role,
+                        "time": _iso(h.at),
+                        "text": h.snippet(),
+                    }
+                    for h in hits
+                ],
+                ensure_ascii=False,
+            )
+
+        return await _answer(work)
+
+    async def archival_memory_insert(content: str, tags: list[str] | None = None) -> str:
+        """Store a fact in archival memory for later search.
+
+        Args:
+            content: The fact, self-contained.
+            tags: Optional tags, e.g. ["preference"].
+        """
+
+        async def work() -> str:
+            passage = await archive.insert(content, tags)
+            return f"Stored passage {passage.id}."
+
+        return await _answer(work)
+
+    async def archival_memory_search(
+        query: str,
+        tags: list[str] | None = None,
+        tag_match_mode: Literal["any", "all"] = "any",
+        top_k: int = 5,
+        start_datetime: str | None = None,
+        end_datetime: str | None = None,
+    ) -> str:
+        """Search archival memory by keywords and meaning.
+
+        Args:
+            query: What to look for.
+            tags: Only passages with these tags.
+            tag_match_mode: "any" (at least one tag) or "all".
+            top_k: At most this many results.
+            start_datetime: Only passages stored from this ISO time on.
+            end_datetime: Only passages stored up to this ISO time.
+        """
+
+        async def work() -> str:
+            found = await archive.search(
+                query,
+                tags=tags,
+                tag_match_mode=tag_match_mode,
+                top_k=max(1, min(top_k, 50)),
+                start=_bound(start_datetime, "start_datetime"),
+                end=_bound(end_datetime, "end_datetime", end=True),
+            )
+            if not found:
+                return f"No archived passages match {query!r}."
+            return json.dumps(
+                [
+                    {"id": p.id, "content": p.content, "tags": list(p.tags), "time": _iso(p.at)}
+                    for p in found
+                ],
+                ensure_ascii=False,
+            )
+
+        return await _answer(work)
+
+    functions: list[Callable[..., Any]] = [
+        memory_insert,
+        memory_replace,
+        memory_rethink,
+        memory_finish_edits,
+        conversation_search,
+        archival_memory_insert,
+        archival_memory_search,
+    ]
+    return [function_tool(f) for f in functions]
+
+
+async def _edit(pending: Awaitable[Block]) -> str:
+    return _edited(await pending)

@@ -1,0 +1,129 @@
+"""Sleep-time upkeep: every N user turns, an upkeep agent reads the transcript since a stored
+cursor and edits the blocks, one run per scope at a time (a lease kept in the store)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from agents import Agent, RunContextWrapper, RunHooks, Runner
+from agents.models.interface import Model
+
+from ._log import RecordLog
+
+if TYPE_CHECKING:
+    from .core import Memory
+
+log = logging.getLogger(__name__)
+
+UPKEEP_PROMPT = (
+    "You maintain the long-term memory of another agent. Read the new part of its "
+    "conversation below and keep the memory blocks accurate and concise: add durable facts, "
+    "correct outdated ones, remove what no longer matters. Then call memory_finish_edits."
+)
+
+
+def upkeep_agent(memory: Memory, model: str | Model | None = None) -> Agent[Any]:
+    """An agent that edits ``memory``'s blocks with the memory tools."""
+    return Agent(
+        name="memory-upkeep",
+        instructions=memory.instructions(UPKEEP_PROMPT),
+        tools=memory.tools(),
+        model=model,
+    )
+
+
+class Upkeep(RunHooks[Any]):
+    """``RunHooks`` that, after a run ends, runs ``agent`` over the transcript recorded for
+    recall since the last upkeep when at least ``every`` user turns have passed.
+
+    One upkeep per scope runs at a time, across processes: a lease record in the scope's
+    upkeep side store, valid ``lease_seconds``; the log is folded in commit order, so of two
+    racing claims exactly one wins. ``max_turns`` bounds each upkeep run.
+    """
+
+    def __init__(
+        self,
+        memory: Memory,
+        agent: Agent[Any],
+        *,
+        every: int = 5,
+        max_turns: int = 6,
+        lease_seconds: float = 300.0,
+    ) -> None:
+        if isinstance(every, bool) or not isinstance(every, int) or every <= 0:
+            raise ValueError(f"every must be a positive int of turns, got {every!r}")
+        self.memory, self.agent = memory, agent
+        self.every, self.max_turns, self.lease_seconds = every, max_turns, lease_seconds
+        self._log = RecordLog(memory.upkeep_store)
+        self.runs = 0
+        """Upkeep runs this object performed."""
+
+    async def on_agent_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], output: Any
+    ) -> None:
+        """Run upkeep when due (not for the upkeep agent's own runs). A failing upkeep is
+        logged, not raised: it must not fail the user's run (the cursor stays, so the next
+        run retries)."""
+        if agent is self.agent:
+            return
+        try:
+            await self.run_if_due()
+        except Exception:
+            log.exception("memory upkeep failed; it is retried after the next run")
+
+    async def _fold(self) -> tuple[dict[str, Any] | None, set[str], int]:
+        """(the lease holding now or last, granted lease ids, cursor)."""
+        await self._log.refresh()
+        holder: dict[str, Any] | None = None
+        granted: set[str] = set()
+        cursor = 0
+        for r in self._log.records:
+            kind = r.get("kind")
+            if kind == "lease" and (holder is None or holder["until"] <= r["at"]):
+                holder = r
+                granted.add(r["id"])
+            elif kind == "release" and holder is not None and holder["id"] == r["lease"]:
+                holder = None
+            elif kind == "cursor":
+                cursor = max(cursor, r["upto"])
+        return holder, granted, cursor
+
+    async def _pending(self) -> tuple[int, list[dict[str, Any]]]:
+        _holder, _granted, cursor = await self._fold()
+        await self.memory.recall.refresh()
+        return cursor, self.memory.recall.entries[cursor:]
+
+    async def run_if_due(self) -> bool:
+        """Run upkeep if ``every`` user turns passed and no other upkeep holds the lease;
+        return whether it ran."""
+        _cursor, pending = await self._pending()
+        if sum(e["role"] == "user" for e in pending) < self.every:
+            return False
+        lease = await self._acquire()
+        if lease is None:
+            return False
+        try:
+            cursor, pending = await self._pending()  # another run may have just finished
+            if sum(e["role"] == "user" for e in pending) < self.every:
+                return False
+            transcript = "\n".join(f"[{e['role']}] {e['text']}" for e in pending)
+            await Runner.run(self.agent, transcript, max_turns=self.max_turns)
+            await self._log.append({"kind": "cursor", "upto": cursor + len(pending)})
+            self.runs += 1
+            return True
+        finally:
+            await self._log.append({"kind": "release", "lease": lease})
+
+    async def _acquire(self) -> str | None:
+        now = self.memory.clock()
+        holder, _granted, _cursor = await self._fold()
+        if holder is not None and holder["until"] > now:
+            return None
+        lease = uuid.uuid4().hex
+        await self._log.append(
+            {"kind": "lease", "id": lease, "at": now, "until": now + self.lease_seconds}
+        )
+        _holder, granted, _cursor = await self._fold()
+        return lease if lease in granted else None

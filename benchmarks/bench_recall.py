@@ -1,0 +1,256 @@
+"""Memory search costs: conversation_search over N recall items, archival_memory_search over
+N passages, and the render cost per model call, against the raw query a user would write.
+
+    python benchmarks/bench_recall.py [--items 100000] [--passages 10000 100000]
+                                      [--backends memory sqlite redis postgres]
+
+"Raw" is an SQLite FTS5 ``MATCH ... ORDER BY bm25`` over the same texts (in memory) for
+recall, and numpy brute-force cosine over the same vectors for archival (skipped without
+numpy). Ours is measured cold (a new reader: loads the side store and builds its index) and
+warm (the median of later queries, each of which first checks the store for new records).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from agents.memory import Session
+
+from agent_sessions.core.family import side_store
+from agent_sessions.memory import HashingEmbedder, Memory, render_blocks
+from agent_sessions.memory._log import RecordLog
+
+WORDS = [f"w{i}" for i in range(5000)]
+QUERIES = 20
+REDIS_URL = os.environ.get("AGENT_SESSIONS_REDIS_URL", "redis://127.0.0.1:6379/0")
+PG_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+
+
+def sentence(rng: random.Random, n: int = 12) -> str:
+    return " ".join(rng.choices(WORDS, k=n))
+
+
+PREFIX = f"benchrecall{uuid.uuid4().hex[:6]}"
+
+
+async def drop_leftovers(backend: str) -> None:
+    """Remove this run's Redis keys or PostgreSQL tables."""
+    if backend == "redis":
+        from redis.asyncio import Redis
+
+        client = Redis.from_url(REDIS_URL)
+        keys = [key async for key in client.scan_iter(match=f"{PREFIX}*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+    elif backend == "postgres":
+        from sqlalchemy import text
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        engine = create_async_engine(PG_URL)
+        async with engine.begin() as conn:
+            for table in ("messages", "sessions", "schema"):
+                await conn.execute(text(f"DROP TABLE IF EXISTS {PREFIX}_{table} CASCADE"))
+        await engine.dispose()
+
+
+async def opener(backend: str, folder: str) -> Callable[[str], Awaitable[Session]]:
+    prefix = PREFIX
+    if backend == "memory":
+        from agent_sessions import InMemorySession
+
+        return lambda sid: _ready(InMemorySession(sid))
+    if backend == "sqlite":
+        from agent_sessions import SQLiteSession
+
+        return lambda sid: _ready(SQLiteSession(sid, os.path.join(folder, "bench.db")))
+    if backend == "redis":
+        from agent_sessions import RedisSession
+
+        return lambda sid: _ready(RedisSession.from_url(sid, url=REDIS_URL, key_prefix=prefix))
+    if backend == "postgres":
+        from agent_sessions import SQLAlchemySession
+
+        return lambda sid: _ready(
+            SQLAlchemySession.from_url(sid, url=PG_URL, table_prefix=prefix + "_")
+        )
+    raise SystemExit(f"unknown backend {backend!r}")
+
+
+async def _ready(session: Session) -> Session:
+    return session
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+async def bench_recall(open_: Callable[[str], Awaitable[Session]], items: int) -> dict[str, Any]:
+    rng = random.Random(1)
+    texts = [sentence(rng) for _ in range(items)]
+    root = await open_("memory:bench:recall")
+    memory = Memory(root)
+    started = time.perf_counter()
+    for start in range(0, items, 1000):
+        pairs = [
+            (start + i, {"role": "user", "content": t})
+            for i, t in enumerate(texts[start : start + 1000])
+        ]
+        await memory.recall.index("chat", pairs)
+    fill = time.perf_counter() - started
+    queries = [" ".join(rng.choices(WORDS, k=2)) for _ in range(QUERIES)]
+    cold_reader = Memory(root)
+    started = time.perf_counter()
+    await cold_reader.recall.search(queries[0], limit=10)
+    cold = time.perf_counter() - started
+    warm = []
+    for q in queries:
+        started = time.perf_counter()
+        await cold_reader.recall.search(q, limit=10)
+        warm.append(time.perf_counter() - started)
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE VIRTUAL TABLE t USING fts5(body)")
+    db.executemany("INSERT INTO t(body) VALUES (?)", [(t,) for t in texts])
+    raw = []
+    for q in queries:
+        started = time.perf_counter()
+        db.execute(
+            "SELECT rowid FROM t WHERE t MATCH ? ORDER BY bm25(t) LIMIT 10",
+            (" OR ".join(q.split()),),
+        ).fetchall()
+        raw.append(time.perf_counter() - started)
+    await side_store(root, "memory.recall").clear_session()
+    return {
+        "items": items,
+        "fill_s": round(fill, 2),
+        "cold_ms": round(cold * 1000, 1),
+        "warm_ms": round(median_ms(warm), 2),
+        "raw_fts5_ms": round(median_ms(raw), 2),
+    }
+
+
+async def bench_archive(
+    open_: Callable[[str], Awaitable[Session]], passages: int
+) -> dict[str, Any]:
+    rng = random.Random(2)
+    embedder = HashingEmbedder(128)
+    root = await open_(f"memory:bench:archive{passages}")
+    texts = [sentence(rng, 8) for _ in range(passages)]
+    vectors = await embedder.embed(texts)
+    store = RecordLog(side_store(root, "memory.archive"))  # pre-embedded records, in bulk
+    started = time.perf_counter()
+    for start in range(0, passages, 1000):
+        await store.append(
+            *[
+                {
+                    "kind": "passage",
+                    "id": uuid.uuid4().hex,
+                    "content": t,
+                    "tags": ["t"],
+                    "metadata": {},
+                    "at": 1.0,
+                    "valid_to": None,
+                    "embedder": embedder.name,
+                    "vector": v,
+                }
+                for t, v in zip(
+                    texts[start : start + 1000], vectors[start : start + 1000], strict=True
+                )
+            ]
+        )
+    fill = time.perf_counter() - started
+    queries = [" ".join(rng.choices(WORDS, k=3)) for _ in range(QUERIES)]
+    reader = Memory(root, embedder=embedder)
+    started = time.perf_counter()
+    await reader.archive.search(queries[0], top_k=10)
+    cold = time.perf_counter() - started
+    warm = []
+    for q in queries:
+        started = time.perf_counter()
+        await reader.archive.search(q, top_k=10)
+        warm.append(time.perf_counter() - started)
+    result: dict[str, Any] = {
+        "passages": passages,
+        "fill_s": round(fill, 2),
+        "cold_ms": round(cold * 1000, 1),
+        "warm_hybrid_ms": round(median_ms(warm), 1),
+    }
+    try:
+        import numpy as np
+    except ImportError:
+        result["raw_numpy_ms"] = None
+    else:
+        matrix = np.asarray(vectors, dtype=np.float32)
+        raw = []
+        for q in queries:
+            probe = np.asarray((await embedder.embed([q]))[0], dtype=np.float32)
+            started = time.perf_counter()
+            scores = (
+                matrix @ probe / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(probe) + 1e-9)
+            )
+            np.argpartition(-scores, 10)[:10]
+            raw.append(time.perf_counter() - started)
+        result["raw_numpy_ms"] = round(median_ms(raw), 2)
+    await side_store(root, "memory.archive").clear_session()
+    return result
+
+
+async def bench_render(open_: Callable[[str], Awaitable[Session]]) -> dict[str, Any]:
+    root = await open_(f"memory:bench:render{uuid.uuid4().hex[:6]}")
+    memory = Memory(root)
+    for n in range(5):
+        await memory.blocks.define(f"block{n}", "x" * 1900, limit=2000)
+    for n in range(5):
+        await memory.blocks.insert("block0", f"edit {n}")
+    render = memory.instructions("You are helpful.")
+    samples = []
+    for _ in range(50):
+        started = time.perf_counter()
+        await render(None, None)
+        samples.append(time.perf_counter() - started)
+    blocks = await memory.blocks.all()
+    pure = []
+    for _ in range(200):
+        started = time.perf_counter()
+        render_blocks(blocks)
+        pure.append(time.perf_counter() - started)
+    await side_store(root, "memory.blocks").clear_session()
+    return {
+        "render_per_call_ms": round(median_ms(samples), 3),
+        "format_only_ms": round(median_ms(pure), 3),
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--passages", type=int, nargs="+", default=[10_000])
+    parser.add_argument("--backends", nargs="+", default=["memory", "sqlite"])
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        for backend in args.backends:
+            open_ = await opener(backend, folder)
+            try:
+                print(backend, "recall", await bench_recall(open_, args.items), flush=True)
+                for n in args.passages:
+                    print(backend, "archive", await bench_archive(open_, n), flush=True)
+                print(backend, "render", await bench_render(open_), flush=True)
+            finally:
+                await drop_leftovers(backend)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,372 @@
+"""CompactionSession's view, archive retrieval and search, reopening, foreign sessions, records
+of another kind, and pruning the archive."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents.memory import Session
+from agents.memory import SQLiteSession as SDKSQLiteSession
+
+from agent_sessions import Capability, InMemorySession, InMemoryStore, SQLiteSession
+from agent_sessions.errors import BackendDataError, SessionClosedError
+from agent_sessions.testing import item_text
+from agent_sessions.wrappers.compaction import CompactionSession
+from agent_sessions.wrappers.encrypted import EncryptedSession
+from tests._compaction_fixtures import GatedSummarizer, is_summary, msg, new_session, originals, sid
+from tests.wrapper_stacks import YieldingSession
+
+# -- view semantics, archive and search -------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_archive_retrieval_and_search() -> None:
+    session = new_session(keep_last=2)
+    history = [
+        msg("I live in Lyon"),
+        msg("Noted.", "assistant"),
+        {"type": "function_call", "call_id": "c", "name": "lookup", "arguments": '{"q":"LYON"}'},
+        {"type": "function_call_output", "call_id": "c", "output": "Lyon: 500k people"},
+        msg("Anything else?", "assistant"),
+        msg("no"),
+        msg("ok", "assistant"),
+    ]
+    await session.add_items(history)
+    result = await session.compact()
+    assert result is not None and result.compacted_items == 5 and result.kept_items == 2
+    assert await session.get_archived_items() == history[:5]
+    assert await session.get_archived_items(limit=2) == history[3:5]
+    assert await session.search_archive("lyon") == [history[0], history[2], history[3]]
+    assert await session.search_archive("LYON", limit=1) == [history[3]]
+    assert await session.search_archive("nowhere") == []
+    with pytest.raises(ValueError):
+        await session.search_archive("")
+
+
+@pytest.mark.asyncio
+async def test_search_pages_through_a_large_archive() -> None:
+    session = new_session(keep_last=1)
+    await session.add_items(
+        [msg(f"item {i}" + (" needle" if i % 300 == 0 else "")) for i in range(1300)]
+    )
+    await session.compact()
+    found = await session.search_archive("NEEDLE")
+    assert [item_text(f) for f in found] == [f"item {i} needle" for i in range(0, 1300, 300)]
+
+
+@pytest.mark.asyncio
+async def test_search_pages_past_a_page_shortened_by_a_skipped_item() -> None:
+    # A non-strict inner leaves an undecodable item out of a read: the page comes back
+    # shorter than asked, but older archived items are still there to search.
+    store = InMemoryStore()
+    inner = InMemorySession(sid(), store=store)
+    session = CompactionSession(inner, keep_last=1)
+    await session.add_items([msg(f"item {i}" + (" needle" if i < 3 else "")) for i in range(700)])
+    await session.compact()
+    store._sessions[inner.session_id].payloads[-10] = "{damaged"  # in the newest page
+    found = await session.search_archive("needle")
+    assert [item_text(f) for f in found] == [f"item {i} needle" for i in range(3)]
+
+
+@pytest.mark.asyncio
+async def test_limits_pop_and_repeated_compaction_over_the_view() -> None:
+    session = new_session(keep_last=2)
+    await session.add_items([msg(f"m{i}") for i in range(6)])
+    await session.compact()
+    assert originals(await session.get_items(limit=2)) == ["m4", "m5"]
+    assert len(await session.get_items(limit=2)) == 2
+    assert is_summary((await session.get_items(limit=3))[0])
+    await session.add_items([msg(f"m{i}") for i in range(6, 10)])
+    second = await session.compact()
+    assert second is not None
+    view = await session.get_items()
+    assert "m0" in item_text(view[0]) and "m7" in item_text(view[0])  # extends the summary
+    assert originals(view) == ["m8", "m9"]
+    assert len(await session.get_archived_items()) == 8
+    # pop the two originals, then the summary itself; archived originals are never popped
+    assert item_text(await session.pop_item()) == "m9"
+    assert item_text(await session.pop_item()) == "m8"
+    assert is_summary(await session.pop_item())
+    assert await session.pop_item() is None
+    assert await session.get_items() == []
+    assert len(await session.get_archived_items()) == 8
+    await session.add_items([msg("after")])
+    assert await session.get_items() == [msg("after")]
+    reasons = [r.reason for r in await session.get_compaction_records()]
+    assert reasons == ["compaction", "compaction", "pop"]
+    await session.clear_session()
+    assert await session.get_items() == [] and await session.get_archived_items() == []
+    assert await session.get_compaction_records() == []
+
+
+@pytest.mark.asyncio
+async def test_view_survives_reopening_on_sqlite(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    session_id = sid()
+    first = CompactionSession(SQLiteSession(session_id, path), keep_last=2)
+    await first.add_items([msg(f"m{i}") for i in range(6)])
+    await first.compact()
+    expected = await first.get_items()
+    await first.close()
+    second = CompactionSession(SQLiteSession(session_id, path), keep_last=2)
+    assert await second.get_items() == expected
+    assert len(await second.get_archived_items()) == 4
+    await second.close()
+    with pytest.raises(SessionClosedError):
+        await second.get_items()
+
+
+@pytest.mark.asyncio
+async def test_foreign_sdk_session_is_numbered_by_foreign_session(tmp_path: Path) -> None:
+    path = str(tmp_path / "sdk.db")
+    inner = SDKSQLiteSession("user-1", path)
+    with pytest.raises(TypeError, match="sibling_factory"):
+        CompactionSession(inner)
+    session = CompactionSession(
+        inner, keep_last=2, sibling_factory=lambda record_id: SDKSQLiteSession(record_id, path)
+    )
+    items = [msg(f"m{i}") for i in range(6)]
+    await session.add_items(items)
+    assert (await session.compact()) is not None
+    assert originals(await session.get_items()) == ["m4", "m5"]
+    assert await session.get_archived_items() == items[:4]
+    assert await session.search_archive("m1") == [items[1]]
+    await session.add_items([msg("m6")])
+    assert originals(await session.get_items(limit=2)) == ["m5", "m6"]
+    assert item_text(await session.pop_item()) == "m6"
+    assert await inner.get_items() == items
+    await session.clear_session()
+    assert await session.get_items() == []
+
+
+@pytest.mark.asyncio
+async def test_records_of_another_kind_or_foreign_data_are_refused() -> None:
+    store = InMemoryStore()
+    inner = InMemorySession(sid(), store=store)
+    session = CompactionSession(inner)
+    await session._sibling.add_items([msg("not a record")])
+    with pytest.raises(BackendDataError, match="not a compaction record"):
+        await session.get_items()
+
+
+# -- pruning the archive ----------------------------------------------------------------------
+
+KEY = "a long random passphrase for the compaction tests"
+
+
+class SequencedOnly:
+    """A sequenced store without range deletion (as the Redis and SQL backends are today)."""
+
+    def __init__(self, real: InMemorySession) -> None:
+        self.real = real
+        self.session_id = real.session_id
+        self.session_settings = real.session_settings
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        return await self.real.get_items(limit)
+
+    async def add_items(self, items: list[Any]) -> None:
+        await self.real.add_items(items)
+
+    async def pop_item(self) -> Any:
+        return await self.real.pop_item()
+
+    async def clear_session(self) -> None:
+        await self.real.clear_session()
+
+    async def add_sequenced_items(self, items: list[Any]) -> list[int]:
+        return await self.real.add_sequenced_items(items)
+
+    async def get_sequenced_items(
+        self, limit: int | None = None, *, after: int | None = None, before: int | None = None
+    ) -> list[tuple[int, Any]]:
+        return await self.real.get_sequenced_items(limit, after=after, before=before)
+
+    async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
+        return await self.real.count_items(after=after, before=before)
+
+    capabilities = frozenset({Capability.SEQUENCED, Capability.FAMILY})
+
+    def side_store(self, purpose: str) -> SequencedOnly:
+        return SequencedOnly(self.real.side_store(purpose))
+
+
+def pruning_inner(kind: str, tmp_path: Path) -> Session:
+    if kind == "memory":
+        return InMemorySession(sid(), store=InMemoryStore())
+    if kind == "yielding-memory":
+        return YieldingSession(sid(), store=InMemoryStore())
+    if kind == "sqlite":
+        return SQLiteSession(sid(), str(tmp_path / "prune.db"))
+    assert kind == "encrypted-sqlite"
+    return EncryptedSession(SQLiteSession(sid(), str(tmp_path / "prune.db")), encryption_key=KEY)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "encrypted-sqlite"])
+async def test_prune_archive_deletes_only_archived_originals(kind: str, tmp_path: Path) -> None:
+    session = CompactionSession(pruning_inner(kind, tmp_path), keep_last=2)
+    items = [msg(f"m{i}") for i in range(14)]
+    await session.add_items(items[:6])
+    assert (await session.compact()) is not None  # archives m0-m3
+    await session.add_items(items[6:10])
+    assert (await session.compact()) is not None  # archives m4-m7
+    view = await session.get_items()
+    assert originals(view) == ["m8", "m9"]
+    records = await session.get_compaction_records()
+    assert [r.archived for r in records] == [4, 8]
+
+    assert await session.prune_archive(keep_compactions=2) == 0
+    assert await session.get_archived_items() == items[:8]
+    assert await session.prune_archive(keep_compactions=1) == 4  # what the first one archived
+    assert await session.get_items() == view
+    assert await session.get_archived_items() == items[4:8]
+    assert await session.search_archive("m1") == []
+    assert await session.search_archive("m5") == [items[5]]
+    assert await session.get_compaction_records() == records
+    assert await session.inner.get_items() == items[4:10]
+
+    assert await session.prune_archive() == 4
+    assert await session.get_items() == view
+    assert await session.get_archived_items() == []
+    assert await session.inner.get_items() == items[8:10]
+    assert await session.prune_archive() == 0
+    assert await session.get_compaction_records() == records
+
+    # a later compaction extends the kept summary and archives only what it covers
+    await session.add_items(items[10:14])
+    result = await session.compact()
+    assert result is not None and result.compacted_items == 4
+    view = await session.get_items()
+    assert originals(view) == ["m12", "m13"]
+    assert "m0" in item_text(view[0]) and "m11" in item_text(view[0])
+    assert await session.get_archived_items() == items[8:12]
+    assert [r.archived for r in await session.get_compaction_records()] == [4, 8, 12]
+    assert await session.prune_archive() == 4
+    assert await session.get_items() == view
+    assert await session.inner.get_items() == items[12:14]
+    await session.close()
+
+
+@pytest.mark.asyncio
+async def test_prune_counts_compactions_not_pop_records() -> None:
+    session = new_session(keep_last=2)
+    items = [msg(f"m{i}") for i in range(6)]
+    await session.add_items(items)
+    await session.compact()
+    assert [item_text(await session.pop_item()) for _ in range(2)] == ["m5", "m4"]
+    assert is_summary(await session.pop_item())  # commits a "pop" record, same boundary
+    assert [r.reason for r in await session.get_compaction_records()] == ["compaction", "pop"]
+    assert await session.prune_archive(keep_compactions=1) == 0
+    assert await session.get_archived_items() == items[:4]
+    assert await session.prune_archive() == 4
+    assert await session.get_items() == []
+    assert await session.inner.get_items() == []
+    await session.add_items([msg("after")])
+    assert await session.get_items() == [msg("after")]
+
+
+@pytest.mark.asyncio
+async def test_prune_without_compaction_is_a_noop() -> None:
+    session = new_session()
+    items = [msg(f"m{i}") for i in range(3)]
+    await session.add_items(items)
+    assert await session.prune_archive() == 0
+    assert await session.prune_archive(keep_compactions=3) == 0
+    assert await session.get_items() == items
+    assert await session.inner.get_items() == items
+    for bad in (-1, True, 1.0):
+        with pytest.raises(ValueError, match="keep_compactions"):
+            await session.prune_archive(keep_compactions=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("stack", ["sequenced-only"])
+async def test_prune_over_a_stack_without_range_delete_refuses_and_keeps_all(stack: str) -> None:
+    inner: Session = SequencedOnly(InMemorySession(sid(), store=InMemoryStore()))
+    session = CompactionSession(inner, keep_last=2)
+    items = [msg(f"m{i}") for i in range(6)]
+    with pytest.raises(NotImplementedError, match="range deletion"):
+        await session.prune_archive()
+    await session.add_items(items)
+    assert (await session.compact()) is not None
+    view = await session.get_items()
+    with pytest.raises(NotImplementedError, match="clear_session"):
+        await session.prune_archive()
+    assert await session.get_items() == view
+    assert originals(view) == ["m4", "m5"]
+    assert await session.get_archived_items() == items[:4]
+    assert await session.inner.get_items() == items
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["yielding-memory", "sqlite"])
+async def test_concurrent_writes_during_prune_lose_nothing(kind: str, tmp_path: Path) -> None:
+    session = CompactionSession(pruning_inner(kind, tmp_path), keep_last=2)
+    items = [msg(f"m{i}") for i in range(20)]
+    await session.add_items(items)
+    await session.compact()
+    summary = (await session.get_items())[0]
+    assert is_summary(summary)
+
+    async def writer(w: int) -> None:
+        for k in range(5):
+            await session.add_items([msg(f"w{w}-{k}"), msg(f"w{w}-{k}b", "assistant")])
+            await asyncio.sleep(0)
+
+    pruned, *_ = await asyncio.gather(session.prune_archive(), *(writer(w) for w in range(8)))
+    assert pruned == 18
+    stored = await session.inner.get_items()
+    assert stored[:2] == items[18:]
+    written = [item_text(i) for i in stored[2:]]
+    assert sorted(written) == sorted(
+        f"w{w}-{k}{b}" for w in range(8) for k in range(5) for b in ("", "b")
+    )
+    for w in range(8):  # each writer's items in its order
+        mine = [t for t in written if t.startswith(f"w{w}-")]
+        assert mine == [f"w{w}-{k}{b}" for k in range(5) for b in ("", "b")]
+    assert await session.get_items() == [summary, *stored]
+    assert await session.get_archived_items() == []
+    await session.close()
+
+
+@pytest.mark.asyncio
+async def test_prune_during_a_compaction_keeps_its_commit() -> None:
+    session = new_session(keep_last=2)
+    items = [msg(f"m{i}") for i in range(10)]
+    await session.add_items(items[:6])
+    await session.compact()  # archives m0-m3
+    await session.add_items(items[6:])
+    gate = GatedSummarizer()
+    session.summarizer = gate
+    task = asyncio.ensure_future(session.compact())
+    await asyncio.wait_for(gate.started.wait(), 5)
+    assert await session.prune_archive() == 4  # while m4-m7 are being summarised
+    gate.release.set()
+    result = await task
+    assert result is not None and result.compacted_items == 4
+    assert originals(await session.get_items()) == ["m8", "m9"]
+    assert await session.get_archived_items() == items[4:8]
+    assert await session.inner.get_items() == items[4:]
+
+
+@pytest.mark.asyncio
+async def test_expiry_below_a_boundary_keeps_the_unsummarised_items() -> None:
+    from agent_sessions.wrappers.ttl import TTLSession
+    from tests.wrapper_stacks import FakeClock
+
+    clock = FakeClock()
+    inner = EncryptedSession(
+        TTLSession(InMemorySession(sid()), item_ttl=100, clock=clock), encryption_key=KEY
+    )
+    session = CompactionSession(inner, keep_last=2)
+    for i in range(6):
+        await session.add_items([msg(f"m{i}", "user" if i % 2 == 0 else "assistant")])
+        clock.advance(10)
+    assert (await session.compact()) is not None
+    assert originals(await session.get_items()) == ["m4", "m5"]
+    clock.advance(55)  # m0 and m1 expire; m4 and m5 are alive for another 50 s
+    assert originals(await session.get_items()) == ["m4", "m5"]
