@@ -173,7 +173,7 @@ def _version(package: str) -> str:
 def _git_head() -> str:
     try:
         return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+            ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=True
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "-"

@@ -101,7 +101,7 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     chart_name: str | None = "benchmarks.png"
     try:
-        report.chart(results, os.path.join(args.out, "benchmarks.png"))
+        report.chart([r.summary() for r in results], os.path.join(args.out, "benchmarks.png"))
     except ImportError:
         chart_name = None
         notes.append("No chart: matplotlib is missing (pip install 'agent-sessions-store[bench]').")

@@ -1,6 +1,6 @@
 """Open a session from a URL (``memory://``, ``sqlite:///file.db``, ``redis://...``, ...).
 
-``python examples/open_by_url.py sqlite:///example.db``
+``python examples/open_by_url.py sqlite:///example.db [SESSION_ID]``
 """
 
 import asyncio
@@ -9,8 +9,8 @@ import sys
 from agent_sessions import open_session
 
 
-async def main(url: str) -> None:
-    session = await open_session(url, "url-example")
+async def main(url: str, session_id: str = "url-example") -> None:
+    session = await open_session(url, session_id)
     await session.add_items([{"role": "user", "content": "hello"}])
     print(await session.get_items(limit=5))
     await session.clear_session()
@@ -20,4 +20,4 @@ async def main(url: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "memory://"))
+    asyncio.run(main(*sys.argv[1:3] or ["memory://"]))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +27,7 @@ from agent_sessions import (
     UsageTrackingSession,
 )
 from agent_sessions.wrappers.compaction import item_count_trigger
-from tests.servers import MARIADB_URL, MONGODB_URL, POSTGRES_URL, REDIS_URL, require_server
+from tests.servers import MARIADB_URL, MONGODB_URL, POSTGRES_URL, REDIS_URL, RUN, require_server
 from tests.wrapper_stacks import IdentitySummarizer
 
 
@@ -40,7 +39,7 @@ class Backend:
     concurrent_tasks: int = 200
 
 
-_RUN = uuid.uuid4().hex[:8]
+_RUN = RUN
 _SQLITE_DIR = tempfile.mkdtemp(prefix="agent-sessions-matrix-")
 
 

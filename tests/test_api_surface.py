@@ -7,7 +7,6 @@ import asyncio
 import importlib.util
 import subprocess
 import sys
-import uuid
 from typing import Any
 
 import pytest
@@ -15,10 +14,7 @@ import pytest
 from agent_sessions import InMemorySession, SQLiteSession, open_session
 from agent_sessions.core.registry import ClosableSession, driver_url
 from agent_sessions.errors import BackendUnavailableError, MissingDependencyError
-from tests.servers import MARIADB_URL, POSTGRES_URL, REDIS_URL, require_server
-
-RUN = uuid.uuid4().hex[:8]
-
+from tests.servers import MARIADB_URL, POSTGRES_URL, REDIS_URL, RUN, require_server
 
 # -- explicit options -----------------------------------------------------------------------
 
@@ -201,21 +197,13 @@ async def test_refused_connection_is_wrapped_with_a_hint(server: str, wrong: str
 
 
 @pytest.mark.asyncio
-async def test_postgres_alias_url_opens_a_session() -> None:
+async def test_postgres_alias_url_opens_a_session(sql_prefix: str) -> None:
     require_server("postgres", "127.0.0.1", 5432)
     plain = POSTGRES_URL.replace("postgresql+asyncpg://", "postgres://")
-    async with await open_session(plain, f"a-{RUN}", table_prefix=f"api{RUN}_") as s:
+    async with await open_session(plain, f"a-{RUN}", table_prefix=sql_prefix) as s:
         await s.add_items([{"role": "user", "content": "via postgres://"}])
         assert len(await s.get_items()) == 1
         await s.clear_session()
-    from sqlalchemy import text
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    engine = create_async_engine(POSTGRES_URL)
-    async with engine.begin() as conn:
-        for table in ("messages", "sessions", "schema"):
-            await conn.execute(text(f"DROP TABLE IF EXISTS api{RUN}_{table}"))
-    await engine.dispose()
 
 
 @pytest.mark.asyncio

@@ -58,3 +58,19 @@ def test_report_renders_tables_with_ratios(tmp_path: Path) -> None:
     }  # fmt: skip
     text = markdown(rows, info, ["a note"], None)
     assert "## Backend X" in text and "- a note" in text
+
+
+def test_the_chart_is_a_grid_readable_at_page_width(tmp_path: Path) -> None:
+    """Drawn from the saved results: at most two panels a row, at most 1,000 px wide (it was a
+    2,772 px strip of six panels)."""
+    import json
+    import struct
+
+    pytest.importorskip("matplotlib")
+    from benchmarks.report import chart
+
+    root = Path(__file__).resolve().parent.parent
+    rows = json.loads((root / "docs" / "benchmarks.json").read_text())["results"]
+    chart(rows, str(tmp_path / "chart.png"))
+    width, height = struct.unpack(">II", (tmp_path / "chart.png").read_bytes()[16:24])
+    assert width <= 1000 < height

@@ -8,12 +8,11 @@ item. A move now applies only to the lineage it was computed from (first in log 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import multiprocessing as mp
 import os
 import tempfile
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -21,35 +20,12 @@ from agents.memory import Session
 
 from agent_sessions import AdvancedSession, BranchingSession, SQLiteSession
 from agent_sessions.testing.helpers import item_text
-from tests.servers import POSTGRES_URL, REDIS_URL, drop_redis_keys, require_server
+from tests.servers import POSTGRES_URL, REDIS_URL, RUN, require_server
 
 TURNS = 6  # the branch forks at the last turn: it inherits 2 * (TURNS - 1) items
-PREFIX = f"pops{uuid.uuid4().hex[:8]}"
+PREFIX = f"pops{RUN}"  # the run's guard (tests/conftest.py) drops its tables and keys
 REDIS_PREFIX, SQL_PREFIX = PREFIX, f"{PREFIX}_"
 INHERITED = [f"{kind}{i}" for i in range(1, TURNS) for kind in ("q", "r")]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _drop_leftovers_at_end() -> Iterator[None]:
-    """Remove this module's tables and keys (clear_session keeps branch names reserved)."""
-    yield
-    with contextlib.suppress(Exception):  # a server that was down has nothing to drop
-        asyncio.run(_drop_tables())
-    with contextlib.suppress(Exception):
-        asyncio.run(drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*"))
-
-
-async def _drop_tables() -> None:
-    from sqlalchemy import text
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    engine = create_async_engine(POSTGRES_URL)
-    try:
-        async with engine.begin() as conn:
-            for table in ("sessions", "messages", "schema"):
-                await conn.execute(text(f"DROP TABLE IF EXISTS {SQL_PREFIX}{table}"))
-    finally:
-        await engine.dispose()
 
 
 def _turns(n: int) -> list[Any]:

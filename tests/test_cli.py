@@ -17,7 +17,7 @@ import pytest
 
 from agent_sessions import SQLiteSession
 from agent_sessions.cli import main
-from tests.servers import POSTGRES_URL, REDIS_URL, drop_redis_keys, require_server
+from tests.servers import POSTGRES_URL, REDIS_URL, RUN, drop_redis_keys, require_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,32 +48,19 @@ class Target:
         return await open_session(self.url, session_id, **self.options)
 
 
-async def _drop_pg(prefix: str) -> None:
-    from sqlalchemy import text
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    engine = create_async_engine(POSTGRES_URL)
-    try:
-        async with engine.begin() as conn:
-            for table in ("sessions", "messages", "schema"):
-                await conn.execute(text(f"DROP TABLE IF EXISTS {prefix}{table}"))
-    finally:
-        await engine.dispose()
-
-
 @pytest.fixture(params=["sqlite", "redis", "postgres"])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
-    run = uuid.uuid4().hex[:8]
     if request.param == "sqlite":
         yield Target("sqlite", f"sqlite:///{tmp_path / 'cli.db'}", {})
     elif request.param == "redis":
         require_server("Redis", "127.0.0.1", 6379)
-        yield Target("redis", REDIS_URL, {"key_prefix": f"cli{run}"})
-        asyncio.run(drop_redis_keys(REDIS_URL, f"cli{run}*"))
+        prefix = f"cli{RUN}{uuid.uuid4().hex[:6]}"
+        yield Target("redis", REDIS_URL, {"key_prefix": prefix})
+        asyncio.run(drop_redis_keys(REDIS_URL, f"{prefix}*"))
     else:
         require_server("PostgreSQL", "127.0.0.1", 5432)
-        yield Target("postgres", POSTGRES_URL, {"table_prefix": f"cli{run}_"})
-        asyncio.run(_drop_pg(f"cli{run}_"))
+        prefix = request.getfixturevalue("sql_prefix")
+        yield Target("postgres", POSTGRES_URL, {"table_prefix": prefix})
 
 
 def _fill(target: Target, sessions: dict[str, int], branch: str | None = None) -> None:
@@ -359,7 +346,7 @@ def ttl_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Targe
         yield Target("sqlite", f"sqlite:///{tmp_path / 'purge.db'}", {})
     else:
         require_server("Redis", "127.0.0.1", 6379)
-        run = f"clipurge{uuid.uuid4().hex[:8]}"
+        run = f"clipurge{RUN}{uuid.uuid4().hex[:6]}"
         yield Target("redis", REDIS_URL, {"key_prefix": run})
         asyncio.run(drop_redis_keys(REDIS_URL, f"{run}*"))
 
@@ -451,7 +438,9 @@ def test_erase_of_unknown_ids_and_copy_onto_itself_are_refused(
     )
 
 
-def test_no_password_is_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_password_is_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sql_prefix: str
+) -> None:
     export = tmp_path / "e.jsonl"
     export.write_text('{"format": "agent-sessions-export/1"}\n')
     pg = "postgresql://app:S3CRET-PW@127.0.0.1:1/test"
@@ -462,17 +451,14 @@ def test_no_password_is_printed(tmp_path: Path, capsys: pytest.CaptureFixture[st
     err = capsys.readouterr().err
     assert "app:***@" in err and "S3CRET" not in err
     require_server("PostgreSQL", "127.0.0.1", 5432)  # trust auth: any password connects
-    run = f"clipw{uuid.uuid4().hex[:8]}_"
+    run = sql_prefix
     with_pw = POSTGRES_URL.replace("://postgres@", "://postgres:S3CRET-PW@")
     assert "S3CRET-PW" in with_pw
     _fill(Target("pg", with_pw, {"table_prefix": run}), {"x": 1})
-    try:
-        for args in (["delete", with_pw, "x"], ["copy", with_pw, with_pw, "--replace"]):
-            assert main([*args, "-o", f"table_prefix={run}"]) == 1  # no terminal, no --yes
-            err = capsys.readouterr().err
-            assert "postgres:***@" in err and "S3CRET" not in err
-    finally:
-        asyncio.run(_drop_pg(run))
+    for args in (["delete", with_pw, "x"], ["copy", with_pw, with_pw, "--replace"]):
+        assert main([*args, "-o", f"table_prefix={run}"]) == 1  # no terminal, no --yes
+        err = capsys.readouterr().err
+        assert "postgres:***@" in err and "S3CRET" not in err
     require_server("Redis", "127.0.0.1", 6379)
     wrong = REDIS_URL.replace("redis://", "redis://nobody:S3CRET-PW@")
     for args in (["list", wrong], ["delete", wrong, "x", "--yes"], ["stats", wrong]):
@@ -587,7 +573,7 @@ def test_sdk_redis_lists_no_keys_of_our_layout_under_the_same_prefix(
     from redis.asyncio import Redis
 
     require_server("Redis", "127.0.0.1", 6379)
-    prefix = f"clisdk{uuid.uuid4().hex[:8]}"
+    prefix = f"clisdk{RUN}{uuid.uuid4().hex[:6]}"
 
     async def fill() -> None:
         async with await open_session(REDIS_URL, "ours", key_prefix=prefix) as ours:

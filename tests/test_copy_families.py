@@ -39,7 +39,9 @@ from tests.servers import (
     MARIADB_URL,
     POSTGRES_URL,
     REDIS_URL,
+    RUN,
     drop_redis_keys,
+    drop_sql_tables,
     require_server,
 )
 
@@ -88,19 +90,6 @@ class Place:
         return await open_session(self.url, session_id, **self.options)
 
 
-async def _drop_tables(url: str, prefix: str) -> None:
-    from sqlalchemy import text
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    engine = create_async_engine(url)
-    try:
-        async with engine.begin() as conn:
-            for table in ("sessions", "messages", "schema"):
-                await conn.execute(text(f"DROP TABLE IF EXISTS {prefix}{table}"))
-    finally:
-        await engine.dispose()
-
-
 PlaceFactory = Callable[[str], Awaitable[Place]]
 
 
@@ -113,7 +102,7 @@ async def places(
     mongo: list[Any] = []
 
     async def make(kind: str) -> Place:
-        tag = f"cp{uuid.uuid4().hex[:10]}"
+        tag = f"cp{RUN}{uuid.uuid4().hex[:6]}"
         if kind == "sqlite":
             return Place(f"sqlite:///{tmp_path / tag}.db")
         if kind == "sqlalchemy-sqlite":
@@ -126,7 +115,7 @@ async def places(
             port = 5432 if kind == "postgres" else 3306
             require_server(kind, "127.0.0.1", port)
             url = POSTGRES_URL if kind == "postgres" else MARIADB_URL
-            cleanups.append(lambda: _drop_tables(url, f"{tag}_"))
+            cleanups.append(lambda: drop_sql_tables(url, f"{tag}_"))
             return Place(url, {"table_prefix": f"{tag}_"})
         assert kind == "mongodb"
         if not mongo:

@@ -207,10 +207,10 @@ def _guarded_pair(kind: str, tmp_path: Path) -> tuple[Any, Any]:
         path = tmp_path / "g.db"
         return SQLiteSession("guarded", path), SQLiteSession("guarded", path)
     from agent_sessions.backends.redis import RedisSession
-    from tests.servers import REDIS_URL, require_server
+    from tests.servers import REDIS_URL, RUN, require_server
 
     require_server("Redis", "127.0.0.1", 6379)
-    prefix = f"guard-{uuid.uuid4().hex[:10]}"
+    prefix = f"guard-{RUN}-{uuid.uuid4().hex[:10]}"
     return (
         RedisSession.from_url("guarded", url=REDIS_URL, key_prefix=prefix),
         RedisSession.from_url("guarded", url=REDIS_URL, key_prefix=prefix),

@@ -23,13 +23,14 @@ import inspect
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.servers import require_server
+from tests.servers import RUN, require_server
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -117,6 +118,24 @@ def _obey(block: Block) -> None:
         raise AssertionError(f"unknown docs-test requirement {arg!r}")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _tagged_redis_prefixes() -> Iterator[None]:
+    """Pages name their sessions (``user-42``); their Redis key prefixes get the test run's
+    tag appended, so the run's guard (tests/conftest.py) removes what the pages leave (a
+    cleared session keeps its counter) and a concurrent run's pages never meet them."""
+    from agent_sessions.backends.redis import RedisSession
+
+    init = RedisSession.__init__
+    default = inspect.signature(init).parameters["key_prefix"].default
+
+    def tagged(self: RedisSession, *args: Any, key_prefix: str = default, **kw: Any) -> None:
+        init(self, *args, key_prefix=f"{key_prefix}{RUN}", **kw)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RedisSession, "__init__", tagged)
+        yield
+
+
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
 def test_docs_block_runs(block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
     _obey(block)
@@ -151,3 +170,49 @@ def _close_page(state: PageState) -> None:
 def test_every_page_with_python_blocks_is_found() -> None:
     assert any(b.page.name == "README.md" for b in BLOCKS)
     assert len({b.page for b in BLOCKS}) >= 5
+
+
+def _section(text: str, heading: str) -> str:
+    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_names_every_session_class_and_links_every_page() -> None:
+    import agent_sessions
+
+    readme = (ROOT / "README.md").read_text()
+    features = _section(readme, "Features")
+    public = {n for n in agent_sessions.__all__ if n.endswith("Session")}
+    internal = {"BaseSession", "AsyncSQLiteSession"}  # the backend template; the SDK's alias
+    assert sorted(n for n in public - internal if f"`{n}`" not in features) == []
+    linked = set(re.findall(r"\]\(docs/([\w./-]+\.md)\)", _section(readme, "Documentation")))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"index.md", "changelog.md"}
+    assert sorted(pages - linked) == []
+
+
+def test_api_reference_renders_no_sphinx_roles() -> None:
+    """mkdocstrings prints a ``:class:`X``` role as is; the site's griffe extension turns each
+    into a code span (docstrings keep the roles for ``help()`` and IDEs)."""
+    import griffe
+
+    from scripts.griffe_roles import ROLE, SphinxRoles
+
+    assert "scripts/griffe_roles.py:SphinxRoles" in (ROOT / "mkdocs.yml").read_text()
+    package = griffe.load(
+        "agent_sessions", search_paths=[str(ROOT)], extensions=griffe.load_extensions(SphinxRoles())
+    )
+    left: list[str] = []
+    todo: list[griffe.Object | griffe.Alias] = [package]
+    while todo:
+        obj = todo.pop()
+        if obj.is_alias:
+            continue
+        if obj.docstring is not None and ROLE.search(obj.docstring.value):
+            left.append(obj.path)
+        todo.extend(obj.members.values())
+    assert left == []
+
+
+def test_the_site_lists_each_page_once() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text().split("\nnav:\n", 1)[1]
+    pages = re.findall(r":\s*([\w/.-]+\.md)\s*$", nav, re.M)
+    assert sorted({p for p in pages if pages.count(p) > 1}) == []

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.servers import REDIS_URL, require_server
+from tests.servers import REDIS_URL, RUN, require_server
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -109,7 +109,8 @@ def test_example_runs_and_prints(
 def test_open_by_url_on_redis(tmp_path: Path) -> None:
     where = urlsplit(REDIS_URL)
     require_server("Redis", where.hostname or "127.0.0.1", where.port or 6379)
-    check("open_by_url.py", [REDIS_URL], "[{'role': 'user', 'content': 'hello'}]", False, tmp_path)
+    args = [REDIS_URL, f"url-example-{RUN}"]  # clear_session keeps a counter: the guard drops it
+    check("open_by_url.py", args, "[{'role': 'user', 'content': 'hello'}]", False, tmp_path)
 
 
 TESTED_IN_OWN_MODULE = {"fastapi_app.py": ROOT / "tests" / "test_fastapi_example.py"}

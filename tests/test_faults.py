@@ -36,11 +36,18 @@ from .fault_report import SEED as SEED_HOLDER
 from .fault_report import report
 from .fault_writer import open_store
 from .redis_servers import RedisServer, require_binaries
-from .servers import MARIADB_URL, POSTGRES_URL, REDIS_URL, drop_redis_keys, require_server
+from .servers import (
+    MARIADB_URL,
+    POSTGRES_URL,
+    REDIS_URL,
+    RUN,
+    drop_redis_keys,
+    drop_sql_tables,
+    require_server,
+)
 
 SCALE = max(1, int(os.environ.get("FAULT_SCALE", "1")))
 REPO = Path(__file__).resolve().parent.parent
-RUN = uuid.uuid4().hex[:8]
 SEED = int(os.environ.get("FAULT_SEED", str(random.randrange(1 << 30))))
 """Printed with the report lines, so a failing run can be replayed (FAULT_SEED=...)."""
 SEED_HOLDER.append(SEED)
@@ -99,13 +106,7 @@ class _Cleanup:
         for prefix in self.redis:
             await drop_redis_keys(REDIS_URL, f"{prefix}:*")
         for url, prefix in self.sql:
-            engine = create_async_engine(url)
-            try:
-                async with engine.begin() as conn:
-                    for table in ("sessions", "messages", "schema"):
-                        await conn.execute(text(f"DROP TABLE IF EXISTS {prefix}{table}"))
-            finally:
-                await engine.dispose()
+            await drop_sql_tables(url, prefix)
 
 
 @pytest.fixture

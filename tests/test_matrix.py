@@ -9,8 +9,6 @@ from typing import Any
 
 import pytest
 from agents.memory import Session
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from agent_sessions.testing import SessionConformanceSuite
 from tests.matrix import (
@@ -23,17 +21,7 @@ from tests.matrix import (
     Stack,
     reset_standins,
 )
-from tests.servers import REDIS_URL, drop_redis_keys
-
-
-async def _drop_sql_tables(url: str) -> None:
-    engine = create_async_engine(url)
-    try:
-        async with engine.begin() as conn:
-            for table in ("sessions", "messages", "schema"):
-                await conn.execute(text(f"DROP TABLE IF EXISTS {SQL_PREFIX}{table}"))
-    finally:
-        await engine.dispose()
+from tests.servers import REDIS_URL, drop_redis_keys, drop_sql_tables
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -43,7 +31,7 @@ def _drop_leftovers_at_end() -> Iterator[None]:
     yield
     for url in SQL_URLS.values():
         with contextlib.suppress(Exception):  # a server that was down has nothing to drop
-            asyncio.run(_drop_sql_tables(url))
+            asyncio.run(drop_sql_tables(url, SQL_PREFIX))
     with contextlib.suppress(Exception):
         asyncio.run(drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*"))
 

@@ -18,8 +18,6 @@ import pytest_asyncio
 from agents import Agent, Runner
 from agents.memory import Session
 from agents.testing import ScriptedModel, UnexpectedModelCall, assistant_message, function_call
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from agent_sessions.catalog import SessionCatalog
 from agent_sessions.memory import (
@@ -32,9 +30,8 @@ from agent_sessions.memory import (
 )
 from agent_sessions.wrappers.compaction import CompactionSession, item_count_trigger
 from tests.matrix import BACKENDS, SQL_URLS, Backend, reset_standins
-from tests.servers import REDIS_URL, drop_redis_keys
+from tests.servers import REDIS_URL, RUN, drop_redis_keys, drop_sql_tables
 
-RUN = uuid.uuid4().hex[:8]
 SQL_PREFIX = f"memory{RUN}_"
 REDIS_PREFIX = f"memory{RUN}"
 
@@ -72,19 +69,9 @@ Opener = Callable[[str], Awaitable[Session]]
 @pytest.fixture(scope="module", autouse=True)
 def _drop_leftovers_at_end() -> Iterator[None]:
     yield
-
-    async def drop(url: str) -> None:
-        engine = create_async_engine(url)
-        try:
-            async with engine.begin() as conn:
-                for table in ("sessions", "messages", "schema"):
-                    await conn.execute(text(f"DROP TABLE IF EXISTS {SQL_PREFIX}{table}"))
-        finally:
-            await engine.dispose()
-
     for url in SQL_URLS.values():
         with contextlib.suppress(Exception):  # a server that was down has nothing to drop
-            asyncio.run(drop(url))
+            asyncio.run(drop_sql_tables(url, SQL_PREFIX))
     with contextlib.suppress(Exception):
         asyncio.run(drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*"))
 

@@ -135,6 +135,18 @@ async def test_a_stale_suffix_is_refused_and_changes_nothing(make: Factory) -> N
 
 
 @pytest.mark.asyncio
+async def test_a_replacement_plans_over_the_history_a_pending_swap_left(make: Factory) -> None:  # noqa: F811
+    """The property test's minimal case: an interrupted swap still stores the rows it replaced;
+    the next replacement must prune by the history they left, not by them."""
+    s = make()
+    await s.add_items([_msg("i0"), _msg("i1"), _msg("i2")])
+    assert await _commit_only(s, await s._load(1), [], lambda p: _text(p) in {"i0", "i1"})
+    await s.add_items([_msg("i3"), _msg("i4")])
+    assert await _commit_only(s, await s._load(1), [], lambda p: _text(p) == "i3")
+    assert await s.get_items() == []
+
+
+@pytest.mark.asyncio
 async def test_a_cancelled_replacement_is_all_or_nothing(make: Factory) -> None:  # noqa: F811
     """Cancel the SDK hook after each await in turn: the history is the old or the new one."""
     s = make()
@@ -147,9 +159,6 @@ async def test_a_cancelled_replacement_is_all_or_nothing(make: Factory) -> None:
 
 # -- stateful: random operations against a plain list -----------------------------------------
 
-CLIENT: Any = AsyncMongoMockClient()
-
-
 class SwapMachine(RuleBasedStateMachine):
     """Adds, pops, suffix and whole replacements (some interrupted after their commit), and
     reads through a second object, checked against a list."""
@@ -158,8 +167,9 @@ class SwapMachine(RuleBasedStateMachine):
         super().__init__()
         self.loop = asyncio.new_event_loop()
         sid = f"swap-{uuid.uuid4().hex[:10]}"
-        self.s = MongoDBSession(sid, client=CLIENT, database="as_swap_props")
-        self.other = MongoDBSession(sid, client=CLIENT, database="as_swap_props")
+        client: Any = AsyncMongoMockClient()  # an example shares no state with the one before
+        self.s = MongoDBSession(sid, client=client, database="as_swap_props")
+        self.other = MongoDBSession(sid, client=client, database="as_swap_props")
         self.model: list[str] = []
         self.n = 0
 

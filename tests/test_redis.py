@@ -35,11 +35,11 @@ from agent_sessions.errors import BackendDataError, BackendUnavailableError
 from agent_sessions.testing import HOSTILE_ID_SUFFIXES, SessionConformanceSuite, texts
 
 from .redis_servers import RedisCluster3, RedisServer, free_port, require_binaries
-from .servers import REDIS_URL, drop_redis_keys, require_server
+from .servers import REDIS_URL, RUN, drop_redis_keys, require_server
 
 _parts = urlsplit(REDIS_URL)
 REDIS_HOST, REDIS_PORT = _parts.hostname or "127.0.0.1", _parts.port or 6379
-PREFIX = f"agent_sessions_test{uuid.uuid4().hex[:8]}"
+PREFIX = f"agent_sessions_test{RUN}"
 """Per run: clear_session keeps each session's counter hash, which the module drops at its end."""
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -30,7 +30,7 @@ from tests.fault_report import report
 from tests.fault_writer import open_store
 from tests.flaky import FlakyPrimary
 from tests.redis_servers import RedisServer, require_binaries
-from tests.servers import MARIADB_URL, POSTGRES_URL, require_server
+from tests.servers import MARIADB_URL, POSTGRES_URL, RUN, drop_sql_tables, require_server
 from tests.tcp_proxy import TcpProxy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,7 +146,7 @@ def _kill_when_applied(child: subprocess.Popen[str]) -> None:
 def _primary(kind: str, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
     """(kind, target, prefix) of a primary of this test's own: a private redis-server, or
     tables with a prefix of its own on the shared PostgreSQL or MariaDB (dropped after)."""
-    prefix = f"rk{uuid.uuid4().hex[:8]}_"
+    prefix = f"rk{RUN}{uuid.uuid4().hex[:6]}_"
     if kind == "redis":
         require_binaries("redis-server", "redis-cli")
         server = RedisServer(tmp_path / "redis")
@@ -161,18 +161,7 @@ def _primary(kind: str, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
     try:
         yield "sql", url, prefix
     finally:
-        asyncio.run(_drop_tables(url, prefix))
-
-
-async def _drop_tables(url: str, prefix: str) -> None:
-    from sqlalchemy import text
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    engine = create_async_engine(url)
-    async with engine.begin() as conn:
-        for table in ("messages", "sessions", "schema"):
-            await conn.execute(text(f"DROP TABLE IF EXISTS {prefix}{table}"))
-    await engine.dispose()
+        asyncio.run(drop_sql_tables(url, prefix))
 
 
 @pytest.mark.parametrize("kind", ["redis", "postgres", "mariadb"])
@@ -230,7 +219,7 @@ class _Postgres:
     def __init__(self) -> None:
         require_server("PostgreSQL", "127.0.0.1", 5432)
         self.app = f"as-resilient-{uuid.uuid4().hex[:8]}"
-        self.prefix = f"rs{uuid.uuid4().hex[:8]}_"
+        self.prefix = f"rs{RUN}{uuid.uuid4().hex[:6]}_"
         self.proxy = TcpProxy(("127.0.0.1", 5432))
         self.proxy.start()
         self.terminated: list[int] = []
@@ -271,15 +260,8 @@ class _Postgres:
             await reader.close()
 
     async def drop(self) -> None:
-        from sqlalchemy import text
-        from sqlalchemy.ext.asyncio import create_async_engine
-
         self.proxy.cut()
-        engine = create_async_engine(POSTGRES_URL)
-        async with engine.begin() as conn:
-            for table in ("sessions", "messages", "schema"):
-                await conn.execute(text(f"DROP TABLE IF EXISTS {self.prefix}{table}"))
-        await engine.dispose()
+        await drop_sql_tables(POSTGRES_URL, self.prefix)
 
 
 @pytest.mark.asyncio

@@ -26,7 +26,14 @@ from agent_sessions.sdk_layouts import (
     SDK_SESSIONS_TABLE,
     SDKLayoutSession,
 )
-from tests.servers import POSTGRES_URL, REDIS_URL, drop_redis_keys, require_server
+from tests.servers import (
+    POSTGRES_URL,
+    REDIS_URL,
+    RUN,
+    drop_redis_keys,
+    drop_sql_tables,
+    require_server,
+)
 
 
 def _conversation(sid: str, n: int) -> list[Any]:
@@ -57,7 +64,7 @@ def test_sdk_defaults_are_the_installed_sdks() -> None:
 @pytest.fixture
 def redis_prefixes() -> Iterator[tuple[str, str, str]]:
     require_server("Redis", "127.0.0.1", 6379)
-    run = uuid.uuid4().hex[:8]
+    run = f"{RUN}{uuid.uuid4().hex[:6]}"
     yield f"sdk{run}", f"ours{run}", f"back{run}"
     for prefix in ("sdk", "ours", "back"):
         asyncio.run(drop_redis_keys(REDIS_URL, f"{prefix}{run}*"))
@@ -110,23 +117,10 @@ async def test_redis_sdk_layout_to_ours_and_back(redis_prefixes: tuple[str, str,
 @pytest.fixture
 def sql_names() -> Iterator[tuple[str, str]]:
     require_server("PostgreSQL", "127.0.0.1", 5432)
-    run = uuid.uuid4().hex[:8]
+    run = f"{RUN}{uuid.uuid4().hex[:6]}"
     yield f"sdk{run}_", f"ours{run}_"
-    asyncio.run(_drop(run))
-
-
-async def _drop(run: str) -> None:
-    from sqlalchemy import text
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    engine = create_async_engine(POSTGRES_URL)
-    try:
-        async with engine.begin() as conn:
-            for prefix in (f"sdk{run}_", f"ours{run}_", f"back{run}_"):
-                for table in ("messages", "sessions", "schema"):
-                    await conn.execute(text(f"DROP TABLE IF EXISTS {prefix}{table}"))
-    finally:
-        await engine.dispose()
+    for prefix in ("sdk", "ours", "back"):
+        asyncio.run(drop_sql_tables(POSTGRES_URL, f"{prefix}{run}_"))
 
 
 @pytest.mark.asyncio

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from agent_sessions.backends.sqlalchemy import SQLAlchemySession
 from agent_sessions.errors import BackendUnavailableError
-from tests.servers import MARIADB_URL, POSTGRES_URL, require_server
+from tests.servers import MARIADB_URL, POSTGRES_URL, RUN, drop_sql_tables, require_server
 
 pytestmark = pytest.mark.server
 
@@ -46,19 +46,13 @@ def _need(url: str) -> None:
 async def opened(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, SQLAlchemySession]]:
     url = URLS[request.param]
     _need(url)
-    prefix = f"f{uuid.uuid4().hex[:10]}_"
+    prefix = f"f{RUN}{uuid.uuid4().hex[:6]}_"
     session = SQLAlchemySession.from_url("fault", url=url, table_prefix=prefix)
     try:
         yield url, session
     finally:
         await session.close()
-        engine = create_async_engine(url)
-        try:
-            async with engine.begin() as conn:
-                for table in ("sessions", "messages", "schema"):
-                    await conn.execute(text(f"DROP TABLE IF EXISTS {prefix}{table}"))
-        finally:
-            await engine.dispose()
+        await drop_sql_tables(url, prefix)
 
 
 class _Locker:

@@ -11,8 +11,6 @@ import uuid
 from typing import Any
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from agent_sessions.testing.helpers import item_text, texts
 from tests.servers import MARIADB_URL, POSTGRES_URL, require_server
@@ -84,27 +82,15 @@ async def _prefill(url: str, prefix: str, sid: str, n: int) -> None:
         await s.close()
 
 
-async def _drop(url: str, prefix: str) -> None:
-    engine = create_async_engine(url)
-    try:
-        async with engine.begin() as conn:
-            for table in ("sessions", "messages", "schema"):
-                await conn.execute(text(f"DROP TABLE IF EXISTS {prefix}{table}"))
-    finally:
-        await engine.dispose()
-
-
 @pytest.fixture(params=["postgres", "mariadb"])
-def db(request: pytest.FixtureRequest) -> Any:
+def db(request: pytest.FixtureRequest, sql_prefix: str) -> Any:
     if request.param == "postgres":
         require_server("PostgreSQL", "127.0.0.1", 5432)
         url = POSTGRES_URL
     else:
         require_server("MariaDB", "127.0.0.1", 3306)
         url = MARIADB_URL
-    prefix = f"mp{uuid.uuid4().hex[:10]}_"
-    yield url, prefix
-    asyncio.run(_drop(url, prefix))
+    return url, sql_prefix
 
 
 def test_processes_adding_lose_nothing_and_double_nothing(db: tuple[str, str]) -> None:

@@ -32,10 +32,10 @@ from agent_sessions.errors import (
 from agent_sessions.testing import SessionConformanceSuite
 from agent_sessions.testing.helpers import item_text, texts
 from agent_sessions.wrappers.ttl import TTLSession
-from tests.servers import MARIADB_URL, POSTGRES_URL, require_server
+from tests.servers import MARIADB_URL, POSTGRES_URL, RUN, drop_sql_tables, require_server
 from tests.wrapper_stacks import FakeClock
 
-PREFIX = f"t{uuid.uuid4().hex[:10]}_"
+PREFIX = f"t{RUN}_"
 AIOMYSQL_URL = MARIADB_URL.replace("+asyncmy", "+aiomysql")
 SERVERS = {
     "postgres": (POSTGRES_URL, "PostgreSQL", 5432),
@@ -63,14 +63,8 @@ def _prefix(kind: str, tag: str = "") -> str:
 
 
 async def _drop(url: str, prefixes: set[str]) -> None:
-    engine = create_async_engine(url)
-    try:
-        async with engine.begin() as conn:
-            for prefix in prefixes:
-                for table in ("sessions", "messages", "schema"):
-                    await conn.execute(text(f"DROP TABLE IF EXISTS {prefix}{table}"))
-    finally:
-        await engine.dispose()
+    for prefix in prefixes:
+        await drop_sql_tables(url, prefix)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -287,11 +287,11 @@ async def _native_inner(backend: str) -> tuple[Any, Callable[[], Awaitable[int]]
         from urllib.parse import urlsplit
 
         from agent_sessions import RedisSession
-        from tests.servers import REDIS_URL, require_server
+        from tests.servers import REDIS_URL, RUN, require_server
 
         parts = urlsplit(REDIS_URL)
         require_server("Redis", parts.hostname or "127.0.0.1", parts.port or 6379)
-        redis = RedisSession.from_url(sid(), url=REDIS_URL, key_prefix="agent_sessions_ttl_test")
+        redis = RedisSession.from_url(sid(), url=REDIS_URL, key_prefix=f"ttl{RUN}")
 
         async def stored_in_redis() -> int:
             return int(await redis.client.zcard(redis.keys[0]))

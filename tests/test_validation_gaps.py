@@ -120,10 +120,10 @@ async def test_a_corrupt_redis_counter_is_a_data_error_and_changes_nothing(value
     from agent_sessions import RedisSession
     from agent_sessions.errors import BackendDataError
 
-    from .servers import REDIS_URL, drop_redis_keys, require_server
+    from .servers import REDIS_URL, RUN, drop_redis_keys, require_server
 
     require_server("Redis", "127.0.0.1", 6379)
-    prefix = f"agent_sessions_gap{uuid.uuid4().hex[:8]}"
+    prefix = f"gap{RUN}{uuid.uuid4().hex[:6]}"
     session = RedisSession.from_url("s", url=REDIS_URL, key_prefix=prefix)
     raw = Redis.from_url(REDIS_URL, decode_responses=True)
     try:

@@ -27,8 +27,8 @@ from agent_sessions.wrappers.window import (
     window_input_callback,
 )
 from agent_sessions.wrappers.window.plan import WindowBudget
-from tests.matrix import BACKENDS, REDIS_PREFIX, SQL_URLS, Backend
-from tests.servers import REDIS_URL, drop_redis_keys
+from tests.matrix import BACKENDS, REDIS_PREFIX, SQL_PREFIX, SQL_URLS, Backend
+from tests.servers import REDIS_URL, drop_redis_keys, drop_sql_tables
 from tests.window_histories import (
     ESTIMATOR,
     budgets,
@@ -55,11 +55,9 @@ SETTINGS = settings(
 @pytest.fixture(scope="module", autouse=True)
 def _drop_leftovers_at_end() -> Iterator[None]:
     yield
-    from tests.test_matrix import _drop_sql_tables
-
     for url in SQL_URLS.values():
         with contextlib.suppress(Exception):
-            asyncio.run(_drop_sql_tables(url))
+            asyncio.run(drop_sql_tables(url, SQL_PREFIX))
     with contextlib.suppress(Exception):
         asyncio.run(drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*"))
 

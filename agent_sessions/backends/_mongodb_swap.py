@@ -38,6 +38,9 @@ async def plan(
 ) -> dict[str, Any] | None:
     """The ``swap`` spec that deletes the newest rows if they are exactly ``expected`` and the
     oldest rows ``prune`` accepts before them; None when the newest rows differ."""
+    # A pending swap's replaced rows are still stored: planning over them would prune or keep
+    # rows by what is no longer the history.
+    await finish_pending(session)
     messages, sid = session._messages, session.session_id
     live = {"session_id": sid, "n": {"$gt": 0}}
     k = len(expected)

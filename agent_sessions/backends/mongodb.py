@@ -919,7 +919,6 @@ class MongoDBSession(BaseSession):
         see a half-applied swap, and one cut short is finished by the next reader or writer
         (``_mongodb_swap``)."""
         await self._ensure_indexes()
-        await self._finish_swaps()
         spec: dict[str, Any] | None
         async with _translated("replacing the history"):
             spec = {"below": True} if expected is None else await swaps.plan(self, expected, prune)

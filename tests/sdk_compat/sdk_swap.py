@@ -294,12 +294,19 @@ def _sql_target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 @pytest.fixture(autouse=True)
 def _redis_target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Point the Redis tests (which fall back to a real server without fakeredis, i.e. on
-    target ``redis``) at the configured Redis; their keys carry a ``test:`` prefix and random
-    ids."""
+    target ``redis``) at the configured Redis; their key prefixes (``test:``) get the test
+    run's tag appended, so the run's guard (tests/conftest.py) removes what they leave."""
     module = request.module
     if hasattr(module, "REDIS_URL") and not getattr(module, "USE_FAKE_REDIS", False):
         base = REDIS_URL.rsplit("/", 1)[0] if REDIS_URL.count("/") > 2 else REDIS_URL
         monkeypatch.setattr(module, "REDIS_URL", f"{base}/15")
+        tag = os.environ.get("AGENT_SESSIONS_TEST_RUN", "")
+
+        class TaggedRedisSession(module.RedisSession):  # type: ignore[misc, name-defined]
+            def __init__(self, *args: Any, key_prefix: str = "agent_sessions", **kw: Any):
+                super().__init__(*args, key_prefix=f"{key_prefix}{tag}", **kw)
+
+        monkeypatch.setattr(module, "RedisSession", TaggedRedisSession)
 
 
 # -- the MongoDB tests: a faithful stand-in for the file's fake client -------------------------
