@@ -113,7 +113,10 @@ def test_open_by_url_on_redis(tmp_path: Path) -> None:
     check("open_by_url.py", args, "[{'role': 'user', 'content': 'hello'}]", False, tmp_path)
 
 
-TESTED_IN_OWN_MODULE = {"fastapi_app.py": ROOT / "tests" / "test_fastapi_example.py"}
+TESTED_IN_OWN_MODULE = {
+    "fastapi_app.py": ROOT / "tests" / "test_fastapi_example.py",
+    "memory_agent.py": ROOT / "tests" / "test_memory_example.py",
+}
 """Examples that need more than a run and its output (a web app), with the module testing each."""
 
 
