@@ -40,6 +40,14 @@ Options = Annotated[
 Json = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
 Prefix = Annotated[str | None, typer.Option("--prefix", help="only session ids starting with it")]
+Renumber = Annotated[
+    bool,
+    typer.Option(
+        help="into a store that numbers items anew (an SDK layout): copy the sessions without "
+        "their side stores (branches, usage, compaction, TTL), which would point at the wrong "
+        "items there"
+    ),
+]
 Ids = Annotated[list[str] | None, typer.Argument(help="session ids (default: all)")]
 SideStores = Annotated[
     bool,
@@ -633,14 +641,7 @@ def import_sessions(
     replace: Annotated[
         bool, typer.Option(help="overwrite sessions that hold other items")
     ] = False,
-    renumber: Annotated[
-        bool,
-        typer.Option(
-            help="into a store that numbers items anew (an SDK layout): copy the sessions "
-            "without their side stores (branches, usage, compaction, TTL), which would point "
-            "at the wrong items there"
-        ),
-    ] = False,
+    renumber: Renumber = False,
     yes: Yes = False,
     as_json: Json = False,
     quiet: Quiet = False,
@@ -725,14 +726,7 @@ def copy(
         bool, typer.Option(help="overwrite destination sessions that hold other items")
     ] = False,
     side_stores: SideStores = True,
-    renumber: Annotated[
-        bool,
-        typer.Option(
-            help="into a store that numbers items anew (an SDK layout): copy the sessions "
-            "without their side stores (branches, usage, compaction, TTL), which would point "
-            "at the wrong items there"
-        ),
-    ] = False,
+    renumber: Renumber = False,
     batch: Annotated[int, typer.Option(min=1, help="items per write")] = 500,
     yes: Yes = False,
     as_json: Json = False,
