@@ -183,6 +183,7 @@ async def _kill_during_replay(kind: str, store: str, target: str, prefix: str, s
         await session.add_items(batch)  # type: ignore[arg-type]
     assert session.status.spooled_batches == len(batches) - 1
     await session.close()
+    await flaky.inner.close()  # FlakyPrimary does not close its store; its engine would outlive us
 
     applied = 1
     for kill in range(KILLS):  # each child dies right after a batch reached the primary
