@@ -228,6 +228,56 @@ class SharedSpoolMachine(RuleBasedStateMachine):
         self.faults.lost_replies = 1
         self.faults.down_after_lost_reply = then_down
 
+    @rule(
+        k=st.integers(0, WRITERS - 1),
+        other=st.integers(1, WRITERS - 1),
+        size=st.integers(1, 2),
+        then_down=st.booleans(),
+    )
+    def pop_during_a_lost_reply(self, k: int, other: int, size: int, then_down: bool) -> None:
+        """Writer ``k`` adds a batch whose reply is lost; meanwhile another writer pops."""
+        popper = self.writers[(k + other) % self.WRITERS]
+        batch = []
+        for _ in range(size):
+            self.counter += 1
+            batch.append(_msg(f"w{k}-{self.counter}"))
+        before = list(self.model)
+        task: asyncio.Task[Any] | None = None
+
+        async def pop_meanwhile() -> None:
+            nonlocal task
+            task = asyncio.ensure_future(popper.pop_item())
+            for _ in range(50):  # let the pop run as far as it can without the writer
+                await asyncio.sleep(0)
+
+        async def scenario() -> Any:
+            await popper.current_status()  # its view of the spool is current: no thread hop
+            self.faults.lost_replies, self.faults.down_after_lost_reply = 1, then_down
+            self.faults.during_lost_reply = pop_meanwhile
+            try:
+                await self.writers[k].add_items(batch)
+            finally:
+                self.faults.lost_replies, self.faults.during_lost_reply = 0, None
+            assert task is not None or self.faults.down  # down: the write never reached it
+            return None if task is None else await asyncio.gather(task, return_exceptions=True)
+
+        if self.faults.down:
+            return
+        popped = self.run(scenario())
+        self.model += batch
+        if popped is None:
+            return
+        (item,) = popped
+        if isinstance(item, BackendUnavailableError):
+            assert self.faults.down
+            return
+        # The pop ran before the write (took the item before it) or after it (took its last).
+        if item == batch[-1]:
+            self.model.pop()
+        else:
+            assert before and item == before[-1], f"popped {item!r}"
+            self.model.remove(item)
+
     @precondition(lambda self: not self.faults.down)
     @rule(k=st.integers(0, WRITERS - 1), after=st.integers(1, 2))
     def crash_during_replay(self, k: int, after: int) -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -18,7 +19,7 @@ from ...errors import BackendUnavailableError
 from ..base import SessionWrapper, check_max_item_bytes
 from .markers import batch_of, new_batch_id, stamp, strip, strip_all
 from .policy import BreakerState, CircuitBreaker, RetryPolicy
-from .spool import Spool, SpooledBatch, SpoolUnreadableError
+from .spool import SessionLock, Spool, SpooledBatch, SpoolUnreadableError
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -136,6 +137,7 @@ class ResilientSession(SessionWrapper):
         self._mirror_complete = False
         self._lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
+        self._session_lock: SessionLock | None = None
 
     # -- status ----------------------------------------------------------------------------------
 
@@ -494,11 +496,18 @@ class ResilientSession(SessionWrapper):
         logger.log(level, "%r: %s -> %s (%s)", self.session_id, self._state, state, why)
         self._state = state
 
-    def _locked(self) -> asyncio.Lock:
+    @contextlib.asynccontextmanager
+    async def _locked(self) -> AsyncIterator[None]:
+        """Exclusive use of the session by this call: first among this object's calls (waiting
+        on the loop), then among every writer of the session through the spool file, in any
+        thread or process (a pop never runs while another writer's add is unsettled)."""
         loop = asyncio.get_running_loop()
         if self._lock is None or self._lock_loop is not loop:
             self._lock, self._lock_loop = asyncio.Lock(), loop
-        return self._lock
+        if self._session_lock is None:
+            self._session_lock = self.spool.session_lock(self.session_id)
+        async with self._lock, self._session_lock.held():
+            yield
 
     def wrap_member(self, member: Session) -> Session:
         """Side stores get the same protection, sharing the spool and the breaker."""
