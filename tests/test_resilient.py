@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -684,3 +687,101 @@ async def test_a_spool_of_the_previous_format_is_upgraded_and_replayed_once(
     assert await session.replay() == 1  # x was found (stored, its reply lost); y written
     assert await _stored(store) == [_msg("A"), _msg("X"), _msg("Y")]
     assert Spool(path).batches(store.session_id) == []
+
+
+_HOLD_SESSION_LOCK = """
+import asyncio, sys
+from agent_sessions.wrappers.resilient import Spool
+
+async def main() -> None:
+    async with Spool(sys.argv[1]).session_lock(sys.argv[2]):
+        print("held", flush=True)
+        await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+_WAIT_FOR_SESSION_LOCK = """
+import asyncio, sys
+from agent_sessions.wrappers.resilient import Spool
+
+async def main() -> None:
+    sys.stdin.readline()  # started with the holder (imports overlap); goes once it holds
+    spool = Spool(sys.argv[1])
+    lock = spool.session_lock(sys.argv[2])
+    print("free" if lock.try_acquire() else "taken", flush=True)
+    other = spool.session_lock(sys.argv[2] + "-other")
+    print("other free" if other.try_acquire() else "other taken", flush=True)
+    other.release()
+    async with lock:
+        print("acquired", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def _child(code: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(Path(__file__).resolve().parent.parent),
+    )
+
+
+def test_a_session_is_serialised_across_processes_and_a_killed_holder_frees_it(
+    spool_path: str,
+) -> None:
+    """Two processes sharing a spool file: while one holds a session's lock the other cannot
+    take it (another session's lock is free); killing the holder (-9) frees it."""
+    holder = _child(_HOLD_SESSION_LOCK, spool_path, "procs")
+    waiter = _child(_WAIT_FOR_SESSION_LOCK, spool_path, "procs")
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert waiter.stdin is not None and waiter.stdout is not None
+        waiter.stdin.write("go\n")
+        waiter.stdin.flush()
+        assert waiter.stdout.readline() == "taken\n"
+        assert waiter.stdout.readline() == "other free\n"
+        os.kill(holder.pid, signal.SIGKILL)
+        assert waiter.stdout.readline() == "acquired\n"
+        assert waiter.wait(timeout=60) == 0
+    finally:
+        for child in (holder, waiter):
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_wait_for_the_session_lock_leaves_it_free(spool_path: str) -> None:
+    """A call waiting for a session another writer holds runs its wait in a worker thread (the
+    loop keeps running); cancelled, it neither leaves the lock held nor takes it later."""
+    store, faults = InMemorySession("cancel-wait"), Faults()
+    holder = _open(FlakyPrimary(store, faults), spool_path)
+    waiter = _open(FlakyPrimary(store, faults), spool_path)
+    lock = holder.spool.session_lock("cancel-wait")
+    assert lock is waiter.spool.session_lock("cancel-wait")  # one lock per file and session
+    released = asyncio.Event()
+
+    async def hold() -> None:
+        async with lock:
+            await released.wait()
+
+    holding = asyncio.create_task(hold())
+    await asyncio.sleep(0)
+    assert not lock.try_acquire()
+    pop = asyncio.create_task(waiter.pop_item())
+    for _ in range(20):
+        await asyncio.sleep(0.005)  # the loop runs while the pop waits
+    assert not pop.done()
+    pop.cancel()
+    released.set()
+    await holding
+    with pytest.raises(asyncio.CancelledError):
+        await pop
+    await asyncio.to_thread(_until, lock.try_acquire)  # free again (the waiter gave up)
+    lock.release()
+    await holder.add_items([_msg("A")])
+    assert await waiter.pop_item() == _msg("A")
+    await holder.close()
+    await waiter.close()

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -67,6 +66,29 @@ else:  # pragma: no cover - Python 3.10
         return await asyncio.wait_for(awaitable, remaining)
 
 
+class _Turn:
+    """``async with``: this object's lock (on ``loop``), then the session's :class:`SessionLock`."""
+
+    __slots__ = ("_local", "_shared", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, shared: SessionLock) -> None:
+        self.loop = loop
+        self._local = asyncio.Lock()
+        self._shared = shared
+
+    async def __aenter__(self) -> None:
+        await self._local.acquire()
+        try:
+            await self._shared.acquire()
+        except BaseException:
+            self._local.release()
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._shared.release()
+        self._local.release()
+
+
 class _Down(Exception):
     """The primary stayed unavailable for a whole call (or the breaker is open)."""
 
@@ -101,10 +123,11 @@ class ResilientSession(SessionWrapper):
         mirror_items: newest items kept in memory to serve reads while the primary is down.
         max_item_bytes: size limit applied to items before they are spooled.
 
-    Any number of objects and processes may write one session through one spool file: each
-    call re-reads the spool when any of them changed it, each spooled batch is looked up by
-    its own id, and replays of one file are serialized by an OS file lock. Spool I/O runs in
-    worker threads, never on the event loop (docs/resilient.md).
+    Any number of objects and processes may write one session through one spool file: the
+    calls of a session are serialised across all of them (:meth:`Spool.session_lock`), each
+    call re-reads the spool when any of them changed it, and each spooled batch is looked up
+    by its own id. Spool I/O and lock waits run in worker threads, never on the event loop
+    (docs/resilient.md).
     """
 
     def __init__(
@@ -135,9 +158,7 @@ class ResilientSession(SessionWrapper):
         self._last_error: str | None = None
         self._mirror: list[TResponseInputItem] | None = None
         self._mirror_complete = False
-        self._lock: asyncio.Lock | None = None
-        self._lock_loop: asyncio.AbstractEventLoop | None = None
-        self._session_lock: SessionLock | None = None
+        self._turn: _Turn | None = None
 
     # -- status ----------------------------------------------------------------------------------
 
@@ -496,18 +517,14 @@ class ResilientSession(SessionWrapper):
         logger.log(level, "%r: %s -> %s (%s)", self.session_id, self._state, state, why)
         self._state = state
 
-    @contextlib.asynccontextmanager
-    async def _locked(self) -> AsyncIterator[None]:
+    def _locked(self) -> _Turn:
         """Exclusive use of the session by this call: first among this object's calls (waiting
         on the loop), then among every writer of the session through the spool file, in any
         thread or process (a pop never runs while another writer's add is unsettled)."""
         loop = asyncio.get_running_loop()
-        if self._lock is None or self._lock_loop is not loop:
-            self._lock, self._lock_loop = asyncio.Lock(), loop
-        if self._session_lock is None:
-            self._session_lock = self.spool.session_lock(self.session_id)
-        async with self._lock, self._session_lock.held():
-            yield
+        if self._turn is None or self._turn.loop is not loop:
+            self._turn = _Turn(loop, self.spool.session_lock(self.session_id))
+        return self._turn
 
     def wrap_member(self, member: Session) -> Session:
         """Side stores get the same protection, sharing the spool and the breaker."""

@@ -27,7 +27,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 
@@ -117,23 +117,25 @@ class SessionLock:
             fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, self._offset)
         self._thread_lock.release()
 
-    @contextlib.asynccontextmanager
-    async def held(self) -> AsyncIterator[None]:
-        """Hold the lock for the body; a wait runs in a worker thread (the event loop never
-        blocks), and a caller cancelled while waiting leaves it free."""
-        if not self.try_acquire():
-            abandoned = threading.Event()
-            waiting = asyncio.ensure_future(asyncio.to_thread(self._acquire_waiting, abandoned))
-            try:
-                await asyncio.shield(waiting)
-            except BaseException:
-                abandoned.set()
-                waiting.add_done_callback(self._release_if_taken)
-                raise
+    async def acquire(self) -> None:
+        """Take the lock; a wait runs in a worker thread (the event loop never blocks), and a
+        caller cancelled while waiting leaves it free."""
+        if self.try_acquire():
+            return
+        abandoned = threading.Event()
+        waiting = asyncio.ensure_future(asyncio.to_thread(self._acquire_waiting, abandoned))
         try:
-            yield
-        finally:
-            self.release()
+            await asyncio.shield(waiting)
+        except BaseException:
+            abandoned.set()
+            waiting.add_done_callback(self._release_if_taken)
+            raise
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.release()
 
     def _release_if_taken(self, waiting: asyncio.Future[bool]) -> None:
         if not waiting.cancelled() and waiting.exception() is None and waiting.result():
