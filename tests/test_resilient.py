@@ -785,3 +785,49 @@ async def test_a_cancelled_wait_for_the_session_lock_leaves_it_free(spool_path: 
     assert await waiter.pop_item() == _msg("A")
     await holder.close()
     await waiter.close()
+
+
+def _module_child(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.resilient_race_child", *args], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parent.parent),
+    )
+
+
+def _send(child: subprocess.Popen[str], line: str) -> None:
+    assert child.stdin is not None
+    child.stdin.write(line + "\n")
+    child.stdin.flush()
+
+
+@pytest.mark.asyncio
+async def test_a_pop_in_another_process_waits_for_an_unsettled_write(tmp_path: Path) -> None:
+    """Issue 23: process 1 stored X and its reply is in flight; process 2 (same spool file)
+    pops meanwhile. It pops X after process 1's retry found X: X is popped once and gone (it
+    used to be popped and then written again by the retry)."""
+    db, spool = str(tmp_path / "primary.db"), str(tmp_path / "spool.db")
+    setup = SQLiteSession("race", db)
+    await setup.add_items([_msg("A")])
+    await setup.close()
+    writer = _module_child("add", db, spool, "race")
+    popper = _module_child("pop", db, spool, "race")
+    try:
+        assert writer.stdout is not None and popper.stdout is not None
+        assert writer.stdout.readline() == "STORED\n"
+        _send(popper, "go")
+        assert popper.stdout.readline() == "POPPING\n"
+        # Give the pop a chance to run now (it did before the fix); it cannot end before the
+        # write settles, so the outcome below never depends on how long this wait is.
+        await asyncio.sleep(0.5)
+        _send(writer, "go")
+        assert writer.stdout.readline() == "ADDED\n"
+        assert popper.stdout.readline() == "POPPED X\n"
+        assert writer.wait(timeout=60) == 0 and popper.wait(timeout=60) == 0
+    finally:
+        for child in (writer, popper):
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    check = SQLiteSession("race", db)
+    assert await check.get_items() == [_msg("A")], "X was popped once and stays gone"
+    await check.close()
