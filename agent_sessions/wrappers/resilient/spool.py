@@ -180,6 +180,10 @@ class Spool:
         self._version: mmap.mmap | None = None
         # counts per session with the version they were read at (valid while it is current)
         self._known: dict[str, tuple[bytes, tuple[int, int]]] = {}
+        self._lock_path = os.path.abspath(self.path + ".lock")
+        self._session_locks: weakref.WeakValueDictionary[str, SessionLock] = (
+            weakref.WeakValueDictionary()
+        )
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -379,7 +383,10 @@ class Spool:
         """The lock that serialises the calls of ``session_id`` through this file (the same
         object for every :class:`Spool` of the file's path in this process). The first call
         for a file opens ``<spool>.lock``, once per process."""
-        path = os.path.abspath(self.path + ".lock")
+        lock = self._session_locks.get(session_id)
+        if lock is not None:
+            return lock
+        path = self._lock_path
         digest = hashlib.blake2b(session_id.encode("utf-8", "surrogatepass"), digest_size=8)
         offset = int.from_bytes(digest.digest(), "big") >> 2  # a valid positive off_t
         with _REGISTRY_LOCK:
@@ -389,8 +396,8 @@ class Spool:
                 if fd is None and fcntl is not None:
                     fd = _LOCK_FILES[path] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
                 lock = _SESSION_LOCKS[(path, offset)] = SessionLock(fd, offset)
-            return lock
-
+        self._session_locks[session_id] = lock
+        return lock
 
     def acquire_replay_lock(self) -> IO[bytes] | None:
         """The spool's replay lock if it is free (close the returned file to release it), else
