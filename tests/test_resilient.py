@@ -831,3 +831,26 @@ async def test_a_pop_in_another_process_waits_for_an_unsettled_write(tmp_path: P
     check = SQLiteSession("race", db)
     assert await check.get_items() == [_msg("A")], "X was popped once and stays gone"
     await check.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_waits_for_its_parent_then_takes_the_session(spool_path: str) -> None:
+    """A child forked while its parent holds a session's lock finds it held (by the parent's
+    process) and takes it once the parent releases it (it does not inherit a held lock)."""
+    lock = Spool(spool_path).session_lock("forked")
+    assert lock.try_acquire()
+    checked_r, checked_w = os.pipe()
+    released_r, released_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit status only
+        held_by_parent = not lock.try_acquire()
+        os.write(checked_w, b"x")
+        os.read(released_r, 1)
+        os._exit(0 if held_by_parent and lock.try_acquire() else 1)
+    os.read(checked_r, 1)
+    lock.release()
+    os.write(released_w, b"x")
+    _, status = os.waitpid(pid, 0)
+    for fd in (checked_r, checked_w, released_r, released_w):
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0

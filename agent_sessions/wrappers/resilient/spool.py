@@ -113,9 +113,11 @@ class SessionLock:
         return True
 
     def release(self) -> None:
-        if self._fd is not None:
-            fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, self._offset)
-        self._thread_lock.release()
+        try:
+            if self._fd is not None:
+                fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, self._offset)
+        finally:
+            self._thread_lock.release()
 
     async def acquire(self) -> None:
         """Take the lock; a wait runs in a worker thread (the event loop never blocks), and a
@@ -149,6 +151,18 @@ _SESSION_LOCKS: weakref.WeakValueDictionary[tuple[str, int], SessionLock] = (
     weakref.WeakValueDictionary()
 )
 _REGISTRY_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child holds no fcntl lock, nor any lock a thread of its parent held."""
+    global _REGISTRY_LOCK
+    _REGISTRY_LOCK = threading.Lock()
+    for lock in list(_SESSION_LOCKS.values()):
+        lock._thread_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class SpoolUnreadableError(BackendUnavailableError):
