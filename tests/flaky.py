@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agents.memory import SessionABC
@@ -17,12 +18,14 @@ class Crash(BaseException):
 class Faults:
     """The faults of one primary, shared by the :class:`FlakyPrimary` objects of its writers:
     ``down``; ``lost_replies`` writes applied and then reported as failed (a reply lost after
-    the commit), after which the primary is down if ``down_after_lost_reply``."""
+    the commit), after which the primary is down if ``down_after_lost_reply``;
+    ``during_lost_reply`` runs (once) after such a commit, before the failure is reported."""
 
     def __init__(self) -> None:
         self.down = False
         self.lost_replies = 0
         self.down_after_lost_reply = False
+        self.during_lost_reply: Callable[[], Awaitable[None]] | None = None
 
 
 class FlakyPrimary(SessionABC):
@@ -74,6 +77,9 @@ class FlakyPrimary(SessionABC):
                 raise Crash
         if self.faults.lost_replies:
             self.faults.lost_replies -= 1
+            during, self.faults.during_lost_reply = self.faults.during_lost_reply, None
+            if during is not None:
+                await during()
             self.faults.down = self.faults.down_after_lost_reply
             raise BackendUnavailableError("the test lost the reply after the commit")
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -227,6 +230,56 @@ class SharedSpoolMachine(RuleBasedStateMachine):
     def lost_reply(self, then_down: bool) -> None:
         self.faults.lost_replies = 1
         self.faults.down_after_lost_reply = then_down
+
+    @rule(
+        k=st.integers(0, WRITERS - 1),
+        other=st.integers(1, WRITERS - 1),
+        size=st.integers(1, 2),
+        then_down=st.booleans(),
+    )
+    def pop_during_a_lost_reply(self, k: int, other: int, size: int, then_down: bool) -> None:
+        """Writer ``k`` adds a batch whose reply is lost; meanwhile another writer pops."""
+        popper = self.writers[(k + other) % self.WRITERS]
+        batch = []
+        for _ in range(size):
+            self.counter += 1
+            batch.append(_msg(f"w{k}-{self.counter}"))
+        before = list(self.model)
+        task: asyncio.Task[Any] | None = None
+
+        async def pop_meanwhile() -> None:
+            nonlocal task
+            task = asyncio.ensure_future(popper.pop_item())
+            for _ in range(50):  # let the pop run as far as it can without the writer
+                await asyncio.sleep(0)
+
+        async def scenario() -> Any:
+            await popper.current_status()  # its view of the spool is current: no thread hop
+            self.faults.lost_replies, self.faults.down_after_lost_reply = 1, then_down
+            self.faults.during_lost_reply = pop_meanwhile
+            try:
+                await self.writers[k].add_items(batch)
+            finally:
+                self.faults.lost_replies, self.faults.during_lost_reply = 0, None
+            assert task is not None or self.faults.down  # down: the write never reached it
+            return None if task is None else await asyncio.gather(task, return_exceptions=True)
+
+        if self.faults.down:
+            return
+        popped = self.run(scenario())
+        self.model += batch
+        if popped is None:
+            return
+        (item,) = popped
+        if isinstance(item, BackendUnavailableError):
+            assert self.faults.down
+            return
+        # The pop ran before the write (took the item before it) or after it (took its last).
+        if item == batch[-1]:
+            self.model.pop()
+        else:
+            assert before and item == before[-1], f"popped {item!r}"
+            self.model.remove(item)
 
     @precondition(lambda self: not self.faults.down)
     @rule(k=st.integers(0, WRITERS - 1), after=st.integers(1, 2))
@@ -634,3 +687,170 @@ async def test_a_spool_of_the_previous_format_is_upgraded_and_replayed_once(
     assert await session.replay() == 1  # x was found (stored, its reply lost); y written
     assert await _stored(store) == [_msg("A"), _msg("X"), _msg("Y")]
     assert Spool(path).batches(store.session_id) == []
+
+
+_HOLD_SESSION_LOCK = """
+import asyncio, sys
+from agent_sessions.wrappers.resilient import Spool
+
+async def main() -> None:
+    async with Spool(sys.argv[1]).session_lock(sys.argv[2]):
+        print("held", flush=True)
+        await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+_WAIT_FOR_SESSION_LOCK = """
+import asyncio, sys
+from agent_sessions.wrappers.resilient import Spool
+
+async def main() -> None:
+    sys.stdin.readline()  # started with the holder (imports overlap); goes once it holds
+    spool = Spool(sys.argv[1])
+    lock = spool.session_lock(sys.argv[2])
+    print("free" if lock.try_acquire() else "taken", flush=True)
+    other = spool.session_lock(sys.argv[2] + "-other")
+    print("other free" if other.try_acquire() else "other taken", flush=True)
+    other.release()
+    async with lock:
+        print("acquired", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def _child(code: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(Path(__file__).resolve().parent.parent),
+    )
+
+
+def test_a_session_is_serialised_across_processes_and_a_killed_holder_frees_it(
+    spool_path: str,
+) -> None:
+    """Two processes sharing a spool file: while one holds a session's lock the other cannot
+    take it (another session's lock is free); killing the holder (-9) frees it."""
+    holder = _child(_HOLD_SESSION_LOCK, spool_path, "procs")
+    waiter = _child(_WAIT_FOR_SESSION_LOCK, spool_path, "procs")
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert waiter.stdin is not None and waiter.stdout is not None
+        waiter.stdin.write("go\n")
+        waiter.stdin.flush()
+        assert waiter.stdout.readline() == "taken\n"
+        assert waiter.stdout.readline() == "other free\n"
+        os.kill(holder.pid, signal.SIGKILL)
+        assert waiter.stdout.readline() == "acquired\n"
+        assert waiter.wait(timeout=60) == 0
+    finally:
+        for child in (holder, waiter):
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_wait_for_the_session_lock_leaves_it_free(spool_path: str) -> None:
+    """A call waiting for a session another writer holds runs its wait in a worker thread (the
+    loop keeps running); cancelled, it neither leaves the lock held nor takes it later."""
+    store, faults = InMemorySession("cancel-wait"), Faults()
+    holder = _open(FlakyPrimary(store, faults), spool_path)
+    waiter = _open(FlakyPrimary(store, faults), spool_path)
+    lock = holder.spool.session_lock("cancel-wait")
+    assert lock is waiter.spool.session_lock("cancel-wait")  # one lock per file and session
+    released = asyncio.Event()
+
+    async def hold() -> None:
+        async with lock:
+            await released.wait()
+
+    holding = asyncio.create_task(hold())
+    await asyncio.sleep(0)
+    assert not lock.try_acquire()
+    pop = asyncio.create_task(waiter.pop_item())
+    for _ in range(20):
+        await asyncio.sleep(0.005)  # the loop runs while the pop waits
+    assert not pop.done()
+    pop.cancel()
+    released.set()
+    await holding
+    with pytest.raises(asyncio.CancelledError):
+        await pop
+    await asyncio.to_thread(_until, lock.try_acquire)  # free again (the waiter gave up)
+    lock.release()
+    await holder.add_items([_msg("A")])
+    assert await waiter.pop_item() == _msg("A")
+    await holder.close()
+    await waiter.close()
+
+
+def _module_child(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.resilient_race_child", *args], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parent.parent),
+    )
+
+
+def _send(child: subprocess.Popen[str], line: str) -> None:
+    assert child.stdin is not None
+    child.stdin.write(line + "\n")
+    child.stdin.flush()
+
+
+@pytest.mark.asyncio
+async def test_a_pop_in_another_process_waits_for_an_unsettled_write(tmp_path: Path) -> None:
+    """Issue 23: process 1 stored X and its reply is in flight; process 2 (same spool file)
+    pops meanwhile. It pops X after process 1's retry found X: X is popped once and gone (it
+    used to be popped and then written again by the retry)."""
+    db, spool = str(tmp_path / "primary.db"), str(tmp_path / "spool.db")
+    setup = SQLiteSession("race", db)
+    await setup.add_items([_msg("A")])
+    await setup.close()
+    writer = _module_child("add", db, spool, "race")
+    popper = _module_child("pop", db, spool, "race")
+    try:
+        assert writer.stdout is not None and popper.stdout is not None
+        assert writer.stdout.readline() == "STORED\n"
+        _send(popper, "go")
+        assert popper.stdout.readline() == "POPPING\n"
+        # Give the pop a chance to run now (it did before the fix); it cannot end before the
+        # write settles, so the outcome below never depends on how long this wait is.
+        await asyncio.sleep(0.5)
+        _send(writer, "go")
+        assert writer.stdout.readline() == "ADDED\n"
+        assert popper.stdout.readline() == "POPPED X\n"
+        assert writer.wait(timeout=60) == 0 and popper.wait(timeout=60) == 0
+    finally:
+        for child in (writer, popper):
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    check = SQLiteSession("race", db)
+    assert await check.get_items() == [_msg("A")], "X was popped once and stays gone"
+    await check.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_waits_for_its_parent_then_takes_the_session(spool_path: str) -> None:
+    """A child forked while its parent holds a session's lock finds it held (by the parent's
+    process) and takes it once the parent releases it (it does not inherit a held lock)."""
+    lock = Spool(spool_path).session_lock("forked")
+    assert lock.try_acquire()
+    checked_r, checked_w = os.pipe()
+    released_r, released_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit status only
+        held_by_parent = not lock.try_acquire()
+        os.write(checked_w, b"x")
+        os.read(released_r, 1)
+        os._exit(0 if held_by_parent and lock.try_acquire() else 1)
+    os.read(checked_r, 1)
+    lock.release()
+    os.write(released_w, b"x")
+    _, status = os.waitpid(pid, 0)
+    for fd in (checked_r, checked_w, released_r, released_w):
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -18,7 +18,7 @@ from ...errors import BackendUnavailableError
 from ..base import SessionWrapper, check_max_item_bytes
 from .markers import batch_of, new_batch_id, stamp, strip, strip_all
 from .policy import BreakerState, CircuitBreaker, RetryPolicy
-from .spool import Spool, SpooledBatch, SpoolUnreadableError
+from .spool import SessionLock, Spool, SpooledBatch, SpoolUnreadableError
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -66,6 +66,29 @@ else:  # pragma: no cover - Python 3.10
         return await asyncio.wait_for(awaitable, remaining)
 
 
+class _Turn:
+    """``async with``: this object's lock (on ``loop``), then the session's :class:`SessionLock`."""
+
+    __slots__ = ("_local", "_shared", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, shared: SessionLock) -> None:
+        self.loop = loop
+        self._local = asyncio.Lock()
+        self._shared = shared
+
+    async def __aenter__(self) -> None:
+        await self._local.acquire()
+        try:
+            await self._shared.acquire()
+        except BaseException:
+            self._local.release()
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._shared.release()
+        self._local.release()
+
+
 class _Down(Exception):
     """The primary stayed unavailable for a whole call (or the breaker is open)."""
 
@@ -100,10 +123,11 @@ class ResilientSession(SessionWrapper):
         mirror_items: newest items kept in memory to serve reads while the primary is down.
         max_item_bytes: size limit applied to items before they are spooled.
 
-    Any number of objects and processes may write one session through one spool file: each
-    call re-reads the spool when any of them changed it, each spooled batch is looked up by
-    its own id, and replays of one file are serialized by an OS file lock. Spool I/O runs in
-    worker threads, never on the event loop (docs/resilient.md).
+    Any number of objects and processes may write one session through one spool file: the
+    calls of a session are serialised across all of them (:meth:`Spool.session_lock`), each
+    call re-reads the spool when any of them changed it, and each spooled batch is looked up
+    by its own id. Spool I/O and lock waits run in worker threads, never on the event loop
+    (docs/resilient.md).
     """
 
     def __init__(
@@ -134,8 +158,7 @@ class ResilientSession(SessionWrapper):
         self._last_error: str | None = None
         self._mirror: list[TResponseInputItem] | None = None
         self._mirror_complete = False
-        self._lock: asyncio.Lock | None = None
-        self._lock_loop: asyncio.AbstractEventLoop | None = None
+        self._turn: _Turn | None = None
 
     # -- status ----------------------------------------------------------------------------------
 
@@ -494,11 +517,14 @@ class ResilientSession(SessionWrapper):
         logger.log(level, "%r: %s -> %s (%s)", self.session_id, self._state, state, why)
         self._state = state
 
-    def _locked(self) -> asyncio.Lock:
+    def _locked(self) -> _Turn:
+        """Exclusive use of the session by this call: first among this object's calls (waiting
+        on the loop), then among every writer of the session through the spool file, in any
+        thread or process (a pop never runs while another writer's add is unsettled)."""
         loop = asyncio.get_running_loop()
-        if self._lock is None or self._lock_loop is not loop:
-            self._lock, self._lock_loop = asyncio.Lock(), loop
-        return self._lock
+        if self._turn is None or self._turn.loop is not loop:
+            self._turn = _Turn(loop, self.spool.session_lock(self.session_id))
+        return self._turn
 
     def wrap_member(self, member: Session) -> Session:
         """Side stores get the same protection, sharing the spool and the breaker."""

@@ -9,16 +9,24 @@ batch known to be in the primary before that attempt began, where a search for i
 Every method does file I/O and may wait for the file's lock: call them off the event loop. The
 one exception is :meth:`Spool.version`, a read of shared memory: it changes whenever any
 process commits a change, so a cached view of the spool is current while it stays the same.
+
+:meth:`Spool.session_lock` serialises the calls of one session across every object, thread and
+process that use the file (:class:`SessionLock`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
+import hashlib
 import json
 import mmap
 import os
 import sqlite3
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
@@ -45,6 +53,116 @@ CREATE INDEX IF NOT EXISTS spool_batches_by_session ON spool_batches (session_id
 """
 _CORRUPT = ("SQLITE_NOTADB", "SQLITE_CORRUPT")
 _KNOWN_SESSIONS = 10_000
+
+
+class SessionLock:
+    """Exclusive use of one session of one spool file by one caller at a time, across the
+    threads of a process (a lock shared by every :class:`Spool` of the file) and across
+    processes (an ``fcntl`` byte-range lock on ``<spool>.lock`` at an offset derived from the
+    session id, which the OS releases when the process dies; in-process only without fcntl).
+
+    Two sessions whose ids map to the same offset share a lock: they are serialised, which
+    costs throughput, never correctness. Get one with :meth:`Spool.session_lock`.
+    """
+
+    def __init__(self, fd: int | None, offset: int) -> None:
+        self._fd = fd
+        self._offset = offset
+        self._thread_lock = threading.Lock()
+
+    def _try_os_lock(self) -> bool:
+        if self._fd is None:
+            return True
+        try:
+            fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, self._offset)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EAGAIN):
+                return False
+            raise
+        return True
+
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free at once (never waits)."""
+        if not self._thread_lock.acquire(blocking=False):
+            return False
+        try:
+            if self._try_os_lock():
+                return True
+        except BaseException:
+            self._thread_lock.release()
+            raise
+        self._thread_lock.release()
+        return False
+
+    def _acquire_waiting(self, abandoned: threading.Event) -> bool:
+        """Take the lock, waiting (in a worker thread) until it is free or ``abandoned``."""
+        while not self._thread_lock.acquire(timeout=0.05):
+            if abandoned.is_set():
+                return False
+        delay = 0.001
+        try:  # another process holds it: fcntl cannot wait with a timeout, so poll
+            while not self._try_os_lock():
+                if abandoned.is_set():
+                    self._thread_lock.release()
+                    return False
+                time.sleep(delay)
+                delay = min(delay * 2, 0.02)
+        except BaseException:
+            self._thread_lock.release()
+            raise
+        return True
+
+    def release(self) -> None:
+        try:
+            if self._fd is not None:
+                fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, self._offset)
+        finally:
+            self._thread_lock.release()
+
+    async def acquire(self) -> None:
+        """Take the lock; a wait runs in a worker thread (the event loop never blocks), and a
+        caller cancelled while waiting leaves it free."""
+        if self.try_acquire():
+            return
+        abandoned = threading.Event()
+        waiting = asyncio.ensure_future(asyncio.to_thread(self._acquire_waiting, abandoned))
+        try:
+            await asyncio.shield(waiting)
+        except BaseException:
+            abandoned.set()
+            waiting.add_done_callback(self._release_if_taken)
+            raise
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.release()
+
+    def _release_if_taken(self, waiting: asyncio.Future[bool]) -> None:
+        if not waiting.cancelled() and waiting.exception() is None and waiting.result():
+            self.release()
+
+
+# One descriptor per lock file per process: closing any descriptor of a file drops every fcntl
+# lock the process holds on it, so it stays open; and one SessionLock per (file, offset).
+_LOCK_FILES: dict[str, int] = {}
+_SESSION_LOCKS: weakref.WeakValueDictionary[tuple[str, int], SessionLock] = (
+    weakref.WeakValueDictionary()
+)
+_REGISTRY_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child holds no fcntl lock, nor any lock a thread of its parent held."""
+    global _REGISTRY_LOCK
+    _REGISTRY_LOCK = threading.Lock()
+    for lock in list(_SESSION_LOCKS.values()):
+        lock._thread_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class SpoolUnreadableError(BackendUnavailableError):
@@ -76,6 +194,10 @@ class Spool:
         self._version: mmap.mmap | None = None
         # counts per session with the version they were read at (valid while it is current)
         self._known: dict[str, tuple[bytes, tuple[int, int]]] = {}
+        self._lock_path = os.path.abspath(self.path + ".lock")
+        self._session_locks: weakref.WeakValueDictionary[str, SessionLock] = (
+            weakref.WeakValueDictionary()
+        )
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -269,7 +391,27 @@ class Spool:
             self._known[session_id] = version, counts
         return counts
 
-    # -- replay lock ---------------------------------------------------------------------------
+    # -- locks ---------------------------------------------------------------------------------
+
+    def session_lock(self, session_id: str) -> SessionLock:
+        """The lock that serialises the calls of ``session_id`` through this file (the same
+        object for every :class:`Spool` of the file's path in this process). The first call
+        for a file opens ``<spool>.lock``, once per process."""
+        lock = self._session_locks.get(session_id)
+        if lock is not None:
+            return lock
+        path = self._lock_path
+        digest = hashlib.blake2b(session_id.encode("utf-8", "surrogatepass"), digest_size=8)
+        offset = int.from_bytes(digest.digest(), "big") >> 2  # a valid positive off_t
+        with _REGISTRY_LOCK:
+            lock = _SESSION_LOCKS.get((path, offset))
+            if lock is None:
+                fd = _LOCK_FILES.get(path)
+                if fd is None and fcntl is not None:
+                    fd = _LOCK_FILES[path] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                lock = _SESSION_LOCKS[(path, offset)] = SessionLock(fd, offset)
+        self._session_locks[session_id] = lock
+        return lock
 
     def acquire_replay_lock(self) -> IO[bytes] | None:
         """The spool's replay lock if it is free (close the returned file to release it), else
