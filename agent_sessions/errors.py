@@ -63,6 +63,15 @@ class SequenceConflictError(SessionError, ValueError):
     taken in the store; nothing was written."""
 
 
+class MemoryEditError(SessionError, ValueError):
+    """An edit of agent memory was refused; the message says what to do (it is shown to the
+    model)."""
+
+
+class BlockConflictError(MemoryEditError):
+    """Other writers kept changing the memory block; nothing was written."""
+
+
 class UnknownSchemeError(SessionError, ValueError):
     """``open_session`` got a URL whose scheme no backend registered."""
 
@@ -83,6 +92,7 @@ class StoreNotFoundError(SessionError, LookupError):
 __all__ = [
     "BackendDataError",
     "BackendUnavailableError",
+    "BlockConflictError",
     "BranchError",
     "BranchNotFoundError",
     "CorruptItemError",
@@ -90,6 +100,7 @@ __all__ = [
     "InvalidItemError",
     "InvalidSessionIdError",
     "ItemTooLargeError",
+    "MemoryEditError",
     "MissingDependencyError",
     "SessionClosedError",
     "SequenceConflictError",

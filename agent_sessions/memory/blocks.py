@@ -17,20 +17,12 @@ from typing import Any
 
 from agents.memory import Session
 
-from ..errors import SessionError
+from ..errors import BlockConflictError, MemoryEditError
 from ._log import RecordLog
 
 LABEL = re.compile(r"[a-z][a-z0-9_]{0,63}\Z")
 DEFAULT_LIMIT = 2000
 MAX_RETRIES = 16
-
-
-class MemoryEditError(SessionError, ValueError):
-    """An edit of memory was refused; the message says what to do (it is shown to the model)."""
-
-
-class BlockConflictError(MemoryEditError):
-    """Other writers kept changing the block; nothing was written."""
 
 
 @dataclass(frozen=True)
