@@ -1,8 +1,9 @@
 """Long-term memory over the same stores as the sessions: core blocks, recall search,
 archival passages and sleep-time upkeep, per scope (agent and/or user). See docs/memory.md."""
 
+from ..errors import BlockConflictError, MemoryEditError
 from .archival import Archive, Passage
-from .blocks import Block, BlockConflictError, Blocks, MemoryEditError
+from .blocks import Block, Blocks
 from .core import Memory, render_blocks, scope_id
 from .embedders import Embedder, HashingEmbedder, OpenAIEmbedder
 from .recall import RecallHit, RecallIndex, RecallSession

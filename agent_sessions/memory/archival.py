@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from agents.memory import Session
 
+from ..errors import MemoryEditError
 from ._log import RecordLog
-from .blocks import MemoryEditError
 from .embedders import Embedder
 from .search import BM25Index, dot, reciprocal_rank_fusion, unit
 

@@ -13,8 +13,9 @@ from agents.memory import Session
 
 from ..core.family import close_quietly, side_store
 from ..core.registry import open_session
+from ..errors import MemoryEditError
 from .archival import Archive
-from .blocks import Block, Blocks, MemoryEditError
+from .blocks import Block, Blocks
 from .embedders import Embedder
 from .recall import RecallIndex, RecallSession
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agents import FunctionTool, function_tool
 
-from .blocks import Block, MemoryEditError
+from ..errors import MemoryEditError
+from .blocks import Block
 from .recall import epoch
 
 if TYPE_CHECKING:
