@@ -25,7 +25,17 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import raw
-from benchmarks.harness import Factory, Result, alternate, close, item, later, new_id, prefill
+from benchmarks.harness import (
+    Factory,
+    Result,
+    alternate,
+    close,
+    item,
+    later,
+    new_id,
+    prefill,
+    purge,
+)
 
 REDIS_URL = os.environ.get("AGENT_SESSIONS_REDIS_URL", "redis://127.0.0.1:6379/0")
 PG_URL = os.environ.get(
@@ -36,6 +46,8 @@ MARIADB_URL = os.environ.get(
 )
 MONGODB_URL = os.environ.get("AGENT_SESSIONS_MONGODB_URL")
 RUN = uuid.uuid4().hex[:8]
+PREFIX = f"benchbackends_{RUN}"
+"""Every key and table of this run starts with it; ``purge`` removes them at the end."""
 
 
 @dataclass
@@ -82,13 +94,13 @@ async def redis_backend() -> Backend:
     await clients[0].ping()
 
     async def ours(sid: str) -> Any:
-        return RedisSession(sid, client=clients[0], key_prefix=f"bench-ours-{RUN}")
+        return RedisSession(sid, client=clients[0], key_prefix=f"{PREFIX}-ours")
 
     async def raw_(sid: str) -> Any:
-        return raw.RawRedisList(clients[1], f"bench-raw-{RUN}", sid)
+        return raw.RawRedisList(clients[1], f"{PREFIX}-raw", sid)
 
     async def sdk(sid: str) -> Any:
-        return SDKRedisSession(sid, redis_client=clients[2], key_prefix=f"bench-sdk-{RUN}")
+        return SDKRedisSession(sid, redis_client=clients[2], key_prefix=f"{PREFIX}-sdk")
 
     return Backend(
         "Redis (loopback)",
@@ -105,7 +117,7 @@ async def postgres_backend() -> Backend:
 
     from agent_sessions.backends.sqlalchemy import SQLAlchemySession
 
-    prefix = f"b{RUN}_"
+    prefix = f"{PREFIX}_"
     conn = await asyncpg.connect(PG_URL.replace("+asyncpg", ""))
     table = f"{prefix}raw"
     for statement in raw.TABLE_POSTGRES:
@@ -151,7 +163,7 @@ async def mariadb_backend() -> Backend:
 
     from agent_sessions.backends.sqlalchemy import SQLAlchemySession
 
-    prefix = f"b{RUN}_"
+    prefix = f"{PREFIX}_"
     conn = await asyncmy.connect(
         host="127.0.0.1", port=3306, user="root", database="test", charset="utf8mb4",
         autocommit=True,
@@ -309,6 +321,14 @@ async def measure(backend: Backend, sizes: list[int], calls: int) -> list[Result
     return results
 
 
+PURGE: dict[str, dict[str, Any]] = {
+    "redis": {"redis_url": REDIS_URL},
+    "postgres": {"sql_urls": (PG_URL,)},
+    "mariadb": {"sql_urls": (MARIADB_URL,)},
+}
+"""What ``purge`` must sweep after each server backend."""
+
+
 async def collect(quick: bool, only: list[str] | None = None) -> tuple[list[Result], list[str]]:
     """Run every reachable backend; return the results and notes on skipped backends."""
     sizes = [100, 10_000] if quick else [100, 10_000, 100_000]
@@ -335,6 +355,8 @@ async def collect(quick: bool, only: list[str] | None = None) -> tuple[list[Resu
         finally:
             for step in backend.cleanup:
                 await step()
+            if key in PURGE:
+                await purge(PREFIX, **PURGE[key])
     return results, notes
 
 

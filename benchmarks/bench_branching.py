@@ -23,7 +23,10 @@ from agents.extensions.memory.advanced_sqlite_session import AdvancedSQLiteSessi
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from agent_sessions import SQLiteSession
 from agent_sessions.wrappers.advanced import AdvancedSession
-from benchmarks.harness import Result, alternate, close, later, new_id
+from benchmarks.harness import Result, alternate, close, later, new_id, purge, run_prefix
+
+PREFIX = run_prefix("branching")
+REDIS_URL = os.environ.get("AGENT_SESSIONS_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 SECTION = "Branching: create_branch_from_turn(turns // 2)"
 
@@ -59,15 +62,13 @@ async def contenders(tmp: str) -> tuple[dict[str, Callable[[str], Any]], list[An
 
         from agent_sessions.backends.redis import RedisSession
 
-        client = Redis.from_url(
-            os.environ.get("AGENT_SESSIONS_REDIS_URL", "redis://127.0.0.1:6379/0")
-        )
+        client = Redis.from_url(REDIS_URL)
         await client.ping()
     except Exception as exc:
         print(f"Redis skipped: {exc}")
     else:
         found["ours (Redis)"] = lambda sid: AdvancedSession(
-            RedisSession(sid, client=client, key_prefix="bench-branching")
+            RedisSession(sid, client=client, key_prefix=PREFIX)
         )
         cleanup.append(client.aclose)
     return found, cleanup
@@ -111,6 +112,8 @@ async def collect(quick: bool) -> list[Result]:
     finally:
         for step in cleanup:
             await step()
+        if "ours (Redis)" in made:
+            await purge(PREFIX, redis_url=REDIS_URL)
     return results
 
 

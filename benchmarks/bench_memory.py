@@ -18,6 +18,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.harness import purge, run_prefix
+
 SESSIONS = 1000
 REDIS_URL = os.environ.get("AGENT_SESSIONS_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -30,10 +32,10 @@ def rss_kib() -> int:
     return 0
 
 
-async def child(contender: str, workdir: str) -> dict[str, Any]:
+async def child(contender: str, workdir: str, run: str) -> dict[str, Any]:
     """Open SESSIONS sessions of ``contender``; return the RSS growth in KiB."""
     path = os.path.join(workdir, f"{contender}.db")
-    prefix = f"bench-mem-{os.getpid()}"
+    prefix = f"{run}-{os.getpid()}"
     if contender == "ours SQLiteSession":
         from agent_sessions import SQLiteSession
 
@@ -76,23 +78,31 @@ async def child(contender: str, workdir: str) -> dict[str, Any]:
 
 def collect() -> list[dict[str, Any]]:
     workdir = tempfile.mkdtemp(prefix="bench-memory-")
+    run = run_prefix("memory")
     found: list[dict[str, Any]] = []
-    for contender in (
-        "ours SQLiteSession",
-        "SDK SQLiteSession",
-        "ours RedisSession",
-        "SDK RedisSession",
-    ):
-        done = subprocess.run(
-            [sys.executable, __file__, "--child", contender, workdir],
-            capture_output=True,
-            text=True,
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-        )
-        if done.returncode != 0:
-            found.append({"contender": contender, "error": done.stderr.strip().splitlines()[-1]})
-        else:
-            found.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    try:
+        for contender in (
+            "ours SQLiteSession",
+            "SDK SQLiteSession",
+            "ours RedisSession",
+            "SDK RedisSession",
+        ):
+            done = subprocess.run(
+                [sys.executable, __file__, "--child", contender, workdir, run],
+                capture_output=True,
+                text=True,
+                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            )
+            if done.returncode != 0:
+                error = done.stderr.strip().splitlines()[-1]
+                found.append({"contender": contender, "error": error})
+            else:
+                found.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    finally:
+        try:
+            asyncio.run(purge(run, redis_url=REDIS_URL))
+        except OSError as exc:  # no Redis here: the children wrote nothing to it
+            print(f"Redis clean-up skipped: {exc}", file=sys.stderr)
     return found
 
 
@@ -105,7 +115,7 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--child":
-        print(json.dumps(asyncio.run(child(sys.argv[2], sys.argv[3]))))
+    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+        print(json.dumps(asyncio.run(child(sys.argv[2], sys.argv[3], sys.argv[4]))))
     else:
         print("\n".join(table(collect())))

@@ -32,6 +32,7 @@ from agents.memory import Session
 from agent_sessions.core.family import side_store
 from agent_sessions.memory import HashingEmbedder, Memory, render_blocks
 from agent_sessions.memory._log import RecordLog
+from benchmarks.harness import purge
 
 WORDS = [f"w{i}" for i in range(5000)]
 QUERIES = 20
@@ -47,24 +48,11 @@ PREFIX = f"benchrecall{uuid.uuid4().hex[:6]}"
 
 
 async def drop_leftovers(backend: str) -> None:
-    """Remove this run's Redis keys or PostgreSQL tables."""
+    """Remove this run's Redis keys or PostgreSQL tables (all of them, counters included)."""
     if backend == "redis":
-        from redis.asyncio import Redis
-
-        client = Redis.from_url(REDIS_URL)
-        keys = [key async for key in client.scan_iter(match=f"{PREFIX}*")]
-        if keys:
-            await client.delete(*keys)
-        await client.aclose()
+        await purge(PREFIX, redis_url=REDIS_URL)
     elif backend == "postgres":
-        from sqlalchemy import text
-        from sqlalchemy.ext.asyncio import create_async_engine
-
-        engine = create_async_engine(PG_URL)
-        async with engine.begin() as conn:
-            for table in ("messages", "sessions", "schema"):
-                await conn.execute(text(f"DROP TABLE IF EXISTS {PREFIX}_{table} CASCADE"))
-        await engine.dispose()
+        await purge(PREFIX, sql_urls=(PG_URL,))
 
 
 async def opener(backend: str, folder: str) -> Callable[[str], Awaitable[Session]]:

@@ -21,7 +21,19 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from agent_sessions import SQLiteSession
 from agent_sessions.wrappers.resilient import ResilientSession, Spool
-from benchmarks.harness import Result, alternate, close, item, later, new_id, prefill
+from benchmarks.harness import (
+    Result,
+    alternate,
+    close,
+    item,
+    later,
+    new_id,
+    prefill,
+    purge,
+    run_prefix,
+)
+
+PREFIX = run_prefix("resilient")
 
 Open = Callable[[str], Awaitable[Any]]
 BARE = "bare"
@@ -93,7 +105,7 @@ async def collect(quick: bool, redis_url: str | None) -> list[Result]:
         from agent_sessions import RedisSession
 
         async def redis(session_id: str) -> Any:
-            return RedisSession.from_url(session_id, url=redis_url, key_prefix="benchresilient")
+            return RedisSession.from_url(session_id, url=redis_url, key_prefix=PREFIX)
 
         backends["Redis"] = redis
     results: list[Result] = []
@@ -102,6 +114,8 @@ async def collect(quick: bool, redis_url: str | None) -> list[Result]:
             results += await bench_backend(name, opener, spool, calls)
     finally:
         spool.close()
+        if redis_url:
+            await purge(PREFIX, redis_url=redis_url)
     return results
 
 

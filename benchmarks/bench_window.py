@@ -23,7 +23,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from agent_sessions import SQLiteSession
 from agent_sessions.wrappers.compaction import TokenEstimator
 from agent_sessions.wrappers.window import MicroCompaction, WindowSession
-from benchmarks.harness import Result, alternate, close, later, new_id
+from benchmarks.harness import Result, alternate, close, later, new_id, purge, run_prefix
+
+PREFIX = run_prefix("window")
 
 HISTORY = 10_000
 BARE = "bare get_items(limit=N)"
@@ -103,12 +105,16 @@ async def collect(quick: bool, redis_url: str | None) -> list[Result]:
         from agent_sessions import RedisSession
 
         async def redis(session_id: str) -> Any:
-            return RedisSession.from_url(session_id, url=redis_url, key_prefix="benchwindow")
+            return RedisSession.from_url(session_id, url=redis_url, key_prefix=PREFIX)
 
         backends["Redis"] = redis
     results: list[Result] = []
-    for name, opener in backends.items():
-        results += await bench_backend(name, opener, calls)
+    try:
+        for name, opener in backends.items():
+            results += await bench_backend(name, opener, calls)
+    finally:
+        if redis_url:
+            await purge(PREFIX, redis_url=redis_url)
     return results
 
 

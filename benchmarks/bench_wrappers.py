@@ -27,7 +27,20 @@ from agent_sessions.wrappers.advanced import AdvancedSession
 from agent_sessions.wrappers.compaction import CompactionSession
 from agent_sessions.wrappers.encrypted import EncryptedSession
 from agent_sessions.wrappers.ttl import TTLSession
-from benchmarks.harness import Result, alternate, close, item, later, new_id, prefill
+from benchmarks.harness import (
+    Result,
+    alternate,
+    close,
+    item,
+    later,
+    new_id,
+    prefill,
+    purge,
+    run_prefix,
+)
+
+PREFIX = run_prefix("wrappers")
+REDIS_URL = os.environ.get("AGENT_SESSIONS_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 KEY = Fernet.generate_key().decode()
 ITEM_BYTES = 1024
@@ -58,20 +71,19 @@ async def backends(tmp: str) -> tuple[dict[str, BareFactory], list[Callable[[], 
 
     found: dict[str, BareFactory] = {"SQLite": sqlite}
     cleanup: list[Callable[[], Awaitable[Any]]] = [keep.close]
-    url = os.environ.get("AGENT_SESSIONS_REDIS_URL", "redis://127.0.0.1:6379/0")
     try:
         from redis.asyncio import Redis
 
         from agent_sessions.backends.redis import RedisSession
 
-        client = Redis.from_url(url)
+        client = Redis.from_url(REDIS_URL)
         await client.ping()
     except Exception as exc:
         print(f"Redis skipped: {exc}")
     else:
 
         async def redis(session_id: str) -> Any:
-            return RedisSession(session_id, client=client, key_prefix="bench-wrappers")
+            return RedisSession(session_id, client=client, key_prefix=PREFIX)
 
         found["Redis"] = redis
         cleanup.append(client.aclose)
@@ -132,6 +144,8 @@ async def collect(quick: bool) -> list[Result]:
     finally:
         for step in cleanup:
             await step()
+        if "Redis" in found:
+            await purge(PREFIX, redis_url=REDIS_URL)
     return results
 
 

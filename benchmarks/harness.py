@@ -207,3 +207,66 @@ def machine_info() -> dict[str, Any]:
 def save(path: str, payload: dict[str, Any]) -> None:
     with open(path, "w") as f:
         json.dump(payload, f, indent=1)
+
+
+# -- leaving the shared servers as we found them ---------------------------------------------------
+
+
+def run_prefix(tag: str) -> str:
+    """A key and table prefix unique to this run (lowercase letters, digits and ``_``, so it
+    is a valid SQL table-name start and has no glob characters)."""
+    return f"bench{tag}_{uuid.uuid4().hex[:8]}"
+
+
+async def purge(
+    prefix: str, *, redis_url: str | None = None, sql_urls: tuple[str, ...] = ()
+) -> None:
+    """Remove everything under ``prefix``: Redis keys (SCAN MATCH + UNLINK) at ``redis_url``
+    and the tables whose names start with it in each of ``sql_urls``. Sequence counters and
+    family records survive ``clear_session`` by design, so benchmarks call this in a
+    ``finally`` instead. Servers that are unreachable are skipped."""
+    if not prefix:
+        raise ValueError("an empty prefix would match everything")
+    if redis_url:
+        from redis.asyncio import Redis
+
+        client = Redis.from_url(redis_url)
+        try:
+            pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix) + "*"
+            batch: list[Any] = []
+            async for key in client.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= 500:
+                    await client.unlink(*batch)
+                    batch.clear()
+            if batch:
+                await client.unlink(*batch)
+        except OSError:
+            pass
+        finally:
+            await client.aclose()
+    for url in sql_urls:
+        await _drop_tables(url, prefix)
+
+
+async def _drop_tables(url: str, prefix: str) -> None:
+    from sqlalchemy import inspect as sa_inspect
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+            names = await conn.run_sync(lambda sync: sa_inspect(sync).get_table_names())
+            names = [name for name in names if name.startswith(prefix)]
+            if not names:
+                return
+            quoted = ", ".join(conn.dialect.identifier_preparer.quote(n) for n in names)
+            if conn.dialect.name == "postgresql":
+                await conn.execute(text(f"DROP TABLE IF EXISTS {quoted} CASCADE"))
+            else:
+                await conn.execute(text("SET FOREIGN_KEY_CHECKS = 0"))
+                await conn.execute(text(f"DROP TABLE IF EXISTS {quoted}"))
+                await conn.execute(text("SET FOREIGN_KEY_CHECKS = 1"))
+    finally:
+        await engine.dispose()

@@ -39,12 +39,11 @@ import asyncio
 import os
 import statistics
 import sys
-import uuid
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import raw
-from benchmarks.harness import alternate, item
+from benchmarks.harness import alternate, item, purge, run_prefix
 
 REDIS_URL = os.environ.get("AGENT_SESSIONS_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -244,8 +243,7 @@ class Raw(raw.RawRedisList):
         return [self.key]
 
 
-def contenders(client: Any, run: str) -> dict[str, Any]:
-    p = f"layouts-{run}"
+def contenders(client: Any, p: str) -> dict[str, Any]:
     return {
         "raw": Raw(client, f"{p}-raw", "s"),
         "ours": Ours(client, f"{p}-ours"),
@@ -318,8 +316,8 @@ async def main(calls: int, repeat: int, size: int) -> None:
     from redis.asyncio import Redis
 
     client = Redis.from_url(REDIS_URL)
-    run = uuid.uuid4().hex[:8]
-    sessions = contenders(client, run)
+    prefix = run_prefix("layouts")
+    sessions = contenders(client, prefix)
     ratios: dict[tuple[str, str], list[float]] = {}
     medians: dict[tuple[str, str], list[float]] = {}
     try:
@@ -345,6 +343,7 @@ async def main(calls: int, repeat: int, size: int) -> None:
         for s in sessions.values():
             await client.delete(*s.all_keys())
         await client.aclose()
+        await purge(prefix, redis_url=REDIS_URL)
     ops = list(OPS)
     print(f"\nraw time / layout time, median of {repeat} rounds ({size} items; µs in brackets)\n")
     print("| layout | " + " | ".join(ops) + " |")
