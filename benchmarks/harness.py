@@ -246,10 +246,12 @@ async def purge(
         finally:
             await client.aclose()
     for url in sql_urls:
-        await _drop_tables(url, prefix)
+        await drop_tables(url, lambda name: name.startswith(prefix))
 
 
-async def _drop_tables(url: str, prefix: str) -> None:
+async def drop_tables(url: str, doomed: Callable[[str], bool]) -> None:
+    """Drop every table of the database at ``url`` whose name ``doomed`` accepts (the tests'
+    clean-up uses it too)."""
     from sqlalchemy import inspect as sa_inspect
     from sqlalchemy import text
     from sqlalchemy.ext.asyncio import create_async_engine
@@ -258,7 +260,7 @@ async def _drop_tables(url: str, prefix: str) -> None:
     try:
         async with engine.begin() as conn:
             names = await conn.run_sync(lambda sync: sa_inspect(sync).get_table_names())
-            names = [name for name in names if name.startswith(prefix)]
+            names = [name for name in names if doomed(name)]
             if not names:
                 return
             quoted = ", ".join(conn.dialect.identifier_preparer.quote(n) for n in names)

@@ -6,9 +6,10 @@ import contextlib
 import os
 import socket
 import uuid
-from typing import Any
 
 import pytest
+
+from benchmarks.harness import drop_tables
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -58,29 +59,7 @@ def require_server(name: str, host: str, port: int) -> None:
 
 async def drop_sql_tables(url: str, prefix: str) -> None:
     """Drop every table of the database at ``url`` whose name starts with ``prefix``."""
-    await _drop_sql(url, lambda name: name.startswith(prefix))
-
-
-async def _drop_sql(url: str, doomed: Any) -> None:
-    from sqlalchemy import inspect, text
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    engine = create_async_engine(url)
-    try:
-        async with engine.begin() as conn:
-            names = await conn.run_sync(lambda sync: inspect(sync).get_table_names())
-            names = [name for name in names if doomed(name)]
-            if not names:
-                return
-            quoted = ", ".join(conn.dialect.identifier_preparer.quote(n) for n in names)
-            if conn.dialect.name == "postgresql":
-                await conn.execute(text(f"DROP TABLE IF EXISTS {quoted} CASCADE"))
-            else:
-                await conn.execute(text("SET FOREIGN_KEY_CHECKS = 0"))
-                await conn.execute(text(f"DROP TABLE IF EXISTS {quoted}"))
-                await conn.execute(text("SET FOREIGN_KEY_CHECKS = 1"))
-    finally:
-        await engine.dispose()
+    await drop_tables(url, lambda name: name.startswith(prefix))
 
 
 async def snapshot() -> set[str]:
@@ -141,7 +120,7 @@ async def remove_run(tag: str) -> None:
             await drop_redis_keys(REDIS_URL.rsplit("/", 1)[0] + f"/{db}", f"*{tag}*")
     up = sql_up()
     for url in up.values():
-        await _drop_sql(url, lambda name: tag in name)
+        await drop_tables(url, lambda name: tag in name)
     rows = sorted(  # rows of "...sessions" tables last: the SDK's tables reference them
         (n.split("/", 2) for n in await snapshot() if not n.startswith("redis/") and tag in n),
         key=lambda r: r[1].endswith("sessions"),
