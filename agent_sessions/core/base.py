@@ -646,6 +646,13 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         return out
 
 
+def short_page_is_start(session: object) -> bool:
+    """Whether a page of ``session.get_sequenced_items(limit, before=)`` shorter than ``limit``
+    means no older items: so for this package's backends, not for layers that hide items
+    (expiry, unreadable envelopes), where only an empty page does."""
+    return isinstance(session, BaseSession)
+
+
 def keeps_write_path(session: object, *methods: str) -> bool:
     """False when ``session`` is a backend whose class replaces one of ``BaseSession``'s
     ``methods`` (its own write path, which a family write would bypass)."""
@@ -691,6 +698,7 @@ __all__ = [
     "StoreOptions",
     "check_before",
     "keeps_write_path",
+    "short_page_is_start",
     "pop_checked_by_api",
     "pop_checked_of",
 ]

@@ -766,7 +766,7 @@ class EncryptedSession(SessionWrapper):
         plans = [await member._reseal_plan(drop_unreadable) for member in members]
         for member, plan in zip(members, plans, strict=True):
             if plan:
-                await member._inner(Capability.REWRITE).rewrite_items(plan)
+                await member.inner.rewrite_items(plan)  # type: ignore[attr-defined]
         return sum(len(plan) for plan in plans)
 
     async def _reseal_plan(self, drop_unreadable: bool) -> list[tuple[int, Any]]:
