@@ -20,7 +20,7 @@ from agents.memory.session_settings import SessionSettings, coerce_session_setti
 
 from ..errors import CorruptItemError, InvalidItemError, SessionClosedError
 from .capabilities import Capability, supports
-from .closing import Closing, release_within
+from .closing import Closing, release_here
 from .codec import DEFAULT_MAX_ITEM_BYTES, decode_item, encode_batch
 from .family import REGISTRY, Family, purposes_in
 from .ids import derive_sibling_id, validate_session_id
@@ -587,7 +587,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         if self._closing is None:
             self._closed = self._closed or self._owns_resources()
             if self._closed:
-                await release_within(self, self._release)
+                self._closing, release = release_here(self._release)
+                await release
                 return
             self._closing = Closing(None)
         await self._closing

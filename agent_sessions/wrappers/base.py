@@ -17,7 +17,7 @@ from agents.memory import Session, SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings
 
 from ..core.capabilities import Capability, capabilities_of, supports
-from ..core.closing import Closing, release_within
+from ..core.closing import Closing, release_here
 from ..core.family import Family, close_owned, member_purposes, side_store
 from ..core.ids import derive_sibling_id
 from ..core.options import OptionsChecked
@@ -229,7 +229,8 @@ class SessionWrapper(OptionsChecked, SessionABC):
             await self.close()
         elif self._closing is None:
             self._closed = True
-            await release_within(self, self._release)
+            self._closing, release = release_here(self._release)
+            await release
         else:
             await self._closing
 
