@@ -699,7 +699,7 @@ __all__ = [
     "StoreOptions",
     "check_before",
     "keeps_write_path",
-    "short_page_is_start",
     "pop_checked_by_api",
     "pop_checked_of",
+    "short_page_is_start",
 ]

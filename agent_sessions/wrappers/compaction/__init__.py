@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -505,7 +506,8 @@ class CompactionSession(SessionWrapper):
         if self._appended is not state or len(pairs) + len(seqs) > _MAX_APPENDED:
             self._appended = None  # a check or another write ran meanwhile
             return True
-        stored = [decode_item(text) for text in encode_batch(items)]  # as a read returns them
+        # As a read returns them (the append checked their size against the store's cap).
+        stored = [decode_item(text) for text in encode_batch(items, sys.maxsize)]
         self._appended = (known, pairs + list(zip(seqs, stored, strict=True)))
         return True
 
