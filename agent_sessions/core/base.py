@@ -12,15 +12,15 @@ import time
 from abc import abstractmethod
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, cast
 
 # From the submodules, not agents.memory: the CLI preloads just these (cli/light_sdk.py).
 from agents.memory.session import SessionABC
 from agents.memory.session_settings import SessionSettings, coerce_session_settings
 
 from ..errors import CorruptItemError, InvalidItemError, SessionClosedError
-from .capabilities import Capability
-from .closing import Closing, release_within
+from .capabilities import Capability, supports
+from .closing import Closing, release_here
 from .codec import DEFAULT_MAX_ITEM_BYTES, decode_item, encode_batch
 from .family import REGISTRY, Family, purposes_in
 from .ids import derive_sibling_id, validate_session_id
@@ -30,7 +30,10 @@ from .sdk_compaction import SDKCompactionHooks
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
+    from agents.memory import Session
     from typing_extensions import Self
+
+    from .capabilities import Read, SupportsCheckedPop, SupportsSequencedItems
 
 logger = logging.getLogger("agent_sessions")
 
@@ -73,6 +76,9 @@ STORE_CAPABILITIES: frozenset[Capability] = frozenset(
         Capability.REWRITE,
         Capability.FAMILY,
         Capability.SEQUENCED_WRITE,
+        Capability.FAMILY_BATCH,
+        Capability.GUARDED_WRITE,
+        Capability.CHECKED_POP,
     }
 )
 """What a backend built on this template offers once it implements every hook."""
@@ -245,19 +251,26 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         return seqs
 
     async def add_sequenced_family(
-        self, writes: list[tuple[BaseSession, list[TResponseInputItem]]]
+        self, writes: list[tuple[Session, list[TResponseInputItem]]]
     ) -> list[list[int]]:
         """Append each ``(session, items)`` batch in order, as ``add_sequenced_items`` would,
-        and return each batch's numbers; the sessions are this one or members of its store
-        (siblings, side stores). A backend that can store them in one round trip does
-        (``_append_family``: SQLite in one transaction, Redis in one script).
+        and return each batch's numbers (FAMILY_BATCH). A backend stores batches of sessions
+        sharing its store in one round trip (``_append_family``: SQLite in one transaction,
+        Redis in one script); with any other session among them, each batch is written by
+        its session's own ``add_sequenced_items``, in order.
 
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
         """
-        for session, _ in writes:
+        if not all(isinstance(s, BaseSession) for s, _ in writes):
+            return [
+                await cast("SupportsSequencedItems", s).add_sequenced_items(items)
+                for s, items in writes
+            ]
+        members = cast("list[tuple[BaseSession, list[TResponseInputItem]]]", writes)
+        for session, _ in members:
             session._check_open()
-        encoded = [(s, encode_batch(items, s.max_item_bytes)) for s, items in writes]
+        encoded = [(s, encode_batch(items, s.max_item_bytes)) for s, items in members]
         wanted = [(s, payloads) for s, payloads in encoded if payloads]
         appended = iter(await self._mutate(self._append_family(wanted)) if wanted else [])
         return [next(appended) if payloads else [] for _, payloads in encoded]
@@ -289,18 +302,25 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         return await self._count(after, before)
 
     async def get_sequenced_family(
-        self, reads: list[tuple[BaseSession, int | None, int | None, int | None]]
+        self, reads: list[Read]
     ) -> list[list[tuple[int, TResponseInputItem]]]:
         """Run each ``(session, limit, after, before)`` as ``get_sequenced_items`` and return
-        the results in order; the sessions are this one or members of its store (siblings,
-        side stores). A backend that can serve them in one round trip does (``_load_family``).
-        """
-        for session, *_ in reads:
+        the results in order (FAMILY_BATCH). A backend serves sessions sharing its store in
+        one round trip (``_load_family``); with any other session among them, each runs its
+        own ``get_sequenced_items``, concurrently."""
+        if not all(isinstance(r[0], BaseSession) for r in reads):
+            reading = (
+                cast("SupportsSequencedItems", s).get_sequenced_items(limit, after=a, before=b)
+                for s, limit, a, b in reads
+            )
+            return list(await asyncio.gather(*reading))
+        members = cast("list[tuple[BaseSession, int | None, int | None, int | None]]", reads)
+        for session, *_ in members:
             session._check_open()
-        wanted = [r for r in reads if r[1] is None or r[1] > 0]
+        wanted = [r for r in members if r[1] is None or r[1] > 0]
         loaded = iter(await self._load_family(wanted) if wanted else [])
         out: list[list[tuple[int, TResponseInputItem]]] = []
-        for session, limit, _, _ in reads:
+        for session, limit, _, _ in members:
             rows = next(loaded) if limit is None or limit > 0 else []
             if rows:
                 session._seen_written()
@@ -338,6 +358,37 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             return await run_to_completion(each())  # several steps: never stop half-way
         return await each()
 
+    async def append_if_newest(
+        self, guard: Session, seq: int | None, items: list[TResponseInputItem]
+    ) -> list[int] | None:
+        """Append ``items`` only if ``guard``'s newest sequence number is ``seq`` (None: no
+        items), checked and written in one atomic step: the new numbers, or None when nothing
+        was written (guard changed, not of this store, or this store cannot check in one
+        step; also for a side store not yet listed in its family) (GUARDED_WRITE).
+
+        Raises:
+            InvalidItemError: an item is not a JSON object or is too large (nothing written).
+        """
+        self._check_open()
+        payloads = encode_batch(items, self.max_item_bytes)
+        if not isinstance(guard, BaseSession) or self._registration is not None:
+            return None
+        if not payloads:
+            return []
+        seqs: list[int] | None = await self._append_if_newest(guard, seq, payloads)
+        return seqs
+
+    async def pop_if_newest(self, guard: Session, seq: int | None) -> tuple[bool, Any]:
+        """Pop as ``pop_item`` only if ``guard``'s newest number is ``seq``, in one atomic
+        step: ``(True, item or None)``; ``(False, None)`` when nothing was popped, as
+        ``append_if_newest`` declines (GUARDED_WRITE). A popped item that does not decode is
+        dropped, as ``pop_item`` does, and reported as ``(True, None)``."""
+        self._check_open()
+        if not isinstance(guard, BaseSession):
+            return False, None
+        done, payload = await self._pop_if_newest(guard, seq)
+        return done, None if payload is None else self._decode(payload, None)
+
     async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
         """Pop as ``_pop`` only if ``guard`` (a member of this store) has ``seq`` as its newest
         number (None: no items), checked and popped in one atomic step: ``(True, payload or
@@ -352,12 +403,12 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         the new numbers, or None when nothing was written."""
         return None
 
-    # -- a pop checked by a layer ----------------------------------------------------------------
+    # -- a pop checked by a layer (capability) -------------------------------------------------
 
-    async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
+    async def pop_checked(self, check: Callable[[Any], Any]) -> Any:
         """Remove the newest item and return ``check(item)``; when ``check`` raises, nothing
         is removed and the exception propagates. Items that do not decode are removed on the
-        way, as ``pop_item`` does. None when the session is empty.
+        way, as ``pop_item`` does. None when the session is empty (CHECKED_POP).
 
         One atomic step where the backend implements ``_pop_row_checked`` (``check`` may then
         run off the event loop's thread, so it must not mutate loop state). Otherwise, and
@@ -366,6 +417,10 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         that check fails, added back (as a new item) before the exception propagates.
         """
         self._check_open()
+        return await self._pop_checked(check)
+
+    async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
+        """``pop_checked`` after the open check; a backend may override it."""
         if (
             type(self).pop_item is not BaseSession.pop_item
             or type(self)._pop_row_checked is BaseSession._pop_row_checked
@@ -532,7 +587,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         if self._closing is None:
             self._closed = self._closed or self._owns_resources()
             if self._closed:
-                await release_within(self, self._release)
+                self._closing, release = release_here(self._release)
+                await release
                 return
             self._closing = Closing(None)
         await self._closing
@@ -591,8 +647,32 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         return out
 
 
+def short_page_is_start(session: object) -> bool:
+    """Whether a page of ``session.get_sequenced_items(limit, before=)`` shorter than ``limit``
+    means no older items: so for this package's backends, not for layers that hide items
+    (expiry, unreadable envelopes), where only an empty page does."""
+    return isinstance(session, BaseSession)
+
+
+def keeps_write_path(session: object, *methods: str) -> bool:
+    """False when ``session`` is a backend whose class replaces one of ``BaseSession``'s
+    ``methods`` (its own write path, which a family write would bypass)."""
+    return not isinstance(session, BaseSession) or all(
+        getattr(type(session), name) is getattr(BaseSession, name) for name in methods
+    )
+
+
+async def pop_checked_of(session: Session, check: Callable[[Any], Any]) -> Any:
+    """``session.pop_checked(check)`` where it declares CHECKED_POP, else the same through its
+    SDK methods (``pop_checked_by_api``)."""
+    if supports(session, Capability.CHECKED_POP):
+        checked: SupportsCheckedPop = session  # type: ignore[assignment]
+        return await checked.pop_checked(check)
+    return await pop_checked_by_api(session, check)
+
+
 async def pop_checked_by_api(session: Any, check: Callable[[Any], Any]) -> Any:
-    """``_pop_checked`` through a session's public API (read newest, check, pop): two steps,
+    """``pop_checked`` through a session's public API (read newest, check, pop): two steps,
     for sessions that cannot check inside their pop."""
     while True:
         newest = await session.get_items(limit=1)
@@ -618,5 +698,8 @@ __all__ = [
     "Row",
     "StoreOptions",
     "check_before",
+    "keeps_write_path",
     "pop_checked_by_api",
+    "pop_checked_of",
+    "short_page_is_start",
 ]

@@ -14,6 +14,7 @@ import enum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from datetime import datetime
 
     from agents.items import TResponseInputItem
@@ -38,6 +39,16 @@ class Capability(enum.Enum):
     (:class:`SupportsSequencedWrite`)."""
     FAMILY = "family"
     """``side_store(purpose)`` opens side storage sharing this session's store and lifecycle."""
+    FAMILY_BATCH = "family_batch"
+    """``get_sequenced_family(reads)``, ``add_sequenced_family(writes)``: several sessions'
+    reads or appends in one round trip where they share this store
+    (:class:`SupportsFamilyBatch`)."""
+    GUARDED_WRITE = "guarded_write"
+    """``append_if_newest(guard, seq, items)``, ``pop_if_newest(guard, seq)``: a write that
+    happens only while another session of the store is unchanged (:class:`SupportsGuardedWrite`)."""
+    CHECKED_POP = "checked_pop"
+    """``pop_checked(check)``: remove the newest item only if ``check`` accepts it
+    (:class:`SupportsCheckedPop`)."""
 
 
 NO_CAPABILITIES: frozenset[Capability] = frozenset()
@@ -147,6 +158,63 @@ class SupportsSequencedWrite(Protocol):
         ...
 
 
+Read = tuple["Session", "int | None", "int | None", "int | None"]
+"""``(session, limit, after, before)``: one read of ``get_sequenced_family``."""
+
+
+@runtime_checkable
+class SupportsFamilyBatch(Protocol):
+    """The methods of :attr:`Capability.FAMILY_BATCH`. The sessions are sequenced sessions;
+    those sharing this store (itself, its side stores) are served together, any other one by
+    its own methods."""
+
+    async def get_sequenced_family(
+        self, reads: list[Read]
+    ) -> list[list[tuple[int, TResponseInputItem]]]:
+        """Run each ``(session, limit, after, before)`` as ``session.get_sequenced_items``;
+        return the results in order (one snapshot where the store reads them together)."""
+        ...
+
+    async def add_sequenced_family(
+        self, writes: list[tuple[Session, list[TResponseInputItem]]]
+    ) -> list[list[int]]:
+        """Append each ``(session, items)`` batch in order, as ``session.add_sequenced_items``,
+        all-or-nothing where the store writes them together; return each batch's numbers."""
+        ...
+
+
+@runtime_checkable
+class SupportsGuardedWrite(Protocol):
+    """The methods of :attr:`Capability.GUARDED_WRITE`: a one-round-trip write for a layer
+    that keeps a view of ``guard`` (a branch log, a compaction view). Either may decline,
+    writing nothing, when ``guard`` is not of this store or the store cannot check and write
+    in one atomic step; a layer then takes its general path."""
+
+    async def append_if_newest(
+        self, guard: Session, seq: int | None, items: list[TResponseInputItem]
+    ) -> list[int] | None:
+        """Append ``items`` as ``add_sequenced_items`` only if ``guard``'s newest sequence
+        number is ``seq`` (None: it holds no items), checked and written in one atomic step;
+        return the new numbers, or None when nothing was written."""
+        ...
+
+    async def pop_if_newest(self, guard: Session, seq: int | None) -> tuple[bool, Any]:
+        """Pop as ``pop_item`` only if ``guard``'s newest number is ``seq``, in one atomic
+        step: ``(True, item or None)``; ``(False, None)`` when nothing was popped."""
+        ...
+
+
+@runtime_checkable
+class SupportsCheckedPop(Protocol):
+    """The method of :attr:`Capability.CHECKED_POP`."""
+
+    async def pop_checked(self, check: Callable[[Any], Any]) -> Any:
+        """Remove the newest item and return ``check(item)``; when ``check`` raises, nothing
+        is removed and the exception propagates. None when the session is empty. ``check``
+        may run off the event loop's thread, so it must not touch loop state."""
+        ...
+
+
 @runtime_checkable
 class SupportsFamily(Protocol):
     """The method of :attr:`Capability.FAMILY` (use :func:`agent_sessions.core.family.
@@ -160,7 +228,11 @@ class SupportsFamily(Protocol):
 __all__ = [
     "Capability",
     "NO_CAPABILITIES",
+    "Read",
+    "SupportsCheckedPop",
     "SupportsFamily",
+    "SupportsFamilyBatch",
+    "SupportsGuardedWrite",
     "SupportsNativeExpiry",
     "SupportsRangeDelete",
     "SupportsRewrite",

@@ -23,11 +23,16 @@ class Closing(Coroutine[Any, Any, None]):
     raises no "never awaited" warning.
     """
 
-    def __init__(self, release: Coroutine[Any, Any, None] | None) -> None:
+    def __init__(
+        self, release: Coroutine[Any, Any, None] | asyncio.Future[None] | None
+    ) -> None:
         self._task: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self._iterator: Generator[Any, None, None] | None = None
         if release is None:
+            return
+        if isinstance(release, asyncio.Future):  # run by its caller (``release_here``)
+            self._task = release
             return
         try:
             loop = asyncio.get_running_loop()
@@ -42,13 +47,6 @@ class Closing(Coroutine[Any, Any, None]):
         _pending.add(task)
         task.add_done_callback(_settled)
         self._task = task
-
-    @classmethod
-    def following(cls, release: asyncio.Future[None]) -> Closing:
-        """A Closing for a release that its caller runs itself (see ``release_within``)."""
-        closing = cls(None)
-        closing._task = release
-        return closing
 
     def __await__(self) -> Generator[Any, None, None]:
         if self._error is not None:
@@ -87,25 +85,28 @@ class Closing(Coroutine[Any, Any, None]):
         return self._task is None or self._task.done()
 
 
-async def release_within(session: Any, release: Callable[[], Awaitable[None]]) -> Closing:
-    """Run ``session``'s ``release`` in the calling task and return the Closing that
-    ``session.close()`` hands out meanwhile. Only for a caller that is itself a release, a
-    task a cancelled ``close()`` does not stop: a session closing the sessions it owns then
-    starts no task per layer."""
+def release_here(
+    release: Callable[[], Awaitable[None]],
+) -> tuple[Closing, Coroutine[Any, Any, None]]:
+    """The Closing a session's ``close()`` hands out while its caller runs ``release`` itself,
+    and the coroutine that runs it (set the first, then await the second). Only for a caller
+    that is itself a release, a task a cancelled ``close()`` does not stop: a session closing
+    the sessions it owns then starts no task per layer."""
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    closing = Closing.following(done)
-    session._closing = closing
-    try:
-        await release()
-    except asyncio.CancelledError:
-        done.cancel()
-        raise
-    except BaseException as exc:
-        done.set_exception(exc)
-        done.exception()  # retrieved: the caller raises it
-        raise
-    done.set_result(None)
-    return closing
+
+    async def run() -> None:
+        try:
+            await release()
+        except asyncio.CancelledError:
+            done.cancel()
+            raise
+        except BaseException as exc:
+            done.set_exception(exc)
+            done.exception()  # retrieved: the caller raises it
+            raise
+        done.set_result(None)
+
+    return Closing(done), run()
 
 
 def _settled(task: asyncio.Future[None]) -> None:
@@ -114,4 +115,4 @@ def _settled(task: asyncio.Future[None]) -> None:
         logger.warning("closing a session failed: %r", task.exception())
 
 
-__all__ = ["Closing", "release_within"]
+__all__ = ["Closing", "release_here"]

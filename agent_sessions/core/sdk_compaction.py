@@ -25,6 +25,17 @@ Row = tuple[int, str]
 class SDKCompactionHooks:
     """Mixin of ``BaseSession``: the SDK compaction session's hooks over ``_replace_rows``."""
 
+    if TYPE_CHECKING:  # BaseSession's, which these hooks use
+        max_item_bytes: int
+
+        def _check_open(self) -> None: ...
+
+        async def _load(
+            self, limit: int | None, after: int | None = None, before: int | None = None
+        ) -> list[Row]: ...
+
+        async def _mutate(self, awaitable: Any) -> Any: ...
+
     async def _replace_rows(
         self,
         expected: list[Row] | None,
@@ -53,9 +64,8 @@ class SDKCompactionHooks:
             return None
         if not self._replaces_rows() or limit <= 0:
             return None
-        session: Any = self
-        session._check_open()
-        rows: list[Row] = await session._load(limit + 1)
+        self._check_open()
+        rows = await self._load(limit + 1)
         complete = len(rows) <= limit
         rows = rows[-limit:]
         try:
@@ -68,20 +78,19 @@ class SDKCompactionHooks:
             expected = rows[start:]
             if not expected:
                 return False
-            payloads = encode_batch(output, session.max_item_bytes)
-            return bool(await session._mutate(self._replace_rows(expected, payloads, prune)))
+            payloads = encode_batch(output, self.max_item_bytes)
+            return bool(await self._mutate(self._replace_rows(expected, payloads, prune)))
 
         return _CompactionSnapshot(items, complete, replace_suffix)
 
     async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
         """The SDK's hook: replace the whole history by ``items`` in one transaction; False
         when this backend cannot (the SDK then clears and adds)."""
-        session: Any = self
-        payloads = encode_batch(items, session.max_item_bytes)  # a bad batch raises first
+        payloads = encode_batch(items, self.max_item_bytes)  # a bad batch raises first
         if not self._replaces_rows():
             return False
-        session._check_open()
-        return bool(await session._mutate(self._replace_rows(None, payloads, None)))
+        self._check_open()
+        return bool(await self._mutate(self._replace_rows(None, payloads, None)))
 
 
 def _pruner(prune_prefix: Callable[[Any], bool]) -> Callable[[str], bool]:

@@ -5,8 +5,11 @@ Importing it needs pytest and pytest-asyncio (the ``[testing]`` extra).
 
 from .conformance import (
     HOSTILE_ID_SUFFIXES,
+    CheckedPopConformance,
     CoreConformance,
+    FamilyBatchConformance,
     FamilyConformance,
+    GuardedWriteConformance,
     RangeDeleteConformance,
     RewriteConformance,
     SDKCompactionConformance,
@@ -19,8 +22,11 @@ from .helpers import item_text, model_input_texts, scripted_agent, texts
 
 __all__ = [
     "HOSTILE_ID_SUFFIXES",
+    "CheckedPopConformance",
     "CoreConformance",
+    "FamilyBatchConformance",
     "FamilyConformance",
+    "GuardedWriteConformance",
     "RangeDeleteConformance",
     "RewriteConformance",
     "SDKCompactionConformance",

@@ -1,8 +1,10 @@
 """Capability tiers: one class per optional capability, each skipping sessions without it.
 
 ``SequencingConformance`` (sequence numbers), ``RangeDeleteConformance`` (atomic deletion
-below a sequence number) and ``SequencedWriteConformance`` (writes at given numbers) live
-here; the rewrite-in-place and family tiers live in their own modules.
+below a sequence number), ``SequencedWriteConformance`` (writes at given numbers),
+``GuardedWriteConformance`` (writes while another session is unchanged) and
+``CheckedPopConformance`` (a pop a check can refuse) live here; the rewrite-in-place and
+family tiers live in their own modules.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 
 from ..catalog import CatalogQuery, SupportsCatalog
 from ..core.capabilities import Capability, supports
-from ..core.family import close_quietly
+from ..core.family import close_quietly, side_store
 from ..errors import InvalidItemError, SequenceConflictError
 from ._kit import (
     ConformanceBase,
@@ -194,6 +196,97 @@ def _summary(text: str) -> Any:
     return {"type": "compaction", "id": f"cmp_{text}", "encrypted_content": text}
 
 
+class GuardedWriteConformance(ConformanceBase):
+    """``append_if_newest``/``pop_if_newest``: a write happens only while the guard's newest
+    number is the one given; a declined call (guard changed, or the store cannot check in
+    one step) writes nothing."""
+
+    @pytest.mark.asyncio
+    async def test_appends_only_while_the_guard_is_unchanged(
+        self, new_session: SessionFactory
+    ) -> None:
+        s: Any = await new_session()
+        if not (supports(s, Capability.GUARDED_WRITE) and offers_sequencing(s)):
+            pytest.skip("the session does not offer guarded writes")
+        first = await s.append_if_newest(s, None, [_msg("a")])
+        if first is None:
+            assert await s.get_items() == [], "a declined append wrote"
+            return
+        assert await s.append_if_newest(s, None, [_msg("x")]) is None, "the guard changed"
+        assert await s.append_if_newest(s, first[-1] + 1000, [_msg("x")]) is None
+        assert texts(await s.get_items()) == ["a"]
+        with pytest.raises(InvalidItemError):
+            await s.append_if_newest(s, first[-1], [_msg("b"), "not an object"])
+        more = await s.append_if_newest(s, first[-1], [_msg("b"), _msg("c")])
+        assert more is not None and len(more) == 2 and first[-1] < more[0] < more[1]
+        assert await s.get_sequenced_items() == list(
+            zip(first + more, [_msg("a"), _msg("b"), _msg("c")], strict=True)
+        )
+
+    @pytest.mark.asyncio
+    async def test_pops_only_while_the_guard_is_unchanged(
+        self, new_session: SessionFactory
+    ) -> None:
+        s: Any = await new_session()
+        if not (supports(s, Capability.GUARDED_WRITE) and offers_sequencing(s)):
+            pytest.skip("the session does not offer guarded writes")
+        seqs = await s.add_sequenced_items([_msg("a"), _msg("b")])
+        assert await s.pop_if_newest(s, seqs[0]) == (False, None), "the guard changed"
+        assert texts(await s.get_items()) == ["a", "b"]
+        done, item = await s.pop_if_newest(s, seqs[-1])
+        if done:
+            assert item == _msg("b")
+            assert texts(await s.get_items()) == ["a"]
+        else:
+            assert item is None and texts(await s.get_items()) == ["a", "b"]
+
+    @pytest.mark.asyncio
+    async def test_another_session_of_the_store_guards(self, new_session: SessionFactory) -> None:
+        s: Any = await new_session()
+        if not (
+            supports(s, Capability.GUARDED_WRITE) and supports(s, Capability.FAMILY)
+            and offers_sequencing(s)
+        ):
+            pytest.skip("the session does not offer guarded writes and side stores")
+        guard: Any = side_store(s, "guard")
+        try:
+            await guard.add_items([_msg("g")])
+            (newest,) = [seq for seq, _ in await guard.get_sequenced_items(1)]
+            written = await s.append_if_newest(guard, newest, [_msg("a")])
+            assert texts(await s.get_items()) == ([] if written is None else ["a"])
+            await guard.add_items([_msg("h")])
+            assert await s.append_if_newest(guard, newest, [_msg("x")]) is None
+            assert await s.pop_if_newest(guard, newest) == (False, None)
+            assert texts(await s.get_items()) == ([] if written is None else ["a"])
+        finally:
+            await guard.clear_session()
+
+
+class CheckedPopConformance(ConformanceBase):
+    """``pop_checked(check)``: the newest item is removed and ``check(item)`` returned; when
+    ``check`` raises, nothing is removed."""
+
+    @pytest.mark.asyncio
+    async def test_a_check_that_raises_removes_nothing(self, new_session: SessionFactory) -> None:
+        s: Any = await new_session()
+        if not supports(s, Capability.CHECKED_POP):
+            pytest.skip("the session does not offer a checked pop")
+        seen: list[Any] = []
+        assert await s.pop_checked(seen.append) is None and seen == [], "empty: no check"
+        await s.add_items([_msg("a"), _msg("b")])
+
+        def refuse(item: Any) -> Any:
+            raise LookupError(item_text(item))
+
+        with pytest.raises(LookupError, match="b"):
+            await s.pop_checked(refuse)
+        assert texts(await s.get_items()) == ["a", "b"]
+        assert await s.pop_checked(lambda item: item_text(item).upper()) == "B"
+        assert texts(await s.get_items()) == ["a"]
+        assert await s.pop_checked(item_text) == "a"
+        assert await s.get_items() == []
+
+
 class SDKCompactionConformance(ConformanceBase):
     """The SDK's ``OpenAIResponsesCompactionSession`` over the session, with a
     ``session_settings.limit`` shorter than the history: compaction replaces the whole history,
@@ -245,17 +338,18 @@ class SDKCompactionConformance(ConformanceBase):
         if atomic:
             assert unchanged, "a failed atomic replacement changed the numbering"
 
-        snapshot = await getattr(s, "_get_compaction_snapshot", _no_snapshot)(2)
+        snapshot_of: Any = getattr(s, "_get_compaction_snapshot", _no_snapshot)  # the SDK's hook
+        snapshot = await snapshot_of(2)
         if self.expects_atomic_replacement:
             assert snapshot is not None, "the SDK's suffix-replacement hook is missing"
         if snapshot is None:
             return
         await s.add_items([_msg("u2"), _msg("a2", "assistant"), _msg("u3")])
-        snapshot = await s._get_compaction_snapshot(2)
+        snapshot = await snapshot_of(2)
         assert texts(snapshot.items) == ["a2", "u3"] and not snapshot.complete
         await s.add_items([_msg("late")])
         assert not await snapshot.replace_suffix(1, [_summary("stale")])
-        snapshot = await s._get_compaction_snapshot(3)
+        snapshot = await snapshot_of(3)
         assert await snapshot.replace_suffix(1, [_summary("s2")])
         assert await s.get_items(100) == [
             _summary("s1"), _msg("u2"), _msg("a2", "assistant"), _summary("s2")

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 from ._kit import HOSTILE_ID_SUFFIXES
 from .capability_tiers import (
+    CheckedPopConformance,
+    GuardedWriteConformance,
     RangeDeleteConformance,
     SDKCompactionConformance,
     SequencedWriteConformance,
     SequencingConformance,
 )
 from .core import CoreConformance
-from .family import FamilyConformance, RewriteConformance
+from .family import FamilyBatchConformance, FamilyConformance, RewriteConformance
 from .strict import StrictConformance
 
 CAPABILITY_TIERS: tuple[type, ...] = (
@@ -34,6 +36,9 @@ CAPABILITY_TIERS: tuple[type, ...] = (
     RewriteConformance,
     FamilyConformance,
     SequencedWriteConformance,
+    FamilyBatchConformance,
+    GuardedWriteConformance,
+    CheckedPopConformance,
     SDKCompactionConformance,
 )
 """The capability tiers :class:`SessionConformanceSuite` includes."""
@@ -47,6 +52,9 @@ class SessionConformanceSuite(
     RewriteConformance,
     FamilyConformance,
     SequencedWriteConformance,
+    FamilyBatchConformance,
+    GuardedWriteConformance,
+    CheckedPopConformance,
     SDKCompactionConformance,
 ):
     """Every tier. Override ``create_session``; tune ``max_item_bytes``/``concurrent_tasks``."""
@@ -55,8 +63,11 @@ class SessionConformanceSuite(
 __all__ = [
     "CAPABILITY_TIERS",
     "HOSTILE_ID_SUFFIXES",
+    "CheckedPopConformance",
     "CoreConformance",
+    "FamilyBatchConformance",
     "FamilyConformance",
+    "GuardedWriteConformance",
     "RangeDeleteConformance",
     "RewriteConformance",
     "SDKCompactionConformance",

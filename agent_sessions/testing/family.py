@@ -1,7 +1,8 @@
 """Capability tiers for rewrite in place and the session family (layer contract v2).
 
 ``RewriteConformance``: ``rewrite_items`` replaces payloads by sequence number, atomically,
-validated like ``add_items``. ``FamilyConformance``: side stores never take the user's settings,
+validated like ``add_items``. ``FamilyBatchConformance``: family reads and writes match the
+sessions' own calls. ``FamilyConformance``: side stores never take the user's settings,
 key rotation rewrites every member in place (so compaction views and branches survive it and the
 old key can be dropped), an interrupted rotation followed by a clear resurrects nothing, and a
 sliding TTL keeps (and ends) the whole family together.
@@ -18,7 +19,6 @@ from typing import Any
 import pytest
 from agents.memory import Session, SessionSettings
 
-from ..core.base import BaseSession
 from ..core.capabilities import Capability, supports
 from ..core.family import close_quietly, side_store
 from ..errors import InvalidItemError
@@ -102,66 +102,6 @@ class FamilyConformance(ConformanceBase):
             assert await compacting.compact(force=True) is not None
         # The user's limit=2 must not cut the records short (prune_archive relies on them).
         assert len(await compacting.get_compaction_records()) == 4
-        await side.clear_session()
-
-    @pytest.mark.asyncio
-    async def test_family_reads_match_reads_one_by_one(self, new_session: SessionFactory) -> None:
-        s: Any = await new_session()
-        _needs(s, Capability.FAMILY, Capability.SEQUENCED)
-        if not isinstance(s, BaseSession):
-            pytest.skip("family reads are a hook of this package's backends")
-        side: Any = side_store(s, "records")
-        seqs = await s.add_sequenced_items([_msg(str(i)) for i in range(5)])
-        side_seqs = await side.add_sequenced_items([_msg("x"), _msg("y")])
-        reads = [
-            (side, None, side_seqs[0] - 1, None),
-            (s, 2, None, None),
-            (s, 0, None, None),
-            (s, None, seqs[0], seqs[4]),
-            (side, 1, None, side_seqs[1]),
-        ]
-        one_by_one = [
-            await m.get_sequenced_items(limit, after=after, before=before)
-            for m, limit, after, before in reads
-        ]
-        assert await s.get_sequenced_family(reads) == one_by_one
-        assert [texts(i for _, i in rows) for rows in one_by_one] == [
-            ["x", "y"], ["3", "4"], [], ["1", "2", "3"], ["x"]
-        ]
-        await side.clear_session()
-
-    @pytest.mark.asyncio
-    async def test_family_writes_match_writes_one_by_one(
-        self, new_session: SessionFactory
-    ) -> None:
-        s: Any = await new_session()
-        _needs(s, Capability.FAMILY, Capability.SEQUENCED)
-        if not isinstance(s, BaseSession):
-            pytest.skip("family writes are a hook of this package's backends")
-        side: Any = side_store(s, "records")
-        numbers = await s.add_sequenced_family(
-            [(side, [_msg("x"), _msg("y")]), (s, [_msg("a")]), (s, []), (side, [_msg("z")])]
-        )
-        assert [len(n) for n in numbers] == [2, 1, 0, 1]
-        assert await side.get_sequenced_items() == list(
-            zip(numbers[0] + numbers[3], [_msg("x"), _msg("y"), _msg("z")], strict=True)
-        )
-        assert await s.get_sequenced_items() == [(numbers[1][0], _msg("a"))]
-        assert "records" in await s.family_purposes(), "a side store is listed before it is written"
-        bad: list[Any] = [_msg("b"), "not an object"]
-        with pytest.raises(InvalidItemError) as caught:
-            await s.add_sequenced_family([(side, [_msg("w")]), (s, bad)])
-        assert caught.value.index == 1
-        assert texts(await side.get_items()) == ["x", "y", "z"], "a bad batch writes nothing"
-        assert texts(await s.get_items()) == ["a"]
-        for steps in range(8):  # cancelled anywhere: both batches are stored or neither
-            await cancel_after(
-                s.add_sequenced_family([(side, [_msg(f"r{steps}")]), (s, [_msg(f"c{steps}")])]),
-                steps,
-            )
-            stored = (f"r{steps}" in texts(await side.get_items()),
-                      f"c{steps}" in texts(await s.get_items()))
-            assert stored in ((True, True), (False, False)), f"half a family write at {steps}"
         await side.clear_session()
 
     @pytest.mark.asyncio
@@ -300,3 +240,80 @@ class FamilyConformance(ConformanceBase):
 
 
 __all__ = ["FamilyConformance", "RewriteConformance"]
+
+
+class FamilyBatchConformance(ConformanceBase):
+    """``get_sequenced_family``/``add_sequenced_family``: several sessions' reads or appends
+    at once, each as its own call would do it; a family write is all-or-nothing, and a session
+    from another store among them is served by its own methods."""
+
+    @pytest.mark.asyncio
+    async def test_family_reads_match_reads_one_by_one(self, new_session: SessionFactory) -> None:
+        s: Any = await new_session()
+        _needs(s, Capability.FAMILY, Capability.SEQUENCED, Capability.FAMILY_BATCH)
+        side: Any = side_store(s, "records")
+        seqs = await s.add_sequenced_items([_msg(str(i)) for i in range(5)])
+        side_seqs = await side.add_sequenced_items([_msg("x"), _msg("y")])
+        reads = [
+            (side, None, side_seqs[0] - 1, None),
+            (s, 2, None, None),
+            (s, 0, None, None),
+            (s, None, seqs[0], seqs[4]),
+            (side, 1, None, side_seqs[1]),
+        ]
+        one_by_one = [
+            await m.get_sequenced_items(limit, after=after, before=before)
+            for m, limit, after, before in reads
+        ]
+        assert await s.get_sequenced_family(reads) == one_by_one
+        assert [texts(i for _, i in rows) for rows in one_by_one] == [
+            ["x", "y"], ["3", "4"], [], ["1", "2", "3"], ["x"]
+        ]
+        await side.clear_session()
+
+    @pytest.mark.asyncio
+    async def test_family_writes_match_writes_one_by_one(
+        self, new_session: SessionFactory
+    ) -> None:
+        s: Any = await new_session()
+        _needs(s, Capability.FAMILY, Capability.SEQUENCED, Capability.FAMILY_BATCH)
+        side: Any = side_store(s, "records")
+        numbers = await s.add_sequenced_family(
+            [(side, [_msg("x"), _msg("y")]), (s, [_msg("a")]), (s, []), (side, [_msg("z")])]
+        )
+        assert [len(n) for n in numbers] == [2, 1, 0, 1]
+        assert await side.get_sequenced_items() == list(
+            zip(numbers[0] + numbers[3], [_msg("x"), _msg("y"), _msg("z")], strict=True)
+        )
+        assert await s.get_sequenced_items() == [(numbers[1][0], _msg("a"))]
+        assert "records" in await s.family_purposes(), "a side store is listed before it is written"
+        bad: list[Any] = [_msg("b"), "not an object"]
+        with pytest.raises(InvalidItemError) as caught:
+            await s.add_sequenced_family([(side, [_msg("w")]), (s, bad)])
+        assert caught.value.index == 1
+        assert texts(await side.get_items()) == ["x", "y", "z"], "a bad batch writes nothing"
+        assert texts(await s.get_items()) == ["a"]
+        for steps in range(8):  # cancelled anywhere: both batches are stored or neither
+            await cancel_after(
+                s.add_sequenced_family([(side, [_msg(f"r{steps}")]), (s, [_msg(f"c{steps}")])]),
+                steps,
+            )
+            stored = (f"r{steps}" in texts(await side.get_items()),
+                      f"c{steps}" in texts(await s.get_items()))
+            assert stored in ((True, True), (False, False)), f"half a family write at {steps}"
+        await side.clear_session()
+
+    @pytest.mark.asyncio
+    async def test_a_session_of_another_store_is_served_by_its_own_methods(
+        self, new_session: SessionFactory
+    ) -> None:
+        from ..backends.memory import InMemorySession, InMemoryStore
+
+        s: Any = await new_session()
+        _needs(s, Capability.SEQUENCED, Capability.FAMILY_BATCH)
+        other = InMemorySession(s.session_id, store=InMemoryStore())
+        numbers = await s.add_sequenced_family([(other, [_msg("o")]), (s, [_msg("a")])])
+        assert texts(await other.get_items()) == ["o"] and texts(await s.get_items()) == ["a"]
+        assert await s.get_sequenced_family([(s, None, None, None), (other, 1, None, None)]) == [
+            [(numbers[1][0], _msg("a"))], [(numbers[0][0], _msg("o"))]
+        ]

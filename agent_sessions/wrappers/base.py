@@ -17,7 +17,7 @@ from agents.memory import Session, SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings
 
 from ..core.capabilities import Capability, capabilities_of, supports
-from ..core.closing import Closing, release_within
+from ..core.closing import Closing, release_here
 from ..core.family import Family, close_owned, member_purposes, side_store
 from ..core.ids import derive_sibling_id
 from ..core.options import OptionsChecked
@@ -35,13 +35,16 @@ class SessionWrapper(OptionsChecked, SessionABC):
 
     ``session_id`` is the inner session's; ``session_settings`` reads and writes the inner
     session's, so the whole stack shares one ``limit`` (one passed to the constructor is set
-    there). ``capabilities`` is what ``inner`` declares, limited to the class's ``passes``.
+    there). ``capabilities`` is what ``inner`` declares, limited to the class's ``passes``,
+    plus its ``offers``.
     ``sibling_factory`` opens side stores by derived id, for an inner session without a family
     (e.g. the SDK's own classes).
     """
 
     passes: ClassVar[frozenset[Capability]] = frozenset({Capability.FAMILY})
     """The capabilities this layer offers whenever its inner session does."""
+    offers: ClassVar[frozenset[Capability]] = frozenset()
+    """The capabilities this layer implements itself, over any inner session."""
     numbered: ClassVar[bool] = False
     """True for a view layer: it keeps sequence numbers of ``inner`` and side data, so a
     foreign ``inner`` is numbered through ``ForeignSession`` and side stores are required."""
@@ -79,7 +82,7 @@ class SessionWrapper(OptionsChecked, SessionABC):
         capabilities = capabilities_of(inner)
         if sibling_factory is not None:
             capabilities |= {Capability.FAMILY}
-        self.capabilities = capabilities & self.passes
+        self.capabilities = (capabilities & self.passes) | self.offers
         self._factory = sibling_factory
         self._family: Family | None = None
         self._closed = False
@@ -168,14 +171,6 @@ class SessionWrapper(OptionsChecked, SessionABC):
 
     # -- the family ------------------------------------------------------------------------------
 
-    async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
-        """Remove the newest item and return ``check(item)``; when ``check`` raises, nothing
-        is removed (see ``BaseSession._pop_checked``). A layer that can check inside its
-        inner session's pop overrides this; by default the item is read, checked, popped."""
-        from ..core.base import pop_checked_by_api
-
-        return await pop_checked_by_api(self, check)
-
     def side_store(self, purpose: str) -> Session:
         """Return the side store for ``purpose`` in this session's family (see
         ``core.family``), with this layer's treatment of side data."""
@@ -234,7 +229,8 @@ class SessionWrapper(OptionsChecked, SessionABC):
             await self.close()
         elif self._closing is None:
             self._closed = True
-            await release_within(self, self._release)
+            self._closing, release = release_here(self._release)
+            await release
         else:
             await self._closing
 

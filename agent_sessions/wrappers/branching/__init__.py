@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import _debug
 
-from ...core.base import BaseSession
-from ...core.codec import encode_batch
+from ...core.capabilities import Capability, SupportsGuardedWrite, supports
 from ...errors import BranchError, BranchNotFoundError
 from ..base import SessionWrapper
 from ..foreign import SiblingFactory
@@ -187,17 +186,16 @@ class BranchingSession(SessionWrapper):
         ``_pop_if_log_unchanged``); False: nothing was written."""
         state = self._log.state
         key = state.branches[state.current].lineage[-1][0]
-        storage, log = self._storages.storage(key), self._log.session
+        storage = self._storages.storage(key)
         if (
-            not isinstance(storage, BaseSession) or not isinstance(log, BaseSession)
-            or storage._registration is not None  # its first write lists it in the family
+            not supports(storage, Capability.GUARDED_WRITE)
             or state.shares(key, besides=state.current)
             or not (self._log.applied or self._log.may_be_empty())
         ):
             return False
-        storage._check_open()
-        payloads = encode_batch(items, storage.max_item_bytes)
-        return await storage._append_if_newest(log, self._log.applied or None, payloads) is not None
+        guarded: SupportsGuardedWrite = storage  # type: ignore[assignment]
+        seqs = await guarded.append_if_newest(self._log.session, self._log.applied or None, items)
+        return seqs is not None
 
     async def _pop_if_log_unchanged(self) -> TResponseInputItem | None:
         """The common pop in one round trip where the store offers it: while the branch log
@@ -205,19 +203,16 @@ class BranchingSession(SessionWrapper):
         no other branch reads it. None: nothing was popped (take the general path)."""
         state = self._log.state
         key = state.branches[state.current].lineage[-1][0]
-        storage, log = self._storages.storage(key), self._log.session
+        storage = self._storages.storage(key)
         if (
-            not isinstance(storage, BaseSession) or not isinstance(log, BaseSession)
+            not supports(storage, Capability.GUARDED_WRITE)
             or state.shares(key, besides=state.current)
             or not (self._log.applied or self._log.may_be_empty())
         ):
             return None
-        storage._check_open()
-        done, payload = await storage._pop_if_newest(log, self._log.applied or None)
-        if not done or payload is None:
-            return None
-        item: TResponseInputItem | None = storage._decode(payload, None)
-        return item  # an undecodable item was dropped on the way, as pop_item does
+        guarded: SupportsGuardedWrite = storage  # type: ignore[assignment]
+        _, item = await guarded.pop_if_newest(self._log.session, self._log.applied or None)
+        return item  # type: ignore[no-any-return]  # None: an undecodable one was dropped
 
     async def clear_session(self) -> None:
         """Delete every branch and all their items, and make ``main`` current again.

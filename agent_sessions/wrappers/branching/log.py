@@ -21,7 +21,8 @@ from typing import Any
 
 from agents.memory import Session
 
-from .store import MAIN, Read, read_family, read_rows
+from ...core.capabilities import Read
+from .store import MAIN, read_family, read_rows
 from .view import Lineage
 
 logger = logging.getLogger("agent_sessions")

@@ -14,8 +14,13 @@ from typing import Any
 
 from agents.memory import Session
 
-from ...core.base import BaseSession
-from ...core.capabilities import SupportsSequencedItems
+from ...core.capabilities import (
+    Capability,
+    Read,
+    SupportsFamilyBatch,
+    SupportsSequencedItems,
+    supports,
+)
 
 MAIN = "main"
 """The storage key of the inner session itself."""
@@ -57,16 +62,14 @@ async def first_visible(session: Session, seq_at: Callable[[int], Awaitable[int]
     return lo
 
 
-Read = tuple[Session, "int | None", "int | None", "int | None"]
-"""``(session, limit, after, before)`` for :func:`read_rows`."""
-
-
 async def read_family(reads: list[Read]) -> list[list[tuple[int, Any]]]:
-    """:func:`read_rows` for each read, in order: in one round trip when the sessions are
-    members of one backend store that serves such reads together, else concurrently."""
+    """:func:`read_rows` for each read, in order: through the first session's
+    ``get_sequenced_family`` where it declares FAMILY_BATCH (one round trip for the sessions
+    sharing its store), else concurrently."""
     first = reads[0][0]
-    if isinstance(first, BaseSession) and all(type(r[0]) is type(first) for r in reads):
-        return await first.get_sequenced_family(reads)  # type: ignore[arg-type]
+    if supports(first, Capability.FAMILY_BATCH):
+        family: SupportsFamilyBatch = first  # type: ignore[assignment]
+        return await family.get_sequenced_family(reads)
     return list(
         await asyncio.gather(
             *(read_rows(s, limit, after=after, before=before) for s, limit, after, before in reads)

@@ -19,16 +19,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agents.memory import SessionSettings
 
-from ...core.base import BaseSession
-from ...core.capabilities import Capability, supports
+from ...core.capabilities import Capability, SupportsGuardedWrite, supports
 from ...core.closing import Closing
-from ...core.codec import encode_batch
+from ...core.codec import decode_item, encode_batch
 from ..base import SessionWrapper
 from ..branching.store import read_family, read_rows
 from ..foreign import expiring_layer
@@ -471,13 +471,14 @@ class CompactionSession(SessionWrapper):
     ) -> tuple[CompactionRecord | None, list[tuple[int, TResponseInputItem]]]:
         """The record in force and the inner session's latest ``limit`` (seq, item) pairs,
         in one round trip where the store serves both."""
-        side = self._sibling
-        if not (isinstance(side, BaseSession) and type(side) is type(self.inner)):
+        if not supports(self.inner, Capability.FAMILY_BATCH):
             record, pairs = await asyncio.gather(
                 self._latest_record(), read_rows(self.inner, limit)
             )
             return record, pairs
-        rows, pairs = await read_family([(side, 1, None, None), (self.inner, limit, None, None)])
+        rows, pairs = await read_family(
+            [(self._sibling, 1, None, None), (self.inner, limit, None, None)]
+        )
         if not rows:
             return None, pairs
         where = f"compaction records of {self.session_id!r}"
@@ -491,27 +492,23 @@ class CompactionSession(SessionWrapper):
         state, inner = self._appended, self.inner
         if (
             state is None or state[0] is not self._running or not state[0].seqs
-            or not isinstance(inner, BaseSession)
-            or type(inner)._append_if_newest is BaseSession._append_if_newest
-            or inner._registration is not None
+            or not supports(inner, Capability.GUARDED_WRITE)
         ):
             self._appended = None
             return False
         known, pairs = state
-        inner._check_open()
-        payloads = encode_batch(items, inner.max_item_bytes)
-        if not payloads:
-            return True
         expected = pairs[-1][0] if pairs else known.seqs[-1]
-        seqs = await inner._append_if_newest(inner, expected, payloads)
+        guarded: SupportsGuardedWrite = inner  # type: ignore[assignment]
+        seqs = await guarded.append_if_newest(inner, expected, items)
         if seqs is None:
             self._appended = None
             return False
         if self._appended is not state or len(pairs) + len(seqs) > _MAX_APPENDED:
             self._appended = None  # a check or another write ran meanwhile
             return True
-        decoded = zip(seqs, (inner._decode(text, None) for text in payloads), strict=True)
-        self._appended = (known, pairs + [(seq, item) for seq, item in decoded if item is not None])
+        # As a read returns them (the append checked their size against the store's cap).
+        stored = [decode_item(text) for text in encode_batch(items, sys.maxsize)]
+        self._appended = (known, pairs + list(zip(seqs, stored, strict=True)))
         return True
 
     async def _latest_record(self) -> CompactionRecord | None:

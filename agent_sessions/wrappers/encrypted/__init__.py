@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from agents.memory import OpenAIResponsesCompactionSession, Session
 
 from ...core import capabilities
-from ...core.base import BaseSession
+from ...core.base import pop_checked_of
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ...core.extras import missing
@@ -186,7 +186,6 @@ _NOT_FORWARDED = frozenset(
     for name in vars(protocol)
     if not name.startswith("_")
 ) | {"inner", "underlying_session", "close", "rewrite_items", "rotate"}
-_NOT_FORWARDED |= {"get_sequenced_family"}  # a backend's raw family read
 """Names never looked up on the wrapped session: a capability reached past this layer would
 read or write ciphertext (or plaintext) behind its back."""
 
@@ -239,9 +238,15 @@ class EncryptedSession(SessionWrapper):
     decrypted for the compaction call and the result is stored encrypted).
     """
 
-    passes: ClassVar[frozenset[Capability]] = frozenset(Capability) - {
-        Capability.SEQUENCED_WRITE  # a copy writes the stored envelopes, below this layer
-    }
+    passes: ClassVar[frozenset[Capability]] = frozenset(
+        {  # not SEQUENCED_WRITE: a copy writes the stored envelopes, below this layer
+            Capability.SEQUENCED,
+            Capability.RANGE_DELETE,
+            Capability.NATIVE_EXPIRY,
+            Capability.REWRITE,
+            Capability.FAMILY,
+        }
+    )
 
     def __init__(
         self,
@@ -537,11 +542,12 @@ class EncryptedSession(SessionWrapper):
                 unknown key, altered bytes); it is kept. Also the SDK's ``InvalidToken``.
         """
         inner = self.inner
-        if isinstance(inner, (BaseSession, SessionWrapper)) and wrapper is None:
-            # One step per stored item: the store removes exactly the item checked.
+        if wrapper is None:
+            # One step per stored item where the inner session pops checked (CHECKED_POP):
+            # the store removes exactly the item checked.
             while True:
                 try:
-                    item = await inner._pop_checked(self._poppable)
+                    item = await pop_checked_of(inner, self._poppable)
                 except _Unreadable as reason:
                     raise self._mismatch(reason) from None
                 if item is not _DRAINED:
@@ -565,7 +571,7 @@ class EncryptedSession(SessionWrapper):
                 raise self._mismatch(reason) from None
 
     def _poppable(self, envelope: Any) -> Any:
-        """The check ``_pop_checked`` runs inside the pop: the item, or ``_DRAINED`` for a
+        """The check ``pop_checked`` runs inside the pop: the item, or ``_DRAINED`` for a
         plaintext, foreign or expired one (removed on the way); raises ``_Unreadable`` for
         an envelope these keys cannot open, so it is not removed. Runs off the event loop's
         thread: it reads this object's cache but does not fill it."""
@@ -760,7 +766,7 @@ class EncryptedSession(SessionWrapper):
         plans = [await member._reseal_plan(drop_unreadable) for member in members]
         for member, plan in zip(members, plans, strict=True):
             if plan:
-                await member._inner(Capability.REWRITE).rewrite_items(plan)
+                await member.inner.rewrite_items(plan)  # type: ignore[attr-defined]
         return sum(len(plan) for plan in plans)
 
     async def _reseal_plan(self, drop_unreadable: bool) -> list[tuple[int, Any]]:

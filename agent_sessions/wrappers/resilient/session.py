@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from ...core.base import BaseSession
+from ...core.base import short_page_is_start
 from ...core.capabilities import Capability, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ...core.mutation import run_to_completion
@@ -376,7 +376,7 @@ class ResilientSession(SessionWrapper):
                 page = [item for _, item in pairs]
                 if pairs:
                     before = pairs[0][0]
-                end = not pairs or (isinstance(self.inner, BaseSession) and len(pairs) < size)
+                end = not pairs or (short_page_is_start(self.inner) and len(pairs) < size)
             else:
                 got = await self.inner.get_items(seen + size)
                 page = got[: len(got) - seen]

@@ -70,6 +70,10 @@ class SessionLock:
         self._offset = offset
         self._thread_lock = threading.Lock()
 
+    def forget_threads(self) -> None:
+        """In a forked child: drop the in-process lock, which a thread of the parent may hold."""
+        self._thread_lock = threading.Lock()
+
     def _try_os_lock(self) -> bool:
         if self._fd is None:
             return True
@@ -158,7 +162,7 @@ def _after_fork_in_child() -> None:
     global _REGISTRY_LOCK
     _REGISTRY_LOCK = threading.Lock()
     for lock in list(_SESSION_LOCKS.values()):
-        lock._thread_lock = threading.Lock()
+        lock.forget_threads()
 
 
 if hasattr(os, "register_at_fork"):

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import Session
 
-from ...core.base import BaseSession, pop_checked_by_api
-from ...core.capabilities import Capability, supports
+from ...core.base import keeps_write_path, pop_checked_of
+from ...core.capabilities import Capability, SupportsFamilyBatch, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ...core.family import REGISTRY, member_purposes, side_store
 from ..base import SessionWrapper, atomic_replace, check_max_item_bytes
@@ -117,6 +117,7 @@ class TTLSession(SessionWrapper):
     passes: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.SEQUENCED, Capability.RANGE_DELETE, Capability.REWRITE, Capability.FAMILY}
     )
+    offers: ClassVar[frozenset[Capability]] = frozenset({Capability.CHECKED_POP})
 
     def __init__(
         self,
@@ -277,25 +278,23 @@ class TTLSession(SessionWrapper):
 
     async def _add_with_record(self, items: list[TResponseInputItem], via: str) -> list[int] | None:
         """Store the family's lifecycle record and the stamped ``items`` in one round trip
-        (``BaseSession.add_sequenced_family``), record first; the new items' numbers, or None
-        (nothing done) when the inner session is not a plain backend of this package or it
-        does not pass its writes through ``via``'s usual path (a subclass's override)."""
+        (``add_sequenced_family``, FAMILY_BATCH), record first; the new items' numbers, or
+        None (nothing done) when the inner session cannot, or does not pass its writes
+        through ``via``'s usual path (a subclass's override)."""
         inner = self.inner
-        if not (self._family_expiry and isinstance(inner, BaseSession) and items):
-            return None
-        if getattr(type(inner), via) is not getattr(BaseSession, via) or (
-            type(inner).add_sequenced_items is not BaseSession.add_sequenced_items
+        if not (
+            self._family_expiry and items and supports(inner, Capability.FAMILY_BATCH)
+            and keeps_write_path(inner, via, "add_sequenced_items")
         ):
             return None
         life = self._lifecycle()
-        if not isinstance(life.store, BaseSession):
-            return None
         encode_batch(items, self.max_item_bytes)  # validate before anything is written
         now = self.clock()
         record, state = await life.stamp(now)
         stamp = {"type": TTL_TYPE, "t": now}
         envelopes: list[Any] = [{**stamp, "item": item} for item in items]
-        records, seqs = await inner.add_sequenced_family(
+        family: SupportsFamilyBatch = inner  # type: ignore[assignment]
+        records, seqs = await family.add_sequenced_family(
             [(life.store, [record]), (inner, envelopes)]
         )
         self._state = state
@@ -409,9 +408,9 @@ class TTLSession(SessionWrapper):
             return None
         return envelope["item"]  # type: ignore[no-any-return]
 
-    async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
+    async def pop_checked(self, check: Callable[[Any], Any]) -> Any:
         """``pop_item`` with a layer's ``check`` of the live item, through the inner
-        session's checked pop (``BaseSession._pop_checked``: inside the pop's transaction on
+        session's checked pop (CHECKED_POP: inside the pop's transaction on
         SQLite and SQLAlchemy, a compare-and-pop script on Redis); a dead newest item is
         removed and None returned, as ``pop_item`` does."""
         await self._sync()
@@ -422,11 +421,7 @@ class TTLSession(SessionWrapper):
                 return _DEAD
             return check(envelope["item"])
 
-        inner = self.inner
-        if isinstance(inner, (BaseSession, SessionWrapper)):
-            result = await inner._pop_checked(unwrap)
-        else:
-            result = await pop_checked_by_api(inner, unwrap)
+        result = await pop_checked_of(self.inner, unwrap)
         return None if result is _DEAD else result
 
     async def clear_session(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ...core.base import BaseSession
+from ...core.base import short_page_is_start
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -38,9 +38,7 @@ class SequencedPages:
         self.size = size
         self.summary: list[TResponseInputItem] = []
         self._before: int | None = None
-        # Our backends return short pages only at the start; layers that hide items (expiry,
-        # unreadable items) may return short pages anywhere, so only an empty page ends those.
-        self._short_means_start = isinstance(session, BaseSession)
+        self._short_means_start = short_page_is_start(session)
 
     async def older(self) -> tuple[list[TResponseInputItem], bool]:
         pairs = await self.session.get_sequenced_items(self.size, before=self._before)
