@@ -18,6 +18,7 @@ from .archival import Archive
 from .blocks import Block, Blocks
 from .embedders import Embedder
 from .recall import RecallIndex, RecallSession
+from .tools import memory_tools
 
 NEAR_LIMIT = 0.9
 """A block this full (share of its limit) is rendered with a warning to shorten it."""
@@ -119,8 +120,6 @@ class Memory:
 
     def tools(self) -> list[Any]:
         """The memory tools bound to this scope (see ``agent_sessions.memory.tools``)."""
-        from .tools import memory_tools
-
         return memory_tools(self)
 
     async def close(self) -> None:
