@@ -37,6 +37,18 @@ class BM25Index:
         self._lengths[doc] = length
         self._total += length
 
+    def remove(self, doc: int, text: str) -> None:
+        """Drop document ``doc``, added with ``text``."""
+        length = self._lengths.pop(doc, None)
+        if length is None:
+            return
+        self._total -= length
+        for term in set(tokenize(text)):
+            postings = self._postings.get(term, {})
+            postings.pop(doc, None)
+            if not postings:
+                self._postings.pop(term, None)
+
     def search(
         self, query: str, *, where: Callable[[int], bool] | None = None, top_k: int = 10
     ) -> list[tuple[int, float]]:
