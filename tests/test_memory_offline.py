@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -53,3 +55,19 @@ def test_bad_dims_are_refused() -> None:
     for dim in (0, 257, True, 64.0):
         with pytest.raises(ValueError, match="dim"):
             WordLlamaEmbedder(dim)  # type: ignore[arg-type]
+
+
+def test_without_wordllama_the_error_names_the_extra() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['wordllama'] = None\n"
+        "from agent_sessions import WordLlamaEmbedder\n"
+        "from agent_sessions.errors import MissingDependencyError\n"
+        "try:\n"
+        "    WordLlamaEmbedder()\n"
+        "except MissingDependencyError as exc:\n"
+        "    assert 'agent-sessions-store[memory-offline]' in str(exc), exc\n"
+        "else:\n"
+        "    sys.exit('no error')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ..core.extras import require
 from .search import tokenize
 
 
@@ -84,13 +85,7 @@ class WordLlamaEmbedder:
     def __init__(self, dim: int = 256) -> None:
         if isinstance(dim, bool) or not isinstance(dim, int) or not 0 < dim <= 256:
             raise ValueError(f"dim must be an int from 1 to 256 (64, 128 or 256), got {dim!r}")
-        try:
-            import wordllama
-        except ImportError:
-            raise ImportError(
-                "WordLlamaEmbedder needs the wordllama package: "
-                "pip install 'agent-sessions-store[memory-offline]'"
-            ) from None
+        wordllama: Any = require("wordllama", "WordLlamaEmbedder", "memory-offline")
         # The package's own folder holds weights/ and tokenizers/: loading from there as the
         # cache, with downloads disabled, never reaches the network.
         self._model = wordllama.WordLlama.load(
