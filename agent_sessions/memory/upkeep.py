@@ -36,6 +36,11 @@ def upkeep_agent(memory: Memory, model: str | Model | None = None) -> Agent[Any]
     )
 
 
+def _check_positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
 class _OverBudget(Exception):
     pass
 
@@ -76,10 +81,9 @@ class Upkeep(RunHooks[Any]):
         max_tokens: int | None = None,
         lease_seconds: float = 300.0,
     ) -> None:
-        for name, value in (("every", every), ("max_tokens", max_tokens)):
-            bad = isinstance(value, bool) or not isinstance(value, int) or value <= 0
-            if bad and (name == "every" or value is not None):
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        _check_positive("every", every)
+        if max_tokens is not None:
+            _check_positive("max_tokens", max_tokens)
         self.memory, self.agent = memory, agent
         self.every, self.max_turns, self.lease_seconds = every, max_turns, lease_seconds
         self.max_tokens = max_tokens
