@@ -116,6 +116,7 @@ class RecallIndex:
                 for doc in self._docs.pop(record["session"], []):
                     entry = self.entries[doc]
                     self._index.remove(doc, entry["text"])
+                    self._seen.discard((entry["session"], entry["seq"]))  # numbers may be reused
                     self.entries[doc] = {**entry, "role": "", "text": ""}
             elif kind == "recall":
                 key = (record["session"], record["seq"])
@@ -134,14 +135,14 @@ class RecallIndex:
         blanked in place where the store can rewrite (all of this package's stores)."""
         mark = uuid.uuid4().hex
         await self._log.append({"kind": "forget", "session": session_id, "id": mark})
-        before = [True]
+        before_mark = True
 
         def blank(record: dict[str, Any]) -> dict[str, Any] | None:
-            if record.get("id") == mark:
-                before[0] = False
-            if not (before[0] and record.get("kind") == "recall" and record["text"]):
-                return None
-            return {**record, "role": "", "text": ""} if record["session"] == session_id else None
+            nonlocal before_mark
+            before_mark = before_mark and record.get("id") != mark
+            mine = record.get("kind") == "recall" and record["session"] == session_id
+            mine = mine and bool(record["text"])  # not blanked already
+            return {**record, "role": "", "text": ""} if before_mark and mine else None
 
         await self._log.rewrite(blank)
         await self.refresh()
