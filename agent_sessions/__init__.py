@@ -1,7 +1,8 @@
 """agent_sessions: session storage for the OpenAI Agents SDK.
 
 Backends (``InMemorySession``, ``SQLiteSession``, and behind extras ``RedisSession``,
-``SQLAlchemySession``, ``MongoDBSession``) and wrappers layered over any Session. Names of
+``SQLAlchemySession``, ``MongoDBSession``), wrappers layered over any Session, and long-term
+``Memory`` over the same stores (``agent_sessions.memory``). Names of
 optional parts resolve lazily, so importing this package imports no optional driver.
 """
 
@@ -56,6 +57,12 @@ _LAZY = {
     "ResilientSession": "agent_sessions.wrappers.resilient",
     "RetryPolicy": "agent_sessions.wrappers.resilient",
     "CircuitBreaker": "agent_sessions.wrappers.resilient",
+    "Memory": "agent_sessions.memory",
+    "Upkeep": "agent_sessions.memory",
+    "upkeep_agent": "agent_sessions.memory",
+    "HashingEmbedder": "agent_sessions.memory",
+    "OpenAIEmbedder": "agent_sessions.memory",
+    "WordLlamaEmbedder": "agent_sessions.memory",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,6 +70,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .backends.mongodb import MongoDBSession as MongoDBSession
     from .backends.redis import RedisSession as RedisSession
     from .backends.sqlalchemy import SQLAlchemySession as SQLAlchemySession
+    from .memory import HashingEmbedder as HashingEmbedder
+    from .memory import Memory as Memory
+    from .memory import OpenAIEmbedder as OpenAIEmbedder
+    from .memory import Upkeep as Upkeep
+    from .memory import WordLlamaEmbedder as WordLlamaEmbedder
+    from .memory import upkeep_agent as upkeep_agent
     from .wrappers.advanced import AdvancedSession as AdvancedSession
     from .wrappers.advanced import AdvancedSQLiteSession as AdvancedSQLiteSession
     from .wrappers.branching import BranchingSession as BranchingSession

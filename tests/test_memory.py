@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from agents import Agent, Runner
+from agents import Agent, Runner, Usage
 from agents.memory import Session
 from agents.testing import ScriptedModel, UnexpectedModelCall, assistant_message, function_call
 
 from agent_sessions.catalog import SessionCatalog
+from agent_sessions.core.family import side_store
 from agent_sessions.memory import (
     HashingEmbedder,
     Memory,
@@ -239,9 +240,13 @@ async def test_recall_finds_items_compaction_folded_away_and_earlier_history(
     assert "Marguerite" not in view and "4417" not in view  # folded away
     [hit] = await memory.recall.search("boat name Marguerite", limit=1)
     assert hit.session_id == chat and hit.role == "user"
-    assert hit.seq is None  # a CompactionSession declares no sequence numbers
+    stored = await compacting.inner.get_sequenced_items()  # type: ignore[attr-defined]
+    numbers = {json.dumps(item): seq for seq, item in stored}
+    assert hit.seq == numbers[json.dumps({"role": "user", "content": hit.text})]
     [early] = await memory.recall.search("locker code", limit=1)
-    assert "4417" in early.text
+    assert "4417" in early.text and early.seq == stored[0][0]
+    seqs = [e["seq"] for e in memory.recall.entries if e["session"] == chat]
+    assert seqs == [seq for seq, _ in stored]  # each original once, with its own number
     assert await memory.recall.search("filler", roles=["user"]) == []
     assert await memory.recall.search("filler", end=hit.at - 1) == []
 
@@ -462,3 +467,127 @@ async def test_a_crashed_upkeep_holds_the_lease_only_until_it_expires(store: Ope
     now[0] += 301
     assert await other.run_if_due()
     assert (await memory.blocks.get("human")).value == "x"
+
+
+@pytest.mark.asyncio
+async def test_forgetting_one_conversation_keeps_the_others(store: Opener) -> None:
+    memory = await _memory(store)
+    chats = [f"chat{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    sessions = [memory.session(await store(chat)) for chat in chats]
+    for session, word in zip(sessions, ["alpha", "bravo", "charlie"], strict=True):
+        await session.add_items([{"role": "user", "content": f"the code word is {word}"}])
+    reader = Memory(memory.root)  # another reader, with the entries cached
+    assert len(await reader.recall.search("code word")) == 3
+    await sessions[0].clear_session()  # erase one conversation through the recall layer
+    await memory.recall.forget(chats[2])  # or one erased elsewhere (e.g. the catalog)
+    for index in (memory.recall, reader.recall, Memory(memory.root).recall):
+        assert [h.session_id for h in await index.search("code word")] == [chats[1]]
+        assert await index.search("alpha") == await index.search("charlie") == []
+    stored = json.dumps(await side_store(memory.root, "memory.recall").get_items())
+    assert "alpha" not in stored and "charlie" not in stored and "bravo" in stored
+    await sessions[0].add_items([{"role": "user", "content": "a new start: delta"}])
+    assert [h.session_id for h in await reader.recall.search("delta")] == [chats[0]]
+
+
+def _compacting(inner: Session) -> CompactionSession:
+    class OneLine:
+        async def summarize(self, items: list[Any], *, previous_summary: list[Any]) -> list[Any]:
+            return [{"role": "assistant", "content": "(summary)"}]
+
+    return CompactionSession(
+        inner,
+        summarizer=OneLine(),
+        should_trigger_compaction=item_count_trigger(4),
+        keep_last=1,
+        compact_on_write=True,
+    )
+
+
+@pytest.mark.asyncio
+async def test_upkeep_runs_after_a_compaction_and_stops_at_its_token_bound(
+    store: Opener,
+) -> None:
+    memory = await _memory(store)
+    await memory.blocks.define("human", "")
+    steps = [_call("memory_insert", n, label="human", new_str=f"fact {n}") for n in range(3)]
+    upkeep_model = ScriptedModel(
+        [*steps, [assistant_message("done")]], default_usage=Usage(total_tokens=30)
+    )
+    upkeep_agent = Agent(name="upkeep", tools=memory.tools(), model=upkeep_model)
+    hooks = Upkeep(memory, upkeep_agent, every=100, max_tokens=50)
+    compacting = _compacting(await store(f"chat{uuid.uuid4().hex[:8]}"))
+    session = memory.session(compacting)
+    agent = Agent(name="chat", model=ScriptedModel([[assistant_message("ok")] for _ in range(3)]))
+    await Runner.run(agent, "my cat is called Tom", session=session)
+    assert compacting.compactions == 0 and not await hooks.run_if_due()
+    await Runner.run(agent, "second", session=session)
+    await Runner.run(agent, "third", session=session)
+    assert compacting.compactions >= 1
+    assert await hooks.run_if_due()
+    assert hooks.runs == 1 and hooks.tokens == 60  # stopped at the second model call
+    assert upkeep_model.remaining_steps == 2
+    assert (await memory.blocks.get("human")).value == "fact 0"
+    assert "[user] my cat is called Tom" in str(upkeep_model.calls[0].input)
+    assert not await hooks.run_if_due()  # the cursor moved past the compaction
+    with pytest.raises(ValueError, match="max_tokens"):
+        Upkeep(memory, upkeep_agent, max_tokens=0)
+
+
+class _GatedEmbedder(HashingEmbedder):
+    """A HashingEmbedder whose calls after the first set ``waiting`` and wait for ``gate``."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.calls = 0
+        self.gate, self.waiting = asyncio.Event(), asyncio.Event()
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        if self.calls > 1:
+            self.waiting.set()
+            await self.gate.wait()
+        return await super().embed(texts)
+
+
+@pytest.mark.asyncio
+async def test_model_free_jobs_dedupe_expire_warn_and_reembed_in_the_background(
+    store: Opener, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [1_000_000.0]
+    memory = await _memory(store, embedder=HashingEmbedder(), clock=lambda: now[0])
+    archive = memory.archive
+    old = await archive.insert("Ada likes tea.", ["prefs"])
+    now[0] += 10
+    new = await archive.insert("ada likes TEA", ["prefs"])
+    brief = await archive.insert("the office is closed today", valid_to=now[0] + 50)
+    other = await archive.insert("Ada lives in Lyon")
+    await memory.blocks.define("human", "x" * 95, limit=100)
+    await memory.blocks.define("persona", "y" * 95, limit=100, read_only=True)
+    now[0] += 100
+    with caplog.at_level("WARNING", logger="agent_sessions.memory.core"):
+        tidied = await memory.tidy()
+    assert tidied.deduped == [old.id] and tidied.expired == [brief.id]
+    assert [b.label for b in tidied.near_limit] == ["human"] and "'human'" in caplog.text
+    assert tidied.reembedding is None  # every vector is of the current embedder
+    assert (await archive.get(old.id)).superseded_by == new.id  # type: ignore[union-attr]
+    assert (await archive.get(brief.id)).expired_at == now[0]  # type: ignore[union-attr]
+    found = await archive.search("office", include_inactive=True, top_k=1)
+    assert [p.id for p in found] == [brief.id] and await archive.search("office closed") != found
+    again = await memory.tidy()
+    assert again.deduped == again.expired == []
+
+    gated = _GatedEmbedder(64)
+    changed = Memory(memory.root, embedder=gated, clock=lambda: now[0])
+    task = changed.archive.reembed_in_background(batch=1)
+    assert changed.archive.reembed_in_background(batch=1) is task  # one at a time
+    await gated.waiting.wait()  # the first batch is stored, the second waits
+    assert [p.id for p in await archive.search("Lyon", top_k=1)] == [other.id]  # not blocked
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await changed.archive.refresh()
+    assert sum(p.embedder == "hashing-64" for p in changed.archive.passages) == 1
+    gated.gate.set()
+    resumed = (await changed.tidy()).reembedding
+    assert resumed is not None and await resumed == 3  # the rest, not all four
+    assert {p.embedder for p in changed.archive.passages} == {"hashing-64"}

@@ -4,8 +4,8 @@ archival passages and sleep-time upkeep, per scope (agent and/or user). See docs
 from ..errors import BlockConflictError, MemoryEditError
 from .archival import Archive, Passage
 from .blocks import Block, Blocks
-from .core import Memory, render_blocks, scope_id
-from .embedders import Embedder, HashingEmbedder, OpenAIEmbedder
+from .core import Memory, Tidied, render_blocks, scope_id
+from .embedders import Embedder, HashingEmbedder, OpenAIEmbedder, WordLlamaEmbedder
 from .recall import RecallHit, RecallIndex, RecallSession
 from .tools import memory_tools
 from .upkeep import UPKEEP_PROMPT, Upkeep, upkeep_agent
@@ -25,7 +25,9 @@ __all__ = [
     "RecallHit",
     "RecallIndex",
     "RecallSession",
+    "Tidied",
     "Upkeep",
+    "WordLlamaEmbedder",
     "memory_tools",
     "render_blocks",
     "scope_id",

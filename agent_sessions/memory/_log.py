@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agents.memory import Session
@@ -52,3 +53,21 @@ class RecordLog:
         fresh = [item for _seq, item in new if isinstance(item, dict)]
         self.records.extend(fresh)
         return reloaded, fresh
+
+    async def rewrite(self, change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> int:
+        """Replace in the store, in one step, each record (passed in commit order) for which
+        ``change`` returns a new one; return how many were replaced. A store that cannot
+        rewrite in place (no ``Capability.REWRITE``) is left as it is (0)."""
+        if not (
+            supports(self.store, Capability.SEQUENCED) and supports(self.store, Capability.REWRITE)
+        ):
+            return 0
+        store: Any = self.store
+        pairs = [
+            (seq, new)
+            for seq, item in await store.get_sequenced_items()
+            if isinstance(item, dict)
+            for new in [change(item)]
+            if new is not None
+        ]
+        return int(await store.rewrite_items(pairs)) if pairs else 0

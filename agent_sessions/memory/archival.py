@@ -3,6 +3,7 @@ vector together (reciprocal-rank fusion), filters applied before ranking."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Callable, Sequence
@@ -14,7 +15,7 @@ from agents.memory import Session
 from ..errors import MemoryEditError
 from ._log import RecordLog
 from .embedders import Embedder
-from .search import BM25Index, dot, reciprocal_rank_fusion, unit
+from .search import BM25Index, dot, reciprocal_rank_fusion, tokenize, unit
 
 CANDIDATES = 50
 """How many hits of each ranking enter the fusion (at least; more when top_k is larger)."""
@@ -34,6 +35,8 @@ class Passage:
     embedder: str | None = field(default=None, repr=False)
     vector: tuple[float, ...] | None = field(default=None, repr=False)
     """The embedding scaled to unit length."""
+    expired_at: float | None = None
+    """When ``Archive.expire`` marked it expired (it stays stored)."""
 
     def active(self, now: float) -> bool:
         """Neither superseded nor past ``valid_to`` at ``now``."""
@@ -71,6 +74,7 @@ class Archive:
         self._index = BM25Index()
         self.passages: list[Passage] = []
         self._by_id: dict[str, int] = {}
+        self._reembedding: asyncio.Task[int] | None = None
 
     async def refresh(self) -> None:
         """Read what was written since the last refresh (by any writer)."""
@@ -101,6 +105,9 @@ class Archive:
                 self.passages[at] = replace(
                     self.passages[at], embedder=r["embedder"], vector=unit(r["vector"])
                 )
+            elif kind == "expired" and r["id"] in self._by_id:
+                at = self._by_id[r["id"]]
+                self.passages[at] = replace(self.passages[at], expired_at=r["at"])
             elif kind == "supersede" and r["id"] in self._by_id:
                 at = self._by_id[r["id"]]
                 if self.passages[at].superseded_by is None:
@@ -184,8 +191,51 @@ class Archive:
                     for p, v in zip(part, vectors, strict=True)
                 ]
             )
+            await asyncio.sleep(0)  # let other tasks (turns) run between batches
         await self.refresh()
         return len(todo)
+
+    def reembed_in_background(self, batch: int = 100) -> asyncio.Task[int]:
+        """``reembed`` as an asyncio task (the running one, if any): await it for the count
+        or cancel it. Each batch is stored when done, so a cancelled or failed re-embedding
+        resumes where it stopped at the next call."""
+        if self.embedder is None:
+            raise MemoryEditError("reembed needs an embedder: pass embedder= to Memory")
+        if self._reembedding is None or self._reembedding.done():
+            self._reembedding = asyncio.create_task(self.reembed(batch))
+        return self._reembedding
+
+    async def expire(self) -> list[str]:
+        """Mark every passage past its ``valid_to`` expired (kept, not deleted; search
+        already skips it); return the ids newly marked."""
+        await self.refresh()
+        now = self._clock()
+        ids = [
+            p.id
+            for p in self.passages
+            if p.valid_to is not None and p.valid_to <= now and p.expired_at is None
+        ]
+        if ids:
+            await self._log.append(*[{"kind": "expired", "id": i, "at": now} for i in ids])
+            await self.refresh()
+        return ids
+
+    async def dedupe(self) -> list[str]:
+        """Supersede each active passage by the newest active one with the same words (case,
+        punctuation and spacing aside); return the superseded ids."""
+        await self.refresh()
+        now = self._clock()
+        newest: dict[tuple[str, ...], Passage] = {}
+        records: list[dict[str, Any]] = []
+        for p in reversed(self.passages):
+            if p.active(now):
+                kept = newest.setdefault(tuple(tokenize(p.content)), p)
+                if kept is not p:
+                    records.append({"kind": "supersede", "id": p.id, "by": kept.id, "at": now})
+        if records:
+            await self._log.append(*records)
+            await self.refresh()
+        return [r["id"] for r in records]
 
     async def search(
         self,

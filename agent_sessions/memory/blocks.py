@@ -23,6 +23,9 @@ from ._log import RecordLog
 LABEL = re.compile(r"[a-z][a-z0-9_]{0,63}\Z")
 DEFAULT_LIMIT = 2000
 MAX_RETRIES = 16
+NEAR_LIMIT = 0.9
+"""A writable block this full (share of its limit) is near its limit: rendered with a
+warning to shorten it, and logged by ``Memory.tidy``."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,11 @@ def check_size(label: str, value: str, limit: int, fix: str) -> None:
         raise MemoryEditError(
             f"block '{label}' would be {len(value):,} of {limit:,} characters: {fix}"
         )
+
+
+def is_near_limit(block: Block) -> bool:
+    """Whether ``block`` is writable and at least ``NEAR_LIMIT`` of its limit full."""
+    return not block.read_only and len(block.value) >= NEAR_LIMIT * block.limit
 
 
 class Blocks:
@@ -94,6 +102,10 @@ class Blocks:
         """The current version of every block, in the order they were defined."""
         await self._refresh()
         return list(self._current.values())
+
+    async def near_limit(self) -> list[Block]:
+        """The writable blocks at least ``NEAR_LIMIT`` of their limit full."""
+        return [b for b in await self.all() if is_near_limit(b)]
 
     async def get(self, label: str) -> Block:
         """The current version of block ``label``."""

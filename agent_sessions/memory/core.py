@@ -3,10 +3,13 @@ session in the same store as the conversations (so the catalog erases them with 
 
 from __future__ import annotations
 
+import asyncio
 import html
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from agents.memory import Session
@@ -15,12 +18,12 @@ from ..core.family import close_quietly, side_store
 from ..core.registry import open_session
 from ..errors import MemoryEditError
 from .archival import Archive
-from .blocks import Block, Blocks
+from .blocks import Block, Blocks, is_near_limit
 from .embedders import Embedder
 from .recall import RecallIndex, RecallSession
+from .tools import memory_tools
 
-NEAR_LIMIT = 0.9
-"""A block this full (share of its limit) is rendered with a warning to shorten it."""
+log = logging.getLogger(__name__)
 _PART = re.compile(r"[A-Za-z0-9_.@+\-]{1,100}\Z")
 
 
@@ -51,9 +54,7 @@ def render_blocks(blocks: list[Block]) -> str:
     ]
     for b in blocks:
         near = (
-            ' warning="near its limit: shorten it with memory_rethink"'
-            if len(b.value) >= NEAR_LIMIT * b.limit and not b.read_only
-            else ""
+            ' warning="near its limit: shorten it with memory_rethink"' if is_near_limit(b) else ""
         )
         out.append(
             f'<{b.label} chars="{len(b.value)}" limit="{b.limit}" '
@@ -65,6 +66,21 @@ def render_blocks(blocks: list[Block]) -> str:
         out.append(f"</{b.label}>")
     out.append("</memory_blocks>")
     return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class Tidied:
+    """What one ``Memory.tidy`` did."""
+
+    deduped: list[str]
+    """Ids of passages superseded by a newer one with the same words."""
+    expired: list[str]
+    """Ids of passages newly marked expired (past ``valid_to``)."""
+    near_limit: list[Block]
+    """Writable blocks at least 90% full (each also logged as a warning)."""
+    reembedding: asyncio.Task[int] | None
+    """The background re-embedding started (or already running), when some passage has no
+    vector of the current embedder."""
 
 
 class Memory:
@@ -119,9 +135,30 @@ class Memory:
 
     def tools(self) -> list[Any]:
         """The memory tools bound to this scope (see ``agent_sessions.memory.tools``)."""
-        from .tools import memory_tools
-
         return memory_tools(self)
+
+    async def tidy(self) -> Tidied:
+        """Run the model-free upkeep jobs (each also callable alone): ``archive.dedupe``,
+        ``archive.expire``, ``blocks.near_limit`` (logged), and ``archive.
+        reembed_in_background`` when some passage lacks a vector of the current embedder
+        (not awaited here: await or cancel the returned task)."""
+        deduped = await self.archive.dedupe()
+        expired = await self.archive.expire()
+        near = await self.blocks.near_limit()
+        for block in near:
+            log.warning(
+                "memory block %r of %s is %d of %d characters: near its limit",
+                block.label,
+                self.root.session_id,
+                len(block.value),
+                block.limit,
+            )
+        embedder = self.archive.embedder
+        stale = embedder is not None and any(
+            p.embedder != embedder.name for p in self.archive.passages
+        )
+        reembedding = self.archive.reembed_in_background() if stale else None
+        return Tidied(deduped, expired, near, reembedding)
 
     async def close(self) -> None:
         """Close the root session (its side stores close with it)."""

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ..core.extras import require
 from .search import tokenize
 
 
@@ -69,3 +72,31 @@ class OpenAIEmbedder:
             model=self.model, input=texts, dimensions=self.dim
         )
         return [list(d.embedding) for d in response.data]
+
+
+class WordLlamaEmbedder:
+    """Offline embeddings from the static token vectors that ship inside the ``wordllama``
+    package (MIT licence; extra ``memory-offline``): no key, no network, no download.
+
+    A text's vector is the mean of its tokens' vectors (WordLlama ``l2_supercat``, 256
+    dimensions, trained so its first 64 or 128 also work: pass ``dim`` to truncate).
+    """
+
+    def __init__(self, dim: int = 256) -> None:
+        if isinstance(dim, bool) or not isinstance(dim, int) or not 0 < dim <= 256:
+            raise ValueError(f"dim must be an int from 1 to 256 (64, 128 or 256), got {dim!r}")
+        wordllama: Any = require("wordllama", "WordLlamaEmbedder", "memory-offline")
+        # The package's own folder holds weights/ and tokenizers/: loading from there as the
+        # cache, with downloads disabled, never reaches the network.
+        self._model = wordllama.WordLlama.load(
+            cache_dir=Path(wordllama.__file__).parent, disable_download=True, trunc_dim=dim
+        )
+        self.dim = dim
+        self.name = f"wordllama:l2_supercat:{dim}"
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """Embed ``texts`` on a worker thread (the event loop stays free)."""
+        if not texts:
+            return []
+        vectors = await asyncio.to_thread(self._model.embed, texts, norm=True)
+        return [[float(x) for x in row] for row in vectors]

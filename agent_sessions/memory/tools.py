@@ -6,18 +6,24 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from agents import FunctionTool, function_tool
 
 from ..errors import MemoryEditError
-from .blocks import Block
-from .recall import epoch
-
-if TYPE_CHECKING:
-    from .core import Memory
+from .archival import Archive
+from .blocks import Block, Blocks
+from .recall import RecallIndex, epoch
 
 DAY = 86_400.0
+
+
+class MemoryParts(Protocol):
+    """What the tools use of a ``Memory`` (so this module does not import ``core``)."""
+
+    blocks: Blocks
+    recall: RecallIndex
+    archive: Archive
 
 
 def _bound(value: str | None, name: str, *, end: bool = False) -> float | None:
@@ -45,7 +51,7 @@ def _edited(block: Block) -> str:
     )
 
 
-def memory_tools(memory: Memory) -> list[FunctionTool]:
+def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
     """The seven tools, bound to ``memory``."""
     blocks, recall, archive = memory.blocks, memory.recall, memory.archive
 

@@ -1,5 +1,6 @@
-"""Sleep-time upkeep: every N user turns, an upkeep agent reads the transcript since a stored
-cursor and edits the blocks, one run per scope at a time (a lease kept in the store)."""
+"""Sleep-time upkeep: every N user turns or after a compaction, an upkeep agent reads the
+transcript since a stored cursor and edits the blocks, then the model-free jobs run
+(``Memory.tidy``); one upkeep per scope at a time (a lease kept in the store)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from agents import Agent, RunContextWrapper, RunHooks, Runner
+from agents import Agent, MaxTurnsExceeded, RunContextWrapper, RunHooks, Runner
+from agents.items import ModelResponse
 from agents.models.interface import Model
 
 from ._log import RecordLog
@@ -34,13 +36,39 @@ def upkeep_agent(memory: Memory, model: str | Model | None = None) -> Agent[Any]
     )
 
 
+def _check_positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+class _OverBudget(Exception):
+    pass
+
+
+class _Budget(RunHooks[Any]):
+    """Counts the tokens of one upkeep run; stops it once it used ``max_tokens``."""
+
+    def __init__(self, max_tokens: int | None) -> None:
+        self.max_tokens, self.used = max_tokens, 0
+
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
+        self.used += response.usage.total_tokens
+        if self.max_tokens is not None and self.used >= self.max_tokens:
+            raise _OverBudget
+
+
 class Upkeep(RunHooks[Any]):
     """``RunHooks`` that, after a run ends, runs ``agent`` over the transcript recorded for
-    recall since the last upkeep when at least ``every`` user turns have passed.
+    recall since the last upkeep when at least ``every`` user turns have passed or a
+    recall layer noticed a compaction since, then ``memory.tidy()``.
 
     One upkeep per scope runs at a time, across processes: a lease record in the scope's
     upkeep side store, valid ``lease_seconds``; the log is folded in commit order, so of two
-    racing claims exactly one wins. ``max_turns`` bounds each upkeep run.
+    racing claims exactly one wins. Each upkeep run is bounded by ``max_turns`` model calls
+    and, when set, ``max_tokens`` total tokens (the SDK's usage): a run that reaches either
+    bound stops, keeps its edits and moves the cursor (it is not retried).
     """
 
     def __init__(
@@ -50,15 +78,20 @@ class Upkeep(RunHooks[Any]):
         *,
         every: int = 5,
         max_turns: int = 6,
+        max_tokens: int | None = None,
         lease_seconds: float = 300.0,
     ) -> None:
-        if isinstance(every, bool) or not isinstance(every, int) or every <= 0:
-            raise ValueError(f"every must be a positive int of turns, got {every!r}")
+        _check_positive("every", every)
+        if max_tokens is not None:
+            _check_positive("max_tokens", max_tokens)
         self.memory, self.agent = memory, agent
         self.every, self.max_turns, self.lease_seconds = every, max_turns, lease_seconds
+        self.max_tokens = max_tokens
         self._log = RecordLog(memory.upkeep_store)
         self.runs = 0
         """Upkeep runs this object performed."""
+        self.tokens = 0
+        """Total tokens its upkeep runs used."""
 
     async def on_agent_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], output: Any
@@ -95,23 +128,33 @@ class Upkeep(RunHooks[Any]):
         await self.memory.recall.refresh()
         return cursor, self.memory.recall.entries[cursor:]
 
+    def _due(self, cursor: int, pending: list[dict[str, Any]]) -> bool:
+        turns = sum(e["role"] == "user" for e in pending)
+        compacted = any(at > cursor for at in self.memory.recall.compactions)
+        return turns >= self.every or (compacted and any(e["text"] for e in pending))
+
     async def run_if_due(self) -> bool:
-        """Run upkeep if ``every`` user turns passed and no other upkeep holds the lease;
-        return whether it ran."""
-        _cursor, pending = await self._pending()
-        if sum(e["role"] == "user" for e in pending) < self.every:
+        """Run upkeep if due (``every`` user turns or a compaction since the cursor) and no
+        other upkeep holds the lease; return whether it ran."""
+        if not self._due(*await self._pending()):
             return False
         lease = await self._acquire()
         if lease is None:
             return False
         try:
             cursor, pending = await self._pending()  # another run may have just finished
-            if sum(e["role"] == "user" for e in pending) < self.every:
+            if not self._due(cursor, pending):
                 return False
-            transcript = "\n".join(f"[{e['role']}] {e['text']}" for e in pending)
-            await Runner.run(self.agent, transcript, max_turns=self.max_turns)
+            transcript = "\n".join(f"[{e['role']}] {e['text']}" for e in pending if e["text"])
+            budget = _Budget(self.max_tokens)
+            try:
+                await Runner.run(self.agent, transcript, max_turns=self.max_turns, hooks=budget)
+            except (_OverBudget, MaxTurnsExceeded) as exc:
+                log.warning("memory upkeep stopped at its bound (%d tokens): %r", budget.used, exc)
+            self.tokens += budget.used
             await self._log.append({"kind": "cursor", "upto": cursor + len(pending)})
             self.runs += 1
+            await self.memory.tidy()
             return True
         finally:
             await self._log.append({"kind": "release", "lease": lease})
