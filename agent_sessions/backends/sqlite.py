@@ -116,6 +116,8 @@ class _Schema:
         """Insert ``payloads`` as rows of ``sid``, in order; return the last row's id.
 
         Multi-row INSERTs: a batch of 20 takes about 40% less time than ``executemany``."""
+        if len(payloads) == 1:
+            return raw.execute(self.insert, (sid, payloads[0])).lastrowid or 0
         last = 0
         for start in range(0, len(payloads), _ROWS_PER_INSERT):
             chunk = payloads[start : start + _ROWS_PER_INSERT]
