@@ -179,7 +179,7 @@ def encode_item(item: Any, index: int, max_item_bytes: int = DEFAULT_MAX_ITEM_BY
         InvalidItemError: the item is not a JSON object (message names ``index`` and the reason).
         ItemTooLargeError: its UTF-8 encoding is larger than ``max_item_bytes``.
     """
-    if not isinstance(item, Mapping):
+    if type(item) is not dict and not isinstance(item, Mapping):  # the ABC check costs ~0.3 us
         raise InvalidItemError(
             f"item {index} of the batch is a {type(item).__name__}, not a JSON object (dict); "
             "nothing of the batch was written",
@@ -200,7 +200,9 @@ def encode_item(item: Any, index: int, max_item_bytes: int = DEFAULT_MAX_ITEM_BY
 
 def encode_batch(items: Sequence[Any], max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES) -> list[str]:
     """Validate and encode a whole batch before anything is written."""
-    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence):
+    if type(items) is not list and (
+        isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence)
+    ):
         raise InvalidItemError(
             f"add_items takes a list of items, got {type(items).__name__}; nothing was written"
         )
