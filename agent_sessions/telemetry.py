@@ -1,10 +1,12 @@
 """Optional OpenTelemetry spans for every storage operation (the ``otel`` extra).
 
-``instrument()`` wraps the storage hooks of every backend (those of ``BaseSession``
-subclasses: built-in ones and your own, defined before or after the call) so each operation
-that reaches the store runs in a span. Until it is called nothing is wrapped, so an
-application that does not trace pays nothing, and one without OpenTelemetry installed never
-imports it.
+The public storage methods of ``BaseSession`` (the SDK's four, ``count_items``,
+``delete_items`` and the sequenced reads and writes layers use) pass through one seam,
+:func:`traced`. Until ``instrument()`` is called the seam only checks a module variable and
+awaits the method (no span), and OpenTelemetry is never imported. Once
+called, the outermost such call of a task runs in a span; calls it makes on other sessions
+(a family's side stores) are part of it. Every backend built on ``BaseSession`` is traced,
+including your own, unless it overrides a public method without calling ``super()``.
 
 A span is named ``"{operation} {system}"`` (e.g. ``"add_items redis"``) and carries:
 
@@ -14,7 +16,7 @@ A span is named ``"{operation} {system}"`` (e.g. ``"add_items redis"``) and carr
   ``count_items`` or ``delete_items``;
 - ``agent_sessions.backend``: the session's class name;
 - ``agent_sessions.item_count``: items written, read, popped, counted or deleted;
-- ``agent_sessions.bytes``: UTF-8 bytes of the stored JSON written or read (what the store
+- ``agent_sessions.bytes``: UTF-8 bytes of the items' JSON written or read (what the store
   holds: ciphertext envelopes under ``EncryptedSession``);
 - on failure, ``error.type`` and an ``exception`` event with ``exception.type`` and a fixed
   ``exception.message`` (the real message may name the session or quote a driver's view of
@@ -27,35 +29,51 @@ names a user).
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from .core.base import BaseSession, Row
+from .core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
+from .core.codec import dumps as _dumps
 from .core.extras import missing
 
-_HOOKS = {
-    "_append": "add_items",
-    "_load": "get_items",
-    "_pop": "pop_item",
-    "_clear": "clear_session",
-    "_count": "count_items",
-    "delete_items": "delete_items",
-}
+if TYPE_CHECKING:
+    from .core.base import BaseSession
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Method = Callable[P, Coroutine[Any, Any, R]]
+
 _SYSTEMS = {
     "SQLiteSession": "sqlite",
     "RedisSession": "redis",
     "MongoDBSession": "mongodb",
     "InMemorySession": "memory",
 }
-_WRAPPED = "__agent_sessions_traced__"
+_WITHHELD = "withheld by agent_sessions (it may name the session or quote stored data)"
 
 _tracer: Any = None
-_subclass_hook = False
+_inside: ContextVar[bool] = ContextVar("agent_sessions_span", default=False)
+"""Whether the current task is inside a span of ours (nested calls make none)."""
 
 
-def _utf8_len(text: str | bytes) -> int:
-    if isinstance(text, bytes):
-        return len(text)
+def traced(operation: str) -> Callable[[Method[P, R]], Method[P, R]]:
+    """The seam: make a session method run in an ``operation`` span while instrumented."""
+
+    def decorate(method: Method[P, R]) -> Method[P, R]:
+        @functools.wraps(method)
+        async def seam(*args: P.args, **kwargs: P.kwargs) -> R:
+            # A coroutine function, as the method is (mocks and the SDK inspect it).
+            if _tracer is None or _inside.get():
+                return await method(*args, **kwargs)
+            return await _span(operation, method, args, kwargs)  # type: ignore[arg-type,no-any-return]
+
+        return seam
+
+    return decorate
+
+
+def _utf8_len(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
@@ -73,34 +91,40 @@ def _system(session: BaseSession) -> str:
     return name.lower()
 
 
-def _measure(operation: str, args: tuple[Any, ...], result: Any) -> tuple[int | None, int | None]:
-    """Return (item count, bytes) of one hook call."""
+def _measure(operation: str, written: list[str], result: Any) -> tuple[int | None, int | None]:
+    """Return (item count, bytes) of one call."""
     if operation == "add_items":
-        payloads: list[str] = args[0] if args else []
-        return len(payloads), sum(_utf8_len(p) for p in payloads)
+        return len(written), sum(map(_utf8_len, written))
     if operation == "get_items":
-        rows: list[Row] = result
-        return len(rows), sum(_utf8_len(payload) for _, payload in rows)
+        items = [i[1] if isinstance(i, tuple) else i for i in result]  # sequenced: (seq, item)
+        return len(items), sum(_utf8_len(_dumps(i)) for i in items)
     if operation == "pop_item":
-        return (0, 0) if result is None else (1, _utf8_len(result))
-    if operation in ("count_items", "delete_items") and isinstance(result, int):
+        return (0, 0) if result is None else (1, _utf8_len(_dumps(result)))
+    if isinstance(result, int):  # count_items, delete_items
         return result, None
     return None, None
 
 
-_WITHHELD = "withheld by agent_sessions (it may name the session or quote stored data)"
+async def _span(
+    operation: str,
+    method: Callable[..., Coroutine[Any, Any, Any]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    session = args[0]
+    written: list[str] = []
+    if operation == "add_items":
+        # Refused before it reaches the store (nothing written): no span.
+        items = args[1] if len(args) > 1 else kwargs["items"]
+        written = encode_batch(items, getattr(session, "max_item_bytes", DEFAULT_MAX_ITEM_BYTES))
+        if not written:
+            return await method(*args, **kwargs)
+    from opentelemetry.trace import SpanKind, Status, StatusCode
 
-
-def _traced(operation: str, hook: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    @functools.wraps(hook)
-    async def traced(self: BaseSession, *args: Any, **kwargs: Any) -> Any:
-        tracer = _tracer
-        if tracer is None:  # uninstrumented since this class was wrapped
-            return await hook(self, *args, **kwargs)
-        from opentelemetry.trace import SpanKind, Status, StatusCode
-
-        system = _system(self)
-        with tracer.start_as_current_span(
+    system = _system(session)
+    token = _inside.set(True)
+    try:
+        with _tracer.start_as_current_span(
             f"{operation} {system}",
             kind=SpanKind.CLIENT,
             record_exception=False,
@@ -108,9 +132,9 @@ def _traced(operation: str, hook: Callable[..., Awaitable[Any]]) -> Callable[...
         ) as span:
             span.set_attribute("db.system.name", system)
             span.set_attribute("db.operation.name", operation)
-            span.set_attribute("agent_sessions.backend", type(self).__name__)
+            span.set_attribute("agent_sessions.backend", type(session).__name__)
             try:
-                result = await hook(self, *args, **kwargs)
+                result = await method(*args, **kwargs)
             except BaseException as exc:
                 # The type and a fixed text only: a message may name the session (often a
                 # user) or, from a driver, quote stored data.
@@ -121,43 +145,14 @@ def _traced(operation: str, hook: Callable[..., Awaitable[Any]]) -> Callable[...
                 )
                 span.set_status(Status(StatusCode.ERROR, kind))
                 raise
-            count, size = _measure(operation, args, result)
+            count, size = _measure(operation, written, result)
             if count is not None:
                 span.set_attribute("agent_sessions.item_count", count)
             if size is not None:
                 span.set_attribute("agent_sessions.bytes", size)
             return result
-
-    setattr(traced, _WRAPPED, hook)
-    return traced
-
-
-def _wrap_class(cls: type) -> None:
-    for name, operation in _HOOKS.items():
-        hook = cls.__dict__.get(name)
-        if hook is None or getattr(hook, _WRAPPED, None) is not None:
-            continue
-        if callable(hook):
-            setattr(cls, name, _traced(operation, hook))
-
-
-def _all_subclasses(cls: type) -> list[type]:
-    out: list[type] = []
-    todo = [cls]
-    while todo:
-        subclasses: list[type] = todo.pop().__subclasses__()
-        for sub in subclasses:
-            out.append(sub)
-            todo.append(sub)
-    return out
-
-
-def _unwrap_class(cls: type) -> None:
-    for name in _HOOKS:
-        hook = cls.__dict__.get(name)
-        original = getattr(hook, _WRAPPED, None)
-        if original is not None:
-            setattr(cls, name, original)
+    finally:
+        _inside.reset(token)
 
 
 def instrument(tracer_provider: Any = None) -> None:
@@ -170,7 +165,7 @@ def instrument(tracer_provider: Any = None) -> None:
     Raises:
         MissingDependencyError: ``opentelemetry-api`` is not installed (the ``otel`` extra).
     """
-    global _tracer, _subclass_hook
+    global _tracer
     try:
         from opentelemetry import trace
     except ImportError as exc:
@@ -178,29 +173,12 @@ def instrument(tracer_provider: Any = None) -> None:
     from . import __version__
 
     _tracer = trace.get_tracer("agent_sessions", __version__, tracer_provider=tracer_provider)
-    for cls in _all_subclasses(BaseSession):
-        _wrap_class(cls)
-    if not _subclass_hook:  # backends defined later (imported lazily) are wrapped as they come
-        _subclass_hook = True
-        own = BaseSession.__dict__.get("__init_subclass__")  # BaseSession's own, if it has one
-
-        def hook(cls: type[BaseSession], /, **kwargs: Any) -> None:
-            if own is not None:
-                own.__func__(cls, **kwargs)
-            else:
-                super(BaseSession, cls).__init_subclass__(**kwargs)
-            if _tracer is not None:
-                _wrap_class(cls)
-
-        BaseSession.__init_subclass__ = classmethod(hook)  # type: ignore[assignment,method-assign]
 
 
 def uninstrument() -> None:
-    """Stop tracing and restore the original hooks."""
+    """Stop tracing."""
     global _tracer
     _tracer = None
-    for cls in _all_subclasses(BaseSession):
-        _unwrap_class(cls)
 
 
 def is_instrumented() -> bool:
@@ -208,4 +186,4 @@ def is_instrumented() -> bool:
     return _tracer is not None
 
 
-__all__ = ["instrument", "is_instrumented", "uninstrument"]
+__all__ = ["instrument", "is_instrumented", "traced", "uninstrument"]

@@ -4,9 +4,10 @@ Each session is two keys that share a hash tag (see ``_redis_layout``): a sorted
 scored by sequence number and a hash with the counter. ``add_items`` is one Lua script (counter,
 write and expiry together, so the batch is atomic), ``get_items(limit)`` one ZRANGE of the newest
 N, ``pop_item`` one script around ZPOPMAX, ``clear_session`` one script (it keeps the counter, so
-numbers are never reused), ``delete_items`` one ZREMRANGEBYSCORE. Every call is bounded by
-``timeout``; when Redis cannot be reached it raises :class:`BackendUnavailableError`, and the same
-session works again once Redis is back.
+numbers are never reused), ``delete_items`` one ZREMRANGEBYSCORE. The client's own socket
+timeouts bound every call (``from_url`` sets them to ``timeout``); when Redis cannot be reached or
+does not answer in time a call raises :class:`BackendUnavailableError`, and the same session works
+again once Redis is back.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ from agents.memory.session_settings import SessionSettings
 from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, pop_checked_by_api
 from ..core.capabilities import Capability
 from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
-from ..core.deadline import within
 from ..core.family import REGISTRY
 from ..core.options import explicit_options
 from ..errors import BackendDataError, BackendUnavailableError, SequenceConflictError
@@ -74,7 +74,7 @@ T = TypeVar("T")
 _MAX_EXPIRY_MS = 2**63 - 1
 
 DEFAULT_TIMEOUT = 5.0
-"""Seconds one operation may take before it raises BackendUnavailableError."""
+"""Seconds ``from_url``'s client waits to connect or for an answer (redis-py's default too)."""
 
 _UNAVAILABLE: tuple[type[BaseException], ...] = (
     RedisConnectionError,  # includes BusyLoadingError, AuthenticationError, MaxConnectionsError
@@ -191,8 +191,10 @@ class RedisSession(BaseSession):
         key_prefix: start of every key; must not contain braces.
         ttl: seconds after each write when all of the session's keys expire (sliding); None
             keeps them forever. Fractions are honoured to the millisecond.
-        timeout: seconds one operation may take before raising BackendUnavailableError
-            (None: rely on the client's own socket timeouts).
+        timeout: seconds a call waits for a free pooled connection before raising
+            BackendUnavailableError (None: no limit). Connecting and answering are bounded by
+            the client's own ``socket_connect_timeout``, ``socket_timeout`` and ``retry``
+            (``from_url`` sets both timeouts to ``timeout`` and turns retries off).
         session_settings, max_item_bytes, strict: see :class:`BaseSession`.
 
     Note: redis-py retries a command after a connection error by default, and a retried write
@@ -265,7 +267,8 @@ class RedisSession(BaseSession):
             redis_kwargs: passed to ``redis.asyncio.from_url`` / ``RedisCluster.from_url``
                 (e.g. ``decode_responses``, ``ssl_ca_certs``, ``max_connections``).
             cluster: connect with ``RedisCluster`` (url names any one node).
-            timeout: per-operation bound, also used as connect and socket timeout.
+            timeout: the client's ``socket_connect_timeout`` and ``socket_timeout`` (seconds;
+                None: no limit), and the wait for a free pooled connection.
             key_prefix, ttl, session_settings, max_item_bytes, strict: as in the constructor.
         """
 
@@ -660,25 +663,22 @@ class RedisSession(BaseSession):
             ) from None
 
     async def _call(self, command: Callable[[], Awaitable[T]], *, reads: bool = False) -> T:
-        """Run one Redis call within ``timeout``, translating failures to this package's errors
-        (``reads``: the call changes nothing, so its error says nothing about writes).
+        """Run one Redis call, translating failures to this package's errors (``reads``: the
+        call changes nothing, so its error says nothing about writes).
 
-        A full connection pool raises before anything is sent, so the call waits and tries
-        again (until the timeout) instead of failing under a burst of concurrent calls.
+        The client's socket timeouts and retry policy bound the call. A full connection pool
+        raises before anything is sent, so the call waits and tries again (for up to
+        ``timeout``) instead of failing under a burst of concurrent calls.
         """
         try:
-            with within(self.timeout):
-                if self._cluster:
-                    # Concurrent first calls on a cold RedisCluster race inside redis-py (one
-                    # call's topology discovery closes connections the others are using).
-                    await self._client.initialize()
-                pause = 0.0005
-                while True:
-                    try:
-                        return await command()
-                    except MaxConnectionsError:
-                        await asyncio.sleep(pause)
-                        pause = min(pause * 2, 0.05)
+            if self._cluster:
+                # Concurrent first calls on a cold RedisCluster race inside redis-py (one
+                # call's topology discovery closes connections the others are using).
+                await self._client.initialize()
+            try:
+                return await command()
+            except MaxConnectionsError:
+                return await self._when_pool_frees(command)
         except ResponseError as exc:
             message = str(exc)
             if "WRONGTYPE" in message:
@@ -705,6 +705,20 @@ class RedisSession(BaseSession):
         except _UNAVAILABLE as exc:
             raise self._unavailable(exc, reads) from exc
 
+    async def _when_pool_frees(self, command: Callable[[], Awaitable[T]]) -> T:
+        """Retry ``command`` while the pool is full, backing off, for up to ``timeout``."""
+        loop = asyncio.get_running_loop()
+        give_up = None if self.timeout is None else loop.time() + self.timeout
+        pause = 0.0005
+        while True:
+            await asyncio.sleep(pause)
+            try:
+                return await command()
+            except MaxConnectionsError:
+                if give_up is not None and loop.time() >= give_up:
+                    raise
+                pause = min(pause * 2, 0.05)
+
     def _unavailable(self, exc: BaseException, reads: bool) -> BackendUnavailableError:
         where = _describe(self._client)
         if isinstance(exc, AuthenticationError) or str(exc).startswith(("NOAUTH", "WRONGPASS")):
@@ -713,7 +727,7 @@ class RedisSession(BaseSession):
                 f"URL ({type(exc).__name__}: {exc}); nothing was read or written"
             )
         if isinstance(exc, (TimeoutError, RedisTimeoutError)):
-            reason = f"did not answer within {self.timeout} s"
+            reason = "did not answer within the client's socket timeout"
         elif isinstance(exc, BusyLoadingError):
             reason = "is loading its dataset"
         else:

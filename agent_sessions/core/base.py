@@ -19,6 +19,7 @@ from agents.memory.session import SessionABC
 from agents.memory.session_settings import SessionSettings, coerce_session_settings
 
 from ..errors import CorruptItemError, InvalidItemError, SessionClosedError
+from ..telemetry import traced
 from .capabilities import Capability, supports
 from .closing import Closing, release_here
 from .codec import DEFAULT_MAX_ITEM_BYTES, decode_item, encode_batch
@@ -182,6 +183,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
 
     # -- the SDK's Session API ---------------------------------------------------------------
 
+    @traced("get_items")
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items, oldest first.
 
@@ -195,6 +197,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         self._check_open()
         return self._decode_rows(await self._load(limit))
 
+    @traced("add_items")
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` as one all-or-nothing batch; ``[]`` is a no-op.
 
@@ -217,6 +220,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         else:
             await run_to_completion(self._append_unnumbered(payloads))
 
+    @traced("pop_item")
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item, or None when the session is empty."""
         self._check_open()
@@ -232,6 +236,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             if item is not None:
                 return item  # type: ignore[no-any-return]
 
+    @traced("clear_session")
     async def clear_session(self) -> None:
         """Delete every item of this session."""
         self._check_open()
@@ -239,6 +244,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
 
     # -- sequenced items (capability) ---------------------------------------------------------
 
+    @traced("add_items")
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers."""
         self._check_open()  # before the empty check: the SDK refuses [] on a closed session
@@ -275,6 +281,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         appended = iter(await self._mutate(self._append_family(wanted)) if wanted else [])
         return [next(appended) if payloads else [] for _, payloads in encoded]
 
+    @traced("get_items")
     async def get_sequenced_items(
         self,
         limit: int | None = None,
@@ -296,6 +303,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
                 out.append((seq, item))
         return out
 
+    @traced("count_items")
     async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
         """Return how many items have after < seq < before."""
         self._check_open()
@@ -444,6 +452,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
 
     # -- range delete and rewrite in place (capabilities) ---------------------------------------
 
+    @traced("delete_items")
     async def delete_items(self, *, before: int) -> int:
         """Atomically delete this session's items with sequence number < ``before``; return
         how many were deleted. Items written concurrently (higher numbers) are never touched."""

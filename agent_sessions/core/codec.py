@@ -111,20 +111,23 @@ def _invalid(index: int, problem: str) -> InvalidItemError:
 
 
 _EXACT_JSON = frozenset({dict, list, tuple, str, int, float, bool, type(None)})
+_DICT = {dict}
 
 
-def _orjson_wrote_json(item: dict[str, Any], data: bytes) -> bool:
-    """True when ``data``, orjson's text for ``item``, is what ``json.dumps`` would write.
+def _orjson_wrote_json(items: Sequence[Any], data: list[bytes]) -> bool:
+    """True when ``data``, orjson's texts for the dicts ``items``, are what ``json.dumps``
+    would write.
 
     orjson has refused non-string keys, integers beyond 64 bits and nesting deeper than 254 (so
     cycles too). What else it writes but ``json.dumps`` refuses is UUID, Enum, datetime,
     dataclass and Fragment values, none of an exact JSON type, and NaN and infinities, which
     become ``null``. So this checks that every value is of an exact JSON type and, if any is a
-    float, that the text holds no more ``null`` than the item holds None (a "null" inside a
+    float, that the texts hold no more ``null`` than the items hold None (a "null" inside a
     string only costs the full walk). ``gc.get_referents`` lists the elements of a whole level
-    of exact dicts, lists and tuples in one C call: no Python code runs per value.
+    of exact dicts, lists and tuples of the whole batch in one C call: no Python code runs per
+    value, nor per item.
     """
-    level: list[Any] = [item]
+    level: Sequence[Any] = items
     nones, floats = 0, False
     while level:
         level = gc.get_referents(*level)
@@ -135,7 +138,7 @@ def _orjson_wrote_json(item: dict[str, Any], data: bytes) -> bool:
         nones += level.count(None)
         if _CONTAINERS.isdisjoint(kinds):
             break
-    return not floats or nones == data.count(b"null")
+    return not floats or nones == sum(d.count(b"null") for d in data)
 
 
 def _encode_text(item: Any, index: int) -> str:
@@ -146,7 +149,7 @@ def _encode_text(item: Any, index: int) -> str:
         except TypeError:
             pass  # orjson refuses (non-string key, 64-bit range, depth...): the walk says why
         else:
-            if type(item) is dict and _orjson_wrote_json(item, data):
+            if type(item) is dict and _orjson_wrote_json([item], [data]):
                 return str(data.decode())
             problem = _find_problem(item, "item")
             if problem:
@@ -176,7 +179,7 @@ def encode_item(item: Any, index: int, max_item_bytes: int = DEFAULT_MAX_ITEM_BY
         InvalidItemError: the item is not a JSON object (message names ``index`` and the reason).
         ItemTooLargeError: its UTF-8 encoding is larger than ``max_item_bytes``.
     """
-    if not isinstance(item, Mapping):
+    if type(item) is not dict and not isinstance(item, Mapping):  # the ABC check costs ~0.3 us
         raise InvalidItemError(
             f"item {index} of the batch is a {type(item).__name__}, not a JSON object (dict); "
             "nothing of the batch was written",
@@ -197,10 +200,21 @@ def encode_item(item: Any, index: int, max_item_bytes: int = DEFAULT_MAX_ITEM_BY
 
 def encode_batch(items: Sequence[Any], max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES) -> list[str]:
     """Validate and encode a whole batch before anything is written."""
-    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence):
+    if type(items) is not list and (
+        isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence)
+    ):
         raise InvalidItemError(
             f"add_items takes a list of items, got {type(items).__name__}; nothing was written"
         )
+    if _orjson is not None and len(items) > 1 and set(map(type, items)) == _DICT:
+        # A common batch in a few C calls; any doubt takes the per-item path, which names it.
+        try:
+            data = list(map(_orjson.dumps, items))
+        except TypeError:
+            pass
+        else:
+            if max(map(len, data)) <= max_item_bytes and _orjson_wrote_json(items, data):
+                return [d.decode() for d in data]
     return [encode_item(item, i, max_item_bytes) for i, item in enumerate(items)]
 
 
