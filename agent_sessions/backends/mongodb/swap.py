@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .mongodb import MongoDBSession
+    from .session import MongoDBSession
 
 Row = tuple[int, str]
 SWAP = "swap"

@@ -1,6 +1,6 @@
 """Redis backend on ``redis.asyncio``: standalone Redis or Redis Cluster, one round trip per call.
 
-Each session is two keys that share a hash tag (see ``_redis_layout``): a sorted set of items
+Each session is two keys that share a hash tag (see ``layout``): a sorted set of items
 scored by sequence number and a hash with the counter. ``add_items`` is one Lua script (counter,
 write and expiry together, so the batch is atomic), ``get_items(limit)`` one ZRANGE of the newest
 N, ``pop_item`` one script around ZPOPMAX, ``clear_session`` one script (it keeps the counter, so
@@ -17,7 +17,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
-from ..core.extras import missing
+from ...core.extras import missing
 
 try:
     from redis.asyncio import Redis, RedisCluster
@@ -41,14 +41,14 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
 
 from agents.memory.session_settings import SessionSettings
 
-from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, pop_checked_by_api
-from ..core.capabilities import Capability
-from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
-from ..core.deadline import within
-from ..core.family import REGISTRY
-from ..core.options import explicit_options
-from ..errors import BackendDataError, BackendUnavailableError, SequenceConflictError
-from ._redis_layout import (
+from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, pop_checked_by_api
+from ...core.capabilities import Capability
+from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
+from ...core.deadline import within
+from ...core.family import REGISTRY
+from ...core.options import explicit_options
+from ...errors import BackendDataError, BackendUnavailableError, SequenceConflictError
+from .layout import (
     APPEND,
     APPEND_IF_NEWEST,
     CLEAR,
@@ -635,7 +635,7 @@ class RedisSession(BaseSession):
 
     def catalog_store(self) -> Any:
         """Return the catalog of this key prefix (see ``agent_sessions.catalog``)."""
-        from ._catalog_redis import RedisCatalog
+        from .catalog import RedisCatalog
 
         return RedisCatalog(self)
 

@@ -39,7 +39,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from agents.memory.session_settings import SessionSettings
 
-from ..core.extras import missing
+from ...core.extras import missing
 
 try:
     from pymongo import AsyncMongoClient, DeleteOne, InsertOne, ReturnDocument, UpdateMany
@@ -54,18 +54,18 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("MongoDBSession", "mongodb", _exc) from _exc
 
-from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
-from ..core.capabilities import Capability
-from ..core.closing import Closing
-from ..core.ids import validate_session_id
-from ..core.options import explicit_options
-from ..errors import (
+from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ...core.capabilities import Capability
+from ...core.closing import Closing
+from ...core.ids import validate_session_id
+from ...core.options import explicit_options
+from ...errors import (
     BackendDataError,
     BackendUnavailableError,
     ItemTooLargeError,
     SequenceConflictError,
 )
-from . import _mongodb_swap as swaps
+from . import swap as swaps
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -990,7 +990,7 @@ class MongoDBSession(BaseSession):
 
     def catalog_store(self) -> Any:
         """Return the catalog of these collections (see ``agent_sessions.catalog``)."""
-        from ._catalog_mongodb import MongoCatalog
+        from .catalog import MongoCatalog
 
         return MongoCatalog(self)
 

@@ -29,10 +29,15 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
-from ..core.codec import decode_item, encode_item
-from ..core.family import REGISTRY, purposes_in
-from ..errors import BackendUnavailableError, SequenceConflictError, SessionClosedError
+from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ...core.codec import decode_item, encode_item
+from ...core.family import REGISTRY, purposes_in
+from ...errors import (
+    BackendUnavailableError,
+    SequenceConflictError,
+    SessionClosedError,
+    UnknownSchemeError,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -806,9 +811,21 @@ class SQLiteSession(BaseSession):
 
     def catalog_store(self) -> Any:
         """Return the catalog of this database's tables (see ``agent_sessions.catalog``)."""
-        from ._catalog_sql import SQLiteFileCatalog
+        from .._catalog_sql import SQLiteFileCatalog
 
         return SQLiteFileCatalog(self)
 
 
-__all__ = ["SQLiteSession", "check_identifier"]
+def open_url(url: str, session_id: str, **options: Any) -> SQLiteSession:
+    """``open_session``'s opener for ``sqlite:///rel.db``, ``sqlite:////abs.db`` and
+    ``sqlite:///:memory:``."""
+    rest = url.split("://", 1)[1]
+    if not rest.startswith("/"):
+        raise UnknownSchemeError(
+            f"SQLite URLs have three slashes before a relative path and four before an absolute "
+            f"one (sqlite:///rel.db, sqlite:////abs/path.db), got {url!r}"
+        )
+    return SQLiteSession(session_id, rest[1:] or ":memory:", **options)
+
+
+__all__ = ["SQLiteSession", "check_identifier", "open_url"]

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ..catalog import CatalogQuery, SessionInfo, family_root, utc
-from ..core.ids import SIBLING_MARK
-from .mongodb import _translated
+from ...core.catalog import CatalogQuery, SessionInfo, family_root, utc
+from ...core.ids import SIBLING_MARK
+from .session import _translated
 
 if TYPE_CHECKING:
-    from .mongodb import MongoDBSession
+    from .session import MongoDBSession
 
 
 def _naive(when: datetime) -> datetime:

@@ -9,13 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
-from ..errors import SequenceConflictError
+from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ...errors import SequenceConflictError
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ..catalog import CatalogStore
+    from ...core.catalog import CatalogStore
 
 
 @dataclass
@@ -214,6 +214,14 @@ class InMemorySession(BaseSession):
 
     def catalog_store(self) -> CatalogStore:
         """Return the catalog of this session's store (see ``agent_sessions.catalog``)."""
-        from ._catalog_memory import MemoryCatalog
+        from .catalog import MemoryCatalog
 
         return MemoryCatalog(self.store)
+
+
+def open_url(url: str, session_id: str, **options: Any) -> InMemorySession:
+    """``open_session``'s opener for ``memory://``: a session of the process-wide store."""
+    return InMemorySession(session_id, **options)
+
+
+__all__ = ["InMemorySession", "InMemoryStore", "open_url"]

@@ -13,12 +13,12 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..catalog import CatalogQuery, SessionInfo, family_root, utc
-from ..core.ids import SIBLING_MARK
-from ._redis_layout import escape_session_id, session_keys, unescape_session_id
+from ...core.catalog import CatalogQuery, SessionInfo, family_root, utc
+from ...core.ids import SIBLING_MARK
+from .layout import escape_session_id, session_keys, unescape_session_id
 
 if TYPE_CHECKING:
-    from .redis import RedisSession
+    from .session import RedisSession
 
 _META = "}:meta"
 

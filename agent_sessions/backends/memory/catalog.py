@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..catalog import CatalogQuery, SessionInfo, family_root, utc
-from .memory import InMemoryStore
+from ...core.catalog import CatalogQuery, SessionInfo, family_root, utc
+from .session import InMemoryStore
 
 
 class MemoryCatalog:
