@@ -200,7 +200,7 @@ async def test_a_pop_whose_cleanup_fails_still_returns_the_item(make: Factory) -
     async def lost_connection(*args: Any, **kwargs: Any) -> Any:
         raise AutoReconnect("connection lost after the pop")
 
-    s._messages.delete_one = lost_connection  # only the emptied batch's removal fails
+    s.messages.delete_one = lost_connection  # only the emptied batch's removal fails
     assert item_text(await s.pop_item()) == "b"
     assert texts(await s.get_items()) == ["a"], "the emptied batch left behind stays invisible"
     assert await s.count_items() == 1

@@ -64,9 +64,10 @@ class SessionCatalog:
         session: any session of the store whose backend supports the catalog (every backend of
             this package does); the catalog uses its connection. See :meth:`open` to start
             from a URL.
+        owned: ``close()`` closes ``session`` too (default: the session stays yours).
     """
 
-    def __init__(self, session: SupportsCatalog) -> None:
+    def __init__(self, session: SupportsCatalog, *, owned: bool = False) -> None:
         if not isinstance(session, SupportsCatalog):
             raise TypeError(
                 f"{type(session).__name__} offers no catalog; pass a backend session of "
@@ -75,7 +76,7 @@ class SessionCatalog:
             )
         self.session = session
         self.store = session.catalog_store()
-        self._owned = False
+        self._owned = owned
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> SessionCatalog:
@@ -85,17 +86,13 @@ class SessionCatalog:
 
         session = await open_session(url, _PROBE_ID, **options)
         try:
-            catalog = cls(session)  # type: ignore[arg-type]
+            return cls(session, owned=True)  # type: ignore[arg-type]
         except BaseException:
-            close = getattr(session, "close", None)
-            if close is not None:
-                await close()
+            await session.close()
             raise
-        catalog._owned = True
-        return catalog
 
     async def close(self) -> None:
-        """Close the session this catalog opened (a catalog built on your session leaves it)."""
+        """Close the session this catalog owns (one it opened, or given with ``owned=True``)."""
         if self._owned:
             self._owned = False
             await self.session.close()  # type: ignore[attr-defined]

@@ -11,14 +11,11 @@ import inspect
 import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...core.catalog import CatalogQuery, SessionInfo, family_root, utc
 from ...core.ids import SIBLING_MARK
 from .session import _translated
-
-if TYPE_CHECKING:
-    from .session import MongoDBSession
 
 
 def _naive(when: datetime) -> datetime:
@@ -35,16 +32,15 @@ async def _to_list(cursor: Any) -> list[Any]:
 class MongoCatalog:
     """Lists and deletes the sessions of one database's collection pair."""
 
-    def __init__(self, session: MongoDBSession) -> None:
-        self.session = session
-        self.counters = session._counters
-        self.messages = session._messages
+    def __init__(self, database: Any, counters: Any, messages: Any) -> None:
+        self.database = database
+        self.counters = counters
+        self.messages = messages
 
     async def exists(self) -> bool:
-        db = self.session.client[self.session.database]
         async with _translated("listing collections"):
-            names = await db.list_collection_names()
-        return self.session.sessions_collection in names
+            names = await self.database.list_collection_names()
+        return self.counters.name in names
 
     async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
         conditions: list[dict[str, Any]] = []

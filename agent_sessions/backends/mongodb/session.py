@@ -298,8 +298,10 @@ class MongoDBSession(BaseSession):
         self.messages_collection = messages_collection or f"{collection_prefix}messages"
         self._handle = _handle or _ClientHandle(client, owned=False)
         db = client[database]
-        self._counters = db[self.sessions_collection]
-        self._messages = db[self.messages_collection]
+        self.counters = db[self.sessions_collection]
+        """The counter documents' collection (one per session)."""
+        self.messages = db[self.messages_collection]
+        """The batch documents' collection (one per ``add_items`` batch)."""
         self._ttl: float | None = None
         self._unset_expiry = False  # set_sliding_ttl(None) after a TTL: clear it at next write
         self._share_released = False
@@ -414,10 +416,10 @@ class MongoDBSession(BaseSession):
 
     async def _create_index(self) -> None:
         async with _translated("creating indexes"):
-            await self._messages.create_index(
+            await self.messages.create_index(
                 [("session_id", 1), ("seq", 1)], unique=True, name="session_seq"
             )
-            await self._messages.create_index(
+            await self.messages.create_index(
                 [("session_id", 1)],
                 name=swaps.SWAP_INDEX,
                 partialFilterExpression={swaps.SWAP: {"$exists": True}},
@@ -425,11 +427,11 @@ class MongoDBSession(BaseSession):
 
     async def _create_ttl_indexes(self) -> None:
         async with _translated("creating TTL indexes"):
-            for collection in (self._messages, self._counters):
+            for collection in (self.messages, self.counters):
                 await collection.create_index(
                     "expires_at", expireAfterSeconds=0, name="expires_at_ttl"
                 )
-            await self._messages.create_index(
+            await self.messages.create_index(
                 [("session_id", 1), ("expires_at", 1)], name="session_expires"
             )
 
@@ -463,7 +465,7 @@ class MongoDBSession(BaseSession):
             return
         await self._ensure_indexes()
         async with _translated("refreshing expiry"):
-            await self._messages.update_many({"session_id": self.session_id, **stale}, expiry)
+            await self.messages.update_many({"session_id": self.session_id, **stale}, expiry)
             await self._refresh_counter(expiry)
         self._expiry_done(expiry)
 
@@ -502,7 +504,7 @@ class MongoDBSession(BaseSession):
                 if expiry:
                     doc.update(expiry.get("$set", {}))
                     # The insert and the refresh of older batches travel in one round trip.
-                    await self._messages.bulk_write(
+                    await self.messages.bulk_write(
                         [
                             InsertOne(doc),
                             UpdateMany({"session_id": self.session_id, **stale}, expiry),
@@ -510,7 +512,7 @@ class MongoDBSession(BaseSession):
                         ordered=True,
                     )
                 else:
-                    await self._messages.insert_one(doc)
+                    await self.messages.insert_one(doc)
             except DuplicateKeyError as exc:
                 raise self._foreign_data(exc) from exc
             except BulkWriteError as exc:
@@ -559,17 +561,17 @@ class MongoDBSession(BaseSession):
                 "write_sequenced_items fills an empty session only. Nothing was written"
             )
         async with _translated("writing items at their numbers"):
-            await self._counters.update_one(
+            await self.counters.update_one(
                 {"_id": self.session_id},
                 {"$max": {"seq": rows[-1][0]}, "$set": counter_set},
                 upsert=True,
             )
             try:
-                await self._messages.insert_many(docs, ordered=True)
+                await self.messages.insert_many(docs, ordered=True)
             except BaseException as exc:
                 # only this call's documents (PyMongo gave each its _id before sending)
                 ours = [d["_id"] for d in docs if "_id" in d]
-                await self._messages.delete_many({"_id": {"$in": ours}})
+                await self.messages.delete_many({"_id": {"$in": ours}})
                 if isinstance(exc, DuplicateKeyError) or (
                     isinstance(exc, BulkWriteError) and _is_duplicate(exc)
                 ):
@@ -586,7 +588,7 @@ class MongoDBSession(BaseSession):
         }
         for attempt in range(2):
             try:
-                counter = await self._counters.find_one_and_update(
+                counter = await self.counters.find_one_and_update(
                     {"_id": self.session_id},
                     update,
                     upsert=True,
@@ -625,7 +627,7 @@ class MongoDBSession(BaseSession):
             "$or": [{"n": {"$gt": 0}}, {swaps.SWAP: {"$exists": True}}],
         }
 
-    def _rows(
+    def rows_of(
         self, doc: Any, after: int | None, before: int | None, tail: int | None = None
     ) -> list[Row]:
         """The rows of one batch document with after < seq < before; ``tail``: the document's
@@ -690,9 +692,9 @@ class MongoDBSession(BaseSession):
         swapping = False
         async with _translated("reading items"):
             if limit is None:
-                async for doc in self._messages.find(query, projection).sort("seq", 1):
+                async for doc in self.messages.find(query, projection).sort("seq", 1):
                     swapping = swapping or swaps.SWAP in doc
-                    rows.extend(self._rows(doc, None, before))
+                    rows.extend(self.rows_of(doc, None, before))
             else:
                 # Every matching document holds at least one wanted item, so ``limit``
                 # documents, newest first through the index, are enough; without ``before``,
@@ -702,13 +704,14 @@ class MongoDBSession(BaseSession):
                 latest = (
                     {**projection, "items": {"$slice": -limit}} if tail is not None else projection
                 )
-                cursor = self._messages.find(query, latest).sort("seq", -1).limit(limit)
+                cursor = self.messages.find(query, latest).sort("seq", -1).limit(limit)
                 chunks: list[list[Row]] = []
                 got = 0
                 try:
                     async for doc in cursor.batch_size(limit):
                         swapping = swapping or swaps.SWAP in doc
-                        chunk = self._rows(doc, None, before, None if tail is None else limit - got)
+                        want = None if tail is None else limit - got
+                        chunk = self.rows_of(doc, None, before, want)
                         chunks.append(chunk)
                         got += len(chunk)
                         if got >= limit:
@@ -721,13 +724,13 @@ class MongoDBSession(BaseSession):
                     rows.extend(chunk)
             if after is not None and (limit is None or len(rows) < limit):
                 # The batch that starts at or before ``after`` may still hold later items.
-                straddler = await self._messages.find_one(
+                straddler = await self.messages.find_one(
                     {**self._base_filter(), "seq": {"$lte": after}},
                     projection,
                     sort=[("seq", -1)],
                 )
                 if straddler is not None:
-                    rows[:0] = self._rows(straddler, after, before)
+                    rows[:0] = self.rows_of(straddler, after, before)
         if limit is not None and len(rows) > limit:
             rows = rows[-limit:]
         return rows, swapping
@@ -761,7 +764,7 @@ class MongoDBSession(BaseSession):
                 if emptied:
                     refresh.insert(0, DeleteOne(unused))
                 results = await asyncio.gather(
-                    self._messages.bulk_write(refresh, ordered=False),
+                    self.messages.bulk_write(refresh, ordered=False),
                     self._refresh_counter(expiry),
                     return_exceptions=True,
                 )
@@ -770,7 +773,7 @@ class MongoDBSession(BaseSession):
                         raise result
                 self._expiry_done(expiry)
             elif emptied:
-                await self._messages.delete_one(unused)
+                await self.messages.delete_one(unused)
         except Exception as exc:
             logger.warning(
                 "MongoDBSession %r: popped an item, but cleaning up after it failed: %s",
@@ -783,7 +786,7 @@ class MongoDBSession(BaseSession):
         never take the same item; ``$slice`` returns only that item); the batch before it, or
         None when there is none."""
         for _ in range(8):
-            doc = await self._messages.find_one_and_update(
+            doc = await self.messages.find_one_and_update(
                 self._read_filter(),
                 {**expiry, "$pop": {"items": 1}, "$inc": {"n": -1}},
                 sort=[("seq", -1)],
@@ -794,7 +797,7 @@ class MongoDBSession(BaseSession):
                 return doc
             # The newest document commits a replacement but holds no item: what lies below it
             # may be replaced rows. Undo the decrement, finish the swap, then pop again.
-            await self._messages.update_one(
+            await self.messages.update_one(
                 {"_id": doc["_id"], "n": {"$lt": 0}}, {"$inc": {"n": 1}}
             )
             await swaps.finish_pending(self)
@@ -804,7 +807,7 @@ class MongoDBSession(BaseSession):
         )
 
     async def _refresh_counter(self, expiry: dict[str, Any]) -> None:
-        await self._counters.update_one({"_id": self.session_id}, _counter_expiry(expiry))
+        await self.counters.update_one({"_id": self.session_id}, _counter_expiry(expiry))
 
     async def _clear(self) -> None:
         await self._ensure_indexes()
@@ -812,7 +815,7 @@ class MongoDBSession(BaseSession):
         async with _translated("clearing the session"):
             # The counter document stays, so sequence numbers keep growing after a clear and a
             # write racing with the clear can never reuse a number.
-            await self._messages.delete_many({"session_id": self.session_id})
+            await self.messages.delete_many({"session_id": self.session_id})
             if expiry:
                 await self._refresh_counter(expiry)
                 self._expiry_done(expiry)
@@ -833,28 +836,28 @@ class MongoDBSession(BaseSession):
         async with _translated("deleting items"):
             while True:
                 # The newest batch starting below ``before``: the only one that can straddle it.
-                top = await self._messages.find_one(
+                top = await self.messages.find_one(
                     {"session_id": sid, "seq": {"$lt": before}},
                     {"_id": 1, "seq": 1, "n": 1},
                     sort=[("seq", -1)],
                 )
                 if top is None:
                     return deleted
-                seq, n = self._seq_n(top)
+                seq, n = self.seq_n(top)
                 whole_below = seq if seq + n > before else before
                 while True:
-                    gone = await self._messages.find_one_and_delete(
+                    gone = await self.messages.find_one_and_delete(
                         {"session_id": sid, "seq": {"$lt": whole_below}},
                         {"_id": 0, "seq": 1, "n": 1},
                         sort=[("seq", 1)],
                     )
                     if gone is None:
                         break
-                    deleted += self._seq_n(gone)[1]
+                    deleted += self.seq_n(gone)[1]
                 if whole_below == before:
                     return deleted
                 cut = before - seq
-                trimmed = await self._messages.update_one(
+                trimmed = await self.messages.update_one(
                     {"_id": top["_id"], "seq": seq, "n": n},
                     {
                         "$set": {"seq": before},
@@ -878,14 +881,14 @@ class MongoDBSession(BaseSession):
         async with _translated("rewriting items"):
             for _ in range(8):
                 query = {**self._base_filter(), "seq": {"$lte": max(wanted)}}
-                docs = [d async for d in self._messages.find(query, {"_id": 1, "seq": 1, "n": 1})]
+                docs = [d async for d in self.messages.find(query, {"_id": 1, "seq": 1, "n": 1})]
                 moved = False
                 for doc in docs:
-                    seq, n = self._seq_n(doc)
+                    seq, n = self.seq_n(doc)
                     sets = {f"items.{s - seq}": wanted[s] for s in wanted if seq <= s < seq + n}
                     if not sets:
                         continue
-                    done = await self._messages.update_one(
+                    done = await self.messages.update_one(
                         {"_id": doc["_id"], "seq": seq, "n": n}, {"$set": sets}
                     )
                     if done.matched_count:
@@ -898,7 +901,8 @@ class MongoDBSession(BaseSession):
                     return replaced
         return replaced
 
-    def _seq_n(self, doc: Any) -> tuple[int, int]:
+    def seq_n(self, doc: Any) -> tuple[int, int]:
+        """The ``seq`` and ``n`` of one batch document, checked."""
         seq, n = doc.get("seq"), doc.get("n")
         if type(seq) is not int or type(n) is not int:
             raise BackendDataError(
@@ -941,7 +945,7 @@ class MongoDBSession(BaseSession):
         async with _translated("counting items"):
             lo: int | None = None
             if after is not None:
-                straddler = await self._messages.find_one(
+                straddler = await self.messages.find_one(
                     {**query, "seq": {"$lte": after}}, {"_id": 0, "seq": 1}, sort=[("seq", -1)]
                 )
                 lo = straddler["seq"] if straddler is not None else after + 1
@@ -962,7 +966,7 @@ class MongoDBSession(BaseSession):
                 {"$match": query},
                 {"$group": {"_id": None, "total": {"$sum": inside}}},
             ]
-            cursor = self._messages.aggregate(pipeline)
+            cursor = self.messages.aggregate(pipeline)
             if inspect.isawaitable(cursor):  # PyMongo's is a coroutine, Motor's a cursor
                 cursor = await cursor
             async for doc in cursor:
@@ -989,10 +993,10 @@ class MongoDBSession(BaseSession):
         return self._handle.owned  # the caller's own client: close() is a no-op, as the SDK's
 
     def catalog_store(self) -> Any:
-        """Return the catalog of these collections (see ``agent_sessions.catalog``)."""
+        """Return the catalog of these collections (see ``agent_sessions.ops.catalog``)."""
         from .catalog import MongoCatalog
 
-        return MongoCatalog(self)
+        return MongoCatalog(self.client[self.database], self.counters, self.messages)
 
 
 def _is_duplicate(exc: Exception) -> bool:

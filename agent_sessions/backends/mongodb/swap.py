@@ -41,7 +41,7 @@ async def plan(
     # A pending swap's replaced rows are still stored: planning over them would prune or keep
     # rows by what is no longer the history.
     await finish_pending(session)
-    messages, sid = session._messages, session.session_id
+    messages, sid = session.messages, session.session_id
     live = {"session_id": sid, "n": {"$gt": 0}}
     k = len(expected)
     docs = await _to_list(
@@ -52,7 +52,7 @@ async def plan(
     rows: list[Row] = []
     used: list[Any] = []
     for doc in docs:
-        chunk = session._rows(doc, None, None, k - len(rows))
+        chunk = session.rows_of(doc, None, None, k - len(rows))
         rows[:0] = chunk
         used.append(doc)
         if len(rows) >= k:
@@ -63,7 +63,7 @@ async def plan(
     drop: list[Any] = []
     bounds: dict[Any, tuple[int, int, int]] = {}  # id -> (seq, end, kept end)
     for doc in used:
-        seq, n = session._seq_n(doc)
+        seq, n = session.seq_n(doc)
         if seq >= cut:
             drop.append(doc["_id"])
         else:
@@ -72,7 +72,7 @@ async def plan(
     if prune is not None:
         start, pruned = await _pruned(session, cut, prune)
         for doc in pruned:
-            seq, n = session._seq_n(doc)
+            seq, n = session.seq_n(doc)
             end = bounds.get(doc["_id"], (seq, seq + n, seq + n))[2]
             if end <= start:
                 drop.append(doc["_id"])
@@ -92,7 +92,7 @@ async def _pruned(
 ) -> tuple[int, list[Any]]:
     """The number of the first row below ``cut`` that ``prune`` keeps (``cut`` if none), and
     the documents holding the rows before it, oldest first."""
-    messages, sid = session._messages, session.session_id
+    messages, sid = session.messages, session.session_id
     docs: list[Any] = []
     after = -1
     while True:
@@ -103,17 +103,17 @@ async def _pruned(
         )
         for doc in page:
             docs.append(doc)
-            for seq, text in session._rows(doc, None, cut):
+            for seq, text in session.rows_of(doc, None, cut):
                 if not prune(text):
                     return seq, docs
         if len(page) < 16:
             return cut, docs
-        after = session._seq_n(page[-1])[0]
+        after = session.seq_n(page[-1])[0]
 
 
 async def finish_pending(session: MongoDBSession) -> None:
     """Finish every swap of this session still pending (a partial index finds them)."""
-    messages = session._messages
+    messages = session.messages
     markers = await _to_list(
         messages.find(
             {"session_id": session.session_id, SWAP: {"$exists": True}},
@@ -127,7 +127,7 @@ async def finish_pending(session: MongoDBSession) -> None:
 async def finish(session: MongoDBSession, marker: Any) -> None:
     """Apply the deletions ``marker``'s swap names, then unset it (dropping the marker if it
     holds no items). Safe to repeat and to run concurrently."""
-    messages, sid = session._messages, session.session_id
+    messages, sid = session.messages, session.session_id
     spec = marker.get(SWAP) or {}
     if spec.get("below"):
         await messages.delete_many(
@@ -143,13 +143,13 @@ async def finish(session: MongoDBSession, marker: Any) -> None:
 
 async def _shrink(session: MongoDBSession, doc_id: Any, lo: int, hi: int) -> None:
     """Keep only the items numbered ``lo <= seq < hi`` of one batch document."""
-    messages = session._messages
+    messages = session.messages
     for _ in range(8):
         doc = await messages.find_one({"_id": doc_id}, {"_id": 1, "seq": 1, "n": 1, "items": 1})
         if doc is None:
             return
-        seq, n = session._seq_n(doc)
-        kept = [text for s, text in session._rows(doc, None, None) if lo <= s < hi]
+        seq, n = session.seq_n(doc)
+        kept = [text for s, text in session.rows_of(doc, None, None) if lo <= s < hi]
         if len(kept) == n:
             return
         guard = {"_id": doc_id, "seq": seq, "n": n}

@@ -576,10 +576,7 @@ class SQLiteSession(BaseSession):
     async def _append_if_newest(
         self, guard: BaseSession, seq: int | None, payloads: list[str]
     ) -> list[int] | None:
-        if not (
-            isinstance(guard, SQLiteSession) and guard._db is self._db
-            and guard._schema.key == self._schema.key
-        ):
+        if not self._same_store(guard):
             return None
         newest = f"SELECT max(id) FROM {self._schema.key[1]} WHERE session_id = ?"
         append, gid = self._appender(payloads), guard.session_id
@@ -620,11 +617,7 @@ class SQLiteSession(BaseSession):
     async def _load_family(
         self, reads: list[tuple[BaseSession, int | None, int | None, int | None]]
     ) -> list[list[Row]]:
-        if not all(
-            isinstance(s, SQLiteSession) and s._db is self._db
-            and s._schema.key == self._schema.key  # the worker creates this job's schema only
-            for s, *_ in reads
-        ):
+        if not all(self._same_store(s) for s, *_ in reads):
             return await super()._load_family(reads)
         queries = []
         for s, limit, after, before in reads:
@@ -651,10 +644,7 @@ class SQLiteSession(BaseSession):
         return await self._run(load)
 
     async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
-        if not (
-            isinstance(guard, SQLiteSession) and guard._db is self._db
-            and guard._schema.key == self._schema.key
-        ):
+        if not self._same_store(guard):
             return False, None
         newest = f"SELECT max(id) FROM {self._schema.key[1]} WHERE session_id = ?"
         sql, sid, gid = self._schema.pop, self.session_id, guard.session_id
