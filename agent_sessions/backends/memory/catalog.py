@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...core.catalog import CatalogQuery, SessionInfo, family_root, utc
-from .session import InMemoryStore
+from .store import InMemoryStore
 
 
 class MemoryCatalog:

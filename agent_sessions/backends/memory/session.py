@@ -2,57 +2,19 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ...errors import SequenceConflictError
+from .store import DEFAULT_STORE, Entries, InMemoryStore
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from ...core.catalog import CatalogStore
-
-
-@dataclass
-class Entries:
-    """One session's items (JSON text) with their sequence numbers and times."""
-
-    seqs: list[int] = field(default_factory=list)
-    payloads: list[str] = field(default_factory=list)
-    next_seq: int = 1
-    created: float = 0.0
-    updated: float = 0.0
-
-
-class InMemoryStore:
-    """Holds sessions for :class:`InMemorySession`; thread-safe. Items are kept as JSON text,
-    so callers never share mutable objects with the store."""
-
-    def __init__(self) -> None:
-        self.sessions: dict[str, Entries] = {}
-        """Each session's items by id; read and written only under ``lock``."""
-        self.lock = threading.Lock()
-
-    def entries(self, session_id: str) -> Entries:
-        """Return the entries of ``session_id``, made empty if new (call under ``lock``)."""
-        entries = self.sessions.get(session_id)
-        if entries is None:
-            entries = self.sessions[session_id] = Entries()
-        return entries
-
-    def session_ids(self) -> list[str]:
-        """Return the ids of sessions that hold items."""
-        with self.lock:
-            return [sid for sid, e in self.sessions.items() if e.seqs]
-
-
-DEFAULT_STORE = InMemoryStore()
-"""The process-wide store used when no ``store`` is given: same id, same conversation."""
 
 
 def _window(entries: Entries, after: int | None, before: int | None) -> tuple[int, int]:
@@ -228,4 +190,4 @@ def open_url(url: str, session_id: str, **options: Any) -> InMemorySession:
     return InMemorySession(session_id, **options)
 
 
-__all__ = ["InMemorySession", "InMemoryStore", "open_url"]
+__all__ = ["InMemorySession", "open_url"]

@@ -31,8 +31,7 @@ import inspect
 import logging
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit
@@ -47,9 +46,7 @@ try:
     from pymongo.errors import (
         BulkWriteError,
         ConfigurationError,
-        ConnectionFailure,
         DuplicateKeyError,
-        ExecutionTimeout,
     )
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("MongoDBSession", "mongodb", _exc) from _exc
@@ -66,6 +63,7 @@ from ...errors import (
     SequenceConflictError,
 )
 from . import swap as swaps
+from .driver import translated
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -129,25 +127,6 @@ def make_client(uri: str, **client_kwargs: Any) -> AsyncMongoClient[Any]:
         raise ValueError(f"invalid MongoDB URI or client option: {exc}") from exc
     except ValueError as exc:
         raise ValueError(f"invalid MongoDB URI or client option: {exc}") from exc
-
-
-@asynccontextmanager
-async def _translated(what: str) -> AsyncIterator[None]:
-    """Turn PyMongo's connectivity errors into :class:`BackendUnavailableError`."""
-    try:
-        yield
-    except (ConnectionFailure, ExecutionTimeout) as exc:
-        raise BackendUnavailableError(
-            f"MongoDB is unreachable or timed out ({what}): {exc}; check that the server is up "
-            "and that the URI's host and port are right"
-        ) from exc
-    except ConfigurationError as exc:
-        if "DNS" not in str(exc):
-            raise
-        # PyMongo's async client resolves a mongodb+srv:// seed list on first use.
-        raise BackendUnavailableError(
-            f"cannot resolve the MongoDB host ({what}): {exc}; check the mongodb+srv:// host name"
-        ) from exc
 
 
 class _ClientHandle:
@@ -415,7 +394,7 @@ class MongoDBSession(BaseSession):
             )
 
     async def _create_index(self) -> None:
-        async with _translated("creating indexes"):
+        async with translated("creating indexes"):
             await self.messages.create_index(
                 [("session_id", 1), ("seq", 1)], unique=True, name="session_seq"
             )
@@ -426,7 +405,7 @@ class MongoDBSession(BaseSession):
             )
 
     async def _create_ttl_indexes(self) -> None:
-        async with _translated("creating TTL indexes"):
+        async with translated("creating TTL indexes"):
             for collection in (self.messages, self.counters):
                 await collection.create_index(
                     "expires_at", expireAfterSeconds=0, name="expires_at_ttl"
@@ -464,7 +443,7 @@ class MongoDBSession(BaseSession):
         if not expiry:
             return
         await self._ensure_indexes()
-        async with _translated("refreshing expiry"):
+        async with translated("refreshing expiry"):
             await self.messages.update_many({"session_id": self.session_id, **stale}, expiry)
             await self._refresh_counter(expiry)
         self._expiry_done(expiry)
@@ -493,7 +472,7 @@ class MongoDBSession(BaseSession):
         now = datetime.now(timezone.utc)
         expiry, stale = self._expiry()
         n = len(payloads)
-        async with _translated("adding items"):
+        async with translated("adding items"):
             # An empty swap document still takes a number: (session_id, seq) is unique.
             counter = await self._reserve(max(n, 1), now, expiry)
             first = counter["seq"] - max(n, 1) + 1
@@ -560,7 +539,7 @@ class MongoDBSession(BaseSession):
                 f"session {self.session_id!r} already holds {held} item(s); "
                 "write_sequenced_items fills an empty session only. Nothing was written"
             )
-        async with _translated("writing items at their numbers"):
+        async with translated("writing items at their numbers"):
             await self.counters.update_one(
                 {"_id": self.session_id},
                 {"$max": {"seq": rows[-1][0]}, "$set": counter_set},
@@ -671,7 +650,7 @@ class MongoDBSession(BaseSession):
         return rows
 
     async def _finish_swaps(self) -> None:
-        async with _translated("finishing a history replacement"):
+        async with translated("finishing a history replacement"):
             await swaps.finish_pending(self)
 
     async def _load_once(
@@ -690,7 +669,7 @@ class MongoDBSession(BaseSession):
         projection: dict[str, Any] = {"_id": 0, "seq": 1, "n": 1, "items": 1, swaps.SWAP: 1}
         rows: list[Row] = []
         swapping = False
-        async with _translated("reading items"):
+        async with translated("reading items"):
             if limit is None:
                 async for doc in self.messages.find(query, projection).sort("seq", 1):
                     swapping = swapping or swaps.SWAP in doc
@@ -738,7 +717,7 @@ class MongoDBSession(BaseSession):
     async def _pop(self) -> str | None:
         await self._ensure_indexes()
         expiry, stale = self._expiry()
-        async with _translated("popping an item"):
+        async with translated("popping an item"):
             doc = await self._pop_newest(expiry)
             if doc is None:
                 if expiry:
@@ -812,7 +791,7 @@ class MongoDBSession(BaseSession):
     async def _clear(self) -> None:
         await self._ensure_indexes()
         expiry, _ = self._expiry()
-        async with _translated("clearing the session"):
+        async with translated("clearing the session"):
             # The counter document stays, so sequence numbers keep growing after a clear and a
             # write racing with the clear can never reuse a number.
             await self.messages.delete_many({"session_id": self.session_id})
@@ -833,7 +812,7 @@ class MongoDBSession(BaseSession):
         await self._finish_swaps()
         sid = self.session_id
         deleted = 0
-        async with _translated("deleting items"):
+        async with translated("deleting items"):
             while True:
                 # The newest batch starting below ``before``: the only one that can straddle it.
                 top = await self.messages.find_one(
@@ -878,7 +857,7 @@ class MongoDBSession(BaseSession):
         await self._finish_swaps()
         wanted = dict(rows)
         replaced = 0
-        async with _translated("rewriting items"):
+        async with translated("rewriting items"):
             for _ in range(8):
                 query = {**self._base_filter(), "seq": {"$lte": max(wanted)}}
                 docs = [d async for d in self.messages.find(query, {"_id": 1, "seq": 1, "n": 1})]
@@ -924,7 +903,7 @@ class MongoDBSession(BaseSession):
         (``_mongodb_swap``)."""
         await self._ensure_indexes()
         spec: dict[str, Any] | None
-        async with _translated("replacing the history"):
+        async with translated("replacing the history"):
             spec = {"below": True} if expected is None else await swaps.plan(self, expected, prune)
         if spec is None:
             return False
@@ -942,7 +921,7 @@ class MongoDBSession(BaseSession):
         await self._ensure_indexes()
         await self._finish_swaps()
         query = self._base_filter()
-        async with _translated("counting items"):
+        async with translated("counting items"):
             lo: int | None = None
             if after is not None:
                 straddler = await self.messages.find_one(
