@@ -107,7 +107,7 @@ class SDKLayoutSession:
         )
 
     def catalog_store(self) -> Any:
-        """Return the catalog of this SDK layout (see ``agent_sessions.catalog``)."""
+        """Return the catalog of this SDK layout (see ``agent_sessions.ops.catalog``)."""
         return self._catalog()
 
     async def close(self) -> None:

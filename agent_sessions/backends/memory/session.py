@@ -179,7 +179,7 @@ class InMemorySession(BaseSession):
             return hi - lo
 
     def catalog_store(self) -> CatalogStore:
-        """Return the catalog of this session's store (see ``agent_sessions.catalog``)."""
+        """Return the catalog of this session's store (see ``agent_sessions.ops.catalog``)."""
         from .catalog import MemoryCatalog
 
         return MemoryCatalog(self.store)

@@ -456,7 +456,7 @@ class MongoDBSession(BaseSession):
         self, payloads: list[str], swap: dict[str, Any] | None = None
     ) -> list[int]:
         """Store ``payloads`` as one batch document; with ``swap``, that document commits a
-        replacement (see ``_mongodb_swap``)."""
+        replacement (see ``swap``)."""
         cost = 0
         for index, payload in enumerate(payloads):
             cost += len(payload.encode()) + _ITEM_OVERHEAD
@@ -900,7 +900,7 @@ class MongoDBSession(BaseSession):
         """The SDK compaction hook's swap (see ``core.sdk_compaction``): the new batch document
         commits it in one write, naming what it replaces; that is deleted next. Readers never
         see a half-applied swap, and one cut short is finished by the next reader or writer
-        (``_mongodb_swap``)."""
+        (``swap``)."""
         await self._ensure_indexes()
         spec: dict[str, Any] | None
         async with translated("replacing the history"):

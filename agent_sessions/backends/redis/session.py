@@ -225,7 +225,7 @@ class RedisSession(BaseSession):
     """A session stored in Redis or Redis Cluster.
 
     Args:
-        session_id: the conversation's id (any characters; see ``_redis_layout`` for keys).
+        session_id: the conversation's id (any characters; see ``layout`` for keys).
         client: a ``redis.asyncio.Redis`` or ``RedisCluster`` (``decode_responses`` either way).
             The session never closes it. ``redis_client`` is accepted as an alias (the SDK's name).
         key_prefix: start of every key; must not contain braces.

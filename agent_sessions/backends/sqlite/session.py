@@ -800,7 +800,7 @@ class SQLiteSession(BaseSession):
         return await self._run(_write, replace)
 
     def catalog_store(self) -> Any:
-        """Return the catalog of this database's tables (see ``agent_sessions.catalog``)."""
+        """Return the catalog of this database's tables (see ``agent_sessions.ops.catalog``)."""
         from .._catalog_sql import SQLiteFileCatalog
 
         return SQLiteFileCatalog(self)
