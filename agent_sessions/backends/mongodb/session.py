@@ -350,7 +350,7 @@ class MongoDBSession(BaseSession):
         """Return a session of the same database and collections, sharing the client and the
         expiry (native expiry applies to the whole family)."""
         member = super().sibling(session_id)
-        member._ttl = self._ttl
+        member.set_sliding_ttl(self._ttl)
         return member
 
     def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
