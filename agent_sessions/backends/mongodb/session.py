@@ -346,6 +346,11 @@ class MongoDBSession(BaseSession):
             "_handle": self._handle.share(),
         }
 
+    @property
+    def _messages(self) -> Any:
+        """The SDK's name for ``messages`` (its tests reach the collection through it)."""
+        return self.messages
+
     def sibling(self, session_id: str) -> MongoDBSession:
         """Return a session of the same database and collections, sharing the client and the
         expiry (native expiry applies to the whole family)."""
