@@ -22,6 +22,7 @@ test: install services
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 demo: install
 	$(PY) -m agent_sessions demo

@@ -85,7 +85,7 @@ class ZsetLayout:
     """Today's layout without the session class: APPEND / POP scripts, ZRANGE."""
 
     def __init__(self, client: Any, prefix: str) -> None:
-        from agent_sessions.backends._redis_layout import APPEND, POP, session_keys
+        from agent_sessions.backends.redis.layout import APPEND, POP, session_keys
 
         self.client, self.keys = client, session_keys(prefix, "s")
         self.append, self.pop = APPEND, POP

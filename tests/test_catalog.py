@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from agent_sessions import BranchingSession
-from agent_sessions.catalog import SessionCatalog, family_root, is_side_store
 from agent_sessions.core.ids import derive_sibling_id
 from agent_sessions.errors import SessionNotFoundError
+from agent_sessions.ops.catalog import SessionCatalog, family_root, is_side_store
 from tests.matrix import BACKENDS, Backend
 
 from .redis_servers import RedisCluster3, require_binaries

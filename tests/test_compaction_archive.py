@@ -66,7 +66,7 @@ async def test_search_pages_past_a_page_shortened_by_a_skipped_item() -> None:
     session = CompactionSession(inner, keep_last=1)
     await session.add_items([msg(f"item {i}" + (" needle" if i < 3 else "")) for i in range(700)])
     await session.compact()
-    store._sessions[inner.session_id].payloads[-10] = "{damaged"  # in the newest page
+    store.sessions[inner.session_id].payloads[-10] = "{damaged"  # in the newest page
     found = await session.search_archive("needle")
     assert [item_text(f) for f in found] == [f"item {i} needle" for i in range(3)]
 

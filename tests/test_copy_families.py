@@ -25,9 +25,9 @@ from agent_sessions import (
     TTLSession,
     open_session,
 )
-from agent_sessions.catalog import SessionCatalog
 from agent_sessions.errors import InvalidItemError, SequenceConflictError
-from agent_sessions.migrate import (
+from agent_sessions.ops.catalog import SessionCatalog
+from agent_sessions.ops.migrate import (
     RenumberingError,
     copy_store,
     export_store,
@@ -123,7 +123,7 @@ async def places(
 
             mongo.append(AsyncMongoMockClient())
             monkeypatch.setattr(
-                "agent_sessions.backends.mongodb.make_client", lambda uri, **kw: mongo[0]
+                "agent_sessions.backends.mongodb.session.make_client", lambda uri, **kw: mongo[0]
             )
         return Place("mongodb://standin", {"database": tag})
 

@@ -59,7 +59,7 @@ ATOMIC_BACKENDS = {
     "memory", "sqlite", "redis", "postgres", "mariadb", "sqlalchemy-sqlite", "mongodb"
 }
 """Stores implementing the SDK compaction session's atomic replacement (all of them; MongoDB
-commits it with one document write, see ``backends/_mongodb_swap.py``)."""
+commits it with one document write, see ``backends/mongodb/swap.py``)."""
 ATOMIC_STACKS = {"bare", "encrypted", "ttl", "encrypted-ttl"}
 """Layers that pass it through; branching, usage, compaction and resilient keep state per
 item or position and decline (the SDK then clears and adds, restoring on failure)."""

@@ -19,7 +19,6 @@ from agents import Agent, Runner, Usage
 from agents.memory import Session
 from agents.testing import ScriptedModel, UnexpectedModelCall, assistant_message, function_call
 
-from agent_sessions.catalog import SessionCatalog
 from agent_sessions.core.family import side_store
 from agent_sessions.memory import (
     HashingEmbedder,
@@ -29,6 +28,7 @@ from agent_sessions.memory import (
     render_blocks,
     scope_id,
 )
+from agent_sessions.ops.catalog import SessionCatalog
 from agent_sessions.wrappers.compaction import CompactionSession, item_count_trigger
 from tests.matrix import BACKENDS, SQL_URLS, Backend, reset_standins
 from tests.servers import REDIS_URL, RUN, drop_redis_keys, drop_sql_tables

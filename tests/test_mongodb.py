@@ -22,7 +22,7 @@ from agents.memory import Session
 from mongomock_motor import AsyncMongoMockClient
 
 from agent_sessions import open_session
-from agent_sessions.backends.mongodb import (
+from agent_sessions.backends.mongodb.session import (
     COUNTER_GRACE,
     DEFAULT_DATABASE,
     DEFAULT_MAX_ITEM_BYTES,
@@ -200,7 +200,7 @@ async def test_a_pop_whose_cleanup_fails_still_returns_the_item(make: Factory) -
     async def lost_connection(*args: Any, **kwargs: Any) -> Any:
         raise AutoReconnect("connection lost after the pop")
 
-    s._messages.delete_one = lost_connection  # only the emptied batch's removal fails
+    s.messages.delete_one = lost_connection  # only the emptied batch's removal fails
     assert item_text(await s.pop_item()) == "b"
     assert texts(await s.get_items()) == ["a"], "the emptied batch left behind stays invisible"
     assert await s.count_items() == 1
@@ -712,7 +712,7 @@ def test_bad_arguments_are_refused() -> None:
 def test_from_uri_refuses_a_bad_session_id_before_making_a_client(
     session_id: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import agent_sessions.backends.mongodb as backend
+    import agent_sessions.backends.mongodb.session as backend
 
     made: list[Any] = []
     monkeypatch.setattr(backend, "AsyncMongoClient", lambda *a, **k: made.append(a))

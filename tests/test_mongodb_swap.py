@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 from mongomock_motor import AsyncMongoMockClient
 
-from agent_sessions.backends import _mongodb_swap as swaps
 from agent_sessions.backends.mongodb import MongoDBSession
+from agent_sessions.backends.mongodb import swap as swaps
 from agent_sessions.testing.helpers import cancel_after, texts
 from tests.test_mongodb import Factory, _docs, _msg, make  # noqa: F401  (the fixture)
 

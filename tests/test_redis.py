@@ -22,12 +22,12 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import SSLConnection
 from redis.crc import key_slot
 
-from agent_sessions.backends._redis_layout import (
+from agent_sessions.backends.redis import RedisSession
+from agent_sessions.backends.redis.layout import (
     escape_session_id,
     session_keys,
     unescape_session_id,
 )
-from agent_sessions.backends.redis import RedisSession
 from agent_sessions.core.capabilities import Capability, capabilities_of
 from agent_sessions.core.ids import derive_sibling_id
 from agent_sessions.core.registry import open_session
@@ -410,7 +410,7 @@ def _recording(client: Any, sent: list[object]) -> Any:
 _WRITER = """
 import asyncio, json, sys
 from redis.asyncio import Redis
-from agent_sessions.backends._redis_layout import APPEND, session_keys
+from agent_sessions.backends.redis.layout import APPEND, session_keys
 
 async def main():
     client = Redis.from_url(sys.argv[1])
@@ -706,7 +706,7 @@ async def test_a_checked_pop_removes_exactly_the_item_it_checked(
 ) -> None:
     from cryptography.fernet import Fernet
 
-    from agent_sessions.backends import redis as backend
+    from agent_sessions.backends.redis import session as backend
     from agent_sessions.wrappers.encrypted import EncryptedSession, KeyMismatchError
 
     def open_as(key: str) -> EncryptedSession:

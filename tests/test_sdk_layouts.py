@@ -16,10 +16,10 @@ from agents.extensions.memory import RedisSession as SDKRedisSession
 from agents.extensions.memory import SQLAlchemySession as SDKSQLAlchemySession
 
 from agent_sessions import RedisSession, SQLAlchemySession, open_session
-from agent_sessions.catalog import SessionCatalog
 from agent_sessions.cli import main
-from agent_sessions.migrate import copy_store
-from agent_sessions.sdk_layouts import (
+from agent_sessions.ops.catalog import SessionCatalog
+from agent_sessions.ops.migrate import copy_store
+from agent_sessions.ops.sdk_layouts import (
     SDK_MESSAGES_TABLE,
     SDK_MONGO_DATABASE,
     SDK_REDIS_PREFIX,
@@ -173,7 +173,7 @@ async def test_mongodb_sdk_layout_to_ours_and_back(monkeypatch: pytest.MonkeyPat
     from mongomock_motor import AsyncMongoMockClient, AsyncMongoMockCollection
 
     from agent_sessions import MongoDBSession
-    from agent_sessions.migrate import Store, write_session
+    from agent_sessions.ops.migrate import Store, write_session
 
     class StandIn(AsyncMongoMockClient):  # type: ignore[misc,type-arg]
         """The stand-in lacks two PyMongo calls the SDK's class makes; neither stores data."""

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agent_sessions import SQLiteSession
-from agent_sessions.backends import sqlite as sqlite_backend
+from agent_sessions.backends.sqlite import session as sqlite_backend
 from agent_sessions.testing import texts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -144,7 +144,7 @@ def test_a_failed_commit_rolls_back_and_leaves_no_transaction(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("module", "foreign"),
     [
-        ("agent_sessions/backends/sqlite.py", ("aiosqlite",)),
+        ("agent_sessions/backends/sqlite/session.py", ("aiosqlite",)),
         ("agent_sessions/backends/sqlalchemy.py", ("pool", "engine", "sync_engine", "fairy")),
         ("agent_sessions/backends/_sql_postgres.py", ("conn",)),
         ("agent_sessions/backends/_sql_mysql.py", ("conn",)),

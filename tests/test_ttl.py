@@ -235,7 +235,7 @@ async def test_purge_reaches_the_dead_prefix_past_a_page_shortened_by_skipped_it
         clock.advance(0.1)
     # now = start + 26 + 10: items 0..59 (written before start + 6) are dead
     clock.advance(10)
-    store._sessions[inner.session_id].payloads[-5] = "{damaged"  # in the newest page
+    store.sessions[inner.session_id].payloads[-5] = "{damaged"  # in the newest page
     assert await s.purge_expired() == 60
     assert texts(await s.get_items()) == [str(i) for i in range(60, 260) if i != 255]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..core.base import Row
 from ..errors import BackendDataError
-from .sqlite import check_identifier
+from .sqlite.session import check_identifier
 
 SCHEMA_VERSION = 1
 """The layout these modules read and write; stored per messages table in the schema table."""

@@ -90,7 +90,7 @@ _INTERRUPTED: list[Callable[[], str]] = []
 
 def _redacted(url: str) -> str:
     """``url`` without its password."""
-    from ..migrate import _redacted as redacted
+    from ..ops.migrate import redacted
 
     return redacted(url)
 
@@ -243,7 +243,7 @@ def list_sessions(
     after = _when(updated_after, "--updated-after")
 
     async def go() -> list[Any]:
-        from ..migrate import Store
+        from ..ops.migrate import Store
 
         rows: list[Any] = []
         async with await Store.open(url, options, read_only=True) as store:
@@ -388,7 +388,7 @@ def show(
     expiry = (ttl, item_ttl, absolute)
 
     async def go() -> list[Any]:
-        from ..migrate import Store
+        from ..ops.migrate import Store
 
         async with await Store.open(url, options, read_only=True) as store:
             if store.catalog is not None:
@@ -448,7 +448,7 @@ async def _read_through(
     store: Any, sid: str, session: Any, branch: str | None, view: bool, limit: int | None
 ) -> list[Any]:
     """Read ``session`` as branch ``branch``, or (``view``) as the agent sees it."""
-    from ..catalog import side_store_kind
+    from ..core.catalog import side_store_kind
 
     kinds = {side_store_kind(s) for s in await store.require_catalog().family(sid)}
     if branch is not None or "branches" in kinds:
@@ -495,7 +495,7 @@ def stats(url: Url, as_json: Json = False, option: Options = None) -> int:
     options = _parse_options(option)
 
     async def go() -> dict[str, Any]:
-        from ..migrate import Store
+        from ..ops.migrate import Store
 
         async with await Store.open(url, options, read_only=True) as store:
             return await store.require_catalog().stats()
@@ -533,7 +533,7 @@ def export_sessions(
     options = _parse_options(option)
 
     async def go(out: Any) -> Any:
-        from ..migrate import export_store
+        from ..ops.migrate import export_store
 
         with _Meter("exporting", quiet, "run the same command again to export them all") as m:
             return await export_store(
@@ -657,7 +657,7 @@ def import_sessions(
         _confirm(f"Overwrite sessions in {_redacted(url)} that hold other items?", yes)
 
     async def go(lines: Any, size: int | None) -> Any:
-        from ..migrate import import_store
+        from ..ops.migrate import import_store
 
         with _Meter("importing", quiet, _RESUME) as meter:
             if size is not None:  # the ETA follows the characters read of the file's bytes
@@ -762,7 +762,7 @@ def copy(
         _confirm(f"Overwrite sessions in {_redacted(dst_url)} that hold other items?", yes)
 
     async def go() -> Any:
-        from ..migrate import copy_store
+        from ..ops.migrate import copy_store
 
         with _Meter("copying", quiet, _RESUME) as meter:
             return await copy_store(
@@ -787,7 +787,7 @@ def clear(
     options = _parse_options(option)
 
     async def go() -> None:
-        from ..migrate import Store
+        from ..ops.migrate import Store
 
         async with await Store.open(url, options, read_only=True) as store:
             if store.catalog is not None:
@@ -828,7 +828,7 @@ def delete(
         raise typer.BadParameter("name session ids, or pass --prefix or --all")
 
     async def go() -> int:
-        from ..migrate import Store
+        from ..ops.migrate import Store
 
         async with await Store.open(url, options, read_only=True) as store:
             catalog = store.require_catalog()
@@ -931,7 +931,7 @@ def purge(
     ))
 
     async def go() -> tuple[dict[str, int], list[str], dict[str, str]]:
-        from ..migrate import Store
+        from ..ops.migrate import Store
         from ..wrappers.ttl import TTLSession
 
         async with await Store.open(url, options, read_only=True) as store:

@@ -19,7 +19,6 @@ from agents.memory.session import SessionABC
 from agents.memory.session_settings import SessionSettings, coerce_session_settings
 
 from ..errors import CorruptItemError, InvalidItemError, SessionClosedError
-from ..telemetry import traced
 from .capabilities import Capability, supports
 from .closing import Closing, release_here
 from .codec import DEFAULT_MAX_ITEM_BYTES, decode_item, encode_batch
@@ -28,6 +27,7 @@ from .ids import derive_sibling_id, validate_session_id
 from .mutation import run_to_completion
 from .options import OptionsChecked
 from .sdk_compaction import SDKCompactionHooks
+from .telemetry import traced
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem

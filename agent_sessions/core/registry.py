@@ -6,16 +6,14 @@ import importlib
 import importlib.util
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
-from agents.memory.session import Session
-
-if TYPE_CHECKING:
-    pass
+from agents.memory.session import Session, SessionABC
 
 from ..errors import MissingDependencyError, UnknownSchemeError
 from .extras import install_hint
+from .family import close_quietly
 
 Opener = Callable[..., Session | Awaitable[Session]]
 """``opener(url, session_id, **options)`` returns a session (or an awaitable of one)."""
@@ -77,17 +75,44 @@ class ClosableSession(Session, Protocol):
     async def __aexit__(self, *exc_info: object) -> None: ...
 
 
-def _closable(session: Session) -> ClosableSession:
-    """Give a Session from a third-party opener that has no ``close`` the closable shape."""
-    from ..wrappers.base import SessionWrapper  # wrappers build on core
+class _Closable(SessionABC):
+    """A third-party Session given the closable shape; ``close`` closes it if it can."""
 
-    class Closable(SessionWrapper):
-        passes = frozenset()
+    def __init__(self, inner: Session) -> None:
+        self.inner = inner
+        self.session_id = inner.session_id
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.inner, name)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
-    return cast(ClosableSession, Closable(session))
+    @property  # type: ignore[override]
+    def session_settings(self) -> Any:
+        return self.inner.session_settings
+
+    @session_settings.setter
+    def session_settings(self, value: Any) -> None:
+        self.inner.session_settings = value
+
+    async def get_items(self, limit: int | None = None) -> Any:
+        return await self.inner.get_items(limit)
+
+    async def add_items(self, items: Any) -> None:
+        await self.inner.add_items(items)
+
+    async def pop_item(self) -> Any:
+        return await self.inner.pop_item()
+
+    async def clear_session(self) -> None:
+        await self.inner.clear_session()
+
+    async def close(self) -> None:
+        await close_quietly(self.inner)
+
+    async def __aenter__(self) -> _Closable:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
 
 async def open_session(url: str, session_id: str, **options: Any) -> ClosableSession:
@@ -133,31 +158,11 @@ async def open_session(url: str, session_id: str, **options: Any) -> ClosableSes
         ) from exc
     if isinstance(result, ClosableSession):
         return result
-    return _closable(result)
+    return _Closable(result)
 
 
-def _open_memory(url: str, session_id: str, **options: Any) -> Session:
-    from ..backends.memory import InMemorySession
-
-    return InMemorySession(session_id, **options)
-
-
-def _open_sqlite(url: str, session_id: str, **options: Any) -> Session:
-    from ..backends.sqlite import SQLiteSession
-
-    # sqlite:///rel.db -> "rel.db"; sqlite:////abs.db -> "/abs.db"; sqlite:///:memory: -> memory
-    rest = url.split("://", 1)[1]
-    if not rest.startswith("/"):
-        raise UnknownSchemeError(
-            f"SQLite URLs have three slashes before a relative path and four before an absolute "
-            f"one (sqlite:///rel.db, sqlite:////abs/path.db), got {url!r}"
-        )
-    path = rest[1:] or ":memory:"
-    return SQLiteSession(session_id, path, **options)
-
-
-register_scheme("memory", _open_memory)
-register_scheme("sqlite", _open_sqlite)
+register_scheme("memory", "agent_sessions.backends.memory:open_url")
+register_scheme("sqlite", "agent_sessions.backends.sqlite:open_url")
 for _scheme in ("redis", "rediss"):
     register_scheme(_scheme, "agent_sessions.backends.redis:open_url", extra="redis")
 _SQLALCHEMY = "agent_sessions.backends.sqlalchemy:open_url"
@@ -210,8 +215,8 @@ for _scheme, (_candidates, _extra) in _ALIASES.items():
     register_scheme(_scheme, _open_sql_alias, extra=_extra)
 for _scheme in ("mongodb", "mongodb+srv"):
     register_scheme(_scheme, "agent_sessions.backends.mongodb:open_url", extra="mongodb")
-# The Agents SDK's own layouts, opened in place by the SDK's classes (agent_sessions.sdk_layouts).
-_SDK = "agent_sessions.sdk_layouts:open_"
+# The Agents SDK's own layouts, opened in place by the SDK's classes (ops/sdk_layouts.py).
+_SDK = "agent_sessions.ops.sdk_layouts:open_"
 for _scheme in ("sdk+redis", "sdk+rediss"):
     register_scheme(_scheme, _SDK + "redis", extra="redis")
 for _scheme, _extra in (

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ..catalog import CatalogQuery, SupportsCatalog
 from ..core.capabilities import Capability, supports
+from ..core.catalog import CatalogQuery, SupportsCatalog
 from ..core.family import close_quietly, side_store
 from ..errors import InvalidItemError, SequenceConflictError
 from ._kit import (

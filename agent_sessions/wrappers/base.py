@@ -4,8 +4,8 @@ A wrapper reaches its inner session as ``inner``, shares one settings object wit
 (closing the wrapper closes it), and declares the capabilities it passes on from it. Side
 stores come from the inner session's family (or the caller's ``sibling_factory``), through
 ``wrap_member`` so that side data gets this layer's treatment (e.g. encryption). A view layer
-(``numbered = True``) gets an inner session with sequence numbers: a foreign one is numbered
-through ``ForeignSession``.
+(``numbering = foreign.sequenced``) gets an inner session with sequence numbers: a foreign one
+is numbered through ``ForeignSession``.
 """
 
 from __future__ import annotations
@@ -45,9 +45,10 @@ class SessionWrapper(OptionsChecked, SessionABC):
     """The capabilities this layer offers whenever its inner session does."""
     offers: ClassVar[frozenset[Capability]] = frozenset()
     """The capabilities this layer implements itself, over any inner session."""
-    numbered: ClassVar[bool] = False
-    """True for a view layer: it keeps sequence numbers of ``inner`` and side data, so a
-    foreign ``inner`` is numbered through ``ForeignSession`` and side stores are required."""
+    numbering: ClassVar[Callable[..., Session] | None] = None
+    """For a view layer, which keeps sequence numbers of ``inner`` and side data:
+    ``foreign.sequenced``, which numbers a foreign ``inner`` through ``ForeignSession`` (side
+    stores are then required). Set by the layer, so this module need not import foreign.py."""
 
     def __init__(
         self,
@@ -67,10 +68,8 @@ class SessionWrapper(OptionsChecked, SessionABC):
             )
         if sibling_factory is not None and not callable(sibling_factory):
             raise TypeError(f"{name}: sibling_factory must be callable, got {sibling_factory!r}")
-        if self.numbered:
-            from .foreign import sequenced  # foreign.py builds on this module
-
-            inner = sequenced(inner, sibling_factory, wrapper=name)
+        if self.numbering is not None:
+            inner = self.numbering(inner, sibling_factory, wrapper=name)
             if sibling_factory is None and not supports(inner, Capability.FAMILY):
                 raise TypeError(
                     f"{name} keeps its side data in the same store as the inner session, but "
@@ -192,10 +191,8 @@ class SessionWrapper(OptionsChecked, SessionABC):
         """Return ``member`` (a side store of the inner session) as this layer keeps it:
         numbered for a view layer, else unchanged; a layer that transforms items (encryption)
         wraps it."""
-        if self.numbered:
-            from .foreign import sequenced
-
-            return sequenced(member, self._factory)
+        if self.numbering is not None:
+            return self.numbering(member, self._factory)
         return member
 
     async def family_purposes(self) -> list[str]:

@@ -30,7 +30,7 @@ from .branching.usage_log import (
     turn_usage,
 )
 from .branching.view import View
-from .foreign import SiblingFactory
+from .foreign import SiblingFactory, sequenced
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -49,7 +49,7 @@ class UsageTrackingSession(SessionWrapper):
         logger: where failures of ``store_run_usage`` are logged (it never raises, as the SDK's).
     """
 
-    numbered = True
+    numbering = staticmethod(sequenced)
 
     def __init__(
         self,

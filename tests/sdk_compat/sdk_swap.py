@@ -320,7 +320,7 @@ class _IndexStateReset:
     clearing it makes ours forget the same."""
 
     def clear(self) -> None:
-        from agent_sessions.backends.mongodb import _IndexRegistry
+        from agent_sessions.backends.mongodb.session import _IndexRegistry
 
         with _IndexRegistry._lock:
             _IndexRegistry._done.clear()
@@ -342,7 +342,7 @@ def _mongodb_target(
     import agents.extensions.memory.mongodb_session as sdk_mongodb
     from pymongo.driver_info import DriverInfo
 
-    import agent_sessions.backends.mongodb as ours
+    import agent_sessions.backends.mongodb.session as ours
 
     prefix = f"sdk{_RUN}{uuid.uuid4().hex[:6]}_"
     databases: set[str] = set()

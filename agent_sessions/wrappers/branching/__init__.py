@@ -20,7 +20,7 @@ from agents import _debug
 from ...core.capabilities import Capability, SupportsGuardedWrite, supports
 from ...errors import BranchError, BranchNotFoundError
 from ..base import SessionWrapper
-from ..foreign import SiblingFactory
+from ..foreign import SiblingFactory, sequenced
 from .items import content_matches, content_preview
 from .log import BranchLog, BranchState, encode_lineage, now_text
 from .store import MAIN, Storages
@@ -46,7 +46,7 @@ class BranchingSession(SessionWrapper):
         logger: where branch operations are logged.
     """
 
-    numbered = True
+    numbering = staticmethod(sequenced)
 
     def __init__(
         self,

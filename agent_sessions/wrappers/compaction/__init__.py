@@ -31,7 +31,7 @@ from ...core.closing import Closing
 from ...core.codec import decode_item, encode_batch
 from ..base import SessionWrapper
 from ..branching.store import read_family, read_rows
-from ..foreign import expiring_layer
+from ..foreign import expiring_layer, sequenced
 from .boundary import choose_cut
 from .records import CompactionRecord
 from .running import RunningView
@@ -118,7 +118,7 @@ class CompactionSession(SessionWrapper):
         session_settings: SDK settings, set on the inner session (the stack shares one).
     """
 
-    numbered = True
+    numbering = staticmethod(sequenced)
     passes = frozenset()
 
     def __init__(

@@ -2,56 +2,22 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
-from ..errors import SequenceConflictError
+from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ...errors import SequenceConflictError
+from .store import DEFAULT_STORE, Entries, InMemoryStore
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ..catalog import CatalogStore
+    from ...core.catalog import CatalogStore
 
 
-@dataclass
-class _Entries:
-    seqs: list[int] = field(default_factory=list)
-    payloads: list[str] = field(default_factory=list)
-    next_seq: int = 1
-    created: float = 0.0
-    updated: float = 0.0
-
-
-class InMemoryStore:
-    """Holds sessions for :class:`InMemorySession`; thread-safe. Items are kept as JSON text,
-    so callers never share mutable objects with the store."""
-
-    def __init__(self) -> None:
-        self._sessions: dict[str, _Entries] = {}
-        self._lock = threading.Lock()
-
-    def _entries(self, session_id: str) -> _Entries:
-        entries = self._sessions.get(session_id)
-        if entries is None:
-            entries = self._sessions[session_id] = _Entries()
-        return entries
-
-    def session_ids(self) -> list[str]:
-        """Return the ids of sessions that hold items."""
-        with self._lock:
-            return [sid for sid, e in self._sessions.items() if e.seqs]
-
-
-DEFAULT_STORE = InMemoryStore()
-"""The process-wide store used when no ``store`` is given: same id, same conversation."""
-
-
-def _window(entries: _Entries, after: int | None, before: int | None) -> tuple[int, int]:
+def _window(entries: Entries, after: int | None, before: int | None) -> tuple[int, int]:
     lo = 0 if after is None else bisect_right(entries.seqs, after)
     hi = len(entries.seqs) if before is None else bisect_left(entries.seqs, before)
     return lo, max(lo, hi)
@@ -83,7 +49,7 @@ class InMemorySession(BaseSession):
         return {"store": self.store}
 
     async def _append(self, payloads: list[str]) -> list[int]:
-        with self.store._lock:
+        with self.store.lock:
             return self._append_locked(payloads)
 
     async def _append_if_newest(
@@ -91,14 +57,14 @@ class InMemorySession(BaseSession):
     ) -> list[int] | None:
         if not (isinstance(guard, InMemorySession) and guard.store is self.store):
             return None
-        with self.store._lock:
-            entries = self.store._sessions.get(guard.session_id)
+        with self.store.lock:
+            entries = self.store.sessions.get(guard.session_id)
             if (entries.seqs[-1] if entries is not None and entries.seqs else None) != seq:
                 return None
             return self._append_locked(payloads)
 
     def _append_locked(self, payloads: list[str]) -> list[int]:
-        entries = self.store._entries(self.session_id)
+        entries = self.store.entries(self.session_id)
         entries.updated = time.time()
         entries.created = entries.created or entries.updated
         first = entries.next_seq
@@ -109,8 +75,8 @@ class InMemorySession(BaseSession):
         return seqs
 
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
-        with self.store._lock:
-            entries = self.store._entries(self.session_id)
+        with self.store.lock:
+            entries = self.store.entries(self.session_id)
             if entries.seqs:
                 raise SequenceConflictError(
                     f"session {self.session_id!r} already holds {len(entries.seqs)} item(s); "
@@ -124,8 +90,8 @@ class InMemorySession(BaseSession):
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:
-        with self.store._lock:
-            entries = self.store._sessions.get(self.session_id)
+        with self.store.lock:
+            entries = self.store.sessions.get(self.session_id)
             if entries is None:
                 return []
             lo, hi = _window(entries, after, before)
@@ -134,23 +100,23 @@ class InMemorySession(BaseSession):
             return list(zip(entries.seqs[lo:hi], entries.payloads[lo:hi], strict=True))
 
     async def _pop(self) -> str | None:
-        with self.store._lock:
-            entries = self.store._sessions.get(self.session_id)
+        with self.store.lock:
+            entries = self.store.sessions.get(self.session_id)
             if entries is None or not entries.seqs:
                 return None
             entries.seqs.pop()
             return entries.payloads.pop()
 
     async def _clear(self) -> None:
-        with self.store._lock:
-            entries = self.store._sessions.get(self.session_id)
+        with self.store.lock:
+            entries = self.store.sessions.get(self.session_id)
             if entries is not None:
                 entries.seqs.clear()
                 entries.payloads.clear()
 
     async def _rewrite(self, rows: list[Row]) -> int:
-        with self.store._lock:
-            entries = self.store._sessions.get(self.session_id)
+        with self.store.lock:
+            entries = self.store.sessions.get(self.session_id)
             if entries is None:
                 return 0
             replaced = 0
@@ -162,8 +128,8 @@ class InMemorySession(BaseSession):
             return replaced
 
     async def _delete_before(self, before: int) -> int:
-        with self.store._lock:
-            entries = self.store._sessions.get(self.session_id)
+        with self.store.lock:
+            entries = self.store.sessions.get(self.session_id)
             if entries is None:
                 return 0
             cut = bisect_left(entries.seqs, before)
@@ -179,8 +145,8 @@ class InMemorySession(BaseSession):
     ) -> bool:
         """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``), under the
         store's lock."""
-        with self.store._lock:
-            entries = self.store._entries(self.session_id)
+        with self.store.lock:
+            entries = self.store.entries(self.session_id)
             if expected is None:
                 cut = 0
             else:
@@ -205,15 +171,23 @@ class InMemorySession(BaseSession):
             return True
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
-        with self.store._lock:
-            entries = self.store._sessions.get(self.session_id)
+        with self.store.lock:
+            entries = self.store.sessions.get(self.session_id)
             if entries is None:
                 return 0
             lo, hi = _window(entries, after, before)
             return hi - lo
 
     def catalog_store(self) -> CatalogStore:
-        """Return the catalog of this session's store (see ``agent_sessions.catalog``)."""
-        from ._catalog_memory import MemoryCatalog
+        """Return the catalog of this session's store (see ``agent_sessions.ops.catalog``)."""
+        from .catalog import MemoryCatalog
 
         return MemoryCatalog(self.store)
+
+
+def open_url(url: str, session_id: str, **options: Any) -> InMemorySession:
+    """``open_session``'s opener for ``memory://``: a session of the process-wide store."""
+    return InMemorySession(session_id, **options)
+
+
+__all__ = ["InMemorySession", "open_url"]

@@ -1,6 +1,6 @@
 """Redis backend on ``redis.asyncio``: standalone Redis or Redis Cluster, one round trip per call.
 
-Each session is two keys that share a hash tag (see ``_redis_layout``): a sorted set of items
+Each session is two keys that share a hash tag (see ``layout``): a sorted set of items
 scored by sequence number and a hash with the counter. ``add_items`` is one Lua script (counter,
 write and expiry together, so the batch is atomic), ``get_items(limit)`` one ZRANGE of the newest
 N, ``pop_item`` one script around ZPOPMAX, ``clear_session`` one script (it keeps the counter, so
@@ -18,7 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
-from ..core.extras import missing
+from ...core.extras import missing
 
 try:
     from redis.asyncio import Redis, RedisCluster
@@ -42,13 +42,13 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
 
 from agents.memory.session_settings import SessionSettings
 
-from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, pop_checked_by_api
-from ..core.capabilities import Capability
-from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
-from ..core.family import REGISTRY
-from ..core.options import explicit_options
-from ..errors import BackendDataError, BackendUnavailableError, SequenceConflictError
-from ._redis_layout import (
+from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, pop_checked_by_api
+from ...core.capabilities import Capability
+from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
+from ...core.family import REGISTRY
+from ...core.options import explicit_options
+from ...errors import BackendDataError, BackendUnavailableError, SequenceConflictError
+from .layout import (
     APPEND,
     APPEND_IF_NEWEST,
     CLEAR,
@@ -161,6 +161,13 @@ class _SharedClient:
             self.users += 1
         return self
 
+    def unshare(self) -> None:
+        """Give back a use that no session took (nothing was sent on the client)."""
+        with self._lock:
+            self.users -= 1
+            if self.users == 0 and self.key is not None:
+                self._by_url.pop(self.key, None)
+
     async def release(self) -> None:
         with self._lock:
             self.users -= 1
@@ -169,6 +176,39 @@ class _SharedClient:
                 del self._by_url[self.key]
         if last and self.owned:
             await self.client.aclose()
+
+
+def _read_range(
+    target: Any, key: str, limit: int | None, after: int | None, before: int | None
+) -> Any:
+    """Send (or, on a pipeline, queue) the read of ``_load`` of the items at ``key``; with a
+    limit and a bound the members come newest first."""
+    if after is None and before is None:
+        return target.zrange(key, 0 if limit is None else -limit, -1)
+    low = "-inf" if after is None else f"({after}"
+    high = "+inf" if before is None else f"({before}"
+    if limit is None:
+        return target.zrangebyscore(key, low, high)
+    return target.zrevrangebyscore(key, high, low, start=0, num=limit)
+
+
+def _parse_rows(members: list[Any], key: str, key_prefix: str) -> list[Row]:
+    """Turn sorted-set members ``"<seq>:<json>"`` (str or bytes) into (seq, json) rows;
+    the JSON stays bytes for a bytes client, which the decoder reads as well."""
+    if not members:
+        return []
+    sep = b":" if isinstance(members[0], bytes) else ":"
+    parts = (m.partition(sep) for m in members)
+    try:
+        return [(int(head), payload) for head, _, payload in parts]
+    except ValueError:
+        # Where, not what: the member is stored content and may reach logs and spans.
+        at = next(i for i, m in enumerate(members) if not _is_int(m.partition(sep)[0]))
+        raise BackendDataError(
+            f"Redis key {key!r} holds a member that agent_sessions did not write "
+            f"(member {at} of the {len(members)} read, oldest first); is another application "
+            f"using key_prefix {key_prefix!r}? Choose another prefix or remove the key."
+        ) from None
 
 
 def _describe(client: Any) -> str:
@@ -185,7 +225,7 @@ class RedisSession(BaseSession):
     """A session stored in Redis or Redis Cluster.
 
     Args:
-        session_id: the conversation's id (any characters; see ``_redis_layout`` for keys).
+        session_id: the conversation's id (any characters; see ``layout`` for keys).
         client: a ``redis.asyncio.Redis`` or ``RedisCluster`` (``decode_responses`` either way).
             The session never closes it. ``redis_client`` is accepted as an alias (the SDK's name).
         key_prefix: start of every key; must not contain braces.
@@ -236,7 +276,8 @@ class RedisSession(BaseSession):
         self.key_prefix = check_key_prefix(key_prefix)
         self.timeout = timeout
         self._keys = session_keys(self.key_prefix, self.session_id)
-        self._ttl_ms = "0"
+        self.ttl_ms = "0"
+        """``ttl`` in milliseconds as the scripts take it ("0": no expiry)."""
         self.ttl: float | None = None
         self.set_sliding_ttl(ttl)
 
@@ -299,10 +340,7 @@ class RedisSession(BaseSession):
                 strict=strict,
             )
         except BaseException:
-            shared.users -= 1  # nothing was sent on a client no session took
-            if shared.users == 0 and shared.key is not None:
-                with _SharedClient._lock:
-                    _SharedClient._by_url.pop(shared.key, None)
+            shared.unshare()
             raise
 
     # -- capabilities ----------------------------------------------------------------------
@@ -330,7 +368,7 @@ class RedisSession(BaseSession):
         """Make every later write set all of this session's keys to expire ``ttl_seconds``
         after it (in the same script); None stops setting expiry."""
         if ttl_seconds is None:
-            self.ttl, self._ttl_ms = None, "0"
+            self.ttl, self.ttl_ms = None, "0"
             return
         if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)):
             raise TypeError(f"ttl must be a number of seconds or None, got {ttl_seconds!r}")
@@ -342,7 +380,7 @@ class RedisSession(BaseSession):
             raise ValueError(
                 f"ttl {ttl_seconds!r} s is past the end of Redis's expiry range (2**63-1 ms)"
             )
-        self.ttl, self._ttl_ms = ttl_seconds, str(ttl_ms)
+        self.ttl, self.ttl_ms = ttl_seconds, str(ttl_ms)
 
     async def refresh_expiry(self) -> None:
         """Set this session's keys to expire ``ttl`` from now, as a write would, without
@@ -350,7 +388,7 @@ class RedisSession(BaseSession):
         self._check_open()
         if self.ttl is None:
             return
-        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        client, keys, ttl = self._client, self._keys, self.ttl_ms
         await self._call(lambda: TOUCH(client, keys, ttl))
 
     # -- public helpers ----------------------------------------------------------------------
@@ -376,7 +414,7 @@ class RedisSession(BaseSession):
     # -- BaseSession hooks -----------------------------------------------------------------------
 
     async def _append(self, payloads: list[str]) -> list[int]:
-        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        client, keys, ttl = self._client, self._keys, self.ttl_ms
         last = int(await self._call(lambda: APPEND(client, keys, ttl, *payloads)))
         _note_newest(keys[0], f"{last}:{payloads[-1]}")
         return list(range(last - len(payloads) + 1, last + 1))
@@ -385,15 +423,15 @@ class RedisSession(BaseSession):
         # One script over every batch's keys (and the registry's, to list a side store first):
         # one round trip, one atomic step. A cluster may spread the keys over nodes.
         if self._cluster or len(writes) < 2 or not all(
-            isinstance(s, RedisSession) and s._client is self._client for s, _ in writes
+            isinstance(s, RedisSession) and s.client is self.client for s, _ in writes
         ):
             return await super()._append_family(writes)
         sessions = [cast(RedisSession, s) for s, _ in writes]
         keys: list[str] = []
         args: list[Any] = [len(writes)]
         for s, (_, payloads) in zip(sessions, writes, strict=True):
-            keys += s._keys
-            args += [s._ttl_ms, len(payloads), *payloads]
+            keys += s.keys
+            args += [s.ttl_ms, len(payloads), *payloads]
         listing: RedisSession | None = None
         for s in sessions:
             if s._registration is None:
@@ -401,12 +439,12 @@ class RedisSession(BaseSession):
             owner, purpose = s._registration
             registry = owner.side_store(REGISTRY)
             if listing is None and isinstance(registry, RedisSession) and (
-                registry._client is self._client
+                registry.client is self.client
             ):
                 listing = s
-                keys += registry._keys
+                keys += registry.keys
                 entry = encode_item({"purpose": purpose}, 0, registry.max_item_bytes)
-                args += [registry._ttl_ms, entry, purpose]
+                args += [registry.ttl_ms, entry, purpose]
             else:
                 await s._register()
         client = self._client
@@ -415,7 +453,7 @@ class RedisSession(BaseSession):
             listing._registration = None
         out = []
         for s, last, (_, payloads) in zip(sessions, lasts, writes, strict=True):
-            _note_newest(s._keys[0], f"{int(last)}:{payloads[-1]}")
+            _note_newest(s.keys[0], f"{int(last)}:{payloads[-1]}")
             out.append(list(range(int(last) - len(payloads) + 1, int(last) + 1)))
         return out
 
@@ -424,7 +462,7 @@ class RedisSession(BaseSession):
     ) -> list[Row]:
         client = self._client
         members = await self._call(
-            lambda: self._range(client, limit, after, before), reads=True
+            lambda: _read_range(client, self.keys[0], limit, after, before), reads=True
         )
         if limit is not None and not (after is None and before is None):
             members.reverse()
@@ -432,31 +470,19 @@ class RedisSession(BaseSession):
             _note_newest(self._keys[0], members[-1])
         return self._rows(members)
 
-    def _range(self, target: Any, limit: int | None, after: int | None, before: int | None) -> Any:
-        """Send (or, on a pipeline, queue) the read of ``_load``; with a limit and a bound the
-        members come newest first."""
-        key = self._keys[0]
-        if after is None and before is None:
-            return target.zrange(key, 0 if limit is None else -limit, -1)
-        low = "-inf" if after is None else f"({after}"
-        high = "+inf" if before is None else f"({before}"
-        if limit is None:
-            return target.zrangebyscore(key, low, high)
-        return target.zrevrangebyscore(key, high, low, start=0, num=limit)
-
     async def _load_family(
         self, reads: list[tuple[BaseSession, int | None, int | None, int | None]]
     ) -> list[list[Row]]:
         # One pipeline (no MULTI) on this client; a cluster may spread the keys over nodes.
         if self._cluster or not all(
-            isinstance(s, RedisSession) and s._client is self._client for s, *_ in reads
+            isinstance(s, RedisSession) and s.client is self.client for s, *_ in reads
         ):
             return await super()._load_family(reads)
 
         async def send() -> list[Any]:
             pipe = self._client.pipeline(transaction=False)
             for s, limit, after, before in reads:
-                cast(RedisSession, s)._range(pipe, limit, after, before)
+                _read_range(pipe, cast(RedisSession, s).keys[0], limit, after, before)
             return await pipe.execute()  # type: ignore[no-any-return]
 
         out = []
@@ -464,17 +490,18 @@ class RedisSession(BaseSession):
         for (s, limit, after, before), members in zip(reads, answers, strict=True):
             if limit is not None and not (after is None and before is None):
                 members.reverse()
-            out.append(cast(RedisSession, s)._rows(members))
+            rs = cast(RedisSession, s)
+            out.append(_parse_rows(members, rs.keys[0], rs.key_prefix))
         return out
 
     def _guard_keys(self, guard: BaseSession) -> tuple[str, str, str] | None:
         """This session's keys and ``guard``'s items key, for a script over both; None when
         they may live on different nodes (a cluster) or another client."""
         if self._cluster or not (
-            isinstance(guard, RedisSession) and guard._client is self._client
+            isinstance(guard, RedisSession) and guard.client is self.client
         ):
             return None
-        return (*self._keys, guard._keys[0])
+        return (*self._keys, guard.keys[0])
 
     async def _append_if_newest(
         self, guard: BaseSession, seq: int | None, payloads: list[str]
@@ -482,7 +509,7 @@ class RedisSession(BaseSession):
         keys = self._guard_keys(guard)
         if keys is None:
             return None
-        client, ttl, expected = self._client, self._ttl_ms, "" if seq is None else str(seq)
+        client, ttl, expected = self._client, self.ttl_ms, "" if seq is None else str(seq)
 
         async def append() -> int:
             return int(
@@ -499,7 +526,7 @@ class RedisSession(BaseSession):
         keys = self._guard_keys(guard)
         if keys is None:
             return False, None
-        client, ttl, expected = self._client, self._ttl_ms, "" if seq is None else str(seq)
+        client, ttl, expected = self._client, self.ttl_ms, "" if seq is None else str(seq)
 
         async def pop() -> Any:
             return await self._call(lambda: POP_IF_NEWEST(client, keys, ttl, expected))
@@ -511,7 +538,7 @@ class RedisSession(BaseSession):
         return True, None if len(reply) < 2 or reply[1] is None else self._rows([reply[1]])[0][1]
 
     async def _pop(self) -> str | None:
-        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        client, keys, ttl = self._client, self._keys, self.ttl_ms
         _note_newest(keys[0], None)
         member = await self._call(lambda: POP(client, keys, ttl))
         return None if member is None else self._rows([member])[0][1]
@@ -528,7 +555,7 @@ class RedisSession(BaseSession):
         self._check_open()
         if type(self).pop_item is not BaseSession.pop_item:
             return await pop_checked_by_api(self, check)  # pop through the subclass's own
-        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        client, keys, ttl = self._client, self._keys, self.ttl_ms
         guess: str | bytes | None = _NEWEST.get(keys[0])
         verified = False  # whether the server named ``guess`` as its newest member
         while True:
@@ -560,7 +587,7 @@ class RedisSession(BaseSession):
                 return None
 
     async def _clear(self) -> None:
-        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        client, keys, ttl = self._client, self._keys, self.ttl_ms
         _note_newest(keys[0], None)
         await self._call(lambda: CLEAR(client, keys, ttl))
 
@@ -571,7 +598,7 @@ class RedisSession(BaseSession):
         return int(await self._call(lambda: client.zremrangebyscore(key, "-inf", high)))
 
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
-        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        client, keys, ttl = self._client, self._keys, self.ttl_ms
         args = [ttl, str(round(created * 1000)), str(round(updated * 1000))]
         args += [part for seq, payload in rows for part in (str(seq), payload)]
         held = int(await self._call(lambda: WRITE_AT(client, keys, *args)))
@@ -595,7 +622,7 @@ class RedisSession(BaseSession):
     ) -> bool:
         """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``): one script
         that checks the members it was shown and changes nothing when they moved."""
-        client, keys, ttl = self._client, self._keys, self._ttl_ms
+        client, keys, ttl = self._client, self._keys, self.ttl_ms
         if expected is None:
             args: list[Any] = [ttl, -1, 0, *payloads]
         else:
@@ -637,30 +664,15 @@ class RedisSession(BaseSession):
         return self._shared.owned  # the caller's own client: close() is a no-op, as the SDK's
 
     def catalog_store(self) -> Any:
-        """Return the catalog of this key prefix (see ``agent_sessions.catalog``)."""
-        from ._catalog_redis import RedisCatalog
+        """Return the catalog of this key prefix (see ``agent_sessions.ops.catalog``)."""
+        from .catalog import RedisCatalog
 
-        return RedisCatalog(self)
+        return RedisCatalog(self._call, self.client, self.key_prefix)
 
     # -- helpers ---------------------------------------------------------------------------------
 
     def _rows(self, members: list[Any]) -> list[Row]:
-        """Turn sorted-set members ``"<seq>:<json>"`` (str or bytes) into (seq, json) rows;
-        the JSON stays bytes for a bytes client, which the decoder reads as well."""
-        if not members:
-            return []
-        sep = b":" if isinstance(members[0], bytes) else ":"
-        parts = (m.partition(sep) for m in members)
-        try:
-            return [(int(head), payload) for head, _, payload in parts]
-        except ValueError:
-            # Where, not what: the member is stored content and may reach logs and spans.
-            at = next(i for i, m in enumerate(members) if not _is_int(m.partition(sep)[0]))
-            raise BackendDataError(
-                f"Redis key {self._keys[0]!r} holds a member that agent_sessions did not write "
-                f"(member {at} of the {len(members)} read, oldest first); is another application "
-                f"using key_prefix {self.key_prefix!r}? Choose another prefix or remove the key."
-            ) from None
+        return _parse_rows(members, self.keys[0], self.key_prefix)
 
     async def _call(self, command: Callable[[], Awaitable[T]], *, reads: bool = False) -> T:
         """Run one Redis call, translating failures to this package's errors (``reads``: the

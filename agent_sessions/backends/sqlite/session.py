@@ -29,10 +29,15 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
-from ..core.codec import decode_item, encode_item
-from ..core.family import REGISTRY, purposes_in
-from ..errors import BackendUnavailableError, SequenceConflictError, SessionClosedError
+from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ...core.codec import decode_item, encode_item
+from ...core.family import REGISTRY, purposes_in
+from ...errors import (
+    BackendUnavailableError,
+    SequenceConflictError,
+    SessionClosedError,
+    UnknownSchemeError,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -583,10 +588,7 @@ class SQLiteSession(BaseSession):
     async def _append_if_newest(
         self, guard: BaseSession, seq: int | None, payloads: list[str]
     ) -> list[int] | None:
-        if not (
-            isinstance(guard, SQLiteSession) and guard._db is self._db
-            and guard._schema.key == self._schema.key
-        ):
+        if not self._same_store(guard):
             return None
         newest = f"SELECT max(id) FROM {self._schema.key[1]} WHERE session_id = ?"
         append, gid = self._appender(payloads), guard.session_id
@@ -627,11 +629,7 @@ class SQLiteSession(BaseSession):
     async def _load_family(
         self, reads: list[tuple[BaseSession, int | None, int | None, int | None]]
     ) -> list[list[Row]]:
-        if not all(
-            isinstance(s, SQLiteSession) and s._db is self._db
-            and s._schema.key == self._schema.key  # the worker creates this job's schema only
-            for s, *_ in reads
-        ):
+        if not all(self._same_store(s) for s, *_ in reads):
             return await super()._load_family(reads)
         queries = []
         for s, limit, after, before in reads:
@@ -658,10 +656,7 @@ class SQLiteSession(BaseSession):
         return await self._run(load)
 
     async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
-        if not (
-            isinstance(guard, SQLiteSession) and guard._db is self._db
-            and guard._schema.key == self._schema.key
-        ):
+        if not self._same_store(guard):
             return False, None
         newest = f"SELECT max(id) FROM {self._schema.key[1]} WHERE session_id = ?"
         sql, sid, gid = self._schema.pop, self.session_id, guard.session_id
@@ -817,10 +812,22 @@ class SQLiteSession(BaseSession):
         return await self._run(_write, replace)
 
     def catalog_store(self) -> Any:
-        """Return the catalog of this database's tables (see ``agent_sessions.catalog``)."""
-        from ._catalog_sql import SQLiteFileCatalog
+        """Return the catalog of this database's tables (see ``agent_sessions.ops.catalog``)."""
+        from .._catalog_sql import SQLiteFileCatalog
 
         return SQLiteFileCatalog(self)
 
 
-__all__ = ["SQLiteSession", "check_identifier"]
+def open_url(url: str, session_id: str, **options: Any) -> SQLiteSession:
+    """``open_session``'s opener for ``sqlite:///rel.db``, ``sqlite:////abs.db`` and
+    ``sqlite:///:memory:``."""
+    rest = url.split("://", 1)[1]
+    if not rest.startswith("/"):
+        raise UnknownSchemeError(
+            f"SQLite URLs have three slashes before a relative path and four before an absolute "
+            f"one (sqlite:///rel.db, sqlite:////abs/path.db), got {url!r}"
+        )
+    return SQLiteSession(session_id, rest[1:] or ":memory:", **options)
+
+
+__all__ = ["SQLiteSession", "check_identifier", "open_url"]

@@ -24,18 +24,19 @@ from datetime import datetime
 from itertools import pairwise
 from typing import IO, Any, TypeVar
 
-from .catalog import SessionCatalog, SupportsCatalog, family_root, is_side_store, utc
-from .core.capabilities import Capability, supports
-from .core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
-from .core.family import close_quietly
-from .core.ids import validate_session_id
-from .errors import (
+from ..core.capabilities import Capability, supports
+from ..core.catalog import SupportsCatalog, family_root, is_side_store, utc
+from ..core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
+from ..core.family import close_quietly
+from ..core.ids import validate_session_id
+from ..errors import (
     BackendDataError,
     InvalidItemError,
     SequenceConflictError,
     SessionError,
     StoreNotFoundError,
 )
+from .catalog import SessionCatalog
 
 T = TypeVar("T")
 DEFAULT_BATCH = 500
@@ -120,7 +121,7 @@ class Store:
         Raises:
             StoreNotFoundError: ``read_only`` and the store (file, tables) does not exist.
         """
-        from .core.registry import open_session
+        from ..core.registry import open_session
 
         opts = dict(options or {})
         if read_only and _is_sqlalchemy(url):
@@ -137,7 +138,7 @@ class Store:
             if not found:
                 await store.close()
                 raise StoreNotFoundError(
-                    f"no session store at {_redacted(url)} (no such database file, tables or "
+                    f"no session store at {redacted(url)} (no such database file, tables or "
                     "collections; check the URL and options such as table_prefix); nothing "
                     "was created"
                 )
@@ -158,7 +159,7 @@ class Store:
     def require_catalog(self) -> SessionCatalog:
         if self.catalog is None:
             raise TypeError(
-                f"the store at {_redacted(self.url)} cannot list its sessions; name the "
+                f"the store at {redacted(self.url)} cannot list its sessions; name the "
                 "session ids explicitly"
             )
         return self.catalog
@@ -175,7 +176,7 @@ class Store:
         await self.close()
 
 
-def _redacted(url: str) -> str:
+def redacted(url: str) -> str:
     """``url`` without its password."""
     head, sep, rest = url.partition("://")
     creds, at, host = rest.rpartition("@")
@@ -396,7 +397,7 @@ def _numbering_check(dst: Store, side_ids: list[str], renumber: bool) -> bool:
         return False
     roots = sorted({family_root(sid) for sid in side_ids})
     raise RenumberingError(
-        f"the destination {_redacted(dst.url)} numbers items anew (it cannot write at given "
+        f"the destination {redacted(dst.url)} numbers items anew (it cannot write at given "
         f"sequence numbers, e.g. an SDK layout), and {len(roots)} session(s) have side stores "
         f"({len(side_ids)}: branches, usage, compaction, TTL records) that point at items by "
         f"number, starting with {roots[0]!r}. Nothing was written. Copy into a store of this "
@@ -661,5 +662,6 @@ __all__ = [
     "import_store",
     "iter_export",
     "read_export",
+    "redacted",
     "write_session",
 ]

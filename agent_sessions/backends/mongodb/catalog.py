@@ -7,18 +7,14 @@ batch documents (summing their ``n``), so no item is read.
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..catalog import CatalogQuery, SessionInfo, family_root, utc
-from ..core.ids import SIBLING_MARK
-from .mongodb import _translated
-
-if TYPE_CHECKING:
-    from .mongodb import MongoDBSession
+from ...core.catalog import CatalogQuery, SessionInfo, family_root, utc
+from ...core.ids import SIBLING_MARK
+from .driver import to_list, translated
 
 
 def _naive(when: datetime) -> datetime:
@@ -26,25 +22,18 @@ def _naive(when: datetime) -> datetime:
     return when.astimezone(timezone.utc).replace(tzinfo=None)
 
 
-async def _to_list(cursor: Any) -> list[Any]:
-    if inspect.isawaitable(cursor):  # PyMongo's aggregate is a coroutine, Motor's a cursor
-        cursor = await cursor
-    return [doc async for doc in cursor]
-
-
 class MongoCatalog:
     """Lists and deletes the sessions of one database's collection pair."""
 
-    def __init__(self, session: MongoDBSession) -> None:
-        self.session = session
-        self.counters = session._counters
-        self.messages = session._messages
+    def __init__(self, database: Any, counters: Any, messages: Any) -> None:
+        self.database = database
+        self.counters = counters
+        self.messages = messages
 
     async def exists(self) -> bool:
-        db = self.session.client[self.session.database]
-        async with _translated("listing collections"):
-            names = await db.list_collection_names()
-        return self.session.sessions_collection in names
+        async with translated("listing collections"):
+            names = await self.database.list_collection_names()
+        return self.counters.name in names
 
     async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
         conditions: list[dict[str, Any]] = []
@@ -59,8 +48,8 @@ class MongoCatalog:
         if query.updated_before is not None:
             conditions.append({"updated_at": {"$lt": _naive(query.updated_before)}})
         flt = {"$and": conditions} if conditions else {}
-        async with _translated("listing sessions"):
-            docs = await _to_list(
+        async with translated("listing sessions"):
+            docs = await to_list(
                 self.counters.find(flt, {"created_at": 1, "updated_at": 1})
                 .sort("_id", 1)
                 .limit(query.limit)
@@ -72,7 +61,7 @@ class MongoCatalog:
                     {"$match": {"session_id": {"$in": ids}, "n": {"$gt": 0}}},
                     {"$group": {"_id": "$session_id", "total": {"$sum": "$n"}}},
                 ]
-                for row in await _to_list(self.messages.aggregate(pipeline)):
+                for row in await to_list(self.messages.aggregate(pipeline)):
                     counts[row["_id"]] = int(row["total"])
         return [
             SessionInfo(
@@ -84,8 +73,8 @@ class MongoCatalog:
 
     async def family_ids(self, session_id: str) -> list[str]:
         pattern = f"^{SIBLING_MARK}.*{SIBLING_MARK}{re.escape(session_id)}$"
-        async with _translated("listing side stores"):
-            docs = await _to_list(
+        async with translated("listing side stores"):
+            docs = await to_list(
                 self.counters.find({"_id": {"$regex": pattern, "$options": "s"}}, {"_id": 1})
             )
         return [str(d["_id"]) for d in docs if family_root(str(d["_id"])) == session_id]
@@ -94,7 +83,7 @@ class MongoCatalog:
         ids = list(session_ids)
         if not ids:
             return 0
-        async with _translated("deleting sessions"):
+        async with translated("deleting sessions"):
             await self.messages.delete_many({"session_id": {"$in": ids}})
             result = await self.counters.delete_many({"_id": {"$in": ids}})
         return int(result.deleted_count)

@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .catalog import CatalogQuery, SessionInfo, family_root, utc
+from ..core.catalog import CatalogQuery, SessionInfo, family_root, utc
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -107,7 +107,7 @@ class SDKLayoutSession:
         )
 
     def catalog_store(self) -> Any:
-        """Return the catalog of this SDK layout (see ``agent_sessions.catalog``)."""
+        """Return the catalog of this SDK layout (see ``agent_sessions.ops.catalog``)."""
         return self._catalog()
 
     async def close(self) -> None:
@@ -257,7 +257,7 @@ def open_sqlalchemy(
     from agents.extensions.memory import SQLAlchemySession
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from .backends.sqlite import check_identifier
+    from ..backends.sqlite import check_identifier
 
     check_identifier(sessions_table, "sessions_table")
     check_identifier(messages_table, "messages_table")
@@ -270,7 +270,7 @@ def open_sqlalchemy(
         )
 
     def catalog() -> Any:
-        from .backends._catalog_sql import EngineCatalog
+        from ..backends._catalog_sql import EngineCatalog
 
         return EngineCatalog(engine, sessions_table, messages_table, naive_times=True)
 
@@ -303,7 +303,7 @@ def open_mongodb(
 
     owned = client is None
     if client is None:
-        from .backends.mongodb import make_client
+        from ..backends.mongodb.session import make_client
 
         client = make_client(_inner_url(url), **(client_kwargs or {}))
     if database is None:

@@ -31,15 +31,14 @@ import inspect
 import logging
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
 from agents.memory.session_settings import SessionSettings
 
-from ..core.extras import missing
+from ...core.extras import missing
 
 try:
     from pymongo import AsyncMongoClient, DeleteOne, InsertOne, ReturnDocument, UpdateMany
@@ -47,25 +46,24 @@ try:
     from pymongo.errors import (
         BulkWriteError,
         ConfigurationError,
-        ConnectionFailure,
         DuplicateKeyError,
-        ExecutionTimeout,
     )
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("MongoDBSession", "mongodb", _exc) from _exc
 
-from ..core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
-from ..core.capabilities import Capability
-from ..core.closing import Closing
-from ..core.ids import validate_session_id
-from ..core.options import explicit_options
-from ..errors import (
+from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ...core.capabilities import Capability
+from ...core.closing import Closing
+from ...core.ids import validate_session_id
+from ...core.options import explicit_options
+from ...errors import (
     BackendDataError,
     BackendUnavailableError,
     ItemTooLargeError,
     SequenceConflictError,
 )
-from . import _mongodb_swap as swaps
+from . import swap as swaps
+from .driver import translated
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -129,25 +127,6 @@ def make_client(uri: str, **client_kwargs: Any) -> AsyncMongoClient[Any]:
         raise ValueError(f"invalid MongoDB URI or client option: {exc}") from exc
     except ValueError as exc:
         raise ValueError(f"invalid MongoDB URI or client option: {exc}") from exc
-
-
-@asynccontextmanager
-async def _translated(what: str) -> AsyncIterator[None]:
-    """Turn PyMongo's connectivity errors into :class:`BackendUnavailableError`."""
-    try:
-        yield
-    except (ConnectionFailure, ExecutionTimeout) as exc:
-        raise BackendUnavailableError(
-            f"MongoDB is unreachable or timed out ({what}): {exc}; check that the server is up "
-            "and that the URI's host and port are right"
-        ) from exc
-    except ConfigurationError as exc:
-        if "DNS" not in str(exc):
-            raise
-        # PyMongo's async client resolves a mongodb+srv:// seed list on first use.
-        raise BackendUnavailableError(
-            f"cannot resolve the MongoDB host ({what}): {exc}; check the mongodb+srv:// host name"
-        ) from exc
 
 
 class _ClientHandle:
@@ -298,8 +277,10 @@ class MongoDBSession(BaseSession):
         self.messages_collection = messages_collection or f"{collection_prefix}messages"
         self._handle = _handle or _ClientHandle(client, owned=False)
         db = client[database]
-        self._counters = db[self.sessions_collection]
-        self._messages = db[self.messages_collection]
+        self.counters = db[self.sessions_collection]
+        """The counter documents' collection (one per session)."""
+        self.messages = db[self.messages_collection]
+        """The batch documents' collection (one per ``add_items`` batch)."""
         self._ttl: float | None = None
         self._unset_expiry = False  # set_sliding_ttl(None) after a TTL: clear it at next write
         self._share_released = False
@@ -365,11 +346,16 @@ class MongoDBSession(BaseSession):
             "_handle": self._handle.share(),
         }
 
+    @property
+    def _messages(self) -> Any:
+        """The SDK's name for ``messages`` (its tests reach the collection through it)."""
+        return self.messages
+
     def sibling(self, session_id: str) -> MongoDBSession:
         """Return a session of the same database and collections, sharing the client and the
         expiry (native expiry applies to the whole family)."""
         member = super().sibling(session_id)
-        member._ttl = self._ttl
+        member.set_sliding_ttl(self._ttl)
         return member
 
     def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
@@ -413,23 +399,23 @@ class MongoDBSession(BaseSession):
             )
 
     async def _create_index(self) -> None:
-        async with _translated("creating indexes"):
-            await self._messages.create_index(
+        async with translated("creating indexes"):
+            await self.messages.create_index(
                 [("session_id", 1), ("seq", 1)], unique=True, name="session_seq"
             )
-            await self._messages.create_index(
+            await self.messages.create_index(
                 [("session_id", 1)],
                 name=swaps.SWAP_INDEX,
                 partialFilterExpression={swaps.SWAP: {"$exists": True}},
             )
 
     async def _create_ttl_indexes(self) -> None:
-        async with _translated("creating TTL indexes"):
-            for collection in (self._messages, self._counters):
+        async with translated("creating TTL indexes"):
+            for collection in (self.messages, self.counters):
                 await collection.create_index(
                     "expires_at", expireAfterSeconds=0, name="expires_at_ttl"
                 )
-            await self._messages.create_index(
+            await self.messages.create_index(
                 [("session_id", 1), ("expires_at", 1)], name="session_expires"
             )
 
@@ -462,8 +448,8 @@ class MongoDBSession(BaseSession):
         if not expiry:
             return
         await self._ensure_indexes()
-        async with _translated("refreshing expiry"):
-            await self._messages.update_many({"session_id": self.session_id, **stale}, expiry)
+        async with translated("refreshing expiry"):
+            await self.messages.update_many({"session_id": self.session_id, **stale}, expiry)
             await self._refresh_counter(expiry)
         self._expiry_done(expiry)
 
@@ -475,7 +461,7 @@ class MongoDBSession(BaseSession):
         self, payloads: list[str], swap: dict[str, Any] | None = None
     ) -> list[int]:
         """Store ``payloads`` as one batch document; with ``swap``, that document commits a
-        replacement (see ``_mongodb_swap``)."""
+        replacement (see ``swap``)."""
         cost = 0
         for index, payload in enumerate(payloads):
             cost += len(payload.encode()) + _ITEM_OVERHEAD
@@ -491,7 +477,7 @@ class MongoDBSession(BaseSession):
         now = datetime.now(timezone.utc)
         expiry, stale = self._expiry()
         n = len(payloads)
-        async with _translated("adding items"):
+        async with translated("adding items"):
             # An empty swap document still takes a number: (session_id, seq) is unique.
             counter = await self._reserve(max(n, 1), now, expiry)
             first = counter["seq"] - max(n, 1) + 1
@@ -502,7 +488,7 @@ class MongoDBSession(BaseSession):
                 if expiry:
                     doc.update(expiry.get("$set", {}))
                     # The insert and the refresh of older batches travel in one round trip.
-                    await self._messages.bulk_write(
+                    await self.messages.bulk_write(
                         [
                             InsertOne(doc),
                             UpdateMany({"session_id": self.session_id, **stale}, expiry),
@@ -510,7 +496,7 @@ class MongoDBSession(BaseSession):
                         ordered=True,
                     )
                 else:
-                    await self._messages.insert_one(doc)
+                    await self.messages.insert_one(doc)
             except DuplicateKeyError as exc:
                 raise self._foreign_data(exc) from exc
             except BulkWriteError as exc:
@@ -558,18 +544,18 @@ class MongoDBSession(BaseSession):
                 f"session {self.session_id!r} already holds {held} item(s); "
                 "write_sequenced_items fills an empty session only. Nothing was written"
             )
-        async with _translated("writing items at their numbers"):
-            await self._counters.update_one(
+        async with translated("writing items at their numbers"):
+            await self.counters.update_one(
                 {"_id": self.session_id},
                 {"$max": {"seq": rows[-1][0]}, "$set": counter_set},
                 upsert=True,
             )
             try:
-                await self._messages.insert_many(docs, ordered=True)
+                await self.messages.insert_many(docs, ordered=True)
             except BaseException as exc:
                 # only this call's documents (PyMongo gave each its _id before sending)
                 ours = [d["_id"] for d in docs if "_id" in d]
-                await self._messages.delete_many({"_id": {"$in": ours}})
+                await self.messages.delete_many({"_id": {"$in": ours}})
                 if isinstance(exc, DuplicateKeyError) or (
                     isinstance(exc, BulkWriteError) and _is_duplicate(exc)
                 ):
@@ -586,7 +572,7 @@ class MongoDBSession(BaseSession):
         }
         for attempt in range(2):
             try:
-                counter = await self._counters.find_one_and_update(
+                counter = await self.counters.find_one_and_update(
                     {"_id": self.session_id},
                     update,
                     upsert=True,
@@ -625,7 +611,7 @@ class MongoDBSession(BaseSession):
             "$or": [{"n": {"$gt": 0}}, {swaps.SWAP: {"$exists": True}}],
         }
 
-    def _rows(
+    def rows_of(
         self, doc: Any, after: int | None, before: int | None, tail: int | None = None
     ) -> list[Row]:
         """The rows of one batch document with after < seq < before; ``tail``: the document's
@@ -669,7 +655,7 @@ class MongoDBSession(BaseSession):
         return rows
 
     async def _finish_swaps(self) -> None:
-        async with _translated("finishing a history replacement"):
+        async with translated("finishing a history replacement"):
             await swaps.finish_pending(self)
 
     async def _load_once(
@@ -688,11 +674,11 @@ class MongoDBSession(BaseSession):
         projection: dict[str, Any] = {"_id": 0, "seq": 1, "n": 1, "items": 1, swaps.SWAP: 1}
         rows: list[Row] = []
         swapping = False
-        async with _translated("reading items"):
+        async with translated("reading items"):
             if limit is None:
-                async for doc in self._messages.find(query, projection).sort("seq", 1):
+                async for doc in self.messages.find(query, projection).sort("seq", 1):
                     swapping = swapping or swaps.SWAP in doc
-                    rows.extend(self._rows(doc, None, before))
+                    rows.extend(self.rows_of(doc, None, before))
             else:
                 # Every matching document holds at least one wanted item, so ``limit``
                 # documents, newest first through the index, are enough; without ``before``,
@@ -702,13 +688,14 @@ class MongoDBSession(BaseSession):
                 latest = (
                     {**projection, "items": {"$slice": -limit}} if tail is not None else projection
                 )
-                cursor = self._messages.find(query, latest).sort("seq", -1).limit(limit)
+                cursor = self.messages.find(query, latest).sort("seq", -1).limit(limit)
                 chunks: list[list[Row]] = []
                 got = 0
                 try:
                     async for doc in cursor.batch_size(limit):
                         swapping = swapping or swaps.SWAP in doc
-                        chunk = self._rows(doc, None, before, None if tail is None else limit - got)
+                        want = None if tail is None else limit - got
+                        chunk = self.rows_of(doc, None, before, want)
                         chunks.append(chunk)
                         got += len(chunk)
                         if got >= limit:
@@ -721,13 +708,13 @@ class MongoDBSession(BaseSession):
                     rows.extend(chunk)
             if after is not None and (limit is None or len(rows) < limit):
                 # The batch that starts at or before ``after`` may still hold later items.
-                straddler = await self._messages.find_one(
+                straddler = await self.messages.find_one(
                     {**self._base_filter(), "seq": {"$lte": after}},
                     projection,
                     sort=[("seq", -1)],
                 )
                 if straddler is not None:
-                    rows[:0] = self._rows(straddler, after, before)
+                    rows[:0] = self.rows_of(straddler, after, before)
         if limit is not None and len(rows) > limit:
             rows = rows[-limit:]
         return rows, swapping
@@ -735,7 +722,7 @@ class MongoDBSession(BaseSession):
     async def _pop(self) -> str | None:
         await self._ensure_indexes()
         expiry, stale = self._expiry()
-        async with _translated("popping an item"):
+        async with translated("popping an item"):
             doc = await self._pop_newest(expiry)
             if doc is None:
                 if expiry:
@@ -761,7 +748,7 @@ class MongoDBSession(BaseSession):
                 if emptied:
                     refresh.insert(0, DeleteOne(unused))
                 results = await asyncio.gather(
-                    self._messages.bulk_write(refresh, ordered=False),
+                    self.messages.bulk_write(refresh, ordered=False),
                     self._refresh_counter(expiry),
                     return_exceptions=True,
                 )
@@ -770,7 +757,7 @@ class MongoDBSession(BaseSession):
                         raise result
                 self._expiry_done(expiry)
             elif emptied:
-                await self._messages.delete_one(unused)
+                await self.messages.delete_one(unused)
         except Exception as exc:
             logger.warning(
                 "MongoDBSession %r: popped an item, but cleaning up after it failed: %s",
@@ -783,7 +770,7 @@ class MongoDBSession(BaseSession):
         never take the same item; ``$slice`` returns only that item); the batch before it, or
         None when there is none."""
         for _ in range(8):
-            doc = await self._messages.find_one_and_update(
+            doc = await self.messages.find_one_and_update(
                 self._read_filter(),
                 {**expiry, "$pop": {"items": 1}, "$inc": {"n": -1}},
                 sort=[("seq", -1)],
@@ -794,7 +781,7 @@ class MongoDBSession(BaseSession):
                 return doc
             # The newest document commits a replacement but holds no item: what lies below it
             # may be replaced rows. Undo the decrement, finish the swap, then pop again.
-            await self._messages.update_one(
+            await self.messages.update_one(
                 {"_id": doc["_id"], "n": {"$lt": 0}}, {"$inc": {"n": 1}}
             )
             await swaps.finish_pending(self)
@@ -804,15 +791,15 @@ class MongoDBSession(BaseSession):
         )
 
     async def _refresh_counter(self, expiry: dict[str, Any]) -> None:
-        await self._counters.update_one({"_id": self.session_id}, _counter_expiry(expiry))
+        await self.counters.update_one({"_id": self.session_id}, _counter_expiry(expiry))
 
     async def _clear(self) -> None:
         await self._ensure_indexes()
         expiry, _ = self._expiry()
-        async with _translated("clearing the session"):
+        async with translated("clearing the session"):
             # The counter document stays, so sequence numbers keep growing after a clear and a
             # write racing with the clear can never reuse a number.
-            await self._messages.delete_many({"session_id": self.session_id})
+            await self.messages.delete_many({"session_id": self.session_id})
             if expiry:
                 await self._refresh_counter(expiry)
                 self._expiry_done(expiry)
@@ -830,31 +817,31 @@ class MongoDBSession(BaseSession):
         await self._finish_swaps()
         sid = self.session_id
         deleted = 0
-        async with _translated("deleting items"):
+        async with translated("deleting items"):
             while True:
                 # The newest batch starting below ``before``: the only one that can straddle it.
-                top = await self._messages.find_one(
+                top = await self.messages.find_one(
                     {"session_id": sid, "seq": {"$lt": before}},
                     {"_id": 1, "seq": 1, "n": 1},
                     sort=[("seq", -1)],
                 )
                 if top is None:
                     return deleted
-                seq, n = self._seq_n(top)
+                seq, n = self.seq_n(top)
                 whole_below = seq if seq + n > before else before
                 while True:
-                    gone = await self._messages.find_one_and_delete(
+                    gone = await self.messages.find_one_and_delete(
                         {"session_id": sid, "seq": {"$lt": whole_below}},
                         {"_id": 0, "seq": 1, "n": 1},
                         sort=[("seq", 1)],
                     )
                     if gone is None:
                         break
-                    deleted += self._seq_n(gone)[1]
+                    deleted += self.seq_n(gone)[1]
                 if whole_below == before:
                     return deleted
                 cut = before - seq
-                trimmed = await self._messages.update_one(
+                trimmed = await self.messages.update_one(
                     {"_id": top["_id"], "seq": seq, "n": n},
                     {
                         "$set": {"seq": before},
@@ -875,17 +862,17 @@ class MongoDBSession(BaseSession):
         await self._finish_swaps()
         wanted = dict(rows)
         replaced = 0
-        async with _translated("rewriting items"):
+        async with translated("rewriting items"):
             for _ in range(8):
                 query = {**self._base_filter(), "seq": {"$lte": max(wanted)}}
-                docs = [d async for d in self._messages.find(query, {"_id": 1, "seq": 1, "n": 1})]
+                docs = [d async for d in self.messages.find(query, {"_id": 1, "seq": 1, "n": 1})]
                 moved = False
                 for doc in docs:
-                    seq, n = self._seq_n(doc)
+                    seq, n = self.seq_n(doc)
                     sets = {f"items.{s - seq}": wanted[s] for s in wanted if seq <= s < seq + n}
                     if not sets:
                         continue
-                    done = await self._messages.update_one(
+                    done = await self.messages.update_one(
                         {"_id": doc["_id"], "seq": seq, "n": n}, {"$set": sets}
                     )
                     if done.matched_count:
@@ -898,7 +885,8 @@ class MongoDBSession(BaseSession):
                     return replaced
         return replaced
 
-    def _seq_n(self, doc: Any) -> tuple[int, int]:
+    def seq_n(self, doc: Any) -> tuple[int, int]:
+        """The ``seq`` and ``n`` of one batch document, checked."""
         seq, n = doc.get("seq"), doc.get("n")
         if type(seq) is not int or type(n) is not int:
             raise BackendDataError(
@@ -917,10 +905,10 @@ class MongoDBSession(BaseSession):
         """The SDK compaction hook's swap (see ``core.sdk_compaction``): the new batch document
         commits it in one write, naming what it replaces; that is deleted next. Readers never
         see a half-applied swap, and one cut short is finished by the next reader or writer
-        (``_mongodb_swap``)."""
+        (``swap``)."""
         await self._ensure_indexes()
         spec: dict[str, Any] | None
-        async with _translated("replacing the history"):
+        async with translated("replacing the history"):
             spec = {"below": True} if expected is None else await swaps.plan(self, expected, prune)
         if spec is None:
             return False
@@ -938,10 +926,10 @@ class MongoDBSession(BaseSession):
         await self._ensure_indexes()
         await self._finish_swaps()
         query = self._base_filter()
-        async with _translated("counting items"):
+        async with translated("counting items"):
             lo: int | None = None
             if after is not None:
-                straddler = await self._messages.find_one(
+                straddler = await self.messages.find_one(
                     {**query, "seq": {"$lte": after}}, {"_id": 0, "seq": 1}, sort=[("seq", -1)]
                 )
                 lo = straddler["seq"] if straddler is not None else after + 1
@@ -962,7 +950,7 @@ class MongoDBSession(BaseSession):
                 {"$match": query},
                 {"$group": {"_id": None, "total": {"$sum": inside}}},
             ]
-            cursor = self._messages.aggregate(pipeline)
+            cursor = self.messages.aggregate(pipeline)
             if inspect.isawaitable(cursor):  # PyMongo's is a coroutine, Motor's a cursor
                 cursor = await cursor
             async for doc in cursor:
@@ -989,10 +977,10 @@ class MongoDBSession(BaseSession):
         return self._handle.owned  # the caller's own client: close() is a no-op, as the SDK's
 
     def catalog_store(self) -> Any:
-        """Return the catalog of these collections (see ``agent_sessions.catalog``)."""
-        from ._catalog_mongodb import MongoCatalog
+        """Return the catalog of these collections (see ``agent_sessions.ops.catalog``)."""
+        from .catalog import MongoCatalog
 
-        return MongoCatalog(self)
+        return MongoCatalog(self.client[self.database], self.counters, self.messages)
 
 
 def _is_duplicate(exc: Exception) -> bool:

@@ -23,28 +23,42 @@ deletes every document numbered below its own, as a transaction replacing everyt
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .mongodb import MongoDBSession
+from .driver import to_list
 
 Row = tuple[int, str]
+
+
+class Batches(Protocol):
+    """What a swap uses of a ``MongoDBSession``: its batch documents and how to read one."""
+
+    session_id: str
+    messages: Any
+
+    def rows_of(
+        self, doc: Any, after: int | None, before: int | None, tail: int | None = None
+    ) -> list[Row]: ...
+
+    def seq_n(self, doc: Any) -> tuple[int, int]: ...
+
+
 SWAP = "swap"
 SWAP_INDEX = "session_swaps"
 
 
 async def plan(
-    session: MongoDBSession, expected: list[Row], prune: Callable[[str], bool] | None
+    session: Batches, expected: list[Row], prune: Callable[[str], bool] | None
 ) -> dict[str, Any] | None:
     """The ``swap`` spec that deletes the newest rows if they are exactly ``expected`` and the
     oldest rows ``prune`` accepts before them; None when the newest rows differ."""
     # A pending swap's replaced rows are still stored: planning over them would prune or keep
     # rows by what is no longer the history.
     await finish_pending(session)
-    messages, sid = session._messages, session.session_id
+    messages, sid = session.messages, session.session_id
     live = {"session_id": sid, "n": {"$gt": 0}}
     k = len(expected)
-    docs = await _to_list(
+    docs = await to_list(
         messages.find(live, {"_id": 1, "seq": 1, "n": 1, "items": {"$slice": -k}})
         .sort("seq", -1)
         .limit(k)
@@ -52,7 +66,7 @@ async def plan(
     rows: list[Row] = []
     used: list[Any] = []
     for doc in docs:
-        chunk = session._rows(doc, None, None, k - len(rows))
+        chunk = session.rows_of(doc, None, None, k - len(rows))
         rows[:0] = chunk
         used.append(doc)
         if len(rows) >= k:
@@ -63,7 +77,7 @@ async def plan(
     drop: list[Any] = []
     bounds: dict[Any, tuple[int, int, int]] = {}  # id -> (seq, end, kept end)
     for doc in used:
-        seq, n = session._seq_n(doc)
+        seq, n = session.seq_n(doc)
         if seq >= cut:
             drop.append(doc["_id"])
         else:
@@ -72,7 +86,7 @@ async def plan(
     if prune is not None:
         start, pruned = await _pruned(session, cut, prune)
         for doc in pruned:
-            seq, n = session._seq_n(doc)
+            seq, n = session.seq_n(doc)
             end = bounds.get(doc["_id"], (seq, seq + n, seq + n))[2]
             if end <= start:
                 drop.append(doc["_id"])
@@ -88,33 +102,33 @@ async def plan(
 
 
 async def _pruned(
-    session: MongoDBSession, cut: int, prune: Callable[[str], bool]
+    session: Batches, cut: int, prune: Callable[[str], bool]
 ) -> tuple[int, list[Any]]:
     """The number of the first row below ``cut`` that ``prune`` keeps (``cut`` if none), and
     the documents holding the rows before it, oldest first."""
-    messages, sid = session._messages, session.session_id
+    messages, sid = session.messages, session.session_id
     docs: list[Any] = []
     after = -1
     while True:
-        page = await _to_list(
+        page = await to_list(
             messages.find({"session_id": sid, "n": {"$gt": 0}, "seq": {"$gt": after, "$lt": cut}})
             .sort("seq", 1)
             .limit(16)
         )
         for doc in page:
             docs.append(doc)
-            for seq, text in session._rows(doc, None, cut):
+            for seq, text in session.rows_of(doc, None, cut):
                 if not prune(text):
                     return seq, docs
         if len(page) < 16:
             return cut, docs
-        after = session._seq_n(page[-1])[0]
+        after = session.seq_n(page[-1])[0]
 
 
-async def finish_pending(session: MongoDBSession) -> None:
+async def finish_pending(session: Batches) -> None:
     """Finish every swap of this session still pending (a partial index finds them)."""
-    messages = session._messages
-    markers = await _to_list(
+    messages = session.messages
+    markers = await to_list(
         messages.find(
             {"session_id": session.session_id, SWAP: {"$exists": True}},
             {"_id": 1, "seq": 1, SWAP: 1},
@@ -124,10 +138,10 @@ async def finish_pending(session: MongoDBSession) -> None:
         await finish(session, marker)
 
 
-async def finish(session: MongoDBSession, marker: Any) -> None:
+async def finish(session: Batches, marker: Any) -> None:
     """Apply the deletions ``marker``'s swap names, then unset it (dropping the marker if it
     holds no items). Safe to repeat and to run concurrently."""
-    messages, sid = session._messages, session.session_id
+    messages, sid = session.messages, session.session_id
     spec = marker.get(SWAP) or {}
     if spec.get("below"):
         await messages.delete_many(
@@ -141,15 +155,15 @@ async def finish(session: MongoDBSession, marker: Any) -> None:
     await messages.delete_one({"_id": marker["_id"], "n": {"$lte": 0}, SWAP: {"$exists": False}})
 
 
-async def _shrink(session: MongoDBSession, doc_id: Any, lo: int, hi: int) -> None:
+async def _shrink(session: Batches, doc_id: Any, lo: int, hi: int) -> None:
     """Keep only the items numbered ``lo <= seq < hi`` of one batch document."""
-    messages = session._messages
+    messages = session.messages
     for _ in range(8):
         doc = await messages.find_one({"_id": doc_id}, {"_id": 1, "seq": 1, "n": 1, "items": 1})
         if doc is None:
             return
-        seq, n = session._seq_n(doc)
-        kept = [text for s, text in session._rows(doc, None, None) if lo <= s < hi]
+        seq, n = session.seq_n(doc)
+        kept = [text for s, text in session.rows_of(doc, None, None) if lo <= s < hi]
         if len(kept) == n:
             return
         guard = {"_id": doc_id, "seq": seq, "n": n}
@@ -160,10 +174,6 @@ async def _shrink(session: MongoDBSession, doc_id: Any, lo: int, hi: int) -> Non
         elif (await messages.delete_one(guard)).deleted_count:
             return
         # A pop changed the document meanwhile: read it again.
-
-
-async def _to_list(cursor: Any) -> list[Any]:
-    return [doc async for doc in cursor]
 
 
 __all__ = ["SWAP", "SWAP_INDEX", "finish", "finish_pending", "plan"]

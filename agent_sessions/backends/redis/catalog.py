@@ -10,15 +10,12 @@ share a hash tag and so one slot.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
-from ..catalog import CatalogQuery, SessionInfo, family_root, utc
-from ..core.ids import SIBLING_MARK
-from ._redis_layout import escape_session_id, session_keys, unescape_session_id
-
-if TYPE_CHECKING:
-    from .redis import RedisSession
+from ...core.catalog import CatalogQuery, SessionInfo, family_root, utc
+from ...core.ids import SIBLING_MARK
+from .layout import escape_session_id, session_keys, unescape_session_id
 
 _META = "}:meta"
 
@@ -31,18 +28,21 @@ def glob_escape(text: str) -> str:
 class RedisCatalog:
     """Lists and deletes the sessions stored under one key prefix."""
 
-    def __init__(self, session: RedisSession) -> None:
-        self.session = session
-        self.prefix = session.key_prefix
+    def __init__(
+        self, call: Callable[..., Awaitable[Any]], client: Any, prefix: str
+    ) -> None:
+        self.call = call  # the session's: runs one command within its timeout, errors translated
+        self.client = client
+        self.prefix = prefix
 
     async def exists(self) -> bool:
         # A Redis server has no store to create: reaching it is enough.
-        await self.session._call(self.session._client.ping, reads=True)
+        await self.call(self.client.ping, reads=True)
         return True
 
     async def _ids(self, tag_pattern: str) -> list[str]:
         """Return the session ids whose meta key matches ``P:{<tag_pattern>}:meta``."""
-        client = self.session._client
+        client = self.client
         pattern = f"{glob_escape(self.prefix)}:{{{tag_pattern}{_META}"
         start = len(self.prefix) + 2
 
@@ -53,10 +53,11 @@ class RedisCatalog:
                 found.append(unescape_session_id(text[start : -len(_META)]))
             return found
 
-        return await self.session._call(scan, reads=True)
+        ids: list[str] = await self.call(scan, reads=True)
+        return ids
 
     async def _info(self, session_id: str) -> SessionInfo | None:
-        client = self.session._client
+        client = self.client
         items, meta = session_keys(self.prefix, session_id)
 
         async def read() -> tuple[Any, Any]:
@@ -64,7 +65,7 @@ class RedisCatalog:
                 client.hmget(meta, "created_ms", "updated_ms"), client.zcard(items)
             )
 
-        (created, updated), count = await self.session._call(read, reads=True)
+        (created, updated), count = await self.call(read, reads=True)
         return SessionInfo(
             session_id,
             None if created is None else utc(int(created) / 1000),
@@ -93,7 +94,7 @@ class RedisCatalog:
         return [sid for sid in ids if family_root(sid) == session_id]
 
     async def delete(self, session_ids: Sequence[str]) -> int:
-        client = self.session._client
+        client = self.client
         existed = 0
         for start in range(0, len(session_ids), 100):
             chunk = session_ids[start : start + 100]
@@ -104,5 +105,5 @@ class RedisCatalog:
                     *(client.delete(*session_keys(self.prefix, sid)) for sid in ids)
                 )
 
-            existed += sum(1 for n in await self.session._call(drop) if int(n) > 0)
+            existed += sum(1 for n in await self.call(drop) if int(n) > 0)
         return existed

@@ -1,0 +1,21 @@
+"""MongoDB: batch documents per session and a counter document, in the SDK's collections."""
+
+from .session import (
+    DEFAULT_DATABASE,
+    DEFAULT_MAX_ITEM_BYTES,
+    DEFAULT_SERVER_SELECTION_TIMEOUT_MS,
+    MAX_BATCH_BYTES,
+    MongoDBSession,
+    make_client,
+    open_url,
+)
+
+__all__ = [
+    "DEFAULT_DATABASE",
+    "DEFAULT_MAX_ITEM_BYTES",
+    "DEFAULT_SERVER_SELECTION_TIMEOUT_MS",
+    "MAX_BATCH_BYTES",
+    "MongoDBSession",
+    "make_client",
+    "open_url",
+]

@@ -1,0 +1,5 @@
+"""Redis (standalone or Cluster): a sorted set of items and a metadata hash per session."""
+
+from .session import DEFAULT_TIMEOUT, RedisSession, open_url
+
+__all__ = ["DEFAULT_TIMEOUT", "RedisSession", "open_url"]

@@ -1,0 +1,1 @@
+"""Operations on whole stores: the session catalog, copy/export/import, the SDK's layouts."""
