@@ -17,6 +17,7 @@ summary followed by the inner items after its boundary. Hence:
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import sys
@@ -152,10 +153,6 @@ class CompactionSession(SessionWrapper):
         self.background = background
         self.compact_on_write = compact_on_write
         self.token_estimator = token_estimator if token_estimator is not None else TokenEstimator()
-        self._sibling = self.side_store(SIBLING_PURPOSE)
-        self._guarded = supports(self.inner, Capability.GUARDED_WRITE) and supports(
-            self._sibling, Capability.SEQUENCED
-        )
         self._records_newest: int | None = None
         """The records' newest sequence number as last read by a pop (None: no records)."""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -182,6 +179,18 @@ class CompactionSession(SessionWrapper):
         """The last error of a compaction that was logged instead of raised."""
         self.compactions = 0
         """Compactions committed through this object."""
+
+    @property
+    def _sibling(self) -> Session:
+        """The side store of the records, opened on first use (an add never needs it)."""
+        return self.side_store(SIBLING_PURPOSE)
+
+    @functools.cached_property
+    def _guarded(self) -> bool:
+        """Whether pops can be guarded by the records' newest number (see ``_pop_guarded``)."""
+        return supports(self.inner, Capability.GUARDED_WRITE) and supports(
+            self._sibling, Capability.SEQUENCED
+        )
 
     # -- the Session API ---------------------------------------------------------------------
 
