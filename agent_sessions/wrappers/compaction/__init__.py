@@ -311,7 +311,7 @@ class CompactionSession(SessionWrapper):
         self._check_open()
         async with self._locks()[0]:
             self._clears += 1
-            self._running = self._appended = None
+            self._running = self._appended = self._records_newest = None
             self._record_seen = _UNREAD
             # Records first: a crash in between leaves the full original history visible
             # rather than a stale boundary over a renumbered inner session.
