@@ -370,3 +370,37 @@ async def test_expiry_below_a_boundary_keeps_the_unsummarised_items() -> None:
     assert originals(await session.get_items()) == ["m4", "m5"]
     clock.advance(55)  # m0 and m1 expire; m4 and m5 are alive for another 50 s
     assert originals(await session.get_items()) == ["m4", "m5"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis"])
+async def test_a_pop_after_another_objects_compaction_pops_the_summary(backend: str) -> None:
+    """A pop decided on 'no records' (a fresh object, or one that last saw none) must not
+    remove an original that another object's compaction archived meanwhile."""
+    from tests.matrix import BACKENDS, REDIS_PREFIX
+    from tests.servers import REDIS_URL, drop_redis_keys
+
+    found = next(b for b in BACKENDS if b.name == backend)
+    if found.needs is not None:
+        found.needs()
+    session_id = sid()
+    first = CompactionSession(await found.open(session_id), keep_last=0)
+    second = CompactionSession(await found.open(session_id), keep_last=0)
+    try:
+        items = [msg("a"), msg("b", "assistant"), msg("c", "assistant"), msg("d", "assistant")]
+        await first.add_items(items)
+        assert await first.pop_item() == items[-1]
+        result = await second.compact()
+        assert result is not None and result.kept_items == 0
+        summary = await second.get_items()
+        assert [is_summary(i) for i in summary] == [True] * len(summary)
+        assert await first.pop_item() == summary[-1]
+        assert await first.get_items() == summary[:-1]
+        assert await first.get_archived_items() == items[:3]
+        assert await first.inner.get_items() == items[:3]
+    finally:
+        await first.clear_session()
+        await first.close()
+        await second.close()
+        if backend == "redis":
+            await drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*")

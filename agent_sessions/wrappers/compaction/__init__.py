@@ -17,6 +17,7 @@ summary followed by the inner items after its boundary. Hence:
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import sys
@@ -152,7 +153,8 @@ class CompactionSession(SessionWrapper):
         self.background = background
         self.compact_on_write = compact_on_write
         self.token_estimator = token_estimator if token_estimator is not None else TokenEstimator()
-        self._sibling = self.side_store(SIBLING_PURPOSE)
+        self._records_newest: int | None = None
+        """The records' newest sequence number as last read by a pop (None: no records)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._mutation_lock: asyncio.Lock | None = None
         self._compaction_lock: asyncio.Lock | None = None
@@ -177,6 +179,18 @@ class CompactionSession(SessionWrapper):
         """The last error of a compaction that was logged instead of raised."""
         self.compactions = 0
         """Compactions committed through this object."""
+
+    @property
+    def _sibling(self) -> Session:
+        """The side store of the records, opened on first use (an add never needs it)."""
+        return self.side_store(SIBLING_PURPOSE)
+
+    @functools.cached_property
+    def _guarded(self) -> bool:
+        """Whether pops can be guarded by the records' newest number (see ``_pop_guarded``)."""
+        return supports(self.inner, Capability.GUARDED_WRITE) and supports(
+            self._sibling, Capability.SEQUENCED
+        )
 
     # -- the Session API ---------------------------------------------------------------------
 
@@ -234,33 +248,70 @@ class CompactionSession(SessionWrapper):
         self._check_open()
         self._appended = None
         async with self._locks()[0]:
+            if self._guarded:
+                return await self._pop_guarded()
             record = await self._latest_record()
             if record is None:
                 return await self.inner.pop_item()
             if await self._read_tail(record, 1):
                 return await self.inner.pop_item()
-            if not record.summary:
-                return None
-            popped = record.summary[-1]
-            await self._sibling.add_items(
-                [
-                    CompactionRecord(
-                        boundary=record.boundary,
-                        summary=list(record.summary[:-1]),
-                        archived=record.archived,
-                        summarizer=record.summarizer,
-                        reason="pop",
-                    ).to_item()  # type: ignore[list-item]
-                ]
+            return await self._pop_summary(record)
+
+    async def _pop_guarded(self) -> TResponseInputItem | None:
+        """``pop_item`` where the store pops guarded by the records' newest number: the inner
+        session's newest item is popped only while the record it was chosen under is still
+        in force (a concurrent compaction makes the store decline, and the pop reads again).
+        With no records last seen (a fresh object guesses so), one round trip."""
+        guarded: SupportsGuardedWrite = self.inner  # type: ignore[assignment]
+        tried: Any = _UNREAD
+        if self._records_newest is None:
+            done, item = await guarded.pop_if_newest(self._sibling, None)
+            if done:
+                return item  # type: ignore[no-any-return]
+            tried = None
+        while True:
+            rows, pairs = await read_family(
+                [(self._sibling, 1, None, None), (self.inner, 1, None, None)]
             )
-            return popped
+            seq = self._records_newest = rows[-1][0] if rows else None
+            if rows:
+                record = CompactionRecord.from_item(
+                    rows[-1][1], f"compaction records of {self.session_id!r}"
+                )
+                if not pairs or pairs[-1][0] <= record.boundary:
+                    return await self._pop_summary(record)
+            if seq == tried:  # declined with the records unchanged: no one-step guard here
+                return await self.inner.pop_item()
+            done, item = await guarded.pop_if_newest(self._sibling, seq)
+            if done:
+                return item  # type: ignore[no-any-return]
+            tried = seq
+
+    async def _pop_summary(self, record: CompactionRecord) -> TResponseInputItem | None:
+        """Pop the last summary item of ``record`` (no inner item is left after its boundary)
+        by committing a record without it."""
+        if not record.summary:
+            return None
+        popped = record.summary[-1]
+        await self._sibling.add_items(
+            [
+                CompactionRecord(
+                    boundary=record.boundary,
+                    summary=list(record.summary[:-1]),
+                    archived=record.archived,
+                    summarizer=record.summarizer,
+                    reason="pop",
+                ).to_item()  # type: ignore[list-item]
+            ]
+        )
+        return popped
 
     async def clear_session(self) -> None:
         """Delete the view, the archived originals and the compaction records."""
         self._check_open()
         async with self._locks()[0]:
             self._clears += 1
-            self._running = self._appended = None
+            self._running = self._appended = self._records_newest = None
             self._record_seen = _UNREAD
             # Records first: a crash in between leaves the full original history visible
             # rather than a stale boundary over a renumbered inner session.
