@@ -18,11 +18,12 @@ Sessions are read whole into memory one at a time (a conversation, not a store).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from itertools import pairwise
-from typing import IO, Any, TypeVar
+from itertools import groupby, pairwise
+from typing import IO, Any
 
 from ..core.capabilities import Capability, supports
 from ..core.catalog import SupportsCatalog, family_root, is_side_store, utc
@@ -38,7 +39,6 @@ from ..errors import (
 )
 from .catalog import SessionCatalog
 
-T = TypeVar("T")
 DEFAULT_BATCH = 500
 EXPORT_FORMAT = "agent-sessions-export/2"
 """``format`` of the first line of an export file this version writes."""
@@ -84,15 +84,8 @@ class TransferReport:
     """Side stores not copied because the destination renumbers (``renumber=True``)."""
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the report as JSON-ready values."""
-        return {
-            "sessions": self.sessions,
-            "side_stores": self.side_stores,
-            "skipped": self.skipped,
-            "items": self.items,
-            "renumbered": self.renumbered,
-            "side_stores_left": self.side_stores_left,
-        }
+        """Return the report as JSON-ready values (without ``ids``)."""
+        return {k: v for k, v in asdict(self).items() if k != "ids"}
 
 
 def _is_sqlalchemy(url: str) -> bool:
@@ -103,7 +96,7 @@ def _is_sqlalchemy(url: str) -> bool:
     )
 
 
-class Store:
+class Store(AbstractAsyncContextManager["Store"]):
     """One store opened by URL: a catalog plus sessions by id (side-store ids included),
     sharing one connection. ``read_only`` opens it so that nothing is created: it must exist."""
 
@@ -127,21 +120,17 @@ class Store:
         if read_only and _is_sqlalchemy(url):
             opts.setdefault("create_tables", False)
         base = await open_session(url, "agent-sessions-cli", **opts)
-        catalog = SessionCatalog(base) if isinstance(base, SupportsCatalog) else None
-        store = cls(url, base, catalog)
-        if read_only and catalog is not None:
-            try:
-                found = await catalog.exists()
-            except BaseException:
-                await store.close()
-                raise
-            if not found:
-                await store.close()
+        store = cls(url, base, SessionCatalog(base) if isinstance(base, SupportsCatalog) else None)
+        try:
+            if read_only and store.catalog is not None and not await store.catalog.exists():
                 raise StoreNotFoundError(
                     f"no session store at {redacted(url)} (no such database file, tables or "
                     "collections; check the URL and options such as table_prefix); nothing "
                     "was created"
                 )
+        except BaseException:
+            await store.close()
+            raise
         return store
 
     @property
@@ -156,6 +145,15 @@ class Store:
             raise TypeError(f"{type(self.base).__name__} cannot open other sessions")
         return sibling(session_id)
 
+    @asynccontextmanager
+    async def opened(self, session_id: str) -> AsyncIterator[Any]:
+        """:meth:`session` for the ``async with`` block, closed after it."""
+        session = self.session(session_id)
+        try:
+            yield session
+        finally:
+            await close_quietly(session)
+
     def require_catalog(self) -> SessionCatalog:
         if self.catalog is None:
             raise TypeError(
@@ -165,12 +163,7 @@ class Store:
         return self.catalog
 
     async def close(self) -> None:
-        close = getattr(self.base, "close", None)
-        if close is not None:
-            await close()
-
-    async def __aenter__(self) -> Store:
-        return self
+        await close_quietly(self.base)
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
@@ -187,9 +180,7 @@ def redacted(url: str) -> str:
 
 async def _count(session: Any) -> int:
     counter = getattr(session, "count_items", None)
-    if counter is not None:
-        return int(await counter())
-    return len(await session.get_items())
+    return int(await counter()) if counter is not None else len(await session.get_items())
 
 
 async def write_session(
@@ -218,16 +209,14 @@ async def write_session(
         BackendDataError: the destination's item count differs from ``len(items)`` afterwards.
     """
     sid = dst.session_id
-    numbered = seqs is not None and supports(dst, Capability.SEQUENCED_WRITE)
     encode_batch(items, getattr(dst, "max_item_bytes", DEFAULT_MAX_ITEM_BYTES))
     have = await _count(dst)
-    if numbered:
-        assert seqs is not None
+    if seqs is not None and supports(dst, Capability.SEQUENCED_WRITE):
         wanted = list(zip(seqs, items, strict=True))
         existing = await dst.get_sequenced_items() if have else []
         if have and existing == wanted:
             return 0
-        if have and existing != wanted[: len(existing)] and not replace:
+        if existing != wanted[: len(existing)] and not replace:
             raise _conflict(sid, have)
         if have:
             await dst.clear_session()
@@ -236,20 +225,17 @@ async def write_session(
         if progress is not None:
             progress(sid, written)
     else:
-        if have:
-            existing = await dst.get_items(have) if have <= len(items) else None
-            if existing is None or existing != items[: len(existing)] or len(existing) != have:
-                if not replace:
-                    raise _conflict(sid, have)
-                await dst.clear_session()
-                have = 0
-        written = 0
+        if have and (have > len(items) or await dst.get_items(have) != items[:have]):
+            if not replace:
+                raise _conflict(sid, have)
+            await dst.clear_session()
+            have = 0
         for start in range(have, len(items), batch):
             chunk = items[start : start + batch]
             await dst.add_items(chunk)
-            written += len(chunk)
             if progress is not None:
-                progress(sid, have + written)
+                progress(sid, start + len(chunk))
+        written = len(items) - have
     final = await _count(dst)
     if final != len(items):
         raise BackendDataError(
@@ -266,39 +252,29 @@ def _conflict(sid: str, have: int) -> TransferConflictError:
     )
 
 
-async def _ids(store: Store, ids: Iterable[str] | None, prefix: str | None) -> list[str]:
-    if ids is not None:
-        return [validate_session_id(sid) for sid in ids]
-    catalog = store.require_catalog()
-    return [info.session_id async for info in catalog.iter_sessions(prefix=prefix)]
-
-
 async def _todo(
     store: Store, ids: Iterable[str] | None, prefix: str | None, side_stores: bool
 ) -> list[str]:
     """The ids to transfer: the chosen sessions, each followed by its side stores when asked
     and the store lists them."""
-    roots = await _ids(store, ids, prefix)
+    if ids is not None:
+        roots = [validate_session_id(sid) for sid in ids]
+    else:
+        listed = store.require_catalog().iter_sessions(prefix=prefix)
+        roots = [info.session_id async for info in listed]
     if not side_stores or store.catalog is None:
         return roots
-    out: list[str] = []
-    for sid in roots:
-        out.append(sid)
-        out.extend(await store.catalog.family(sid))
-    return out
+    return [m for sid in roots for m in [sid, *await store.catalog.family(sid)]]
 
 
 async def _read(store: Store, sid: str) -> SessionData:
-    source = store.session(sid)
-    try:
+    async with store.opened(sid) as source:
         info = await store.catalog.get(sid) if store.catalog is not None else None
         times = (info.created_at, info.updated_at) if info is not None else (None, None)
         if supports(source, Capability.SEQUENCED):
             pairs = await source.get_sequenced_items()
             return SessionData(sid, [i for _, i in pairs], [n for n, _ in pairs], *times)
         return SessionData(sid, list(await source.get_items()), None, *times)
-    finally:
-        await close_quietly(source)
 
 
 async def _write(
@@ -313,33 +289,23 @@ async def _write(
     """``write_session`` of ``data`` into ``store``, counted in ``report``; return how many
     items were written. A session no side store points into (``needs_numbers`` False) whose
     numbers are taken at the destination is appended instead."""
-    sid = data.session_id
-    target = store.session(sid)
+    sid, seqs = data.session_id, data.seqs
+    options.update(created_at=data.created_at, updated_at=data.updated_at)
     try:
-        seqs = data.seqs
-        while True:
+        async with store.opened(sid) as target:
             try:
-                written = await write_session(
-                    target,
-                    data.items,
-                    seqs=seqs,
-                    created_at=data.created_at,
-                    updated_at=data.updated_at,
-                    **options,
-                )
-                break
+                written = await write_session(target, data.items, seqs=seqs, **options)
             except SequenceConflictError:
                 if needs_numbers or seqs is None or await _count(target):
                     raise
                 seqs = None  # numbers taken by other sessions (one SQLite layout)
+                written = await write_session(target, data.items, **options)
     except InvalidItemError as exc:
         raise InvalidItemError(
             f"stopped at session {sid!r}, item {exc.index}: {exc}. Nothing of that session "
             f"was written; {_before(report)}",
             index=exc.index,
         ) from exc
-    finally:
-        await close_quietly(target)
     if data.seqs is not None and (seqs is None or not store.keeps_numbers):
         report.renumbered += 1
     _tally(report, sid, written, len(data.items), on_session)
@@ -380,11 +346,8 @@ async def _write_family(
                 fresh.append(data.session_id)
     except SequenceConflictError:
         for sid in fresh:
-            written = store.session(sid)
-            try:
+            async with store.opened(sid) as written:
                 await written.clear_session()
-            finally:
-                await close_quietly(written)
         raise
 
 
@@ -443,7 +406,7 @@ async def copy_store(
                 report.side_stores_left = len(side_ids)
             if plan is not None:
                 plan(todo)
-            for family in _families(todo):
+            for _, family in groupby(todo, family_root):
                 members = [await _read(src, sid) for sid in family]
                 await _write_family(dst, members, report, on_session, renumber, **writing)
     return report
@@ -461,8 +424,7 @@ def _tally(
     else:
         report.sessions += 1
         report.ids.append(sid)
-    if total and not written:
-        report.skipped += 1
+    report.skipped += bool(total and not written)
     report.items += written
     if on_session is not None:
         on_session(sid, total)
@@ -481,7 +443,7 @@ async def export_store(
     """Write sessions as JSON lines to ``out``: a header line
     ``{"format": "agent-sessions-export/2"}``, then per session a line
     ``{"session_id": ..., "created_at": ISO or null, "updated_at": ISO or null}`` followed by
-    one line per item, ``{"session_id": ..., "seq": n, "item": {...}}``, oldest first.
+    one line per item, ``{"session_id": ..., "item": {...}, "seq": n}``, oldest first.
     Reads only; the store must exist."""
     report = TransferReport()
     async with await Store.open(url, options, read_only=True) as src:
@@ -489,17 +451,15 @@ async def export_store(
         out.write(json.dumps({"format": EXPORT_FORMAT}) + "\n")
         for sid in todo:
             data = await _read(src, sid)
+            records: list[dict[str, Any]] = [
+                {"session_id": sid, "item": item} for item in data.items
+            ]
+            for record, seq in zip(records, data.seqs or (), strict=False):
+                record["seq"] = seq
             if data.items:
-                head = {"session_id": sid, "created_at": _iso(data.created_at),
-                        "updated_at": _iso(data.updated_at)}
-                out.write(json.dumps(head, ensure_ascii=False) + "\n")
-            seqs: list[int | None] = list(data.seqs) if data.seqs else [None] * len(data.items)
-            for seq, item in zip(seqs, data.items, strict=True):
-                record: dict[str, Any] = {"session_id": sid, "item": item}
-                if seq is not None:
-                    record["seq"] = seq
-                out.write(json.dumps(record, ensure_ascii=False))
-                out.write("\n")
+                records.insert(0, {"session_id": sid, "created_at": _iso(data.created_at),
+                                   "updated_at": _iso(data.updated_at)})
+            out.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
             _tally(report, sid, len(data.items), len(data.items), on_session)
     return report
 
@@ -509,10 +469,8 @@ def _iso(when: datetime | None) -> str | None:
 
 
 def _time(value: Any, number: int, name: str) -> datetime | None:
-    if value is None:
-        return None
     when = utc(value) if isinstance(value, str) else None
-    if when is None:
+    if value is not None and when is None:
         raise ValueError(f"line {number}: {name} is {value!r}, not an ISO 8601 time")
     return when
 
@@ -543,15 +501,13 @@ def iter_export(lines: Iterable[str]) -> Iterator[SessionData]:
                 )
             version = record["format"]
             continue
-        head = version != _READABLE_FORMATS[0] and isinstance(record, dict) and (
-            "item" not in record
-        )
-        seq = record.get("seq") if isinstance(record, dict) else None
-        if (
-            not isinstance(record, dict)
-            or not isinstance(record.get("session_id"), str)
-            or not (head or isinstance(record.get("item"), dict))
-            or (seq is not None and (type(seq) is not int or seq <= 0))
+        valid = isinstance(record, dict) and isinstance(record.get("session_id"), str)
+        head = valid and version != _READABLE_FORMATS[0] and "item" not in record
+        seq = record.get("seq") if valid else None
+        if not (
+            valid
+            and (head or isinstance(record.get("item"), dict))
+            and (seq is None or (type(seq) is int and seq > 0))
         ):
             raise ValueError(
                 f'line {number}: expected {{"session_id": "...", "seq": n, "item": {{...}}}}, '
@@ -597,27 +553,9 @@ def _numbered(data: SessionData, numbers: list[int | None]) -> SessionData:
 
 def read_export(lines: Iterable[str]) -> Iterator[tuple[str, list[Any]]]:
     """Yield ``(session_id, items)`` from an export's lines, one session at a time (see
-    :func:`iter_export` for numbers and times).
-
-    Raises:
-        ValueError: the text is not an export (line number and reason in the message).
-    """
+    :func:`iter_export` for numbers, times and errors)."""
     for data in iter_export(lines):
         yield data.session_id, data.items
-
-
-def _families(
-    members: Iterable[T], key: Callable[[T], str] = str  # type: ignore[assignment]
-) -> Iterator[list[T]]:
-    """Group consecutive members of one family (a user session and its side stores)."""
-    group: list[T] = []
-    for member in members:
-        if group and family_root(key(member)) != family_root(key(group[0])):
-            yield group
-            group = []
-        group.append(member)
-    if group:
-        yield group
 
 
 async def import_store(
@@ -643,7 +581,8 @@ async def import_store(
     report = TransferReport()
     writing = {"replace": replace, "batch": batch, "progress": progress}
     async with await Store.open(url, options) as dst:
-        for family in _families(iter_export(lines), lambda d: d.session_id):
+        for _, group in groupby(iter_export(lines), lambda d: family_root(d.session_id)):
+            family = list(group)
             for data in family:
                 validate_session_id(data.session_id, internal=True)
             await _write_family(dst, family, report, on_session, renumber, **writing)
