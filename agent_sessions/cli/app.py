@@ -247,8 +247,7 @@ def list_sessions(
     ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="show at most this many")] = None,
     page_size: Annotated[int, typer.Option(min=1, max=10000, help="sessions per query")] = 100,
-    as_json: Json = False,
-    option: Options = None,
+    as_json: Json = False, option: Options = None,
 ) -> None:
     """List sessions with their item count and times, ordered by id (reads only)."""
     before = _when(updated_before, "--updated-before")
@@ -347,9 +346,7 @@ def show(
         "--view", help="print what the agent sees: the compaction summary plus the newer items "
         "of the current branch, expired items hidden (needs --ttl for a TTLSession)",
     )] = False,
-    ttl: Ttl = None,
-    item_ttl: ItemTtl = None,
-    absolute: Absolute = False,
+    ttl: Ttl = None, item_ttl: ItemTtl = None, absolute: Absolute = False,
     pretty: Annotated[bool, typer.Option("--pretty", help="print 'role: text' lines")] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="print one JSON array instead of JSON lines")
@@ -487,14 +484,11 @@ def stats(url: Url, as_json: Json = False, option: Options = None) -> None:
 @app.command("export")
 def export_sessions(
     url: Url,
-    session_ids: Ids = None,
-    prefix: Prefix = None,
+    session_ids: Ids = None, prefix: Prefix = None,
     output: Annotated[
         str, typer.Option("--output", "-O", help="file to write, '-' for stdout")
     ] = "-",
-    side_stores: SideStores = True,
-    quiet: Quiet = False,
-    option: Options = None,
+    side_stores: SideStores = True, quiet: Quiet = False, option: Options = None,
 ) -> None:
     """Write sessions as JSON lines (one item per line) to a file or stdout (reads only)."""
     options = _parse_options(option)
@@ -589,12 +583,8 @@ class _Meter:
 def import_sessions(
     url: Url,
     file: Annotated[str, typer.Argument(help="an export file, '-' for stdin")],
-    replace: Replace = False,
-    renumber: Renumber = False,
-    yes: Yes = False,
-    as_json: Json = False,
-    quiet: Quiet = False,
-    option: Options = None,
+    replace: Replace = False, renumber: Renumber = False,
+    yes: Yes = False, as_json: Json = False, quiet: Quiet = False, option: Options = None,
 ) -> None:
     """Write the sessions of an export file into a store (creates what is missing).
 
@@ -669,16 +659,11 @@ def _store_identity(url: str, options: dict[str, Any]) -> tuple[str, str]:
 def copy(
     src_url: Annotated[str, typer.Argument(help="store to read")],
     dst_url: Annotated[str, typer.Argument(help="store to write (created when missing)")],
-    session_ids: Ids = None,
-    prefix: Prefix = None,
+    session_ids: Ids = None, prefix: Prefix = None,
     replace: Replace = False,
-    side_stores: SideStores = True,
-    renumber: Renumber = False,
+    side_stores: SideStores = True, renumber: Renumber = False,
     batch: Annotated[int, typer.Option(min=1, help="items per write")] = 500,
-    yes: Yes = False,
-    as_json: Json = False,
-    quiet: Quiet = False,
-    option: Options = None,
+    yes: Yes = False, as_json: Json = False, quiet: Quiet = False, option: Options = None,
     src_option: Annotated[list[str] | None, typer.Option(
         "--src-option", metavar="KEY=VALUE", help="option for SRC only"
     )] = None,
@@ -725,9 +710,7 @@ def copy(
 def clear(
     url: Url,
     session_id: Annotated[str, typer.Argument(help="the session to empty")],
-    yes: Yes = False,
-    as_json: Json = False,
-    option: Options = None,
+    yes: Yes = False, as_json: Json = False, option: Options = None,
 ) -> None:
     """Delete every item of one session (its side stores stay; see `delete` to erase all)."""
 
@@ -747,14 +730,11 @@ def clear(
 @app.command()
 def delete(
     url: Url,
-    session_ids: Ids = None,
-    prefix: Prefix = None,
+    session_ids: Ids = None, prefix: Prefix = None,
     all_sessions: Annotated[
         bool, typer.Option("--all", help="delete every session of the store")
     ] = False,
-    yes: Yes = False,
-    as_json: Json = False,
-    option: Options = None,
+    yes: Yes = False, as_json: Json = False, option: Options = None,
 ) -> None:
     """Erase sessions with everything layers keep for them (a GDPR erase).
 
@@ -813,9 +793,7 @@ async def _ttl_skip_reason(store: Any, sid: str, family_clock: bool) -> str | No
 def purge(
     url: Url,
     session_ids: Ids = None,
-    ttl: Ttl = None,
-    absolute: Absolute = False,
-    item_ttl: ItemTtl = None,
+    ttl: Ttl = None, absolute: Absolute = False, item_ttl: ItemTtl = None,
     prefix: Prefix = None,
     keep_empty: Annotated[bool, typer.Option(
         help="keep sessions the purge emptied (default: erase them, side stores too)"
@@ -823,9 +801,7 @@ def purge(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="print what would be removed; change nothing")
     ] = False,
-    yes: Yes = False,
-    as_json: Json = False,
-    option: Options = None,
+    yes: Yes = False, as_json: Json = False, option: Options = None,
 ) -> None:
     """Physically remove expired items of sessions written through TTLSession.
 
@@ -840,6 +816,7 @@ def purge(
             "purge needs --ttl and/or --item-ttl, the values the app uses", param_hint="--ttl"
         )
     expiry = (ttl, item_ttl, absolute)
+    plan: dict[str, int] = {}  # the purge's sessions: how many items would go
     done: dict[str, int] = {}
     _INTERRUPTED.append(lambda: (
         f"purged {sum(done.values())} item(s) from {len(done)} session(s) before the "
@@ -847,20 +824,27 @@ def purge(
     ))
 
     async def go(store: Any) -> tuple[dict[str, int], list[str], dict[str, str]]:
-        ids = await _chosen(store, session_ids, prefix)
         skipped: dict[str, str] = {}
-        plan: dict[str, int] = {}
-        emptied: list[str] = []
-        for sid in ids:
-            reason = await _ttl_skip_reason(store, sid, ttl is not None)
-            if reason is not None:
+        for sid in await _chosen(store, session_ids, prefix):
+            if (reason := await _ttl_skip_reason(store, sid, ttl is not None)) is not None:
                 skipped[sid] = reason
-                continue
-            async with store.opened(sid) as inner:
-                ttl_session = _ttl_session(inner, expiry)
-                plan[sid] = await ttl_session.purge_expired(dry_run=True)
-                if plan[sid] and not await ttl_session.get_items(1):
-                    emptied.append(sid)  # nothing live: the purge removes every item
+            else:
+                plan[sid] = 0
+
+        async def purge_all(counts: dict[str, int], dry: bool) -> list[str]:
+            """Purge (``dry``: count) each planned session; return those left empty."""
+            emptied = []
+            for sid in plan:
+                async with store.opened(sid) as inner:
+                    session = _ttl_session(inner, expiry)
+                    counts[sid] = await session.purge_expired(dry_run=dry)
+                    if counts[sid] and not await (
+                        session.get_items(1) if dry else inner.count_items()  # nothing left
+                    ):
+                        emptied.append(sid)
+            return emptied
+
+        emptied = await purge_all(plan, True)
         if dry_run or not sum(plan.values()):
             return plan, [] if keep_empty else emptied, skipped
         going = {sid: n for sid, n in plan.items() if n}
@@ -874,12 +858,7 @@ def purge(
             f"{len(skipped)} session(s) not written through TTLSession are skipped.",
             yes,
         )
-        emptied = []
-        for sid in plan:
-            async with store.opened(sid) as inner:
-                done[sid] = await _ttl_session(inner, expiry).purge_expired()
-                if done[sid] and not await inner.count_items():
-                    emptied.append(sid)
+        emptied = await purge_all(done, False)
         if keep_empty or store.catalog is None:
             emptied = []
         elif emptied:

@@ -14,12 +14,8 @@ from .ids import SIBLING_MARK
 
 @dataclass(frozen=True)
 class SessionInfo:
-    """One session as the catalog sees it (no items are read to build it).
-
-    ``created_at``/``updated_at`` are timezone-aware UTC, or None where the store keeps no
-    such time (a store written before this version, or by a layout that has none).
-    ``item_count`` counts the session's own items, not those of its side stores.
-    """
+    """One session as the catalog sees it (no items are read): times are aware UTC or None
+    where the store keeps none; ``item_count`` excludes its side stores."""
 
     session_id: str
     created_at: datetime | None
@@ -35,13 +31,9 @@ class SessionInfo:
 
 @dataclass(frozen=True)
 class CatalogQuery:
-    """What one page request asks a store for.
-
-    Sessions with ``session_id > after`` (all when None), ids starting with ``prefix``,
-    updated at or after ``updated_after`` and strictly before ``updated_before``, ordered by id,
-    at most ``limit``. Side-store ids (starting with ``SIBLING_MARK``) only when ``internal``.
-    A store that keeps no update time excludes its sessions whenever a time bound is given.
-    """
+    """One page request: at most ``limit`` sessions ordered by id, after ``after``, starting
+    with ``prefix``, updated in [``updated_after``, ``updated_before``) (none without an update
+    time when a bound is given); side stores only when ``internal``."""
 
     limit: int
     after: str | None = None

@@ -56,14 +56,8 @@ def _check_time(name: str, value: datetime | None) -> datetime | None:
 
 
 class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
-    """Lists and erases the sessions of one store.
-
-    Args:
-        session: any session of the store whose backend supports the catalog (every backend of
-            this package does); the catalog uses its connection. See :meth:`open` to start
-            from a URL.
-        owned: ``close()`` closes ``session`` too (default: the session stays yours).
-    """
+    """Lists and erases the sessions of the store of ``session`` (a backend session of this
+    package), over its connection; ``owned``: ``close()`` closes ``session`` too."""
 
     def __init__(self, session: SupportsCatalog, *, owned: bool = False) -> None:
         if not isinstance(session, SupportsCatalog):
@@ -109,16 +103,9 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
     ) -> Page:
-        """Return one page of sessions ordered by id.
-
-        Args:
-            prefix: only ids starting with it.
-            updated_after: only sessions last written at or after this time.
-            updated_before: only sessions last written before this time (e.g. inactive for
-                90 days: ``now - timedelta(days=90)``). Naive datetimes are read as UTC.
-            limit: page size, 1 to 10000.
-            cursor: ``next_cursor`` of the previous page.
-        """
+        """Return one page (``limit`` 1 to 10000) of sessions ordered by id, after ``cursor``
+        (the previous page's ``next_cursor``): ids starting with ``prefix``, last written at or
+        after ``updated_after`` and before ``updated_before`` (naive times are UTC)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_PAGE_SIZE:
             raise ValueError(f"limit must be an int from 1 to {MAX_PAGE_SIZE}, got {limit!r}")
         if prefix is not None and not isinstance(prefix, str):
@@ -183,12 +170,8 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
 
     async def delete_sessions(self, session_ids: Sequence[str]) -> int:
         """Delete each session and its whole family (every side store of every layer); return
-        how many of the given sessions existed. Unknown ids are skipped.
-
-        The erase is final: a session deleted this way starts again at sequence number 1 if
-        written later. Stop writers of these sessions first; a write racing with the erase
-        may survive it.
-        """
+        how many of them existed. Final: a session written again starts at number 1; stop its
+        writers first (a racing write may survive)."""
         if isinstance(session_ids, str):
             raise TypeError("session_ids must be a list of ids, not one str")
         roots = [validate_session_id(sid) for sid in session_ids]
@@ -206,9 +189,8 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
     erase = delete_sessions
 
     async def stats(self) -> dict[str, Any]:
-        """Return totals over the store: sessions, items, side stores (also by kind: the
-        purpose a layer gave them, e.g. ``branches``, ``usage``, ``compaction``, ``ttl``),
-        oldest/newest update."""
+        """Return totals: sessions, items, side stores (also by kind, e.g. ``branches``,
+        ``usage``), oldest/newest update."""
         sessions = items = 0
         kinds: defaultdict[str, Counter[str]] = defaultdict(Counter)
         oldest: datetime | None = None

@@ -1,18 +1,12 @@
 """Moving conversations between stores: copy, export and import (JSON lines), resumable.
 
-A copy writes a session's stored items unchanged (encrypted or TTL envelopes stay envelopes,
-still bound to the same session id), together with its side stores (branch logs, usage,
-compaction records, TTL lifecycle), so the layers find their data at the destination. Side data
-points at items by sequence number, so each session is written at its source's numbers and
-times, in one atomic step, into a destination that declares ``Capability.SEQUENCED_WRITE`` (every
-backend of this package). A destination without it (an SDK layout) numbers items anew: a family
-with side stores is refused there unless ``renumber=True``, which copies the sessions without
-their side stores. A copy stopped halfway resumes (complete sessions are skipped), and each
-session is checked by its item count afterwards::
+A copy writes a session's stored items unchanged (envelopes stay envelopes) with its side
+stores, at its source's sequence numbers and times, in one atomic step where the destination
+declares ``Capability.SEQUENCED_WRITE``. A destination without it (an SDK layout) numbers items
+anew: a family with side stores is refused there unless ``renumber=True``. A copy stopped
+halfway resumes; each session is checked by its item count and read whole into memory::
 
     result = await copy_store("sqlite:///app.db", "postgresql+asyncpg://u:pw@db/app")
-
-Sessions are read whole into memory one at a time (a conversation, not a store).
 """
 
 from __future__ import annotations
@@ -46,6 +40,8 @@ _READABLE_FORMATS = ("agent-sessions-export/1", EXPORT_FORMAT)
 
 Progress = Callable[[str, int], None]
 """``progress(session_id, items_written_so_far)``, called after each batch."""
+OnSession = Callable[[str, int], None]
+"""``on_session(session_id, items)``, called after each session."""
 
 
 class TransferConflictError(SessionError, ValueError):
@@ -89,16 +85,13 @@ class TransferReport:
 
 
 def _is_sqlalchemy(url: str) -> bool:
-    scheme = url.split("://", 1)[0].lower().removeprefix("sdk+")
-    base, _, driver = scheme.partition("+")
-    return base in ("postgres", "postgresql", "mysql", "mariadb") or (
-        base == "sqlite" and bool(driver)
-    )
+    base, _, driver = url.split("://", 1)[0].lower().removeprefix("sdk+").partition("+")
+    sql = base in ("postgres", "postgresql", "mysql", "mariadb")
+    return sql or (base == "sqlite" and bool(driver))
 
 
 class Store(AbstractAsyncContextManager["Store"]):
-    """One store opened by URL: a catalog plus sessions by id (side-store ids included),
-    sharing one connection. ``read_only`` opens it so that nothing is created: it must exist."""
+    """One store opened by URL: a catalog plus sessions by id, sharing one connection."""
 
     def __init__(self, url: str, base: Any, catalog: SessionCatalog | None) -> None:
         self.url = url
@@ -109,11 +102,8 @@ class Store(AbstractAsyncContextManager["Store"]):
     async def open(
         cls, url: str, options: dict[str, Any] | None = None, *, read_only: bool = False
     ) -> Store:
-        """Open the store at ``url`` (``options`` as for ``open_session``).
-
-        Raises:
-            StoreNotFoundError: ``read_only`` and the store (file, tables) does not exist.
-        """
+        """Open the store at ``url`` (``options`` as for ``open_session``); ``read_only``
+        creates nothing and raises StoreNotFoundError when the store does not exist."""
         from ..core.registry import open_session
 
         opts = dict(options or {})
@@ -184,29 +174,18 @@ async def _count(session: Any) -> int:
 
 
 async def write_session(
-    dst: Any,
-    items: list[Any],
-    *,
-    replace: bool = False,
-    batch: int = DEFAULT_BATCH,
-    progress: Progress | None = None,
-    seqs: list[int] | None = None,
-    created_at: datetime | None = None,
-    updated_at: datetime | None = None,
+    dst: Any, items: list[Any], *, replace: bool = False, batch: int = DEFAULT_BATCH,
+    progress: Progress | None = None, seqs: list[int] | None = None,
+    created_at: datetime | None = None, updated_at: datetime | None = None,
 ) -> int:
     """Make ``dst`` hold exactly ``items``; return how many were written (0: already did).
 
-    With ``seqs`` (the items' sequence numbers) and a ``dst`` that declares SEQUENCED_WRITE,
-    the items are written at those numbers with the given times in one atomic step; a
-    destination holding some of them (a copy that stopped) is written again whole. Otherwise
-    they are appended in batches of ``batch``: an empty destination gets every item, one
-    holding the first ``k`` of them gets the rest. Every item is validated before anything
-    is written. Any other content is a conflict: it is cleared first when ``replace``, else
-    :class:`TransferConflictError` is raised and nothing is written.
-
-    Raises:
-        InvalidItemError: an item cannot be stored (its index in ``items``; nothing written).
-        BackendDataError: the destination's item count differs from ``len(items)`` afterwards.
+    With ``seqs`` and a ``dst`` that declares SEQUENCED_WRITE, the items are written at those
+    numbers and times in one atomic step (a part already there is written again whole); else
+    appended in batches of ``batch`` after the first ``k`` of them already there. Any other
+    content is cleared when ``replace``, else :class:`TransferConflictError` (nothing written).
+    Raises :class:`InvalidItemError` (nothing written) for an item that cannot be stored and
+    :class:`BackendDataError` when the item count differs afterwards.
     """
     sid = dst.session_id
     encode_batch(items, getattr(dst, "max_item_bytes", DEFAULT_MAX_ITEM_BYTES))
@@ -255,8 +234,7 @@ def _conflict(sid: str, have: int) -> TransferConflictError:
 async def _todo(
     store: Store, ids: Iterable[str] | None, prefix: str | None, side_stores: bool
 ) -> list[str]:
-    """The ids to transfer: the chosen sessions, each followed by its side stores when asked
-    and the store lists them."""
+    """The chosen sessions, each followed by its side stores when asked (and listable)."""
     if ids is not None:
         roots = [validate_session_id(sid) for sid in ids]
     else:
@@ -278,17 +256,11 @@ async def _read(store: Store, sid: str) -> SessionData:
 
 
 async def _write(
-    store: Store,
-    data: SessionData,
-    report: TransferReport,
-    on_session: Callable[[str, int], None] | None,
-    *,
-    needs_numbers: bool,
-    **options: Any,
+    store: Store, data: SessionData, report: TransferReport, on_session: OnSession | None,
+    *, needs_numbers: bool, **options: Any,
 ) -> int:
-    """``write_session`` of ``data`` into ``store``, counted in ``report``; return how many
-    items were written. A session no side store points into (``needs_numbers`` False) whose
-    numbers are taken at the destination is appended instead."""
+    """``write_session`` of ``data``, counted in ``report``; a session whose numbers are taken
+    at the destination is appended instead unless side stores point into it."""
     sid, seqs = data.session_id, data.seqs
     options.update(created_at=data.created_at, updated_at=data.updated_at)
     try:
@@ -324,15 +296,11 @@ def _before(report: TransferReport) -> str:
 
 
 async def _write_family(
-    store: Store,
-    family: list[SessionData],
-    report: TransferReport,
-    on_session: Callable[[str, int], None] | None,
-    renumber: bool,
-    **options: Any,
+    store: Store, family: list[SessionData], report: TransferReport,
+    on_session: OnSession | None, renumber: bool, **options: Any,
 ) -> None:
-    """Write a user session and its side stores; when a member is refused for its numbers,
-    the members this call wrote are cleared again, so no half family is left."""
+    """Write a user session and its side stores; clear what it wrote when a member is refused
+    for its numbers, so no half family is left."""
     side_ids = [d.session_id for d in family if is_side_store(d.session_id)]
     if not _numbering_check(store, side_ids, renumber):
         family = [d for d in family if not is_side_store(d.session_id)]
@@ -352,8 +320,8 @@ async def _write_family(
 
 
 def _numbering_check(dst: Store, side_ids: list[str], renumber: bool) -> bool:
-    """Whether side stores can be written to ``dst``; raise when they would be corrupted
-    there and the caller did not accept leaving them behind."""
+    """Whether side stores can be written to ``dst``; raise unless ``renumber`` accepts
+    leaving them behind."""
     if dst.keeps_numbers or not side_ids:
         return True
     if renumber:
@@ -370,31 +338,18 @@ def _numbering_check(dst: Store, side_ids: list[str], renumber: bool) -> bool:
 
 
 async def copy_store(
-    src_url: str,
-    dst_url: str,
-    *,
-    session_ids: Iterable[str] | None = None,
-    prefix: str | None = None,
-    src_options: dict[str, Any] | None = None,
-    dst_options: dict[str, Any] | None = None,
-    replace: bool = False,
-    side_stores: bool = True,
-    batch: int = DEFAULT_BATCH,
-    progress: Progress | None = None,
-    on_session: Callable[[str, int], None] | None = None,
-    plan: Callable[[list[str]], None] | None = None,
+    src_url: str, dst_url: str, *, session_ids: Iterable[str] | None = None,
+    prefix: str | None = None, src_options: dict[str, Any] | None = None,
+    dst_options: dict[str, Any] | None = None, replace: bool = False, side_stores: bool = True,
+    batch: int = DEFAULT_BATCH, progress: Progress | None = None,
+    on_session: OnSession | None = None, plan: Callable[[list[str]], None] | None = None,
     renumber: bool = False,
 ) -> TransferReport:
     """Copy sessions (all, those starting with ``prefix``, or ``session_ids``) with their side
-    stores from the store at ``src_url`` to the one at ``dst_url``, keeping sequence numbers
-    and times; see :func:`write_session` for resuming and conflicts. ``plan(ids)`` is told the
-    ids first, ``on_session(id, n)`` after each session.
-
-    Raises:
-        RenumberingError: the destination cannot keep numbers, the sessions have side stores
-            and ``renumber`` is False (nothing written). With ``renumber``, side stores are
-            left behind (``report.side_stores_left``).
-    """
+    stores from ``src_url`` to ``dst_url``, keeping numbers and times (see
+    :func:`write_session`); ``plan(ids)`` is told the ids first. Raises
+    :class:`RenumberingError` (nothing written) when the destination cannot keep numbers and
+    sessions have side stores, unless ``renumber`` leaves those behind."""
     report = TransferReport()
     writing = {"replace": replace, "batch": batch, "progress": progress}
     async with await Store.open(src_url, src_options, read_only=True) as src:
@@ -413,11 +368,7 @@ async def copy_store(
 
 
 def _tally(
-    report: TransferReport,
-    sid: str,
-    written: int,
-    total: int,
-    on_session: Callable[[str, int], None] | None,
+    report: TransferReport, sid: str, written: int, total: int, on_session: OnSession | None
 ) -> None:
     if is_side_store(sid):
         report.side_stores += 1
@@ -431,20 +382,13 @@ def _tally(
 
 
 async def export_store(
-    url: str,
-    out: IO[str],
-    *,
-    session_ids: Iterable[str] | None = None,
-    prefix: str | None = None,
-    options: dict[str, Any] | None = None,
-    side_stores: bool = True,
-    on_session: Callable[[str, int], None] | None = None,
+    url: str, out: IO[str], *, session_ids: Iterable[str] | None = None,
+    prefix: str | None = None, options: dict[str, Any] | None = None,
+    side_stores: bool = True, on_session: OnSession | None = None,
 ) -> TransferReport:
-    """Write sessions as JSON lines to ``out``: a header line
-    ``{"format": "agent-sessions-export/2"}``, then per session a line
-    ``{"session_id": ..., "created_at": ISO or null, "updated_at": ISO or null}`` followed by
-    one line per item, ``{"session_id": ..., "item": {...}, "seq": n}``, oldest first.
-    Reads only; the store must exist."""
+    """Write sessions as JSON lines to ``out`` (reads only): ``{"format": EXPORT_FORMAT}``,
+    then per session ``{"session_id", "created_at", "updated_at"}`` (ISO or null) and one line
+    per item, oldest first: ``{"session_id", "item", "seq"}``."""
     report = TransferReport()
     async with await Store.open(url, options, read_only=True) as src:
         todo = await _todo(src, session_ids, prefix, side_stores)
@@ -476,12 +420,8 @@ def _time(value: Any, number: int, name: str) -> datetime | None:
 
 
 def iter_export(lines: Iterable[str]) -> Iterator[SessionData]:
-    """Yield the sessions of an export (format 1 or 2), one at a time; format 1 carries no
-    sequence numbers or times (``seqs``, ``created_at``, ``updated_at`` are None).
-
-    Raises:
-        ValueError: the text is not an export (line number and reason in the message).
-    """
+    """Yield the sessions of an export (format 1 or 2, which has no numbers or times), one at
+    a time; raise ValueError naming the line where the text is no export."""
     current: SessionData | None = None
     numbers: list[int | None] = []
     done: set[str] = set()
@@ -537,8 +477,7 @@ def iter_export(lines: Iterable[str]) -> Iterator[SessionData]:
 
 
 def _numbered(data: SessionData, numbers: list[int | None]) -> SessionData:
-    """``data`` with ``seqs``: the items' numbers when all carry increasing ones, else None
-    when none does."""
+    """``data`` with its items' ``seqs`` (all increasing, or none)."""
     if all(n is None for n in numbers):
         return data
     seqs = [n for n in numbers if n is not None]
@@ -559,25 +498,14 @@ def read_export(lines: Iterable[str]) -> Iterator[tuple[str, list[Any]]]:
 
 
 async def import_store(
-    url: str,
-    lines: Iterable[str],
-    *,
-    options: dict[str, Any] | None = None,
-    replace: bool = False,
-    batch: int = DEFAULT_BATCH,
-    progress: Progress | None = None,
-    on_session: Callable[[str, int], None] | None = None,
-    renumber: bool = False,
+    url: str, lines: Iterable[str], *, options: dict[str, Any] | None = None,
+    replace: bool = False, batch: int = DEFAULT_BATCH, progress: Progress | None = None,
+    on_session: OnSession | None = None, renumber: bool = False,
 ) -> TransferReport:
-    """Write the sessions of an export (see :func:`export_store`) into the store at ``url``,
-    at their numbers and with their times; importing the same file again writes nothing
-    (resumable like a copy). Each session is validated whole before it is written.
-
-    Raises:
-        InvalidItemError: an item cannot be stored; the message names the session and item,
-            and which sessions before it were written. Nothing of that session was written.
-        RenumberingError: as for :func:`copy_store`, for the first family with side stores.
-    """
+    """Write the sessions of an export into the store at ``url`` at their numbers and times,
+    resumable like a copy. Raises :class:`InvalidItemError` naming the session, the item and
+    the sessions written before it (nothing of that session written), and
+    :class:`RenumberingError` as :func:`copy_store` does."""
     report = TransferReport()
     writing = {"replace": replace, "batch": batch, "progress": progress}
     async with await Store.open(url, options) as dst:

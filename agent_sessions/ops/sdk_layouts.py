@@ -1,17 +1,11 @@
 """The Agents SDK's own storage layouts, opened in place through ``sdk+`` URLs.
 
-``open_session("sdk+redis://host:6379/0", "user-1")`` returns a session that *is* the SDK's
-``RedisSession`` (``.sdk``, with the SDK's defaults: key prefix ``agents:session``; tables
-``agent_sessions``/``agent_messages``; database ``agents``), plus what the catalog and the CLI
-need: ``sibling()`` sharing one client or engine, ``catalog_store()`` and ``close()``. So an
-application that switches classes keeps every conversation, opened in place or copied
-(``agent-sessions copy sdk+redis://... redis://...``) and back.
-
-Schemes: ``sdk+redis``, ``sdk+rediss``, ``sdk+postgresql+asyncpg``, ``sdk+mysql+asyncmy``,
-``sdk+mysql+aiomysql``, ``sdk+sqlite+aiosqlite`` (the SDK's ``SQLAlchemySession``),
-``sdk+mongodb``, ``sdk+mongodb+srv``. (``sqlite://`` already reads the SDK's SQLite schema.)
-These sessions behave as the SDK's classes do (no sequence numbers, range delete or native
-expiry; the SDK's validation and errors).
+``open_session("sdk+redis://host:6379/0", "user-1")`` wraps the SDK's own ``RedisSession``
+(``.sdk``, with the SDK's defaults) and adds what the catalog and the CLI need: ``sibling()``
+sharing one client or engine, ``catalog_store()`` and ``close()``. Schemes: ``sdk+redis``,
+``sdk+rediss``, ``sdk+postgresql+asyncpg``, ``sdk+mysql+asyncmy``, ``sdk+mysql+aiomysql``,
+``sdk+sqlite+aiosqlite``, ``sdk+mongodb``, ``sdk+mongodb+srv`` (``sqlite://`` already reads the
+SDK's SQLite schema). These sessions behave as the SDK's classes do (no declared capabilities).
 """
 
 from __future__ import annotations
@@ -37,8 +31,8 @@ SDK_MONGO_DATABASE = "agents"
 
 
 class _Layout:
-    """One store's SDK sessions: how to make one, its catalog, and the client or engine they
-    share (``release`` frees it when the last of them closes)."""
+    """One store's SDK sessions: how to make one, its catalog, and how to free the client or
+    engine they share when the last of them closes."""
 
     def __init__(
         self, make: Callable[[str], Any], catalog: Callable[[], Any], release: Callable[[], Any]
@@ -137,9 +131,9 @@ def _glob_escape(text: str) -> str:
 
 
 class SDKRedisCatalog:
-    """The catalog of the SDK's Redis layout: per session a hash ``P:<id>`` (``session_id``,
-    ``created_at``, ``updated_at`` in Unix seconds), a list ``P:<id>:messages`` and a counter
-    ``P:<id>:counter``. Sessions are found by SCAN (on every primary of a Cluster) for hashes."""
+    """The catalog of the SDK's Redis layout: per session a hash ``P:<id>`` (``session_id`` and
+    times in Unix seconds), a list ``P:<id>:messages`` and a counter ``P:<id>:counter``; found
+    by SCAN for hashes (on every primary of a Cluster)."""
 
     def __init__(self, client: Any, key_prefix: str) -> None:
         self.client, self.prefix = client, key_prefix
@@ -173,9 +167,8 @@ class SDKRedisCatalog:
         return out[: query.limit]
 
     async def _info(self, session_id: str, key: str) -> SessionInfo | None:
-        """The session's info, or None for a hash that is no SDK session (e.g. the meta key
-        ``P:{id}:meta`` of this package's layout under the same prefix): the SDK writes its
-        ``session_id`` into every session hash."""
+        """The session's info, or None for a hash without the SDK's ``session_id`` field (e.g.
+        this package's ``P:{id}:meta`` under the same prefix)."""
         (sid, created, updated), count = await asyncio.gather(
             self.client.hmget(key, "session_id", "created_at", "updated_at"),
             self.client.llen(f"{key}:messages"),
@@ -252,9 +245,8 @@ def open_mongodb(
     client_kwargs: dict[str, Any] | None = None,
     session_settings: Any = None,
 ) -> SDKLayoutSession:
-    """Open ``session_id`` with the SDK's ``MongoDBSession`` at ``sdk+mongodb://...``;
-    ``database`` defaults to the URI's, else the SDK's ``agents``. ``client``: use this client
-    (e.g. a test stand-in) instead of one made from the URL; it is not closed."""
+    """Open ``session_id`` with the SDK's ``MongoDBSession`` at ``sdk+mongodb://...`` (database:
+    the URI's, else ``agents``); a given ``client`` is used instead and not closed."""
     from agents.extensions.memory import MongoDBSession
 
     owned = client is None
@@ -277,10 +269,9 @@ def open_mongodb(
 
 
 class SDKMongoCatalog:
-    """The catalog of the SDK's MongoDB layout: session documents ``{session_id, created_at,
-    updated_at, _seq, _generation}``; message documents ``{session_id, seq, generation,
-    message_data: [JSON text, ...]}`` (older SDKs: one document per item, ``message_data``
-    text). Only the current generation's documents count (a clear advances it)."""
+    """The catalog of the SDK's MongoDB layout: session documents, and message documents with a
+    list of items in ``message_data`` (older SDKs: one item each); only those of the session's
+    current ``_generation`` count (a clear advances it)."""
 
     def __init__(self, db: Any, sessions: str, messages: str) -> None:
         self.db, self.sessions_name = db, sessions
