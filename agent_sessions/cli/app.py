@@ -9,8 +9,9 @@ import re
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextlib import nullcontext, suppress
 from datetime import datetime, timedelta, timezone
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import IO, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
@@ -27,28 +28,33 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+def _opt(help: str, *decls: str, **kw: Any) -> Any:
+    return typer.Option(*decls, help=help, **kw)
+
+
 Url = Annotated[str, typer.Argument(help="store URL, e.g. sqlite:///app.db", show_default=False)]
-Options = Annotated[list[str] | None, typer.Option(
-    "-o", "--option", metavar="KEY=VALUE", help="backend option for open_session, repeatable "
-    "(e.g. -o table_prefix=app_ -o key_prefix=myapp); VALUE is read as JSON when it is JSON",
+Options = Annotated[list[str] | None, _opt(
+    "backend option for open_session, repeatable (e.g. -o table_prefix=app_ -o "
+    "key_prefix=myapp); VALUE is read as JSON when it is JSON", "-o", "--option",
+    metavar="KEY=VALUE",
 )]
-Json = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
-Yes = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
-Prefix = Annotated[str | None, typer.Option("--prefix", help="only session ids starting with it")]
-Renumber = Annotated[bool, typer.Option(
-    help="into a store that numbers items anew (an SDK layout): copy the sessions without their "
+Json = Annotated[bool, _opt("print JSON instead of a table", "--json")]
+Yes = Annotated[bool, _opt("do not ask for confirmation", "--yes", "-y")]
+Prefix = Annotated[str | None, _opt("only session ids starting with it", "--prefix")]
+Renumber = Annotated[bool, _opt(
+    "into a store that numbers items anew (an SDK layout): copy the sessions without their "
     "side stores (branches, usage, compaction, TTL), which would point at the wrong items there"
 )]
 Ids = Annotated[list[str] | None, typer.Argument(help="session ids (default: all)")]
-SideStores = Annotated[bool, typer.Option(
+SideStores = Annotated[bool, _opt(
+    "include each session's side stores (branches, usage, compaction records)",
     "--side-stores/--no-side-stores",
-    help="include each session's side stores (branches, usage, compaction records)",
 )]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="print no progress on stderr")]
-Replace = Annotated[bool, typer.Option(help="overwrite destination sessions that hold other items")]
-Ttl = Annotated[float | None, typer.Option(help="the app's TTLSession ttl in seconds")]
-ItemTtl = Annotated[float | None, typer.Option(help="the app's per-item ttl in seconds")]
-Absolute = Annotated[bool, typer.Option("--absolute", help="the app has TTLSession(sliding=False)")]
+Quiet = Annotated[bool, _opt("print no progress on stderr", "--quiet", "-q")]
+Replace = Annotated[bool, _opt("overwrite destination sessions that hold other items")]
+Ttl = Annotated[float | None, _opt("the app's TTLSession ttl in seconds")]
+ItemTtl = Annotated[float | None, _opt("the app's per-item ttl in seconds")]
+Absolute = Annotated[bool, _opt("the app uses TTLSession(sliding=False)", "--absolute")]
 
 
 def _version(value: bool) -> None:
@@ -61,8 +67,8 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option(
-        "--version", "-V", callback=_version, is_eager=True, help="print the version and exit"
+    version: Annotated[bool, _opt(
+        "print the version and exit", "--version", "-V", callback=_version, is_eager=True
     )] = False,
 ) -> None:
     """Inspect, export, copy and clean up the session stores of agent_sessions."""
@@ -96,12 +102,9 @@ def scrub(text: str) -> str:
 
     for url in sorted(_URLS, key=len, reverse=True):
         text = text.replace(url, _redacted(url))
-        try:
-            password = urlsplit(url).password
-        except ValueError:
-            password = None
-        if password and len(password) > 2:
-            text = text.replace(password, "***")
+        with suppress(ValueError):  # a URL urlsplit rejects has no password to mask
+            if (password := urlsplit(url).password) and len(password) > 2:
+                text = text.replace(password, "***")
     return text
 
 
@@ -125,10 +128,9 @@ def _parse_options(texts: list[str] | None) -> dict[str, Any]:
                 f"got {text!r}",
                 param_hint="'-o' / '--option'",
             )
-        try:
+        options[key] = value
+        with suppress(ValueError):
             options[key] = json.loads(value)
-        except ValueError:
-            options[key] = value
     return options
 
 
@@ -140,8 +142,7 @@ def _when(text: str | None, name: str) -> datetime | None:
     """``90d``/``12h``/``30m``/``45s``/``2w`` ago, or an ISO 8601 time (UTC when no zone)."""
     if text is None:
         return None
-    match = _RELATIVE.match(text.strip())
-    if match:
+    if match := _RELATIVE.match(text.strip()):
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
         return datetime.now(timezone.utc) - timedelta(seconds=seconds)
     try:
@@ -239,14 +240,14 @@ async def _chosen(store: Any, ids: list[str] | None, prefix: str | None) -> list
 def list_sessions(
     url: Url,
     prefix: Prefix = None,
-    updated_before: Annotated[str | None, typer.Option(
-        help="only sessions last written before this (90d = 90 days ago, or ISO)"
-    )] = None,
-    updated_after: Annotated[
-        str | None, typer.Option(help="only sessions last written at or after this")
+    updated_before: Annotated[
+        str | None, _opt("only sessions last written before this (90d = 90 days ago, or ISO)")
     ] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="show at most this many")] = None,
-    page_size: Annotated[int, typer.Option(min=1, max=10000, help="sessions per query")] = 100,
+    updated_after: Annotated[
+        str | None, _opt("only sessions last written at or after this")
+    ] = None,
+    limit: Annotated[int | None, _opt("show at most this many", min=1)] = None,
+    page_size: Annotated[int, _opt("sessions per query", min=1, max=10000)] = 100,
     as_json: Json = False, option: Options = None,
 ) -> None:
     """List sessions with their item count and times, ordered by id (reads only)."""
@@ -308,15 +309,20 @@ async def _unwrap(items: list[Any], session_id: str, key: str | None) -> list[An
     return items
 
 
+def _open(path: str, mode: str, what: str) -> IO[str]:
+    """``open(path, mode)``, failing with "cannot ``what``: reason"."""
+    try:
+        return open(path, mode, encoding="utf-8")
+    except OSError as exc:
+        _fail(f"cannot {what}: {exc.strerror or exc}")
+
+
 def _read_key(key: str | None, key_file: str | None) -> str | None:
     """The key given by value or, with ``key_file``, read from that file (stripped)."""
     if key_file is None:
         return key
-    try:
-        with open(key_file, encoding="utf-8") as file:
-            text = file.read().strip()
-    except OSError as exc:
-        _fail(f"cannot read the key file {key_file}: {exc.strerror or exc}")
+    with _open(key_file, "r", f"read the key file {key_file}") as file:
+        text = file.read().strip()
     if not text:
         _fail(f"the key file {key_file} is empty")
     return text
@@ -326,31 +332,28 @@ def _read_key(key: str | None, key_file: str | None) -> str | None:
 def show(
     url: Url,
     session_id: Annotated[str, typer.Argument(help="the session to print")],
-    limit: Annotated[int | None, typer.Option(min=1, help="only the latest N items")] = None,
-    decrypt: Annotated[bool, typer.Option(
-        "--decrypt", help="decrypt EncryptedSession envelopes (needs --key)"
-    )] = False,
-    key: Annotated[str | None, typer.Option(
-        envvar="AGENT_SESSIONS_KEY", show_envvar=False,
-        help="encryption key for --decrypt; prefer --key-file or the AGENT_SESSIONS_KEY "
-        "variable, which stay out of the shell history",
+    limit: Annotated[int | None, _opt("only the latest N items", min=1)] = None,
+    decrypt: Annotated[
+        bool, _opt("decrypt EncryptedSession envelopes (needs --key)", "--decrypt")
+    ] = False,
+    key: Annotated[str | None, _opt(
+        "encryption key for --decrypt; prefer --key-file or the AGENT_SESSIONS_KEY variable, "
+        "which stay out of the shell history", envvar="AGENT_SESSIONS_KEY", show_envvar=False,
     )] = None,
-    key_file: Annotated[str | None, typer.Option(
+    key_file: Annotated[str | None, _opt(
+        "file holding the encryption key (or the AGENT_SESSIONS_KEY_FILE variable)",
         envvar="AGENT_SESSIONS_KEY_FILE", show_envvar=False,
-        help="file holding the encryption key (or the AGENT_SESSIONS_KEY_FILE variable)",
     )] = None,
-    branch: Annotated[str | None, typer.Option(
-        help="print this branch (BranchingSession/AdvancedSession)"
-    )] = None,
-    view: Annotated[bool, typer.Option(
-        "--view", help="print what the agent sees: the compaction summary plus the newer items "
-        "of the current branch, expired items hidden (needs --ttl for a TTLSession)",
+    branch: Annotated[
+        str | None, _opt("print this branch (BranchingSession/AdvancedSession)")
+    ] = None,
+    view: Annotated[bool, _opt(
+        "print what the agent sees: the compaction summary plus the newer items of the current "
+        "branch, expired items hidden (needs --ttl for a TTLSession)", "--view",
     )] = False,
     ttl: Ttl = None, item_ttl: ItemTtl = None, absolute: Absolute = False,
-    pretty: Annotated[bool, typer.Option("--pretty", help="print 'role: text' lines")] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="print one JSON array instead of JSON lines")
-    ] = False,
+    pretty: Annotated[bool, _opt("print 'role: text' lines", "--pretty")] = False,
+    as_json: Annotated[bool, _opt("print one JSON array instead of JSON lines", "--json")] = False,
     option: Options = None,
 ) -> None:
     """Print a session's items as JSON lines, oldest first (reads only; creates nothing).
@@ -485,9 +488,7 @@ def stats(url: Url, as_json: Json = False, option: Options = None) -> None:
 def export_sessions(
     url: Url,
     session_ids: Ids = None, prefix: Prefix = None,
-    output: Annotated[
-        str, typer.Option("--output", "-O", help="file to write, '-' for stdout")
-    ] = "-",
+    output: Annotated[str, _opt("file to write, '-' for stdout", "--output", "-O")] = "-",
     side_stores: SideStores = True, quiet: Quiet = False, option: Options = None,
 ) -> None:
     """Write sessions as JSON lines (one item per line) to a file or stdout (reads only)."""
@@ -503,15 +504,8 @@ def export_sessions(
                 side_stores=side_stores, on_session=meter.session,
             )
 
-    if output == "-":
-        report = _run(go(sys.stdout))
-    else:
-        try:
-            out = open(output, "w", encoding="utf-8")
-        except OSError as exc:
-            _fail(f"cannot write {output}: {exc.strerror or exc}")
-        with out:
-            report = _run(go(out))
+    with nullcontext(sys.stdout) if output == "-" else _open(output, "w", f"write {output}") as out:
+        report = _run(go(out))
     _console(stderr=True).print(
         f"exported {report.sessions} session(s), {report.side_stores} side store(s), "
         f"{report.items} item(s)"
@@ -610,11 +604,8 @@ def import_sessions(
     if file == "-":
         report = _run(go(sys.stdin, None))
     else:
-        try:
-            with open(file, encoding="utf-8") as lines:
-                report = _run(go(lines, os.fstat(lines.fileno()).st_size))
-        except OSError as exc:
-            _fail(f"cannot read {file}: {exc.strerror or exc}")
+        with _open(file, "r", f"read {file}") as lines:
+            report = _run(go(lines, os.fstat(lines.fileno()).st_size))
     _report(report, "imported", as_json)
 
 
@@ -662,14 +653,14 @@ def copy(
     session_ids: Ids = None, prefix: Prefix = None,
     replace: Replace = False,
     side_stores: SideStores = True, renumber: Renumber = False,
-    batch: Annotated[int, typer.Option(min=1, help="items per write")] = 500,
+    batch: Annotated[int, _opt("items per write", min=1)] = 500,
     yes: Yes = False, as_json: Json = False, quiet: Quiet = False, option: Options = None,
-    src_option: Annotated[list[str] | None, typer.Option(
-        "--src-option", metavar="KEY=VALUE", help="option for SRC only"
-    )] = None,
-    dst_option: Annotated[list[str] | None, typer.Option(
-        "--dst-option", metavar="KEY=VALUE", help="option for DST only"
-    )] = None,
+    src_option: Annotated[
+        list[str] | None, _opt("option for SRC only", metavar="KEY=VALUE")
+    ] = None,
+    dst_option: Annotated[
+        list[str] | None, _opt("option for DST only", metavar="KEY=VALUE")
+    ] = None,
 ) -> None:
     """Copy sessions with their side stores between any two stores (resumable, verified).
 
@@ -731,9 +722,7 @@ def clear(
 def delete(
     url: Url,
     session_ids: Ids = None, prefix: Prefix = None,
-    all_sessions: Annotated[
-        bool, typer.Option("--all", help="delete every session of the store")
-    ] = False,
+    all_sessions: Annotated[bool, _opt("delete every session of the store", "--all")] = False,
     yes: Yes = False, as_json: Json = False, option: Options = None,
 ) -> None:
     """Erase sessions with everything layers keep for them (a GDPR erase).
@@ -795,11 +784,11 @@ def purge(
     session_ids: Ids = None,
     ttl: Ttl = None, absolute: Absolute = False, item_ttl: ItemTtl = None,
     prefix: Prefix = None,
-    keep_empty: Annotated[bool, typer.Option(
-        help="keep sessions the purge emptied (default: erase them, side stores too)"
-    )] = False,
+    keep_empty: Annotated[
+        bool, _opt("keep sessions the purge emptied (default: erase them, side stores too)")
+    ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="print what would be removed; change nothing")
+        bool, _opt("print what would be removed; change nothing", "--dry-run")
     ] = False,
     yes: Yes = False, as_json: Json = False, option: Options = None,
 ) -> None:
@@ -890,11 +879,9 @@ def purge(
 
 @app.command()
 def demo(
-    db: Annotated[
-        str | None, typer.Option(help="SQLite file to use (default: a new temporary file)")
-    ] = None,
-    live: Annotated[bool, typer.Option(help="use a real model (needs OPENAI_API_KEY)")] = False,
-    model: Annotated[str, typer.Option(help="model for --live")] = "gpt-4.1-mini",
+    db: Annotated[str | None, _opt("SQLite file to use (default: a new temporary file)")] = None,
+    live: Annotated[bool, _opt("use a real model (needs OPENAI_API_KEY)")] = False,
+    model: Annotated[str, _opt("model for --live")] = "gpt-4.1-mini",
 ) -> int:
     """Run a conversation, undo a wrong turn and re-ask (offline unless --live)."""
     from .demo import run_demo
