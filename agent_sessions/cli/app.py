@@ -358,9 +358,8 @@ def show(
 ) -> None:
     """Print a session's items as JSON lines, oldest first (reads only; creates nothing).
 
-    TTLSession envelopes are shown as their items; EncryptedSession envelopes are shown as
-    stored unless --decrypt is given. --branch and --view read through the layers the session
-    was written with (branching, compaction, TTL with --ttl, encryption with --decrypt).
+    TTL envelopes are shown as their items, encrypted ones as stored unless --decrypt. --branch
+    and --view read through the layers the session was written with.
     """
     key = _read_key(key, key_file)
     if decrypt and not key:
@@ -580,11 +579,8 @@ def import_sessions(
     replace: Replace = False, renumber: Renumber = False,
     yes: Yes = False, as_json: Json = False, quiet: Quiet = False, option: Options = None,
 ) -> None:
-    """Write the sessions of an export file into a store (creates what is missing).
-
-    Sessions keep their item numbers and times. Sessions already imported in full are
-    skipped; one imported in part is written again.
-    """
+    """Write the sessions of an export file into a store (creates what is missing), at their
+    item numbers and times; sessions already imported in full are skipped."""
     options = _parse_options(option)
     if replace:
         _confirm(f"Overwrite sessions in {_redacted(url)} that hold other items?", yes)
@@ -665,10 +661,8 @@ def copy(
     """Copy sessions with their side stores between any two stores (resumable, verified).
 
     E.g. SQLite to PostgreSQL, or the Agents SDK's layout to this package's (sdk+redis://...).
-
-    Sessions keep their item numbers and times. Resumable: run it again after an
-    interruption and it completes what is missing; a session already copied is skipped.
-    Each session is verified by its item count.
+    Sessions keep their item numbers and times; run it again after an interruption to complete
+    what is missing (copied sessions are skipped). Each session is verified by its item count.
     """
     both = _parse_options(option)
     src_opts = {**both, **_parse_options(src_option)}
@@ -794,11 +788,9 @@ def purge(
 ) -> None:
     """Physically remove expired items of sessions written through TTLSession.
 
-    Only sessions whose family has a TTL lifecycle record (written by TTLSession(ttl=...)) or,
-    with --item-ttl alone, whose items are TTLSession envelopes are purged; every other session
-    (plain, AdvancedSession, CompactionSession, EncryptedSession, ...) is skipped and counted.
-    A session the purge leaves empty is erased with its side stores (unless --keep-empty). The
-    confirmation and --dry-run name the sessions and how many items would go.
+    Only sessions with a TTL lifecycle record (TTLSession(ttl=...)) or, with --item-ttl alone,
+    TTLSession envelopes are purged; others are skipped and counted. A session left empty is
+    erased with its side stores (unless --keep-empty).
     """
     if ttl is None and item_ttl is None:
         raise typer.BadParameter(

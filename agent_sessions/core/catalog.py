@@ -122,6 +122,4 @@ def utc(value: Any) -> datetime | None:
             when = datetime.fromtimestamp(float(value), timezone.utc)
     if when is None:
         return None
-    return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(
-        timezone.utc
-    )
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)

@@ -222,13 +222,6 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
 
 
 __all__ = [
-    "CatalogQuery",
-    "CatalogStore",
-    "Page",
-    "SessionCatalog",
-    "SessionInfo",
-    "SupportsCatalog",
-    "family_root",
-    "is_side_store",
-    "side_store_kind",
+    "CatalogQuery", "CatalogStore", "Page", "SessionCatalog", "SessionInfo", "SupportsCatalog",
+    "family_root", "is_side_store", "side_store_kind"
 ]

@@ -518,17 +518,7 @@ async def import_store(
 
 
 __all__ = [
-    "EXPORT_FORMAT",
-    "RenumberingError",
-    "SessionData",
-    "Store",
-    "TransferConflictError",
-    "TransferReport",
-    "copy_store",
-    "export_store",
-    "import_store",
-    "iter_export",
-    "read_export",
-    "redacted",
-    "write_session",
+    "EXPORT_FORMAT", "RenumberingError", "SessionData", "Store", "TransferConflictError",
+    "TransferReport", "copy_store", "export_store", "import_store", "iter_export", "read_export",
+    "redacted", "write_session"
 ]

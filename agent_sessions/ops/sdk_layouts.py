@@ -324,12 +324,6 @@ class SDKMongoCatalog:
 
 
 __all__ = [
-    "SDK_MESSAGES_TABLE",
-    "SDK_MONGO_DATABASE",
-    "SDK_REDIS_PREFIX",
-    "SDK_SESSIONS_TABLE",
-    "SDKLayoutSession",
-    "open_mongodb",
-    "open_redis",
-    "open_sqlalchemy",
+    "SDK_MESSAGES_TABLE", "SDK_MONGO_DATABASE", "SDK_REDIS_PREFIX", "SDK_SESSIONS_TABLE",
+    "SDKLayoutSession", "open_mongodb", "open_redis", "open_sqlalchemy"
 ]
