@@ -286,9 +286,9 @@ def list_sessions(
     _console(stderr=True).print(f"{len(rows)} session(s)")
 
 
-def _kind(items: list[Any]) -> Any:
-    """The ``type`` of the newest of ``items`` (an envelope's), or None."""
-    return items[-1].get("type") if items and isinstance(items[-1], dict) else None
+def _type(item: Any) -> Any:
+    """The ``type`` of ``item`` (an envelope's), or None."""
+    return item.get("type") if isinstance(item, dict) else None
 
 
 async def _unwrap(items: list[Any], session_id: str, key: str | None) -> list[Any]:
@@ -296,9 +296,9 @@ async def _unwrap(items: list[Any], session_id: str, key: str | None) -> list[An
     from ..backends.memory import InMemorySession, InMemoryStore
 
     for _ in range(8):  # layers nest: TTL over encryption or encryption over TTL
-        ttl = [isinstance(i, dict) and i.get("type") == "agent_sessions.ttl" for i in items]
+        ttl = [_type(i) == "agent_sessions.ttl" for i in items]
         items = [i.get("item") if wrapped else i for i, wrapped in zip(items, ttl, strict=True)]
-        if key and any(_kind([i]) == "agent_sessions.enc" for i in items):
+        if key and any(_type(i) == "agent_sessions.enc" for i in items):
             from ..wrappers.encrypted import EncryptedSession
 
             scratch = InMemorySession(session_id, store=InMemoryStore(), _internal_id=True)
@@ -404,7 +404,7 @@ async def _layers(
     from ..wrappers.ttl import TTL_TYPE
 
     for _ in range(2):
-        kind = _kind(await session.get_items(1))
+        kind = _type(next(iter(await session.get_items(1)), None))
         if kind == TTL_TYPE:
             if expiry[:2] == (None, None):
                 _fail(
@@ -760,10 +760,11 @@ async def _ttl_skip_reason(store: Any, sid: str, family_clock: bool) -> str | No
 
     async with store.opened(sid) as session:
         newest = await session.get_items(1)
-    if newest and _kind(newest) == "agent_sessions.enc":
+    kind = _type(newest[0]) if newest else TTL_TYPE
+    if kind == "agent_sessions.enc":
         # TTLSession over EncryptedSession: the stamps are encrypted, so only the app can tell
         return "its items are encrypted (call TTLSession.purge_expired() in the app)"
-    if newest and _kind(newest) != TTL_TYPE:
+    if kind != TTL_TYPE:
         return "its items are not TTLSession envelopes"
     if family_clock:
         async with store.opened(derive_sibling_id(sid, PURPOSE)) as records:
