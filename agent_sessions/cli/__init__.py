@@ -29,11 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     commands.begin(args)
     try:
-        result = commands.app(
-            args=args,
-            prog_name="agent-sessions",
-            standalone_mode=False,
-        )
+        result = commands.app(args=args, prog_name="agent-sessions", standalone_mode=False)
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort:

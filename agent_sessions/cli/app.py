@@ -1,5 +1,4 @@
-"""The commands of ``agent-sessions`` (Typer + Rich); each imports the package's parts it uses
-when it runs."""
+"""The commands of ``agent-sessions`` (Typer + Rich); each imports what it uses when it runs."""
 
 from __future__ import annotations
 
@@ -9,9 +8,10 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextlib import nullcontext, suppress
 from datetime import datetime, timedelta, timezone
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import IO, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
@@ -28,36 +28,33 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-Url = Annotated[str, typer.Argument(help="store URL, e.g. sqlite:///app.db", show_default=False)]
-Options = Annotated[
-    list[str] | None,
-    typer.Option(
-        "-o", "--option", metavar="KEY=VALUE",
-        help="backend option for open_session, repeatable (e.g. -o table_prefix=app_ "
-        "-o key_prefix=myapp); VALUE is read as JSON when it is JSON",
-    ),
-]
-Json = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
-Yes = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
-Prefix = Annotated[str | None, typer.Option("--prefix", help="only session ids starting with it")]
-Renumber = Annotated[
-    bool,
-    typer.Option(
-        help="into a store that numbers items anew (an SDK layout): copy the sessions without "
-        "their side stores (branches, usage, compaction, TTL), which would point at the wrong "
-        "items there"
-    ),
-]
-Ids = Annotated[list[str] | None, typer.Argument(help="session ids (default: all)")]
-SideStores = Annotated[
-    bool,
-    typer.Option(
-        "--side-stores/--no-side-stores",
-        help="include each session's side stores (branches, usage, compaction records)",
-    ),
-]
+def _opt(help: str, *decls: str, **kw: Any) -> Any:
+    return typer.Option(*decls, help=help, **kw)
 
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="print no progress on stderr")]
+
+Url = Annotated[str, typer.Argument(help="store URL, e.g. sqlite:///app.db", show_default=False)]
+Options = Annotated[list[str] | None, _opt(
+    "backend option for open_session, repeatable (e.g. -o table_prefix=app_ -o "
+    "key_prefix=myapp); VALUE is read as JSON when it is JSON", "-o", "--option",
+    metavar="KEY=VALUE",
+)]
+Json = Annotated[bool, _opt("print JSON instead of a table", "--json")]
+Yes = Annotated[bool, _opt("do not ask for confirmation", "--yes", "-y")]
+Prefix = Annotated[str | None, _opt("only session ids starting with it", "--prefix")]
+Renumber = Annotated[bool, _opt(
+    "into a store that numbers items anew (an SDK layout): copy the sessions without their "
+    "side stores (branches, usage, compaction, TTL), which would point at the wrong items there"
+)]
+Ids = Annotated[list[str] | None, typer.Argument(help="session ids (default: all)")]
+SideStores = Annotated[bool, _opt(
+    "include each session's side stores (branches, usage, compaction records)",
+    "--side-stores/--no-side-stores",
+)]
+Quiet = Annotated[bool, _opt("print no progress on stderr", "--quiet", "-q")]
+Replace = Annotated[bool, _opt("overwrite destination sessions that hold other items")]
+Ttl = Annotated[float | None, _opt("the app's TTLSession ttl in seconds")]
+ItemTtl = Annotated[float | None, _opt("the app's per-item ttl in seconds")]
+Absolute = Annotated[bool, _opt("the app uses TTLSession(sliding=False)", "--absolute")]
 
 
 def _version(value: bool) -> None:
@@ -70,26 +67,23 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", "-V", callback=_version, is_eager=True, help="print the version and exit"
-        ),
-    ] = False,
+    version: Annotated[bool, _opt(
+        "print the version and exit", "--version", "-V", callback=_version, is_eager=True
+    )] = False,
 ) -> None:
     """Inspect, export, copy and clean up the session stores of agent_sessions."""
 
 
 # -- helpers ---------------------------------------------------------------------------------
 
-
 _URLS: set[str] = set()
 """Store URLs of this run, so that no message shows their passwords (see ``scrub``)."""
 _INTERRUPTED: list[Callable[[], str]] = []
+"""Notes that Ctrl-C prints: what was done and how to resume."""
+_RESUME = "run the same command again to resume (complete sessions are skipped)"
 
 
 def _redacted(url: str) -> str:
-    """``url`` without its password."""
     from ..ops.migrate import redacted
 
     return redacted(url)
@@ -108,18 +102,10 @@ def scrub(text: str) -> str:
 
     for url in sorted(_URLS, key=len, reverse=True):
         text = text.replace(url, _redacted(url))
-        try:
-            password = urlsplit(url).password
-        except ValueError:
-            password = None
-        if password and len(password) > 2:
-            text = text.replace(password, "***")
+        with suppress(ValueError):  # a URL urlsplit rejects has no password to mask
+            if (password := urlsplit(url).password) and len(password) > 2:
+                text = text.replace(password, "***")
     return text
-
-
-def _on_interrupt(note: Callable[[], str]) -> None:
-    """Have Ctrl-C print ``note()``: what was done and how to resume."""
-    _INTERRUPTED.append(note)
 
 
 def interrupted_note() -> str | None:
@@ -142,10 +128,9 @@ def _parse_options(texts: list[str] | None) -> dict[str, Any]:
                 f"got {text!r}",
                 param_hint="'-o' / '--option'",
             )
-        try:
+        options[key] = value
+        with suppress(ValueError):
             options[key] = json.loads(value)
-        except ValueError:
-            options[key] = value
     return options
 
 
@@ -157,8 +142,7 @@ def _when(text: str | None, name: str) -> datetime | None:
     """``90d``/``12h``/``30m``/``45s``/``2w`` ago, or an ISO 8601 time (UTC when no zone)."""
     if text is None:
         return None
-    match = _RELATIVE.match(text.strip())
-    if match:
+    if match := _RELATIVE.match(text.strip()):
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
         return datetime.now(timezone.utc) - timedelta(seconds=seconds)
     try:
@@ -187,6 +171,19 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         _fail(f"{type(exc).__name__}: {exc}")
 
 
+def _in_store(url: str, option: list[str] | None, work: Callable[[Any], Awaitable[T]]) -> T:
+    """Run ``work(store)`` on the existing store at ``url`` (``-o`` options), as ``_run``."""
+    options = _parse_options(option)
+
+    async def go() -> T:
+        from ..ops.migrate import Store
+
+        async with await Store.open(url, options, read_only=True) as store:
+            return await work(store)
+
+    return _run(go())
+
+
 def _confirm(question: str, yes: bool) -> None:
     if yes:
         return
@@ -211,11 +208,29 @@ def _time(value: datetime | None) -> str:
     return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
 
 
-async def _ids_or_listed(store: Any, ids: list[str] | None, prefix: str | None) -> list[str]:
-    if ids:
-        return list(dict.fromkeys(ids))
-    catalog = store.require_catalog()
-    return [info.session_id async for info in catalog.iter_sessions(prefix=prefix)]
+def _names(ids: Any, most: int = 10) -> str:
+    """``ids`` as a short list for a question: the first ``most`` and how many more."""
+    ids = list(ids)
+    shown = ", ".join(repr(sid) for sid in ids[:most])
+    return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
+
+
+async def _chosen(store: Any, ids: list[str] | None, prefix: str | None) -> list[str]:
+    """The named ``ids``, failing (before anything changes) on those the store does not hold
+    (a store that cannot list is taken at its word); else the listed ones under ``prefix``."""
+    if not ids:
+        listed = store.require_catalog().iter_sessions(prefix=prefix)
+        return [info.session_id async for info in listed]
+    ids = list(dict.fromkeys(ids))
+    missing = [] if store.catalog is None else [
+        sid for sid in ids if await store.catalog.get(sid) is None
+    ]
+    if missing:
+        _fail(
+            f"no session {_names(missing)} in {_redacted(store.url)}; nothing was changed "
+            "(list the ids with `agent-sessions list URL`)"
+        )
+    return ids
 
 
 # -- read-only commands ------------------------------------------------------------------------
@@ -226,59 +241,54 @@ def list_sessions(
     url: Url,
     prefix: Prefix = None,
     updated_before: Annotated[
-        str | None,
-        typer.Option(help="only sessions last written before this (90d = 90 days ago, or ISO)"),
+        str | None, _opt("only sessions last written before this (90d = 90 days ago, or ISO)")
     ] = None,
     updated_after: Annotated[
-        str | None, typer.Option(help="only sessions last written at or after this")
+        str | None, _opt("only sessions last written at or after this")
     ] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="show at most this many")] = None,
-    page_size: Annotated[int, typer.Option(min=1, max=10000, help="sessions per query")] = 100,
-    as_json: Json = False,
-    option: Options = None,
-) -> int:
+    limit: Annotated[int | None, _opt("show at most this many", min=1)] = None,
+    page_size: Annotated[int, _opt("sessions per query", min=1, max=10000)] = 100,
+    as_json: Json = False, option: Options = None,
+) -> None:
     """List sessions with their item count and times, ordered by id (reads only)."""
-    options = _parse_options(option)
     before = _when(updated_before, "--updated-before")
     after = _when(updated_after, "--updated-after")
 
-    async def go() -> list[Any]:
-        from ..ops.migrate import Store
-
+    async def read(store: Any) -> list[Any]:
         rows: list[Any] = []
-        async with await Store.open(url, options, read_only=True) as store:
-            catalog = store.require_catalog()
-            async for info in catalog.iter_sessions(
-                prefix=prefix, updated_before=before, updated_after=after, page_size=page_size
-            ):
-                rows.append(info)
-                if limit is not None and len(rows) >= limit:
-                    break
+        async for info in store.require_catalog().iter_sessions(
+            prefix=prefix, updated_before=before, updated_after=after, page_size=page_size
+        ):
+            rows.append(info)
+            if len(rows) == limit:
+                break
         return rows
 
-    rows = _run(go())
+    rows = _in_store(url, option, read)
     if as_json:
         for info in rows:
             _print_json(info.as_dict())
-        return 0
+        return
+    cells = [(i.session_id, str(i.item_count), _time(i.created_at), _time(i.updated_at))
+             for i in rows]
     console = _console()
     if not console.is_terminal:  # piped: whole ids, one tab-separated line per session
-        for info in rows:
-            times = _time(info.created_at), _time(info.updated_at)
-            typer.echo("\t".join((info.session_id, str(info.item_count), *times)))
+        for cell in cells:
+            typer.echo("\t".join(cell))
     else:
         from rich.table import Table
 
         table = Table("session id", "items", "created (UTC)", "updated (UTC)", box=None)
         table.columns[0].overflow = "fold"  # a long id wraps, never an ellipsis
-        for info in rows:
-            table.add_row(
-                info.session_id, str(info.item_count), _time(info.created_at),
-                _time(info.updated_at),
-            )
+        for cell in cells:
+            table.add_row(*cell)
         console.print(table)
     _console(stderr=True).print(f"{len(rows)} session(s)")
-    return 0
+
+
+def _type(item: Any) -> Any:
+    """The ``type`` of ``item`` (an envelope's), or None."""
+    return item.get("type") if isinstance(item, dict) else None
 
 
 async def _unwrap(items: list[Any], session_id: str, key: str | None) -> list[Any]:
@@ -286,37 +296,33 @@ async def _unwrap(items: list[Any], session_id: str, key: str | None) -> list[An
     from ..backends.memory import InMemorySession, InMemoryStore
 
     for _ in range(8):  # layers nest: TTL over encryption or encryption over TTL
-        changed = False
-        unwrapped = []
-        for item in items:
-            if isinstance(item, dict) and item.get("type") == "agent_sessions.ttl":
-                item, changed = item.get("item"), True
-            unwrapped.append(item)
-        items = unwrapped
-        encrypted = any(
-            isinstance(i, dict) and i.get("type") == "agent_sessions.enc" for i in items
-        )
-        if encrypted and key:
+        ttl = [_type(i) == "agent_sessions.ttl" for i in items]
+        items = [i.get("item") if wrapped else i for i, wrapped in zip(items, ttl, strict=True)]
+        if key and any(_type(i) == "agent_sessions.enc" for i in items):
             from ..wrappers.encrypted import EncryptedSession
 
             scratch = InMemorySession(session_id, store=InMemoryStore(), _internal_id=True)
             await scratch.add_items(items)
             items = await EncryptedSession(scratch, encryption_key=key, strict=True).get_items()
-            changed = True
-        if not changed:
+        elif not any(ttl):
             break
     return items
+
+
+def _open(path: str, mode: str, what: str) -> IO[str]:
+    """``open(path, mode)``, failing with "cannot ``what``: reason"."""
+    try:
+        return open(path, mode, encoding="utf-8")
+    except OSError as exc:
+        _fail(f"cannot {what}: {exc.strerror or exc}")
 
 
 def _read_key(key: str | None, key_file: str | None) -> str | None:
     """The key given by value or, with ``key_file``, read from that file (stripped)."""
     if key_file is None:
         return key
-    try:
-        with open(key_file, encoding="utf-8") as file:
-            text = file.read().strip()
-    except OSError as exc:
-        _fail(f"cannot read the key file {key_file}: {exc.strerror or exc}")
+    with _open(key_file, "r", f"read the key file {key_file}") as file:
+        text = file.read().strip()
     if not text:
         _fail(f"the key file {key_file} is empty")
     return text
@@ -326,93 +332,68 @@ def _read_key(key: str | None, key_file: str | None) -> str | None:
 def show(
     url: Url,
     session_id: Annotated[str, typer.Argument(help="the session to print")],
-    limit: Annotated[int | None, typer.Option(min=1, help="only the latest N items")] = None,
+    limit: Annotated[int | None, _opt("only the latest N items", min=1)] = None,
     decrypt: Annotated[
-        bool, typer.Option("--decrypt", help="decrypt EncryptedSession envelopes (needs --key)")
+        bool, _opt("decrypt EncryptedSession envelopes (needs --key)", "--decrypt")
     ] = False,
-    key: Annotated[
-        str | None,
-        typer.Option(
-            envvar="AGENT_SESSIONS_KEY", show_envvar=False,
-            help="encryption key for --decrypt; prefer --key-file or the AGENT_SESSIONS_KEY "
-            "variable, which stay out of the shell history",
-        ),
-    ] = None,
-    key_file: Annotated[
-        str | None,
-        typer.Option(
-            envvar="AGENT_SESSIONS_KEY_FILE", show_envvar=False,
-            help="file holding the encryption key (or the AGENT_SESSIONS_KEY_FILE variable)",
-        ),
-    ] = None,
+    key: Annotated[str | None, _opt(
+        "encryption key for --decrypt; prefer --key-file or the AGENT_SESSIONS_KEY variable, "
+        "which stay out of the shell history", envvar="AGENT_SESSIONS_KEY", show_envvar=False,
+    )] = None,
+    key_file: Annotated[str | None, _opt(
+        "file holding the encryption key (or the AGENT_SESSIONS_KEY_FILE variable)",
+        envvar="AGENT_SESSIONS_KEY_FILE", show_envvar=False,
+    )] = None,
     branch: Annotated[
-        str | None, typer.Option(help="print this branch (BranchingSession/AdvancedSession)")
+        str | None, _opt("print this branch (BranchingSession/AdvancedSession)")
     ] = None,
-    view: Annotated[
-        bool,
-        typer.Option(
-            "--view",
-            help="print what the agent sees: the compaction summary plus the newer items of "
-            "the current branch, expired items hidden (needs --ttl for a TTLSession)",
-        ),
-    ] = False,
-    ttl: Annotated[
-        float | None, typer.Option(help="the app's TTLSession ttl: hide what expired")
-    ] = None,
-    item_ttl: Annotated[float | None, typer.Option(help="the app's per-item ttl")] = None,
-    absolute: Annotated[
-        bool, typer.Option("--absolute", help="the app uses TTLSession(sliding=False)")
-    ] = False,
-    pretty: Annotated[bool, typer.Option("--pretty", help="print 'role: text' lines")] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="print one JSON array instead of JSON lines")
-    ] = False,
+    view: Annotated[bool, _opt(
+        "print what the agent sees: the compaction summary plus the newer items of the current "
+        "branch, expired items hidden (needs --ttl for a TTLSession)", "--view",
+    )] = False,
+    ttl: Ttl = None, item_ttl: ItemTtl = None, absolute: Absolute = False,
+    pretty: Annotated[bool, _opt("print 'role: text' lines", "--pretty")] = False,
+    as_json: Annotated[bool, _opt("print one JSON array instead of JSON lines", "--json")] = False,
     option: Options = None,
-) -> int:
+) -> None:
     """Print a session's items as JSON lines, oldest first (reads only; creates nothing).
 
-    TTLSession envelopes are shown as their items; EncryptedSession envelopes are shown as
-    stored unless --decrypt is given. --branch and --view read through the layers the session
-    was written with (branching, compaction, TTL with --ttl, encryption with --decrypt).
+    TTL envelopes are shown as their items, encrypted ones as stored unless --decrypt. --branch
+    and --view read through the layers the session was written with.
     """
-    options = _parse_options(option)
     key = _read_key(key, key_file)
     if decrypt and not key:
         raise typer.BadParameter(
             "--decrypt needs --key-file, AGENT_SESSIONS_KEY or --key", param_hint="--key-file"
         )
+    key = key if decrypt else None
     if branch is not None and view:
         raise typer.BadParameter(
             "--view shows the current branch; pass either --branch or --view", param_hint="--view"
         )
-    expiry = (ttl, item_ttl, absolute)
 
-    async def go() -> list[Any]:
-        from ..ops.migrate import Store
+    async def read(store: Any) -> list[Any]:
+        if store.catalog is not None:
+            await store.catalog.require(session_id)
+        async with store.opened(session_id) as session:
+            if branch is None and not view:
+                return await _unwrap(await session.get_items(limit), session_id, key)
+            layered = await _layers(session, session_id, key, (ttl, item_ttl, absolute))
+            return await _read_through(store, session_id, layered, branch, view, limit)
 
-        async with await Store.open(url, options, read_only=True) as store:
-            if store.catalog is not None:
-                await store.catalog.require(session_id)
-            session = store.session(session_id)
-            try:
-                if branch is None and not view:
-                    items = await session.get_items(limit)
-                    return await _unwrap(items, session_id, key if decrypt else None)
-                layered = await _layers(session, session_id, key if decrypt else None, expiry)
-                return await _read_through(store, session_id, layered, branch, view, limit)
-            finally:
-                await session.close()
-
-    items = _run(go())
+    items = _in_store(url, option, read)
     if as_json:
-        _print_json(items)
-    else:
-        for item in items:
-            if pretty:
-                typer.echo(_pretty(item))
-            else:
-                _print_json(item)
-    return 0
+        return _print_json(items)
+    for item in items:
+        typer.echo(_pretty(item) if pretty else json.dumps(item, ensure_ascii=False))
+
+
+def _ttl_session(inner: Any, expiry: tuple[float | None, float | None, bool]) -> Any:
+    """``inner`` under TTLSession with the app's ``(ttl, item_ttl, absolute)``."""
+    from ..wrappers.ttl import TTLSession
+
+    ttl, item_ttl, absolute = expiry
+    return TTLSession(inner, ttl=ttl, sliding=not absolute, item_ttl=item_ttl)
 
 
 async def _layers(
@@ -420,19 +401,17 @@ async def _layers(
 ) -> Any:
     """``session`` under TTLSession and EncryptedSession in the order its items were written
     (read from their envelopes)."""
-    from ..wrappers.ttl import TTL_TYPE, TTLSession
+    from ..wrappers.ttl import TTL_TYPE
 
-    ttl, item_ttl, absolute = expiry
     for _ in range(2):
-        newest = await session.get_items(1)
-        kind = newest[0].get("type") if newest and isinstance(newest[0], dict) else None
+        kind = _type(next(iter(await session.get_items(1)), None))
         if kind == TTL_TYPE:
-            if ttl is None and item_ttl is None:
+            if expiry[:2] == (None, None):
                 _fail(
                     f"session {sid!r} was written through TTLSession: pass --ttl (and "
                     "--item-ttl, --absolute) as the app uses, so that expired items are hidden"
                 )
-            session = TTLSession(session, ttl=ttl, sliding=not absolute, item_ttl=item_ttl)
+            session = _ttl_session(session, expiry)
         elif kind == "agent_sessions.enc":
             if key is None:
                 _fail(f"session {sid!r} is encrypted: pass --decrypt with --key-file")
@@ -454,13 +433,12 @@ async def _read_through(
     if branch is not None or "branches" in kinds:
         from ..wrappers.branching import BranchingSession
 
-        branching = BranchingSession(session)
+        session = BranchingSession(session)
         if branch is not None:
-            names = [b["branch_id"] for b in await branching.list_branches()]
+            names = [b["branch_id"] for b in await session.list_branches()]
             if branch not in names:
                 _fail(f"session {sid!r} has no branch {branch!r}; its branches: {_names(names)}")
-            return list(await branching.get_items(limit, branch_id=branch))
-        session = branching
+            return list(await session.get_items(limit, branch_id=branch))
     if "compaction" in kinds:
         from ..wrappers.compaction import CompactionSession
 
@@ -472,7 +450,6 @@ def _pretty(item: Any) -> str:
     """``item`` as one ``role: text`` line (tool calls as ``name(arguments)``)."""
     if not isinstance(item, dict):
         return json.dumps(item, ensure_ascii=False)
-    label = item.get("role") or item.get("type") or "item"
     content = item.get("content")
     if isinstance(content, str):
         text = content
@@ -483,120 +460,85 @@ def _pretty(item: Any) -> str:
     elif "output" in item:
         text = str(item["output"])
     else:
-        text = json.dumps(
-            {k: v for k, v in item.items() if k not in ("role", "type")}, ensure_ascii=False
-        )
-    return f"{label}: {' '.join(text.split())}"
+        rest = {k: v for k, v in item.items() if k not in ("role", "type")}
+        text = json.dumps(rest, ensure_ascii=False)
+    return f"{item.get('role') or item.get('type') or 'item'}: {' '.join(text.split())}"
 
 
 @app.command()
-def stats(url: Url, as_json: Json = False, option: Options = None) -> int:
+def stats(url: Url, as_json: Json = False, option: Options = None) -> None:
     """Print totals: sessions, items, side stores, oldest and newest update (reads only)."""
-    options = _parse_options(option)
-
-    async def go() -> dict[str, Any]:
-        from ..ops.migrate import Store
-
-        async with await Store.open(url, options, read_only=True) as store:
-            return await store.require_catalog().stats()
-
-    totals = _run(go())
+    totals = _in_store(url, option, lambda store: store.require_catalog().stats())
     if as_json:
-        _print_json(totals)
-        return 0
+        return _print_json(totals)
     from rich.table import Table
 
     table = Table(show_header=False, box=None)
     for name, value in totals.items():
-        if name == "side_stores_by_kind":
-            for kind, counts in value.items():
-                table.add_row(f"  {kind}", f"{counts['stores']} ({counts['items']} items)")
+        if name != "side_stores_by_kind":
+            table.add_row(name.replace("_", " "), "-" if value is None else str(value))
             continue
-        table.add_row(name.replace("_", " "), "-" if value is None else str(value))
+        for kind, counts in value.items():
+            table.add_row(f"  {kind}", f"{counts['stores']} ({counts['items']} items)")
     _console().print(table)
-    return 0
 
 
 @app.command("export")
 def export_sessions(
     url: Url,
-    session_ids: Ids = None,
-    prefix: Prefix = None,
-    output: Annotated[
-        str, typer.Option("--output", "-O", help="file to write, '-' for stdout")
-    ] = "-",
-    side_stores: SideStores = True,
-    quiet: Quiet = False,
-    option: Options = None,
-) -> int:
+    session_ids: Ids = None, prefix: Prefix = None,
+    output: Annotated[str, _opt("file to write, '-' for stdout", "--output", "-O")] = "-",
+    side_stores: SideStores = True, quiet: Quiet = False, option: Options = None,
+) -> None:
     """Write sessions as JSON lines (one item per line) to a file or stdout (reads only)."""
     options = _parse_options(option)
 
     async def go(out: Any) -> Any:
         from ..ops.migrate import export_store
 
-        with _Meter("exporting", quiet, "run the same command again to export them all") as m:
+        meter = _Meter("exporting", quiet, "run the same command again to export them all")
+        with meter.bar:
             return await export_store(
                 url, out, session_ids=session_ids or None, prefix=prefix, options=options,
-                side_stores=side_stores, on_session=m.session,
+                side_stores=side_stores, on_session=meter.session,
             )
 
-    if output == "-":
-        report = _run(go(sys.stdout))
-    else:
-        try:
-            out = open(output, "w", encoding="utf-8")
-        except OSError as exc:
-            _fail(f"cannot write {output}: {exc.strerror or exc}")
-        with out:
-            report = _run(go(out))
+    with nullcontext(sys.stdout) if output == "-" else _open(output, "w", f"write {output}") as out:
+        report = _run(go(out))
     _console(stderr=True).print(
         f"exported {report.sessions} session(s), {report.side_stores} side store(s), "
         f"{report.items} item(s)"
     )
-    return 0
 
 
 # -- writing commands --------------------------------------------------------------------------
 
 
 class _Meter:
-    """Progress on stderr: a bar with items and an ETA under a terminal, a line every few
-    seconds (``AGENT_SESSIONS_PROGRESS_EVERY``, default 5) without one, nothing when quiet.
-    The ETA follows the sessions done of those planned (``plan``) or the characters read of
-    an input's size (``reading``). Ctrl-C prints what was done and how to resume."""
+    """Progress on stderr (enter ``bar`` around the work): a bar with items and an ETA under a
+    terminal, a line every few seconds (``AGENT_SESSIONS_PROGRESS_EVERY``, default 5) without
+    one, nothing when quiet. The ETA follows the sessions done of those planned (``plan``) or
+    the characters read of an input's size (``reading``). Ctrl-C prints what was done."""
 
-    def __init__(self, verb: str, quiet: bool, resume: str) -> None:
-        self.verb, self.sessions, self.items = verb, 0, 0
+    def __init__(self, verb: str, quiet: bool, resume: str = _RESUME) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.verb, self.sessions, self.items, self.done = verb, 0, 0, 0
         self.total: int | None = None
-        self.done = 0
         self.start = self.last = time.monotonic()
         self.every = float(os.environ.get("AGENT_SESSIONS_PROGRESS_EVERY", "5"))
         console = _console(stderr=True)
         self.lines = not quiet and not console.is_terminal
-        self.bar: Any = None
-        if not quiet and console.is_terminal:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.bar = Progress(
-                TextColumn(verb), BarColumn(),
-                TextColumn("{task.fields[sessions]} sessions, {task.fields[items]} items, ETA"),
-                TimeRemainingColumn(), console=console,
-            )
-            self.task = self.bar.add_task(verb, total=None, sessions=0, items=0)
-        _on_interrupt(lambda: (
+        self.bar = Progress(
+            TextColumn(verb), BarColumn(),
+            TextColumn("{task.fields[sessions]} sessions, {task.fields[items]} items, ETA"),
+            TimeRemainingColumn(), console=console, disable=quiet or not console.is_terminal,
+        )
+        self.task = self.bar.add_task(verb, total=None, sessions=0, items=0)
+        _INTERRUPTED.append(lambda: (
             f"{self.sessions} session(s) and side store(s) with {self.items} item(s) were "
             f"done; {resume}"
         ))
-
-    def __enter__(self) -> _Meter:
-        if self.bar is not None:
-            self.bar.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
     def plan(self, ids: list[str]) -> None:
         self.total = len(ids)
@@ -611,47 +553,34 @@ class _Meter:
     def session(self, sid: str, items: int) -> None:
         self.sessions += 1
         self.items += items
-        done = self.sessions if self.total is not None and not self.done else self.done
-        if self.bar is not None:
-            self.bar.update(
-                self.task, total=self.total, completed=done, sessions=self.sessions,
-                items=self.items,
-            )
+        by_sessions = self.total is not None and not self.done
+        done = self.sessions if by_sessions else self.done
+        self.bar.update(
+            self.task, total=self.total, completed=done, sessions=self.sessions, items=self.items
+        )
         now = time.monotonic()
         if self.lines and now - self.last >= self.every:
             self.last = now
-            of = f"/{self.total}" if self.total is not None and not self.done else ""
             eta = ""
             if self.total and done:
                 left = (now - self.start) / done * max(0, self.total - done)
                 eta = f", ETA {timedelta(seconds=round(left))}"
             typer.echo(
-                f"{self.verb}: {self.sessions}{of} session(s), {self.items} item(s){eta}",
+                f"{self.verb}: {self.sessions}{f'/{self.total}' if by_sessions else ''} "
+                f"session(s), {self.items} item(s){eta}",
                 err=True,
             )
-
-
-_RESUME = "run the same command again to resume (complete sessions are skipped)"
 
 
 @app.command("import")
 def import_sessions(
     url: Url,
     file: Annotated[str, typer.Argument(help="an export file, '-' for stdin")],
-    replace: Annotated[
-        bool, typer.Option(help="overwrite sessions that hold other items")
-    ] = False,
-    renumber: Renumber = False,
-    yes: Yes = False,
-    as_json: Json = False,
-    quiet: Quiet = False,
-    option: Options = None,
-) -> int:
-    """Write the sessions of an export file into a store (creates what is missing).
-
-    Sessions keep their item numbers and times. Sessions already imported in full are
-    skipped; one imported in part is written again.
-    """
+    replace: Replace = False, renumber: Renumber = False,
+    yes: Yes = False, as_json: Json = False, quiet: Quiet = False, option: Options = None,
+) -> None:
+    """Write the sessions of an export file into a store (creates what is missing), at their
+    item numbers and times; sessions already imported in full are skipped."""
     options = _parse_options(option)
     if replace:
         _confirm(f"Overwrite sessions in {_redacted(url)} that hold other items?", yes)
@@ -659,9 +588,10 @@ def import_sessions(
     async def go(lines: Any, size: int | None) -> Any:
         from ..ops.migrate import import_store
 
-        with _Meter("importing", quiet, _RESUME) as meter:
-            if size is not None:  # the ETA follows the characters read of the file's bytes
-                lines = meter.reading(lines, size)
+        meter = _Meter("importing", quiet)
+        if size is not None:  # the ETA follows the characters read of the file's bytes
+            lines = meter.reading(lines, size)
+        with meter.bar:
             return await import_store(
                 url, lines, options=options, replace=replace, on_session=meter.session,
                 renumber=renumber,
@@ -670,36 +600,32 @@ def import_sessions(
     if file == "-":
         report = _run(go(sys.stdin, None))
     else:
-        try:
-            with open(file, encoding="utf-8") as lines:
-                report = _run(go(lines, os.fstat(lines.fileno()).st_size))
-        except OSError as exc:
-            _fail(f"cannot read {file}: {exc.strerror or exc}")
-    return _report(report, "imported", as_json)
+        with _open(file, "r", f"read {file}") as lines:
+            report = _run(go(lines, os.fstat(lines.fileno()).st_size))
+    _report(report, "imported", as_json)
 
 
-def _report(report: Any, verb: str, as_json: bool) -> int:
+def _report(report: Any, verb: str, as_json: bool) -> None:
     if as_json:
-        _print_json(report.as_dict())
-    elif not report.items:
-        found = report.sessions + report.side_stores
-        typer.echo(
-            f"nothing {verb}: all {found} session(s) and side store(s) were already complete "
-            "at the destination" if found else f"nothing {verb}: no session matched"
-        )
-    else:
+        return _print_json(report.as_dict())
+    found = report.sessions + report.side_stores
+    if report.items:
         typer.echo(
             f"{verb} {report.sessions} session(s) and {report.side_stores} side store(s): "
             f"{report.items} item(s) written, {report.skipped} already complete"
         )
-    if report.renumbered and not as_json:
+    elif found:
+        typer.echo(f"nothing {verb}: all {found} session(s) and side store(s) were already "
+                   "complete at the destination")
+    else:
+        typer.echo(f"nothing {verb}: no session matched")
+    if report.renumbered:
         left = report.side_stores_left
         typer.echo(
             f"{report.renumbered} session(s) were numbered anew by the destination"
             + (f"; {left} side store(s) were left behind (--renumber)" if left else ""),
             err=True,
         )
-    return 0
 
 
 def _store_identity(url: str, options: dict[str, Any]) -> tuple[str, str]:
@@ -720,34 +646,23 @@ def _store_identity(url: str, options: dict[str, Any]) -> tuple[str, str]:
 def copy(
     src_url: Annotated[str, typer.Argument(help="store to read")],
     dst_url: Annotated[str, typer.Argument(help="store to write (created when missing)")],
-    session_ids: Ids = None,
-    prefix: Prefix = None,
-    replace: Annotated[
-        bool, typer.Option(help="overwrite destination sessions that hold other items")
-    ] = False,
-    side_stores: SideStores = True,
-    renumber: Renumber = False,
-    batch: Annotated[int, typer.Option(min=1, help="items per write")] = 500,
-    yes: Yes = False,
-    as_json: Json = False,
-    quiet: Quiet = False,
-    option: Options = None,
+    session_ids: Ids = None, prefix: Prefix = None,
+    replace: Replace = False,
+    side_stores: SideStores = True, renumber: Renumber = False,
+    batch: Annotated[int, _opt("items per write", min=1)] = 500,
+    yes: Yes = False, as_json: Json = False, quiet: Quiet = False, option: Options = None,
     src_option: Annotated[
-        list[str] | None,
-        typer.Option("--src-option", metavar="KEY=VALUE", help="option for SRC only"),
+        list[str] | None, _opt("option for SRC only", metavar="KEY=VALUE")
     ] = None,
     dst_option: Annotated[
-        list[str] | None,
-        typer.Option("--dst-option", metavar="KEY=VALUE", help="option for DST only"),
+        list[str] | None, _opt("option for DST only", metavar="KEY=VALUE")
     ] = None,
-) -> int:
+) -> None:
     """Copy sessions with their side stores between any two stores (resumable, verified).
 
     E.g. SQLite to PostgreSQL, or the Agents SDK's layout to this package's (sdk+redis://...).
-
-    Sessions keep their item numbers and times. Resumable: run it again after an
-    interruption and it completes what is missing; a session already copied is skipped.
-    Each session is verified by its item count.
+    Sessions keep their item numbers and times; run it again after an interruption to complete
+    what is missing (copied sessions are skipped). Each session is verified by its item count.
     """
     both = _parse_options(option)
     src_opts = {**both, **_parse_options(src_option)}
@@ -764,7 +679,8 @@ def copy(
     async def go() -> Any:
         from ..ops.migrate import copy_store
 
-        with _Meter("copying", quiet, _RESUME) as meter:
+        meter = _Meter("copying", quiet)
+        with meter.bar:
             return await copy_store(
                 src_url, dst_url, session_ids=session_ids or None, prefix=prefix,
                 src_options=src_opts, dst_options=dst_opts, replace=replace,
@@ -772,101 +688,68 @@ def copy(
                 on_session=meter.session, renumber=renumber,
             )
 
-    return _report(_run(go()), "copied", as_json)
+    _report(_run(go()), "copied", as_json)
 
 
 @app.command()
 def clear(
     url: Url,
     session_id: Annotated[str, typer.Argument(help="the session to empty")],
-    yes: Yes = False,
-    as_json: Json = False,
-    option: Options = None,
-) -> int:
+    yes: Yes = False, as_json: Json = False, option: Options = None,
+) -> None:
     """Delete every item of one session (its side stores stay; see `delete` to erase all)."""
-    options = _parse_options(option)
 
-    async def go() -> None:
-        from ..ops.migrate import Store
+    async def empty(store: Any) -> None:
+        if store.catalog is not None:
+            await store.catalog.require(session_id)
+        _confirm(f"Delete every item of session {session_id!r}?", yes)
+        async with store.opened(session_id) as session:
+            await session.clear_session()
 
-        async with await Store.open(url, options, read_only=True) as store:
-            if store.catalog is not None:
-                await store.catalog.require(session_id)
-            _confirm(f"Delete every item of session {session_id!r}?", yes)
-            session = store.session(session_id)
-            try:
-                await session.clear_session()
-            finally:
-                await session.close()
-
-    _run(go())
+    _in_store(url, option, empty)
     if as_json:
-        _print_json({"cleared": session_id})
-    else:
-        typer.echo(f"cleared {session_id!r}")
-    return 0
+        return _print_json({"cleared": session_id})
+    typer.echo(f"cleared {session_id!r}")
 
 
 @app.command()
 def delete(
     url: Url,
-    session_ids: Ids = None,
-    prefix: Prefix = None,
-    all_sessions: Annotated[
-        bool, typer.Option("--all", help="delete every session of the store")
-    ] = False,
-    yes: Yes = False,
-    as_json: Json = False,
-    option: Options = None,
-) -> int:
+    session_ids: Ids = None, prefix: Prefix = None,
+    all_sessions: Annotated[bool, _opt("delete every session of the store", "--all")] = False,
+    yes: Yes = False, as_json: Json = False, option: Options = None,
+) -> None:
     """Erase sessions with everything layers keep for them (a GDPR erase).
 
     Name the ids, or select them with --prefix, or pass --all.
     """
-    options = _parse_options(option)
     if not session_ids and not prefix and not all_sessions:
         raise typer.BadParameter("name session ids, or pass --prefix or --all")
 
-    async def go() -> int:
-        from ..ops.migrate import Store
+    async def erase(store: Any) -> int:
+        catalog = store.require_catalog()
+        ids = await _chosen(store, session_ids, prefix)
+        if not ids:
+            return 0
+        _confirm(
+            f"Erase {len(ids)} session(s) ({_names(ids)}) and their side stores from "
+            f"{_redacted(url)}?",
+            yes,
+        )
+        deleted = 0
+        _INTERRUPTED.append(lambda: (
+            f"erased {deleted} of {len(ids)} session(s) before the interruption; run the "
+            "same command again to erase the rest"
+        ))
+        for start in range(0, len(ids), 100):
+            deleted += await catalog.delete_sessions(ids[start : start + 100])
+        return deleted
 
-        async with await Store.open(url, options, read_only=True) as store:
-            catalog = store.require_catalog()
-            ids = await _ids_or_listed(store, session_ids, prefix)
-            if session_ids:
-                await _require_all(store, ids)
-            if not ids:
-                return 0
-            _confirm(
-                f"Erase {len(ids)} session(s) ({_names(ids)}) and their side stores from "
-                f"{_redacted(url)}?",
-                yes,
-            )
-            deleted = 0
-            _on_interrupt(lambda: (
-                f"erased {deleted} of {len(ids)} session(s) before the interruption; run the "
-                "same command again to erase the rest"
-            ))
-            for start in range(0, len(ids), 100):
-                deleted += await catalog.delete_sessions(ids[start : start + 100])
-            return deleted
-
-    deleted = _run(go())
+    deleted = _in_store(url, option, erase)
     if as_json:
         _print_json({"deleted": deleted})
     else:
         typer.echo(f"deleted {deleted} session(s) with their side stores")
-    return 0
-
-
-_PURGE_HELP = """Physically remove expired items of sessions written through TTLSession.
-
-Only sessions whose family has a TTL lifecycle record (written by TTLSession(ttl=...)) or, with
---item-ttl alone, whose items are TTLSession envelopes are purged; every other session (plain,
-AdvancedSession, CompactionSession, EncryptedSession, ...) is skipped and counted. A session the
-purge leaves empty is erased with its side stores (unless --keep-empty). The confirmation and
---dry-run name the sessions and how many items would go.
-"""
 
 
 async def _ttl_skip_reason(store: Any, sid: str, family_clock: bool) -> str | None:
@@ -875,127 +758,103 @@ async def _ttl_skip_reason(store: Any, sid: str, family_clock: bool) -> str | No
     from ..wrappers.ttl import TTL_TYPE
     from ..wrappers.ttl.family import PURPOSE
 
-    session = store.session(sid)
-    try:
+    async with store.opened(sid) as session:
         newest = await session.get_items(1)
-    finally:
-        await session.close()
-    kind = newest[0].get("type") if newest and isinstance(newest[0], dict) else None
-    if newest and kind == "agent_sessions.enc":
+    kind = _type(newest[0]) if newest else TTL_TYPE
+    if kind == "agent_sessions.enc":
         # TTLSession over EncryptedSession: the stamps are encrypted, so only the app can tell
         return "its items are encrypted (call TTLSession.purge_expired() in the app)"
-    if newest and kind != TTL_TYPE:
+    if kind != TTL_TYPE:
         return "its items are not TTLSession envelopes"
     if family_clock:
-        records = store.session(derive_sibling_id(sid, PURPOSE))
-        try:
+        async with store.opened(derive_sibling_id(sid, PURPOSE)) as records:
             if not await records.get_items(1):
                 return "its family has no TTL lifecycle record"
-        finally:
-            await records.close()
     return None
 
 
-@app.command(help=_PURGE_HELP)
+@app.command()
 def purge(
     url: Url,
     session_ids: Ids = None,
-    ttl: Annotated[
-        float | None, typer.Option(help="session ttl in seconds, as the app's TTLSession uses")
-    ] = None,
-    absolute: Annotated[
-        bool, typer.Option("--absolute", help="the app uses TTLSession(sliding=False)")
-    ] = False,
-    item_ttl: Annotated[float | None, typer.Option(help="per-item ttl in seconds")] = None,
+    ttl: Ttl = None, absolute: Absolute = False, item_ttl: ItemTtl = None,
     prefix: Prefix = None,
     keep_empty: Annotated[
-        bool,
-        typer.Option(help="keep sessions the purge emptied (default: erase them, side stores too)"),
+        bool, _opt("keep sessions the purge emptied (default: erase them, side stores too)")
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="print what would be removed; change nothing")
+        bool, _opt("print what would be removed; change nothing", "--dry-run")
     ] = False,
-    yes: Yes = False,
-    as_json: Json = False,
-    option: Options = None,
-) -> int:
-    options = _parse_options(option)
+    yes: Yes = False, as_json: Json = False, option: Options = None,
+) -> None:
+    """Physically remove expired items of sessions written through TTLSession.
+
+    Only sessions with a TTL lifecycle record (TTLSession(ttl=...)) or, with --item-ttl alone,
+    TTLSession envelopes are purged; others are skipped and counted. A session left empty is
+    erased with its side stores (unless --keep-empty).
+    """
     if ttl is None and item_ttl is None:
         raise typer.BadParameter(
             "purge needs --ttl and/or --item-ttl, the values the app uses", param_hint="--ttl"
         )
+    expiry = (ttl, item_ttl, absolute)
+    plan: dict[str, int] = {}  # the purge's sessions: how many items would go
     done: dict[str, int] = {}
-    _on_interrupt(lambda: (
+    _INTERRUPTED.append(lambda: (
         f"purged {sum(done.values())} item(s) from {len(done)} session(s) before the "
         "interruption; run the same command again to purge the rest"
     ))
 
-    async def go() -> tuple[dict[str, int], list[str], dict[str, str]]:
-        from ..ops.migrate import Store
-        from ..wrappers.ttl import TTLSession
+    async def go(store: Any) -> tuple[dict[str, int], list[str], dict[str, str]]:
+        skipped: dict[str, str] = {}
+        for sid in await _chosen(store, session_ids, prefix):
+            if (reason := await _ttl_skip_reason(store, sid, ttl is not None)) is not None:
+                skipped[sid] = reason
+            else:
+                plan[sid] = 0
 
-        async with await Store.open(url, options, read_only=True) as store:
-            ids = await _ids_or_listed(store, session_ids, prefix)
-            if session_ids:
-                await _require_all(store, ids)
-            skipped: dict[str, str] = {}
-            plan: dict[str, int] = {}
-            emptied: list[str] = []
-            for sid in ids:
-                reason = await _ttl_skip_reason(store, sid, ttl is not None)
-                if reason is not None:
-                    skipped[sid] = reason
-                    continue
-                inner = store.session(sid)
-                try:
-                    ttl_session = TTLSession(
-                        inner, ttl=ttl, sliding=not absolute, item_ttl=item_ttl
-                    )
-                    plan[sid] = await ttl_session.purge_expired(dry_run=True)
-                    if plan[sid] and not await ttl_session.get_items(1):
-                        emptied.append(sid)  # nothing live: the purge removes every item
-                finally:
-                    await inner.close()
-            if dry_run or not sum(plan.values()):
-                return plan, emptied if not keep_empty else [], skipped
-            going = {sid: n for sid, n in plan.items() if n}
-            erase = "" if keep_empty or not emptied else (
-                f" and erase {len(emptied)} session(s) left empty ({_names(emptied)}) with "
-                "their side stores"
-            )
-            _confirm(
-                f"Remove {sum(going.values())} expired item(s) from {len(going)} TTL "
-                f"session(s) ({_names(going)}) in {_redacted(url)}{erase}? "
-                f"{len(skipped)} session(s) not written through TTLSession are skipped.",
-                yes,
-            )
-            removed: dict[str, int] = {}
+        async def purge_all(counts: dict[str, int], dry: bool) -> list[str]:
+            """Purge (``dry``: count) each planned session; return those left empty."""
             emptied = []
             for sid in plan:
-                inner = store.session(sid)
-                try:
-                    removed[sid] = done[sid] = await TTLSession(
-                        inner, ttl=ttl, sliding=not absolute, item_ttl=item_ttl
-                    ).purge_expired()
-                    if removed[sid] and not await inner.count_items():
+                async with store.opened(sid) as inner:
+                    session = _ttl_session(inner, expiry)
+                    counts[sid] = await session.purge_expired(dry_run=dry)
+                    if counts[sid] and not await (
+                        session.get_items(1) if dry else inner.count_items()  # nothing left
+                    ):
                         emptied.append(sid)
-                finally:
-                    await inner.close()
-            if keep_empty or store.catalog is None:
-                emptied = []
-            elif emptied:
-                await store.catalog.delete_sessions(emptied)
-            return removed, emptied, skipped
+            return emptied
 
-    removed, erased, skipped = _run(go())
+        emptied = await purge_all(plan, True)
+        if dry_run or not sum(plan.values()):
+            return plan, [] if keep_empty else emptied, skipped
+        going = {sid: n for sid, n in plan.items() if n}
+        erase = "" if keep_empty or not emptied else (
+            f" and erase {len(emptied)} session(s) left empty ({_names(emptied)}) with "
+            "their side stores"
+        )
+        _confirm(
+            f"Remove {sum(going.values())} expired item(s) from {len(going)} TTL "
+            f"session(s) ({_names(going)}) in {_redacted(url)}{erase}? "
+            f"{len(skipped)} session(s) not written through TTLSession are skipped.",
+            yes,
+        )
+        emptied = await purge_all(done, False)
+        if keep_empty or store.catalog is None:
+            emptied = []
+        elif emptied:
+            await store.catalog.delete_sessions(emptied)
+        return done, emptied, skipped
+
+    removed, erased, skipped = _in_store(url, option, go)
     verb = "would remove" if dry_run else "removed"
     if as_json:
-        _print_json({
+        return _print_json({
             "dry_run": dry_run, "sessions": len(removed), "removed": sum(removed.values()),
             "by_session": {sid: n for sid, n in removed.items() if n}, "erased": erased,
             "skipped": len(skipped), "skipped_ids": sorted(skipped),
         })
-        return 0
     for sid, n in removed.items():
         if n or session_ids:
             erase = "would be erased" if dry_run else "erased"
@@ -1009,37 +868,13 @@ def purge(
         f"{len(removed)} TTL session(s); {len(skipped)} session(s) not written through "
         "TTLSession skipped"
     )
-    return 0
-
-
-def _names(ids: Any, most: int = 10) -> str:
-    """``ids`` as a short list for a question: the first ``most`` and how many more."""
-    ids = list(ids)
-    shown = ", ".join(repr(sid) for sid in ids[:most])
-    return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
-
-
-async def _require_all(store: Any, ids: list[str]) -> None:
-    """Fail naming the ids the store does not hold (before anything is changed); a store
-    that cannot list its sessions is taken at its word."""
-    catalog = store.catalog
-    if catalog is None:
-        return
-    missing = [sid for sid in ids if await catalog.get(sid) is None]
-    if missing:
-        _fail(
-            f"no session {_names(missing)} in {_redacted(store.url)}; nothing was changed "
-            "(list the ids with `agent-sessions list URL`)"
-        )
 
 
 @app.command()
 def demo(
-    db: Annotated[
-        str | None, typer.Option(help="SQLite file to use (default: a new temporary file)")
-    ] = None,
-    live: Annotated[bool, typer.Option(help="use a real model (needs OPENAI_API_KEY)")] = False,
-    model: Annotated[str, typer.Option(help="model for --live")] = "gpt-4.1-mini",
+    db: Annotated[str | None, _opt("SQLite file to use (default: a new temporary file)")] = None,
+    live: Annotated[bool, _opt("use a real model (needs OPENAI_API_KEY)")] = False,
+    model: Annotated[str, _opt("model for --live")] = "gpt-4.1-mini",
 ) -> int:
     """Run a conversation, undo a wrong turn and re-ask (offline unless --live)."""
     from .demo import run_demo

@@ -10,6 +10,7 @@ from typing import Any
 from agents import Agent, Runner
 
 from ..backends.sqlite import SQLiteSession
+from ..wrappers.compaction.text import item_text
 
 QUESTIONS = ["Hi! My name is Ada.", "What is the capital of France?", "What is 17 * 3?"]
 SCRIPTED_REPLIES = [
@@ -21,26 +22,15 @@ SCRIPTED_REPLIES = [
 CORRECTED_QUESTION = "Sorry, I meant: what is 17 * 4?"
 
 
-def item_text(item: Any) -> str:
-    """Return a message item's text ('' for other items); the core install has no test kit."""
-    content = item.get("content") if isinstance(item, dict) else None
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content if isinstance(content, str) else ""
+def _agent(live: bool, model: Any) -> Agent[Any]:
+    if not live:
+        from agents import set_tracing_disabled
+        from agents.testing import ScriptedModel, assistant_message
 
-
-def _agent(live: bool, model: str) -> Agent[Any]:
-    if live:
-        return Agent(name="demo", instructions="Answer in one short sentence.", model=model)
-    from agents import set_tracing_disabled
-    from agents.testing import ScriptedModel, assistant_message
-
-    set_tracing_disabled(True)  # offline: there is nowhere to export traces to
-
-    scripted = ScriptedModel(
-        [[assistant_message(t, item_id=f"msg-{i}")] for i, t in enumerate(SCRIPTED_REPLIES)]
-    )
-    return Agent(name="demo", instructions="Answer in one short sentence.", model=scripted)
+        set_tracing_disabled(True)  # offline: there is nowhere to export traces to
+        replies = enumerate(SCRIPTED_REPLIES)
+        model = ScriptedModel([[assistant_message(t, item_id=f"msg-{i}")] for i, t in replies])
+    return Agent(name="demo", instructions="Answer in one short sentence.", model=model)
 
 
 def _show(items: list[Any], out: Any) -> None:
@@ -58,14 +48,13 @@ async def run_demo(db: str | None, live: bool, model: str, out: Any) -> int:
     session_id = f"demo-{uuid.uuid4().hex[:8]}"
     agent = _agent(live, model)
     mode = f"live model {model}" if live else "offline (agents.testing.ScriptedModel)"
-    print(f"agent_sessions demo, {mode}", file=out)
-    print(f"SQLite file: {path}   session id: {session_id}\n", file=out)
+    print(f"agent_sessions demo, {mode}\nSQLite file: {path}   session id: {session_id}\n",
+          file=out)
 
     async with SQLiteSession(session_id, path) as session:
         for question in QUESTIONS:
             result = await Runner.run(agent, question, session=session)
-            print(f"  user      > {question}", file=out)
-            print(f"  assistant > {result.final_output}", file=out)
+            print(f"  user      > {question}\n  assistant > {result.final_output}", file=out)
 
         items = await session.get_items()
         print(f"\nStored history ({len(items)} items, read back from the file):", file=out)
@@ -78,8 +67,8 @@ async def run_demo(db: str | None, live: bool, model: str, out: Any) -> int:
                   f"{item_text(popped)!r}", file=out)
 
         result = await Runner.run(agent, CORRECTED_QUESTION, session=session)
-        print(f"\n  user      > {CORRECTED_QUESTION}", file=out)
-        print(f"  assistant > {result.final_output}", file=out)
+        print(f"\n  user      > {CORRECTED_QUESTION}\n  assistant > {result.final_output}",
+              file=out)
 
     async with SQLiteSession(session_id, path) as reopened:
         items = await reopened.get_items()

@@ -1,14 +1,10 @@
 """The CLI's fast start: the SDK's session protocol without importing the whole SDK.
 
-``agents/__init__.py`` imports every part of the SDK (models, tracing, MCP: 1 to 2 s). The
-backends import only ``agents.memory.session`` and ``agents.memory.session_settings``, modules
-that import little. The command line owns its process, so before any command runs it loads
-those modules under their own names without running the packages' ``__init__``; the backends'
-imports find them in ``sys.modules``, and a later ``import agents`` reuses them, so every class
-is the SDK's very object, and a finder gives the packages those submodules as attributes when
-they are imported, as an ordinary import does. The reading commands (``list``, ``show``,
-``stats``, ``export``, ``delete``) so start in a quarter of a second. A library import never
-does this: it changes the import system only in the CLI's own process.
+``agents/__init__.py`` imports every part of the SDK (1 to 2 s); the backends need only
+``agents.memory.session`` and ``agents.memory.session_settings``. Before a command runs, the
+CLI (never a library import) loads those under their own names without the packages'
+``__init__``; the backends' imports and a later ``import agents`` reuse them (the very same
+classes), and a finder sets them as the packages' attributes when those are imported.
 """
 
 from __future__ import annotations
@@ -52,8 +48,7 @@ class _Attach(importlib.abc.MetaPathFinder):
 
 
 class _Refuse(importlib.abc.MetaPathFinder):
-    """Stops an early-loaded module from importing the SDK package (it would import a
-    half-loaded module of ours back: a circular import)."""
+    """Stops an early-loaded module from importing the SDK package (a circular import)."""
 
     def find_spec(
         self, name: str, path: Sequence[str] | None, target: ModuleType | None = None

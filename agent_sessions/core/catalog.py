@@ -1,14 +1,11 @@
-"""What a backend offers the session catalog: the page query, the session info, the store
-protocol, and the rules for side-store ids that every store shares.
-
-A backend session implements :class:`SupportsCatalog`; :mod:`agent_sessions.ops.catalog` builds
-the catalog on it.
-"""
+"""What a backend offers the session catalog (:mod:`agent_sessions.ops.catalog` builds on it):
+the page query, the session info, the store protocol and the rules for side-store ids."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from contextlib import suppress
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol, runtime_checkable
 
@@ -17,12 +14,8 @@ from .ids import SIBLING_MARK
 
 @dataclass(frozen=True)
 class SessionInfo:
-    """One session as the catalog sees it (no items are read to build it).
-
-    ``created_at``/``updated_at`` are timezone-aware UTC, or None where the store keeps no
-    such time (a store written before this version, or by a layout that has none).
-    ``item_count`` counts the session's own items, not those of its side stores.
-    """
+    """One session as the catalog sees it (no items are read): times are aware UTC or None
+    where the store keeps none; ``item_count`` excludes its side stores."""
 
     session_id: str
     created_at: datetime | None
@@ -31,23 +24,16 @@ class SessionInfo:
 
     def as_dict(self) -> dict[str, Any]:
         """Return the info as JSON-ready values (times as ISO 8601 text)."""
-        return {
-            "session_id": self.session_id,
-            "created_at": None if self.created_at is None else self.created_at.isoformat(),
-            "updated_at": None if self.updated_at is None else self.updated_at.isoformat(),
-            "item_count": self.item_count,
-        }
+        times = {"created_at": self.created_at, "updated_at": self.updated_at}
+        iso = {name: None if when is None else when.isoformat() for name, when in times.items()}
+        return {**asdict(self), **iso}
 
 
 @dataclass(frozen=True)
 class CatalogQuery:
-    """What one page request asks a store for.
-
-    Sessions with ``session_id > after`` (all when None), ids starting with ``prefix``,
-    updated at or after ``updated_after`` and strictly before ``updated_before``, ordered by id,
-    at most ``limit``. Side-store ids (starting with ``SIBLING_MARK``) only when ``internal``.
-    A store that keeps no update time excludes its sessions whenever a time bound is given.
-    """
+    """One page request: at most ``limit`` sessions ordered by id, after ``after``, starting
+    with ``prefix``, updated in [``updated_after``, ``updated_before``) (none without an update
+    time when a bound is given); side stores only when ``internal``."""
 
     limit: int
     after: str | None = None
@@ -58,21 +44,17 @@ class CatalogQuery:
 
     def matches(self, info: SessionInfo) -> bool:
         """Whether ``info`` passes this query's filters (for stores that filter client-side)."""
-        sid = info.session_id
-        if self.after is not None and not sid > self.after:
-            return False
-        if self.prefix is not None and not sid.startswith(self.prefix):
-            return False
-        if not self.internal and is_side_store(sid):
-            return False
-        if self.updated_after is not None or self.updated_before is not None:
-            if info.updated_at is None:
-                return False
-            if self.updated_after is not None and info.updated_at < self.updated_after:
-                return False
-            if self.updated_before is not None and info.updated_at >= self.updated_before:
-                return False
-        return True
+        sid, when = info.session_id, info.updated_at
+        low, high = self.updated_after, self.updated_before
+        in_time = when is not None and (low is None or when >= low) and (
+            high is None or when < high
+        )
+        return (
+            (self.after is None or sid > self.after)
+            and (self.prefix is None or sid.startswith(self.prefix))
+            and (self.internal or not is_side_store(sid))
+            and (in_time or (low is None and high is None))
+        )
 
 
 @runtime_checkable
@@ -117,11 +99,8 @@ def side_store_kind(session_id: str) -> str:
 
 
 def family_root(session_id: str) -> str:
-    """Return the user session a side-store id belongs to (``session_id`` itself for a user id).
-
-    Side-store ids nest (a side store of a side store), so the parent is unwrapped until it is
-    no side-store id any more.
-    """
+    """Return the user session a side-store id belongs to (``session_id`` itself for a user id),
+    unwrapping nested side-store ids (a side store of a side store)."""
     while session_id.startswith(SIBLING_MARK):
         _purpose, sep, parent = session_id[1:].partition(SIBLING_MARK)
         if not sep:
@@ -132,23 +111,15 @@ def family_root(session_id: str) -> str:
 
 def utc(value: Any) -> datetime | None:
     """Normalise a stored time to an aware UTC datetime (naive values are read as UTC)."""
-    if value is None:
+    if isinstance(value, bytes):
+        value = value.decode()
+    when = value if isinstance(value, datetime) else None
+    if isinstance(value, str):
+        with suppress(ValueError):
+            when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if when is None and isinstance(value, (int, float, str)):
+        with suppress(ValueError):
+            when = datetime.fromtimestamp(float(value), timezone.utc)
+    if when is None:
         return None
-    if isinstance(value, datetime):
-        when = value
-    elif isinstance(value, (int, float)):
-        when = datetime.fromtimestamp(value, timezone.utc)
-    elif isinstance(value, (str, bytes)):
-        text = value.decode() if isinstance(value, bytes) else value
-        try:
-            when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            try:
-                when = datetime.fromtimestamp(float(text), timezone.utc)
-            except ValueError:
-                return None
-    else:
-        return None
-    return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(
-        timezone.utc
-    )
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)

@@ -1,15 +1,11 @@
 """The session catalog: list, inspect and erase the sessions of a store, on every backend.
 
-A catalog pages through the sessions of one store (ordered by id) with their metadata, without
-reading items, filtered by id prefix and by last update; it deletes sessions together with their
-*family*: the side stores layers keep for a session (branch logs, usage, compaction records,
-rewrite backups, all under ids made by :func:`agent_sessions.core.ids.derive_sibling_id`). So
-``delete_sessions([user_id])`` leaves nothing of that conversation behind (the erase a GDPR
-request needs), and side stores are never listed as sessions of their own.
-
-Each backend offers a small :class:`~agent_sessions.core.catalog.CatalogStore` through
-``catalog_store()`` (see :mod:`agent_sessions.core.catalog`); this module holds the rules common
-to all of them::
+Sessions come in pages ordered by id with their metadata (no items are read), filtered by id
+prefix and last update. A session is deleted with its *family*: the side stores layers keep for
+it (branch logs, usage, compaction records, rewrite backups, under ids made by
+:func:`agent_sessions.core.ids.derive_sibling_id`), which are never listed as sessions. Each
+backend offers a :class:`~agent_sessions.core.catalog.CatalogStore` through
+``catalog_store()``; this module holds the rules common to all of them::
 
     catalog = await SessionCatalog.open("sqlite:///app.db")
     page = await catalog.list_sessions(prefix="user-42:", limit=50)
@@ -19,7 +15,9 @@ to all of them::
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -57,15 +55,9 @@ def _check_time(name: str, value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
 
 
-class SessionCatalog:
-    """Lists and erases the sessions of one store.
-
-    Args:
-        session: any session of the store whose backend supports the catalog (every backend of
-            this package does); the catalog uses its connection. See :meth:`open` to start
-            from a URL.
-        owned: ``close()`` closes ``session`` too (default: the session stays yours).
-    """
+class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
+    """Lists and erases the sessions of the store of ``session`` (a backend session of this
+    package), over its connection; ``owned``: ``close()`` closes ``session`` too."""
 
     def __init__(self, session: SupportsCatalog, *, owned: bool = False) -> None:
         if not isinstance(session, SupportsCatalog):
@@ -74,9 +66,7 @@ class SessionCatalog:
                 "agent_sessions (InMemorySession, SQLiteSession, RedisSession, "
                 "SQLAlchemySession, MongoDBSession), not a wrapper or a foreign class"
             )
-        self.session = session
-        self.store = session.catalog_store()
-        self._owned = owned
+        self.session, self.store, self._owned = session, session.catalog_store(), owned
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> SessionCatalog:
@@ -97,9 +87,6 @@ class SessionCatalog:
             self._owned = False
             await self.session.close()  # type: ignore[attr-defined]
 
-    async def __aenter__(self) -> SessionCatalog:
-        return self
-
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
@@ -116,16 +103,9 @@ class SessionCatalog:
         limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
     ) -> Page:
-        """Return one page of sessions ordered by id.
-
-        Args:
-            prefix: only ids starting with it.
-            updated_after: only sessions last written at or after this time.
-            updated_before: only sessions last written before this time (e.g. inactive for
-                90 days: ``now - timedelta(days=90)``). Naive datetimes are read as UTC.
-            limit: page size, 1 to 10000.
-            cursor: ``next_cursor`` of the previous page.
-        """
+        """Return one page (``limit`` 1 to 10000) of sessions ordered by id, after ``cursor``
+        (the previous page's ``next_cursor``): ids starting with ``prefix``, last written at or
+        after ``updated_after`` and before ``updated_before`` (naive times are UTC)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_PAGE_SIZE:
             raise ValueError(f"limit must be an int from 1 to {MAX_PAGE_SIZE}, got {limit!r}")
         if prefix is not None and not isinstance(prefix, str):
@@ -133,11 +113,8 @@ class SessionCatalog:
         if cursor is not None and not isinstance(cursor, str):
             raise TypeError(f"cursor must be a str from Page.next_cursor, got {cursor!r}")
         query = CatalogQuery(
-            limit=limit,
-            after=cursor,
-            prefix=prefix or None,
-            updated_after=_check_time("updated_after", updated_after),
-            updated_before=_check_time("updated_before", updated_before),
+            limit, cursor, prefix or None, _check_time("updated_after", updated_after),
+            _check_time("updated_before", updated_before),
         )
         found = (await self.store.list_page(query))[:limit]
         # The cursor follows what the store returned, not what the filter kept, so a page that
@@ -154,20 +131,16 @@ class SessionCatalog:
         page_size: int = DEFAULT_PAGE_SIZE,
     ) -> AsyncIterator[SessionInfo]:
         """Yield every matching session, page by page (ordered by id)."""
-        cursor: str | None = None
+        page = Page([], None)
         while True:
             page = await self.list_sessions(
-                prefix=prefix,
-                updated_after=updated_after,
-                updated_before=updated_before,
-                limit=page_size,
-                cursor=cursor,
+                prefix=prefix, updated_after=updated_after, updated_before=updated_before,
+                limit=page_size, cursor=page.next_cursor,
             )
             for info in page.sessions:
                 yield info
             if page.next_cursor is None:
                 return
-            cursor = page.next_cursor
 
     async def get(self, session_id: str) -> SessionInfo | None:
         """Return the info of ``session_id``, or None when the store has no such session."""
@@ -197,12 +170,8 @@ class SessionCatalog:
 
     async def delete_sessions(self, session_ids: Sequence[str]) -> int:
         """Delete each session and its whole family (every side store of every layer); return
-        how many of the given sessions existed. Unknown ids are skipped.
-
-        The erase is final: a session deleted this way starts again at sequence number 1 if
-        written later. Stop writers of these sessions first; a write racing with the erase
-        may survive it.
-        """
+        how many of them existed. Final: a session written again starts at number 1; stop its
+        writers first (a racing write may survive)."""
         if isinstance(session_ids, str):
             raise TypeError("session_ids must be a list of ids, not one str")
         roots = [validate_session_id(sid) for sid in session_ids]
@@ -220,55 +189,39 @@ class SessionCatalog:
     erase = delete_sessions
 
     async def stats(self) -> dict[str, Any]:
-        """Return totals over the store: sessions, items, side stores (also by kind: the
-        purpose a layer gave them, e.g. ``branches``, ``usage``, ``compaction``, ``ttl``),
-        oldest/newest update."""
-        sessions = items = side = side_items = 0
-        kinds: dict[str, dict[str, int]] = {}
+        """Return totals: sessions, items, side stores (also by kind, e.g. ``branches``,
+        ``usage``), oldest/newest update."""
+        sessions = items = 0
+        kinds: defaultdict[str, Counter[str]] = defaultdict(Counter)
         oldest: datetime | None = None
         newest: datetime | None = None
-        cursor: str | None = None
+        after: str | None = None
         while True:
-            page = await self.store.list_page(
-                CatalogQuery(limit=1000, after=cursor, internal=True)
-            )
+            page = await self.store.list_page(CatalogQuery(limit=1000, after=after, internal=True))
             for info in page:
                 if is_side_store(info.session_id):
-                    side += 1
-                    side_items += info.item_count
-                    kind = kinds.setdefault(side_store_kind(info.session_id), {
-                        "stores": 0, "items": 0
-                    })
+                    kind = kinds[side_store_kind(info.session_id)]
                     kind["stores"] += 1
                     kind["items"] += info.item_count
                     continue
-                sessions += 1
-                items += info.item_count
-                if info.updated_at is not None:
-                    oldest = info.updated_at if oldest is None else min(oldest, info.updated_at)
-                    newest = info.updated_at if newest is None else max(newest, info.updated_at)
+                sessions, items = sessions + 1, items + info.item_count
+                if (when := info.updated_at) is not None:
+                    oldest, newest = min(oldest or when, when), max(newest or when, when)
             if len(page) < 1000:
                 break
-            cursor = page[-1].session_id
+            after = page[-1].session_id
         return {
             "sessions": sessions,
             "items": items,
-            "side_stores": side,
-            "side_store_items": side_items,
-            "side_stores_by_kind": dict(sorted(kinds.items())),
+            "side_stores": sum(kind["stores"] for kind in kinds.values()),
+            "side_store_items": sum(kind["items"] for kind in kinds.values()),
+            "side_stores_by_kind": {name: dict(kind) for name, kind in sorted(kinds.items())},
             "oldest_update": None if oldest is None else oldest.isoformat(),
             "newest_update": None if newest is None else newest.isoformat(),
         }
 
 
 __all__ = [
-    "CatalogQuery",
-    "CatalogStore",
-    "Page",
-    "SessionCatalog",
-    "SessionInfo",
-    "SupportsCatalog",
-    "family_root",
-    "is_side_store",
-    "side_store_kind",
+    "CatalogQuery", "CatalogStore", "Page", "SessionCatalog", "SessionInfo", "SupportsCatalog",
+    "family_root", "is_side_store", "side_store_kind"
 ]

@@ -1,28 +1,23 @@
 """Moving conversations between stores: copy, export and import (JSON lines), resumable.
 
-A copy writes a session's stored items unchanged (encrypted or TTL envelopes stay envelopes,
-still bound to the same session id), together with its side stores (branch logs, usage,
-compaction records, TTL lifecycle), so the layers find their data at the destination. Side data
-points at items by sequence number, so each session is written at its source's numbers and
-times, in one atomic step, into a destination that declares ``Capability.SEQUENCED_WRITE`` (every
-backend of this package). A destination without it (an SDK layout) numbers items anew: a family
-with side stores is refused there unless ``renumber=True``, which copies the sessions without
-their side stores. A copy stopped halfway resumes (complete sessions are skipped), and each
-session is checked by its item count afterwards::
+A copy writes a session's stored items unchanged (envelopes stay envelopes) with its side
+stores, at its source's sequence numbers and times, in one atomic step where the destination
+declares ``Capability.SEQUENCED_WRITE``. A destination without it (an SDK layout) numbers items
+anew: a family with side stores is refused there unless ``renumber=True``. A copy stopped
+halfway resumes; each session is checked by its item count and read whole into memory::
 
     result = await copy_store("sqlite:///app.db", "postgresql+asyncpg://u:pw@db/app")
-
-Sessions are read whole into memory one at a time (a conversation, not a store).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from itertools import pairwise
-from typing import IO, Any, TypeVar
+from itertools import groupby, pairwise
+from typing import IO, Any
 
 from ..core.capabilities import Capability, supports
 from ..core.catalog import SupportsCatalog, family_root, is_side_store, utc
@@ -38,7 +33,6 @@ from ..errors import (
 )
 from .catalog import SessionCatalog
 
-T = TypeVar("T")
 DEFAULT_BATCH = 500
 EXPORT_FORMAT = "agent-sessions-export/2"
 """``format`` of the first line of an export file this version writes."""
@@ -46,6 +40,8 @@ _READABLE_FORMATS = ("agent-sessions-export/1", EXPORT_FORMAT)
 
 Progress = Callable[[str, int], None]
 """``progress(session_id, items_written_so_far)``, called after each batch."""
+OnSession = Callable[[str, int], None]
+"""``on_session(session_id, items)``, called after each session."""
 
 
 class TransferConflictError(SessionError, ValueError):
@@ -84,28 +80,18 @@ class TransferReport:
     """Side stores not copied because the destination renumbers (``renumber=True``)."""
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the report as JSON-ready values."""
-        return {
-            "sessions": self.sessions,
-            "side_stores": self.side_stores,
-            "skipped": self.skipped,
-            "items": self.items,
-            "renumbered": self.renumbered,
-            "side_stores_left": self.side_stores_left,
-        }
+        """Return the report as JSON-ready values (without ``ids``)."""
+        return {k: v for k, v in asdict(self).items() if k != "ids"}
 
 
 def _is_sqlalchemy(url: str) -> bool:
-    scheme = url.split("://", 1)[0].lower().removeprefix("sdk+")
-    base, _, driver = scheme.partition("+")
-    return base in ("postgres", "postgresql", "mysql", "mariadb") or (
-        base == "sqlite" and bool(driver)
-    )
+    base, _, driver = url.split("://", 1)[0].lower().removeprefix("sdk+").partition("+")
+    sql = base in ("postgres", "postgresql", "mysql", "mariadb")
+    return sql or (base == "sqlite" and bool(driver))
 
 
-class Store:
-    """One store opened by URL: a catalog plus sessions by id (side-store ids included),
-    sharing one connection. ``read_only`` opens it so that nothing is created: it must exist."""
+class Store(AbstractAsyncContextManager["Store"]):
+    """One store opened by URL: a catalog plus sessions by id, sharing one connection."""
 
     def __init__(self, url: str, base: Any, catalog: SessionCatalog | None) -> None:
         self.url = url
@@ -116,32 +102,25 @@ class Store:
     async def open(
         cls, url: str, options: dict[str, Any] | None = None, *, read_only: bool = False
     ) -> Store:
-        """Open the store at ``url`` (``options`` as for ``open_session``).
-
-        Raises:
-            StoreNotFoundError: ``read_only`` and the store (file, tables) does not exist.
-        """
+        """Open the store at ``url`` (``options`` as for ``open_session``); ``read_only``
+        creates nothing and raises StoreNotFoundError when the store does not exist."""
         from ..core.registry import open_session
 
         opts = dict(options or {})
         if read_only and _is_sqlalchemy(url):
             opts.setdefault("create_tables", False)
         base = await open_session(url, "agent-sessions-cli", **opts)
-        catalog = SessionCatalog(base) if isinstance(base, SupportsCatalog) else None
-        store = cls(url, base, catalog)
-        if read_only and catalog is not None:
-            try:
-                found = await catalog.exists()
-            except BaseException:
-                await store.close()
-                raise
-            if not found:
-                await store.close()
+        store = cls(url, base, SessionCatalog(base) if isinstance(base, SupportsCatalog) else None)
+        try:
+            if read_only and store.catalog is not None and not await store.catalog.exists():
                 raise StoreNotFoundError(
                     f"no session store at {redacted(url)} (no such database file, tables or "
                     "collections; check the URL and options such as table_prefix); nothing "
                     "was created"
                 )
+        except BaseException:
+            await store.close()
+            raise
         return store
 
     @property
@@ -156,6 +135,15 @@ class Store:
             raise TypeError(f"{type(self.base).__name__} cannot open other sessions")
         return sibling(session_id)
 
+    @asynccontextmanager
+    async def opened(self, session_id: str) -> AsyncIterator[Any]:
+        """:meth:`session` for the ``async with`` block, closed after it."""
+        session = self.session(session_id)
+        try:
+            yield session
+        finally:
+            await close_quietly(session)
+
     def require_catalog(self) -> SessionCatalog:
         if self.catalog is None:
             raise TypeError(
@@ -165,12 +153,7 @@ class Store:
         return self.catalog
 
     async def close(self) -> None:
-        close = getattr(self.base, "close", None)
-        if close is not None:
-            await close()
-
-    async def __aenter__(self) -> Store:
-        return self
+        await close_quietly(self.base)
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
@@ -187,47 +170,32 @@ def redacted(url: str) -> str:
 
 async def _count(session: Any) -> int:
     counter = getattr(session, "count_items", None)
-    if counter is not None:
-        return int(await counter())
-    return len(await session.get_items())
+    return int(await counter()) if counter is not None else len(await session.get_items())
 
 
 async def write_session(
-    dst: Any,
-    items: list[Any],
-    *,
-    replace: bool = False,
-    batch: int = DEFAULT_BATCH,
-    progress: Progress | None = None,
-    seqs: list[int] | None = None,
-    created_at: datetime | None = None,
-    updated_at: datetime | None = None,
+    dst: Any, items: list[Any], *, replace: bool = False, batch: int = DEFAULT_BATCH,
+    progress: Progress | None = None, seqs: list[int] | None = None,
+    created_at: datetime | None = None, updated_at: datetime | None = None,
 ) -> int:
     """Make ``dst`` hold exactly ``items``; return how many were written (0: already did).
 
-    With ``seqs`` (the items' sequence numbers) and a ``dst`` that declares SEQUENCED_WRITE,
-    the items are written at those numbers with the given times in one atomic step; a
-    destination holding some of them (a copy that stopped) is written again whole. Otherwise
-    they are appended in batches of ``batch``: an empty destination gets every item, one
-    holding the first ``k`` of them gets the rest. Every item is validated before anything
-    is written. Any other content is a conflict: it is cleared first when ``replace``, else
-    :class:`TransferConflictError` is raised and nothing is written.
-
-    Raises:
-        InvalidItemError: an item cannot be stored (its index in ``items``; nothing written).
-        BackendDataError: the destination's item count differs from ``len(items)`` afterwards.
+    With ``seqs`` and a ``dst`` that declares SEQUENCED_WRITE, the items are written at those
+    numbers and times in one atomic step (a part already there is written again whole); else
+    appended in batches of ``batch`` after the first ``k`` of them already there. Any other
+    content is cleared when ``replace``, else :class:`TransferConflictError` (nothing written).
+    Raises :class:`InvalidItemError` (nothing written) for an item that cannot be stored and
+    :class:`BackendDataError` when the item count differs afterwards.
     """
     sid = dst.session_id
-    numbered = seqs is not None and supports(dst, Capability.SEQUENCED_WRITE)
     encode_batch(items, getattr(dst, "max_item_bytes", DEFAULT_MAX_ITEM_BYTES))
     have = await _count(dst)
-    if numbered:
-        assert seqs is not None
+    if seqs is not None and supports(dst, Capability.SEQUENCED_WRITE):
         wanted = list(zip(seqs, items, strict=True))
         existing = await dst.get_sequenced_items() if have else []
         if have and existing == wanted:
             return 0
-        if have and existing != wanted[: len(existing)] and not replace:
+        if existing != wanted[: len(existing)] and not replace:
             raise _conflict(sid, have)
         if have:
             await dst.clear_session()
@@ -236,20 +204,17 @@ async def write_session(
         if progress is not None:
             progress(sid, written)
     else:
-        if have:
-            existing = await dst.get_items(have) if have <= len(items) else None
-            if existing is None or existing != items[: len(existing)] or len(existing) != have:
-                if not replace:
-                    raise _conflict(sid, have)
-                await dst.clear_session()
-                have = 0
-        written = 0
+        if have and (have > len(items) or await dst.get_items(have) != items[:have]):
+            if not replace:
+                raise _conflict(sid, have)
+            await dst.clear_session()
+            have = 0
         for start in range(have, len(items), batch):
             chunk = items[start : start + batch]
             await dst.add_items(chunk)
-            written += len(chunk)
             if progress is not None:
-                progress(sid, have + written)
+                progress(sid, start + len(chunk))
+        written = len(items) - have
     final = await _count(dst)
     if final != len(items):
         raise BackendDataError(
@@ -266,80 +231,53 @@ def _conflict(sid: str, have: int) -> TransferConflictError:
     )
 
 
-async def _ids(store: Store, ids: Iterable[str] | None, prefix: str | None) -> list[str]:
-    if ids is not None:
-        return [validate_session_id(sid) for sid in ids]
-    catalog = store.require_catalog()
-    return [info.session_id async for info in catalog.iter_sessions(prefix=prefix)]
-
-
 async def _todo(
     store: Store, ids: Iterable[str] | None, prefix: str | None, side_stores: bool
 ) -> list[str]:
-    """The ids to transfer: the chosen sessions, each followed by its side stores when asked
-    and the store lists them."""
-    roots = await _ids(store, ids, prefix)
+    """The chosen sessions, each followed by its side stores when asked (and listable)."""
+    if ids is not None:
+        roots = [validate_session_id(sid) for sid in ids]
+    else:
+        listed = store.require_catalog().iter_sessions(prefix=prefix)
+        roots = [info.session_id async for info in listed]
     if not side_stores or store.catalog is None:
         return roots
-    out: list[str] = []
-    for sid in roots:
-        out.append(sid)
-        out.extend(await store.catalog.family(sid))
-    return out
+    return [m for sid in roots for m in [sid, *await store.catalog.family(sid)]]
 
 
 async def _read(store: Store, sid: str) -> SessionData:
-    source = store.session(sid)
-    try:
+    async with store.opened(sid) as source:
         info = await store.catalog.get(sid) if store.catalog is not None else None
         times = (info.created_at, info.updated_at) if info is not None else (None, None)
         if supports(source, Capability.SEQUENCED):
             pairs = await source.get_sequenced_items()
             return SessionData(sid, [i for _, i in pairs], [n for n, _ in pairs], *times)
         return SessionData(sid, list(await source.get_items()), None, *times)
-    finally:
-        await close_quietly(source)
 
 
 async def _write(
-    store: Store,
-    data: SessionData,
-    report: TransferReport,
-    on_session: Callable[[str, int], None] | None,
-    *,
-    needs_numbers: bool,
-    **options: Any,
+    store: Store, data: SessionData, report: TransferReport, on_session: OnSession | None,
+    *, needs_numbers: bool, **options: Any,
 ) -> int:
-    """``write_session`` of ``data`` into ``store``, counted in ``report``; return how many
-    items were written. A session no side store points into (``needs_numbers`` False) whose
-    numbers are taken at the destination is appended instead."""
-    sid = data.session_id
-    target = store.session(sid)
+    """``write_session`` of ``data``, counted in ``report``; a session whose numbers are taken
+    at the destination is appended instead unless side stores point into it."""
+    sid, seqs = data.session_id, data.seqs
+    options.update(created_at=data.created_at, updated_at=data.updated_at)
     try:
-        seqs = data.seqs
-        while True:
+        async with store.opened(sid) as target:
             try:
-                written = await write_session(
-                    target,
-                    data.items,
-                    seqs=seqs,
-                    created_at=data.created_at,
-                    updated_at=data.updated_at,
-                    **options,
-                )
-                break
+                written = await write_session(target, data.items, seqs=seqs, **options)
             except SequenceConflictError:
                 if needs_numbers or seqs is None or await _count(target):
                     raise
                 seqs = None  # numbers taken by other sessions (one SQLite layout)
+                written = await write_session(target, data.items, **options)
     except InvalidItemError as exc:
         raise InvalidItemError(
             f"stopped at session {sid!r}, item {exc.index}: {exc}. Nothing of that session "
             f"was written; {_before(report)}",
             index=exc.index,
         ) from exc
-    finally:
-        await close_quietly(target)
     if data.seqs is not None and (seqs is None or not store.keeps_numbers):
         report.renumbered += 1
     _tally(report, sid, written, len(data.items), on_session)
@@ -358,15 +296,11 @@ def _before(report: TransferReport) -> str:
 
 
 async def _write_family(
-    store: Store,
-    family: list[SessionData],
-    report: TransferReport,
-    on_session: Callable[[str, int], None] | None,
-    renumber: bool,
-    **options: Any,
+    store: Store, family: list[SessionData], report: TransferReport,
+    on_session: OnSession | None, renumber: bool, **options: Any,
 ) -> None:
-    """Write a user session and its side stores; when a member is refused for its numbers,
-    the members this call wrote are cleared again, so no half family is left."""
+    """Write a user session and its side stores; clear what it wrote when a member is refused
+    for its numbers, so no half family is left."""
     side_ids = [d.session_id for d in family if is_side_store(d.session_id)]
     if not _numbering_check(store, side_ids, renumber):
         family = [d for d in family if not is_side_store(d.session_id)]
@@ -380,17 +314,14 @@ async def _write_family(
                 fresh.append(data.session_id)
     except SequenceConflictError:
         for sid in fresh:
-            written = store.session(sid)
-            try:
+            async with store.opened(sid) as written:
                 await written.clear_session()
-            finally:
-                await close_quietly(written)
         raise
 
 
 def _numbering_check(dst: Store, side_ids: list[str], renumber: bool) -> bool:
-    """Whether side stores can be written to ``dst``; raise when they would be corrupted
-    there and the caller did not accept leaving them behind."""
+    """Whether side stores can be written to ``dst``; raise unless ``renumber`` accepts
+    leaving them behind."""
     if dst.keeps_numbers or not side_ids:
         return True
     if renumber:
@@ -407,31 +338,18 @@ def _numbering_check(dst: Store, side_ids: list[str], renumber: bool) -> bool:
 
 
 async def copy_store(
-    src_url: str,
-    dst_url: str,
-    *,
-    session_ids: Iterable[str] | None = None,
-    prefix: str | None = None,
-    src_options: dict[str, Any] | None = None,
-    dst_options: dict[str, Any] | None = None,
-    replace: bool = False,
-    side_stores: bool = True,
-    batch: int = DEFAULT_BATCH,
-    progress: Progress | None = None,
-    on_session: Callable[[str, int], None] | None = None,
-    plan: Callable[[list[str]], None] | None = None,
+    src_url: str, dst_url: str, *, session_ids: Iterable[str] | None = None,
+    prefix: str | None = None, src_options: dict[str, Any] | None = None,
+    dst_options: dict[str, Any] | None = None, replace: bool = False, side_stores: bool = True,
+    batch: int = DEFAULT_BATCH, progress: Progress | None = None,
+    on_session: OnSession | None = None, plan: Callable[[list[str]], None] | None = None,
     renumber: bool = False,
 ) -> TransferReport:
     """Copy sessions (all, those starting with ``prefix``, or ``session_ids``) with their side
-    stores from the store at ``src_url`` to the one at ``dst_url``, keeping sequence numbers
-    and times; see :func:`write_session` for resuming and conflicts. ``plan(ids)`` is told the
-    ids first, ``on_session(id, n)`` after each session.
-
-    Raises:
-        RenumberingError: the destination cannot keep numbers, the sessions have side stores
-            and ``renumber`` is False (nothing written). With ``renumber``, side stores are
-            left behind (``report.side_stores_left``).
-    """
+    stores from ``src_url`` to ``dst_url``, keeping numbers and times (see
+    :func:`write_session`); ``plan(ids)`` is told the ids first. Raises
+    :class:`RenumberingError` (nothing written) when the destination cannot keep numbers and
+    sessions have side stores, unless ``renumber`` leaves those behind."""
     report = TransferReport()
     writing = {"replace": replace, "batch": batch, "progress": progress}
     async with await Store.open(src_url, src_options, read_only=True) as src:
@@ -443,63 +361,49 @@ async def copy_store(
                 report.side_stores_left = len(side_ids)
             if plan is not None:
                 plan(todo)
-            for family in _families(todo):
+            for _, family in groupby(todo, family_root):
                 members = [await _read(src, sid) for sid in family]
                 await _write_family(dst, members, report, on_session, renumber, **writing)
     return report
 
 
 def _tally(
-    report: TransferReport,
-    sid: str,
-    written: int,
-    total: int,
-    on_session: Callable[[str, int], None] | None,
+    report: TransferReport, sid: str, written: int, total: int, on_session: OnSession | None
 ) -> None:
     if is_side_store(sid):
         report.side_stores += 1
     else:
         report.sessions += 1
         report.ids.append(sid)
-    if total and not written:
-        report.skipped += 1
+    report.skipped += bool(total and not written)
     report.items += written
     if on_session is not None:
         on_session(sid, total)
 
 
 async def export_store(
-    url: str,
-    out: IO[str],
-    *,
-    session_ids: Iterable[str] | None = None,
-    prefix: str | None = None,
-    options: dict[str, Any] | None = None,
-    side_stores: bool = True,
-    on_session: Callable[[str, int], None] | None = None,
+    url: str, out: IO[str], *, session_ids: Iterable[str] | None = None,
+    prefix: str | None = None, options: dict[str, Any] | None = None,
+    side_stores: bool = True, on_session: OnSession | None = None,
 ) -> TransferReport:
-    """Write sessions as JSON lines to ``out``: a header line
-    ``{"format": "agent-sessions-export/2"}``, then per session a line
-    ``{"session_id": ..., "created_at": ISO or null, "updated_at": ISO or null}`` followed by
-    one line per item, ``{"session_id": ..., "seq": n, "item": {...}}``, oldest first.
-    Reads only; the store must exist."""
+    """Write sessions as JSON lines to ``out`` (reads only): ``{"format": EXPORT_FORMAT}``,
+    then per session ``{"session_id", "created_at", "updated_at"}`` (ISO or null) and one line
+    per item, oldest first: ``{"session_id", "item", "seq"}``."""
     report = TransferReport()
     async with await Store.open(url, options, read_only=True) as src:
         todo = await _todo(src, session_ids, prefix, side_stores)
         out.write(json.dumps({"format": EXPORT_FORMAT}) + "\n")
         for sid in todo:
             data = await _read(src, sid)
+            records: list[dict[str, Any]] = [
+                {"session_id": sid, "item": item} for item in data.items
+            ]
+            for record, seq in zip(records, data.seqs or (), strict=False):
+                record["seq"] = seq
             if data.items:
-                head = {"session_id": sid, "created_at": _iso(data.created_at),
-                        "updated_at": _iso(data.updated_at)}
-                out.write(json.dumps(head, ensure_ascii=False) + "\n")
-            seqs: list[int | None] = list(data.seqs) if data.seqs else [None] * len(data.items)
-            for seq, item in zip(seqs, data.items, strict=True):
-                record: dict[str, Any] = {"session_id": sid, "item": item}
-                if seq is not None:
-                    record["seq"] = seq
-                out.write(json.dumps(record, ensure_ascii=False))
-                out.write("\n")
+                records.insert(0, {"session_id": sid, "created_at": _iso(data.created_at),
+                                   "updated_at": _iso(data.updated_at)})
+            out.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
             _tally(report, sid, len(data.items), len(data.items), on_session)
     return report
 
@@ -509,21 +413,15 @@ def _iso(when: datetime | None) -> str | None:
 
 
 def _time(value: Any, number: int, name: str) -> datetime | None:
-    if value is None:
-        return None
     when = utc(value) if isinstance(value, str) else None
-    if when is None:
+    if value is not None and when is None:
         raise ValueError(f"line {number}: {name} is {value!r}, not an ISO 8601 time")
     return when
 
 
 def iter_export(lines: Iterable[str]) -> Iterator[SessionData]:
-    """Yield the sessions of an export (format 1 or 2), one at a time; format 1 carries no
-    sequence numbers or times (``seqs``, ``created_at``, ``updated_at`` are None).
-
-    Raises:
-        ValueError: the text is not an export (line number and reason in the message).
-    """
+    """Yield the sessions of an export (format 1 or 2, which has no numbers or times), one at
+    a time; raise ValueError naming the line where the text is no export."""
     current: SessionData | None = None
     numbers: list[int | None] = []
     done: set[str] = set()
@@ -543,15 +441,13 @@ def iter_export(lines: Iterable[str]) -> Iterator[SessionData]:
                 )
             version = record["format"]
             continue
-        head = version != _READABLE_FORMATS[0] and isinstance(record, dict) and (
-            "item" not in record
-        )
-        seq = record.get("seq") if isinstance(record, dict) else None
-        if (
-            not isinstance(record, dict)
-            or not isinstance(record.get("session_id"), str)
-            or not (head or isinstance(record.get("item"), dict))
-            or (seq is not None and (type(seq) is not int or seq <= 0))
+        valid = isinstance(record, dict) and isinstance(record.get("session_id"), str)
+        head = valid and version != _READABLE_FORMATS[0] and "item" not in record
+        seq = record.get("seq") if valid else None
+        if not (
+            valid
+            and (head or isinstance(record.get("item"), dict))
+            and (seq is None or (type(seq) is int and seq > 0))
         ):
             raise ValueError(
                 f'line {number}: expected {{"session_id": "...", "seq": n, "item": {{...}}}}, '
@@ -581,8 +477,7 @@ def iter_export(lines: Iterable[str]) -> Iterator[SessionData]:
 
 
 def _numbered(data: SessionData, numbers: list[int | None]) -> SessionData:
-    """``data`` with ``seqs``: the items' numbers when all carry increasing ones, else None
-    when none does."""
+    """``data`` with its items' ``seqs`` (all increasing, or none)."""
     if all(n is None for n in numbers):
         return data
     seqs = [n for n in numbers if n is not None]
@@ -597,53 +492,25 @@ def _numbered(data: SessionData, numbers: list[int | None]) -> SessionData:
 
 def read_export(lines: Iterable[str]) -> Iterator[tuple[str, list[Any]]]:
     """Yield ``(session_id, items)`` from an export's lines, one session at a time (see
-    :func:`iter_export` for numbers and times).
-
-    Raises:
-        ValueError: the text is not an export (line number and reason in the message).
-    """
+    :func:`iter_export` for numbers, times and errors)."""
     for data in iter_export(lines):
         yield data.session_id, data.items
 
 
-def _families(
-    members: Iterable[T], key: Callable[[T], str] = str  # type: ignore[assignment]
-) -> Iterator[list[T]]:
-    """Group consecutive members of one family (a user session and its side stores)."""
-    group: list[T] = []
-    for member in members:
-        if group and family_root(key(member)) != family_root(key(group[0])):
-            yield group
-            group = []
-        group.append(member)
-    if group:
-        yield group
-
-
 async def import_store(
-    url: str,
-    lines: Iterable[str],
-    *,
-    options: dict[str, Any] | None = None,
-    replace: bool = False,
-    batch: int = DEFAULT_BATCH,
-    progress: Progress | None = None,
-    on_session: Callable[[str, int], None] | None = None,
-    renumber: bool = False,
+    url: str, lines: Iterable[str], *, options: dict[str, Any] | None = None,
+    replace: bool = False, batch: int = DEFAULT_BATCH, progress: Progress | None = None,
+    on_session: OnSession | None = None, renumber: bool = False,
 ) -> TransferReport:
-    """Write the sessions of an export (see :func:`export_store`) into the store at ``url``,
-    at their numbers and with their times; importing the same file again writes nothing
-    (resumable like a copy). Each session is validated whole before it is written.
-
-    Raises:
-        InvalidItemError: an item cannot be stored; the message names the session and item,
-            and which sessions before it were written. Nothing of that session was written.
-        RenumberingError: as for :func:`copy_store`, for the first family with side stores.
-    """
+    """Write the sessions of an export into the store at ``url`` at their numbers and times,
+    resumable like a copy. Raises :class:`InvalidItemError` naming the session, the item and
+    the sessions written before it (nothing of that session written), and
+    :class:`RenumberingError` as :func:`copy_store` does."""
     report = TransferReport()
     writing = {"replace": replace, "batch": batch, "progress": progress}
     async with await Store.open(url, options) as dst:
-        for family in _families(iter_export(lines), lambda d: d.session_id):
+        for _, group in groupby(iter_export(lines), lambda d: family_root(d.session_id)):
+            family = list(group)
             for data in family:
                 validate_session_id(data.session_id, internal=True)
             await _write_family(dst, family, report, on_session, renumber, **writing)
@@ -651,17 +518,7 @@ async def import_store(
 
 
 __all__ = [
-    "EXPORT_FORMAT",
-    "RenumberingError",
-    "SessionData",
-    "Store",
-    "TransferConflictError",
-    "TransferReport",
-    "copy_store",
-    "export_store",
-    "import_store",
-    "iter_export",
-    "read_export",
-    "redacted",
-    "write_session",
+    "EXPORT_FORMAT", "RenumberingError", "SessionData", "Store", "TransferConflictError",
+    "TransferReport", "copy_store", "export_store", "import_store", "iter_export", "read_export",
+    "redacted", "write_session"
 ]

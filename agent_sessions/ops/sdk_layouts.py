@@ -1,33 +1,28 @@
 """The Agents SDK's own storage layouts, opened in place through ``sdk+`` URLs.
 
-``open_session("sdk+redis://host:6379/0", "user-1")`` returns a session that reads and writes
-exactly what the SDK's ``RedisSession`` does, because it *is* the SDK's class (with the SDK's
-defaults: key prefix ``agents:session``; tables ``agent_sessions``/``agent_messages``;
-database ``agents``), plus what the catalog and the CLI need: ``sibling()`` sharing one client
-or engine, ``catalog_store()`` and ``close()``. So an application that switches classes keeps
-every conversation, either by opening its old data this way or by copying it into this
-package's layout (``agent-sessions copy sdk+redis://... redis://...``) and back.
-
-Schemes: ``sdk+redis``, ``sdk+rediss``, ``sdk+postgresql+asyncpg``, ``sdk+mysql+asyncmy``,
-``sdk+mysql+aiomysql``, ``sdk+sqlite+aiosqlite`` (the SDK's ``SQLAlchemySession``),
-``sdk+mongodb``, ``sdk+mongodb+srv``. (``sqlite://`` already reads the SDK's SQLite schema.)
-
-Limits: these sessions behave as the SDK's classes do (no sequence numbers, no range delete,
-no native-expiry capability, the SDK's own validation and errors); layers that need those
-capabilities run over the SDK's classes through the foreign adapter, or after a migration.
+``open_session("sdk+redis://host:6379/0", "user-1")`` wraps the SDK's own ``RedisSession``
+(``.sdk``, with the SDK's defaults) and adds what the catalog and the CLI need: ``sibling()``
+sharing one client or engine, ``catalog_store()`` and ``close()``. Schemes: ``sdk+redis``,
+``sdk+rediss``, ``sdk+postgresql+asyncpg``, ``sdk+mysql+asyncmy``, ``sdk+mysql+aiomysql``,
+``sdk+sqlite+aiosqlite``, ``sdk+mongodb``, ``sdk+mongodb+srv`` (``sqlite://`` already reads the
+SDK's SQLite schema). These sessions behave as the SDK's classes do (no declared capabilities).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..core.catalog import CatalogQuery, SessionInfo, family_root, utc
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
+    from agents.memory.session import SessionABC
 
 SDK_REDIS_PREFIX = "agents:session"
 SDK_SESSIONS_TABLE = "agent_sessions"
@@ -35,65 +30,38 @@ SDK_MESSAGES_TABLE = "agent_messages"
 SDK_MONGO_DATABASE = "agents"
 
 
-class _Shared:
-    """A client or engine shared by one store's sessions; released with the last of them."""
-
-    def __init__(self, resource: Any, release: Callable[[Any], Any]) -> None:
-        self.resource = resource
-        self._release = release
-        self.users = 0
-
-    def share(self) -> _Shared:
-        self.users += 1
-        return self
-
-    async def release(self) -> None:
-        self.users -= 1
-        if self.users == 0:
-            result = self._release(self.resource)
-            if asyncio.iscoroutine(result):
-                await result
-
-
-class SDKLayoutSession:
-    """One of the Agents SDK's own sessions (``.sdk``), opened by an ``sdk+`` URL.
-
-    The four Session methods are the SDK's; ``count_items``, ``sibling``, ``catalog_store`` and
-    ``close`` are added for the catalog, migrations and the CLI.
-    """
+class _Layout:
+    """One store's SDK sessions: how to make one, its catalog, and how to free the client or
+    engine they share when the last of them closes."""
 
     def __init__(
-        self,
-        sdk: Any,
-        *,
-        shared: _Shared,
-        make: Callable[[str], Any],
-        catalog: Callable[[], Any],
+        self, make: Callable[[str], Any], catalog: Callable[[], Any], release: Callable[[], Any]
     ) -> None:
+        self.make, self.catalog, self.release, self.users = make, catalog, release, 0
+
+
+class SDKLayoutSession(AbstractAsyncContextManager["SDKLayoutSession"]):
+    """One of the Agents SDK's own sessions (``.sdk``), opened by an ``sdk+`` URL: the four
+    Session methods are the SDK's; ``count_items``, ``sibling``, ``catalog_store`` and
+    ``close`` are added for the catalog, migrations and the CLI."""
+
+    def __init__(self, sdk: SessionABC, layout: _Layout) -> None:
         self.sdk = sdk
-        self.session_id: str = sdk.session_id
+        self.session_id = sdk.session_id
         self.session_settings = sdk.session_settings
-        self._shared = shared.share()
-        self._make = make
-        self._catalog = catalog
-        self._closed = False
+        self._layout, self._closed = layout, False
+        layout.users += 1
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The SDK's ``get_items``."""
-        items: list[TResponseInputItem] = await self.sdk.get_items(limit)
-        return items
+        return await self.sdk.get_items(limit)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """The SDK's ``add_items``."""
         await self.sdk.add_items(items)
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """The SDK's ``pop_item``."""
-        item: TResponseInputItem | None = await self.sdk.pop_item()
-        return item
+        return await self.sdk.pop_item()
 
     async def clear_session(self) -> None:
-        """The SDK's ``clear_session``."""
         await self.sdk.clear_session()
 
     async def count_items(self) -> int:
@@ -102,22 +70,19 @@ class SDKLayoutSession:
 
     def sibling(self, session_id: str) -> SDKLayoutSession:
         """Return the SDK session ``session_id`` of the same store, sharing the connection."""
-        return SDKLayoutSession(
-            self._make(session_id), shared=self._shared, make=self._make, catalog=self._catalog
-        )
+        return SDKLayoutSession(self._layout.make(session_id), self._layout)
 
     def catalog_store(self) -> Any:
         """Return the catalog of this SDK layout (see ``agent_sessions.ops.catalog``)."""
-        return self._catalog()
+        return self._layout.catalog()
 
     async def close(self) -> None:
         """Release the shared client or engine when this is its last session; idempotent."""
         if not self._closed:
             self._closed = True
-            await self._shared.release()
-
-    async def __aenter__(self) -> SDKLayoutSession:
-        return self
+            self._layout.users -= 1
+            if not self._layout.users and inspect.isawaitable(result := self._layout.release()):
+                await result
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
@@ -149,25 +114,16 @@ def open_redis(
     from agents.extensions.memory import RedisSession
     from redis.asyncio import Redis, RedisCluster
 
-    inner = _inner_url(url)
-    client: Any = (
-        RedisCluster.from_url(inner, **(redis_kwargs or {}))
-        if cluster
-        else Redis.from_url(inner, **(redis_kwargs or {}))
+    client: Any = (RedisCluster if cluster else Redis).from_url(
+        _inner_url(url), **(redis_kwargs or {})
     )
 
-    def make(sid: str) -> Any:
-        return RedisSession(
-            sid, redis_client=client, key_prefix=key_prefix, ttl=ttl,
-            session_settings=session_settings,
-        )
-
-    return SDKLayoutSession(
-        make(session_id),
-        shared=_Shared(client, lambda c: c.aclose()),
-        make=make,
-        catalog=lambda: SDKRedisCatalog(client, key_prefix),
+    make = partial(
+        RedisSession, redis_client=client, key_prefix=key_prefix, ttl=ttl,
+        session_settings=session_settings,
     )
+    catalog = partial(SDKRedisCatalog, client, key_prefix)
+    return SDKLayoutSession(make(session_id), _Layout(make, catalog, client.aclose))
 
 
 def _glob_escape(text: str) -> str:
@@ -175,13 +131,12 @@ def _glob_escape(text: str) -> str:
 
 
 class SDKRedisCatalog:
-    """The catalog of the SDK's Redis layout: per session a hash ``P:<id>`` (``session_id``,
-    ``created_at``, ``updated_at`` in Unix seconds), a list ``P:<id>:messages`` and a counter
-    ``P:<id>:counter``. Sessions are found by SCAN (on every primary of a Cluster) for hashes."""
+    """The catalog of the SDK's Redis layout: per session a hash ``P:<id>`` (``session_id`` and
+    times in Unix seconds), a list ``P:<id>:messages`` and a counter ``P:<id>:counter``; found
+    by SCAN for hashes (on every primary of a Cluster)."""
 
     def __init__(self, client: Any, key_prefix: str) -> None:
-        self.client = client
-        self.prefix = key_prefix
+        self.client, self.prefix = client, key_prefix
 
     async def exists(self) -> bool:
         await self.client.ping()
@@ -212,9 +167,8 @@ class SDKRedisCatalog:
         return out[: query.limit]
 
     async def _info(self, session_id: str, key: str) -> SessionInfo | None:
-        """The session's info, or None for a hash that is no SDK session (e.g. the meta key
-        ``P:{id}:meta`` of this package's layout under the same prefix): the SDK writes its
-        ``session_id`` into every session hash."""
+        """The session's info, or None for a hash without the SDK's ``session_id`` field (e.g.
+        this package's ``P:{id}:meta`` under the same prefix)."""
         (sid, created, updated), count = await asyncio.gather(
             self.client.hmget(key, "session_id", "created_at", "updated_at"),
             self.client.llen(f"{key}:messages"),
@@ -263,23 +217,18 @@ def open_sqlalchemy(
     check_identifier(messages_table, "messages_table")
     engine = create_async_engine(_inner_url(url), **(engine_kwargs or {}))
 
-    def make(sid: str) -> Any:
-        return SQLAlchemySession(
-            sid, engine=engine, create_tables=create_tables, sessions_table=sessions_table,
-            messages_table=messages_table, session_settings=session_settings,
-        )
+    make = partial(
+        SQLAlchemySession, engine=engine, create_tables=create_tables,
+        sessions_table=sessions_table, messages_table=messages_table,
+        session_settings=session_settings,
+    )
 
     def catalog() -> Any:
         from ..backends._catalog_sql import EngineCatalog
 
         return EngineCatalog(engine, sessions_table, messages_table, naive_times=True)
 
-    return SDKLayoutSession(
-        make(session_id),
-        shared=_Shared(engine, lambda e: e.dispose()),
-        make=make,
-        catalog=catalog,
-    )
+    return SDKLayoutSession(make(session_id), _Layout(make, catalog, engine.dispose))
 
 
 # -- MongoDB -------------------------------------------------------------------------------------
@@ -296,9 +245,8 @@ def open_mongodb(
     client_kwargs: dict[str, Any] | None = None,
     session_settings: Any = None,
 ) -> SDKLayoutSession:
-    """Open ``session_id`` with the SDK's ``MongoDBSession`` at ``sdk+mongodb://...``;
-    ``database`` defaults to the URI's, else the SDK's ``agents``. ``client``: use this client
-    (e.g. a test stand-in) instead of one made from the URL; it is not closed."""
+    """Open ``session_id`` with the SDK's ``MongoDBSession`` at ``sdk+mongodb://...`` (database:
+    the URI's, else ``agents``); a given ``client`` is used instead and not closed."""
     from agents.extensions.memory import MongoDBSession
 
     owned = client is None
@@ -310,39 +258,24 @@ def open_mongodb(
         from urllib.parse import urlsplit
 
         database = urlsplit(_inner_url(url)).path.lstrip("/") or SDK_MONGO_DATABASE
-    db_name: str = database
-
-    def make(sid: str) -> Any:
-        return MongoDBSession(
-            sid, client=client, database=db_name, sessions_collection=sessions_collection,
-            messages_collection=messages_collection, session_settings=session_settings,
-        )
-
-    async def release(c: Any) -> None:
-        if owned:
-            result = c.close()
-            if asyncio.iscoroutine(result):
-                await result
-
-    return SDKLayoutSession(
-        make(session_id),
-        shared=_Shared(client, release),
-        make=make,
-        catalog=lambda: SDKMongoCatalog(client[db_name], sessions_collection, messages_collection),
+    make = partial(
+        MongoDBSession, client=client, database=database,
+        sessions_collection=sessions_collection, messages_collection=messages_collection,
+        session_settings=session_settings,
     )
+    catalog = partial(SDKMongoCatalog, client[database], sessions_collection, messages_collection)
+    release = client.close if owned else lambda: None
+    return SDKLayoutSession(make(session_id), _Layout(make, catalog, release))
 
 
 class SDKMongoCatalog:
-    """The catalog of the SDK's MongoDB layout: session documents ``{session_id, created_at,
-    updated_at, _seq, _generation}``; message documents ``{session_id, seq, generation,
-    message_data: [JSON text, ...]}`` (older SDKs: one document per item, ``message_data``
-    text). Only the current generation's documents count (a clear advances it)."""
+    """The catalog of the SDK's MongoDB layout: session documents, and message documents with a
+    list of items in ``message_data`` (older SDKs: one item each); only those of the session's
+    current ``_generation`` count (a clear advances it)."""
 
     def __init__(self, db: Any, sessions: str, messages: str) -> None:
-        self.db = db
-        self.sessions = db[sessions]
-        self.messages = db[messages]
-        self.sessions_name = sessions
+        self.db, self.sessions_name = db, sessions
+        self.sessions, self.messages = db[sessions], db[messages]
 
     async def exists(self) -> bool:
         return self.sessions_name in await self.db.list_collection_names()
@@ -391,12 +324,6 @@ class SDKMongoCatalog:
 
 
 __all__ = [
-    "SDK_MESSAGES_TABLE",
-    "SDK_MONGO_DATABASE",
-    "SDK_REDIS_PREFIX",
-    "SDK_SESSIONS_TABLE",
-    "SDKLayoutSession",
-    "open_mongodb",
-    "open_redis",
-    "open_sqlalchemy",
+    "SDK_MESSAGES_TABLE", "SDK_MONGO_DATABASE", "SDK_REDIS_PREFIX", "SDK_SESSIONS_TABLE",
+    "SDKLayoutSession", "open_mongodb", "open_redis", "open_sqlalchemy"
 ]
