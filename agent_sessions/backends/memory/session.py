@@ -180,9 +180,7 @@ class InMemorySession(BaseSession):
 
     def catalog_store(self) -> CatalogStore:
         """Return the catalog of this session's store (see ``agent_sessions.ops.catalog``)."""
-        from .catalog import MemoryCatalog
-
-        return MemoryCatalog(self.store)
+        return self.store.catalog()
 
 
 def open_url(url: str, session_id: str, **options: Any) -> InMemorySession:

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .catalog import MemoryCatalog
+    from .session import InMemorySession
 
 
 @dataclass
@@ -33,6 +38,21 @@ class InMemoryStore:
             entries = self.sessions[session_id] = Entries()
         return entries
 
+    def session(self, session_id: str, **options: Any) -> InMemorySession:
+        """A session of this store (``options`` as for :class:`InMemorySession`)."""
+        from .session import InMemorySession
+
+        return InMemorySession(session_id, store=self, **options)
+
+    def catalog(self) -> MemoryCatalog:
+        """Return the catalog of this store (see ``agent_sessions.ops.catalog``)."""
+        from .catalog import MemoryCatalog
+
+        return MemoryCatalog(self)
+
+    async def close(self) -> None:
+        """Nothing to release: the sessions live as long as this object."""
+
     def session_ids(self) -> list[str]:
         """Return the ids of sessions that hold items."""
         with self.lock:
@@ -41,3 +61,9 @@ class InMemoryStore:
 
 DEFAULT_STORE = InMemoryStore()
 """The process-wide store used when no ``store`` is given: same id, same conversation."""
+
+
+def open_store(url: str) -> InMemoryStore:
+    """``open_store``'s opener for ``memory://``: the process-wide store, as ``open_session``
+    uses."""
+    return DEFAULT_STORE
