@@ -276,7 +276,7 @@ async def test_open_store_names_what_it_cannot_open() -> None:
 
     with pytest.raises(UnknownSchemeError, match="bare"):
         await open_store("bare://x")
-    with pytest.raises(UnknownSchemeError, match="sdk\\+redis.*no store"):
+    with pytest.raises(UnknownSchemeError, match=r"sdk\+redis.*no store"):
         await open_store("sdk+redis://localhost")
     store = await open_store("sqlite:///:memory:")
     async with store.session("s") as session:

@@ -21,6 +21,7 @@ from tests.matrix import (
     STACKS,
     Backend,
     Stack,
+    mongodb_standin_store,
     reset_standins,
 )
 from tests.servers import REDIS_URL, drop_redis_keys, drop_sql_tables
@@ -94,11 +95,12 @@ STORE_SUITES: dict[str, dict[str, Any]] = {
     "memory": {"url": "memory://"},
     "sqlite": {"url": f"sqlite:///{_SQLITE_DIR}/matrix.db"},
     "redis": {"url": REDIS_URL, "session_options": _REDIS_KEYS, "catalog_options": _REDIS_KEYS},
+    "mongodb": {"url": "mongodb://", "open_store": lambda self: mongodb_standin_store()},
 }
 """The store tier per backend URL (the SQL stores' wiring comes with backends/sql/store.py)."""
 
 for _name, _store_attrs in STORE_SUITES.items():
-    _needs = next(b.needs for b in BACKENDS if b.name == _name)
+    _needs = next((b.needs for b in BACKENDS if b.name == _name), None)
     _store_suite = "Test_store_" + _name
     _store_attrs["needs"] = staticmethod(_needs) if _needs else None
     globals()[_store_suite] = type(_store_suite, (_StoreSuite,), _store_attrs)

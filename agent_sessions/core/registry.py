@@ -281,7 +281,10 @@ async def _open_sql_alias(url: str, session_id: str, **options: Any) -> Session:
 for _scheme, (_candidates, _extra) in _ALIASES.items():
     register_scheme(_scheme, _open_sql_alias, extra=_extra)
 for _scheme in ("mongodb", "mongodb+srv"):
-    register_scheme(_scheme, "agent_sessions.backends.mongodb:open_url", extra="mongodb")
+    register_scheme(
+        _scheme, "agent_sessions.backends.mongodb:open_url", extra="mongodb",
+        store="agent_sessions.backends.mongodb:open_store",
+    )
 # The Agents SDK's own layouts, opened in place by the SDK's classes (ops/sdk_layouts.py).
 _SDK = "agent_sessions.ops.sdk_layouts:open_"
 for _scheme in ("sdk+redis", "sdk+rediss"):
