@@ -38,6 +38,9 @@ _LAZY = {
     "SupportsRangeDelete": "agent_sessions.core.capabilities",
     "SupportsSequencedItems": "agent_sessions.core.capabilities",
     "open_session": "agent_sessions.core.registry",
+    "open_store": "agent_sessions.core.registry",
+    "Store": "agent_sessions.core.registry",
+    "SQLiteStore": "agent_sessions.backends.sqlite",
     "register_scheme": "agent_sessions.core.registry",
     "registered_schemes": "agent_sessions.core.registry",
     "RedisSession": "agent_sessions.backends.redis",
@@ -96,6 +99,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .backends.memory import InMemorySession as InMemorySession
     from .backends.memory import InMemoryStore as InMemoryStore
     from .backends.sqlite import SQLiteSession as SQLiteSession
+    from .backends.sqlite import SQLiteStore as SQLiteStore
     from .core.base import BaseSession as BaseSession
     from .core.capabilities import Capability as Capability
     from .core.capabilities import SupportsNativeExpiry as SupportsNativeExpiry
@@ -103,7 +107,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.capabilities import SupportsSequencedItems as SupportsSequencedItems
     from .core.capabilities import capabilities_of as capabilities_of
     from .core.capabilities import supports as supports
+    from .core.registry import Store as Store
     from .core.registry import open_session as open_session
+    from .core.registry import open_store as open_store
     from .core.registry import register_scheme as register_scheme
     from .core.registry import registered_schemes as registered_schemes
 

@@ -86,6 +86,14 @@ async def _mongodb_standin(session_id: str) -> Session:
     return MongoDBSession(session_id, client=_MONGO_STANDIN, database=f"matrix{_RUN}")
 
 
+async def mongodb_standin_store() -> Any:
+    """A store over the run's MongoDB stand-in client (which it leaves open)."""
+    from agent_sessions.backends.mongodb import MongoDBStore
+
+    await _mongodb_standin("store")  # makes the stand-in client
+    return MongoDBStore(_MONGO_STANDIN, owned=False, database=f"matrix{_RUN}")
+
+
 SQL_PREFIX = f"matrix{_RUN}_"
 """Table prefix of the SQL backends' tables; tests/test_matrix.py drops them at the end."""
 

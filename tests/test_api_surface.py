@@ -267,3 +267,19 @@ async def test_many_open_session_calls_on_one_redis_url_share_one_pool() -> None
 
 def test_missing_dependency_error_is_an_import_error() -> None:
     assert issubclass(MissingDependencyError, ImportError)
+
+
+@pytest.mark.asyncio
+async def test_open_store_names_what_it_cannot_open() -> None:
+    from agent_sessions import open_store
+    from agent_sessions.errors import UnknownSchemeError
+
+    with pytest.raises(UnknownSchemeError, match="bare"):
+        await open_store("bare://x")
+    with pytest.raises(UnknownSchemeError, match=r"sdk\+redis.*no store"):
+        await open_store("sdk+redis://localhost")
+    store = await open_store("sqlite:///:memory:")
+    async with store.session("s") as session:
+        await session.add_items([{"role": "user", "content": "x"}])
+        assert len(await store.session("s").get_items()) == 1
+    await store.close()

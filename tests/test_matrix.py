@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from agents.memory import Session
 
-from agent_sessions.testing import SessionConformanceSuite
+from agent_sessions import open_store
+from agent_sessions.testing import SessionConformanceSuite, StoreConformance
 from tests.matrix import (
+    _SQLITE_DIR,
     BACKENDS,
     REDIS_PREFIX,
     SQL_PREFIX,
@@ -19,6 +21,7 @@ from tests.matrix import (
     STACKS,
     Backend,
     Stack,
+    mongodb_standin_store,
     reset_standins,
 )
 from tests.servers import REDIS_URL, drop_redis_keys, drop_sql_tables
@@ -75,3 +78,29 @@ for _backend in BACKENDS:
         }
         _name = _suite_name(_backend.name, _stack_name)
         globals()[_name] = type(_name, (_MatrixSuite,), _attrs)
+
+
+class _StoreSuite(StoreConformance):
+    url: str
+    needs: Any = None
+
+    async def open_store(self) -> Any:
+        if self.needs is not None:
+            self.needs()
+        return await open_store(self.url)
+
+
+_REDIS_KEYS = {"key_prefix": REDIS_PREFIX}
+STORE_SUITES: dict[str, dict[str, Any]] = {
+    "memory": {"url": "memory://"},
+    "sqlite": {"url": f"sqlite:///{_SQLITE_DIR}/matrix.db"},
+    "redis": {"url": REDIS_URL, "session_options": _REDIS_KEYS, "catalog_options": _REDIS_KEYS},
+    "mongodb": {"url": "mongodb://", "open_store": lambda self: mongodb_standin_store()},
+}
+"""The store tier per backend URL (the SQL stores' wiring comes with backends/sql/store.py)."""
+
+for _name, _store_attrs in STORE_SUITES.items():
+    _needs = next((b.needs for b in BACKENDS if b.name == _name), None)
+    _store_suite = "Test_store_" + _name
+    _store_attrs["needs"] = staticmethod(_needs) if _needs else None
+    globals()[_store_suite] = type(_store_suite, (_StoreSuite,), _store_attrs)

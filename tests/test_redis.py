@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import pytest
@@ -706,7 +706,6 @@ async def test_a_checked_pop_removes_exactly_the_item_it_checked(
 ) -> None:
     from cryptography.fernet import Fernet
 
-    from agent_sessions.backends.redis import session as backend
     from agent_sessions.wrappers.encrypted import EncryptedSession, KeyMismatchError
 
     def open_as(key: str) -> EncryptedSession:
@@ -719,28 +718,29 @@ async def test_a_checked_pop_removes_exactly_the_item_it_checked(
     session_id = f"checked-pop-{uuid.uuid4().hex[:8]}"
     good, other = open_as(Fernet.generate_key().decode()), open_as(Fernet.generate_key().decode())
     items_key = good.inner.keys[0]  # type: ignore[attr-defined]
+    backend = cast(RedisSession, good.inner)
 
     async def stored() -> int:
         return int(await raw.zcard(items_key))
 
     await good.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
-    stale = backend._NEWEST[items_key]
+    stale = backend._newest
     assert texts([await good.pop_item()]) == ["b"]
-    backend._NEWEST[items_key] = stale  # the process's guess is an item popped since
+    backend._newest = stale  # the process's guess is an item popped since
     assert texts([await good.pop_item()]) == ["a"]
     assert await stored() == 0
 
     await good.add_items([{"role": "user", "content": "c"}])
-    readable = backend._NEWEST[items_key]
+    readable = backend._newest
     await other.add_items([{"role": "user", "content": "x"}])  # another key's item on top
-    backend._NEWEST[items_key] = readable  # the guess is readable but no longer the newest
+    backend._newest = readable  # the guess is readable but no longer the newest
     for _ in range(2):
         with pytest.raises(KeyMismatchError):
             await good.pop_item()
         assert await stored() == 2, "a wrong key never removes anything"
-    unreadable = backend._NEWEST[items_key]
+    unreadable = backend._newest
     assert texts([await other.pop_item()]) == ["x"]
-    backend._NEWEST[items_key] = unreadable  # a guess this key cannot open, popped since
+    backend._newest = unreadable  # a guess this key cannot open, popped since
     assert texts([await good.pop_item()]) == ["c"]
 
     await good.add_items([{"role": "user", "content": "d"}])

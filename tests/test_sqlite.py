@@ -129,11 +129,11 @@ async def test_sessions_of_one_file_share_one_connection(tmp_path: Path) -> None
     a, b = SQLiteSession("a", path), SQLiteSession("b", Path(path))
     await a.add_items([{"role": "user", "content": "x"}])
     await b.add_items([{"role": "user", "content": "y"}])
-    assert a._db is b._db and a._db.conn is not None
+    assert a.store is b.store and a.store.conn is not None
     await a.close()
     assert texts(await b.get_items()) == ["y"]  # closing one session keeps the shared connection
     await b.close()
-    assert b._db.conn is None
+    assert b.store.conn is None
 
 
 @pytest.mark.asyncio

@@ -87,7 +87,7 @@ def test_a_session_closed_by_another_loop_frees_the_worker(tmp_path: Path) -> No
     path = str(tmp_path / "close.db")
     session = SQLiteSession("s", path)
     asyncio.run(session.add_items([_msg("a")]))
-    worker = session._db._thread
+    worker = session.store._thread
     assert worker is not None and worker.is_alive()
     asyncio.run(session.close())
     worker.join(10)
@@ -113,7 +113,7 @@ async def test_a_second_session_with_other_settings_gets_them(tmp_path: Path) ->
     assert await _pragma(default, "busy_timeout") == 5000
     assert await _pragma(durable, "synchronous") == 2  # FULL
     assert await _pragma(durable, "busy_timeout") == 30000
-    assert durable._db is again._db and durable._db is not default._db
+    assert durable.store is again.store and durable.store is not default.store
     assert texts(await again.get_items()) == []
     assert texts(await SQLiteSession("a", path, synchronous="FULL").get_items()) == ["x"]
     for s in (default, durable, again):
@@ -194,7 +194,7 @@ def test_closing_from_one_thread_while_others_write_never_hangs_them(tmp_path: P
         threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
         for t in threads:
             t.start()
-        asyncio.run(session._db.release())  # the shared connection's last user goes away
+        asyncio.run(session.store.release())  # the shared connection's last user goes away
         for t in threads:
             t.join(60)
         assert set(outcomes) <= {"ran", "refused"} and len(outcomes) == 4, outcomes

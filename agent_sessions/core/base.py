@@ -296,7 +296,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         out: list[tuple[int, TResponseInputItem]] = []
         rows = await self._load(limit, after, before)
         if rows:
-            self._seen_written()
+            self.listed()
         for seq, payload in rows:
             item = self._decode(payload, seq)
             if item is not None:
@@ -331,7 +331,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         for session, limit, _, _ in members:
             rows = next(loaded) if limit is None or limit > 0 else []
             if rows:
-                session._seen_written()
+                session.listed()
             decoded = [(seq, session._decode(payload, seq)) for seq, payload in rows]
             out.append([(seq, item) for seq, item in decoded if item is not None])
         return out
@@ -548,9 +548,19 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         """The purposes of every side store ever written in this session's family."""
         return purposes_in(await self.side_store(REGISTRY).get_items())
 
-    def _seen_written(self) -> None:
-        """This side store holds items, so its first writer listed it in the family registry
-        (``_register`` runs before a member's first write): this object need not check."""
+    @property
+    def unlisted(self) -> tuple[BaseSession, str] | None:
+        """``(registry, purpose)`` while this object has not listed its side store in its
+        family's registry (it does before its first write, or a backend's family write does
+        it in the same step and then calls :meth:`listed`); None otherwise."""
+        if self._registration is None:
+            return None
+        owner, purpose = self._registration
+        return owner.side_store(REGISTRY), purpose
+
+    def listed(self) -> None:
+        """This side store is listed in its family's registry (it holds items, or a family
+        write listed it): this object need not check again."""
         self._registration = None
 
     async def _register(self) -> None:

@@ -1,4 +1,5 @@
-"""``open_session(url, session_id)``: one entry point for every backend, by URL scheme."""
+"""``open_session(url, session_id)`` and ``open_store(url)``: one entry point for every
+backend, by URL scheme."""
 
 from __future__ import annotations
 
@@ -23,19 +24,29 @@ Opener = Callable[..., Session | Awaitable[Session]]
 class _Entry:
     target: str | Opener  # "module:function" is imported on first use
     extra: str | None
+    store: str | Callable[..., Any] | None = None  # open_store's opener, likewise
 
 
 _SCHEMES: dict[str, _Entry] = {}
 
 
-def register_scheme(scheme: str, opener: str | Opener, *, extra: str | None = None) -> None:
-    """Make ``open_session`` handle URLs starting with ``scheme://``.
+def register_scheme(
+    scheme: str,
+    opener: str | Opener,
+    *,
+    extra: str | None = None,
+    store: str | Callable[..., Any] | None = None,
+) -> None:
+    """Make ``open_session`` (and, given ``store``, ``open_store``) handle URLs starting with
+    ``scheme://``.
 
-    ``opener`` is a callable or a ``"package.module:function"`` string imported lazily, so
-    registering costs nothing until used. ``extra`` names the pip extra that provides the
-    driver, for the error message when it is missing.
+    ``opener`` (``opener(url, session_id, **options)``) and ``store``
+    (``store(url, **options)``, returning a :class:`Store` or an awaitable of one) are
+    callables or ``"package.module:function"`` strings imported lazily, so registering costs
+    nothing until used. ``extra`` names the pip extra that provides the driver, for the error
+    message when it is missing.
     """
-    _SCHEMES[scheme.lower()] = _Entry(opener, extra)
+    _SCHEMES[scheme.lower()] = _Entry(opener, extra, store)
 
 
 def registered_schemes() -> list[str]:
@@ -43,10 +54,11 @@ def registered_schemes() -> list[str]:
     return sorted(_SCHEMES)
 
 
-def _resolve(scheme: str, entry: _Entry) -> Opener:
-    if callable(entry.target):
-        return entry.target
-    module_name, _, attr = entry.target.partition(":")
+def _resolve(scheme: str, entry: _Entry, target: str | Callable[..., Any] | None = None) -> Any:
+    target = entry.target if target is None else target
+    if callable(target):
+        return target
+    module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -55,8 +67,7 @@ def _resolve(scheme: str, entry: _Entry) -> Opener:
             f"installed; install it with: {install_hint(entry.extra)}",
             name=exc.name,
         ) from exc
-    opener: Opener = getattr(module, attr)
-    return opener
+    return getattr(module, attr)
 
 
 @runtime_checkable
@@ -131,9 +142,17 @@ async def open_session(url: str, session_id: str, **options: Any) -> ClosableSes
         UnknownSchemeError: no backend handles the URL's scheme.
         MissingDependencyError: the backend's optional driver is not installed.
     """
+    scheme, entry = _lookup(url, "open_session")
+    result = await _call(scheme, entry, _resolve(scheme, entry), url, session_id, **options)
+    if isinstance(result, ClosableSession):
+        return result
+    return _Closable(result)
+
+
+def _lookup(url: str, caller: str) -> tuple[str, _Entry]:
     if not isinstance(url, str) or "://" not in url:
         raise UnknownSchemeError(
-            f"open_session needs a URL like 'sqlite:///file.db' or 'memory://', got {url!r}"
+            f"{caller} needs a URL like 'sqlite:///file.db' or 'memory://', got {url!r}"
         )
     scheme = urlsplit(url).scheme.lower()
     entry = _SCHEMES.get(scheme)
@@ -142,11 +161,15 @@ async def open_session(url: str, session_id: str, **options: Any) -> ClosableSes
             f"no backend handles the URL scheme {scheme!r}; known schemes: "
             f"{', '.join(registered_schemes())}"
         )
-    opener = _resolve(scheme, entry)
+    return scheme, entry
+
+
+async def _call(scheme: str, entry: _Entry, opener: Callable[..., Any], *args: Any,
+                **options: Any) -> Any:
+    """``opener(*args, **options)``, awaited if need be; a missing driver is named."""
     try:
-        result = opener(url, session_id, **options)
-        if isinstance(result, Awaitable):
-            result = await result
+        result = opener(*args, **options)
+        return await result if isinstance(result, Awaitable) else result
     except ImportError as exc:  # a driver imported on first use (e.g. by the SDK's classes)
         if isinstance(exc, MissingDependencyError) or entry.extra is None:
             raise
@@ -156,20 +179,62 @@ async def open_session(url: str, session_id: str, **options: Any) -> ClosableSes
             f"with: {install_hint(entry.extra)}",
             name=exc.name,
         ) from exc
-    if isinstance(result, ClosableSession):
-        return result
-    return _Closable(result)
 
 
-register_scheme("memory", "agent_sessions.backends.memory:open_url")
-register_scheme("sqlite", "agent_sessions.backends.sqlite:open_url")
+@runtime_checkable
+class Store(Protocol):
+    """What :func:`open_store` returns: one backend's connection, setup and catalog, shared
+    by cheap session handles."""
+
+    def session(self, session_id: str, **options: Any) -> ClosableSession:
+        """A session handle on this store (``options``: the backend's per-session ones)."""
+        ...
+
+    def catalog(self) -> Any:
+        """The catalog of this store's sessions (see ``agent_sessions.ops.catalog``)."""
+        ...
+
+    async def close(self) -> None:
+        """Give back this store; its handles stop working when nothing else holds it."""
+        ...
+
+
+async def open_store(url: str, **options: Any) -> Store:
+    """Open the store named by ``url`` (the URLs of :func:`open_session`); ``options`` are
+    the backend's store options (connection settings, not per-session ones). Stores of one
+    URL and options may be shared; ``await store.close()`` gives this one back.
+
+    Raises:
+        UnknownSchemeError: no backend handles the URL's scheme, or it has no store.
+        MissingDependencyError: the backend's optional driver is not installed.
+    """
+    url = driver_url(url) if isinstance(url, str) else url
+    scheme, entry = _lookup(url, "open_store")
+    if entry.store is None:
+        raise UnknownSchemeError(f"the {scheme}:// backend has no store; use open_session")
+    store: Store = await _call(scheme, entry, _resolve(scheme, entry, entry.store), url, **options)
+    return store
+
+
+register_scheme(
+    "memory", "agent_sessions.backends.memory:open_url",
+    store="agent_sessions.backends.memory:open_store",
+)
+register_scheme(
+    "sqlite", "agent_sessions.backends.sqlite:open_url",
+    store="agent_sessions.backends.sqlite:open_store",
+)
 for _scheme in ("redis", "rediss"):
-    register_scheme(_scheme, "agent_sessions.backends.redis:open_url", extra="redis")
+    register_scheme(
+        _scheme, "agent_sessions.backends.redis:open_url", extra="redis",
+        store="agent_sessions.backends.redis:open_store",
+    )
 _SQLALCHEMY = "agent_sessions.backends.sqlalchemy:open_url"
-register_scheme("postgresql+asyncpg", _SQLALCHEMY, extra="postgres")
+_SQL_STORE = "agent_sessions.backends.sql.store:open_store"
+register_scheme("postgresql+asyncpg", _SQLALCHEMY, extra="postgres", store=_SQL_STORE)
 for _scheme in ("mysql+asyncmy", "mysql+aiomysql", "mariadb+asyncmy", "mariadb+aiomysql"):
-    register_scheme(_scheme, _SQLALCHEMY, extra="mysql")
-register_scheme("sqlite+aiosqlite", _SQLALCHEMY, extra="sqlalchemy")
+    register_scheme(_scheme, _SQLALCHEMY, extra="mysql", store=_SQL_STORE)
+register_scheme("sqlite+aiosqlite", _SQLALCHEMY, extra="sqlalchemy", store=_SQL_STORE)
 
 # Plain database URLs, as other tools write them: mapped to the async driver that is installed.
 _ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -206,15 +271,20 @@ def driver_url(url: str) -> str:
 async def _open_sql_alias(url: str, session_id: str, **options: Any) -> Session:
     target = driver_url(url)
     scheme = target.partition("://")[0]
-    opener = _resolve(scheme, _SCHEMES[scheme])
-    result = opener(target, session_id, **options)
-    return await result if isinstance(result, Awaitable) else result
+    session: Session = await _call(
+        scheme, _SCHEMES[scheme], _resolve(scheme, _SCHEMES[scheme]), target, session_id,
+        **options,
+    )
+    return session
 
 
 for _scheme, (_candidates, _extra) in _ALIASES.items():
     register_scheme(_scheme, _open_sql_alias, extra=_extra)
 for _scheme in ("mongodb", "mongodb+srv"):
-    register_scheme(_scheme, "agent_sessions.backends.mongodb:open_url", extra="mongodb")
+    register_scheme(
+        _scheme, "agent_sessions.backends.mongodb:open_url", extra="mongodb",
+        store="agent_sessions.backends.mongodb:open_store",
+    )
 # The Agents SDK's own layouts, opened in place by the SDK's classes (ops/sdk_layouts.py).
 _SDK = "agent_sessions.ops.sdk_layouts:open_"
 for _scheme in ("sdk+redis", "sdk+rediss"):

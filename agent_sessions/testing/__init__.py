@@ -19,6 +19,7 @@ from .conformance import (
     StrictConformance,
 )
 from .helpers import item_text, model_input_texts, scripted_agent, texts
+from .store import StoreConformance
 
 __all__ = [
     "HOSTILE_ID_SUFFIXES",
@@ -33,6 +34,7 @@ __all__ = [
     "SequencedWriteConformance",
     "SequencingConformance",
     "SessionConformanceSuite",
+    "StoreConformance",
     "StrictConformance",
     "item_text",
     "model_input_texts",

@@ -1,20 +1,107 @@
-"""In-process backend: a dict of sessions in one Python process, nothing persisted."""
+"""In-process backend: a dict of sessions in one Python process, nothing persisted.
+
+An :class:`InMemoryStore` holds every session's items (JSON text) and its catalog; an
+:class:`InMemorySession` is a handle on one store (the process-wide :data:`DEFAULT_STORE` by
+default)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ...core.catalog import CatalogQuery, SessionInfo, family_root, utc
 from ...errors import SequenceConflictError
-from .store import DEFAULT_STORE, Entries, InMemoryStore
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from ...core.catalog import CatalogStore
+
+
+@dataclass
+class Entries:
+    """One session's items (JSON text) with their sequence numbers and times."""
+
+    seqs: list[int] = field(default_factory=list)
+    payloads: list[str] = field(default_factory=list)
+    next_seq: int = 1
+    created: float = 0.0
+    updated: float = 0.0
+
+
+class InMemoryStore:
+    """Holds sessions for :class:`InMemorySession`; thread-safe. Items are kept as JSON text,
+    so callers never share mutable objects with the store."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, Entries] = {}
+        """Each session's items by id; read and written only under ``lock``."""
+        self.lock = threading.Lock()
+
+    def entries(self, session_id: str) -> Entries:
+        """Return the entries of ``session_id``, made empty if new (call under ``lock``)."""
+        entries = self.sessions.get(session_id)
+        if entries is None:
+            entries = self.sessions[session_id] = Entries()
+        return entries
+
+    def session(self, session_id: str, **options: Any) -> InMemorySession:
+        """A session of this store (``options`` as for :class:`InMemorySession`)."""
+        return InMemorySession(session_id, store=self, **options)
+
+    def catalog(self) -> MemoryCatalog:
+        """Return the catalog of this store (see ``agent_sessions.ops.catalog``)."""
+        return MemoryCatalog(self)
+
+    async def close(self) -> None:
+        """Nothing to release: the sessions live as long as this object."""
+
+    def session_ids(self) -> list[str]:
+        """Return the ids of sessions that hold items."""
+        with self.lock:
+            return [sid for sid, e in self.sessions.items() if e.seqs]
+
+
+DEFAULT_STORE = InMemoryStore()
+"""The process-wide store used when no ``store`` is given: same id, same conversation."""
+
+
+def open_store(url: str) -> InMemoryStore:
+    """``open_store``'s opener for ``memory://``: the process-wide store, as ``open_session``
+    uses."""
+    return DEFAULT_STORE
+
+
+class MemoryCatalog:
+    """Lists and deletes the sessions of one in-process store."""
+
+    def __init__(self, store: InMemoryStore) -> None:
+        self.store = store
+
+    async def exists(self) -> bool:
+        return True
+
+    async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
+        with self.store.lock:
+            infos = [
+                SessionInfo(sid, utc(e.created or None), utc(e.updated or None), len(e.seqs))
+                for sid, e in self.store.sessions.items()
+            ]
+        infos.sort(key=lambda info: info.session_id)
+        return [info for info in infos if query.matches(info)][: query.limit]
+
+    async def family_ids(self, session_id: str) -> list[str]:
+        with self.store.lock:
+            return [sid for sid in self.store.sessions if family_root(sid) == session_id]
+
+    async def delete(self, session_ids: Sequence[str]) -> int:
+        with self.store.lock:
+            return sum(self.store.sessions.pop(sid, None) is not None for sid in session_ids)
 
 
 def _window(entries: Entries, after: int | None, before: int | None) -> tuple[int, int]:
@@ -180,9 +267,7 @@ class InMemorySession(BaseSession):
 
     def catalog_store(self) -> CatalogStore:
         """Return the catalog of this session's store (see ``agent_sessions.ops.catalog``)."""
-        from .catalog import MemoryCatalog
-
-        return MemoryCatalog(self.store)
+        return self.store.catalog()
 
 
 def open_url(url: str, session_id: str, **options: Any) -> InMemorySession:
@@ -190,4 +275,4 @@ def open_url(url: str, session_id: str, **options: Any) -> InMemorySession:
     return InMemorySession(session_id, **options)
 
 
-__all__ = ["InMemorySession", "open_url"]
+__all__ = ["DEFAULT_STORE", "InMemorySession", "InMemoryStore", "open_store", "open_url"]

@@ -6,7 +6,9 @@ from .session import (
     DEFAULT_SERVER_SELECTION_TIMEOUT_MS,
     MAX_BATCH_BYTES,
     MongoDBSession,
+    MongoDBStore,
     make_client,
+    open_store,
     open_url,
 )
 
@@ -16,6 +18,8 @@ __all__ = [
     "DEFAULT_SERVER_SELECTION_TIMEOUT_MS",
     "MAX_BATCH_BYTES",
     "MongoDBSession",
+    "MongoDBStore",
     "make_client",
+    "open_store",
     "open_url",
 ]

@@ -129,22 +129,49 @@ def make_client(uri: str, **client_kwargs: Any) -> AsyncMongoClient[Any]:
         raise ValueError(f"invalid MongoDB URI or client option: {exc}") from exc
 
 
-class _ClientHandle:
-    """A client shared by a session and its siblings; closed with the last of them if owned."""
+class MongoDBStore:
+    """One MongoDB client and database: the sessions' collections and their catalog. Each
+    session opened on it holds a share; the last to give its share back closes an owned
+    client.
 
-    def __init__(self, client: Any, owned: bool) -> None:
+    Use :func:`open_store`; :meth:`session` opens a handle.
+    """
+
+    def __init__(self, client: Any, owned: bool, database: str = DEFAULT_DATABASE) -> None:
         self.client = client
         self.owned = owned
+        self.database = database
         self.users = 1
         self.close_pending = False  # the owned client's close failed or was cancelled
         self._lock = threading.Lock()
 
-    def share(self) -> _ClientHandle:
+    def session(self, session_id: str, **options: Any) -> MongoDBSession:
+        """A session of this store (``options`` as for :class:`MongoDBSession`, without the
+        client and database), holding a share of it until closed."""
+        return MongoDBSession(
+            session_id, client=self.client, database=self.database, _store=self.share(),
+            **options,
+        )
+
+    def catalog(self, **collections: Any) -> Any:
+        """Return the catalog of the collections named by ``collections``
+        (``collection_prefix``, ``sessions_collection``, ``messages_collection``)."""
+        return MongoDBSession(
+            "catalog", client=self.client, database=self.database, **collections
+        ).catalog_store()
+
+    async def close(self) -> None:
+        """Give back the hold :func:`open_store` took (sessions still open keep the client)."""
+        await self.release()
+
+    def share(self) -> MongoDBStore:
+        """One user more (a session opened on this store)."""
         with self._lock:
             self.users += 1
         return self
 
     async def release(self) -> None:
+        """One user fewer; the last closes an owned client."""
         with self._lock:
             self.users -= 1
             last = self.users == 0
@@ -257,7 +284,7 @@ class MongoDBSession(BaseSession):
         collection_prefix: str = "",
         sessions_collection: str | None = None,
         messages_collection: str | None = None,
-        _handle: _ClientHandle | None = None,
+        _store: MongoDBStore | None = None,
         **options: Unpack[StoreOptions],
     ) -> None:
         super().__init__(session_id, **options)
@@ -275,7 +302,7 @@ class MongoDBSession(BaseSession):
         self.collection_prefix = collection_prefix
         self.sessions_collection = sessions_collection or f"{collection_prefix}sessions"
         self.messages_collection = messages_collection or f"{collection_prefix}messages"
-        self._handle = _handle or _ClientHandle(client, owned=False)
+        self.store = _store or MongoDBStore(client, owned=False, database=database)
         db = client[database]
         self.counters = db[self.sessions_collection]
         """The counter documents' collection (one per session)."""
@@ -309,41 +336,36 @@ class MongoDBSession(BaseSession):
         ``session_id`` is refused before any client is made.
         """
         validate_session_id(session_id)
-        client = make_client(uri, **dict(client_kwargs or {}))
-        if database is None:
-            try:
-                database = client.get_default_database().name
-            except ConfigurationError:  # the URI names no database
-                database = DEFAULT_DATABASE
+        store = open_store(uri, database=database, client_kwargs=client_kwargs)
         try:
             return cls(
                 session_id,
-                client=client,
-                database=database,
+                client=store.client,
+                database=store.database,
                 collection_prefix=collection_prefix,
                 sessions_collection=sessions_collection,
                 messages_collection=messages_collection,
                 session_settings=session_settings,
                 max_item_bytes=max_item_bytes,
                 strict=strict,
-                _handle=_ClientHandle(client, owned=True),
+                _store=store,
             )
         except BaseException:
-            _close_soon(client)
+            _close_soon(store.client)
             raise
 
     @property
     def client(self) -> Any:
         """The MongoDB client this session uses."""
-        return self._handle.client
+        return self.store.client
 
     def _member_options(self) -> dict[str, Any]:
         return {
-            "client": self._handle.client,
+            "client": self.store.client,
             "database": self.database,
             "sessions_collection": self.sessions_collection,
             "messages_collection": self.messages_collection,
-            "_handle": self._handle.share(),
+            "_store": self.store.share(),
         }
 
     @property
@@ -382,7 +404,7 @@ class MongoDBSession(BaseSession):
         """Return whether the server answers (the SDK's method)."""
         self._check_open()
         try:
-            await self._handle.client.admin.command("ping")
+            await self.store.client.admin.command("ping")
         except Exception:
             return False
         return True
@@ -390,7 +412,7 @@ class MongoDBSession(BaseSession):
     # -- the storage hooks -----------------------------------------------------------------
 
     async def _ensure_indexes(self) -> None:
-        client = self._handle.client
+        client = self.store.client
         names = (self.database, self.sessions_collection, self.messages_collection)
         await _IndexRegistry.ensure(client, (id(client), *names, False), self._create_index)
         if self._ttl is not None:
@@ -961,20 +983,20 @@ class MongoDBSession(BaseSession):
         """Close the session (see :meth:`BaseSession.close`). If closing the client it owns
         failed or was cancelled, the session stays closed and a later ``close()`` tries the
         client's close again, as the SDK's does."""
-        if self._closing is not None and self._closing.failed and self._handle.close_pending:
+        if self._closing is not None and self._closing.failed and self.store.close_pending:
             self._closing = None
         return super().close()
 
     async def _close(self) -> None:
         if self._share_released:  # a retry: only the client's close is left to do
-            if self._handle.close_pending:
-                await self._handle.close_client()
+            if self.store.close_pending:
+                await self.store.close_client()
             return
         self._share_released = True
-        await self._handle.release()
+        await self.store.release()
 
     def _owns_resources(self) -> bool:
-        return self._handle.owned  # the caller's own client: close() is a no-op, as the SDK's
+        return self.store.owned  # the caller's own client: close() is a no-op, as the SDK's
 
     def catalog_store(self) -> Any:
         """Return the catalog of these collections (see ``agent_sessions.ops.catalog``)."""
@@ -994,6 +1016,20 @@ def _close_soon(client: Any) -> None:
         result.close()  # nothing connected yet: there is nothing to release
 
 
+def open_store(
+    url: str, *, database: str | None = None, client_kwargs: dict[str, Any] | None = None
+) -> MongoDBStore:
+    """Open a store with a new client for ``url`` (arguments as in
+    :meth:`MongoDBSession.from_uri`); ``await store.close()`` when done."""
+    client = make_client(url, **dict(client_kwargs or {}))
+    if database is None:
+        try:
+            database = client.get_default_database().name
+        except ConfigurationError:  # the URI names no database
+            database = DEFAULT_DATABASE
+    return MongoDBStore(client, owned=True, database=database)
+
+
 def open_url(url: str, session_id: str, **options: Any) -> MongoDBSession:
     """Open ``session_id`` at a ``mongodb://`` or ``mongodb+srv://`` URL (for open_session).
 
@@ -1009,6 +1045,8 @@ __all__ = [
     "DEFAULT_SERVER_SELECTION_TIMEOUT_MS",
     "MAX_BATCH_BYTES",
     "MongoDBSession",
+    "MongoDBStore",
     "make_client",
+    "open_store",
     "open_url",
 ]

@@ -45,7 +45,6 @@ from agents.memory.session_settings import SessionSettings
 from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, pop_checked_by_api
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
-from ...core.family import REGISTRY
 from ...core.options import explicit_options
 from ...errors import BackendDataError, BackendUnavailableError, SequenceConflictError
 from .layout import (
@@ -88,20 +87,8 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
-_NEWEST: dict[str, str | bytes] = {}
-"""The newest member this process wrote or read, per items key: the guess a checked pop
-verifies first (stale is harmless: the server pops only an exact match)."""
-_NEWEST_MAX = 1024
 _NEWEST_BYTES = 64 * 1024
 _UNDECODABLE = object()
-
-
-def _note_newest(key: str, member: str | bytes | None) -> None:
-    _NEWEST.pop(key, None)
-    if member is not None and len(member) <= _NEWEST_BYTES:
-        if len(_NEWEST) >= _NEWEST_MAX:
-            del _NEWEST[next(iter(_NEWEST))]
-        _NEWEST[key] = member
 
 
 def _is_int(text: str | bytes) -> bool:
@@ -117,51 +104,89 @@ def _member(seq: int, text: str | bytes) -> str | bytes:
     return f"{seq}:{text}" if isinstance(text, str) else b"%d:%s" % (seq, text)
 
 
-class _SharedClient:
-    """A client used by a session and its siblings; closed with the last of them if owned.
+class RedisStore:
+    """One Redis client (its connection pool): the sessions' keys under any prefix and
+    their catalog. Stores opened from one URL and options in one event loop are shared (one
+    pool); the last user to give its hold back closes the client if it is owned.
 
-    Clients made from a URL inside a running event loop are shared by every session opened
-    with the same URL and options in that loop (one connection pool, as the SQL engines are);
-    ``key`` is their entry in ``_by_url``.
+    Use :func:`open_store`; :meth:`session` opens a handle.
     """
 
-    _by_url: ClassVar[dict[tuple[Any, ...], _SharedClient]] = {}
+    _by_url: ClassVar[dict[tuple[Any, ...], RedisStore]] = {}
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(
-        self, client: Redis | RedisCluster, owned: bool, key: tuple[Any, ...] | None = None
+        self,
+        client: Redis | RedisCluster,
+        owned: bool,
+        key: tuple[Any, ...] | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
     ) -> None:
         self.client = client
         self.owned = owned
         self.users = 1
         self.key = key
+        self.timeout = timeout
 
     @classmethod
     def for_url(
-        cls, key: tuple[Any, ...], build: Callable[[], Redis | RedisCluster]
-    ) -> _SharedClient:
-        """Return the loop's shared client for ``key`` (built on first use), one more user."""
+        cls, url: str, redis_kwargs: dict[str, Any] | None, cluster: bool, timeout: float | None
+    ) -> RedisStore:
+        """Return the running loop's shared store for these arguments (built on first use),
+        one user more; outside a loop, a store of its own."""
+
+        def build() -> Redis | RedisCluster:
+            client_kwargs: dict[str, Any] = {
+                # A retried write may run twice (a batch stored twice, a pop that drops an
+                # item): fail instead and let the caller decide.
+                "retry": Retry(NoBackoff(), 0),
+                "socket_connect_timeout": timeout,
+                "socket_timeout": timeout,
+            }
+            client_kwargs.update(redis_kwargs or {})
+            if cluster:
+                return RedisCluster.from_url(url, **client_kwargs)
+            return Redis.from_url(url, **client_kwargs)
+
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        if loop is None:  # no loop to tie the pool to: a client of its own
-            return cls(build(), owned=True)
-        key = (*key, loop)
+        if loop is None:  # no loop to tie the pool to
+            return cls(build(), owned=True, timeout=timeout)
+        key = (url, repr(sorted((redis_kwargs or {}).items())), cluster, timeout, loop)
         with cls._lock:
-            shared = cls._by_url.get(key)
-            if shared is not None:
-                shared.users += 1
-                return shared
-            shared = cls._by_url[key] = cls(build(), owned=True, key=key)
-            return shared
+            store = cls._by_url.get(key)
+            if store is not None:
+                store.users += 1
+                return store
+            store = cls._by_url[key] = cls(build(), owned=True, key=key, timeout=timeout)
+            return store
 
-    def share(self) -> _SharedClient:
+    def session(self, session_id: str, **options: Any) -> RedisSession:
+        """A session of this store (``options`` as for :class:`RedisSession`, without the
+        client), holding a share of it until closed."""
+        options.setdefault("timeout", self.timeout)
+        return RedisSession(session_id, _store=self.share(), **options)
+
+    def catalog(self, key_prefix: str = "agent_sessions") -> Any:
+        """Return the catalog of the sessions under ``key_prefix`` (see
+        ``agent_sessions.ops.catalog``)."""
+        return RedisSession(
+            "catalog", client=self.client, key_prefix=key_prefix, timeout=self.timeout
+        ).catalog_store()
+
+    async def close(self) -> None:
+        """Give back the hold :func:`open_store` took (sessions still open keep the client)."""
+        await self.release()
+
+    def share(self) -> RedisStore:
+        """One user more (a session opened on this store)."""
         with self._lock:
             self.users += 1
         return self
 
-    def unshare(self) -> None:
+    def forget(self) -> None:
         """Give back a use that no session took (nothing was sent on the client)."""
         with self._lock:
             self.users -= 1
@@ -169,6 +194,7 @@ class _SharedClient:
                 self._by_url.pop(self.key, None)
 
     async def release(self) -> None:
+        """One user fewer; the last closes an owned client."""
         with self._lock:
             self.users -= 1
             last = self.users == 0
@@ -257,22 +283,25 @@ class RedisSession(BaseSession):
         key_prefix: str = "agent_sessions",
         ttl: float | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
-        _shared: _SharedClient | None = None,
+        _store: RedisStore | None = None,
         **options: Unpack[StoreOptions],
     ) -> None:
         super().__init__(session_id, **options)
-        if _shared is None:
+        if _store is None:
             if (client is None) == (redis_client is None):
                 raise TypeError(
                     "RedisSession needs exactly one of client= or redis_client= (a "
                     "redis.asyncio.Redis or RedisCluster); or use RedisSession.from_url(...)"
                 )
-            _shared = _SharedClient(client or redis_client, owned=False)  # type: ignore[arg-type]
+            _store = RedisStore(client or redis_client, owned=False)  # type: ignore[arg-type]
         if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds or None: {timeout!r}")
-        self._shared = _shared
-        self._client: Any = _shared.client
-        self._cluster = isinstance(_shared.client, RedisCluster)
+        self.store = _store
+        self._client: Any = _store.client
+        self._cluster = isinstance(_store.client, RedisCluster)
+        self._newest: str | bytes | None = None
+        """The newest member this object wrote or read: the guess a checked pop verifies
+        first (stale is harmless: the server pops only an exact match)."""
         self.key_prefix = check_key_prefix(key_prefix)
         self.timeout = timeout
         self._keys = session_keys(self.key_prefix, self.session_id)
@@ -313,25 +342,11 @@ class RedisSession(BaseSession):
             key_prefix, ttl, session_settings, max_item_bytes, strict: as in the constructor.
         """
 
-        def build() -> Redis | RedisCluster:
-            client_kwargs: dict[str, Any] = {
-                # A retried write may run twice (a batch stored twice, a pop that drops an
-                # item): fail instead and let the caller decide.
-                "retry": Retry(NoBackoff(), 0),
-                "socket_connect_timeout": timeout,
-                "socket_timeout": timeout,
-            }
-            client_kwargs.update(redis_kwargs or {})
-            if cluster:
-                return RedisCluster.from_url(url, **client_kwargs)
-            return Redis.from_url(url, **client_kwargs)
-
-        key = (url, repr(sorted((redis_kwargs or {}).items())), cluster, timeout)
-        shared = _SharedClient.for_url(key, build)
+        store = RedisStore.for_url(url, redis_kwargs, cluster, timeout)
         try:
             return cls(
                 session_id,
-                _shared=shared,
+                _store=store,
                 timeout=timeout,
                 key_prefix=key_prefix,
                 ttl=ttl,
@@ -340,7 +355,7 @@ class RedisSession(BaseSession):
                 strict=strict,
             )
         except BaseException:
-            shared.unshare()
+            store.forget()
             raise
 
     # -- capabilities ----------------------------------------------------------------------
@@ -361,7 +376,7 @@ class RedisSession(BaseSession):
             "key_prefix": self.key_prefix,
             "ttl": self.ttl,
             "timeout": self.timeout,
-            "_shared": self._shared.share(),
+            "_store": self.store.share(),
         }
 
     def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
@@ -396,7 +411,7 @@ class RedisSession(BaseSession):
     @property
     def client(self) -> Redis | RedisCluster:
         """The redis.asyncio client this session uses."""
-        return self._shared.client
+        return self.store.client
 
     @property
     def keys(self) -> tuple[str, str]:
@@ -416,7 +431,7 @@ class RedisSession(BaseSession):
     async def _append(self, payloads: list[str]) -> list[int]:
         client, keys, ttl = self._client, self._keys, self.ttl_ms
         last = int(await self._call(lambda: APPEND(client, keys, ttl, *payloads)))
-        _note_newest(keys[0], f"{last}:{payloads[-1]}")
+        self._note_newest(f"{last}:{payloads[-1]}")
         return list(range(last - len(payloads) + 1, last + 1))
 
     async def _append_family(self, writes: list[tuple[BaseSession, list[str]]]) -> list[list[int]]:
@@ -434,26 +449,26 @@ class RedisSession(BaseSession):
             args += [s.ttl_ms, len(payloads), *payloads]
         listing: RedisSession | None = None
         for s in sessions:
-            if s._registration is None:
+            unlisted = s.unlisted
+            if unlisted is None:
                 continue
-            owner, purpose = s._registration
-            registry = owner.side_store(REGISTRY)
-            if listing is None and isinstance(registry, RedisSession) and (
-                registry.client is self.client
+            registry, purpose = unlisted
+            if listing is not None or not (
+                isinstance(registry, RedisSession) and registry.client is self.client
             ):
-                listing = s
-                keys += registry.keys
-                entry = encode_item({"purpose": purpose}, 0, registry.max_item_bytes)
-                args += [registry.ttl_ms, entry, purpose]
-            else:
-                await s._register()
+                return await super()._append_family(writes)  # one listing per script
+            listing = s
+            keys += registry.keys
+            entry = encode_item({"purpose": purpose}, 0, registry.max_item_bytes)
+            args += [registry.ttl_ms, entry, purpose]
         client = self._client
         lasts = await self._call(lambda: FAMILY_APPEND(client, tuple(keys), *args))
         if listing is not None:
-            listing._registration = None
+            listing.listed()
         out = []
         for s, last, (_, payloads) in zip(sessions, lasts, writes, strict=True):
-            _note_newest(s.keys[0], f"{int(last)}:{payloads[-1]}")
+            if s is self:
+                self._note_newest(f"{int(last)}:{payloads[-1]}")
             out.append(list(range(int(last) - len(payloads) + 1, int(last) + 1)))
         return out
 
@@ -467,7 +482,7 @@ class RedisSession(BaseSession):
         if limit is not None and not (after is None and before is None):
             members.reverse()
         elif after is None and before is None and members:
-            _note_newest(self._keys[0], members[-1])
+            self._note_newest(members[-1])
         return self._rows(members)
 
     async def _load_family(
@@ -519,7 +534,7 @@ class RedisSession(BaseSession):
         last = await self._mutate(append())
         if last < 0:
             return None
-        _note_newest(keys[0], f"{last}:{payloads[-1]}")
+        self._note_newest(f"{last}:{payloads[-1]}")
         return list(range(last - len(payloads) + 1, last + 1))
 
     async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
@@ -531,7 +546,7 @@ class RedisSession(BaseSession):
         async def pop() -> Any:
             return await self._call(lambda: POP_IF_NEWEST(client, keys, ttl, expected))
 
-        _note_newest(keys[0], None)
+        self._note_newest(None)
         reply = await self._mutate(pop())
         if not int(reply[0]):
             return False, None
@@ -539,7 +554,7 @@ class RedisSession(BaseSession):
 
     async def _pop(self) -> str | None:
         client, keys, ttl = self._client, self._keys, self.ttl_ms
-        _note_newest(keys[0], None)
+        self._note_newest(None)
         member = await self._call(lambda: POP(client, keys, ttl))
         return None if member is None else self._rows([member])[0][1]
 
@@ -556,7 +571,7 @@ class RedisSession(BaseSession):
         if type(self).pop_item is not BaseSession.pop_item:
             return await pop_checked_by_api(self, check)  # pop through the subclass's own
         client, keys, ttl = self._client, self._keys, self.ttl_ms
-        guess: str | bytes | None = _NEWEST.get(keys[0])
+        guess: str | bytes | None = self._newest
         verified = False  # whether the server named ``guess`` as its newest member
         while True:
             outcome: Any = None
@@ -571,15 +586,15 @@ class RedisSession(BaseSession):
                         raise
                     guess = None  # a stale guess: look at the real newest before refusing
                     continue
-            _note_newest(keys[0], None)
+            self._note_newest(None)
             answer = await self._call(functools.partial(POP_IF, client, keys, ttl, guess))
             if answer[0] == 0:
                 return None
             if answer[0] == 1:
                 guess, verified = answer[1], True
-                _note_newest(keys[0], guess)
+                self._note_newest(guess)
                 continue
-            _note_newest(keys[0], answer[2] if len(answer) > 2 else None)
+            self._note_newest(answer[2] if len(answer) > 2 else None)
             if outcome is not _UNDECODABLE:
                 return outcome
             guess, verified = (answer[2] if len(answer) > 2 else None), True
@@ -588,7 +603,7 @@ class RedisSession(BaseSession):
 
     async def _clear(self) -> None:
         client, keys, ttl = self._client, self._keys, self.ttl_ms
-        _note_newest(keys[0], None)
+        self._note_newest(None)
         await self._call(lambda: CLEAR(client, keys, ttl))
 
     async def _delete_before(self, before: int) -> int:
@@ -607,7 +622,7 @@ class RedisSession(BaseSession):
                 f"session {self.session_id!r} already holds {held} item(s); "
                 "write_sequenced_items fills an empty session only. Nothing was written"
             )
-        _note_newest(keys[0], None)
+        self._note_newest(None)
 
     async def _rewrite(self, rows: list[Row]) -> int:
         client, keys = self._client, self._keys
@@ -658,10 +673,10 @@ class RedisSession(BaseSession):
         return int(await self._call(lambda: client.zcount(key, low, high), reads=True))
 
     async def _close(self) -> None:
-        await self._shared.release()
+        await self.store.release()
 
     def _owns_resources(self) -> bool:
-        return self._shared.owned  # the caller's own client: close() is a no-op, as the SDK's
+        return self.store.owned  # the caller's own client: close() is a no-op, as the SDK's
 
     def catalog_store(self) -> Any:
         """Return the catalog of this key prefix (see ``agent_sessions.ops.catalog``)."""
@@ -670,6 +685,9 @@ class RedisSession(BaseSession):
         return RedisCatalog(self._call, self.client, self.key_prefix)
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _note_newest(self, member: str | bytes | None) -> None:
+        self._newest = member if member is not None and len(member) <= _NEWEST_BYTES else None
 
     def _rows(self, members: list[Any]) -> list[Row]:
         return _parse_rows(members, self.keys[0], self.key_prefix)
@@ -760,4 +778,17 @@ async def open_url(url: str, session_id: str, **options: Any) -> RedisSession:
     return RedisSession.from_url(session_id, url=url, **options)
 
 
-__all__ = ["DEFAULT_TIMEOUT", "RedisSession", "open_url"]
+def open_store(
+    url: str,
+    *,
+    redis_kwargs: dict[str, Any] | None = None,
+    cluster: bool = False,
+    timeout: float | None = DEFAULT_TIMEOUT,
+) -> RedisStore:
+    """Open the store at ``url`` (shared with sessions opened in this event loop from the same
+    URL and options); ``await store.close()`` when done. Arguments as in
+    :meth:`RedisSession.from_url`."""
+    return RedisStore.for_url(url, redis_kwargs, cluster, timeout)
+
+
+__all__ = ["DEFAULT_TIMEOUT", "RedisSession", "RedisStore", "open_store", "open_url"]

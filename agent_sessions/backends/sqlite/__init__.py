@@ -1,5 +1,5 @@
 """SQLite through the standard library, in the SDK's own table layout."""
 
-from .session import SQLiteSession, check_identifier, open_url
+from .session import SQLiteSession, SQLiteStore, check_identifier, open_store, open_url
 
-__all__ = ["SQLiteSession", "check_identifier", "open_url"]
+__all__ = ["SQLiteSession", "SQLiteStore", "check_identifier", "open_store", "open_url"]

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ...core.codec import decode_item, encode_item
-from ...core.family import REGISTRY, purposes_in
+from ...core.family import purposes_in
 from ...errors import (
     BackendUnavailableError,
     SequenceConflictError,
@@ -130,6 +130,30 @@ class _Schema:
             last = raw.execute(sql, [part for p in chunk for part in (sid, p)]).lastrowid or 0
         return last
 
+    def appender(self, sid: str, payloads: list[str]) -> Callable[[sqlite3.Connection], list[int]]:
+        """The write that appends ``payloads`` to ``sid`` and returns their ids."""
+
+        def append(raw: sqlite3.Connection) -> list[int]:
+            raw.execute(self.touch, (sid,))
+            last = self.insert_rows(raw, sid, payloads)
+            # One writer holds the lock and AUTOINCREMENT only grows: the ids are contiguous.
+            return list(range(last - len(payloads) + 1, last + 1))
+
+        return append
+
+    def read_sql(
+        self, sid: str, limit: int | None, after: int | None, before: int | None
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The SELECT of ``sid``'s rows in a range and its parameters (with a limit: newest
+        first)."""
+        sql, params = _range_sql(self.select, after, before)
+        if limit is None:
+            sql += " ORDER BY id"
+        else:
+            sql += " ORDER BY id DESC LIMIT ?"
+            params.append(limit)
+        return sql, (sid, *params)
+
     def create_all(self, raw: sqlite3.Connection) -> None:
         """Create the tables and index if missing (run inside a write transaction)."""
         for statement in self.create:
@@ -145,6 +169,13 @@ def _range_sql(base: str, after: int | None, before: int | None) -> tuple[str, l
         sql += " AND id < ?"
         params.append(before)
     return sql, params
+
+
+def _check_settings(busy_timeout: float, synchronous: str) -> None:
+    if synchronous.upper() not in _SYNCHRONOUS:
+        raise ValueError(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
+    if busy_timeout < 0:
+        raise ValueError(f"busy_timeout must be >= 0 seconds, got {busy_timeout!r}")
 
 
 class _Job:
@@ -181,14 +212,17 @@ _STOP = object()
 _RELEASE = object()  # queued by a collected session's finalizer: one hold to give back
 
 
-class _Database:
-    """One ``sqlite3`` connection to one file with one set of settings, owned by one worker
-    thread and shared by every session of that file and settings."""
+class SQLiteStore:
+    """One SQLite file with one set of settings: its ``sqlite3`` connection, owned by one
+    worker thread, and the tables created there. Shared by every session of that file and
+    settings (:func:`open_store` and the ``SQLiteSession`` constructor find the same store);
+    the last user to give its hold back stops the worker and closes the file.
 
-    _registry: ClassVar[dict[tuple[str, float, str], _Database]] = {}
+    Use :func:`open_store`; :meth:`session` opens a handle.
+    """
+
+    _registry: ClassVar[dict[tuple[str, float, str], SQLiteStore]] = {}
     _registry_lock: ClassVar[threading.Lock] = threading.Lock()
-    _aliases: ClassVar[dict[Any, tuple[str, float, str]]] = {}
-    _forked_leftovers: ClassVar[list[Any]] = []
 
     def __init__(
         self, key: tuple[str, float, str], path: str, busy_timeout: float, synchronous: str
@@ -200,45 +234,52 @@ class _Database:
         self.users = 0
         self.closed = False
         self.conn: sqlite3.Connection | None = None  # touched by the worker thread only
-        self._schemas: set[tuple[str, str]] = set()  # likewise
+        self.schemas: set[tuple[str, str]] = set()  # likewise
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._stopped = False  # the closing job was queued: no other may follow
         self._start_lock = threading.Lock()
+        self._inherited: list[sqlite3.Connection | None] = []  # see _after_fork
         self.pid = os.getpid()
 
     @classmethod
-    def acquire(cls, path: str, busy_timeout: float, synchronous: str) -> _Database:
+    def acquire(cls, path: str, busy_timeout: float, synchronous: str) -> SQLiteStore:
+        """The shared store of ``path`` and these settings, one user more (a private one for
+        ``":memory:"``)."""
         if path == ":memory:":
-            db = cls((f":memory:{id(object())}", busy_timeout, synchronous), path, busy_timeout,
-                     synchronous)
-            db.users = 1
-            return db
-        given = os.path.expanduser(path)
-        # The path as given (and the working directory it is relative to) remembers its
-        # resolved key while that database is open: realpath costs 3 lstat calls per object.
-        alias = (given if os.path.isabs(given) else (os.getcwd(), given), busy_timeout, synchronous)
-        with cls._registry_lock:
-            known = cls._aliases.get(alias)
-            found = cls._registry.get(known) if known is not None else None
-            if found is not None and not found.closed:
-                found.users += 1
-                return found
-        real = os.path.realpath(given)
+            store = cls((f":memory:{id(object())}", busy_timeout, synchronous), path,
+                        busy_timeout, synchronous)
+            store.users = 1
+            return store
+        real = os.path.realpath(os.path.expanduser(path))
         key = (real, float(busy_timeout), synchronous)
         with cls._registry_lock:
-            if len(cls._aliases) >= 1024:
-                cls._aliases.clear()
-            cls._aliases[alias] = key
             found = cls._registry.get(key)
-            db = found if found is not None and not found.closed else cls(
+            store = found if found is not None and not found.closed else cls(
                 key, real, busy_timeout, synchronous
             )
-            cls._registry[key] = db
-            db.users += 1
-            return db
+            cls._registry[key] = store
+            store.users += 1
+            return store
 
-    def share(self) -> _Database:
+    def session(self, session_id: str, **options: Any) -> SQLiteSession:
+        """A session of this store (``options`` as for :class:`SQLiteSession`, without the
+        path and connection settings), holding a share of it until closed."""
+        return SQLiteSession(session_id, self.path, _store=self.share(), **options)
+
+    def catalog(
+        self, sessions_table: str = "agent_sessions", messages_table: str = "agent_messages"
+    ) -> Any:
+        """Return the catalog of these tables (see ``agent_sessions.ops.catalog``)."""
+        return self.session(
+            "catalog", sessions_table=sessions_table, messages_table=messages_table
+        ).catalog_store()
+
+    async def close(self) -> None:
+        """Give back the hold :func:`open_store` took (sessions still open keep the file)."""
+        await self.release()
+
+    def share(self) -> SQLiteStore:
         with self._registry_lock:
             if self.closed:
                 raise SessionClosedError("the SQLite connection is closed")
@@ -306,9 +347,9 @@ class _Database:
         # own. The inherited connection is kept unclosed: closing it could touch files the
         # parent still uses. The lock is replaced, not taken: a parent thread may have held it
         # at the fork, and nothing would release it in the child.
-        self._forked_leftovers.append(self.conn)
+        self._inherited.append(self.conn)
         self._start_lock = threading.Lock()
-        self.conn, self._schemas = None, set()
+        self.conn, self.schemas = None, set()
         self._jobs, self._thread, self._stopped = queue.SimpleQueue(), None, self.closed
         self.pid = os.getpid()
 
@@ -350,9 +391,9 @@ class _Database:
                         conn.close()
                 else:
                     conn = self.conn if self.conn is not None else self._open()
-                    if job.schema is not None and job.schema.key not in self._schemas:
+                    if job.schema is not None and job.schema.key not in self.schemas:
                         _write(conn, job.schema.create_all)
-                        self._schemas.add(job.schema.key)
+                        self.schemas.add(job.schema.key)
                     result = job.fn(conn, *job.args)
             except BaseException as exc:  # handed to the caller
                 error = exc
@@ -481,22 +522,19 @@ class SQLiteSession(BaseSession):
         messages_table: str = "agent_messages",
         busy_timeout: float = 5.0,
         synchronous: str = "NORMAL",
-        _database: _Database | None = None,
+        _store: SQLiteStore | None = None,
         **options: Unpack[StoreOptions],
     ) -> None:
         super().__init__(session_id, **options)
         if db_path is not None:
             path = db_path
-        if synchronous.upper() not in _SYNCHRONOUS:
-            raise ValueError(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
-        if busy_timeout < 0:
-            raise ValueError(f"busy_timeout must be >= 0 seconds, got {busy_timeout!r}")
-        self._schema = _Schema(sessions_table, messages_table)
-        self.sessions_table, self.messages_table = self._schema.key
+        _check_settings(busy_timeout, synchronous)
+        self.schema = _Schema(sessions_table, messages_table)
+        self.sessions_table, self.messages_table = self.schema.key
         self.path = str(path)
-        self._db = _database or _Database.acquire(self.path, busy_timeout, synchronous.upper())
+        self.store = _store or SQLiteStore.acquire(self.path, busy_timeout, synchronous.upper())
         # Collected without close(): the hold goes back, so the worker and file do not leak.
-        self._hold = weakref.finalize(self, self._db.release_later)
+        self._hold = weakref.finalize(self, self.store.release_later)
         self._hold.atexit = False
 
     @property
@@ -509,48 +547,37 @@ class SQLiteSession(BaseSession):
         object of this session; None for a private in-memory database."""
         if self.path == ":memory:":
             return None
-        return ("sqlite", self._db.path, self.messages_table, self.session_id)
+        return ("sqlite", self.store.path, self.messages_table, self.session_id)
 
     def _member_options(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "sessions_table": self.sessions_table,
             "messages_table": self.messages_table,
-            "_database": self._db.share(),
+            "_store": self.store.share(),
         }
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         try:
-            return await self._db.call(fn, args, self._schema)
+            return await self.store.call(fn, args, self.schema)
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
                 raise BackendUnavailableError(
                     f"SQLite database {self.path!r} stayed locked by another connection for "
-                    f"longer than busy_timeout={self._db.busy_timeout}s; nothing was written. "
+                    f"longer than busy_timeout={self.store.busy_timeout}s; nothing was written. "
                     "Retry, or raise busy_timeout if writers hold long transactions"
                 ) from exc
             raise
 
     async def _append(self, payloads: list[str]) -> list[int]:
-        return await self._run(_write, self._appender(payloads))
-
-    def _appender(self, payloads: list[str]) -> Callable[[sqlite3.Connection], list[int]]:
-        sid, schema = self.session_id, self._schema
-
-        def append(raw: sqlite3.Connection) -> list[int]:
-            raw.execute(schema.touch, (sid,))
-            last = schema.insert_rows(raw, sid, payloads)
-            # One writer holds the lock and AUTOINCREMENT only grows: the ids are contiguous.
-            return list(range(last - len(payloads) + 1, last + 1))
-
-        return append
+        return await self._run(_write, self.schema.appender(self.session_id, payloads))
 
     def _same_store(self, other: object) -> bool:
         """Whether ``other`` is a SQLiteSession on this connection and tables (one job can
         serve both: the worker creates the job's schema only)."""
         return (
-            isinstance(other, SQLiteSession) and other._db is self._db
-            and other._schema.key == self._schema.key
+            isinstance(other, SQLiteSession) and other.store is self.store
+            and other.schema.key == self.schema.key
         )
 
     async def _append_family(self, writes: list[tuple[BaseSession, list[str]]]) -> list[list[int]]:
@@ -562,15 +589,15 @@ class SQLiteSession(BaseSession):
                 return await super()._append_family(writes)
             assert isinstance(session, SQLiteSession)
             register = None
-            if session._registration is not None:
-                owner, purpose = session._registration
-                registry = owner.side_store(REGISTRY)
+            unlisted = session.unlisted
+            if unlisted is not None:
+                registry, purpose = unlisted
                 if not self._same_store(registry):
                     return await super()._append_family(writes)
                 entry = encode_item({"purpose": purpose}, 0, registry.max_item_bytes)
                 register = (registry.session_id, purpose, entry)
-            steps.append((register, session._appender(payloads)))
-        schema = self._schema
+            steps.append((register, session.schema.appender(session.session_id, payloads)))
+        schema = self.schema
 
         def append(raw: sqlite3.Connection) -> list[list[int]]:
             out = []
@@ -582,7 +609,7 @@ class SQLiteSession(BaseSession):
 
         result: list[list[int]] = await self._run(_write, append)
         for session, _ in writes:
-            session._registration = None
+            session.listed()
         return result
 
     async def _append_if_newest(
@@ -590,8 +617,8 @@ class SQLiteSession(BaseSession):
     ) -> list[int] | None:
         if not self._same_store(guard):
             return None
-        newest = f"SELECT max(id) FROM {self._schema.key[1]} WHERE session_id = ?"
-        append, gid = self._appender(payloads), guard.session_id
+        newest = f"SELECT max(id) FROM {self.schema.key[1]} WHERE session_id = ?"
+        append, gid = self.schema.appender(self.session_id, payloads), guard.session_id
 
         def guarded(raw: sqlite3.Connection) -> list[int] | None:
             if raw.execute(newest, (gid,)).fetchone()[0] != seq:
@@ -601,22 +628,10 @@ class SQLiteSession(BaseSession):
         result: list[int] | None = await self._mutate(self._run(_write, guarded))
         return result
 
-    def _read_sql(
-        self, limit: int | None, after: int | None, before: int | None
-    ) -> tuple[str, tuple[Any, ...]]:
-        """The SELECT of ``_load`` and its parameters (with a limit: newest first)."""
-        sql, params = _range_sql(self._schema.select, after, before)
-        if limit is None:
-            sql += " ORDER BY id"
-        else:
-            sql += " ORDER BY id DESC LIMIT ?"
-            params.append(limit)
-        return sql, (self.session_id, *params)
-
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:
-        sql, args = self._read_sql(limit, after, before)
+        sql, args = self.schema.read_sql(self.session_id, limit, after, before)
 
         def load(raw: sqlite3.Connection) -> list[Row]:
             rows = raw.execute(sql, args).fetchall()
@@ -634,7 +649,8 @@ class SQLiteSession(BaseSession):
         queries = []
         for s, limit, after, before in reads:
             assert isinstance(s, SQLiteSession)
-            queries.append((*s._read_sql(limit, after, before), limit is not None))
+            sql, args = s.schema.read_sql(s.session_id, limit, after, before)
+            queries.append((sql, args, limit is not None))
 
         def load(raw: sqlite3.Connection) -> list[list[Row]]:
             # One read transaction: the results are one snapshot of the store.
@@ -658,8 +674,8 @@ class SQLiteSession(BaseSession):
     async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
         if not self._same_store(guard):
             return False, None
-        newest = f"SELECT max(id) FROM {self._schema.key[1]} WHERE session_id = ?"
-        sql, sid, gid = self._schema.pop, self.session_id, guard.session_id
+        newest = f"SELECT max(id) FROM {self.schema.key[1]} WHERE session_id = ?"
+        sql, sid, gid = self.schema.pop, self.session_id, guard.session_id
 
         def pop(raw: sqlite3.Connection) -> tuple[bool, Any]:
             if raw.execute(newest, (gid,)).fetchone()[0] != seq:
@@ -671,7 +687,7 @@ class SQLiteSession(BaseSession):
         return result
 
     async def _pop(self) -> str | None:
-        sql, sid = self._schema.pop, self.session_id
+        sql, sid = self.schema.pop, self.session_id
 
         def pop(raw: sqlite3.Connection) -> str | None:
             rows = raw.execute(sql, (sid,)).fetchall()  # drain RETURNING before COMMIT
@@ -682,7 +698,7 @@ class SQLiteSession(BaseSession):
     async def _pop_row_checked(self, check: Callable[[str], Any]) -> Any:
         """Delete the newest row and return ``check(payload)`` in one transaction, rolled
         back when ``check`` raises. ``check`` runs on the worker thread."""
-        sql, sid = self._schema.pop, self.session_id
+        sql, sid = self.schema.pop, self.session_id
 
         def pop(raw: sqlite3.Connection) -> Any:
             rows = raw.execute(sql, (sid,)).fetchall()  # drain RETURNING before the check
@@ -691,7 +707,7 @@ class SQLiteSession(BaseSession):
         return await self._run(_write, pop)
 
     async def _clear(self) -> None:
-        statements, sid = self._schema.clear, self.session_id
+        statements, sid = self.schema.clear, self.session_id
 
         def clear(raw: sqlite3.Connection) -> None:
             for statement in statements:
@@ -700,7 +716,7 @@ class SQLiteSession(BaseSession):
         await self._run(_write, clear)
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
-        sql, params = _range_sql(self._schema.count, after, before)
+        sql, params = _range_sql(self.schema.count, after, before)
         args = (self.session_id, *params)
 
         def count(raw: sqlite3.Connection) -> int:
@@ -729,7 +745,7 @@ class SQLiteSession(BaseSession):
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
         # The SDK layout numbers items by the table's row id, shared by every session of the
         # file: a number another session holds cannot be written here.
-        schema, sid, m = self._schema, self.session_id, self.messages_table
+        schema, sid, m = self.schema, self.session_id, self.messages_table
         s = schema.key[0]
         stamp = [_sqlite_stamp(created), _sqlite_stamp(updated)]
         seqs = [seq for seq, _ in rows]
@@ -768,7 +784,7 @@ class SQLiteSession(BaseSession):
 
     async def _close(self) -> None:
         self._hold.detach()
-        await self._db.release()
+        await self.store.release()
 
     async def _replace_rows(
         self,
@@ -777,7 +793,7 @@ class SQLiteSession(BaseSession):
         prune: Callable[[str], bool] | None,
     ) -> bool:
         """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``)."""
-        sid, schema, m = self.session_id, self._schema, self.messages_table
+        sid, schema, m = self.session_id, self.schema, self.messages_table
 
         def replace(raw: sqlite3.Connection) -> bool:
             if expected is None:
@@ -818,16 +834,27 @@ class SQLiteSession(BaseSession):
         return SQLiteFileCatalog(self)
 
 
-def open_url(url: str, session_id: str, **options: Any) -> SQLiteSession:
-    """``open_session``'s opener for ``sqlite:///rel.db``, ``sqlite:////abs.db`` and
-    ``sqlite:///:memory:``."""
+def _url_path(url: str) -> str:
     rest = url.split("://", 1)[1]
     if not rest.startswith("/"):
         raise UnknownSchemeError(
             f"SQLite URLs have three slashes before a relative path and four before an absolute "
             f"one (sqlite:///rel.db, sqlite:////abs/path.db), got {url!r}"
         )
-    return SQLiteSession(session_id, rest[1:] or ":memory:", **options)
+    return rest[1:] or ":memory:"
 
 
-__all__ = ["SQLiteSession", "check_identifier", "open_url"]
+def open_url(url: str, session_id: str, **options: Any) -> SQLiteSession:
+    """``open_session``'s opener for ``sqlite:///rel.db``, ``sqlite:////abs.db`` and
+    ``sqlite:///:memory:``."""
+    return SQLiteSession(session_id, _url_path(url), **options)
+
+
+def open_store(url: str, *, busy_timeout: float = 5.0, synchronous: str = "NORMAL") -> SQLiteStore:
+    """Open the store of the SQLite file at ``url`` (as in :func:`open_url`; shared with its
+    sessions of the same settings); ``await store.close()`` when done."""
+    _check_settings(busy_timeout, synchronous)
+    return SQLiteStore.acquire(_url_path(url), busy_timeout, synchronous.upper())
+
+
+__all__ = ["SQLiteSession", "SQLiteStore", "check_identifier", "open_store", "open_url"]
