@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -16,8 +17,8 @@ from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ...core.mutation import run_to_completion
 from ...errors import BackendUnavailableError
 from ..base import SessionWrapper, check_max_item_bytes
-from .markers import batch_of, new_batch_id, stamp, strip, strip_all
-from .policy import BreakerState, CircuitBreaker, RetryPolicy
+from .markers import batch_of, stamp, strip, strip_all
+from .policy import BreakerState, CircuitBreaker, RetryPolicy, check_bound
 from .spool import SessionLock, Spool, SpooledBatch, SpoolUnreadableError
 
 if TYPE_CHECKING:
@@ -64,29 +65,6 @@ else:  # pragma: no cover - Python 3.10
     async def _bounded(awaitable: Awaitable[T], deadline: float) -> T:
         remaining = max(0.0, deadline - asyncio.get_running_loop().time())
         return await asyncio.wait_for(awaitable, remaining)
-
-
-class _Turn:
-    """``async with``: this object's lock (on ``loop``), then the session's :class:`SessionLock`."""
-
-    __slots__ = ("_local", "_shared", "loop")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, shared: SessionLock) -> None:
-        self.loop = loop
-        self._local = asyncio.Lock()
-        self._shared = shared
-
-    async def __aenter__(self) -> None:
-        await self._local.acquire()
-        try:
-            await self._shared.acquire()
-        except BaseException:
-            self._local.release()
-            raise
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self._shared.release()
-        self._local.release()
 
 
 class _Down(Exception):
@@ -141,10 +119,7 @@ class ResilientSession(SessionWrapper):
         max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
     ) -> None:
         super().__init__(inner)
-        if isinstance(mirror_items, bool) or not isinstance(mirror_items, int) or (
-            mirror_items < 0
-        ):
-            raise ValueError(f"mirror_items must be an int >= 0, got {mirror_items!r}")
+        check_bound("mirror_items", mirror_items, 0, integer=True)
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
         self._owns_spool = not isinstance(spool, Spool)
         self.spool = spool if isinstance(spool, Spool) else Spool(spool)
@@ -158,7 +133,7 @@ class ResilientSession(SessionWrapper):
         self._last_error: str | None = None
         self._mirror: list[TResponseInputItem] | None = None
         self._mirror_complete = False
-        self._turn: _Turn | None = None
+        self._turn: tuple[asyncio.AbstractEventLoop, asyncio.Lock, SessionLock] | None = None
 
     # -- status ----------------------------------------------------------------------------------
 
@@ -185,8 +160,7 @@ class ResilientSession(SessionWrapper):
         if not items:
             await self.inner.add_items(items)
             return
-        batch_id = new_batch_id()
-        stamped = stamp(items, batch_id)
+        batch_id, stamped = stamp(items)
         async with self._locked():
             await self._replay_if_due()
             if await self._spooled_count():
@@ -229,26 +203,23 @@ class ResilientSession(SessionWrapper):
         """The primary's latest items, then the spooled batches it does not hold (a batch
         whose reply was lost may be in both)."""
         spooled = [strip(item) for batch in batches for item in batch.items]
-        if not any(batch.attempted for batch in batches):
-            if limit is not None and len(spooled) >= limit:
-                return spooled[len(spooled) - limit :]
-            rest = None if limit is None else limit - len(spooled)
-            try:
+        sent = {b.batch_id: b.anchor for b in batches if b.attempted}
+        # the latest ``limit`` items, when the spool alone holds that many
+        full = None if limit is None or len(spooled) < limit else spooled[len(spooled) - limit :]
+        if full is not None and not sent:
+            return full
+        rest = None if limit is None else limit - len(spooled)
+        try:
+            if not sent:
                 return await self._read_primary(rest) + spooled
-            except _Down:
-                return self._from_mirror(rest) + spooled
-        try:  # read ``limit`` items: the spooled batches found there do not count
+            # read ``limit`` items: the spooled batches found there do not count
             raw = await self._call(lambda: self.inner.get_items(limit))
             stored = {batch_of(item) for item in raw}
-            sent = {b.batch_id: b.anchor for b in batches if b.attempted}
             unseen = {bid: anchor for bid, anchor in sent.items() if bid not in stored}
             if unseen:
                 stored |= await self._call(lambda: self._find(unseen))
-        except _Down:
-            if limit is not None and len(spooled) >= limit:
-                return spooled[len(spooled) - limit :]
-            rest = None if limit is None else limit - len(spooled)
-            return self._from_mirror(rest) + spooled  # the mirror holds no spooled batch
+        except _Down:  # the mirror holds no spooled batch
+            return full if full is not None else self._from_mirror(rest) + spooled
         primary = strip_all(raw)
         self._remember(primary, limit)
         merged = primary + [
@@ -517,14 +488,16 @@ class ResilientSession(SessionWrapper):
         logger.log(level, "%r: %s -> %s (%s)", self.session_id, self._state, state, why)
         self._state = state
 
-    def _locked(self) -> _Turn:
+    @contextlib.asynccontextmanager
+    async def _locked(self) -> AsyncIterator[None]:
         """Exclusive use of the session by this call: first among this object's calls (waiting
         on the loop), then among every writer of the session through the spool file, in any
         thread or process (a pop never runs while another writer's add is unsettled)."""
         loop = asyncio.get_running_loop()
-        if self._turn is None or self._turn.loop is not loop:
-            self._turn = _Turn(loop, self.spool.session_lock(self.session_id))
-        return self._turn
+        if self._turn is None or self._turn[0] is not loop:
+            self._turn = (loop, asyncio.Lock(), self.spool.session_lock(self.session_id))
+        async with self._turn[1], self._turn[2]:
+            yield
 
     def wrap_member(self, member: Session) -> Session:
         """Side stores get the same protection, sharing the spool and the breaker."""

@@ -279,19 +279,19 @@ class Spool:
 
     # -- writes --------------------------------------------------------------------------------
 
+    def _write(self, statement: str, parameters: tuple[Any, ...]) -> None:
+        self._run(lambda conn: conn.execute(statement, parameters), write=True)
+
     def append(
         self, session_id: str, batch_id: str, encoded: list[str], *, attempted: bool,
         anchor: str | None = None,
     ) -> None:
         """Append one batch (its items already encoded as JSON); ``anchor`` is a batch known
         to be in the primary before an ``attempted`` batch was sent."""
-        self._run(
-            lambda conn: conn.execute(
-                "INSERT INTO spool_batches (session_id, batch_id, items, attempted, anchor) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (session_id, batch_id, "[" + ",".join(encoded) + "]", int(attempted), anchor),
-            ),
-            write=True,
+        self._write(
+            "INSERT INTO spool_batches (session_id, batch_id, items, attempted, anchor) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (session_id, batch_id, "[" + ",".join(encoded) + "]", int(attempted), anchor),
         )
 
     def claim(self, seq: int, anchor: str | None) -> list[Any] | None:
@@ -309,10 +309,7 @@ class Spool:
 
     def confirm(self, seq: int) -> None:
         """Batch ``seq`` is in the primary: drop it."""
-        self._run(
-            lambda conn: conn.execute("DELETE FROM spool_batches WHERE seq = ?", (seq,)),
-            write=True,
-        )
+        self._write("DELETE FROM spool_batches WHERE seq = ?", (seq,))
 
     def pop_newest(self, session_id: str) -> tuple[Any, bool] | None:
         """Remove and return the newest spooled item of the session, with whether it was
@@ -345,12 +342,7 @@ class Spool:
 
     def clear(self, session_id: str) -> None:
         """Drop every spooled batch of the session."""
-        self._run(
-            lambda conn: conn.execute(
-                "DELETE FROM spool_batches WHERE session_id = ?", (session_id,)
-            ),
-            write=True,
-        )
+        self._write("DELETE FROM spool_batches WHERE session_id = ?", (session_id,))
 
     # -- reads ---------------------------------------------------------------------------------
 
