@@ -24,13 +24,6 @@ def msg(text: str, role: str = "user") -> Any:
     return {"role": role, "content": text}
 
 
-def needs(session: Session, *capabilities: Capability) -> None:
-    """Skip the test unless ``session`` declares every one of ``capabilities``."""
-    missing = [c.name for c in capabilities if not supports(session, c)]
-    if missing:
-        pytest.skip(f"the session does not declare {', '.join(missing)}")
-
-
 class ConformanceBase:
     """Holds ``create_session`` (override it) and what every tier's tests share."""
 
@@ -47,11 +40,15 @@ class ConformanceBase:
         finally:
             await close_quietly(session)
 
-    async def new_session(self, suffix: str | None = None) -> Any:
-        """A session with a fresh id (``suffix`` ends it), disposed of after the test."""
+    async def new_session(self, *needs: Capability, suffix: str | None = None) -> Any:
+        """A session with a fresh id (``suffix`` ends it), disposed of after the test; the test
+        is skipped unless it declares every capability in ``needs``."""
         sid = f"conf-{self._token}-{suffix if suffix is not None else len(self._created)}"
         session = await self.create_session(sid)
         self._created.append(session)
+        missing = [c.name for c in needs if not supports(session, c)]
+        if missing:
+            pytest.skip(f"the session does not declare {', '.join(missing)}")
         return session
 
     @pytest_asyncio.fixture(autouse=True)

@@ -18,7 +18,7 @@ from ..core.capabilities import Capability, supports
 from ..core.catalog import CatalogQuery, SupportsCatalog
 from ..core.family import close_quietly, side_store
 from ..errors import InvalidItemError, SequenceConflictError
-from .base import ConformanceBase, msg, needs
+from .base import ConformanceBase, msg
 from .helpers import item_text, texts
 
 
@@ -26,8 +26,7 @@ class SequencingConformance(ConformanceBase):
     """Sequence numbers: increasing in commit order, never reused, ranged reads and counts."""
 
     async def test_sequence_numbers_when_offered(self) -> None:
-        s = await self.new_session()
-        needs(s, Capability.SEQUENCED)
+        s = await self.new_session(Capability.SEQUENCED)
         first = await s.add_sequenced_items([msg("a"), msg("b")])
         second = await s.add_sequenced_items([msg("c")])
         assert len(first) == 2 and len(second) == 1
@@ -47,8 +46,7 @@ class SequencingConformance(ConformanceBase):
         assert await s.add_sequenced_items([]) == []
 
     async def test_two_objects_share_one_numbering(self) -> None:
-        s = await self.new_session("numbered")
-        needs(s, Capability.SEQUENCED)
+        s = await self.new_session(Capability.SEQUENCED, suffix="numbered")
         other: Any = await self.create_session(s.session_id)
         try:
             seqs = await s.add_sequenced_items([msg("a"), msg("b")])
@@ -68,8 +66,7 @@ class RangeDeleteConformance(ConformanceBase):
     """``delete_items(before=seq)``: atomic, exact, numbers never restart after a clear."""
 
     async def test_range_delete_when_offered(self) -> None:
-        s = await self.new_session()
-        needs(s, Capability.SEQUENCED, Capability.RANGE_DELETE)
+        s = await self.new_session(Capability.SEQUENCED, Capability.RANGE_DELETE)
         seqs = await s.add_sequenced_items([msg(str(i)) for i in range(6)])
         assert await s.delete_items(before=seqs[0]) == 0
         assert await s.delete_items(before=seqs[3]) == 3
@@ -85,8 +82,7 @@ class RangeDeleteConformance(ConformanceBase):
         assert texts(await other.get_items()) == ["untouched"]
 
     async def test_range_delete_rejects_a_bound_that_is_not_an_int(self) -> None:
-        s = await self.new_session()
-        needs(s, Capability.SEQUENCED, Capability.RANGE_DELETE)
+        s = await self.new_session(Capability.SEQUENCED, Capability.RANGE_DELETE)
         seqs = await s.add_sequenced_items([msg(str(i)) for i in range(3)])
         for bad in (None, "zzz", str(seqs[-1] + 1), float(seqs[1]) + 0.5, True):
             with pytest.raises(TypeError, match="before"):
@@ -99,8 +95,7 @@ class RewriteConformance(ConformanceBase):
     nothing."""
 
     async def test_rewrite_keeps_every_sequence_number(self) -> None:
-        s = await self.new_session()
-        needs(s, Capability.SEQUENCED, Capability.REWRITE)
+        s = await self.new_session(Capability.SEQUENCED, Capability.REWRITE)
         seqs = await s.add_sequenced_items([msg("a"), msg("b"), msg("c")])
         assert await s.rewrite_items([(seqs[1], msg("B")), (seqs[2], msg("C"))]) == 2
         rows = await s.get_sequenced_items()
@@ -113,8 +108,7 @@ class RewriteConformance(ConformanceBase):
         assert texts(await s.get_items()) == ["a", "B", "d"]
 
     async def test_a_bad_rewrite_writes_nothing(self) -> None:
-        s = await self.new_session()
-        needs(s, Capability.SEQUENCED, Capability.REWRITE)
+        s = await self.new_session(Capability.SEQUENCED, Capability.REWRITE)
         seqs = await s.add_sequenced_items([msg("a"), msg("b")])
         with pytest.raises(InvalidItemError) as caught:
             await s.rewrite_items([(seqs[0], msg("A")), (seqs[1], "not an object")])
@@ -131,8 +125,7 @@ class SequencedWriteConformance(ConformanceBase):
     step; later appends number above them; a session holding items is refused."""
 
     async def test_writes_at_given_numbers_and_times(self) -> None:
-        s = await self.new_session()
-        needs(s, Capability.SEQUENCED_WRITE)
+        s = await self.new_session(Capability.SEQUENCED_WRITE)
         base = _numbers_base()
         seqs = [base + 3, base + 4, base + 7, base + 20]
         created = datetime(2020, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
@@ -158,8 +151,7 @@ class SequencedWriteConformance(ConformanceBase):
         assert later[0] > seqs[-1], "an append reused a number written at"
 
     async def test_refuses_a_session_holding_items(self) -> None:
-        s = await self.new_session()
-        needs(s, Capability.SEQUENCED_WRITE)
+        s = await self.new_session(Capability.SEQUENCED_WRITE)
         base = _numbers_base()
         await s.add_items([msg("kept")])
         with pytest.raises(SequenceConflictError, match="already holds 1 item"):
@@ -170,8 +162,7 @@ class SequencedWriteConformance(ConformanceBase):
         assert [seq for seq, _ in await s.get_sequenced_items()] == [base]
 
     async def test_bad_input_writes_nothing(self) -> None:
-        s = await self.new_session()
-        needs(s, Capability.SEQUENCED_WRITE)
+        s = await self.new_session(Capability.SEQUENCED_WRITE)
         base = _numbers_base()
         with pytest.raises(InvalidItemError, match="item 1 "):
             await s.write_sequenced_items([(base, msg("a")), (base + 1, {"x": float("nan")})])
@@ -210,8 +201,7 @@ class GuardedWriteConformance(ConformanceBase):
     one step) writes nothing."""
 
     async def test_appends_only_while_the_guard_is_unchanged(self) -> None:
-        s = await self.new_session()
-        needs(s, Capability.SEQUENCED, Capability.GUARDED_WRITE)
+        s = await self.new_session(Capability.SEQUENCED, Capability.GUARDED_WRITE)
         first = await s.append_if_newest(s, None, [msg("a")])
         if first is None:
             assert await s.get_items() == [], "a declined append wrote"
@@ -228,8 +218,7 @@ class GuardedWriteConformance(ConformanceBase):
         )
 
     async def test_pops_only_while_the_guard_is_unchanged(self) -> None:
-        s = await self.new_session()
-        needs(s, Capability.SEQUENCED, Capability.GUARDED_WRITE)
+        s = await self.new_session(Capability.SEQUENCED, Capability.GUARDED_WRITE)
         seqs = await s.add_sequenced_items([msg("a"), msg("b")])
         assert await s.pop_if_newest(s, seqs[0]) == (False, None), "the guard changed"
         assert texts(await s.get_items()) == ["a", "b"]
@@ -241,8 +230,8 @@ class GuardedWriteConformance(ConformanceBase):
             assert item is None and texts(await s.get_items()) == ["a", "b"]
 
     async def test_another_session_of_the_store_guards(self) -> None:
-        s = await self.new_session()
-        needs(s, Capability.SEQUENCED, Capability.GUARDED_WRITE, Capability.FAMILY)
+        needs = Capability.SEQUENCED, Capability.GUARDED_WRITE, Capability.FAMILY
+        s = await self.new_session(*needs)
         guard: Any = side_store(s, "guard")
         try:
             await guard.add_items([msg("g")])
@@ -262,8 +251,7 @@ class CheckedPopConformance(ConformanceBase):
     ``check`` raises, nothing is removed."""
 
     async def test_a_check_that_raises_removes_nothing(self) -> None:
-        s = await self.new_session()
-        needs(s, Capability.CHECKED_POP)
+        s = await self.new_session(Capability.CHECKED_POP)
         seen: list[Any] = []
         assert await s.pop_checked(seen.append) is None and seen == [], "empty: no check"
         await s.add_items([msg("a"), msg("b")])

@@ -100,7 +100,7 @@ class CoreConformance(ConformanceBase):
         assert texts(await s.get_items()) == ["c"]
 
     async def test_a_second_object_on_the_same_id_sees_the_same_items(self) -> None:
-        first = await self.new_session("shared")
+        first = await self.new_session(suffix="shared")
         await first.add_items([msg("from first")])
         second = await self.create_session(first.session_id)
         try:
@@ -111,7 +111,7 @@ class CoreConformance(ConformanceBase):
             await close_quietly(second)
 
     async def test_sessions_with_hostile_ids_are_isolated(self) -> None:
-        sessions = [await self.new_session(suffix) for suffix in HOSTILE_ID_SUFFIXES]
+        sessions = [await self.new_session(suffix=suffix) for suffix in HOSTILE_ID_SUFFIXES]
         for i, s in enumerate(sessions):
             await s.add_items([msg(f"item of {i}")])
         for i, s in enumerate(sessions):

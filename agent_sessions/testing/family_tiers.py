@@ -22,7 +22,7 @@ from ..core.capabilities import Capability
 from ..core.family import close_quietly, side_store
 from ..errors import InvalidItemError
 from ..wrappers.foreign import expiring_layer
-from .base import ConformanceBase, msg, needs
+from .base import ConformanceBase, msg
 from .helpers import cancel_after, texts
 
 _OLD_KEY = "an old passphrase for the family conformance tier, long and random enough"
@@ -45,8 +45,8 @@ class FamilyConformance(ConformanceBase):
     async def test_side_stores_never_take_the_users_settings(self) -> None:
         from ..wrappers.compaction import CompactionSession
 
-        s = await self.new_session()
-        needs(s, Capability.FAMILY, Capability.SEQUENCED)  # compaction keeps numbers of s
+        # compaction keeps numbers of s
+        s = await self.new_session(Capability.FAMILY, Capability.SEQUENCED)
         s.session_settings = SessionSettings(limit=2)
         side = side_store(s, "records")
         await side.add_items([msg(str(i)) for i in range(4)])
@@ -63,8 +63,7 @@ class FamilyConformance(ConformanceBase):
         from ..wrappers.compaction import CompactionSession
         from ..wrappers.encrypted import EncryptedSession
 
-        s = await self.new_session()
-        needs(s, Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
+        s = await self.new_session(Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
         old = CompactionSession(EncryptedSession(s, keys={"k1": _OLD_KEY}), keep_last=2)
         await old.add_items([msg(f"m{i}") for i in range(6)])
         assert await old.compact(force=True) is not None
@@ -79,8 +78,7 @@ class FamilyConformance(ConformanceBase):
         from ..wrappers.advanced import AdvancedSession
         from ..wrappers.encrypted import EncryptedSession
 
-        s = await self.new_session()
-        needs(s, Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
+        s = await self.new_session(Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
         old = AdvancedSession(EncryptedSession(s, keys={"k1": _OLD_KEY}))
         await old.add_items(
             [msg("q1"), msg("a1", "assistant"), msg("q2"), msg("a2", "assistant")]
@@ -100,8 +98,7 @@ class FamilyConformance(ConformanceBase):
     async def test_an_interrupted_rotation_then_a_clear_resurrects_nothing(self) -> None:
         from ..wrappers.encrypted import EncryptedSession
 
-        s = await self.new_session()
-        needs(s, Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
+        s = await self.new_session(Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
         writer = EncryptedSession(s, keys={"k1": _OLD_KEY})
         ring = EncryptedSession(s, keys={"k2": _NEW_KEY, "k1": _OLD_KEY}, active="k2")
         for steps in range(0, 12, 2):
@@ -117,8 +114,7 @@ class FamilyConformance(ConformanceBase):
         from ..wrappers.compaction import CompactionSession
         from ..wrappers.ttl import TTLSession
 
-        s = await self.new_session()
-        needs(s, Capability.FAMILY, Capability.SEQUENCED)
+        s = await self.new_session(Capability.FAMILY, Capability.SEQUENCED)
         if expiring_layer(s) is not None:
             pytest.skip("the session expires items itself; this test stacks its own TTL layer")
         clock = _Clock()
@@ -148,7 +144,7 @@ class FamilyConformance(ConformanceBase):
         finally:
             await close_quietly(fresh)
 
-        other = await self.new_session("compacted")
+        other = await self.new_session(suffix="compacted")
         compacting = CompactionSession(
             TTLSession(other, ttl=2, sliding=True, clock=clock), keep_last=2
         )
@@ -188,8 +184,7 @@ class FamilyBatchConformance(ConformanceBase):
     from another store among them is served by its own methods."""
 
     async def test_family_reads_match_reads_one_by_one(self) -> None:
-        s = await self.new_session()
-        needs(s, Capability.FAMILY, Capability.SEQUENCED, Capability.FAMILY_BATCH)
+        s = await self.new_session(Capability.FAMILY, Capability.SEQUENCED, Capability.FAMILY_BATCH)
         side: Any = side_store(s, "records")
         seqs = await s.add_sequenced_items([msg(str(i)) for i in range(5)])
         side_seqs = await side.add_sequenced_items([msg("x"), msg("y")])
@@ -211,8 +206,7 @@ class FamilyBatchConformance(ConformanceBase):
         await side.clear_session()
 
     async def test_family_writes_match_writes_one_by_one(self) -> None:
-        s = await self.new_session()
-        needs(s, Capability.FAMILY, Capability.SEQUENCED, Capability.FAMILY_BATCH)
+        s = await self.new_session(Capability.FAMILY, Capability.SEQUENCED, Capability.FAMILY_BATCH)
         side: Any = side_store(s, "records")
         numbers = await s.add_sequenced_family(
             [(side, [msg("x"), msg("y")]), (s, [msg("a")]), (s, []), (side, [msg("z")])]
@@ -242,8 +236,7 @@ class FamilyBatchConformance(ConformanceBase):
     async def test_a_session_of_another_store_is_served_by_its_own_methods(self) -> None:
         from ..backends.memory import InMemorySession, InMemoryStore
 
-        s = await self.new_session()
-        needs(s, Capability.SEQUENCED, Capability.FAMILY_BATCH)
+        s = await self.new_session(Capability.SEQUENCED, Capability.FAMILY_BATCH)
         other = InMemorySession(s.session_id, store=InMemoryStore())
         numbers = await s.add_sequenced_family([(other, [msg("o")]), (s, [msg("a")])])
         assert texts(await other.get_items()) == ["o"] and texts(await s.get_items()) == ["a"]

@@ -426,11 +426,8 @@ class Spool:
     def replay_lock(self) -> Iterator[bool]:
         """:meth:`acquire_replay_lock` as a context: yields whether it is held."""
         handle = self.acquire_replay_lock()
-        try:
+        with handle or contextlib.nullcontext():
             yield handle is not None
-        finally:
-            if handle is not None:
-                handle.close()
 
     def _close(self) -> None:
         if self._conn is not None:

@@ -13,8 +13,11 @@ compaction items, images and files.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from .plan import turn_ages
 
 MARKER = "[micro-compacted: {omitted} of {size} characters omitted; the full item is kept]"
 
@@ -63,6 +66,11 @@ class MicroCompaction:
         if "role" in item and kind in (None, "message"):
             return self._shorten_field(item, "content")
         return item
+
+    def shorten_all(self, items: Sequence[Any], later_users: int = 0) -> list[Any]:
+        """Return ``items`` as shown when ``later_users`` user messages follow the last one."""
+        ages = turn_ages(items, later_users)
+        return [self.shorten(item, age) for item, age in zip(items, ages, strict=True)]
 
     def _shorten_field(self, item: dict[str, Any], field: str) -> Any:
         value = item.get(field)

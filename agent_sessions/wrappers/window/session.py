@@ -11,7 +11,7 @@ from ..compaction.boundary import _is_user_message as is_user_message
 from ..compaction.tokens import TokenEstimator
 from .micro import MicroCompaction
 from .pages import HistoryChanged, PositionalPages, SequencedPages
-from .plan import WindowBudget, plan_start, turn_ages
+from .plan import WindowBudget, plan_start
 from .tokens import ItemTokens
 
 if TYPE_CHECKING:
@@ -117,10 +117,7 @@ class WindowSession(SessionWrapper):
 
     def _shown(self, items: list[TResponseInputItem], later_users: int) -> list[TResponseInputItem]:
         micro = self.micro_compaction
-        if micro is None:
-            return list(items)
-        ages = turn_ages(items, later_users)
-        return [micro.shorten(item, age) for item, age in zip(items, ages, strict=True)]
+        return list(items) if micro is None else micro.shorten_all(items, later_users)
 
     async def _window(self) -> list[TResponseInputItem]:
         pages = (SequencedPages if self._sequenced else PositionalPages)(self.inner, self._page)
