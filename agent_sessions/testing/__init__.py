@@ -33,37 +33,17 @@ from .strict_tier import StrictConformance
 
 
 class SessionConformanceSuite(
-    CoreConformance,
-    StrictConformance,
-    SequencingConformance,
-    RangeDeleteConformance,
-    RewriteConformance,
-    FamilyConformance,
-    SequencedWriteConformance,
-    FamilyBatchConformance,
-    GuardedWriteConformance,
-    CheckedPopConformance,
-    SDKCompactionConformance,
+    CoreConformance, StrictConformance, SequencingConformance, RangeDeleteConformance,
+    RewriteConformance, FamilyConformance, SequencedWriteConformance, FamilyBatchConformance,
+    GuardedWriteConformance, CheckedPopConformance, SDKCompactionConformance,
 ):
     """Every tier. Override ``create_session``; tune ``max_item_bytes``/``concurrent_tasks``."""
 
 
 __all__ = [
-    "HOSTILE_ID_SUFFIXES",
-    "CheckedPopConformance",
-    "CoreConformance",
-    "FamilyBatchConformance",
-    "FamilyConformance",
-    "GuardedWriteConformance",
-    "RangeDeleteConformance",
-    "RewriteConformance",
-    "SDKCompactionConformance",
-    "SequencedWriteConformance",
-    "SequencingConformance",
-    "SessionConformanceSuite",
-    "StrictConformance",
-    "item_text",
-    "model_input_texts",
-    "scripted_agent",
-    "texts",
+    "HOSTILE_ID_SUFFIXES", "CheckedPopConformance", "CoreConformance", "FamilyBatchConformance",
+    "FamilyConformance", "GuardedWriteConformance", "RangeDeleteConformance", "RewriteConformance",
+    "SDKCompactionConformance", "SequencedWriteConformance", "SequencingConformance",
+    "SessionConformanceSuite", "StrictConformance", "item_text", "model_input_texts",
+    "scripted_agent", "texts",
 ]

@@ -144,16 +144,9 @@ class CoreConformance(ConformanceBase):
         assert first.final_output == "Paris."
         second = await Runner.run(agent, "Its population?", session=s)
         assert second.final_output == "About 2.1 million."
-        assert model_input_texts(model) == [
-            "Capital of France?",
-            "Paris.",
-            "Its population?",
-        ]
+        assert model_input_texts(model) == ["Capital of France?", "Paris.", "Its population?"]
         assert texts(await s.get_items()) == [
-            "Capital of France?",
-            "Paris.",
-            "Its population?",
-            "About 2.1 million.",
+            "Capital of France?", "Paris.", "Its population?", "About 2.1 million."
         ]
 
     async def test_runner_streamed_carries_history(self) -> None:
@@ -188,12 +181,8 @@ class CoreConformance(ConformanceBase):
         result = await Runner.run(agent, "What is 2 + 3?", session=s)
         assert result.final_output == "5."
         assert "What is 2 + 2?" not in model_input_texts(model)
-        assert texts(await s.get_items()) == [
-            "Capital of Germany?",
-            "Berlin.",
-            "What is 2 + 3?",
-            "5.",
-        ]
+        expected = ["Capital of Germany?", "Berlin.", "What is 2 + 3?", "5."]
+        assert texts(await s.get_items()) == expected
 
     async def test_runner_run_sync_carries_history(self) -> None:
         await asyncio.to_thread(self._run_sync_in_a_fresh_loop)

@@ -80,9 +80,7 @@ class FamilyConformance(ConformanceBase):
 
         s = await self.new_session(Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
         old = AdvancedSession(EncryptedSession(s, keys={"k1": _OLD_KEY}))
-        await old.add_items(
-            [msg("q1"), msg("a1", "assistant"), msg("q2"), msg("a2", "assistant")]
-        )
+        await old.add_items([msg("q1"), msg("a1", "assistant"), msg("q2"), msg("a2", "assistant")])
         await old.create_branch_from_turn(2, "alt")
         await old.add_items([msg("q2 alt"), msg("a2 alt", "assistant")])
         expected = ["q1", "a1", "q2 alt", "a2 alt"]

@@ -180,15 +180,10 @@ class ResilientSession(SessionWrapper):
         limit = self.resolve_limit(limit)
         if limit is not None and limit <= 0:
             return []
-        if (
-            await self._spooled_count() == 0
-            and self._state == "healthy"
-            and self.breaker.state == "closed"
-        ):
-            try:
+        healthy = await self._spooled_count() == 0 and self._state == "healthy"
+        if healthy and self.breaker.state == "closed":
+            with contextlib.suppress(_Down):
                 return await self._read_primary(limit)
-            except _Down:
-                pass
         async with self._locked():
             await self._replay_if_due()
             try:
@@ -256,10 +251,9 @@ class ResilientSession(SessionWrapper):
     async def clear_session(self) -> None:
         """Drop the spooled batches, then clear the primary (retried)."""
         async with self._locked():
-            try:
+            # logged; an unreadable spool has nothing that could be replayed
+            with contextlib.suppress(SpoolUnreadableError):
                 await self._spool_write(self.spool.clear, self.session_id)
-            except SpoolUnreadableError:
-                pass  # logged; an unreadable spool has nothing that could be replayed
             self._anchor = None
             try:
                 await self._call(self.inner.clear_session)
