@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -65,6 +65,26 @@ else:  # pragma: no cover - Python 3.10
     async def _bounded(awaitable: Awaitable[T], deadline: float) -> T:
         remaining = max(0.0, deadline - asyncio.get_running_loop().time())
         return await asyncio.wait_for(awaitable, remaining)
+
+
+class _Turn:
+    """``async with``: this object's lock (on ``loop``), then the session's :class:`SessionLock`
+    (a class, not an asynccontextmanager: ~2.5 us less per call)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, shared: SessionLock) -> None:
+        self.loop, self._local, self._shared = loop, asyncio.Lock(), shared
+
+    async def __aenter__(self) -> None:
+        await self._local.acquire()
+        try:
+            await self._shared.acquire()
+        except BaseException:
+            self._local.release()
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._shared.release()
+        self._local.release()
 
 
 class _Down(Exception):
@@ -133,7 +153,7 @@ class ResilientSession(SessionWrapper):
         self._last_error: str | None = None
         self._mirror: list[TResponseInputItem] | None = None
         self._mirror_complete = False
-        self._turn: tuple[asyncio.AbstractEventLoop, asyncio.Lock, SessionLock] | None = None
+        self._turn: _Turn | None = None
 
     # -- status ----------------------------------------------------------------------------------
 
@@ -182,8 +202,10 @@ class ResilientSession(SessionWrapper):
             return []
         healthy = await self._spooled_count() == 0 and self._state == "healthy"
         if healthy and self.breaker.state == "closed":
-            with contextlib.suppress(_Down):
+            try:  # try/except: free on this hot path, unlike contextlib.suppress
                 return await self._read_primary(limit)
+            except _Down:
+                pass
         async with self._locked():
             await self._replay_if_due()
             try:
@@ -482,16 +504,14 @@ class ResilientSession(SessionWrapper):
         logger.log(level, "%r: %s -> %s (%s)", self.session_id, self._state, state, why)
         self._state = state
 
-    @contextlib.asynccontextmanager
-    async def _locked(self) -> AsyncIterator[None]:
+    def _locked(self) -> _Turn:
         """Exclusive use of the session by this call: first among this object's calls (waiting
         on the loop), then among every writer of the session through the spool file, in any
         thread or process (a pop never runs while another writer's add is unsettled)."""
         loop = asyncio.get_running_loop()
-        if self._turn is None or self._turn[0] is not loop:
-            self._turn = (loop, asyncio.Lock(), self.spool.session_lock(self.session_id))
-        async with self._turn[1], self._turn[2]:
-            yield
+        if self._turn is None or self._turn.loop is not loop:
+            self._turn = _Turn(loop, self.spool.session_lock(self.session_id))
+        return self._turn
 
     def wrap_member(self, member: Session) -> Session:
         """Side stores get the same protection, sharing the spool and the breaker."""
