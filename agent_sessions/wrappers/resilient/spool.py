@@ -346,15 +346,15 @@ class Spool:
 
     # -- reads ---------------------------------------------------------------------------------
 
+    def _read(self, statement: str, parameters: tuple[Any, ...]) -> list[Any]:
+        return self._run(lambda conn: conn.execute(statement, parameters).fetchall(), write=False)
+
     def batches(self, session_id: str) -> list[SpooledBatch]:
         """The session's spooled batches, oldest first."""
-        rows = self._run(
-            lambda conn: conn.execute(
-                "SELECT seq, batch_id, items, attempted, anchor FROM spool_batches "
-                "WHERE session_id = ? ORDER BY seq",
-                (session_id,),
-            ).fetchall(),
-            write=False,
+        rows = self._read(
+            "SELECT seq, batch_id, items, attempted, anchor FROM spool_batches "
+            "WHERE session_id = ? ORDER BY seq",
+            (session_id,),
         )
         return [
             SpooledBatch(seq, bid, json.loads(items), bool(a), anchor)
@@ -372,13 +372,10 @@ class Spool:
     def counts(self, session_id: str) -> tuple[int, int]:
         """(batches, items) spooled for the session."""
         version = self.version()  # before the read: a change committed after it replaces it
-        row = self._run(
-            lambda conn: conn.execute(
-                "SELECT COUNT(*), COALESCE(SUM(json_array_length(items)), 0) "
-                "FROM spool_batches WHERE session_id = ?",
-                (session_id,),
-            ).fetchone(),
-            write=False,
+        (row,) = self._read(
+            "SELECT COUNT(*), COALESCE(SUM(json_array_length(items)), 0) "
+            "FROM spool_batches WHERE session_id = ?",
+            (session_id,),
         )
         counts = int(row[0]), int(row[1])
         if version is not None:
