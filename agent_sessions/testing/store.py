@@ -14,7 +14,7 @@ import pytest
 
 from ..core.catalog import CatalogQuery
 from ..core.family import close_quietly
-from ._kit import msg
+from .base import msg
 from .helpers import texts
 
 

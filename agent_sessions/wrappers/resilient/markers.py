@@ -16,14 +16,13 @@ from typing import Any
 BATCH_KEY = "_agent_sessions_batch"
 
 
-def new_batch_id() -> str:
-    return uuid.uuid4().hex
-
-
-def stamp(items: Iterable[Any], batch_id: str) -> list[Any]:
-    """Copies of ``items`` carrying ``batch_id`` (items that are not dicts are left as they are;
-    the codec refuses them anyway)."""
-    return [{**item, BATCH_KEY: batch_id} if isinstance(item, dict) else item for item in items]
+def stamp(items: Iterable[Any]) -> tuple[str, list[Any]]:
+    """A new batch id, and copies of ``items`` carrying it (items that are not dicts are left
+    as they are; the codec refuses them anyway)."""
+    batch_id = uuid.uuid4().hex
+    return batch_id, [
+        {**item, BATCH_KEY: batch_id} if isinstance(item, dict) else item for item in items
+    ]
 
 
 def strip(item: Any) -> Any:
@@ -42,8 +41,5 @@ def strip_all(items: list[Any]) -> list[Any]:
 
 def batch_of(item: Any) -> str | None:
     """The batch id ``item`` carries, if any."""
-    if isinstance(item, dict):
-        value = item.get(BATCH_KEY)
-        if isinstance(value, str):
-            return value
-    return None
+    value = item.get(BATCH_KEY) if isinstance(item, dict) else None
+    return value if isinstance(value, str) else None

@@ -11,11 +11,15 @@ from typing import Literal
 BreakerState = Literal["closed", "open", "half-open"]
 
 
-def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-        value > 0 or (allow_zero and value == 0)
+def check_bound(name: str, value: object, low: float, *, integer: bool = False,
+                strict: bool = False) -> None:
+    """Raise ValueError unless ``value`` is a number (an int when ``integer``) >= ``low``
+    (> ``low`` when ``strict``)."""
+    kind = "an int" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)) or not (
+        value > low if strict else value >= low
     ):
-        raise ValueError(f"{name} must be a number {'>=' if allow_zero else '>'} 0, got {value!r}")
+        raise ValueError(f"{name} must be {kind} {'>' if strict else '>='} {low}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -39,13 +43,10 @@ class RetryPolicy:
     total_timeout: float = 5.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or (
-            self.attempts < 1
-        ):
-            raise ValueError(f"attempts must be an int >= 1, got {self.attempts!r}")
-        _positive("base_delay", self.base_delay, allow_zero=True)
-        _positive("max_delay", self.max_delay, allow_zero=True)
-        _positive("total_timeout", self.total_timeout)
+        check_bound("attempts", self.attempts, 1, integer=True)
+        check_bound("base_delay", self.base_delay, 0)
+        check_bound("max_delay", self.max_delay, 0)
+        check_bound("total_timeout", self.total_timeout, 0, strict=True)
 
     def backoffs(self, rng: random.Random | None = None) -> Iterator[float]:
         """The waits between attempts (``attempts - 1`` of them)."""
@@ -70,11 +71,8 @@ class CircuitBreaker:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if isinstance(failure_threshold, bool) or not isinstance(failure_threshold, int) or (
-            failure_threshold < 1
-        ):
-            raise ValueError(f"failure_threshold must be an int >= 1, got {failure_threshold!r}")
-        _positive("reset_timeout", reset_timeout, allow_zero=True)
+        check_bound("failure_threshold", failure_threshold, 1, integer=True)
+        check_bound("reset_timeout", reset_timeout, 0)
         self.failure_threshold = failure_threshold
         self.reset_timeout = reset_timeout
         self._clock = clock

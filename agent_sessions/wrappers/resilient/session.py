@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -16,8 +17,8 @@ from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ...core.mutation import run_to_completion
 from ...errors import BackendUnavailableError
 from ..base import SessionWrapper, check_max_item_bytes
-from .markers import batch_of, new_batch_id, stamp, strip, strip_all
-from .policy import BreakerState, CircuitBreaker, RetryPolicy
+from .markers import batch_of, stamp, strip, strip_all
+from .policy import BreakerState, CircuitBreaker, RetryPolicy, check_bound
 from .spool import SessionLock, Spool, SpooledBatch, SpoolUnreadableError
 
 if TYPE_CHECKING:
@@ -67,14 +68,11 @@ else:  # pragma: no cover - Python 3.10
 
 
 class _Turn:
-    """``async with``: this object's lock (on ``loop``), then the session's :class:`SessionLock`."""
-
-    __slots__ = ("_local", "_shared", "loop")
+    """``async with``: this object's lock (on ``loop``), then the session's :class:`SessionLock`
+    (a class, not an asynccontextmanager: ~2.5 us less per call)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, shared: SessionLock) -> None:
-        self.loop = loop
-        self._local = asyncio.Lock()
-        self._shared = shared
+        self.loop, self._local, self._shared = loop, asyncio.Lock(), shared
 
     async def __aenter__(self) -> None:
         await self._local.acquire()
@@ -141,10 +139,7 @@ class ResilientSession(SessionWrapper):
         max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
     ) -> None:
         super().__init__(inner)
-        if isinstance(mirror_items, bool) or not isinstance(mirror_items, int) or (
-            mirror_items < 0
-        ):
-            raise ValueError(f"mirror_items must be an int >= 0, got {mirror_items!r}")
+        check_bound("mirror_items", mirror_items, 0, integer=True)
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
         self._owns_spool = not isinstance(spool, Spool)
         self.spool = spool if isinstance(spool, Spool) else Spool(spool)
@@ -185,8 +180,7 @@ class ResilientSession(SessionWrapper):
         if not items:
             await self.inner.add_items(items)
             return
-        batch_id = new_batch_id()
-        stamped = stamp(items, batch_id)
+        batch_id, stamped = stamp(items)
         async with self._locked():
             await self._replay_if_due()
             if await self._spooled_count():
@@ -206,12 +200,9 @@ class ResilientSession(SessionWrapper):
         limit = self.resolve_limit(limit)
         if limit is not None and limit <= 0:
             return []
-        if (
-            await self._spooled_count() == 0
-            and self._state == "healthy"
-            and self.breaker.state == "closed"
-        ):
-            try:
+        healthy = await self._spooled_count() == 0 and self._state == "healthy"
+        if healthy and self.breaker.state == "closed":
+            try:  # try/except: free on this hot path, unlike contextlib.suppress
                 return await self._read_primary(limit)
             except _Down:
                 pass
@@ -229,26 +220,23 @@ class ResilientSession(SessionWrapper):
         """The primary's latest items, then the spooled batches it does not hold (a batch
         whose reply was lost may be in both)."""
         spooled = [strip(item) for batch in batches for item in batch.items]
-        if not any(batch.attempted for batch in batches):
-            if limit is not None and len(spooled) >= limit:
-                return spooled[len(spooled) - limit :]
-            rest = None if limit is None else limit - len(spooled)
-            try:
+        sent = {b.batch_id: b.anchor for b in batches if b.attempted}
+        # the latest ``limit`` items, when the spool alone holds that many
+        full = None if limit is None or len(spooled) < limit else spooled[len(spooled) - limit :]
+        if full is not None and not sent:
+            return full
+        rest = None if limit is None else limit - len(spooled)
+        try:
+            if not sent:
                 return await self._read_primary(rest) + spooled
-            except _Down:
-                return self._from_mirror(rest) + spooled
-        try:  # read ``limit`` items: the spooled batches found there do not count
+            # read ``limit`` items: the spooled batches found there do not count
             raw = await self._call(lambda: self.inner.get_items(limit))
             stored = {batch_of(item) for item in raw}
-            sent = {b.batch_id: b.anchor for b in batches if b.attempted}
             unseen = {bid: anchor for bid, anchor in sent.items() if bid not in stored}
             if unseen:
                 stored |= await self._call(lambda: self._find(unseen))
-        except _Down:
-            if limit is not None and len(spooled) >= limit:
-                return spooled[len(spooled) - limit :]
-            rest = None if limit is None else limit - len(spooled)
-            return self._from_mirror(rest) + spooled  # the mirror holds no spooled batch
+        except _Down:  # the mirror holds no spooled batch
+            return full if full is not None else self._from_mirror(rest) + spooled
         primary = strip_all(raw)
         self._remember(primary, limit)
         merged = primary + [
@@ -285,10 +273,9 @@ class ResilientSession(SessionWrapper):
     async def clear_session(self) -> None:
         """Drop the spooled batches, then clear the primary (retried)."""
         async with self._locked():
-            try:
+            # logged; an unreadable spool has nothing that could be replayed
+            with contextlib.suppress(SpoolUnreadableError):
                 await self._spool_write(self.spool.clear, self.session_id)
-            except SpoolUnreadableError:
-                pass  # logged; an unreadable spool has nothing that could be replayed
             self._anchor = None
             try:
                 await self._call(self.inner.clear_session)

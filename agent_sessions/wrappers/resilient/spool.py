@@ -279,19 +279,19 @@ class Spool:
 
     # -- writes --------------------------------------------------------------------------------
 
+    def _write(self, statement: str, parameters: tuple[Any, ...]) -> None:
+        self._run(lambda conn: conn.execute(statement, parameters), write=True)
+
     def append(
         self, session_id: str, batch_id: str, encoded: list[str], *, attempted: bool,
         anchor: str | None = None,
     ) -> None:
         """Append one batch (its items already encoded as JSON); ``anchor`` is a batch known
         to be in the primary before an ``attempted`` batch was sent."""
-        self._run(
-            lambda conn: conn.execute(
-                "INSERT INTO spool_batches (session_id, batch_id, items, attempted, anchor) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (session_id, batch_id, "[" + ",".join(encoded) + "]", int(attempted), anchor),
-            ),
-            write=True,
+        self._write(
+            "INSERT INTO spool_batches (session_id, batch_id, items, attempted, anchor) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (session_id, batch_id, "[" + ",".join(encoded) + "]", int(attempted), anchor),
         )
 
     def claim(self, seq: int, anchor: str | None) -> list[Any] | None:
@@ -309,10 +309,7 @@ class Spool:
 
     def confirm(self, seq: int) -> None:
         """Batch ``seq`` is in the primary: drop it."""
-        self._run(
-            lambda conn: conn.execute("DELETE FROM spool_batches WHERE seq = ?", (seq,)),
-            write=True,
-        )
+        self._write("DELETE FROM spool_batches WHERE seq = ?", (seq,))
 
     def pop_newest(self, session_id: str) -> tuple[Any, bool] | None:
         """Remove and return the newest spooled item of the session, with whether it was
@@ -345,24 +342,19 @@ class Spool:
 
     def clear(self, session_id: str) -> None:
         """Drop every spooled batch of the session."""
-        self._run(
-            lambda conn: conn.execute(
-                "DELETE FROM spool_batches WHERE session_id = ?", (session_id,)
-            ),
-            write=True,
-        )
+        self._write("DELETE FROM spool_batches WHERE session_id = ?", (session_id,))
 
     # -- reads ---------------------------------------------------------------------------------
 
+    def _read(self, statement: str, parameters: tuple[Any, ...]) -> list[Any]:
+        return self._run(lambda conn: conn.execute(statement, parameters).fetchall(), write=False)
+
     def batches(self, session_id: str) -> list[SpooledBatch]:
         """The session's spooled batches, oldest first."""
-        rows = self._run(
-            lambda conn: conn.execute(
-                "SELECT seq, batch_id, items, attempted, anchor FROM spool_batches "
-                "WHERE session_id = ? ORDER BY seq",
-                (session_id,),
-            ).fetchall(),
-            write=False,
+        rows = self._read(
+            "SELECT seq, batch_id, items, attempted, anchor FROM spool_batches "
+            "WHERE session_id = ? ORDER BY seq",
+            (session_id,),
         )
         return [
             SpooledBatch(seq, bid, json.loads(items), bool(a), anchor)
@@ -380,13 +372,10 @@ class Spool:
     def counts(self, session_id: str) -> tuple[int, int]:
         """(batches, items) spooled for the session."""
         version = self.version()  # before the read: a change committed after it replaces it
-        row = self._run(
-            lambda conn: conn.execute(
-                "SELECT COUNT(*), COALESCE(SUM(json_array_length(items)), 0) "
-                "FROM spool_batches WHERE session_id = ?",
-                (session_id,),
-            ).fetchone(),
-            write=False,
+        (row,) = self._read(
+            "SELECT COUNT(*), COALESCE(SUM(json_array_length(items)), 0) "
+            "FROM spool_batches WHERE session_id = ?",
+            (session_id,),
         )
         counts = int(row[0]), int(row[1])
         if version is not None:
@@ -434,11 +423,8 @@ class Spool:
     def replay_lock(self) -> Iterator[bool]:
         """:meth:`acquire_replay_lock` as a context: yields whether it is held."""
         handle = self.acquire_replay_lock()
-        try:
+        with handle or contextlib.nullcontext():
             yield handle is not None
-        finally:
-            if handle is not None:
-                handle.close()
 
     def _close(self) -> None:
         if self._conn is not None:

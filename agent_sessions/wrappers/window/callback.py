@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from ..compaction.tokens import TokenEstimator
 from .micro import MicroCompaction
-from .plan import WindowBudget, plan_start, turn_ages
+from .plan import WindowBudget, plan_start
 from .tokens import ItemTokens
 
 if TYPE_CHECKING:
@@ -39,10 +39,7 @@ def window_input_callback(
     async def combine(
         history: list[TResponseInputItem], new_items: list[TResponseInputItem]
     ) -> list[TResponseInputItem]:
-        shown = list(history)
-        if micro_compaction is not None:
-            ages = turn_ages(history)
-            shown = [micro_compaction.shorten(i, a) for i, a in zip(history, ages, strict=True)]
+        shown = list(history) if micro_compaction is None else micro_compaction.shorten_all(history)
         if not budget.bounded:
             return shown + list(new_items)
         reserved = sum(await tokens.counts(new_items)) if budget.max_tokens is not None else 0

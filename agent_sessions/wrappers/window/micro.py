@@ -13,9 +13,11 @@ compaction items, images and files.
 
 from __future__ import annotations
 
-import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from .plan import turn_ages
 
 MARKER = "[micro-compacted: {omitted} of {size} characters omitted; the full item is kept]"
 
@@ -37,19 +39,12 @@ class MicroCompaction:
     tail: int = 400
 
     def __post_init__(self) -> None:
-        for name in ("keep_turns", "head", "tail"):
+        for name in ("keep_turns", "head", "tail", "max_chars"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-        if (
-            isinstance(self.max_chars, bool)
-            or not isinstance(self.max_chars, int)
-            or self.max_chars < self.head + self.tail
-        ):
-            raise ValueError(
-                f"max_chars must be an int >= head + tail ({self.head + self.tail}), "
-                f"got {self.max_chars!r}"
-            )
+            low = self.head + self.tail if name == "max_chars" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                least = f"head + tail ({low})" if name == "max_chars" else "0"
+                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
 
     def shorten_text(self, text: str) -> str:
         """Return ``text``, or its head and tail around the marker when it is too long."""
@@ -72,30 +67,24 @@ class MicroCompaction:
             return self._shorten_field(item, "content")
         return item
 
+    def shorten_all(self, items: Sequence[Any], later_users: int = 0) -> list[Any]:
+        """Return ``items`` as shown when ``later_users`` user messages follow the last one."""
+        ages = turn_ages(items, later_users)
+        return [self.shorten(item, age) for item, age in zip(items, ages, strict=True)]
+
     def _shorten_field(self, item: dict[str, Any], field: str) -> Any:
         value = item.get(field)
         if isinstance(value, str):
-            short = self.shorten_text(value)
-            if short is value:
+            short: Any = self.shorten_text(value)
+        elif isinstance(value, list):
+            short = [self._shorten_part(part) for part in value]
+            if all(a is b for a, b in zip(short, value, strict=True)):
                 return item
-            shown = dict(item)
-            shown[field] = short
-            return shown
-        if isinstance(value, list):
-            parts = [self._shorten_part(part) for part in value]
-            if all(a is b for a, b in zip(parts, value, strict=True)):
-                return item
-            shown = dict(item)
-            shown[field] = parts
-            return shown
-        return item
+        else:
+            return item
+        return item if short is value else {**item, field: short}
 
     def _shorten_part(self, part: Any) -> Any:
-        if not isinstance(part, dict) or not isinstance(part.get("text"), str):
-            return part
-        short = self.shorten_text(part["text"])
-        if short is part["text"]:
-            return part
-        shown = copy.copy(part)
-        shown["text"] = short
-        return shown
+        if isinstance(part, dict) and isinstance(part.get("text"), str):
+            return self._shorten_field(part, "text")
+        return part

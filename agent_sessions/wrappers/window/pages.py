@@ -1,9 +1,11 @@
 """Reading a history backwards, newest first, in pages that grow: a bounded window costs about
-what it shows, not the whole history."""
+what it shows, not the whole history. ``older()`` returns the next older page (oldest first) and
+whether the history's start is reached; ``summary`` holds items pinned before the history (a
+compaction summary), read with the first page."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ...core.base import short_page_is_start
 
@@ -12,17 +14,6 @@ if TYPE_CHECKING:
     from agents.memory import Session
 
 MAX_PAGE = 4096
-
-
-class Pages(Protocol):
-    """One backward read of a history."""
-
-    summary: list[TResponseInputItem]
-    """Items pinned before the history (a compaction summary), read with the first page."""
-
-    async def older(self) -> tuple[list[TResponseInputItem], bool]:
-        """Return the next older page (oldest first) and whether the history's start is reached."""
-        ...
 
 
 class HistoryChanged(Exception):

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..compaction.boundary import _is_user_message as is_user_message
 from ..compaction.boundary import _pair_key
 
 
@@ -48,15 +49,6 @@ class WindowBudget:
     def bounded(self) -> bool:
         """Whether any bound is set (else the view is the whole history)."""
         return self.max_turns is not None or self.max_tokens is not None
-
-
-def is_user_message(item: Any) -> bool:
-    """Whether ``item`` is a user message (it starts a turn)."""
-    return (
-        isinstance(item, dict)
-        and item.get("role") == "user"
-        and item.get("type") in (None, "message")
-    )
 
 
 def valid_starts(items: Sequence[Any]) -> list[bool]:

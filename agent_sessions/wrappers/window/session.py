@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 from ...core.capabilities import Capability, supports
 from ..base import SessionWrapper
+from ..compaction.boundary import _is_user_message as is_user_message
 from ..compaction.tokens import TokenEstimator
 from .micro import MicroCompaction
-from .pages import HistoryChanged, Pages, PositionalPages, SequencedPages
-from .plan import WindowBudget, is_user_message, plan_start, turn_ages
+from .pages import HistoryChanged, PositionalPages, SequencedPages
+from .plan import WindowBudget, plan_start
 from .tokens import ItemTokens
 
 if TYPE_CHECKING:
@@ -103,10 +105,8 @@ class WindowSession(SessionWrapper):
     async def get_window(self) -> list[TResponseInputItem]:
         """Return the whole view (pinned summary, then the window)."""
         for _ in range(_RETRIES - 1):
-            try:
+            with contextlib.suppress(HistoryChanged):
                 return await self._window()
-            except HistoryChanged:
-                continue
         return await self._window()
 
     def wrap_member(self, member: Session) -> Session:
@@ -115,20 +115,12 @@ class WindowSession(SessionWrapper):
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _pages(self) -> Pages:
-        if self._sequenced:
-            return SequencedPages(self.inner, self._page)
-        return PositionalPages(self.inner, self._page)
-
     def _shown(self, items: list[TResponseInputItem], later_users: int) -> list[TResponseInputItem]:
         micro = self.micro_compaction
-        if micro is None:
-            return list(items)
-        ages = turn_ages(items, later_users)
-        return [micro.shorten(item, age) for item, age in zip(items, ages, strict=True)]
+        return list(items) if micro is None else micro.shorten_all(items, later_users)
 
     async def _window(self) -> list[TResponseInputItem]:
-        pages = self._pages()
+        pages = (SequencedPages if self._sequenced else PositionalPages)(self.inner, self._page)
         shown: list[TResponseInputItem] = []
         counts: list[int] = []
         users = 0

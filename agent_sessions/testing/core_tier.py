@@ -12,30 +12,26 @@ import asyncio
 import uuid
 from typing import Any
 
-import pytest
 from agents import RunConfig, Runner
 from agents.memory import SessionSettings
 
 from ..core.family import close_quietly
-from ._kit import HOSTILE_ID_SUFFIXES, ConformanceBase, SessionFactory
-from ._kit import msg as _msg
+from .base import HOSTILE_ID_SUFFIXES, ConformanceBase, msg
 from .helpers import item_text, model_input_texts, scripted_agent, texts
 
 
 class CoreConformance(ConformanceBase):
     """The SDK's semantics. Override ``create_session``."""
 
-    @pytest.mark.asyncio
-    async def test_new_session_is_empty(self, new_session: SessionFactory) -> None:
-        s = await new_session()
+    async def test_new_session_is_empty(self) -> None:
+        s = await self.new_session()
         assert await s.get_items() == []
         assert await s.get_items(limit=3) == []
         assert await s.pop_item() is None
 
-    @pytest.mark.asyncio
-    async def test_items_round_trip_in_order(self, new_session: SessionFactory) -> None:
-        s = await new_session()
-        batches = [[_msg("one")], [_msg("two", "assistant"), _msg("three")], [_msg("four")]]
+    async def test_items_round_trip_in_order(self) -> None:
+        s = await self.new_session()
+        batches = [[msg("one")], [msg("two", "assistant"), msg("three")], [msg("four")]]
         nested: Any = {
             "type": "function_call_output",
             "call_id": "c1",
@@ -47,12 +43,9 @@ class CoreConformance(ConformanceBase):
         expected = [item for batch in batches for item in batch] + [nested]
         assert await s.get_items() == expected
 
-    @pytest.mark.asyncio
-    async def test_limit_returns_latest_in_chronological_order(
-        self, new_session: SessionFactory
-    ) -> None:
-        s = await new_session()
-        await s.add_items([_msg(str(i)) for i in range(10)])
+    async def test_limit_returns_latest_in_chronological_order(self) -> None:
+        s = await self.new_session()
+        await s.add_items([msg(str(i)) for i in range(10)])
         assert texts(await s.get_items(limit=3)) == ["7", "8", "9"]
         assert texts(await s.get_items(limit=1)) == ["9"]
         assert texts(await s.get_items(limit=10)) == [str(i) for i in range(10)]
@@ -60,32 +53,27 @@ class CoreConformance(ConformanceBase):
         assert texts(await s.get_items(limit=None)) == [str(i) for i in range(10)]
         assert await s.get_items(limit=0) == []
 
-    @pytest.mark.asyncio
-    async def test_session_settings_limit_is_the_default(
-        self, new_session: SessionFactory
-    ) -> None:
-        s = await new_session()
-        await s.add_items([_msg(str(i)) for i in range(5)])
+    async def test_session_settings_limit_is_the_default(self) -> None:
+        s = await self.new_session()
+        await s.add_items([msg(str(i)) for i in range(5)])
         s.session_settings = SessionSettings(limit=2)
         assert texts(await s.get_items()) == ["3", "4"]
         assert texts(await s.get_items(limit=4)) == ["1", "2", "3", "4"]
         s.session_settings = SessionSettings()
         assert len(await s.get_items()) == 5
 
-    @pytest.mark.asyncio
-    async def test_add_empty_batch_is_a_no_op(self, new_session: SessionFactory) -> None:
-        s = await new_session()
+    async def test_add_empty_batch_is_a_no_op(self) -> None:
+        s = await self.new_session()
         await s.add_items([])
         assert await s.get_items() == []
-        await s.add_items([_msg("x")])
+        await s.add_items([msg("x")])
         await s.add_items([])
         assert texts(await s.get_items()) == ["x"]
 
-    @pytest.mark.asyncio
-    async def test_pop_returns_newest_first_then_none(self, new_session: SessionFactory) -> None:
-        s = await new_session()
-        await s.add_items([_msg("a"), _msg("b")])
-        await s.add_items([_msg("c")])
+    async def test_pop_returns_newest_first_then_none(self) -> None:
+        s = await self.new_session()
+        await s.add_items([msg("a"), msg("b")])
+        await s.add_items([msg("c")])
         assert item_text(await s.pop_item()) == "c"
         assert item_text(await s.pop_item()) == "b"
         assert texts(await s.get_items()) == ["a"]
@@ -93,49 +81,39 @@ class CoreConformance(ConformanceBase):
         assert await s.pop_item() is None
         assert await s.get_items() == []
 
-    @pytest.mark.asyncio
-    async def test_add_after_pop_keeps_order(self, new_session: SessionFactory) -> None:
-        s = await new_session()
-        await s.add_items([_msg("a"), _msg("b"), _msg("c")])
+    async def test_add_after_pop_keeps_order(self) -> None:
+        s = await self.new_session()
+        await s.add_items([msg("a"), msg("b"), msg("c")])
         await s.pop_item()
-        await s.add_items([_msg("d")])
+        await s.add_items([msg("d")])
         assert texts(await s.get_items()) == ["a", "b", "d"]
         assert texts(await s.get_items(limit=2)) == ["b", "d"]
 
-    @pytest.mark.asyncio
-    async def test_clear_removes_everything_and_session_stays_usable(
-        self, new_session: SessionFactory
-    ) -> None:
-        s = await new_session()
-        await s.add_items([_msg("a"), _msg("b")])
+    async def test_clear_removes_everything_and_session_stays_usable(self) -> None:
+        s = await self.new_session()
+        await s.add_items([msg("a"), msg("b")])
         await s.clear_session()
         assert await s.get_items() == []
         assert await s.pop_item() is None
         await s.clear_session()  # clearing an empty session is fine
-        await s.add_items([_msg("c")])
+        await s.add_items([msg("c")])
         assert texts(await s.get_items()) == ["c"]
 
-    @pytest.mark.asyncio
-    async def test_a_second_object_on_the_same_id_sees_the_same_items(
-        self, new_session: SessionFactory
-    ) -> None:
-        first = await new_session("shared")
-        await first.add_items([_msg("from first")])
+    async def test_a_second_object_on_the_same_id_sees_the_same_items(self) -> None:
+        first = await self.new_session(suffix="shared")
+        await first.add_items([msg("from first")])
         second = await self.create_session(first.session_id)
         try:
             assert texts(await second.get_items()) == ["from first"]
-            await second.add_items([_msg("from second")])
+            await second.add_items([msg("from second")])
             assert texts(await first.get_items()) == ["from first", "from second"]
         finally:
             await close_quietly(second)
 
-    @pytest.mark.asyncio
-    async def test_sessions_with_hostile_ids_are_isolated(
-        self, new_session: SessionFactory
-    ) -> None:
-        sessions = [await new_session(suffix) for suffix in HOSTILE_ID_SUFFIXES]
+    async def test_sessions_with_hostile_ids_are_isolated(self) -> None:
+        sessions = [await self.new_session(suffix=suffix) for suffix in HOSTILE_ID_SUFFIXES]
         for i, s in enumerate(sessions):
-            await s.add_items([_msg(f"item of {i}")])
+            await s.add_items([msg(f"item of {i}")])
         for i, s in enumerate(sessions):
             assert texts(await s.get_items()) == [f"item of {i}"], s.session_id
         await sessions[0].clear_session()
@@ -143,49 +121,36 @@ class CoreConformance(ConformanceBase):
         assert item_text(await sessions[1].pop_item()) == "item of 1"
         assert texts(await sessions[2].get_items()) == ["item of 2"]
 
-    @pytest.mark.asyncio
-    async def test_unicode_and_control_characters_round_trip(
-        self, new_session: SessionFactory
-    ) -> None:
-        s = await new_session()
+    async def test_unicode_and_control_characters_round_trip(self) -> None:
+        s = await self.new_session()
         text = "héllo 🙂👍🏽 日本語 עברית e\u0301 \u0000 \t\n\r \\ \" ' \u2028 \U0010fffd"
-        items = [_msg(text), {"role": "user", "content": [{"type": "input_text", "text": text}]}]
+        items = [msg(text), {"role": "user", "content": [{"type": "input_text", "text": text}]}]
         await s.add_items(items)
         assert await s.get_items() == items
         assert await s.pop_item() == items[1]
 
-    @pytest.mark.asyncio
-    async def test_one_mebibyte_item_round_trips(self, new_session: SessionFactory) -> None:
-        s = await new_session()
-        big = _msg("x" * (1024 * 1024) + "🙂")
-        await s.add_items([_msg("before"), big])
+    async def test_one_mebibyte_item_round_trips(self) -> None:
+        s = await self.new_session()
+        big = msg("x" * (1024 * 1024) + "🙂")
+        await s.add_items([msg("before"), big])
         assert await s.get_items(limit=1) == [big]
         assert await s.pop_item() == big
         assert texts(await s.get_items()) == ["before"]
 
-    @pytest.mark.asyncio
-    async def test_runner_run_carries_history(self, new_session: SessionFactory) -> None:
-        s = await new_session()
+    async def test_runner_run_carries_history(self) -> None:
+        s = await self.new_session()
         agent, model = scripted_agent("Paris.", "About 2.1 million.")
         first = await Runner.run(agent, "Capital of France?", session=s)
         assert first.final_output == "Paris."
         second = await Runner.run(agent, "Its population?", session=s)
         assert second.final_output == "About 2.1 million."
-        assert model_input_texts(model) == [
-            "Capital of France?",
-            "Paris.",
-            "Its population?",
-        ]
+        assert model_input_texts(model) == ["Capital of France?", "Paris.", "Its population?"]
         assert texts(await s.get_items()) == [
-            "Capital of France?",
-            "Paris.",
-            "Its population?",
-            "About 2.1 million.",
+            "Capital of France?", "Paris.", "Its population?", "About 2.1 million."
         ]
 
-    @pytest.mark.asyncio
-    async def test_runner_streamed_carries_history(self, new_session: SessionFactory) -> None:
-        s = await new_session()
+    async def test_runner_streamed_carries_history(self) -> None:
+        s = await self.new_session()
         agent, model = scripted_agent("Hello!", "You said hi before.")
         for question in ("Hi", "What did I say?"):
             result = Runner.run_streamed(agent, question, session=s)
@@ -196,11 +161,8 @@ class CoreConformance(ConformanceBase):
         assert texts(await s.get_items()) == ["Hi", "Hello!", "What did I say?",
                                               "You said hi before."]
 
-    @pytest.mark.asyncio
-    async def test_run_config_session_limit_bounds_model_input(
-        self, new_session: SessionFactory
-    ) -> None:
-        s = await new_session()
+    async def test_run_config_session_limit_bounds_model_input(self) -> None:
+        s = await self.new_session()
         agent, model = scripted_agent("r1", "r2", "r3")
         await Runner.run(agent, "q1", session=s)
         await Runner.run(agent, "q2", session=s)
@@ -209,11 +171,8 @@ class CoreConformance(ConformanceBase):
         assert model_input_texts(model) == ["q2", "r2", "q3"]
         assert len(await s.get_items()) == 6
 
-    @pytest.mark.asyncio
-    async def test_correction_flow_pop_twice_and_ask_again(
-        self, new_session: SessionFactory
-    ) -> None:
-        s = await new_session()
+    async def test_correction_flow_pop_twice_and_ask_again(self) -> None:
+        s = await self.new_session()
         agent, model = scripted_agent("Berlin.", "4.", "5.")
         await Runner.run(agent, "Capital of Germany?", session=s)
         await Runner.run(agent, "What is 2 + 2?", session=s)
@@ -222,14 +181,15 @@ class CoreConformance(ConformanceBase):
         result = await Runner.run(agent, "What is 2 + 3?", session=s)
         assert result.final_output == "5."
         assert "What is 2 + 2?" not in model_input_texts(model)
-        assert texts(await s.get_items()) == [
-            "Capital of Germany?",
-            "Berlin.",
-            "What is 2 + 3?",
-            "5.",
-        ]
+        expected = ["Capital of Germany?", "Berlin.", "What is 2 + 3?", "5."]
+        assert texts(await s.get_items()) == expected
 
-    def test_runner_run_sync_carries_history(self) -> None:
+    async def test_runner_run_sync_carries_history(self) -> None:
+        await asyncio.to_thread(self._run_sync_in_a_fresh_loop)
+
+    def _run_sync_in_a_fresh_loop(self) -> None:
+        """``Runner.run_sync`` as its users call it: no running loop, the session made in a new
+        one (a worker thread, so the test's own loop is untouched)."""
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         session = None

@@ -15,19 +15,17 @@ from typing import Any
 
 import pytest
 
-from ._kit import ConformanceBase, SessionFactory
-from ._kit import msg as _msg
+from .base import ConformanceBase, msg
 from .helpers import cancel_after, item_text, texts
 
 
 class StrictConformance(ConformanceBase):
     """Validation, size caps, concurrency and cancellation. Override ``create_session``."""
 
-    @pytest.mark.asyncio
-    async def test_a_negative_limit_returns_nothing(self, new_session: SessionFactory) -> None:
+    async def test_a_negative_limit_returns_nothing(self) -> None:
         # The SDK's SQLiteSession passes -1 to SQLite's LIMIT, which then means "no limit".
-        s = await new_session()
-        await s.add_items([_msg("a"), _msg("b")])
+        s = await self.new_session()
+        await s.add_items([msg("a"), msg("b")])
         assert await s.get_items(limit=-1) == []
         assert await s.get_items(limit=-5) == []
         assert texts(await s.get_items(limit=1)) == ["b"]
@@ -38,7 +36,6 @@ class StrictConformance(ConformanceBase):
     concurrent_tasks: int = 200
     """How many tasks add at once in the concurrency test."""
 
-    @pytest.mark.asyncio
     @pytest.mark.parametrize(
         "bad",
         [
@@ -54,37 +51,29 @@ class StrictConformance(ConformanceBase):
             pytest.param({"role": "user", "content": _uuid.UUID(int=1)}, id="uuid"),
         ],
     )
-    async def test_bad_item_raises_and_writes_nothing(
-        self, new_session: SessionFactory, bad: Any
-    ) -> None:
-        s = await new_session()
-        await s.add_items([_msg("kept")])
+    async def test_bad_item_raises_and_writes_nothing(self, bad: Any) -> None:
+        s = await self.new_session()
+        await s.add_items([msg("kept")])
         with pytest.raises((TypeError, ValueError)) as info:
-            await s.add_items([_msg("good"), bad, _msg("also good")])
+            await s.add_items([msg("good"), bad, msg("also good")])
         assert getattr(info.value, "index", None) == 1, f"index should be 1: {info.value!r}"
         assert texts(await s.get_items()) == ["kept"]
 
-    @pytest.mark.asyncio
-    async def test_oversized_item_raises_and_writes_nothing(
-        self, new_session: SessionFactory
-    ) -> None:
+    async def test_oversized_item_raises_and_writes_nothing(self) -> None:
         if self.max_item_bytes is None:
             pytest.skip("this session enforces no item size cap")
-        s = await new_session()
+        s = await self.new_session()
         with pytest.raises(ValueError) as info:
-            await s.add_items([_msg("small"), _msg("x" * (self.max_item_bytes + 1))])
+            await s.add_items([msg("small"), msg("x" * (self.max_item_bytes + 1))])
         assert getattr(info.value, "index", None) == 1, f"index should be 1: {info.value!r}"
         assert await s.get_items() == []
 
-    @pytest.mark.asyncio
-    async def test_concurrent_adds_lose_nothing_and_keep_batches_contiguous(
-        self, new_session: SessionFactory
-    ) -> None:
-        s = await new_session()
+    async def test_concurrent_adds_lose_nothing_and_keep_batches_contiguous(self) -> None:
+        s = await self.new_session()
         n = self.concurrent_tasks
 
         async def writer(task: int) -> None:
-            await s.add_items([_msg(f"{task}:{k}") for k in range(3)])
+            await s.add_items([msg(f"{task}:{k}") for k in range(3)])
 
         await asyncio.gather(*(writer(t) for t in range(n)))
         got = texts(await s.get_items())
@@ -94,25 +83,19 @@ class StrictConformance(ConformanceBase):
             task = got[start].split(":")[0]
             assert got[start : start + 3] == [f"{task}:{k}" for k in range(3)]
 
-    @pytest.mark.asyncio
-    async def test_concurrent_pops_never_return_the_same_item(
-        self, new_session: SessionFactory
-    ) -> None:
-        s = await new_session()
-        await s.add_items([_msg(str(i)) for i in range(100)])
+    async def test_concurrent_pops_never_return_the_same_item(self) -> None:
+        s = await self.new_session()
+        await s.add_items([msg(str(i)) for i in range(100)])
         popped = await asyncio.gather(*(s.pop_item() for _ in range(130)))
         got = [item_text(p) for p in popped if p is not None]
         assert sorted(got, key=int) == [str(i) for i in range(100)]
         assert await s.get_items() == []
 
-    @pytest.mark.asyncio
-    async def test_cancelled_batches_are_all_or_nothing(
-        self, new_session: SessionFactory
-    ) -> None:
-        s = await new_session()
+    async def test_cancelled_batches_are_all_or_nothing(self) -> None:
+        s = await self.new_session()
         size = 25
         for attempt in range(12):
-            await cancel_after(s.add_items([_msg(f"{attempt}:{k}") for k in range(size)]), attempt)
+            await cancel_after(s.add_items([msg(f"{attempt}:{k}") for k in range(size)]), attempt)
         got = texts(await s.get_items())
         assert len(got) % size == 0
         for start in range(0, len(got), size):

@@ -1,120 +1,71 @@
-"""Capability tiers for rewrite in place and the session family (layer contract v2).
+"""The session family tiers (layer contract v2).
 
-``RewriteConformance``: ``rewrite_items`` replaces payloads by sequence number, atomically,
-validated like ``add_items``. ``FamilyBatchConformance``: family reads and writes match the
-sessions' own calls. ``FamilyConformance``: side stores never take the user's settings,
-key rotation rewrites every member in place (so compaction views and branches survive it and the
-old key can be dropped), an interrupted rotation followed by a clear resurrects nothing, and a
-sliding TTL keeps (and ends) the whole family together.
-Both skip sessions that do not declare the capabilities. The family tests stack this package's
-layers over the session under test and need the ``encryption`` extra.
+``FamilyConformance``: side stores never take the user's settings, key rotation rewrites every
+member in place (so compaction views and branches survive it and the old key can be dropped), an
+interrupted rotation followed by a clear resurrects nothing, and a sliding TTL keeps (and ends)
+the whole family together; it stacks this package's layers over the session under test and needs
+the ``encryption`` extra. ``FamilyBatchConformance``: family reads and writes match the sessions'
+own calls. Both skip sessions that do not declare the capabilities.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from agents.memory import Session, SessionSettings
 
-from ..core.capabilities import Capability, supports
+from ..core.capabilities import Capability
 from ..core.family import close_quietly, side_store
 from ..errors import InvalidItemError
 from ..wrappers.foreign import expiring_layer
-from ._kit import ConformanceBase, SessionFactory
-from ._kit import msg as _msg
+from .base import ConformanceBase, msg
 from .helpers import cancel_after, texts
 
 _OLD_KEY = "an old passphrase for the family conformance tier, long and random enough"
 _NEW_KEY = "a new passphrase for the family conformance tier, long and random enough too"
 
 
+@dataclass
 class _Clock:
     """A clock the test moves by hand."""
 
-    def __init__(self) -> None:
-        self.now = 1_764_700_000.0
+    now: float = 1_764_700_000.0
 
     def __call__(self) -> float:
         return self.now
 
 
-def _needs(session: Session, *capabilities: Capability) -> None:
-    missing = [c.name for c in capabilities if not supports(session, c)]
-    if missing:
-        pytest.skip(f"the session does not declare {', '.join(missing)}")
-
-
-class RewriteConformance(ConformanceBase):
-    """Rewrite in place: numbers never change, missing numbers are skipped, bad input writes
-    nothing."""
-
-    @pytest.mark.asyncio
-    async def test_rewrite_keeps_every_sequence_number(self, new_session: SessionFactory) -> None:
-        s: Any = await new_session()
-        _needs(s, Capability.SEQUENCED, Capability.REWRITE)
-        seqs = await s.add_sequenced_items([_msg("a"), _msg("b"), _msg("c")])
-        assert await s.rewrite_items([(seqs[1], _msg("B")), (seqs[2], _msg("C"))]) == 2
-        rows = await s.get_sequenced_items()
-        assert [seq for seq, _ in rows] == seqs
-        assert texts(item for _, item in rows) == ["a", "B", "C"]
-        await s.pop_item()
-        assert await s.rewrite_items([(seqs[2], _msg("gone"))]) == 0, "a popped number is skipped"
-        later = await s.add_sequenced_items([_msg("d")])
-        assert later[0] > seqs[2], "a rewrite must not disturb the numbering"
-        assert texts(await s.get_items()) == ["a", "B", "d"]
-
-    @pytest.mark.asyncio
-    async def test_a_bad_rewrite_writes_nothing(self, new_session: SessionFactory) -> None:
-        s: Any = await new_session()
-        _needs(s, Capability.SEQUENCED, Capability.REWRITE)
-        seqs = await s.add_sequenced_items([_msg("a"), _msg("b")])
-        with pytest.raises(InvalidItemError) as caught:
-            await s.rewrite_items([(seqs[0], _msg("A")), (seqs[1], "not an object")])
-        assert caught.value.index == 1
-        with pytest.raises(ValueError, match="twice"):
-            await s.rewrite_items([(seqs[0], _msg("A")), (seqs[0], _msg("A2"))])
-        with pytest.raises(TypeError):
-            await s.rewrite_items([("1", _msg("A"))])
-        assert texts(await s.get_items()) == ["a", "b"]
-
-
 class FamilyConformance(ConformanceBase):
     """The session family: side stores, settings, and key rotation over every member."""
 
-    @pytest.mark.asyncio
-    async def test_side_stores_never_take_the_users_settings(
-        self, new_session: SessionFactory
-    ) -> None:
+    async def test_side_stores_never_take_the_users_settings(self) -> None:
         from ..wrappers.compaction import CompactionSession
 
-        s: Any = await new_session()
-        _needs(s, Capability.FAMILY, Capability.SEQUENCED)  # compaction keeps numbers of s
+        # compaction keeps numbers of s
+        s = await self.new_session(Capability.FAMILY, Capability.SEQUENCED)
         s.session_settings = SessionSettings(limit=2)
         side = side_store(s, "records")
-        await side.add_items([_msg(str(i)) for i in range(4)])
+        await side.add_items([msg(str(i)) for i in range(4)])
         assert texts(await side.get_items()) == ["0", "1", "2", "3"]
         compacting = CompactionSession(s, keep_last=1)
         for turn in range(4):
-            await compacting.add_items([_msg(f"q{turn}"), _msg(f"a{turn}", "assistant")])
+            await compacting.add_items([msg(f"q{turn}"), msg(f"a{turn}", "assistant")])
             assert await compacting.compact(force=True) is not None
         # The user's limit=2 must not cut the records short (prune_archive relies on them).
         assert len(await compacting.get_compaction_records()) == 4
         await side.clear_session()
 
-    @pytest.mark.asyncio
-    async def test_rotation_keeps_a_compacted_view_and_its_records(
-        self, new_session: SessionFactory
-    ) -> None:
+    async def test_rotation_keeps_a_compacted_view_and_its_records(self) -> None:
         from ..wrappers.compaction import CompactionSession
         from ..wrappers.encrypted import EncryptedSession
 
-        s: Any = await new_session()
-        _needs(s, Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
+        s = await self.new_session(Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
         old = CompactionSession(EncryptedSession(s, keys={"k1": _OLD_KEY}), keep_last=2)
-        await old.add_items([_msg(f"m{i}") for i in range(6)])
+        await old.add_items([msg(f"m{i}") for i in range(6)])
         assert await old.compact(force=True) is not None
         view = await old.get_items()
         async with self._rotated(s.session_id) as fresh:
@@ -123,21 +74,15 @@ class FamilyConformance(ConformanceBase):
             assert len(await after.get_compaction_records()) == 1
             await after.clear_session()
 
-    @pytest.mark.asyncio
-    async def test_rotation_keeps_branches_and_their_parents_turns(
-        self, new_session: SessionFactory
-    ) -> None:
+    async def test_rotation_keeps_branches_and_their_parents_turns(self) -> None:
         from ..wrappers.advanced import AdvancedSession
         from ..wrappers.encrypted import EncryptedSession
 
-        s: Any = await new_session()
-        _needs(s, Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
+        s = await self.new_session(Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
         old = AdvancedSession(EncryptedSession(s, keys={"k1": _OLD_KEY}))
-        await old.add_items(
-            [_msg("q1"), _msg("a1", "assistant"), _msg("q2"), _msg("a2", "assistant")]
-        )
+        await old.add_items([msg("q1"), msg("a1", "assistant"), msg("q2"), msg("a2", "assistant")])
         await old.create_branch_from_turn(2, "alt")
-        await old.add_items([_msg("q2 alt"), _msg("a2 alt", "assistant")])
+        await old.add_items([msg("q2 alt"), msg("a2 alt", "assistant")])
         expected = ["q1", "a1", "q2 alt", "a2 alt"]
         assert texts(await old.get_items()) == expected
         async with self._rotated(s.session_id) as fresh:
@@ -148,34 +93,26 @@ class FamilyConformance(ConformanceBase):
             assert texts(await after.get_items(branch_id="main")) == ["q1", "a1", "q2", "a2"]
             await after.clear_session()
 
-    @pytest.mark.asyncio
-    async def test_an_interrupted_rotation_then_a_clear_resurrects_nothing(
-        self, new_session: SessionFactory
-    ) -> None:
+    async def test_an_interrupted_rotation_then_a_clear_resurrects_nothing(self) -> None:
         from ..wrappers.encrypted import EncryptedSession
 
-        s: Any = await new_session()
-        _needs(s, Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
+        s = await self.new_session(Capability.FAMILY, Capability.REWRITE, Capability.SEQUENCED)
         writer = EncryptedSession(s, keys={"k1": _OLD_KEY})
         ring = EncryptedSession(s, keys={"k2": _NEW_KEY, "k1": _OLD_KEY}, active="k2")
         for steps in range(0, 12, 2):
-            await writer.add_items([_msg(f"old {steps}.{i}") for i in range(3)])
+            await writer.add_items([msg(f"old {steps}.{i}") for i in range(3)])
             await cancel_after(ring.rotate(), steps)
             await ring.clear_session()
             await ring.rotate()
             assert await ring.get_items() == [], f"cancelled after {steps} steps"
             assert await s.count_items() == 0, "nothing may come back from a backup"
 
-    @pytest.mark.asyncio
-    async def test_a_sliding_ttl_keeps_the_whole_family_alive(
-        self, new_session: SessionFactory
-    ) -> None:
+    async def test_a_sliding_ttl_keeps_the_whole_family_alive(self) -> None:
         from ..wrappers.advanced import AdvancedSession
         from ..wrappers.compaction import CompactionSession
         from ..wrappers.ttl import TTLSession
 
-        s: Any = await new_session()
-        _needs(s, Capability.FAMILY, Capability.SEQUENCED)
+        s = await self.new_session(Capability.FAMILY, Capability.SEQUENCED)
         if expiring_layer(s) is not None:
             pytest.skip("the session expires items itself; this test stacks its own TTL layer")
         clock = _Clock()
@@ -185,14 +122,14 @@ class FamilyConformance(ConformanceBase):
 
         branching = stack(s)
         await branching.add_items(
-            [_msg("q1"), _msg("a1", "assistant"), _msg("q2"), _msg("a2", "assistant")]
+            [msg("q1"), msg("a1", "assistant"), msg("q2"), msg("a2", "assistant")]
         )
         await branching.create_branch_from_turn(2, "alt")
         own = []
         for step in range(7):  # a write to the branch every 0.5 s for 3.5 s
             clock.now += 0.5
             own.append(f"b{step}")
-            await branching.add_items([_msg(own[-1])])
+            await branching.add_items([msg(own[-1])])
         assert texts(await branching.get_items()) == ["q1", "a1", *own], "parent turns kept"
         fresh = await self.create_session(s.session_id)
         try:
@@ -205,16 +142,16 @@ class FamilyConformance(ConformanceBase):
         finally:
             await close_quietly(fresh)
 
-        other: Any = await new_session("compacted")
+        other = await self.new_session(suffix="compacted")
         compacting = CompactionSession(
             TTLSession(other, ttl=2, sliding=True, clock=clock), keep_last=2
         )
-        await compacting.add_items([_msg(f"m{i}") for i in range(6)])
+        await compacting.add_items([msg(f"m{i}") for i in range(6)])
         assert await compacting.compact(force=True) is not None
         view = await compacting.get_items()
         for step in range(7):
             clock.now += 0.5
-            await compacting.add_items([_msg(f"n{step}")])
+            await compacting.add_items([msg(f"n{step}")])
         now_view = await compacting.get_items()
         assert now_view[: len(view)] == view, "the summary stays; the originals stay archived"
         assert texts(now_view[len(view) :]) == [f"n{i}" for i in range(7)]
@@ -239,21 +176,16 @@ class FamilyConformance(ConformanceBase):
             await close_quietly(fresh)
 
 
-__all__ = ["FamilyConformance", "RewriteConformance"]
-
-
 class FamilyBatchConformance(ConformanceBase):
     """``get_sequenced_family``/``add_sequenced_family``: several sessions' reads or appends
     at once, each as its own call would do it; a family write is all-or-nothing, and a session
     from another store among them is served by its own methods."""
 
-    @pytest.mark.asyncio
-    async def test_family_reads_match_reads_one_by_one(self, new_session: SessionFactory) -> None:
-        s: Any = await new_session()
-        _needs(s, Capability.FAMILY, Capability.SEQUENCED, Capability.FAMILY_BATCH)
+    async def test_family_reads_match_reads_one_by_one(self) -> None:
+        s = await self.new_session(Capability.FAMILY, Capability.SEQUENCED, Capability.FAMILY_BATCH)
         side: Any = side_store(s, "records")
-        seqs = await s.add_sequenced_items([_msg(str(i)) for i in range(5)])
-        side_seqs = await side.add_sequenced_items([_msg("x"), _msg("y")])
+        seqs = await s.add_sequenced_items([msg(str(i)) for i in range(5)])
+        side_seqs = await side.add_sequenced_items([msg("x"), msg("y")])
         reads = [
             (side, None, side_seqs[0] - 1, None),
             (s, 2, None, None),
@@ -271,31 +203,27 @@ class FamilyBatchConformance(ConformanceBase):
         ]
         await side.clear_session()
 
-    @pytest.mark.asyncio
-    async def test_family_writes_match_writes_one_by_one(
-        self, new_session: SessionFactory
-    ) -> None:
-        s: Any = await new_session()
-        _needs(s, Capability.FAMILY, Capability.SEQUENCED, Capability.FAMILY_BATCH)
+    async def test_family_writes_match_writes_one_by_one(self) -> None:
+        s = await self.new_session(Capability.FAMILY, Capability.SEQUENCED, Capability.FAMILY_BATCH)
         side: Any = side_store(s, "records")
         numbers = await s.add_sequenced_family(
-            [(side, [_msg("x"), _msg("y")]), (s, [_msg("a")]), (s, []), (side, [_msg("z")])]
+            [(side, [msg("x"), msg("y")]), (s, [msg("a")]), (s, []), (side, [msg("z")])]
         )
         assert [len(n) for n in numbers] == [2, 1, 0, 1]
         assert await side.get_sequenced_items() == list(
-            zip(numbers[0] + numbers[3], [_msg("x"), _msg("y"), _msg("z")], strict=True)
+            zip(numbers[0] + numbers[3], [msg("x"), msg("y"), msg("z")], strict=True)
         )
-        assert await s.get_sequenced_items() == [(numbers[1][0], _msg("a"))]
+        assert await s.get_sequenced_items() == [(numbers[1][0], msg("a"))]
         assert "records" in await s.family_purposes(), "a side store is listed before it is written"
-        bad: list[Any] = [_msg("b"), "not an object"]
+        bad: list[Any] = [msg("b"), "not an object"]
         with pytest.raises(InvalidItemError) as caught:
-            await s.add_sequenced_family([(side, [_msg("w")]), (s, bad)])
+            await s.add_sequenced_family([(side, [msg("w")]), (s, bad)])
         assert caught.value.index == 1
         assert texts(await side.get_items()) == ["x", "y", "z"], "a bad batch writes nothing"
         assert texts(await s.get_items()) == ["a"]
         for steps in range(8):  # cancelled anywhere: both batches are stored or neither
             await cancel_after(
-                s.add_sequenced_family([(side, [_msg(f"r{steps}")]), (s, [_msg(f"c{steps}")])]),
+                s.add_sequenced_family([(side, [msg(f"r{steps}")]), (s, [msg(f"c{steps}")])]),
                 steps,
             )
             stored = (f"r{steps}" in texts(await side.get_items()),
@@ -303,17 +231,13 @@ class FamilyBatchConformance(ConformanceBase):
             assert stored in ((True, True), (False, False)), f"half a family write at {steps}"
         await side.clear_session()
 
-    @pytest.mark.asyncio
-    async def test_a_session_of_another_store_is_served_by_its_own_methods(
-        self, new_session: SessionFactory
-    ) -> None:
+    async def test_a_session_of_another_store_is_served_by_its_own_methods(self) -> None:
         from ..backends.memory import InMemorySession, InMemoryStore
 
-        s: Any = await new_session()
-        _needs(s, Capability.SEQUENCED, Capability.FAMILY_BATCH)
+        s = await self.new_session(Capability.SEQUENCED, Capability.FAMILY_BATCH)
         other = InMemorySession(s.session_id, store=InMemoryStore())
-        numbers = await s.add_sequenced_family([(other, [_msg("o")]), (s, [_msg("a")])])
+        numbers = await s.add_sequenced_family([(other, [msg("o")]), (s, [msg("a")])])
         assert texts(await other.get_items()) == ["o"] and texts(await s.get_items()) == ["a"]
         assert await s.get_sequenced_family([(s, None, None, None), (other, 1, None, None)]) == [
-            [(numbers[1][0], _msg("a"))], [(numbers[0][0], _msg("o"))]
+            [(numbers[1][0], msg("a"))], [(numbers[0][0], msg("o"))]
         ]
