@@ -24,7 +24,13 @@ from tests.matrix import (
     mongodb_standin_store,
     reset_standins,
 )
-from tests.servers import REDIS_URL, drop_redis_keys, drop_sql_tables
+from tests.servers import (
+    MARIADB_URL,
+    POSTGRES_URL,
+    REDIS_URL,
+    drop_redis_keys,
+    drop_sql_tables,
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -96,8 +102,16 @@ STORE_SUITES: dict[str, dict[str, Any]] = {
     "sqlite": {"url": f"sqlite:///{_SQLITE_DIR}/matrix.db"},
     "redis": {"url": REDIS_URL, "session_options": _REDIS_KEYS, "catalog_options": _REDIS_KEYS},
     "mongodb": {"url": "mongodb://", "open_store": lambda self: mongodb_standin_store()},
+    **{
+        name: {"url": url, "open_store": lambda self: open_store(self.url, table_prefix=SQL_PREFIX)}
+        for name, url in (
+            ("postgres", POSTGRES_URL),
+            ("mariadb", MARIADB_URL),
+            ("sqlalchemy-sqlite", f"sqlite+aiosqlite:///{_SQLITE_DIR}/sqlalchemy.db"),
+        )
+    },
 }
-"""The store tier per backend URL (the SQL stores' wiring comes with backends/sql/store.py)."""
+"""The store tier per backend URL."""
 
 for _name, _store_attrs in STORE_SUITES.items():
     _needs = next((b.needs for b in BACKENDS if b.name == _name), None)

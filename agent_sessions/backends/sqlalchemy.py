@@ -836,10 +836,47 @@ class SQLAlchemySession(BaseSession):
         return EngineCatalog(self.engine, self._tables.sessions, self._tables.messages)
 
 
+_SESSION_OPTIONS = frozenset({"session_settings", "max_item_bytes", "strict"})
+
+
+class SQLStore:
+    """The store of one database URL and options: the engine (one per event loop) that its
+    handles and every ``from_url`` session of the same URL and options share, and the
+    tables' catalog. It holds a share of the engine until ``await store.close()``."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        wrong = _SESSION_OPTIONS & options.keys()
+        if wrong:
+            raise TypeError(f"{sorted(wrong)} are per-session options: pass them to session()")
+        self.url = url
+        self._options = options
+        # A handle that never does I/O holds the store's share of the engine and tables.
+        self._anchor = SQLAlchemySession.from_url("store", url=url, **options)
+
+    def session(self, session_id: str, **options: Any) -> SQLAlchemySession:
+        """A session handle on this store (``options``: session_settings, max_item_bytes,
+        strict)."""
+        return SQLAlchemySession.from_url(session_id, url=self.url, **self._options, **options)
+
+    def catalog(self) -> Any:
+        """The catalog of this store's tables (see ``agent_sessions.ops.catalog``)."""
+        return self._anchor.catalog_store()
+
+    async def close(self) -> None:
+        """Give back this store's share of the engine (disposed when no handle holds one)."""
+        await self._anchor.close()
+
+
+async def open_store(url: str, **options: Any) -> SQLStore:
+    """``open_store`` entry for the URLs of :func:`open_url`; ``options`` are ``from_url``'s
+    except the per-session ones."""
+    return SQLStore(url, **options)
+
+
 async def open_url(url: str, session_id: str, **options: Any) -> SQLAlchemySession:
     """``open_session`` entry for ``postgresql+asyncpg://``, ``mysql+asyncmy://``,
     ``mysql+aiomysql://``, ``mariadb+...://`` and ``sqlite+aiosqlite://`` URLs."""
     return SQLAlchemySession.from_url(session_id, url=url, **options)
 
 
-__all__ = ["SQLAlchemySession", "open_url"]
+__all__ = ["SQLAlchemySession", "SQLStore", "open_store", "open_url"]
