@@ -40,7 +40,7 @@ _LAZY = {
     "register_scheme": "agent_sessions.core.registry",
     "registered_schemes": "agent_sessions.core.registry",
     "RedisSession": "agent_sessions.backends.redis",
-    "SQLAlchemySession": "agent_sessions.backends.sqlalchemy",
+    "SQLAlchemySession": "agent_sessions.backends.sql",
     "MongoDBSession": "agent_sessions.backends.mongodb",
     "EncryptedSession": "agent_sessions.wrappers.encrypted",
     "is_encrypted": "agent_sessions.wrappers.encrypted",
@@ -62,7 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover
     # The lazy names, typed for checkers (the `as` form re-exports them explicitly).
     from .backends.mongodb import MongoDBSession as MongoDBSession
     from .backends.redis import RedisSession as RedisSession
-    from .backends.sqlalchemy import SQLAlchemySession as SQLAlchemySession
+    from .backends.sql import SQLAlchemySession as SQLAlchemySession
     from .wrappers.advanced import AdvancedSession as AdvancedSession
     from .wrappers.advanced import AdvancedSQLiteSession as AdvancedSQLiteSession
     from .wrappers.branching import BranchingSession as BranchingSession

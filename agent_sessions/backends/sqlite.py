@@ -806,7 +806,7 @@ class SQLiteSession(BaseSession):
 
     def catalog_store(self) -> Any:
         """Return the catalog of this database's tables (see ``agent_sessions.catalog``)."""
-        from ._catalog_sql import SQLiteFileCatalog
+        from .sql.catalog import SQLiteFileCatalog
 
         return SQLiteFileCatalog(self)
 

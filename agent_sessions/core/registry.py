@@ -160,7 +160,7 @@ register_scheme("memory", _open_memory)
 register_scheme("sqlite", _open_sqlite)
 for _scheme in ("redis", "rediss"):
     register_scheme(_scheme, "agent_sessions.backends.redis:open_url", extra="redis")
-_SQLALCHEMY = "agent_sessions.backends.sqlalchemy:open_url"
+_SQLALCHEMY = "agent_sessions.backends.sql:open_url"
 register_scheme("postgresql+asyncpg", _SQLALCHEMY, extra="postgres")
 for _scheme in ("mysql+asyncmy", "mysql+aiomysql", "mariadb+asyncmy", "mariadb+aiomysql"):
     register_scheme(_scheme, _SQLALCHEMY, extra="mysql")

@@ -18,14 +18,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..catalog import CatalogQuery, SessionInfo, utc
-from ..core.ids import SIBLING_MARK
-from ..errors import BackendUnavailableError
+from ...catalog import CatalogQuery, SessionInfo, utc
+from ...core.ids import SIBLING_MARK
+from ...errors import BackendUnavailableError
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from .sqlite import SQLiteSession
+    from ..sqlite import SQLiteSession
 
 
 def _like_escape(text: str) -> str:
