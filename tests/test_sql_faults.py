@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.util import greenlet_spawn
 
 from agent_sessions.backends.sqlalchemy import SQLAlchemySession
 from agent_sessions.errors import BackendUnavailableError
@@ -154,9 +155,11 @@ async def test_a_cancelled_pop_is_settled_and_never_removes_a_later_item(
 
 async def _own_connection_ids(session: SQLAlchemySession) -> list[int]:
     """Server-side ids of the connections this session keeps (asks each of them)."""
-    store = session._cached[1]  # type: ignore[index]
+    engine = session.store.engine
+    pool: Any = engine.pool
+    idle = [await engine.raw_connection() for _ in range(pool.checkedin())]
     ids: list[int] = []
-    for fairy in store.idle:
+    for fairy in idle:
         conn: Any = fairy.driver_connection
         if hasattr(conn, "fetchval"):
             ids.append(int(await conn.fetchval("SELECT pg_backend_pid()")))
@@ -164,6 +167,8 @@ async def _own_connection_ids(session: SQLAlchemySession) -> list[int]:
             async with conn.cursor() as cur:
                 await cur.execute("SELECT CONNECTION_ID()")
                 ids.append(int((await cur.fetchone())[0]))
+    for fairy in idle:
+        await greenlet_spawn(fairy.close)
     return ids
 
 

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from agent_sessions import open_session
 from agent_sessions.backends.sql import SQLAlchemySession
-from agent_sessions.backends.sql.session import _SharedEngine
+from agent_sessions.backends.sql.store import SQLStore
 from agent_sessions.errors import (
     BackendDataError,
     BackendUnavailableError,
@@ -311,10 +311,7 @@ async def test_mysql_locking_pop_path(opened: list[SQLAlchemySession]) -> None:
     still return every item once."""
     s = _open(("mariadb", _need("mariadb")), opened)
     await s.add_items([_msg(str(i)) for i in range(60)])
-    store_dialect = None
-    from agent_sessions.backends.sql.session import _store_for
-
-    store_dialect = _store_for(s.engine, s._tables).dialect
+    store_dialect = s.store.dialect
     store_dialect.mariadb = False  # type: ignore[attr-defined]
     try:
         popped = await asyncio.gather(*(s.pop_item() for _ in range(70)))
@@ -344,7 +341,7 @@ def test_engine_must_be_an_async_engine() -> None:
         SQLAlchemySession("x", engine="postgresql://localhost/db")  # type: ignore[arg-type]
     with pytest.raises(InvalidSessionIdError):
         SQLAlchemySession.from_url("", url="sqlite+aiosqlite:///:memory:")
-    assert not any(k[0] == "sqlite+aiosqlite:///:memory:" for k in _SharedEngine._registry)
+    assert not any(k[0] == "sqlite+aiosqlite:///:memory:" for k in SQLStore._registry)
 
 
 @pytest.mark.asyncio
@@ -467,14 +464,13 @@ async def test_sessions_from_one_url_share_an_engine_until_the_last_closes(
     b = SQLAlchemySession.from_url("b", url=url, table_prefix=prefix)
     side = a.sibling("\x1eside\x1ea")
     assert a.engine is b.engine is side.engine
-    shared = a._shared
-    assert shared is not None
+    shared = a.store
     await a.add_items([_msg("a")])
     await a.close()
     assert texts(await b.get_items()) == []  # the engine still works for the others
     await side.close()
     await b.close()
-    assert shared.key not in _SharedEngine._registry
+    assert shared.key not in SQLStore._registry
     c = SQLAlchemySession.from_url("a", url=url, table_prefix=prefix)
     try:
         assert c.engine is not a.engine
@@ -599,9 +595,7 @@ def _checked_pop_stores(tmp_path: Path) -> list[tuple[str, str]]:
 
 @contextlib.contextmanager
 def _mysql_path(s: SQLAlchemySession, on: bool) -> Iterator[None]:
-    from agent_sessions.backends.sql.session import _store_for
-
-    dialect = _store_for(s.engine, s._tables).dialect
+    dialect = s.store.dialect
     if on:
         dialect.mariadb = False  # type: ignore[attr-defined]
     try:

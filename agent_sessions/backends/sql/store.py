@@ -1,0 +1,395 @@
+"""The SQL store: one set of tables behind one SQLAlchemy ``AsyncEngine``.
+
+A :class:`SQLStore` owns the engine (SQLAlchemy's pool, ``pool_pre_ping``, the drivers' own
+timeouts), the tables' setup and version check, and the SQL of its dialect; a session is a
+handle ``(store, session_id)``. Stores opened from one URL and options are shared (one engine
+per event loop) and disposed when the last user releases them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, TypeVar
+
+from ...core.extras import missing
+
+try:
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy.engine import Engine, make_url
+    from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+    from sqlalchemy.util import greenlet_spawn
+except ImportError as _exc:  # pragma: no cover - depends on the environment
+    raise missing("SQLAlchemySession", "sqlalchemy", _exc) from _exc
+
+from ...core.mutation import finish
+from ...errors import BackendDataError, BackendUnavailableError
+from .common import SqlDialect, Tables, causes
+
+T = TypeVar("T")
+
+_DRIVERS = {
+    ("postgresql", "asyncpg"),
+    ("mysql", "asyncmy"),
+    ("mysql", "aiomysql"),
+    ("mariadb", "asyncmy"),
+    ("mariadb", "aiomysql"),
+    ("sqlite", "aiosqlite"),
+}
+_DRIVER_EXTRAS = {"asyncpg": "postgres", "asyncmy": "mysql", "aiomysql": "mysql"}
+_AUTH_CODES = {1044, 1045, 1698}  # MySQL/MariaDB: access denied (to the server, to the db)
+_UNKNOWN_DB_CODE = 1049
+
+
+def check_engine(engine: Any) -> AsyncEngine:
+    """Return ``engine`` if it is an ``AsyncEngine`` of a supported driver, else raise."""
+    if not isinstance(engine, AsyncEngine):
+        raise TypeError(
+            f"engine must be a sqlalchemy.ext.asyncio.AsyncEngine, got {type(engine).__name__}; "
+            "create one with create_async_engine('postgresql+asyncpg://...')"
+        )
+    if (engine.dialect.name, engine.driver) not in _DRIVERS:
+        raise ValueError(
+            f"SQLAlchemySession supports postgresql+asyncpg, mysql/mariadb+asyncmy, "
+            f"mysql/mariadb+aiomysql and sqlite+aiosqlite, not "
+            f"{engine.dialect.name}+{engine.driver}"
+        )
+    return engine
+
+
+def _make_dialect(engine: AsyncEngine, tables: Tables) -> SqlDialect:
+    name = engine.dialect.name
+    if name == "postgresql":
+        from .postgres import PostgresDialect
+
+        return PostgresDialect(tables)
+    if name in ("mysql", "mariadb"):
+        from .mysql import MySQLDialect
+
+        return MySQLDialect(tables, mariadb=bool(getattr(engine.dialect, "is_mariadb", False)))
+    from .sqlite import SqliteDialect
+
+    return SqliteDialect(tables)
+
+
+def engine_options(
+    url: str,
+    engine_kwargs: dict[str, Any] | None,
+    connect_timeout: float,
+    command_timeout: float | None,
+) -> dict[str, Any]:
+    """``create_async_engine`` arguments for a store opened from ``url``: a pre-pinged pool
+    and the driver's own connect and command timeouts (the caller's ``engine_kwargs`` win)."""
+    parsed = make_url(url)
+    backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+    defaults: dict[str, Any] = {"pool_pre_ping": True}
+    connect_args: dict[str, Any] = {}
+    if backend == "postgresql":
+        connect_args = {"timeout": connect_timeout, "command_timeout": command_timeout}
+    elif backend in ("mysql", "mariadb"):
+        connect_args = {
+            "connect_timeout": connect_timeout,
+            # Autocommit: a read or a pop is one round trip; writes open their own transaction.
+            "autocommit": True,
+            "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        }
+        if driver == "asyncmy":
+            connect_args["read_timeout"] = command_timeout
+        if "charset" not in parsed.query:
+            connect_args["charset"] = "utf8mb4"
+        # Every operation ends its own transaction, so check-in needs no ROLLBACK round trip.
+        defaults["pool_reset_on_return"] = None
+    merged = {**defaults, **(engine_kwargs or {})}
+    merged["connect_args"] = {**connect_args, **(engine_kwargs or {}).get("connect_args", {})}
+    return merged
+
+
+def _create_engine(url: str, kwargs: dict[str, Any]) -> AsyncEngine:
+    try:
+        return check_engine(create_async_engine(url, **kwargs))
+    except ImportError as exc:
+        parsed = make_url(url)
+        extra = _DRIVER_EXTRAS.get(parsed.get_driver_name(), "sqlalchemy")
+        raise missing(f"the URL scheme {parsed.drivername}://", extra, exc) from exc
+
+
+def _refusal(exc: BaseException) -> str | None:
+    """Say why the server refused a connection (credentials, unknown database), else None."""
+    for cause in causes(exc):
+        sqlstate = getattr(cause, "sqlstate", None)  # asyncpg's errors carry the SQLSTATE
+        if sqlstate in ("28000", "28P01"):
+            return "wrong user or password"
+        if sqlstate == "3D000":
+            return "the database does not exist"
+        args = getattr(cause, "args", ())
+        if type(cause).__module__.startswith(("asyncmy", "pymysql", "aiomysql")) and args:
+            if args[0] in _AUTH_CODES:
+                return "wrong user or password, or no access to the database"
+            if args[0] == _UNKNOWN_DB_CODE:
+                return "the database does not exist"
+    return None
+
+
+def _loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class SQLStore:
+    """The tables ``tables`` in the database of one engine (the caller's, or one per event loop
+    built from ``url``): their setup, their SQL, and the running of each operation.
+
+    Use :func:`open_store` or :meth:`for_engine`; :meth:`session` opens a handle.
+    """
+
+    _registry: ClassVar[dict[tuple[str, str], SQLStore]] = {}
+    _by_engine: ClassVar[weakref.WeakKeyDictionary[Engine, dict[Tables, SQLStore]]] = (
+        weakref.WeakKeyDictionary()
+    )
+    _lock: ClassVar[threading.RLock] = threading.RLock()
+
+    def __init__(
+        self,
+        tables: Tables,
+        *,
+        engine: AsyncEngine | None = None,
+        url: str = "",
+        engine_kwargs: dict[str, Any] | None = None,
+        key: tuple[str, str] | None = None,
+    ) -> None:
+        self.tables = tables
+        self.key = key
+        self.users = 0
+        self._url, self._kwargs = url, engine_kwargs or {}
+        self._engines: dict[asyncio.AbstractEventLoop | None, AsyncEngine] = {}
+        if engine is not None:
+            self._engines[None] = engine
+        self.dialect = _make_dialect(self.engine, tables)
+        self.ready = False
+        self._preparing: asyncio.Future[None] | None = None
+        # SQLite: operations on one engine must not overlap (one shared connection).
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # -- opening and sharing --------------------------------------------------------------
+
+    @classmethod
+    def for_engine(cls, engine: AsyncEngine, tables: Tables) -> SQLStore:
+        """The store of ``tables`` in the caller's ``engine`` (which the caller disposes)."""
+        check_engine(engine)
+        with cls._lock:
+            by_tables = cls._by_engine.setdefault(engine.sync_engine, {})
+            store = by_tables.get(tables)
+            if store is None:
+                store = by_tables[tables] = cls(tables, engine=engine)
+            return store
+
+    @classmethod
+    def acquire(cls, url: str, engine_kwargs: dict[str, Any], tables: Tables) -> SQLStore:
+        """The shared store of ``url``, these engine arguments and ``tables``, one user more."""
+        key = (url, repr((sorted(engine_kwargs.items()), tables)))
+        with cls._lock:
+            store = cls._registry.get(key)
+            if store is None:
+                store = cls(tables, url=url, engine_kwargs=engine_kwargs, key=key)
+                cls._registry[key] = store
+            store.users += 1
+            return store
+
+    @property
+    def owned(self) -> bool:
+        """Whether this store built its engines (and disposes them when released)."""
+        return self.key is not None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine of the running event loop (driver connections belong to one loop)."""
+        loop = _loop()
+        with self._lock:
+            engines = self._engines
+            engine = engines.get(loop) if self.owned else engines[None]
+            if engine is None and loop is not None and None in engines:
+                engine = engines[loop] = engines.pop(None)  # built before any loop ran
+            if engine is None and loop is None and engines:
+                engine = next(iter(engines.values()))
+            if engine is None:
+                engine = engines[loop] = _create_engine(self._url, self._kwargs)
+            return engine
+
+    def share(self) -> SQLStore:
+        """One user more (a side store opened from a session of this store)."""
+        with self._lock:
+            self.users += 1
+        return self
+
+    def release_share(self) -> bool:
+        """Give up one use without I/O if others remain; False (nothing done) otherwise."""
+        with self._lock:
+            if not self.owned or self.users <= 1:
+                return False
+            self.users -= 1
+            return True
+
+    def forget(self) -> None:
+        """Undo one ``acquire`` of a user that never ran (no connection exists)."""
+        with self._lock:
+            self.users -= 1
+            if self.users <= 0 and self._registry.get(self.key) is self:  # type: ignore[arg-type]
+                del self._registry[self.key]  # type: ignore[arg-type]
+
+    async def release(self) -> None:
+        """One user fewer; the last disposes the engines (a caller's engine stays open)."""
+        with self._lock:
+            self.users -= 1
+            if not self.owned or self.users > 0:
+                return
+            if self._registry.get(self.key) is self:  # type: ignore[arg-type]
+                del self._registry[self.key]  # type: ignore[arg-type]
+            engines, self._engines = self._engines, {}
+        running = _loop()
+        for loop, engine in engines.items():
+            # Connections of another (maybe closed) loop cannot be closed from this one.
+            await engine.dispose(close=loop is running)
+
+    def session(self, session_id: str, **options: Any) -> Any:
+        """A session of this store (see :class:`SQLAlchemySession` for ``options``)."""
+        from .session import SQLAlchemySession
+
+        return SQLAlchemySession(
+            session_id, engine=None, _store=self.share(), **options  # type: ignore[arg-type]
+        )
+
+    async def close(self) -> None:
+        """Release the use :func:`open_store` took."""
+        await self.release()
+
+    def catalog(self) -> Any:
+        """Return the catalog of these tables (see ``agent_sessions.catalog``)."""
+        from .catalog import EngineCatalog
+
+        return EngineCatalog(self.engine, self.tables.sessions, self.tables.messages)
+
+    # -- running an operation -------------------------------------------------------------
+
+    async def run(
+        self, op: Callable[[SqlDialect, Any], Awaitable[T]], *, write: bool, create: bool
+    ) -> T:
+        """Run ``op(dialect, driver_connection)`` on a pooled connection; a write is awaited
+        to its end even when the caller is cancelled (its outcome is then settled)."""
+        if not self.ready:
+            await self._prepare(create)
+        if not self.dialect.exclusive:
+            return await self._attempt(op, write)
+        loop = asyncio.get_running_loop()
+        lock = self._locks.get(loop)
+        if lock is None:
+            lock = self._locks[loop] = asyncio.Lock()
+        async with lock:
+            return await self._attempt(op, write)
+
+    async def _attempt(self, op: Callable[[SqlDialect, Any], Awaitable[T]], write: bool) -> T:
+        engine = self.engine
+        try:
+            fairy = await engine.raw_connection()  # checked by the pool's pre-ping
+        except Exception as exc:
+            raise self._translate(engine, exc, False) from exc
+        cancelled: asyncio.CancelledError | None = None
+        try:
+            if write:
+                # A write that was sent may still commit on the server after its connection
+                # is dropped, so a cancelled caller waits for its outcome.
+                result, cancelled = await finish(op(self.dialect, fairy.driver_connection))
+            else:
+                result = await op(self.dialect, fairy.driver_connection)
+        except BaseException as exc:
+            if self.dialect.discard_on_error:
+                fairy.invalidate(exc)  # its state is unknown; no I/O
+            fairy.close()
+            if isinstance(exc, Exception):
+                raise self._translate(engine, exc, write) from exc
+            raise
+        if cancelled is not None:
+            fairy.close()  # no reset I/O: the operation ended its transaction
+            raise cancelled
+        await greenlet_spawn(fairy.close)
+        return result
+
+    def _translate(self, engine: AsyncEngine, exc: Exception, write: bool) -> Exception:
+        url = engine.url.render_as_string(hide_password=True)
+        refused = _refusal(exc)
+        if refused is not None:
+            return BackendUnavailableError(
+                f"the database at {url} refused the connection: {refused} ({exc}); check the "
+                "user, password and database name in the URL"
+            )
+        if isinstance(exc, sa_exc.TimeoutError):
+            return BackendUnavailableError(
+                f"no connection to {url} became free in time ({exc}); raise the pool size "
+                "(engine_kwargs={'pool_size': ...}) or lower concurrency"
+            )
+        if self.dialect.unavailable(exc):
+            outcome = " (the write may or may not have taken effect)" if write else ""
+            return BackendUnavailableError(
+                f"the database at {url} is unreachable or did not answer in time: "
+                f"{type(exc).__name__}: {exc}{outcome}; check that it runs and accepts "
+                "connections"
+            )
+        if self.dialect.missing_table(exc):
+            t = self.tables
+            return BackendDataError(
+                f"the tables {t.sessions}/{t.messages} are missing or not agent_sessions "
+                f"tables ({exc}); create them with create_tables=True or the statements in "
+                "docs/sqlalchemy.md, or pick another table_prefix"
+            )
+        if not isinstance(exc, sa_exc.DBAPIError) and any(
+            "Integrity" in cls.__name__ for cls in type(exc).__mro__
+        ):
+            # The driver's constraint error, as SQLAlchemy (and the SDK's class) raises it.
+            return sa_exc.IntegrityError(None, None, exc)
+        return exc
+
+    async def _prepare(self, create: bool) -> None:
+        preparing = self._preparing
+        if (
+            preparing is None
+            or preparing.get_loop() is not asyncio.get_running_loop()
+            or (preparing.done() and preparing.exception() is not None)
+        ):
+            preparing = self._preparing = asyncio.ensure_future(self._prepare_now(create))
+        await asyncio.shield(preparing)
+
+    async def _prepare_now(self, create: bool) -> None:
+        engine = self.engine
+
+        async def prepare(d: SqlDialect, conn: Any) -> None:
+            if hasattr(d, "mariadb"):  # known only once the first connection was made
+                d.mariadb = bool(getattr(engine.dialect, "is_mariadb", False))
+            await d.prepare(conn, create)
+
+        await self._attempt(prepare, False)
+        self.ready = True
+
+
+def open_store(
+    url: str,
+    *,
+    engine_kwargs: dict[str, Any] | None = None,
+    connect_timeout: float = 10.0,
+    command_timeout: float | None = 30.0,
+    table_prefix: str = "agent_sessions_",
+    sessions_table: str | None = None,
+    messages_table: str | None = None,
+) -> SQLStore:
+    """Open the store at ``url`` (shared with sessions opened from the same URL and options);
+    ``await store.close()`` when done. Arguments as in :meth:`SQLAlchemySession.from_url`."""
+    tables = Tables.build(table_prefix, sessions_table, messages_table)
+    kwargs = engine_options(str(url), engine_kwargs, connect_timeout, command_timeout)
+    return SQLStore.acquire(str(url), kwargs, tables)
+
+
+__all__ = ["SQLStore", "check_engine", "engine_options", "open_store"]
