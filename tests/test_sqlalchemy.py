@@ -259,6 +259,34 @@ async def test_server_that_stops_answering_times_out(server: tuple[str, str]) ->
 
 
 @pytest.mark.asyncio
+async def test_a_users_cursor_listener_sees_every_statement_one_per_operation(
+    opened: list[SQLAlchemySession],
+) -> None:
+    """PostgreSQL runs through SQLAlchemy's connection: the engine's events see each
+    statement, and an add, a read or a pop is one statement (one round trip)."""
+    from sqlalchemy import event
+
+    s = _open(("postgres", _need("postgres")), opened)
+    await s.get_items()  # the tables' setup is not counted
+    seen: list[str] = []
+
+    def listen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    event.listen(s.engine.sync_engine, "before_cursor_execute", listen)
+    try:
+        await s.add_items([_msg(str(i)) for i in range(20)])
+        assert len(seen) == 1 and "INSERT INTO" in seen[0]
+        await s.get_items(limit=5)
+        await s.pop_item()
+        assert len(seen) == 3 and seen[2].startswith("DELETE")
+        await s.clear_session()
+        assert len(seen) == 5
+    finally:
+        event.remove(s.engine.sync_engine, "before_cursor_execute", listen)
+
+
+@pytest.mark.asyncio
 async def test_failed_batch_leaves_no_rows_and_no_gap(
     server: tuple[str, str], opened: list[SQLAlchemySession]
 ) -> None:

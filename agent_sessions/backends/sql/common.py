@@ -62,14 +62,12 @@ def _built(prefix: str, sessions_table: str | None, messages_table: str | None) 
 class SqlDialect(ABC):
     """The SQL of one database family, run on a driver connection ``conn``."""
 
-    #: the SQLAlchemy pool's check-in must run inside SQLAlchemy's greenlet (driver I/O).
-    checkin_needs_greenlet = True
     #: operations on one engine must not overlap (SQLite's shared static connection).
     exclusive = False
     #: a connection an operation failed on is dropped (False: it stays usable and is kept).
     discard_on_error = True
-    #: the driver has no cheap statement timeout of its own: the session enforces one.
-    watchdog = False
+    #: ``conn`` is the store's ``AsyncConnection`` (else the pooled driver connection).
+    via_connection = False
 
     def __init__(self, tables: Tables) -> None:
         self.t = tables
@@ -148,22 +146,9 @@ class SqlDialect(ABC):
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         """Count the session's rows with after < seq < before."""
 
-    def is_closed(self, conn: Any) -> bool:
-        """Whether the driver already knows ``conn`` is closed (no I/O)."""
-        return False
-
-    def abort(self, conn: Any) -> None:
-        """Break ``conn`` so an operation waiting on it fails now (the command timeout)."""
-        raise NotImplementedError
-
     @abstractmethod
     def unavailable(self, exc: BaseException) -> bool:
         """Whether ``exc`` means the server cannot be reached (or the connection broke)."""
-
-    @abstractmethod
-    def retryable(self, exc: BaseException) -> bool:
-        """Whether ``exc`` rolled the whole transaction back and a retry may succeed
-        (deadlock, serialization failure)."""
 
     @abstractmethod
     def missing_table(self, exc: BaseException) -> bool:

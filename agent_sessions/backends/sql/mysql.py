@@ -79,8 +79,6 @@ def _code(exc: BaseException) -> int | None:
 class MySQLDialect(SqlDialect):
     """SQL for MariaDB 10.5+ (and MySQL 8, through the locking pop)."""
 
-    watchdog = True
-
     def __init__(self, tables: Tables, mariadb: bool) -> None:
         super().__init__(tables)
         s, m = tables.sessions, tables.messages
@@ -229,15 +227,6 @@ class MySQLDialect(SqlDialect):
             await cur.execute(
                 f"{_BLOCK}START TRANSACTION;{self._bump};{self._insert}{values};COMMIT;END", args
             )
-
-    def abort(self, conn: Any) -> None:
-        conn.close()  # closes the socket: a read in progress fails at once
-
-    def is_closed(self, conn: Any) -> bool:
-        closed = getattr(conn, "closed", None)  # aiomysql
-        if closed is None:
-            return not getattr(conn, "connected", True)  # asyncmy
-        return bool(closed)
 
     async def load(
         self,
@@ -433,9 +422,6 @@ class MySQLDialect(SqlDialect):
             ):
                 return True
         return False
-
-    def retryable(self, exc: BaseException) -> bool:
-        return any(_code(e) == 1213 for e in causes(exc))  # deadlock: transaction rolled back
 
     def missing_table(self, exc: BaseException) -> bool:
         return any(_code(e) in (1146, 1054) for e in causes(exc))

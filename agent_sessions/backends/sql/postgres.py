@@ -1,7 +1,8 @@
-"""PostgreSQL SQL for the SQLAlchemy backend, run on asyncpg connections.
+"""PostgreSQL statements for the SQL store, as SQLAlchemy Core constructs run through the
+store's ``AsyncConnection`` (asyncpg), so the pool and the engine's events see every statement.
 
-Every operation but ``clear`` is one statement in autocommit mode, hence one round trip and
-atomic by itself:
+Every operation but ``clear`` and the multi-statement writes is one statement in autocommit
+mode, hence one round trip and atomic by itself:
 
 - append: a data-modifying CTE bumps the session's counter (``INSERT .. ON CONFLICT DO UPDATE``
   locks the session row, so concurrent writers of one session queue up and get contiguous
@@ -18,6 +19,27 @@ from collections.abc import Callable
 from typing import Any
 
 import asyncpg.exceptions as pg  # type: ignore[import-untyped]
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Executable,
+    MetaData,
+    String,
+    Table,
+    Text,
+    bindparam,
+    delete,
+    false,
+    func,
+    insert,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...core.base import Row
 from .common import (
@@ -27,8 +49,7 @@ from .common import (
     Tables,
     causes,
     check_version,
-    delete_for_swap,
-    range_clause,
+    prunable_end,
     run_check,
 )
 
@@ -42,16 +63,11 @@ _UNAVAILABLE = (
     pg.CrashShutdownError,
     pg.TooManyConnectionsError,
 )
-
-
-def _unsent(exc: BaseException) -> bool:
-    """Whether asyncpg refused to start the operation because its connection had already
-    broken: the server's termination notice (pg_terminate_backend, a restart) arrived on the
-    pooled connection before its socket closed. Nothing was sent, so the connection is
-    dropped and the operation runs again on another."""
-    return isinstance(exc, pg.InternalClientError) and (
-        str(exc).startswith("cannot switch to state") or str(exc) == "not connected"
-    )
+_SID = bindparam("sid", type_=String)
+_N = bindparam("n", type_=BigInteger)
+_AFTER = bindparam("after", type_=BigInteger)
+_BEFORE = bindparam("before", type_=BigInteger)
+_LIMIT = bindparam("limit", type_=BigInteger)
 
 
 def create_statements(t: Tables) -> list[str]:
@@ -72,68 +88,102 @@ def create_statements(t: Tables) -> list[str]:
     ]
 
 
-class _Held(Exception):
-    """Rolls back a ``write_at`` into a session that holds rows."""
+async def _autocommit(conn: AsyncConnection) -> None:
+    """One statement, no BEGIN/COMMIT round trips (asyncpg sets the level without I/O)."""
+    await conn.execution_options(isolation_level="AUTOCOMMIT")
 
-    def __init__(self, held: int) -> None:
-        self.held = held
+
+async def _read_committed(conn: AsyncConnection) -> None:
+    """A transaction whose later statements see the rows of a writer an earlier one waited
+    for (the connection's default level may be stricter)."""
+    await conn.execution_options(isolation_level="READ COMMITTED")
 
 
 class PostgresDialect(SqlDialect):
-    """SQL for PostgreSQL (asyncpg)."""
+    """Statements for PostgreSQL (asyncpg), run on an ``AsyncConnection``."""
 
-    checkin_needs_greenlet = False  # asyncpg runs in autocommit; check-in does no I/O
+    via_connection = True
 
     def __init__(self, tables: Tables) -> None:
         super().__init__(tables)
-        s, m = tables.sessions, tables.messages
-        self._append = (
-            f"WITH c AS (INSERT INTO {s} AS s (session_id, last_seq) VALUES ($1, $2::bigint) "
-            "ON CONFLICT (session_id) DO UPDATE SET last_seq = s.last_seq + EXCLUDED.last_seq, "
-            "updated_at = now() RETURNING last_seq), "
-            f"i AS (INSERT INTO {m} (session_id, seq, message_data) "
-            "SELECT $1, c.last_seq - $2::bigint + u.ord, u.data "
-            "FROM c, unnest($3::text[]) WITH ORDINALITY AS u(data, ord)) "
-            "SELECT last_seq FROM c"
+        md = MetaData()
+        self.s = s = Table(
+            tables.sessions, md,
+            Column("session_id", String, primary_key=True), Column("last_seq", BigInteger),
+            Column("created_at", DateTime(timezone=True)),
+            Column("updated_at", DateTime(timezone=True)),
         )
+        self.m = m = Table(
+            tables.messages, md,
+            Column("session_id", String, primary_key=True),
+            Column("seq", BigInteger, primary_key=True), Column("message_data", Text),
+        )
+        self.schema = Table(tables.schema, md, Column("table_name", String), Column("version"))
+        data = bindparam("data", type_=ARRAY(Text))
+        bump = pg_insert(s).values(session_id=_SID, last_seq=_N)
+        bump = bump.on_conflict_do_update(
+            index_elements=[s.c.session_id],
+            set_={"last_seq": s.c.last_seq + bump.excluded.last_seq, "updated_at": func.now()},
+        )
+        self._bump = bump
+        counter = bump.returning(s.c.last_seq).cte("c")
+        u = func.unnest(data).table_valued("data", with_ordinality="ord").render_derived("u")
+        rows = select(_SID, counter.c.last_seq - _N + u.c.ord, u.c.data).select_from(counter)
+        batch = insert(m).from_select(
+            ["session_id", "seq", "message_data"], rows.join_from(counter, u, true())
+        )
+        self._append = select(counter.c.last_seq).add_cte(batch.cte("i"))
+        self._mine = m.c.session_id == _SID
+        newest = select(m.c.seq).where(self._mine).order_by(m.c.seq.desc()).limit(1)
         self._pop = (
-            f"DELETE FROM {m} WHERE session_id = $1 AND seq = (SELECT seq FROM {m} "
-            "WHERE session_id = $1 ORDER BY seq DESC LIMIT 1 FOR UPDATE) RETURNING message_data"
+            delete(m)
+            .where(self._mine, m.c.seq == newest.with_for_update().scalar_subquery())
+            .returning(m.c.message_data)
         )
-        self._clear = [
-            # first: locks the counter row, so it waits for a writer in progress
-            f"UPDATE {s} SET updated_at = now() WHERE session_id = $1",
-            f"DELETE FROM {m} WHERE session_id = $1",
-        ]
-        self._delete_before = f"DELETE FROM {m} WHERE session_id = $1 AND seq < $2"
-        self._loads: dict[tuple[bool, bool, bool], str] = {}
-        self._counts: dict[tuple[bool, bool], str] = {}
+        # first in a clear or a swap: locks the counter row, so it waits for a writer
+        self._touch = update(s).where(s.c.session_id == _SID).values(updated_at=func.now())
+        self._loads: dict[tuple[bool, bool, bool], Executable] = {}
+        self._counts: dict[tuple[bool, bool], Executable] = {}
+
+    def _bounded(self, stmt: Any, after: int | None, before: int | None) -> Any:
+        stmt = stmt.where(self._mine)
+        if after is not None:
+            stmt = stmt.where(self.m.c.seq > _AFTER)
+        if before is not None:
+            stmt = stmt.where(self.m.c.seq < _BEFORE)
+        return stmt
 
     async def prepare(self, conn: Any, create: bool) -> None:
         t = self.t
+        await _autocommit(conn)
         version = await self._version(conn, create)
         if version is None and create:
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", t.lock_key())
-                for statement in create_statements(t):
-                    await conn.execute(statement)
+            await conn.commit()
+            await _read_committed(conn)
+            await conn.execute(select(func.pg_advisory_xact_lock(t.lock_key())))
+            for statement in create_statements(t):
+                await conn.exec_driver_sql(statement)
+            await conn.commit()
             version = await self._version(conn, False)
         check_version(t, version)
-        await conn.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE false")
-        await conn.execute(f"SELECT session_id, seq, message_data FROM {t.messages} WHERE false")
+        await conn.execute(select(self.s.c.session_id, self.s.c.last_seq).where(false()))
+        await conn.execute(select(self.m.c.seq, self.m.c.message_data).where(false()))
 
-    async def _version(self, conn: Any, missing_ok: bool) -> Any:
+    async def _version(self, conn: AsyncConnection, missing_ok: bool) -> Any:
+        schema = self.schema
+        query = select(schema.c.version).where(schema.c.table_name == self.t.messages)
         try:
-            return await conn.fetchval(
-                f"SELECT version FROM {self.t.schema} WHERE table_name = $1", self.t.messages
-            )
-        except pg.UndefinedTableError:
-            if missing_ok:
+            return (await conn.execute(query)).scalar()
+        except Exception as exc:
+            if missing_ok and self.missing_table(exc):
+                await conn.rollback()
                 return None
             raise
 
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
-        return int(await conn.fetchval(self._append, session_id, len(payloads), payloads))
+        await _autocommit(conn)
+        args = {"sid": session_id, "n": len(payloads), "data": payloads}
+        return int((await conn.execute(self._append, args)).scalar_one())
 
     async def load(
         self,
@@ -144,47 +194,41 @@ class PostgresDialect(SqlDialect):
         before: int | None,
     ) -> list[Row]:
         key = (limit is None, after is not None, before is not None)
-        sql = self._loads.get(key)
-        if sql is None:
-            bounds, _ = range_clause(after, before, lambda i: f"${i + 2}")
-            sql = f"SELECT seq, message_data FROM {self.t.messages} WHERE session_id = $1{bounds}"
-            n = 2 + key[1] + key[2]
-            sql += " ORDER BY seq" if limit is None else f" ORDER BY seq DESC LIMIT ${n}"
-            self._loads[key] = sql
-        args: list[Any] = [session_id]
-        args += [b for b in (after, before) if b is not None]
-        if limit is not None:
-            args.append(limit)
-        rows = await conn.fetch(sql, *args)
-        out = [(r[0], r[1]) for r in rows]
+        stmt = self._loads.get(key)
+        if stmt is None:
+            query = self._bounded(select(self.m.c.seq, self.m.c.message_data), after, before)
+            seq = self.m.c.seq
+            stmt = query.order_by(seq) if limit is None else query.order_by(seq.desc()).limit(
+                _LIMIT
+            )
+            self._loads[key] = stmt
+        await _autocommit(conn)
+        args = {"sid": session_id, "after": after, "before": before, "limit": limit}
+        out: list[Row] = [(r[0], r[1]) for r in await conn.execute(stmt, args)]
         if limit is not None:
             out.reverse()
         return out
 
     async def pop(self, conn: Any, session_id: str) -> str | None:
-        value = await conn.fetchval(self._pop, session_id)
+        await _autocommit(conn)
+        value = (await conn.execute(self._pop, {"sid": session_id})).scalar()
         return None if value is None else str(value)
 
     async def pop_checked(
         self, conn: Any, session_id: str, check: Callable[[str], Any]
     ) -> Any:
         # The pop's row lock is held across the check: a concurrent pop waits for its outcome.
-        tx = conn.transaction(isolation="read_committed")
-        await tx.start()
-        try:
-            value = await conn.fetchval(self._pop, session_id)
-            outcome = None if value is None else run_check(check, str(value))
-        except BaseException:
-            await tx.rollback()
-            raise
-        await (tx.rollback() if isinstance(outcome, Refused) else tx.commit())
+        await _read_committed(conn)
+        value = (await conn.execute(self._pop, {"sid": session_id})).scalar()
+        outcome = None if value is None else run_check(check, str(value))
+        await (conn.rollback() if isinstance(outcome, Refused) else conn.commit())
         return outcome
 
     async def clear(self, conn: Any, session_id: str) -> None:
-        # READ COMMITTED: the second statement sees the rows of a writer the first waited for.
-        async with conn.transaction(isolation="read_committed"):
-            for statement in self._clear:
-                await conn.execute(statement, session_id)
+        await _read_committed(conn)
+        await conn.execute(self._touch, {"sid": session_id})
+        await conn.execute(delete(self.m).where(self._mine), {"sid": session_id})
+        await conn.commit()
 
     async def replace_rows(
         self,
@@ -194,79 +238,96 @@ class PostgresDialect(SqlDialect):
         payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
-        async def fetch(sql: str, args: tuple[Any, ...]) -> list[Row]:
-            return [(r[0], r[1]) for r in await conn.fetch(sql, *args)]
-
-        async def execute(sql: str, args: tuple[Any, ...]) -> object:
-            return await conn.execute(sql, *args)
-
-        async with conn.transaction(isolation="read_committed"):
-            await conn.execute(self._clear[0], session_id)  # locks the counter row
-            if not await delete_for_swap(
-                fetch, execute, self.t.messages, ("$1", "$2"), session_id, expected, prune
-            ):
+        m, sid = self.m, {"sid": session_id}
+        await _read_committed(conn)
+        await conn.execute(self._touch, sid)
+        if expected is not None:
+            newest = select(m.c.seq, m.c.message_data).where(self._mine)
+            newest = newest.order_by(m.c.seq.desc()).limit(len(expected))
+            rows = [(r[0], r[1]) for r in await conn.execute(newest, sid)]
+            if rows[::-1] != list(expected):
+                await conn.rollback()
                 return False
-            if payloads:
-                await conn.fetchval(self._append, session_id, len(payloads), payloads)
+            first = expected[0][0]
+            if prune is not None:
+                older = select(m.c.seq, m.c.message_data).where(self._mine, m.c.seq < first)
+                end = prunable_end(
+                    [(r[0], r[1]) for r in await conn.execute(older.order_by(m.c.seq), sid)],
+                    prune,
+                )
+                if end is not None:
+                    await conn.execute(delete(m).where(self._mine, m.c.seq <= end), sid)
+            await conn.execute(delete(m).where(self._mine, m.c.seq >= first), sid)
+        else:
+            await conn.execute(delete(m).where(self._mine), sid)
+        if payloads:
+            args = {"sid": session_id, "n": len(payloads), "data": payloads}
+            await conn.execute(self._append, args)
+        await conn.commit()
         return True
 
     async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
-        status = await conn.execute(self._delete_before, session_id, before)
-        return int(str(status).rsplit(" ", 1)[-1])  # "DELETE <n>"
+        await _autocommit(conn)
+        stmt = delete(self.m).where(self._mine, self.m.c.seq < _BEFORE)
+        return int((await conn.execute(stmt, {"sid": session_id, "before": before})).rowcount)
 
     async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
-        status = await conn.execute(
-            f"UPDATE {self.t.messages} AS m SET message_data = v.data "
-            "FROM unnest($2::bigint[], $3::text[]) AS v(seq, data) "
-            "WHERE m.session_id = $1 AND m.seq = v.seq",
-            session_id,
-            [seq for seq, _ in rows],
-            [payload for _, payload in rows],
+        m = self.m
+        v = func.unnest(
+            bindparam("seqs", type_=ARRAY(BigInteger)), bindparam("data", type_=ARRAY(Text))
+        ).table_valued("seq", "data").render_derived("v")
+        stmt = (
+            update(m).values(message_data=v.c.data).where(self._mine, m.c.seq == v.c.seq)
         )
-        return int(str(status).rsplit(" ", 1)[-1])  # "UPDATE <n>"
+        await _autocommit(conn)
+        args = {"sid": session_id, "seqs": [q for q, _ in rows], "data": [p for _, p in rows]}
+        return int((await conn.execute(stmt, args)).rowcount)
 
     async def write_at(
         self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
     ) -> int:
-        s, m = self.t.sessions, self.t.messages
-        try:
-            async with conn.transaction():
-                # first: locks the counter row, so appends wait for this write
-                await conn.execute(
-                    f"INSERT INTO {s} AS s (session_id, last_seq, created_at, updated_at) "
-                    "VALUES ($1, $2::bigint, to_timestamp($3), to_timestamp($4)) "
-                    "ON CONFLICT (session_id) DO UPDATE SET "
-                    "last_seq = GREATEST(s.last_seq, EXCLUDED.last_seq), "
-                    "created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at",
-                    session_id, rows[-1][0], created, updated,
-                )
-                held = int(await conn.fetchval(
-                    f"SELECT COUNT(*) FROM {m} WHERE session_id = $1", session_id
-                ))
-                if held:
-                    raise _Held(held)
-                await conn.execute(
-                    f"INSERT INTO {m} (session_id, seq, message_data) "
-                    "SELECT $1, u.seq, u.data "
-                    "FROM unnest($2::bigint[], $3::text[]) AS u(seq, data)",
-                    session_id, [seq for seq, _ in rows], [payload for _, payload in rows],
-                )
-        except _Held as refused:
-            return refused.held
+        s, m = self.s, self.m
+        await _read_committed(conn)
+        # first: locks the counter row, so appends wait for this write
+        times = {"created_at": func.to_timestamp(created), "updated_at": func.to_timestamp(updated)}
+        mark = pg_insert(s).values(session_id=_SID, last_seq=rows[-1][0], **times)
+        mark = mark.on_conflict_do_update(
+            index_elements=[s.c.session_id],
+            set_={
+                "last_seq": func.greatest(s.c.last_seq, mark.excluded.last_seq),
+                "created_at": mark.excluded.created_at,
+                "updated_at": mark.excluded.updated_at,
+            },
+        )
+        await conn.execute(mark, {"sid": session_id})
+        held = int(
+            (await conn.execute(select(func.count()).where(self._mine), {"sid": session_id}))
+            .scalar_one()
+        )
+        if held:
+            await conn.rollback()
+            return held
+        u = func.unnest(
+            bindparam("seqs", type_=ARRAY(BigInteger)), bindparam("data", type_=ARRAY(Text))
+        ).table_valued("seq", "data").render_derived("u")
+        fill = insert(m).from_select(
+            ["session_id", "seq", "message_data"], select(_SID, u.c.seq, u.c.data)
+        )
+        args = {"sid": session_id, "seqs": [q for q, _ in rows], "data": [p for _, p in rows]}
+        await conn.execute(fill, args)
+        await conn.commit()
         return 0
 
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         key = (after is not None, before is not None)
-        sql = self._counts.get(key)
-        if sql is None:
-            bounds, _ = range_clause(after, before, lambda i: f"${i + 2}")
-            sql = f"SELECT count(*) FROM {self.t.messages} WHERE session_id = $1{bounds}"
-            self._counts[key] = sql
-        args = [b for b in (after, before) if b is not None]
-        return int(await conn.fetchval(sql, session_id, *args))
-
-    def is_closed(self, conn: Any) -> bool:
-        return bool(conn.is_closed())
+        stmt = self._counts.get(key)
+        if stmt is None:
+            stmt = self._counts[key] = self._bounded(
+                select(func.count()).select_from(self.m), after, before
+            )
+        await _autocommit(conn)
+        args = {"sid": session_id, "after": after, "before": before}
+        return int((await conn.execute(stmt, args)).scalar_one())
 
     def unavailable(self, exc: BaseException) -> bool:
         return any(
@@ -276,12 +337,6 @@ class PostgresDialect(SqlDialect):
             # server's termination notice arrived before the socket closed
             or (isinstance(e, pg.InterfaceError) and "closed" in str(e))
             or isinstance(e, pg.InternalClientError)
-            for e in causes(exc)
-        )
-
-    def retryable(self, exc: BaseException) -> bool:
-        return any(
-            isinstance(e, (pg.DeadlockDetectedError, pg.SerializationError)) or _unsent(e)
             for e in causes(exc)
         )
 

@@ -271,9 +271,6 @@ class SqliteDialect(SqlDialect):
             for e in causes(exc)
         )
 
-    def retryable(self, exc: BaseException) -> bool:
-        return False  # BEGIN IMMEDIATE already waits busy_timeout for the write lock
-
     def missing_table(self, exc: BaseException) -> bool:
         return any(
             isinstance(e, sqlite3.OperationalError)

@@ -88,6 +88,9 @@ def engine_options(
     connect_args: dict[str, Any] = {}
     if backend == "postgresql":
         connect_args = {"timeout": connect_timeout, "command_timeout": command_timeout}
+        # Autocommit: the pre-ping is one round trip (else BEGIN, ping, ROLLBACK), and so is
+        # each one-statement operation; the others set their own level.
+        defaults["isolation_level"] = "AUTOCOMMIT"
     elif backend in ("mysql", "mariadb"):
         connect_args = {
             "connect_timeout": connect_timeout,
@@ -130,6 +133,11 @@ def _refusal(exc: BaseException) -> str | None:
             if args[0] == _UNKNOWN_DB_CODE:
                 return "the database does not exist"
     return None
+
+
+def _sync(conn: Any) -> Any:
+    """The synchronous face of an ``AsyncConnection`` (a pooled raw connection is its own)."""
+    return getattr(conn, "sync_connection", None) or conn
 
 
 def _loop() -> asyncio.AbstractEventLoop | None:
@@ -294,29 +302,31 @@ class SQLStore:
 
     async def _attempt(self, op: Callable[[SqlDialect, Any], Awaitable[T]], write: bool) -> T:
         engine = self.engine
+        via = self.dialect.via_connection
         try:
-            fairy = await engine.raw_connection()  # checked by the pool's pre-ping
+            conn: Any = await (engine.connect() if via else engine.raw_connection())  # pre-pinged
         except Exception as exc:
             raise self._translate(engine, exc, False) from exc
+        target = conn if via else conn.driver_connection
         cancelled: asyncio.CancelledError | None = None
         try:
             if write:
                 # A write that was sent may still commit on the server after its connection
                 # is dropped, so a cancelled caller waits for its outcome.
-                result, cancelled = await finish(op(self.dialect, fairy.driver_connection))
+                result, cancelled = await finish(op(self.dialect, target))
             else:
-                result = await op(self.dialect, fairy.driver_connection)
+                result = await op(self.dialect, target)
         except BaseException as exc:
-            if self.dialect.discard_on_error:
-                fairy.invalidate(exc)  # its state is unknown; no I/O
-            fairy.close()
+            if self.dialect.discard_on_error:  # its state is unknown; no I/O
+                _sync(conn).invalidate(exc)
+            _sync(conn).close()
             if isinstance(exc, Exception):
                 raise self._translate(engine, exc, write) from exc
             raise
         if cancelled is not None:
-            fairy.close()  # no reset I/O: the operation ended its transaction
+            _sync(conn).close()  # no reset I/O: the operation ended its transaction
             raise cancelled
-        await greenlet_spawn(fairy.close)
+        await greenlet_spawn(_sync(conn).close)
         return result
 
     def _translate(self, engine: AsyncEngine, exc: Exception, write: bool) -> Exception:
