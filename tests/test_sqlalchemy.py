@@ -509,6 +509,24 @@ async def test_sessions_from_one_url_share_an_engine_until_the_last_closes(
 
 
 @pytest.mark.asyncio
+async def test_open_store_gives_handles_that_share_it_with_from_url(tmp_path: Path) -> None:
+    from agent_sessions.backends.sql import open_store
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
+    store = open_store(url)
+    a, b = store.session("a"), store.session("b")
+    c = SQLAlchemySession.from_url("a", url=url)
+    assert a.store is b.store is c.store is store
+    await a.add_items([_msg("one")])
+    assert texts(await c.get_items()) == ["one"] and await b.get_items() == []
+    for s in (a, b, c):
+        await s.close()
+    assert store.key in SQLStore._registry  # the store's own use remains
+    await store.close()
+    assert store.key not in SQLStore._registry
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize(
     "scheme", ["postgres", "mysql+asyncmy", "mysql+aiomysql", "mariadb+asyncmy", "sqlite"]
 )

@@ -265,9 +265,11 @@ class SQLStore:
             await engine.dispose(close=loop is running)
 
     def session(self, session_id: str, **options: Any) -> Any:
-        """A session of this store (see :class:`SQLAlchemySession` for ``options``)."""
+        """A session of this store (see :class:`SQLAlchemySession` for ``options``; tables are
+        created if missing in a store opened from a URL, as ``from_url`` does)."""
         from .session import SQLAlchemySession
 
+        options.setdefault("create_tables", self.owned)
         return SQLAlchemySession(
             session_id, engine=None, _store=self.share(), **options  # type: ignore[arg-type]
         )
