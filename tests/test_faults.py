@@ -367,9 +367,13 @@ async def test_random_cancellation_at_every_await_point_matches_the_reference(
 
 async def _own_ids(url: str, session: Any, prefix: str) -> list[int]:
     """Server ids of this session's idle connections and of any running on its tables."""
+    from sqlalchemy.util import greenlet_spawn
+
+    engine = session.store.engine
+    pool: Any = engine.pool
+    idle = [await engine.raw_connection() for _ in range(pool.checkedin())]
     ids: list[int] = []
-    cached = session._cached
-    for fairy in list(cached[1].idle) if cached else []:
+    for fairy in idle:
         conn: Any = fairy.driver_connection
         if hasattr(conn, "fetchval"):
             ids.append(int(await conn.fetchval("SELECT pg_backend_pid()")))
@@ -377,6 +381,8 @@ async def _own_ids(url: str, session: Any, prefix: str) -> list[int]:
             async with conn.cursor() as cur:
                 await cur.execute("SELECT CONNECTION_ID()")
                 ids.append(int((await cur.fetchone())[0]))
+    for fairy in idle:
+        await greenlet_spawn(fairy.close)
     return ids
 
 
