@@ -149,8 +149,6 @@ def test_a_failed_commit_rolls_back_and_leaves_no_transaction(tmp_path: Path) ->
         ("agent_sessions/backends/sql/store.py", ("pool", "engine", "sync_engine", "conn")),
         ("agent_sessions/backends/sql/postgres.py", ("conn",)),
         ("agent_sessions/backends/sql/mysql.py", ("conn",)),
-        ("agent_sessions/backends/sql/sqlite.py", ("conn",)),
-        ("agent_sessions/backends/sql/statements.py", ("conn",)),
     ],
 )
 def test_backends_use_no_private_names_of_their_drivers(

@@ -21,9 +21,16 @@ from typing import Any
 import asyncpg.exceptions as pg  # type: ignore[import-untyped]
 from sqlalchemy import (
     BigInteger,
+    Column,
+    DateTime,
+    Executable,
+    MetaData,
+    String,
+    Table,
     Text,
     bindparam,
     delete,
+    false,
     func,
     insert,
     select,
@@ -38,11 +45,13 @@ from ...core.base import Row
 from .common import (
     SCHEMA_VERSION,
     Refused,
+    SqlDialect,
     Tables,
     causes,
+    check_version,
+    prunable_end,
     run_check,
 )
-from .statements import SID, CoreDialect, N
 
 _UNAVAILABLE = (
     OSError,
@@ -54,6 +63,13 @@ _UNAVAILABLE = (
     pg.CrashShutdownError,
     pg.TooManyConnectionsError,
 )
+_SID = bindparam("sid", type_=String)
+_N = bindparam("n", type_=BigInteger)
+_AFTER = bindparam("after", type_=BigInteger)
+_BEFORE = bindparam("before", type_=BigInteger)
+_LIMIT = bindparam("limit", type_=BigInteger)
+
+
 def create_statements(t: Tables) -> list[str]:
     """The DDL of schema version 1 (``COLLATE "C"``: ids compare byte by byte)."""
     return [
@@ -72,60 +88,129 @@ def create_statements(t: Tables) -> list[str]:
     ]
 
 
-class PostgresDialect(CoreDialect):
-    """Statements for PostgreSQL (asyncpg)."""
+async def _autocommit(conn: AsyncConnection) -> None:
+    """One statement, no BEGIN/COMMIT round trips (asyncpg sets the level without I/O)."""
+    await conn.execution_options(isolation_level="AUTOCOMMIT")
+
+
+async def _read_committed(conn: AsyncConnection) -> None:
+    """A transaction whose later statements see the rows of a writer an earlier one waited
+    for (the connection's default level may be stricter)."""
+    await conn.execution_options(isolation_level="READ COMMITTED")
+
+
+class PostgresDialect(SqlDialect):
+    """Statements for PostgreSQL (asyncpg), run on an ``AsyncConnection``."""
+
+    via_connection = True
 
     def __init__(self, tables: Tables) -> None:
         super().__init__(tables)
-        s, m = self.s, self.m
+        md = MetaData()
+        self.s = s = Table(
+            tables.sessions, md,
+            Column("session_id", String, primary_key=True), Column("last_seq", BigInteger),
+            Column("created_at", DateTime(timezone=True)),
+            Column("updated_at", DateTime(timezone=True)),
+        )
+        self.m = m = Table(
+            tables.messages, md,
+            Column("session_id", String, primary_key=True),
+            Column("seq", BigInteger, primary_key=True), Column("message_data", Text),
+        )
+        self.schema = Table(tables.schema, md, Column("table_name", String), Column("version"))
         data = bindparam("data", type_=ARRAY(Text))
-        bump = pg_insert(s).values(session_id=SID, last_seq=N)
+        bump = pg_insert(s).values(session_id=_SID, last_seq=_N)
         bump = bump.on_conflict_do_update(
             index_elements=[s.c.session_id],
             set_={"last_seq": s.c.last_seq + bump.excluded.last_seq, "updated_at": func.now()},
         )
+        self._bump = bump
         counter = bump.returning(s.c.last_seq).cte("c")
         u = func.unnest(data).table_valued("data", with_ordinality="ord").render_derived("u")
-        rows = select(SID, counter.c.last_seq - N + u.c.ord, u.c.data).select_from(counter)
+        rows = select(_SID, counter.c.last_seq - _N + u.c.ord, u.c.data).select_from(counter)
         batch = insert(m).from_select(
             ["session_id", "seq", "message_data"], rows.join_from(counter, u, true())
         )
         self._append = select(counter.c.last_seq).add_cte(batch.cte("i"))
+        self._mine = m.c.session_id == _SID
+        newest = select(m.c.seq).where(self._mine).order_by(m.c.seq.desc()).limit(1)
         self._pop = (
             delete(m)
-            .where(self.mine, m.c.seq == self.newest.with_for_update().scalar_subquery())
+            .where(self._mine, m.c.seq == newest.with_for_update().scalar_subquery())
             .returning(m.c.message_data)
         )
         # first in a clear or a swap: locks the counter row, so it waits for a writer
-        self._touch = update(s).where(s.c.session_id == SID).values(updated_at=func.now())
+        self._touch = update(s).where(s.c.session_id == _SID).values(updated_at=func.now())
+        self._loads: dict[tuple[bool, bool, bool], Executable] = {}
+        self._counts: dict[tuple[bool, bool], Executable] = {}
 
-    async def single(self, conn: AsyncConnection) -> None:
-        # No BEGIN/COMMIT round trips (asyncpg sets the level without I/O).
-        await conn.execution_options(isolation_level="AUTOCOMMIT")
-
-    async def begin(self, conn: AsyncConnection) -> None:
-        # Later statements see the rows of a writer an earlier one waited for.
-        await conn.execution_options(isolation_level="READ COMMITTED")
+    def _bounded(self, stmt: Any, after: int | None, before: int | None) -> Any:
+        stmt = stmt.where(self._mine)
+        if after is not None:
+            stmt = stmt.where(self.m.c.seq > _AFTER)
+        if before is not None:
+            stmt = stmt.where(self.m.c.seq < _BEFORE)
+        return stmt
 
     async def prepare(self, conn: Any, create: bool) -> None:
         t = self.t
-        await self.single(conn)
-        if await self.version(conn, create) is None and create:
+        await _autocommit(conn)
+        version = await self._version(conn, create)
+        if version is None and create:
             await conn.commit()
-            await self.begin(conn)
+            await _read_committed(conn)
             await conn.execute(select(func.pg_advisory_xact_lock(t.lock_key())))
             for statement in create_statements(t):
                 await conn.exec_driver_sql(statement)
             await conn.commit()
-        await self.check(conn)
+            version = await self._version(conn, False)
+        check_version(t, version)
+        await conn.execute(select(self.s.c.session_id, self.s.c.last_seq).where(false()))
+        await conn.execute(select(self.m.c.seq, self.m.c.message_data).where(false()))
+
+    async def _version(self, conn: AsyncConnection, missing_ok: bool) -> Any:
+        schema = self.schema
+        query = select(schema.c.version).where(schema.c.table_name == self.t.messages)
+        try:
+            return (await conn.execute(query)).scalar()
+        except Exception as exc:
+            if missing_ok and self.missing_table(exc):
+                await conn.rollback()
+                return None
+            raise
 
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
-        await self.single(conn)
+        await _autocommit(conn)
         args = {"sid": session_id, "n": len(payloads), "data": payloads}
         return int((await conn.execute(self._append, args)).scalar_one())
 
+    async def load(
+        self,
+        conn: Any,
+        session_id: str,
+        limit: int | None,
+        after: int | None,
+        before: int | None,
+    ) -> list[Row]:
+        key = (limit is None, after is not None, before is not None)
+        stmt = self._loads.get(key)
+        if stmt is None:
+            query = self._bounded(select(self.m.c.seq, self.m.c.message_data), after, before)
+            seq = self.m.c.seq
+            stmt = query.order_by(seq) if limit is None else query.order_by(seq.desc()).limit(
+                _LIMIT
+            )
+            self._loads[key] = stmt
+        await _autocommit(conn)
+        args = {"sid": session_id, "after": after, "before": before, "limit": limit}
+        out: list[Row] = [(r[0], r[1]) for r in await conn.execute(stmt, args)]
+        if limit is not None:
+            out.reverse()
+        return out
+
     async def pop(self, conn: Any, session_id: str) -> str | None:
-        await self.single(conn)
+        await _autocommit(conn)
         value = (await conn.execute(self._pop, {"sid": session_id})).scalar()
         return None if value is None else str(value)
 
@@ -133,16 +218,16 @@ class PostgresDialect(CoreDialect):
         self, conn: Any, session_id: str, check: Callable[[str], Any]
     ) -> Any:
         # The pop's row lock is held across the check: a concurrent pop waits for its outcome.
-        await self.begin(conn)
+        await _read_committed(conn)
         value = (await conn.execute(self._pop, {"sid": session_id})).scalar()
         outcome = None if value is None else run_check(check, str(value))
         await (conn.rollback() if isinstance(outcome, Refused) else conn.commit())
         return outcome
 
     async def clear(self, conn: Any, session_id: str) -> None:
-        await self.begin(conn)
+        await _read_committed(conn)
         await conn.execute(self._touch, {"sid": session_id})
-        await conn.execute(delete(self.m).where(self.mine), {"sid": session_id})
+        await conn.execute(delete(self.m).where(self._mine), {"sid": session_id})
         await conn.commit()
 
     async def replace_rows(
@@ -153,16 +238,38 @@ class PostgresDialect(CoreDialect):
         payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
-        await self.begin(conn)
-        await conn.execute(self._touch, {"sid": session_id})
-        if not await self.swap_delete(conn, session_id, expected, prune):
-            await conn.rollback()
-            return False
+        m, sid = self.m, {"sid": session_id}
+        await _read_committed(conn)
+        await conn.execute(self._touch, sid)
+        if expected is not None:
+            newest = select(m.c.seq, m.c.message_data).where(self._mine)
+            newest = newest.order_by(m.c.seq.desc()).limit(len(expected))
+            rows = [(r[0], r[1]) for r in await conn.execute(newest, sid)]
+            if rows[::-1] != list(expected):
+                await conn.rollback()
+                return False
+            first = expected[0][0]
+            if prune is not None:
+                older = select(m.c.seq, m.c.message_data).where(self._mine, m.c.seq < first)
+                end = prunable_end(
+                    [(r[0], r[1]) for r in await conn.execute(older.order_by(m.c.seq), sid)],
+                    prune,
+                )
+                if end is not None:
+                    await conn.execute(delete(m).where(self._mine, m.c.seq <= end), sid)
+            await conn.execute(delete(m).where(self._mine, m.c.seq >= first), sid)
+        else:
+            await conn.execute(delete(m).where(self._mine), sid)
         if payloads:
             args = {"sid": session_id, "n": len(payloads), "data": payloads}
             await conn.execute(self._append, args)
         await conn.commit()
         return True
+
+    async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
+        await _autocommit(conn)
+        stmt = delete(self.m).where(self._mine, self.m.c.seq < _BEFORE)
+        return int((await conn.execute(stmt, {"sid": session_id, "before": before})).rowcount)
 
     async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
         m = self.m
@@ -170,9 +277,9 @@ class PostgresDialect(CoreDialect):
             bindparam("seqs", type_=ARRAY(BigInteger)), bindparam("data", type_=ARRAY(Text))
         ).table_valued("seq", "data").render_derived("v")
         stmt = (
-            update(m).values(message_data=v.c.data).where(self.mine, m.c.seq == v.c.seq)
+            update(m).values(message_data=v.c.data).where(self._mine, m.c.seq == v.c.seq)
         )
-        await self.single(conn)
+        await _autocommit(conn)
         args = {"sid": session_id, "seqs": [q for q, _ in rows], "data": [p for _, p in rows]}
         return int((await conn.execute(stmt, args)).rowcount)
 
@@ -180,10 +287,10 @@ class PostgresDialect(CoreDialect):
         self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
     ) -> int:
         s, m = self.s, self.m
-        await self.begin(conn)
+        await _read_committed(conn)
         # first: locks the counter row, so appends wait for this write
         times = {"created_at": func.to_timestamp(created), "updated_at": func.to_timestamp(updated)}
-        mark = pg_insert(s).values(session_id=SID, last_seq=rows[-1][0], **times)
+        mark = pg_insert(s).values(session_id=_SID, last_seq=rows[-1][0], **times)
         mark = mark.on_conflict_do_update(
             index_elements=[s.c.session_id],
             set_={
@@ -194,7 +301,7 @@ class PostgresDialect(CoreDialect):
         )
         await conn.execute(mark, {"sid": session_id})
         held = int(
-            (await conn.execute(select(func.count()).where(self.mine), {"sid": session_id}))
+            (await conn.execute(select(func.count()).where(self._mine), {"sid": session_id}))
             .scalar_one()
         )
         if held:
@@ -204,12 +311,23 @@ class PostgresDialect(CoreDialect):
             bindparam("seqs", type_=ARRAY(BigInteger)), bindparam("data", type_=ARRAY(Text))
         ).table_valued("seq", "data").render_derived("u")
         fill = insert(m).from_select(
-            ["session_id", "seq", "message_data"], select(SID, u.c.seq, u.c.data)
+            ["session_id", "seq", "message_data"], select(_SID, u.c.seq, u.c.data)
         )
         args = {"sid": session_id, "seqs": [q for q, _ in rows], "data": [p for _, p in rows]}
         await conn.execute(fill, args)
         await conn.commit()
         return 0
+
+    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
+        key = (after is not None, before is not None)
+        stmt = self._counts.get(key)
+        if stmt is None:
+            stmt = self._counts[key] = self._bounded(
+                select(func.count()).select_from(self.m), after, before
+            )
+        await _autocommit(conn)
+        args = {"sid": session_id, "after": after, "before": before}
+        return int((await conn.execute(stmt, args)).scalar_one())
 
     def unavailable(self, exc: BaseException) -> bool:
         return any(

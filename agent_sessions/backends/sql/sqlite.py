@@ -1,5 +1,4 @@
-"""SQLite statements for the SQL store (``sqlite+aiosqlite``), as SQLAlchemy Core constructs
-run through the store's ``AsyncConnection``.
+"""SQLite SQL for the SQLAlchemy backend (``sqlite+aiosqlite``), run on aiosqlite connections.
 
 Writes take the write lock up front (``BEGIN IMMEDIATE``); operations on one engine are also
 serialized in-process, since SQLAlchemy may hand one shared connection to several tasks (an
@@ -10,19 +9,22 @@ and after errors.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any, TypeVar
-
-from sqlalchemy import String, bindparam, func, insert, literal, update
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.ext.asyncio import AsyncConnection
+from typing import Any
 
 from ...core.base import Row
-from .common import SCHEMA_VERSION, Refused, Tables, causes, run_check
-from .statements import SID, CoreDialect
-
-T = TypeVar("T")
+from .common import (
+    SCHEMA_VERSION,
+    Refused,
+    SqlDialect,
+    Tables,
+    causes,
+    check_version,
+    delete_for_swap,
+    range_clause,
+    run_check,
+)
 
 
 def create_statements(t: Tables) -> list[str]:
@@ -46,8 +48,8 @@ def _stamp(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-class SqliteDialect(CoreDialect):
-    """Statements for SQLite 3.35+ (``RETURNING``)."""
+class SqliteDialect(SqlDialect):
+    """SQL for SQLite 3.35+ (``RETURNING``)."""
 
     exclusive = True
     # Dropping the connection of an in-memory database would drop the database; aiosqlite
@@ -56,24 +58,22 @@ class SqliteDialect(CoreDialect):
 
     def __init__(self, tables: Tables) -> None:
         super().__init__(tables)
-        s, m = self.s, self.m
-        bump = sqlite_insert(s).values(session_id=SID, last_seq=bindparam("n"))
-        self._bump = bump.on_conflict_do_update(
-            index_elements=[s.c.session_id],
-            set_={
-                "last_seq": s.c.last_seq + bump.excluded.last_seq,
-                "updated_at": func.current_timestamp(),
-            },
-        ).returning(s.c.last_seq)
-        self._insert = insert(m)
-        self._pop = (
-            m.delete()
-            .where(self.mine, m.c.seq == self.newest.scalar_subquery())
-            .returning(m.c.message_data)
+        s, m = tables.sessions, tables.messages
+        self._bump = (
+            f"INSERT INTO {s} (session_id, last_seq) VALUES (?, ?) ON CONFLICT(session_id) "
+            "DO UPDATE SET last_seq = last_seq + excluded.last_seq, "
+            "updated_at = CURRENT_TIMESTAMP RETURNING last_seq"
         )
+        self._insert = f"INSERT INTO {m} (session_id, seq, message_data) VALUES (?, ?, ?)"
+        self._pop = (
+            f"DELETE FROM {m} WHERE session_id = ? AND seq = (SELECT seq FROM {m} "
+            "WHERE session_id = ? ORDER BY seq DESC LIMIT 1) RETURNING message_data"
+        )
+        self._clear = [f"DELETE FROM {m} WHERE session_id = ?"]
+        self._delete_before = f"DELETE FROM {m} WHERE session_id = ? AND seq < ?"
 
-    async def _write(self, conn: AsyncConnection, statements: Callable[[], Awaitable[T]]) -> T:
-        await conn.exec_driver_sql("BEGIN IMMEDIATE")
+    async def _write(self, conn: Any, statements: Any) -> Any:
+        await conn.execute("BEGIN IMMEDIATE")
         try:
             result = await statements()
         except BaseException:
@@ -83,34 +83,74 @@ class SqliteDialect(CoreDialect):
         return result
 
     async def prepare(self, conn: Any, create: bool) -> None:
-        if await self.version(conn, create) is None and create:
+        t = self.t
+        version = await self._version(conn, create)
+        if version is None and create:
 
             async def run() -> None:
-                for statement in create_statements(self.t):
-                    await conn.exec_driver_sql(statement)
+                for statement in create_statements(t):
+                    await conn.execute(statement)
 
             await self._write(conn, run)
-        await self.check(conn)
-        await conn.rollback()
+            version = await self._version(conn, False)
+        check_version(t, version)
+        await conn.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE 0")
+        await conn.execute(f"SELECT session_id, seq, message_data FROM {t.messages} WHERE 0")
 
-    async def _append_rows(
-        self, conn: AsyncConnection, session_id: str, payloads: list[str]
-    ) -> int:
-        n = len(payloads)
-        last = int((await conn.execute(self._bump, {"sid": session_id, "n": n})).scalar_one())
-        rows = [
-            {"session_id": session_id, "seq": last - n + 1 + i, "message_data": p}
-            for i, p in enumerate(payloads)
-        ]
-        await conn.execute(self._insert, rows)
-        return last
+    async def _version(self, conn: Any, missing_ok: bool) -> Any:
+        try:
+            cur = await conn.execute(
+                f"SELECT version FROM {self.t.schema} WHERE table_name = ?", (self.t.messages,)
+            )
+        except sqlite3.OperationalError as exc:
+            if missing_ok and "no such table" in str(exc):
+                return None
+            raise
+        row = await cur.fetchone()
+        return row[0] if row else None
 
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
-        return await self._write(conn, lambda: self._append_rows(conn, session_id, payloads))
+        n = len(payloads)
+
+        async def run() -> int:
+            cur = await conn.execute(self._bump, (session_id, n))
+            row = await cur.fetchone()
+            await cur.close()
+            last = int(row[0])
+            first = last - n + 1
+            await conn.executemany(
+                self._insert, [(session_id, first + i, p) for i, p in enumerate(payloads)]
+            )
+            return last
+
+        return int(await self._write(conn, run))
+
+    async def load(
+        self,
+        conn: Any,
+        session_id: str,
+        limit: int | None,
+        after: int | None,
+        before: int | None,
+    ) -> list[Row]:
+        bounds, args = range_clause(after, before, lambda i: "?")
+        sql = f"SELECT seq, message_data FROM {self.t.messages} WHERE session_id = ?{bounds}"
+        if limit is None:
+            sql += " ORDER BY seq"
+        else:
+            sql += " ORDER BY seq DESC LIMIT ?"
+            args.append(limit)
+        cur = await conn.execute(sql, (session_id, *args))
+        rows: list[Row] = [(r[0], r[1]) for r in await cur.fetchall()]
+        if limit is not None:
+            rows.reverse()
+        return rows
 
     async def pop(self, conn: Any, session_id: str) -> str | None:
         async def run() -> Any:
-            return (await conn.execute(self._pop, {"sid": session_id})).scalar()
+            cur = await conn.execute(self._pop, (session_id, session_id))
+            rows = await cur.fetchall()  # drain RETURNING before COMMIT
+            return rows[0][0] if rows else None
 
         value = await self._write(conn, run)
         return None if value is None else str(value)
@@ -118,10 +158,11 @@ class SqliteDialect(CoreDialect):
     async def pop_checked(
         self, conn: Any, session_id: str, check: Callable[[str], Any]
     ) -> Any:
-        await conn.exec_driver_sql("BEGIN IMMEDIATE")
+        await conn.execute("BEGIN IMMEDIATE")
         try:
-            value = (await conn.execute(self._pop, {"sid": session_id})).scalar()
-            outcome = None if value is None else run_check(check, str(value))
+            cur = await conn.execute(self._pop, (session_id, session_id))
+            rows = await cur.fetchall()  # drain RETURNING before the check
+            outcome = None if not rows else run_check(check, str(rows[0][0]))
         except BaseException:
             await conn.rollback()
             raise
@@ -130,7 +171,8 @@ class SqliteDialect(CoreDialect):
 
     async def clear(self, conn: Any, session_id: str) -> None:
         async def run() -> None:
-            await conn.execute(self.m.delete().where(self.mine), {"sid": session_id})
+            for statement in self._clear:
+                await conn.execute(statement, (session_id,))
 
         await self._write(conn, run)
 
@@ -142,66 +184,86 @@ class SqliteDialect(CoreDialect):
         payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
+        sid = session_id
+
+        async def fetch(sql: str, args: tuple[Any, ...]) -> list[Row]:
+            cur = await conn.execute(sql, args)
+            rows = [(r[0], r[1]) for r in await cur.fetchall()]
+            await cur.close()
+            return rows
+
         async def run() -> bool:
-            if not await self.swap_delete(conn, session_id, expected, prune):
+            if not await delete_for_swap(
+                fetch, conn.execute, self.t.messages, ("?", "?"), sid, expected, prune
+            ):
                 return False
             if payloads:
-                await self._append_rows(conn, session_id, payloads)
+                n = len(payloads)
+                cur = await conn.execute(self._bump, (sid, n))
+                row = await cur.fetchone()
+                await cur.close()
+                last = int(row[0])
+                await conn.executemany(
+                    self._insert, [(sid, last - n + 1 + i, p) for i, p in enumerate(payloads)]
+                )
             return True
 
-        return await self._write(conn, run)
+        return bool(await self._write(conn, run))
 
     async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
-        return await self._write(conn, lambda: super(SqliteDialect, self).delete_before(
-            conn, session_id, before
-        ))
+        async def run() -> int:
+            cur = await conn.execute(self._delete_before, (session_id, before))
+            deleted = int(cur.rowcount)
+            await cur.close()
+            return deleted
+
+        return int(await self._write(conn, run))
 
     async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
-        m = self.m
-        stmt = (
-            update(m)
-            .where(m.c.session_id == bindparam("sid"), m.c.seq == bindparam("at"))
-            .values(message_data=bindparam("data"))
-        )
+        sql = f"UPDATE {self.t.messages} SET message_data = ? WHERE session_id = ? AND seq = ?"
 
         async def run() -> int:
-            args = [{"sid": session_id, "at": seq, "data": p} for seq, p in rows]
-            return int((await conn.execute(stmt, args)).rowcount)  # summed over the rows
+            cur = await conn.executemany(sql, [(p, session_id, seq) for seq, p in rows])
+            replaced = int(cur.rowcount)  # summed over the rows
+            await cur.close()
+            return replaced
 
-        return await self._write(conn, run)
+        return int(await self._write(conn, run))
 
     async def write_at(
         self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
     ) -> int:
-        s = self.s
-        mark = sqlite_insert(s).values(
-            session_id=SID, last_seq=rows[-1][0],
-            created_at=literal(_stamp(created), String),  # the text CURRENT_TIMESTAMP writes
-            updated_at=literal(_stamp(updated), String),
-        )
-        mark = mark.on_conflict_do_update(
-            index_elements=[s.c.session_id],
-            set_={
-                "last_seq": func.max(s.c.last_seq, mark.excluded.last_seq),
-                "created_at": mark.excluded.created_at,
-                "updated_at": mark.excluded.updated_at,
-            },
-        )
-        sid = {"sid": session_id}
+        s, m = self.t.sessions, self.t.messages
+        stamps = [_stamp(created), _stamp(updated)]
 
         async def run() -> int:
-            count = func.count()
-            held = int((await conn.execute(self._bounded(
-                self.m.select().with_only_columns(count), None, None), sid)).scalar_one())
+            cur = await conn.execute(
+                f"SELECT COUNT(*) FROM {m} WHERE session_id = ?", (session_id,)
+            )
+            (held,) = await cur.fetchone()
+            await cur.close()
             if held:
-                return held
-            await conn.execute(mark, sid)
-            await conn.execute(self._insert, [
-                {"session_id": session_id, "seq": seq, "message_data": p} for seq, p in rows
-            ])
+                return int(held)
+            await conn.execute(
+                f"INSERT INTO {s} (session_id, last_seq, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
+                "last_seq = MAX(last_seq, excluded.last_seq), "
+                "created_at = excluded.created_at, updated_at = excluded.updated_at",
+                (session_id, rows[-1][0], *stamps),
+            )
+            await conn.executemany(self._insert, [(session_id, seq, p) for seq, p in rows])
             return 0
 
-        return await self._write(conn, run)
+        return int(await self._write(conn, run))
+
+    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
+        bounds, args = range_clause(after, before, lambda i: "?")
+        cur = await conn.execute(
+            f"SELECT COUNT(*) FROM {self.t.messages} WHERE session_id = ?{bounds}",
+            (session_id, *args),
+        )
+        row = await cur.fetchone()
+        return int(row[0])
 
     def unavailable(self, exc: BaseException) -> bool:
         return any(

@@ -319,25 +319,19 @@ class SQLStore:
             else:
                 result = await op(self.dialect, target)
         except BaseException as exc:
-            await self._release(conn, exc)
+            if self.dialect.discard_on_error:  # its state is unknown; no I/O
+                _sync(conn).invalidate(exc)
+                _sync(conn).close()
+            else:  # SQLite: a local rollback; the connection stays usable
+                await greenlet_spawn(_sync(conn).close)
             if isinstance(exc, Exception):
                 raise self._translate(engine, exc, write) from exc
             raise
         if cancelled is not None:
-            await self._release(conn, None)
+            await greenlet_spawn(_sync(conn).close)  # no server I/O: the write ended
             raise cancelled
         await greenlet_spawn(_sync(conn).close)
         return result
-
-    async def _release(self, conn: Any, exc: BaseException | None) -> None:
-        """Return ``conn`` to the pool after a failure (``exc``) or a cancelled caller, without
-        waiting on the server: a connection in an unknown state is invalidated first."""
-        if not self.dialect.discard_on_error:
-            await conn.close()  # SQLite: a local rollback; the connection stays usable
-            return
-        if exc is not None:
-            _sync(conn).invalidate(exc)
-        _sync(conn).close()  # no reset I/O: invalidated, or its transaction ended
 
     def _translate(self, engine: AsyncEngine, exc: Exception, write: bool) -> Exception:
         url = engine.url.render_as_string(hide_password=True)
