@@ -177,8 +177,12 @@ class SQLStore:
         if engine is not None:
             self._engines[None] = engine
         self.dialect = _make_dialect(self.engine, tables)
-        self.ready = False
-        self._preparing: asyncio.Future[None] | None = None
+        # Engines whose tables were checked (each loop's engine, and with it an in-memory
+        # database, starts empty), and the check in progress per engine.
+        self._ready: weakref.WeakSet[Engine] = weakref.WeakSet()
+        self._preparing: weakref.WeakKeyDictionary[Engine, asyncio.Future[None]] = (
+            weakref.WeakKeyDictionary()
+        )
         # SQLite: operations on one engine must not overlap (one shared connection).
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
@@ -291,7 +295,7 @@ class SQLStore:
     ) -> T:
         """Run ``op(dialect, driver_connection)`` on a pooled connection; a write is awaited
         to its end even when the caller is cancelled (its outcome is then settled)."""
-        if not self.ready:
+        if self.engine.sync_engine not in self._ready:
             await self._prepare(create)
         if not self.dialect.exclusive:
             return await self._attempt(op, write)
@@ -368,13 +372,14 @@ class SQLStore:
         return exc
 
     async def _prepare(self, create: bool) -> None:
-        preparing = self._preparing
+        key = self.engine.sync_engine
+        preparing = self._preparing.get(key)
         if (
             preparing is None
             or preparing.get_loop() is not asyncio.get_running_loop()
             or (preparing.done() and preparing.exception() is not None)
         ):
-            preparing = self._preparing = asyncio.ensure_future(self._prepare_now(create))
+            preparing = self._preparing[key] = asyncio.ensure_future(self._prepare_now(create))
         await asyncio.shield(preparing)
 
     async def _prepare_now(self, create: bool) -> None:
@@ -386,7 +391,7 @@ class SQLStore:
             await d.prepare(conn, create)
 
         await self._attempt(prepare, False)
-        self.ready = True
+        self._ready.add(engine.sync_engine)
 
 
 def open_store(
