@@ -1,15 +1,16 @@
 """The SQL store: one set of tables behind one SQLAlchemy ``AsyncEngine``.
 
-A :class:`SQLStore` owns the engine (SQLAlchemy's pool, ``pool_pre_ping``, the drivers' own
-timeouts), the tables' setup and version check, and the SQL of its dialect; a session is a
-handle ``(store, session_id)``. Stores opened from one URL and options are shared (one engine
-per event loop) and disposed when the last user releases them.
+A :class:`SQLStore` owns the engine (SQLAlchemy's pool with a check-out check that costs no
+round trip, the drivers' own timeouts), the tables' setup and version check, and the SQL of its
+dialect; a session is a handle ``(store, session_id)``. Stores opened from one URL and options
+are shared (one engine per event loop) and disposed when the last user releases them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
@@ -17,6 +18,7 @@ from typing import Any, ClassVar, TypeVar
 from ...core.extras import missing
 
 try:
+    from sqlalchemy import event
     from sqlalchemy import exc as sa_exc
     from sqlalchemy.engine import Engine, make_url
     from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -80,16 +82,16 @@ def engine_options(
     connect_timeout: float,
     command_timeout: float | None,
 ) -> dict[str, Any]:
-    """``create_async_engine`` arguments for a store opened from ``url``: a pre-pinged pool
-    and the driver's own connect and command timeouts (the caller's ``engine_kwargs`` win)."""
+    """``create_async_engine`` arguments for a store opened from ``url``: the driver's own
+    connect and command timeouts (the caller's ``engine_kwargs`` win)."""
     parsed = make_url(url)
     backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
-    defaults: dict[str, Any] = {"pool_pre_ping": True}
+    defaults: dict[str, Any] = {}
     connect_args: dict[str, Any] = {}
     if backend == "postgresql":
         connect_args = {"timeout": connect_timeout, "command_timeout": command_timeout}
-        # Autocommit: the pre-ping is one round trip (else BEGIN, ping, ROLLBACK), and so is
-        # each one-statement operation; the others set their own level.
+        # Autocommit: each one-statement operation is one round trip (else BEGIN, statement,
+        # COMMIT); the others set their own level.
         defaults["isolation_level"] = "AUTOCOMMIT"
     elif backend in ("mysql", "mariadb"):
         connect_args = {
@@ -107,6 +109,65 @@ def engine_options(
     merged = {**defaults, **(engine_kwargs or {})}
     merged["connect_args"] = {**connect_args, **(engine_kwargs or {}).get("connect_args", {})}
     return merged
+
+
+def _closed(driver_connection: Any) -> bool:
+    """Whether the driver already knows its connection is closed (no I/O)."""
+    is_closed = getattr(driver_connection, "is_closed", None)  # asyncpg
+    if is_closed is not None:
+        return bool(is_closed())
+    if hasattr(driver_connection, "connected"):  # asyncmy
+        return not driver_connection.connected
+    return bool(getattr(driver_connection, "closed", False))  # aiomysql
+
+
+def refused_to_send(exc: BaseException) -> bool:
+    """Whether asyncpg refused to start a statement because its protocol was not idle: it
+    had read the server's termination notice (the socket still open). Nothing was sent."""
+    return any(
+        type(e).__name__ == "InternalClientError"
+        and type(e).__module__.startswith("asyncpg")
+        and "cannot switch to state" in str(e)
+        for e in causes(exc)
+    )
+
+
+class _Health:
+    """SQLAlchemy's custom pessimistic disconnect handling for one engine, without a round
+    trip: a connection is replaced at check-out when its driver knows it is closed, or when it
+    was made before the server was last found gone (the others of that time are dead too)."""
+
+    def __init__(self) -> None:
+        self.lost_at = 0.0
+
+    def connect(self, dbapi_connection: Any, record: Any) -> None:
+        record.info["agent_sessions_born"] = time.monotonic()
+
+    def checkout(self, dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        if _closed(dbapi_connection.driver_connection):
+            raise sa_exc.DisconnectionError("the driver connection is closed")
+        if self.lost_at and record.info.get("agent_sessions_born", 0.0) <= self.lost_at:
+            raise sa_exc.DisconnectionError("made before the server was found gone")
+
+    def handle_error(self, ctx: Any) -> None:
+        if refused_to_send(ctx.original_exception):
+            ctx.is_disconnect = True
+        if ctx.is_disconnect:
+            self.lost_at = time.monotonic()
+
+
+_health: weakref.WeakKeyDictionary[Engine, _Health] = weakref.WeakKeyDictionary()
+
+
+def health(engine: AsyncEngine) -> _Health:
+    """The disconnect handling of ``engine``, installed on first use."""
+    with SQLStore._lock:
+        found = _health.get(engine.sync_engine)
+        if found is None:
+            found = _health[engine.sync_engine] = _Health()
+            for name in ("connect", "checkout", "handle_error"):
+                event.listen(engine.sync_engine, name, getattr(found, name))
+        return found
 
 
 def _create_engine(url: str, kwargs: dict[str, Any]) -> AsyncEngine:
@@ -176,6 +237,7 @@ class SQLStore:
         self._engines: dict[asyncio.AbstractEventLoop | None, AsyncEngine] = {}
         if engine is not None:
             self._engines[None] = engine
+            health(engine)
         self.dialect = _make_dialect(self.engine, tables)
         # Engines whose tables were checked (each loop's engine, and with it an in-memory
         # database, starts empty), and the check in progress per engine.
@@ -231,6 +293,7 @@ class SQLStore:
                 engine = next(iter(engines.values()))
             if engine is None:
                 engine = engines[loop] = _create_engine(self._url, self._kwargs)
+                health(engine)
             return engine
 
     def share(self) -> SQLStore:
@@ -307,10 +370,19 @@ class SQLStore:
             return await self._attempt(op, write)
 
     async def _attempt(self, op: Callable[[SqlDialect, Any], Awaitable[T]], write: bool) -> T:
+        try:
+            return await self._once(op, write)
+        except BackendUnavailableError as exc:
+            # The one retry: asyncpg sent nothing on a connection the server had ended.
+            if not refused_to_send(exc):
+                raise
+        return await self._once(op, write)
+
+    async def _once(self, op: Callable[[SqlDialect, Any], Awaitable[T]], write: bool) -> T:
         engine = self.engine
         via = self.dialect.via_connection
         try:
-            conn: Any = await (engine.connect() if via else engine.raw_connection())  # pre-pinged
+            conn: Any = await (engine.connect() if via else engine.raw_connection())
         except Exception as exc:
             raise self._translate(engine, exc, False) from exc
         target = conn if via else conn.driver_connection
@@ -324,6 +396,8 @@ class SQLStore:
                 result = await op(self.dialect, target)
         except BaseException as exc:
             if self.dialect.discard_on_error:  # its state is unknown; no I/O
+                if self.dialect.unavailable(exc):
+                    health(engine).lost_at = time.monotonic()
                 _sync(conn).invalidate(exc)
                 _sync(conn).close()
             else:  # SQLite: a local rollback; the connection stays usable
