@@ -1,5 +1,8 @@
-"""PostgreSQL statements for the SQL store, as SQLAlchemy Core constructs run through the
-store's ``AsyncConnection`` (asyncpg), so the pool and the engine's events see every statement.
+"""PostgreSQL statements for the SQL store, as SQLAlchemy Core constructs run through a
+``Connection`` of the store's engine (asyncpg), so the pool and the engine's events see every
+statement. An operation runs inside one SQLAlchemy greenlet (see ``SQLStore``): the methods are
+coroutines for the dialects' common interface, but call the synchronous ``Connection`` and never
+suspend, which spares a greenlet switch per call.
 
 Every operation but ``clear`` and the multi-statement writes is one statement in autocommit
 mode, hence one round trip and atomic by itself:
@@ -39,7 +42,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.engine import Connection
 
 from ...core.base import Row
 from .common import (
@@ -88,15 +91,15 @@ def create_statements(t: Tables) -> list[str]:
     ]
 
 
-async def _autocommit(conn: AsyncConnection) -> None:
+def _autocommit(conn: Connection) -> None:
     """One statement, no BEGIN/COMMIT round trips (asyncpg sets the level without I/O)."""
-    await conn.execution_options(isolation_level="AUTOCOMMIT")
+    conn.execution_options(isolation_level="AUTOCOMMIT")
 
 
-async def _read_committed(conn: AsyncConnection) -> None:
+def _read_committed(conn: Connection) -> None:
     """A transaction whose later statements see the rows of a writer an earlier one waited
     for (the connection's default level may be stricter)."""
-    await conn.execution_options(isolation_level="READ COMMITTED")
+    conn.execution_options(isolation_level="READ COMMITTED")
 
 
 class PostgresDialect(SqlDialect):
@@ -155,35 +158,35 @@ class PostgresDialect(SqlDialect):
 
     async def prepare(self, conn: Any, create: bool) -> None:
         t = self.t
-        await _autocommit(conn)
+        _autocommit(conn)
         version = await self._version(conn, create)
         if version is None and create:
-            await conn.commit()
-            await _read_committed(conn)
-            await conn.execute(select(func.pg_advisory_xact_lock(t.lock_key())))
+            conn.commit()
+            _read_committed(conn)
+            conn.execute(select(func.pg_advisory_xact_lock(t.lock_key())))
             for statement in create_statements(t):
-                await conn.exec_driver_sql(statement)
-            await conn.commit()
+                conn.exec_driver_sql(statement)
+            conn.commit()
             version = await self._version(conn, False)
         check_version(t, version)
-        await conn.execute(select(self.s.c.session_id, self.s.c.last_seq).where(false()))
-        await conn.execute(select(self.m.c.seq, self.m.c.message_data).where(false()))
+        conn.execute(select(self.s.c.session_id, self.s.c.last_seq).where(false()))
+        conn.execute(select(self.m.c.seq, self.m.c.message_data).where(false()))
 
-    async def _version(self, conn: AsyncConnection, missing_ok: bool) -> Any:
+    async def _version(self, conn: Connection, missing_ok: bool) -> Any:
         schema = self.schema
         query = select(schema.c.version).where(schema.c.table_name == self.t.messages)
         try:
-            return (await conn.execute(query)).scalar()
+            return (conn.execute(query)).scalar()
         except Exception as exc:
             if missing_ok and self.missing_table(exc):
-                await conn.rollback()
+                conn.rollback()
                 return None
             raise
 
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
-        await _autocommit(conn)
+        _autocommit(conn)
         args = {"sid": session_id, "n": len(payloads), "data": payloads}
-        return int((await conn.execute(self._append, args)).scalar_one())
+        return int((conn.execute(self._append, args)).scalar_one())
 
     async def load(
         self,
@@ -202,33 +205,36 @@ class PostgresDialect(SqlDialect):
                 _LIMIT
             )
             self._loads[key] = stmt
-        await _autocommit(conn)
+        _autocommit(conn)
         args = {"sid": session_id, "after": after, "before": before, "limit": limit}
-        out: list[Row] = [(r[0], r[1]) for r in await conn.execute(stmt, args)]
+        out: list[Row] = [(r[0], r[1]) for r in conn.execute(stmt, args)]
         if limit is not None:
             out.reverse()
         return out
 
     async def pop(self, conn: Any, session_id: str) -> str | None:
-        await _autocommit(conn)
-        value = (await conn.execute(self._pop, {"sid": session_id})).scalar()
+        _autocommit(conn)
+        value = (conn.execute(self._pop, {"sid": session_id})).scalar()
         return None if value is None else str(value)
 
     async def pop_checked(
         self, conn: Any, session_id: str, check: Callable[[str], Any]
     ) -> Any:
         # The pop's row lock is held across the check: a concurrent pop waits for its outcome.
-        await _read_committed(conn)
-        value = (await conn.execute(self._pop, {"sid": session_id})).scalar()
+        _read_committed(conn)
+        value = (conn.execute(self._pop, {"sid": session_id})).scalar()
         outcome = None if value is None else run_check(check, str(value))
-        await (conn.rollback() if isinstance(outcome, Refused) else conn.commit())
+        if isinstance(outcome, Refused):
+            conn.rollback()
+        else:
+            conn.commit()
         return outcome
 
     async def clear(self, conn: Any, session_id: str) -> None:
-        await _read_committed(conn)
-        await conn.execute(self._touch, {"sid": session_id})
-        await conn.execute(delete(self.m).where(self._mine), {"sid": session_id})
-        await conn.commit()
+        _read_committed(conn)
+        conn.execute(self._touch, {"sid": session_id})
+        conn.execute(delete(self.m).where(self._mine), {"sid": session_id})
+        conn.commit()
 
     async def replace_rows(
         self,
@@ -239,37 +245,37 @@ class PostgresDialect(SqlDialect):
         prune: Callable[[str], bool] | None,
     ) -> bool:
         m, sid = self.m, {"sid": session_id}
-        await _read_committed(conn)
-        await conn.execute(self._touch, sid)
+        _read_committed(conn)
+        conn.execute(self._touch, sid)
         if expected is not None:
             newest = select(m.c.seq, m.c.message_data).where(self._mine)
             newest = newest.order_by(m.c.seq.desc()).limit(len(expected))
-            rows = [(r[0], r[1]) for r in await conn.execute(newest, sid)]
+            rows = [(r[0], r[1]) for r in conn.execute(newest, sid)]
             if rows[::-1] != list(expected):
-                await conn.rollback()
+                conn.rollback()
                 return False
             first = expected[0][0]
             if prune is not None:
                 older = select(m.c.seq, m.c.message_data).where(self._mine, m.c.seq < first)
                 end = prunable_end(
-                    [(r[0], r[1]) for r in await conn.execute(older.order_by(m.c.seq), sid)],
+                    [(r[0], r[1]) for r in conn.execute(older.order_by(m.c.seq), sid)],
                     prune,
                 )
                 if end is not None:
-                    await conn.execute(delete(m).where(self._mine, m.c.seq <= end), sid)
-            await conn.execute(delete(m).where(self._mine, m.c.seq >= first), sid)
+                    conn.execute(delete(m).where(self._mine, m.c.seq <= end), sid)
+            conn.execute(delete(m).where(self._mine, m.c.seq >= first), sid)
         else:
-            await conn.execute(delete(m).where(self._mine), sid)
+            conn.execute(delete(m).where(self._mine), sid)
         if payloads:
             args = {"sid": session_id, "n": len(payloads), "data": payloads}
-            await conn.execute(self._append, args)
-        await conn.commit()
+            conn.execute(self._append, args)
+        conn.commit()
         return True
 
     async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
-        await _autocommit(conn)
+        _autocommit(conn)
         stmt = delete(self.m).where(self._mine, self.m.c.seq < _BEFORE)
-        return int((await conn.execute(stmt, {"sid": session_id, "before": before})).rowcount)
+        return int((conn.execute(stmt, {"sid": session_id, "before": before})).rowcount)
 
     async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
         m = self.m
@@ -279,15 +285,15 @@ class PostgresDialect(SqlDialect):
         stmt = (
             update(m).values(message_data=v.c.data).where(self._mine, m.c.seq == v.c.seq)
         )
-        await _autocommit(conn)
+        _autocommit(conn)
         args = {"sid": session_id, "seqs": [q for q, _ in rows], "data": [p for _, p in rows]}
-        return int((await conn.execute(stmt, args)).rowcount)
+        return int((conn.execute(stmt, args)).rowcount)
 
     async def write_at(
         self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
     ) -> int:
         s, m = self.s, self.m
-        await _read_committed(conn)
+        _read_committed(conn)
         # first: locks the counter row, so appends wait for this write
         times = {"created_at": func.to_timestamp(created), "updated_at": func.to_timestamp(updated)}
         mark = pg_insert(s).values(session_id=_SID, last_seq=rows[-1][0], **times)
@@ -299,13 +305,13 @@ class PostgresDialect(SqlDialect):
                 "updated_at": mark.excluded.updated_at,
             },
         )
-        await conn.execute(mark, {"sid": session_id})
+        conn.execute(mark, {"sid": session_id})
         held = int(
-            (await conn.execute(select(func.count()).where(self._mine), {"sid": session_id}))
+            (conn.execute(select(func.count()).where(self._mine), {"sid": session_id}))
             .scalar_one()
         )
         if held:
-            await conn.rollback()
+            conn.rollback()
             return held
         u = func.unnest(
             bindparam("seqs", type_=ARRAY(BigInteger)), bindparam("data", type_=ARRAY(Text))
@@ -314,8 +320,8 @@ class PostgresDialect(SqlDialect):
             ["session_id", "seq", "message_data"], select(_SID, u.c.seq, u.c.data)
         )
         args = {"sid": session_id, "seqs": [q for q, _ in rows], "data": [p for _, p in rows]}
-        await conn.execute(fill, args)
-        await conn.commit()
+        conn.execute(fill, args)
+        conn.commit()
         return 0
 
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
@@ -325,9 +331,9 @@ class PostgresDialect(SqlDialect):
             stmt = self._counts[key] = self._bounded(
                 select(func.count()).select_from(self.m), after, before
             )
-        await _autocommit(conn)
+        _autocommit(conn)
         args = {"sid": session_id, "after": after, "before": before}
-        return int((await conn.execute(stmt, args)).scalar_one())
+        return int((conn.execute(stmt, args)).scalar_one())
 
     def unavailable(self, exc: BaseException) -> bool:
         return any(

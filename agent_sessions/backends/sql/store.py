@@ -12,8 +12,8 @@ import asyncio
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, ClassVar, TypeVar, cast
 
 from ...core.extras import missing
 
@@ -22,7 +22,7 @@ try:
     from sqlalchemy import exc as sa_exc
     from sqlalchemy.engine import Engine, make_url
     from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-    from sqlalchemy.util import greenlet_spawn
+    from sqlalchemy.util import await_only, greenlet_spawn
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("SQLAlchemySession", "sqlalchemy", _exc) from _exc
 
@@ -104,7 +104,9 @@ def engine_options(
             connect_args["read_timeout"] = command_timeout
         if "charset" not in parsed.query:
             connect_args["charset"] = "utf8mb4"
-        # Every operation ends its own transaction, so check-in needs no ROLLBACK round trip.
+    if backend in ("postgresql", "mysql", "mariadb"):
+        # Every operation ends its own transaction (a failed one drops its connection), so
+        # check-in needs no reset.
         defaults["pool_reset_on_return"] = None
     merged = {**defaults, **(engine_kwargs or {})}
     merged["connect_args"] = {**connect_args, **(engine_kwargs or {}).get("connect_args", {})}
@@ -196,9 +198,15 @@ def _refusal(exc: BaseException) -> str | None:
     return None
 
 
-def _sync(conn: Any) -> Any:
-    """The synchronous face of an ``AsyncConnection`` (a pooled raw connection is its own)."""
-    return getattr(conn, "sync_connection", None) or conn
+def _to_end(awaitable: Awaitable[T]) -> T:
+    """The result of a coroutine that never suspends (it calls synchronous code only)."""
+    coro = cast(Coroutine[Any, Any, T], awaitable)
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    coro.close()
+    raise RuntimeError("a dialect method on a Connection suspended")
 
 
 def _loop() -> asyncio.AbstractEventLoop | None:
@@ -380,36 +388,63 @@ class SQLStore:
 
     async def _once(self, op: Callable[[SqlDialect, Any], Awaitable[T]], write: bool) -> T:
         engine = self.engine
-        via = self.dialect.via_connection
+        held: list[Any] = []  # the connection while an operation runs on it
+        if write:
+            # A write checks out before it becomes uncancellable (the connect timeout cancels).
+            try:
+                held.append(await greenlet_spawn(self._checkout, engine))
+            except Exception as exc:
+                raise self._translate(engine, exc, False) from exc
+        # Check-out (a read's), statements and check-in in one greenlet.
+        work: Awaitable[T] = greenlet_spawn(self._on_connection, engine, op, held)
         try:
-            conn: Any = await (engine.connect() if via else engine.raw_connection())
-        except Exception as exc:
-            raise self._translate(engine, exc, False) from exc
-        target = conn if via else conn.driver_connection
-        cancelled: asyncio.CancelledError | None = None
-        try:
-            if write:
-                # A write that was sent may still commit on the server after its connection
-                # is dropped, so a cancelled caller waits for its outcome.
-                result, cancelled = await finish(op(self.dialect, target))
-            else:
-                result = await op(self.dialect, target)
+            if not write:
+                return await work
+            # A write that was sent may still commit on the server after its connection is
+            # dropped, so a cancelled caller waits for its outcome.
+            result, cancelled = await finish(work)
         except BaseException as exc:
-            if self.dialect.discard_on_error:  # its state is unknown; no I/O
-                if self.dialect.unavailable(exc):
-                    health(engine).lost_at = time.monotonic()
-                _sync(conn).invalidate(exc)
-                _sync(conn).close()
-            else:  # SQLite: a local rollback; the connection stays usable
-                await greenlet_spawn(_sync(conn).close)
+            if held and self.dialect.discard_on_error:
+                self._drop(engine, held[0], exc)  # outside the greenlet: no I/O
+            elif held:  # SQLite: a local rollback; the connection stays usable
+                await greenlet_spawn(held[0].close)
             if isinstance(exc, Exception):
-                raise self._translate(engine, exc, write) from exc
+                raise self._translate(engine, exc, write and bool(held)) from exc
             raise
         if cancelled is not None:
-            await greenlet_spawn(_sync(conn).close)  # no server I/O: the write ended
             raise cancelled
-        await greenlet_spawn(_sync(conn).close)
         return result
+
+    def _on_connection(
+        self,
+        engine: AsyncEngine,
+        op: Callable[[SqlDialect, Any], Awaitable[T]],
+        held: list[Any],
+    ) -> T:
+        """Run ``op`` on the connection in ``held`` (checked out if none) inside SQLAlchemy's
+        greenlet: on its ``Connection``, or on the driver connection of a pooled one. On an
+        error the connection stays in ``held``."""
+        if not held:
+            held.append(self._checkout(engine))
+        if self.dialect.via_connection:
+            result = _to_end(op(self.dialect, held[0]))
+        else:
+            result = await_only(op(self.dialect, held[0].driver_connection))
+        held.pop().close()  # no server I/O: every operation ends its own transaction
+        return result
+
+    def _checkout(self, engine: AsyncEngine) -> Any:
+        """A ``Connection`` of the pool, or a pooled raw connection (in the greenlet)."""
+        sync = engine.sync_engine
+        return sync.connect() if self.dialect.via_connection else sync.raw_connection()
+
+    def _drop(self, engine: AsyncEngine, conn: Any, exc: BaseException) -> None:
+        """Invalidate and return a connection an operation failed on (its state is unknown;
+        no I/O), noting when the server was found gone."""
+        if self.dialect.unavailable(exc):
+            health(engine).lost_at = time.monotonic()
+        conn.invalidate(exc)
+        conn.close()
 
     def _translate(self, engine: AsyncEngine, exc: Exception, write: bool) -> Exception:
         url = engine.url.render_as_string(hide_password=True)
