@@ -1,7 +1,8 @@
 """What the SQLAlchemy backend's per-dialect SQL modules share: table names and their interface.
 
-Each dialect module runs its SQL directly on the driver connection that SQLAlchemy's pool hands
-out, so a statement costs one driver call, not a trip through SQLAlchemy's execution layer.
+The store runs each operation in one SQLAlchemy greenlet: PostgreSQL's statements on a
+``Connection`` (the engine's events see them), MariaDB/MySQL's and SQLite's on the driver
+connection of a pooled connection (one driver call per statement).
 """
 
 from __future__ import annotations
