@@ -44,7 +44,7 @@ _LAZY = {
     "register_scheme": "agent_sessions.core.registry",
     "registered_schemes": "agent_sessions.core.registry",
     "RedisSession": "agent_sessions.backends.redis",
-    "SQLAlchemySession": "agent_sessions.backends.sqlalchemy",
+    "SQLAlchemySession": "agent_sessions.backends.sql",
     "MongoDBSession": "agent_sessions.backends.mongodb",
     "EncryptedSession": "agent_sessions.wrappers.encrypted",
     "is_encrypted": "agent_sessions.wrappers.encrypted",
@@ -72,7 +72,7 @@ if TYPE_CHECKING:  # pragma: no cover
     # The lazy names, typed for checkers (the `as` form re-exports them explicitly).
     from .backends.mongodb import MongoDBSession as MongoDBSession
     from .backends.redis import RedisSession as RedisSession
-    from .backends.sqlalchemy import SQLAlchemySession as SQLAlchemySession
+    from .backends.sql import SQLAlchemySession as SQLAlchemySession
     from .memory import HashingEmbedder as HashingEmbedder
     from .memory import Memory as Memory
     from .memory import OpenAIEmbedder as OpenAIEmbedder

@@ -21,7 +21,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from agent_sessions import open_session
-from agent_sessions.backends.sqlalchemy import SQLAlchemySession, _SharedEngine
+from agent_sessions.backends.sql.session import SQLAlchemySession, _SharedEngine
 from agent_sessions.errors import (
     BackendDataError,
     BackendUnavailableError,
@@ -311,7 +311,7 @@ async def test_mysql_locking_pop_path(opened: list[SQLAlchemySession]) -> None:
     s = _open(("mariadb", _need("mariadb")), opened)
     await s.add_items([_msg(str(i)) for i in range(60)])
     store_dialect = None
-    from agent_sessions.backends.sqlalchemy import _store_for
+    from agent_sessions.backends.sql.session import _store_for
 
     store_dialect = _store_for(s.engine, s._tables).dialect
     store_dialect.mariadb = False  # type: ignore[attr-defined]
@@ -598,7 +598,7 @@ def _checked_pop_stores(tmp_path: Path) -> list[tuple[str, str]]:
 
 @contextlib.contextmanager
 def _mysql_path(s: SQLAlchemySession, on: bool) -> Iterator[None]:
-    from agent_sessions.backends.sqlalchemy import _store_for
+    from agent_sessions.backends.sql.session import _store_for
 
     dialect = _store_for(s.engine, s._tables).dialect
     if on:

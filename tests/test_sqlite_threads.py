@@ -146,8 +146,8 @@ def test_a_failed_commit_rolls_back_and_leaves_no_transaction(tmp_path: Path) ->
     [
         ("agent_sessions/backends/sqlite/session.py", ("aiosqlite",)),
         ("agent_sessions/backends/sqlalchemy.py", ("pool", "engine", "sync_engine", "fairy")),
-        ("agent_sessions/backends/_sql_postgres.py", ("conn",)),
-        ("agent_sessions/backends/_sql_mysql.py", ("conn",)),
+        ("agent_sessions/backends/sql/postgres.py", ("conn",)),
+        ("agent_sessions/backends/sql/mysql.py", ("conn",)),
     ],
 )
 def test_backends_use_no_private_names_of_their_drivers(

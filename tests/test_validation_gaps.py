@@ -103,7 +103,7 @@ def test_identifiers_refuse_a_trailing_newline_and_other_junk(name: str) -> None
 @pytest.mark.parametrize("name", ["messages\n", "a b"])
 def test_backends_refuse_table_names_with_a_newline(name: str) -> None:
     from agent_sessions import SQLiteSession
-    from agent_sessions.backends._sql_common import Tables
+    from agent_sessions.backends.sql.common import Tables
 
     with pytest.raises(ValueError, match="plain identifier"):
         SQLiteSession("s", messages_table=name)

@@ -229,8 +229,8 @@ for _scheme in ("redis", "rediss"):
         _scheme, "agent_sessions.backends.redis:open_url", extra="redis",
         store="agent_sessions.backends.redis:open_store",
     )
-_SQLALCHEMY = "agent_sessions.backends.sqlalchemy:open_url"
-_SQL_STORE = "agent_sessions.backends.sqlalchemy:open_store"
+_SQLALCHEMY = "agent_sessions.backends.sql:open_url"
+_SQL_STORE = "agent_sessions.backends.sql:open_store"
 register_scheme("postgresql+asyncpg", _SQLALCHEMY, extra="postgres", store=_SQL_STORE)
 for _scheme in ("mysql+asyncmy", "mysql+aiomysql", "mariadb+asyncmy", "mariadb+aiomysql"):
     register_scheme(_scheme, _SQLALCHEMY, extra="mysql", store=_SQL_STORE)

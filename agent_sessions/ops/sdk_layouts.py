@@ -224,7 +224,7 @@ def open_sqlalchemy(
     )
 
     def catalog() -> Any:
-        from ..backends._catalog_sql import EngineCatalog
+        from ..backends.sql.catalog import EngineCatalog
 
         return EngineCatalog(engine, sessions_table, messages_table, naive_times=True)
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
-import re
 import sqlite3
 import threading
 import time
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ...core.codec import decode_item, encode_item
 from ...core.family import purposes_in
+from ...core.sqltext import IDENTIFIER, check_identifier
 from ...errors import (
     BackendUnavailableError,
     SequenceConflictError,
@@ -44,18 +44,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-
-
-def check_identifier(name: str, what: str) -> str:
-    """Return ``name`` if it is a plain SQL identifier, else raise ValueError."""
-    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
-        raise ValueError(
-            f"{what} must be a plain identifier (letters, digits, underscore; at most 63 "
-            f"characters, not starting with a digit), got {name!r}"
-        )
-    return name
 
 
 _QUOTES = {'"': '"', "`": "`", "[": "]"}
@@ -70,7 +59,7 @@ def sqlite_table_name(name: str, what: str) -> str:
         inner, close = name[1:-1], name[-1]
         if close != "]":
             inner = inner.replace(close * 2, close)
-        if _IDENTIFIER.fullmatch(inner):
+        if IDENTIFIER.fullmatch(inner):
             return inner
         raise ValueError(
             f"{what}: a quoted table name must hold a plain identifier (letters, digits, "
@@ -829,7 +818,7 @@ class SQLiteSession(BaseSession):
 
     def catalog_store(self) -> Any:
         """Return the catalog of this database's tables (see ``agent_sessions.ops.catalog``)."""
-        from .._catalog_sql import SQLiteFileCatalog
+        from .catalog import SQLiteFileCatalog
 
         return SQLiteFileCatalog(self)
 
@@ -857,4 +846,4 @@ def open_store(url: str, *, busy_timeout: float = 5.0, synchronous: str = "NORMA
     return SQLiteStore.acquire(_url_path(url), busy_timeout, synchronous.upper())
 
 
-__all__ = ["SQLiteSession", "SQLiteStore", "check_identifier", "open_store", "open_url"]
+__all__ = ["SQLiteSession", "SQLiteStore", "open_store", "open_url"]

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from ..core.base import Row
-from ._sql_common import (
+from ...core.base import Row
+from .common import (
     SCHEMA_VERSION,
     Refused,
     SqlDialect,

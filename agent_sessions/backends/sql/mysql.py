@@ -24,9 +24,9 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from ..core.base import Row
-from ..errors import ItemTooLargeError
-from ._sql_common import (
+from ...core.base import Row
+from ...errors import ItemTooLargeError
+from .common import (
     SCHEMA_VERSION,
     Refused,
     SqlDialect,

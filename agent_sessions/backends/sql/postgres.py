@@ -19,8 +19,8 @@ from typing import Any
 
 import asyncpg.exceptions as pg  # type: ignore[import-untyped]
 
-from ..core.base import Row
-from ._sql_common import (
+from ...core.base import Row
+from .common import (
     SCHEMA_VERSION,
     Refused,
     SqlDialect,

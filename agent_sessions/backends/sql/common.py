@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.base import Row
-from ..errors import BackendDataError
-from .sqlite.session import check_identifier
+from ...core.base import Row
+from ...core.sqltext import check_identifier
+from ...errors import BackendDataError
 
 SCHEMA_VERSION = 1
 """The layout these modules read and write; stored per messages table in the schema table."""

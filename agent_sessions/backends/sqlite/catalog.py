@@ -1,0 +1,84 @@
+"""The catalog of a SQLite file written by ``SQLiteSession``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ...core.catalog import CatalogQuery, SessionInfo
+from ...core.sqltext import family_sql, page_sql, rows_to_infos, sqlite_time
+
+
+class SQLiteFileCatalog:
+    """The catalog of a :class:`~agent_sessions.backends.sqlite.SQLiteSession`'s database,
+    run on the session's own connection (so it sees a private ``:memory:`` database too)."""
+
+    def __init__(self, session: Any) -> None:  # a SQLiteSession (session.py imports this)
+        self.session = session
+        self.sessions = session.sessions_table
+        self.messages = session.messages_table
+
+    async def exists(self) -> bool:
+        path = self.session.path
+        if path == ":memory:":
+            return True
+        names = (self.sessions, self.messages)
+
+        def probe() -> bool:
+            if not os.path.isfile(path):
+                return False
+            uri = Path(os.path.abspath(path)).as_uri() + "?mode=ro"
+            conn = sqlite3.connect(uri, uri=True)
+            try:
+                found = conn.execute(
+                    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+                    names,
+                ).fetchone()[0]
+            except sqlite3.DatabaseError:
+                return False
+            finally:
+                conn.close()
+            return bool(found == 2)
+
+        return await asyncio.to_thread(probe)
+
+    async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
+        sql, params = page_sql(self.sessions, self.messages, query, sqlite_time)
+
+        def run(raw: sqlite3.Connection) -> list[Any]:
+            return raw.execute(sql, params).fetchall()
+
+        return rows_to_infos(await self.session._run(run))
+
+    async def family_ids(self, session_id: str) -> list[str]:
+        sql, params = family_sql(self.sessions, session_id)
+
+        def run(raw: sqlite3.Connection) -> list[Any]:
+            return raw.execute(sql, params).fetchall()
+
+        return [str(r[0]) for r in await self.session._run(run)]
+
+    async def delete(self, session_ids: Sequence[str]) -> int:
+        ids = list(session_ids)
+        marks = ", ".join("?" for _ in ids)
+        statements = (
+            f"DELETE FROM {self.messages} WHERE session_id IN ({marks})",
+            f"DELETE FROM {self.sessions} WHERE session_id IN ({marks})",
+        )
+
+        def run(raw: sqlite3.Connection) -> int:
+            raw.execute("BEGIN IMMEDIATE")
+            try:
+                raw.execute(statements[0], ids)
+                existed = raw.execute(statements[1], ids).rowcount
+            except BaseException:
+                raw.execute("ROLLBACK")
+                raise
+            raw.execute("COMMIT")
+            return int(existed)
+
+        return await self.session._run(run) if ids else 0

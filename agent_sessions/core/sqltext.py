@@ -1,0 +1,86 @@
+"""SQL text shared by the catalogs of the SQL layouts: a sessions table (``session_id``,
+``created_at``, ``updated_at``) beside a messages table keyed by ``session_id``.
+
+That shape is shared by this package's SQLite and SQLAlchemy schemas and by the Agents SDK's
+``SQLiteSession`` and ``SQLAlchemySession`` tables, so one set of statements serves all four.
+Prefixes are matched with ``substr`` (SQLite's ``LIKE`` ignores case), bounded below by the
+prefix itself so the primary key index narrows the scan.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from .catalog import CatalogQuery, SessionInfo, utc
+from .ids import SIBLING_MARK
+
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def check_identifier(name: str, what: str) -> str:
+    """Return ``name`` if it is a plain SQL identifier, else raise ValueError."""
+    if not isinstance(name, str) or not IDENTIFIER.fullmatch(name):
+        raise ValueError(
+            f"{what} must be a plain identifier (letters, digits, underscore; at most 63 "
+            f"characters, not starting with a digit), got {name!r}"
+        )
+    return name
+
+
+def like_escape(text: str) -> str:
+    return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+
+
+def page_sql(
+    sessions: str, messages: str, query: CatalogQuery, time_param: Any
+) -> tuple[str, dict[str, Any]]:
+    """The SELECT of one catalog page and its named parameters; ``time_param(dt)`` renders a
+    time bound the way the database compares it."""
+    where: list[str] = []
+    params: dict[str, Any] = {"limit": query.limit}
+    if query.after is not None:
+        where.append("s.session_id > :after")
+        params["after"] = query.after
+    if query.prefix:
+        where.append("s.session_id >= :prefix AND substr(s.session_id, 1, :plen) = :prefix")
+        params["prefix"], params["plen"] = query.prefix, len(query.prefix)
+    if not query.internal:
+        where.append("substr(s.session_id, 1, 1) <> :mark")
+        params["mark"] = SIBLING_MARK
+    if query.updated_after is not None:
+        where.append("s.updated_at >= :updated_after")
+        params["updated_after"] = time_param(query.updated_after)
+    if query.updated_before is not None:
+        where.append("s.updated_at < :updated_before")
+        params["updated_before"] = time_param(query.updated_before)
+    sql = (
+        "SELECT s.session_id, s.created_at, s.updated_at, "
+        f"(SELECT count(*) FROM {messages} m WHERE m.session_id = s.session_id) "
+        f"FROM {sessions} s"
+    )
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    return sql + " ORDER BY s.session_id LIMIT :limit", params
+
+
+def family_sql(sessions: str, root: str) -> tuple[str, dict[str, Any]]:
+    """The SELECT of candidate side-store ids of ``root`` (the caller checks each one)."""
+    pattern = f"{SIBLING_MARK}%{SIBLING_MARK}{like_escape(root)}"
+    return (
+        f"SELECT session_id FROM {sessions} WHERE session_id LIKE :pattern ESCAPE '!'",
+        {"pattern": pattern},
+    )
+
+
+def sqlite_time(when: datetime) -> str:
+    # CURRENT_TIMESTAMP text; whole seconds, which the catalog's own check refines.
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def rows_to_infos(rows: Sequence[Sequence[Any]]) -> list[SessionInfo]:
+    return [SessionInfo(str(r[0]), utc(r[1]), utc(r[2]), int(r[3] or 0)) for r in rows]
+
+
