@@ -177,7 +177,8 @@ local function write(items, meta, ttl, last, fresh, first, n)
   if fresh then redis.call('HSETNX', meta, 'created_ms', ms) end
   if ttl ~= '0' then
     redis.call('PEXPIRE', items, ttl)
-    redis.call('PEXPIRE', meta, ttl)
+    -- a counter means the meta hash existed, so the expiry check already set its expiry
+    if fresh then redis.call('PEXPIRE', meta, ttl) end
   end
   return last + n
 end
@@ -303,7 +304,7 @@ local function prepare(items, meta, ttl, count)
     + _read_counter("meta", "written")
     + """
   local fresh = not raw
-  if fresh or ttl ~= '0' then
+  if fresh then  -- with a counter, TYPE above already checked the items key
     local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
     if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
   end
