@@ -178,6 +178,20 @@ async def test_bad_item_names_its_index_and_writes_nothing() -> None:
     assert await inner.get_items() == []
 
 
+@pytest.mark.asyncio
+async def test_the_family_add_stores_what_the_envelope_encodes_to(tmp_path: Path) -> None:
+    inner = SQLiteSession(sid(), tmp_path / "t.db", max_item_bytes=400)
+    s = TTLSession(inner, DAY, max_item_bytes=1000, clock=lambda: 1764694800.125)
+    await s.add_items([msg("h\u00e9 \"x\" \U0001f600")])
+    raw: list[Any] = list(await inner.get_items())
+    assert raw == [{"type": "agent_sessions.ttl", "t": 1764694800.125,
+                    "item": msg("h\u00e9 \"x\" \U0001f600")}]
+    with pytest.raises(ValueError, match=r"item 1 .* above the limit of 400 bytes"):
+        await s.add_items([msg("ok"), msg("x" * 380)])  # fits the layer, not the inner
+    assert await inner.get_items() == raw, "nothing of the batch was written"
+    await inner.close()
+
+
 # -- physical removal ---------------------------------------------------------------------------
 
 

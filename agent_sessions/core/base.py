@@ -276,10 +276,21 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         members = cast("list[tuple[BaseSession, list[TResponseInputItem]]]", writes)
         for session, _ in members:
             session._check_open()
-        encoded = [(s, encode_batch(items, s.max_item_bytes)) for s, items in members]
-        wanted = [(s, payloads) for s, payloads in encoded if payloads]
+        return await self.add_encoded_family(
+            [(s, encode_batch(items, s.max_item_bytes)) for s, items in members]
+        )
+
+    async def add_encoded_family(
+        self, writes: list[tuple[BaseSession, list[str]]]
+    ) -> list[list[int]]:
+        """``add_sequenced_family`` of batches a layer already validated and encoded (each
+        text from ``codec.encode_batch`` or checked by ``codec.check_size`` against its
+        session's ``max_item_bytes``): nothing is encoded twice."""
+        for session, _ in writes:
+            session._check_open()
+        wanted = [(s, payloads) for s, payloads in writes if payloads]
         appended = iter(await self._mutate(self._append_family(wanted)) if wanted else [])
-        return [next(appended) if payloads else [] for _, payloads in encoded]
+        return [next(appended) if payloads else [] for _, payloads in writes]
 
     @traced("get_items")
     async def get_sequenced_items(

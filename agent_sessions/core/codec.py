@@ -185,7 +185,15 @@ def encode_item(item: Any, index: int, max_item_bytes: int = DEFAULT_MAX_ITEM_BY
             "nothing of the batch was written",
             index=index,
         )
-    text = _encode_text(item, index)
+    return check_size(_encode_text(item, index), index, max_item_bytes)
+
+
+def check_size(text: str, index: int, max_item_bytes: int) -> str:
+    """Return the JSON text of item ``index`` of a batch if it fits ``max_item_bytes``.
+
+    Raises:
+        ItemTooLargeError: its UTF-8 encoding is larger (the message names both).
+    """
     # len(str) <= UTF-8 size <= 4 * len(str): encode only when the cheap bounds cannot decide.
     if len(text) > max_item_bytes or (
         4 * len(text) > max_item_bytes and len(text.encode()) > max_item_bytes

@@ -177,7 +177,8 @@ local function write(items, meta, ttl, last, fresh, first, n)
   if fresh then redis.call('HSETNX', meta, 'created_ms', ms) end
   if ttl ~= '0' then
     redis.call('PEXPIRE', items, ttl)
-    redis.call('PEXPIRE', meta, ttl)
+    -- a counter means the meta hash existed, so the expiry check already set its expiry
+    if fresh then redis.call('PEXPIRE', meta, ttl) end
   end
   return last + n
 end
@@ -277,8 +278,10 @@ local first = 4 + math.max(n, 0) + p
 # KEYS: (items, meta) of each batch, in order; then, when a side store is to be listed in its
 # family's registry first, the registry's (items, meta). ARGV[1]: the number of batches; then
 # per batch: its expiry in ms or "0", its item count and its item JSONs; then, for the
-# registry: its expiry, the entry's JSON and the purpose. Appends every batch as APPEND would
-# (a session may come twice), after listing the purpose unless an entry already names it.
+# registry: the number of the side store's batch, the registry's expiry, the entry's JSON and
+# the purpose. Appends every batch as APPEND would (a session may come twice), after listing
+# the purpose unless the side store holds items (it was listed before its first write) or an
+# entry already names it.
 # Every key is checked before anything is written, so a refusal (WRONGTYPE, CORRUPT,
 # EXPIRYRANGE) writes nothing. Returns each batch's last number. One script: the TTL layer's
 # lifecycle record and its items in one step (see ``RedisSession._append_family``).
@@ -303,7 +306,7 @@ local function prepare(items, meta, ttl, count)
     + _read_counter("meta", "written")
     + """
   local fresh = not raw
-  if fresh or ttl ~= '0' then
+  if fresh then  -- with a counter, TYPE above already checked the items key
     local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
     if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
   end
@@ -333,7 +336,8 @@ local plans, pos = {}, 2
 local register = nil
 if #KEYS > 2 * n then
   local rttl = ARGV[#ARGV - 2]
-  if not listed(KEYS[2 * n + 1], ARGV[#ARGV]) then
+  local member = KEYS[2 * tonumber(ARGV[#ARGV - 3]) - 1]
+  if redis.call('EXISTS', member) == 0 and not listed(KEYS[2 * n + 1], ARGV[#ARGV]) then
     local p = prepare(KEYS[2 * n + 1], KEYS[2 * n + 2], rttl, 1)
     if p.err then return p end
     register = {p[1], p[2], rttl}

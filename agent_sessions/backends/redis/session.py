@@ -448,7 +448,7 @@ class RedisSession(BaseSession):
             keys += s.keys
             args += [s.ttl_ms, len(payloads), *payloads]
         listing: RedisSession | None = None
-        for s in sessions:
+        for batch, s in enumerate(sessions, 1):
             unlisted = s.unlisted
             if unlisted is None:
                 continue
@@ -460,7 +460,7 @@ class RedisSession(BaseSession):
             listing = s
             keys += registry.keys
             entry = encode_item({"purpose": purpose}, 0, registry.max_item_bytes)
-            args += [registry.ttl_ms, entry, purpose]
+            args += [batch, registry.ttl_ms, entry, purpose]
         client = self._client
         lasts = await self._call(lambda: FAMILY_APPEND(client, tuple(keys), *args))
         if listing is not None:

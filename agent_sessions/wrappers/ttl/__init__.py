@@ -29,13 +29,13 @@ import math
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from agents.memory import Session
 
-from ...core.base import keeps_write_path, pop_checked_of
-from ...core.capabilities import Capability, SupportsFamilyBatch, supports
-from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
+from ...core.base import BaseSession, keeps_write_path, pop_checked_of
+from ...core.capabilities import Capability, supports
+from ...core.codec import DEFAULT_MAX_ITEM_BYTES, check_size, dumps, encode_batch
 from ...core.family import REGISTRY, member_purposes, side_store
 from ..base import SessionWrapper, atomic_replace, check_max_item_bytes
 from .boundary import Boundary, newest_dead_by_scan
@@ -278,27 +278,31 @@ class TTLSession(SessionWrapper):
 
     async def _add_with_record(self, items: list[TResponseInputItem], via: str) -> list[int] | None:
         """Store the family's lifecycle record and the stamped ``items`` in one round trip
-        (``add_sequenced_family``, FAMILY_BATCH), record first; the new items' numbers, or
+        (``add_encoded_family``, FAMILY_BATCH), record first; the new items' numbers, or
         None (nothing done) when the inner session cannot, or does not pass its writes
         through ``via``'s usual path (a subclass's override)."""
         inner = self.inner
         if not (
-            self._family_expiry and items and supports(inner, Capability.FAMILY_BATCH)
+            self._family_expiry and items and isinstance(inner, BaseSession)
+            and supports(inner, Capability.FAMILY_BATCH)
             and keeps_write_path(inner, via, "add_sequenced_items")
         ):
             return None
         life = self._lifecycle()
-        encode_batch(items, self.max_item_bytes)  # validate before anything is written
+        texts = encode_batch(items, self.max_item_bytes)  # validate before anything is written
         now = self.clock()
         record, state = await life.stamp(now)
-        stamp = {"type": TTL_TYPE, "t": now}
-        envelopes: list[Any] = [{**stamp, "item": item} for item in items]
-        family: SupportsFamilyBatch = inner  # type: ignore[assignment]
-        records, seqs = await family.add_sequenced_family(
-            [(life.store, [record]), (inner, envelopes)]
-        )
+        store = cast(BaseSession, life.store)
+        # The record's check validates ``now``; each envelope is then the text its dict
+        # would encode to, built around the item's text instead of validating it again.
+        records = encode_batch([record], store.max_item_bytes)
+        head = f'{{"type":"{TTL_TYPE}","t":{dumps(now)},"item":'
+        envelopes = [
+            check_size(f"{head}{text}}}", i, inner.max_item_bytes) for i, text in enumerate(texts)
+        ]
+        [recorded], seqs = await inner.add_encoded_family([(store, records), (inner, envelopes)])
         self._state = state
-        await life.recorded(state, records[0])
+        await life.recorded(state, recorded)
         return seqs
 
     async def _stamp(self, items: list[TResponseInputItem]) -> list[Any]:
