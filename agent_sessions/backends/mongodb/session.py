@@ -487,12 +487,10 @@ class MongoDBSession(BaseSession):
                     )
                 else:
                     await self.messages.insert_one(doc)
-            except DuplicateKeyError as exc:
-                raise self._foreign_data(exc) from exc
-            except BulkWriteError as exc:
+            except (DuplicateKeyError, BulkWriteError) as exc:
                 if _is_duplicate(exc):
                     raise self._foreign_data(exc) from exc
-                if exc.details.get("nInserted") != 1:
+                if (exc.details or {}).get("nInserted") != 1:
                     raise
                 # The batch is stored; only refreshing older batches' expiry failed.
                 logger.warning(
@@ -545,9 +543,7 @@ class MongoDBSession(BaseSession):
                 # only this call's documents (PyMongo gave each its _id before sending)
                 ours = [d["_id"] for d in docs if "_id" in d]
                 await self.messages.delete_many({"_id": {"$in": ours}})
-                if isinstance(exc, DuplicateKeyError) or (
-                    isinstance(exc, BulkWriteError) and _is_duplicate(exc)
-                ):
+                if _is_duplicate(exc):
                     raise self._foreign_data(exc) from exc
                 raise
         self._expiry_done(expiry)
@@ -580,7 +576,7 @@ class MongoDBSession(BaseSession):
             )
         return counter
 
-    def _foreign_data(self, exc: Exception) -> BackendDataError:
+    def _foreign_data(self, exc: BaseException) -> BackendDataError:
         return BackendDataError(
             f"{self.database}.{self.messages_collection} already holds a document for session "
             f"{self.session_id!r} at a sequence number agent_sessions just reserved; the "
@@ -648,35 +644,30 @@ class MongoDBSession(BaseSession):
         rows: list[Row] = []
         swapping = False
         async with translated("reading items"):
+            # Each matching document holds a wanted item, so ``limit`` documents newest first
+            # suffice, and without ``before`` only their last ``limit`` items travel.
+            tail = limit if before is None else None
+            sliced = projection if tail is None else {**projection, "items": {"$slice": -tail}}
+            cursor = self.messages.find(query, sliced)
             if limit is None:
-                async for doc in self.messages.find(query, projection).sort("seq", 1):
-                    swapping = swapping or swaps.SWAP in doc
-                    rows.extend(self.rows_of(doc, None, before))
+                cursor = cursor.sort("seq", 1)
             else:
-                # Each matching document holds a wanted item, so ``limit`` documents newest
-                # first suffice, and without ``before`` only their last ``limit`` items travel.
-                tail = limit if before is None else None
-                latest = (
-                    {**projection, "items": {"$slice": -limit}} if tail is not None else projection
-                )
-                cursor = self.messages.find(query, latest).sort("seq", -1).limit(limit)
-                chunks: list[list[Row]] = []
-                got = 0
-                try:
-                    async for doc in cursor.batch_size(limit):
-                        swapping = swapping or swaps.SWAP in doc
-                        want = None if tail is None else limit - got
-                        chunk = self.rows_of(doc, None, before, want)
-                        chunks.append(chunk)
-                        got += len(chunk)
-                        if got >= limit:
-                            break
-                finally:
-                    closing = cursor.close()  # a coroutine on PyMongo, a future on Motor
-                    if inspect.isawaitable(closing):
-                        await closing
-                for chunk in reversed(chunks):
-                    rows.extend(chunk)
+                cursor = cursor.sort("seq", -1).limit(limit).batch_size(limit)
+            chunks: list[list[Row]] = []
+            try:
+                async for doc in cursor:
+                    swapping = swapping or swaps.SWAP in doc
+                    want = None if tail is None else tail - len(rows)
+                    chunks.append(self.rows_of(doc, None, before, want))
+                    rows.extend(chunks[-1])
+                    if limit is not None and len(rows) >= limit:
+                        break
+            finally:
+                closing = cursor.close()  # a coroutine on PyMongo, a future on Motor
+                if inspect.isawaitable(closing):
+                    await closing
+            if limit is not None:
+                rows = [row for chunk in reversed(chunks) for row in chunk]
             if after is not None and (limit is None or len(rows) < limit):
                 # The batch that starts at or before ``after`` may still hold later items.
                 straddler = await self.messages.find_one(
@@ -938,9 +929,10 @@ def _seq_range(low: str, lo: int | None, before: int | None) -> dict[str, Any]:
     return {"seq": bounds} if bounds else {}
 
 
-def _is_duplicate(exc: Exception) -> bool:
-    details = getattr(exc, "details", None) or {}
-    return any(e.get("code") == 11000 for e in details.get("writeErrors", []))
+def _is_duplicate(exc: BaseException) -> bool:
+    if not isinstance(exc, BulkWriteError):
+        return isinstance(exc, DuplicateKeyError)
+    return any(e.get("code") == 11000 for e in exc.details.get("writeErrors", []))
 
 
 def _close_soon(client: Any) -> None:
