@@ -1,18 +1,12 @@
 """Embedded backend on SQLite (the standard library's ``sqlite3``): the default store.
 
-All sessions of one database file with the same settings share one ``sqlite3`` connection,
-owned by one worker thread of this module. Each operation is a single function queued to that
-thread and answered to the caller's event loop, so any number of threads and event loops
-(``asyncio.run`` per thread, ``Runner.run_sync`` in a threaded server) may use one file or one
-session object; a write is one hand-off that a cancelled caller cannot interrupt halfway (the
-caller waits for its end, so the outcome is settled when ``CancelledError`` arrives), and costs
-one thread hop rather than one per statement. Writes take the database's write lock up front
-(``BEGIN IMMEDIATE``) and wait up to ``busy_timeout`` for other connections, so several
-processes (or sessions with different settings) can share a file. A session collected
-without ``close()`` gives its hold back: the last one stops the worker and closes the file.
-
-The schema is the Agents SDK's (``agent_sessions`` / ``agent_messages``), so a database written
-by the SDK's ``SQLiteSession`` opens here and vice versa.
+All sessions of one file with the same settings share one connection, owned by one worker
+thread; each operation is one function queued to it and answered to the caller's event loop,
+so any threads and loops may share a file or a session. A write is one hand-off (one thread hop)
+that a cancelled caller waits out, so its outcome is settled when ``CancelledError`` arrives.
+Writes take the write lock up front (``BEGIN IMMEDIATE``), waiting up to ``busy_timeout`` for
+other connections. A session collected without ``close()`` gives its hold back; the last one
+stops the worker and closes the file. The schema is the Agents SDK's, so either opens the other's.
 """
 
 from __future__ import annotations
@@ -289,10 +283,6 @@ class SQLiteStore:
             "catalog", sessions_table=sessions_table, messages_table=messages_table
         ).catalog_store()
 
-    async def close(self) -> None:
-        """Give back the hold :func:`open_store` took (sessions still open keep the file)."""
-        await self.release()
-
     def share(self) -> SQLiteStore:
         with self._registry_lock:
             if self.closed:
@@ -323,6 +313,8 @@ class SQLiteStore:
             job = self._submit(_close_connection, (), None, last=True)
             if job is not None:
                 await _settled(job)
+
+    close = release  # gives back the hold open_store took; open sessions keep the file
 
     def _submit(
         self,
@@ -391,18 +383,14 @@ class SQLiteStore:
                 if self._drop_use():
                     with self._start_lock:
                         self._stopped = True
-                    conn, self.conn = self.conn, None
-                    if conn is not None:
-                        conn.close()
+                    self._close_connection()
                     return
                 continue
             result: Any = None
             error: BaseException | None = None
             try:
                 if job.fn is _close_connection:
-                    conn, self.conn = self.conn, None
-                    if conn is not None:
-                        conn.close()
+                    self._close_connection()
                 else:
                     conn = self.conn if self.conn is not None else self._open()
                     if job.schema is not None and job.schema.key not in self.schemas:
@@ -416,6 +404,11 @@ class SQLiteStore:
             except RuntimeError:  # the caller's loop was closed: nobody is waiting
                 pass
             del job, result, error
+
+    def _close_connection(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.close()
 
     def _open(self) -> sqlite3.Connection:
         try:
