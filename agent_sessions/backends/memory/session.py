@@ -59,7 +59,7 @@ class InMemoryStore:
         """Nothing to release: the sessions live as long as this object."""
 
     def session_ids(self) -> list[str]:
-        """Return the ids of sessions that hold items."""
+        """The ids of sessions that hold items."""
         with self.lock:
             return [sid for sid, e in self.sessions.items() if e.seqs]
 
@@ -144,8 +144,8 @@ class InMemorySession(BaseSession):
         if not (isinstance(guard, InMemorySession) and guard.store is self.store):
             return None
         with self.store.lock:
-            entries = self.store.sessions.get(guard.session_id)
-            if (entries.seqs[-1] if entries is not None and entries.seqs else None) != seq:
+            entries = self.store.sessions.get(guard.session_id, _EMPTY)
+            if (entries.seqs[-1] if entries.seqs else None) != seq:
                 return None
             return self._append_locked(payloads)
 

@@ -92,10 +92,6 @@ def ttl_slack(ttl_seconds: float) -> float:
     return max(60.0, ttl_seconds / 10)
 
 
-def _uri_sets(uri: str, option: str) -> bool:
-    return any(key.lower() == option.lower() for key, _ in parse_qsl(urlsplit(uri).query))
-
-
 def make_client(uri: str, **client_kwargs: Any) -> AsyncMongoClient[Any]:
     """Return an ``AsyncMongoClient`` for ``uri`` that connects lazily and gives up on an
     unreachable server after :data:`DEFAULT_SERVER_SELECTION_TIMEOUT_MS` unless told otherwise.
@@ -104,16 +100,14 @@ def make_client(uri: str, **client_kwargs: Any) -> AsyncMongoClient[Any]:
         BackendUnavailableError: a ``mongodb+srv://`` host name does not resolve.
         ValueError: the URI or an option is invalid.
     """
-    if not _uri_sets(uri, "serverSelectionTimeoutMS"):
+    if "serverselectiontimeoutms" not in {k.lower() for k, _ in parse_qsl(urlsplit(uri).query)}:
         client_kwargs.setdefault("serverSelectionTimeoutMS", DEFAULT_SERVER_SELECTION_TIMEOUT_MS)
     client_kwargs.setdefault("driver", _DRIVER_INFO)
     try:
         return AsyncMongoClient(uri, **client_kwargs)
-    except ConfigurationError as exc:
-        if "DNS" in str(exc):  # mongodb+srv:// resolves its seed list when the client is made
+    except (ConfigurationError, ValueError) as exc:
+        if isinstance(exc, ConfigurationError) and "DNS" in str(exc):  # mongodb+srv:// resolves
             raise BackendUnavailableError(f"cannot resolve the MongoDB host: {exc}") from exc
-        raise ValueError(f"invalid MongoDB URI or client option: {exc}") from exc
-    except ValueError as exc:
         raise ValueError(f"invalid MongoDB URI or client option: {exc}") from exc
 
 
@@ -335,13 +329,9 @@ class MongoDBSession(BaseSession):
         return self.store.client
 
     def _member_options(self) -> dict[str, Any]:
-        return {
-            "client": self.store.client,
-            "database": self.database,
-            "sessions_collection": self.sessions_collection,
-            "messages_collection": self.messages_collection,
-            "_store": self.store.share(),
-        }
+        return {"client": self.store.client, "database": self.database,
+                "sessions_collection": self.sessions_collection,
+                "messages_collection": self.messages_collection, "_store": self.store.share()}
 
     @property
     def _messages(self) -> Any:
