@@ -45,10 +45,7 @@ class InMemoryStore:
 
     def entries(self, session_id: str) -> Entries:
         """Return the entries of ``session_id``, made empty if new (call under ``lock``)."""
-        entries = self.sessions.get(session_id)
-        if entries is None:
-            entries = self.sessions[session_id] = Entries()
-        return entries
+        return self.sessions.setdefault(session_id, Entries())
 
     def session(self, session_id: str, **options: Any) -> InMemorySession:
         """A session of this store (``options`` as for :class:`InMemorySession`)."""
@@ -62,10 +59,12 @@ class InMemoryStore:
         """Nothing to release: the sessions live as long as this object."""
 
     def session_ids(self) -> list[str]:
-        """Return the ids of sessions that hold items."""
+        """The ids of sessions that hold items."""
         with self.lock:
             return [sid for sid, e in self.sessions.items() if e.seqs]
 
+
+_EMPTY = Entries()  # what an unknown session reads as; never written to
 
 DEFAULT_STORE = InMemoryStore()
 """The process-wide store used when no ``store`` is given: same id, same conversation."""
@@ -145,8 +144,8 @@ class InMemorySession(BaseSession):
         if not (isinstance(guard, InMemorySession) and guard.store is self.store):
             return None
         with self.store.lock:
-            entries = self.store.sessions.get(guard.session_id)
-            if (entries.seqs[-1] if entries is not None and entries.seqs else None) != seq:
+            entries = self.store.sessions.get(guard.session_id, _EMPTY)
+            if (entries.seqs[-1] if entries.seqs else None) != seq:
                 return None
             return self._append_locked(payloads)
 
@@ -178,9 +177,7 @@ class InMemorySession(BaseSession):
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:
         with self.store.lock:
-            entries = self.store.sessions.get(self.session_id)
-            if entries is None:
-                return []
+            entries = self.store.sessions.get(self.session_id, _EMPTY)
             lo, hi = _window(entries, after, before)
             if limit is not None:
                 lo = max(lo, hi - limit)
@@ -188,24 +185,21 @@ class InMemorySession(BaseSession):
 
     async def _pop(self) -> str | None:
         with self.store.lock:
-            entries = self.store.sessions.get(self.session_id)
-            if entries is None or not entries.seqs:
+            entries = self.store.sessions.get(self.session_id, _EMPTY)
+            if not entries.seqs:
                 return None
             entries.seqs.pop()
             return entries.payloads.pop()
 
     async def _clear(self) -> None:
         with self.store.lock:
-            entries = self.store.sessions.get(self.session_id)
-            if entries is not None:
-                entries.seqs.clear()
-                entries.payloads.clear()
+            entries = self.store.sessions.get(self.session_id, _EMPTY)
+            entries.seqs.clear()
+            entries.payloads.clear()
 
     async def _rewrite(self, rows: list[Row]) -> int:
         with self.store.lock:
-            entries = self.store.sessions.get(self.session_id)
-            if entries is None:
-                return 0
+            entries = self.store.sessions.get(self.session_id, _EMPTY)
             replaced = 0
             for seq, payload in rows:
                 i = bisect_left(entries.seqs, seq)
@@ -216,9 +210,7 @@ class InMemorySession(BaseSession):
 
     async def _delete_before(self, before: int) -> int:
         with self.store.lock:
-            entries = self.store.sessions.get(self.session_id)
-            if entries is None:
-                return 0
+            entries = self.store.sessions.get(self.session_id, _EMPTY)
             cut = bisect_left(entries.seqs, before)
             del entries.seqs[:cut]
             del entries.payloads[:cut]
@@ -259,9 +251,7 @@ class InMemorySession(BaseSession):
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
         with self.store.lock:
-            entries = self.store.sessions.get(self.session_id)
-            if entries is None:
-                return 0
+            entries = self.store.sessions.get(self.session_id, _EMPTY)
             lo, hi = _window(entries, after, before)
             return hi - lo
 

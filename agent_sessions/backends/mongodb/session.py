@@ -1,27 +1,15 @@
 """MongoDB backend on PyMongo's native async API (``AsyncMongoClient``); Motor clients work too.
 
-Two collections (names from ``collection_prefix``, or the SDK's ``sessions_collection`` /
-``messages_collection`` arguments):
+Two collections: sessions holds one counter document per session (``{_id: session_id, seq: last
+number handed out, created_at, updated_at}``); messages holds one document per ``add_items``
+batch (``{session_id, seq: number of its first item, n: items left, items: [JSON text]}``,
+unique on ``(session_id, seq)``). A pop takes items off the end, a range delete off the front.
 
-- sessions: one small counter document per session,
-  ``{_id: session_id, seq: last sequence number handed out, created_at, updated_at}``.
-- messages: one document per ``add_items`` batch,
-  ``{session_id, seq: sequence number of its first item, n: items left, items: [JSON text]}``;
-  item ``i`` of a batch has sequence number ``seq + i``. Unique index on ``(session_id, seq)``.
-  A pop takes items off the end; a range delete (``delete_items``) off the front, moving ``seq``.
-
-Why one document per batch and no transaction: a single-document write is atomic on every
-MongoDB deployment (standalone, replica set, sharded), so a batch is all-or-nothing whatever the
-topology, and a client killed mid-write leaves either the whole batch or nothing. A transaction
-would give the same guarantee only on replica sets and mongos, cost extra round trips
-(start, commit) and need a second code path for standalone servers. The price is MongoDB's
-16 MiB document limit per batch; a larger batch is refused before anything is written.
-
-Ordering comes from the counter (``find_one_and_update`` with ``$inc`` by the batch size,
-upsert), never from insertion time or ObjectIds; numbers are never reused, even after a pop or a
-clear (the counter document survives ``clear_session``). Session ids are only ever stored and
-matched as values, never used as field names or aggregation expressions, so ``$`` and ``.`` in
-them mean nothing to the server.
+A batch is one document because a single-document write is atomic on every topology
+(standalone, replica set, sharded) without a transaction's extra round trips; the price is
+the 16 MiB document limit, checked before anything is written. Numbers come from the counter
+(``$inc`` by the batch size, upsert) and are never reused; the counter survives
+``clear_session``. Session ids are only ever matched as values, so ``$`` and ``.`` are inert.
 """
 
 from __future__ import annotations
@@ -63,7 +51,7 @@ from ...errors import (
     SequenceConflictError,
 )
 from . import swap as swaps
-from .driver import translated
+from .driver import to_list, translated
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -104,10 +92,6 @@ def ttl_slack(ttl_seconds: float) -> float:
     return max(60.0, ttl_seconds / 10)
 
 
-def _uri_sets(uri: str, option: str) -> bool:
-    return any(key.lower() == option.lower() for key, _ in parse_qsl(urlsplit(uri).query))
-
-
 def make_client(uri: str, **client_kwargs: Any) -> AsyncMongoClient[Any]:
     """Return an ``AsyncMongoClient`` for ``uri`` that connects lazily and gives up on an
     unreachable server after :data:`DEFAULT_SERVER_SELECTION_TIMEOUT_MS` unless told otherwise.
@@ -116,26 +100,20 @@ def make_client(uri: str, **client_kwargs: Any) -> AsyncMongoClient[Any]:
         BackendUnavailableError: a ``mongodb+srv://`` host name does not resolve.
         ValueError: the URI or an option is invalid.
     """
-    if not _uri_sets(uri, "serverSelectionTimeoutMS"):
+    if "serverselectiontimeoutms" not in {k.lower() for k, _ in parse_qsl(urlsplit(uri).query)}:
         client_kwargs.setdefault("serverSelectionTimeoutMS", DEFAULT_SERVER_SELECTION_TIMEOUT_MS)
     client_kwargs.setdefault("driver", _DRIVER_INFO)
     try:
         return AsyncMongoClient(uri, **client_kwargs)
-    except ConfigurationError as exc:
-        if "DNS" in str(exc):  # mongodb+srv:// resolves its seed list when the client is made
+    except (ConfigurationError, ValueError) as exc:
+        if isinstance(exc, ConfigurationError) and "DNS" in str(exc):  # mongodb+srv:// resolves
             raise BackendUnavailableError(f"cannot resolve the MongoDB host: {exc}") from exc
-        raise ValueError(f"invalid MongoDB URI or client option: {exc}") from exc
-    except ValueError as exc:
         raise ValueError(f"invalid MongoDB URI or client option: {exc}") from exc
 
 
 class MongoDBStore:
-    """One MongoDB client and database: the sessions' collections and their catalog. Each
-    session opened on it holds a share; the last to give its share back closes an owned
-    client.
-
-    Use :func:`open_store`; :meth:`session` opens a handle.
-    """
+    """One MongoDB client and database. Each session opened on it (:meth:`session`) holds a
+    share; the last to give its share back closes an owned client. Use :func:`open_store`."""
 
     def __init__(self, client: Any, owned: bool, database: str = DEFAULT_DATABASE) -> None:
         self.client = client
@@ -160,10 +138,6 @@ class MongoDBStore:
             "catalog", client=self.client, database=self.database, **collections
         ).catalog_store()
 
-    async def close(self) -> None:
-        """Give back the hold :func:`open_store` took (sessions still open keep the client)."""
-        await self.release()
-
     def share(self) -> MongoDBStore:
         """One user more (a session opened on this store)."""
         with self._lock:
@@ -177,6 +151,8 @@ class MongoDBStore:
             last = self.users == 0
         if last and self.owned:
             await self.close_client()
+
+    close = release  # gives back the hold open_store took; open sessions keep the client
 
     async def close_client(self) -> None:
         """Close the owned client; may be called again after it failed (PyMongo allows it)."""
@@ -192,12 +168,9 @@ _IndexKey = tuple[int, str, str, str, bool]
 
 
 class _IndexRegistry:
-    """Creates each collection pair's indexes once per client (and per TTL use), process-wide.
-
-    Keyed by ``id(client)``; an entry is dropped when its client is garbage-collected, so a new
-    client that reuses the id starts afresh. Concurrent first uses on one event loop share one
-    creation; ``create_index`` is idempotent, so a rare duplicate across loops is harmless.
-    """
+    """Creates each collection pair's indexes once per client (and per TTL use), process-wide:
+    keyed by ``id(client)``, forgotten when the client is collected; concurrent first uses on
+    one loop share one creation (``create_index`` is idempotent, so duplicates are harmless)."""
 
     _lock = threading.Lock()
     _done: ClassVar[set[_IndexKey]] = set()
@@ -328,13 +301,9 @@ class MongoDBSession(BaseSession):
         max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
         strict: bool = False,
     ) -> MongoDBSession:
-        """Return a session that owns a new client for ``uri`` (closed by ``close()``).
-
-        ``database`` defaults to the URI's database, else ``"agent_sessions"``. The client
-        connects on first use; ``serverSelectionTimeoutMS`` defaults to 3000 (see
-        :func:`make_client`). The other arguments are the constructor's. A bad
-        ``session_id`` is refused before any client is made.
-        """
+        """Return a session that owns a new client for ``uri`` (closed by ``close()``);
+        ``database`` defaults to the URI's, else ``"agent_sessions"``; see :func:`make_client`.
+        The other arguments are the constructor's."""
         validate_session_id(session_id)
         store = open_store(uri, database=database, client_kwargs=client_kwargs)
         try:
@@ -360,13 +329,9 @@ class MongoDBSession(BaseSession):
         return self.store.client
 
     def _member_options(self) -> dict[str, Any]:
-        return {
-            "client": self.store.client,
-            "database": self.database,
-            "sessions_collection": self.sessions_collection,
-            "messages_collection": self.messages_collection,
-            "_store": self.store.share(),
-        }
+        return {"client": self.store.client, "database": self.database,
+                "sessions_collection": self.sessions_collection,
+                "messages_collection": self.messages_collection, "_store": self.store.share()}
 
     @property
     def _messages(self) -> Any:
@@ -381,10 +346,9 @@ class MongoDBSession(BaseSession):
         return member
 
     def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
-        """Make every later write keep all of this session's documents (items and counter)
-        alive at least ``ttl_seconds`` after it, and at most :func:`ttl_slack` longer, through
-        a TTL index on ``expires_at``; ``None`` removes the expiry at the next write. MongoDB's
-        TTL monitor deletes expired documents within about a minute, not at once."""
+        """Keep this session's documents alive ``ttl_seconds`` (up to :func:`ttl_slack` more)
+        after each later write, through a TTL index on ``expires_at``; ``None`` removes the
+        expiry at the next write. MongoDB's TTL monitor deletes within about a minute."""
         if ttl_seconds is not None and (
             isinstance(ttl_seconds, bool)
             or not isinstance(ttl_seconds, (int, float))
@@ -442,17 +406,11 @@ class MongoDBSession(BaseSession):
             )
 
     def _expiry(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Return the update that sets (or, once after the TTL was switched off, removes) the
-        expiry of the documents a write touches, and the filter of the session's other
-        documents that need the same update; ``({}, {})`` when there is nothing to do.
-
-        Rewriting every batch document at every write would cost O(history) per write (MongoDB
-        rewrites a whole document to change one field). Instead a document gets
-        ``now + ttl + slack`` and is rewritten only once its expiry falls below ``now + ttl``:
-        each document then expires no earlier than ``ttl`` after the session's last write and
-        at most ``slack`` later, and is rewritten at most once per ``slack`` seconds. The
-        ``(session_id, expires_at)`` index finds those few documents without scanning.
-        """
+        """The update that sets (or, once after the TTL was switched off, removes) the expiry
+        of the documents a write touches, and the filter of the session's other documents due
+        for it; ``({}, {})`` when there is nothing to do. A document gets ``now + ttl + slack``
+        and is rewritten only once that falls below ``now + ttl``: at most once per ``slack``,
+        never O(history) per write; the ``(session_id, expires_at)`` index finds those few."""
         if self._ttl is not None:
             now = datetime.now(timezone.utc)
             due = now + timedelta(seconds=self._ttl)
@@ -519,12 +477,10 @@ class MongoDBSession(BaseSession):
                     )
                 else:
                     await self.messages.insert_one(doc)
-            except DuplicateKeyError as exc:
-                raise self._foreign_data(exc) from exc
-            except BulkWriteError as exc:
+            except (DuplicateKeyError, BulkWriteError) as exc:
                 if _is_duplicate(exc):
                     raise self._foreign_data(exc) from exc
-                if exc.details.get("nInserted") != 1:
+                if (exc.details or {}).get("nInserted") != 1:
                     raise
                 # The batch is stored; only refreshing older batches' expiry failed.
                 logger.warning(
@@ -535,9 +491,8 @@ class MongoDBSession(BaseSession):
         return list(range(first, first + n))
 
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
-        """One batch document per run of consecutive numbers. Without a transaction several
-        documents are not one step: the counter is raised first (so no append can take these
-        numbers), and documents already inserted are deleted again when a later one fails."""
+        """One batch document per run of consecutive numbers; the counter is raised first (so
+        no append takes these numbers), and inserted documents are deleted if a later fails."""
         docs: list[dict[str, Any]] = []
         cost = 0
         for seq, payload in rows:
@@ -578,9 +533,7 @@ class MongoDBSession(BaseSession):
                 # only this call's documents (PyMongo gave each its _id before sending)
                 ours = [d["_id"] for d in docs if "_id" in d]
                 await self.messages.delete_many({"_id": {"$in": ours}})
-                if isinstance(exc, DuplicateKeyError) or (
-                    isinstance(exc, BulkWriteError) and _is_duplicate(exc)
-                ):
+                if _is_duplicate(exc):
                     raise self._foreign_data(exc) from exc
                 raise
         self._expiry_done(expiry)
@@ -613,7 +566,7 @@ class MongoDBSession(BaseSession):
             )
         return counter
 
-    def _foreign_data(self, exc: Exception) -> BackendDataError:
+    def _foreign_data(self, exc: BaseException) -> BackendDataError:
         return BackendDataError(
             f"{self.database}.{self.messages_collection} already holds a document for session "
             f"{self.session_id!r} at a sequence number agent_sessions just reserved; the "
@@ -638,22 +591,12 @@ class MongoDBSession(BaseSession):
     ) -> list[Row]:
         """The rows of one batch document with after < seq < before; ``tail``: the document's
         items were projected to its last ``tail`` (``$slice``), and only those are wanted."""
-        items, seq, n = doc.get("items"), doc.get("seq"), doc.get("n")
-        if not isinstance(items, list) or not isinstance(seq, int) or not isinstance(n, int):
-            raise BackendDataError(
-                f"{self.database}.{self.messages_collection} holds a document for session "
-                f"{self.session_id!r} that agent_sessions did not write (no 'items' list, "
-                "'seq' or 'n'); use another database or collection_prefix"
-            )
+        items, (seq, n) = doc.get("items"), self.seq_n(doc)
+        if not isinstance(items, list) or not all(isinstance(p, str) for p in items):
+            raise self._foreign("whose items are no list of JSON text")
         if tail is not None:
             items = items[-tail:]
             seq += n - len(items)  # the first returned item's number
-        if not all(isinstance(payload, str) for payload in items):
-            raise BackendDataError(
-                f"{self.database}.{self.messages_collection} holds a batch of session "
-                f"{self.session_id!r} whose items are not JSON text; agent_sessions did not "
-                "write it: use another database or collection_prefix"
-            )
         rows = [(seq + i, payload) for i, payload in enumerate(items)]
         if after is not None or before is not None:
             lo = -1 if after is None else after
@@ -686,48 +629,35 @@ class MongoDBSession(BaseSession):
         """The rows, and whether a document committing a swap was among those read (the
         rows then mix the old and the new history: finish it and read again)."""
         query = self._base_filter() if before is not None else self._read_filter()
-        bounds: dict[str, int] = {}
-        if after is not None:
-            bounds["$gt"] = after
-        if before is not None:
-            bounds["$lt"] = before
-        if bounds:
-            query["seq"] = bounds
+        query.update(_seq_range("$gt", after, before))
         projection: dict[str, Any] = {"_id": 0, "seq": 1, "n": 1, "items": 1, swaps.SWAP: 1}
         rows: list[Row] = []
         swapping = False
         async with translated("reading items"):
+            # Each matching document holds a wanted item, so ``limit`` documents newest first
+            # suffice, and without ``before`` only their last ``limit`` items travel.
+            tail = limit if before is None else None
+            sliced = projection if tail is None else {**projection, "items": {"$slice": -tail}}
+            cursor = self.messages.find(query, sliced)
             if limit is None:
-                async for doc in self.messages.find(query, projection).sort("seq", 1):
-                    swapping = swapping or swaps.SWAP in doc
-                    rows.extend(self.rows_of(doc, None, before))
+                cursor = cursor.sort("seq", 1)
             else:
-                # Every matching document holds at least one wanted item, so ``limit``
-                # documents, newest first through the index, are enough; without ``before``,
-                # no document can contribute more than its last ``limit`` items, so only those
-                # travel. Reading the latest N costs O(N) however large the batches.
-                tail = limit if before is None else None
-                latest = (
-                    {**projection, "items": {"$slice": -limit}} if tail is not None else projection
-                )
-                cursor = self.messages.find(query, latest).sort("seq", -1).limit(limit)
-                chunks: list[list[Row]] = []
-                got = 0
-                try:
-                    async for doc in cursor.batch_size(limit):
-                        swapping = swapping or swaps.SWAP in doc
-                        want = None if tail is None else limit - got
-                        chunk = self.rows_of(doc, None, before, want)
-                        chunks.append(chunk)
-                        got += len(chunk)
-                        if got >= limit:
-                            break
-                finally:
-                    closing = cursor.close()  # a coroutine on PyMongo, a future on Motor
-                    if inspect.isawaitable(closing):
-                        await closing
-                for chunk in reversed(chunks):
-                    rows.extend(chunk)
+                cursor = cursor.sort("seq", -1).limit(limit).batch_size(limit)
+            chunks: list[list[Row]] = []
+            try:
+                async for doc in cursor:
+                    swapping = swapping or swaps.SWAP in doc
+                    want = None if tail is None else tail - len(rows)
+                    chunks.append(self.rows_of(doc, None, before, want))
+                    rows.extend(chunks[-1])
+                    if limit is not None and len(rows) >= limit:
+                        break
+            finally:
+                closing = cursor.close()  # a coroutine on PyMongo, a future on Motor
+                if inspect.isawaitable(closing):
+                    await closing
+            if limit is not None:
+                rows = [row for chunk in reversed(chunks) for row in chunk]
             if after is not None and (limit is None or len(rows) < limit):
                 # The batch that starts at or before ``after`` may still hold later items.
                 straddler = await self.messages.find_one(
@@ -753,11 +683,7 @@ class MongoDBSession(BaseSession):
                 return None
             items = doc.get("items")
             if not isinstance(items, list) or not items or not isinstance(items[-1], str):
-                raise BackendDataError(
-                    f"{self.database}.{self.messages_collection} holds a document for session "
-                    f"{self.session_id!r} that agent_sessions did not write; use another "
-                    "database or collection_prefix"
-                )
+                raise self._foreign("without items")
         # The item is ours now: what follows is housekeeping, and its failure must not turn a
         # completed pop into an error (the caller would lose the item).
         emptied = doc.get("n") == 1  # drop an emptied batch (readers skip n == 0 meanwhile)
@@ -788,9 +714,8 @@ class MongoDBSession(BaseSession):
         return items[-1]
 
     async def _pop_newest(self, expiry: dict[str, Any]) -> Any:
-        """Take the newest item off the newest batch in one atomic update (two concurrent pops
-        never take the same item; ``$slice`` returns only that item); the batch before it, or
-        None when there is none."""
+        """Take the newest item off the newest batch in one atomic update; return that batch as
+        it was (only its last item, by ``$slice``), or None when there is none."""
         for _ in range(8):
             doc = await self.messages.find_one_and_update(
                 self._read_filter(),
@@ -827,14 +752,10 @@ class MongoDBSession(BaseSession):
                 self._expiry_done(expiry)
 
     async def _delete_before(self, before: int) -> int:
-        """Without a transaction a delete spanning documents cannot be one step, so each document
-        changes in one atomic write, oldest first: at any moment what is gone is a prefix, the
-        state some smaller ``before`` would have left, never a hole. Whole batches go by
-        ``find_one_and_delete``, which returns the ``n`` it removed; the one batch that
-        straddles ``before`` is trimmed at the front by an update guarded on its ``seq`` and
-        ``n``. So the count is exact even beside concurrent pops, clears and other purges.
-        Costs one round trip per batch removed (a purge usually removes the few that died
-        since the last); leaves expiry alone so it never prolongs the rest."""
+        """One atomic write per document, oldest first, so what is gone is always a prefix:
+        whole batches by ``find_one_and_delete`` (which returns the ``n`` removed), the batch
+        straddling ``before`` trimmed by an update guarded on ``seq`` and ``n``; the count is
+        exact beside concurrent pops and purges. Leaves expiry alone."""
         await self._ensure_indexes()
         await self._finish_swaps()
         sid = self.session_id
@@ -876,10 +797,9 @@ class MongoDBSession(BaseSession):
                 # A pop or another purge changed that batch meanwhile: look again.
 
     async def _rewrite(self, rows: list[Row]) -> int:
-        """Each batch document is rewritten by one update guarded on its ``seq`` and ``n`` (a
-        pop or purge meanwhile makes it look again), so every item is replaced atomically and
-        a rewrite interrupted halfway can simply be run again; without a transaction the
-        documents do not change together."""
+        """One update per batch document, guarded on its ``seq`` and ``n`` (a pop or purge
+        meanwhile makes it look again); documents do not change together, but a rewrite cut
+        short can simply be run again."""
         await self._ensure_indexes()
         await self._finish_swaps()
         wanted = dict(rows)
@@ -911,12 +831,15 @@ class MongoDBSession(BaseSession):
         """The ``seq`` and ``n`` of one batch document, checked."""
         seq, n = doc.get("seq"), doc.get("n")
         if type(seq) is not int or type(n) is not int:
-            raise BackendDataError(
-                f"{self.database}.{self.messages_collection} holds a document for session "
-                f"{self.session_id!r} that agent_sessions did not write (no integer 'seq' or "
-                "'n'); use another database or collection_prefix"
-            )
+            raise self._foreign("without integer 'seq' and 'n'")
         return seq, n
+
+    def _foreign(self, what: str) -> BackendDataError:
+        return BackendDataError(
+            f"{self.database}.{self.messages_collection} holds a document for session "
+            f"{self.session_id!r} {what}, which agent_sessions did not write; use another "
+            "database or collection_prefix"
+        )
 
     async def _replace_rows(
         self,
@@ -924,10 +847,8 @@ class MongoDBSession(BaseSession):
         payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
-        """The SDK compaction hook's swap (see ``core.sdk_compaction``): the new batch document
-        commits it in one write, naming what it replaces; that is deleted next. Readers never
-        see a half-applied swap, and one cut short is finished by the next reader or writer
-        (``swap``)."""
+        """The SDK compaction hook's swap: the new batch document commits it in one write,
+        naming what it replaces, which is deleted next (see ``swap``)."""
         await self._ensure_indexes()
         spec: dict[str, Any] | None
         async with translated("replacing the history"):
@@ -955,29 +876,16 @@ class MongoDBSession(BaseSession):
                     {**query, "seq": {"$lte": after}}, {"_id": 0, "seq": 1}, sort=[("seq", -1)]
                 )
                 lo = straddler["seq"] if straddler is not None else after + 1
-            bounds: dict[str, int] = {}
-            if lo is not None:
-                bounds["$gte"] = lo
-            if before is not None:
-                bounds["$lt"] = before
-            if bounds:
-                query["seq"] = bounds
+            query.update(_seq_range("$gte", lo, before))
             # Items of each batch inside (after, before): min(end, before) - max(seq, after + 1).
             end: Any = {"$add": ["$seq", "$n"]}
             if before is not None:
                 end = {"$min": [end, before]}
             start: Any = "$seq" if after is None else {"$max": ["$seq", after + 1]}
             inside = {"$max": [0, {"$subtract": [end, start]}]}
-            pipeline = [
-                {"$match": query},
-                {"$group": {"_id": None, "total": {"$sum": inside}}},
-            ]
-            cursor = self.messages.aggregate(pipeline)
-            if inspect.isawaitable(cursor):  # PyMongo's is a coroutine, Motor's a cursor
-                cursor = await cursor
-            async for doc in cursor:
-                return int(doc["total"])
-        return 0
+            pipeline = [{"$match": query}, {"$group": {"_id": None, "total": {"$sum": inside}}}]
+            found = await to_list(self.messages.aggregate(pipeline))
+        return int(found[0]["total"]) if found else 0
 
     def close(self) -> Closing:
         """Close the session (see :meth:`BaseSession.close`). If closing the client it owns
@@ -1005,9 +913,16 @@ class MongoDBSession(BaseSession):
         return MongoCatalog(self.client[self.database], self.counters, self.messages)
 
 
-def _is_duplicate(exc: Exception) -> bool:
-    details = getattr(exc, "details", None) or {}
-    return any(e.get("code") == 11000 for e in details.get("writeErrors", []))
+def _seq_range(low: str, lo: int | None, before: int | None) -> dict[str, Any]:
+    """The filter on ``seq`` from ``lo`` (by operator ``low``) up to ``before``; {} if none."""
+    bounds = {op: v for op, v in ((low, lo), ("$lt", before)) if v is not None}
+    return {"seq": bounds} if bounds else {}
+
+
+def _is_duplicate(exc: BaseException) -> bool:
+    if not isinstance(exc, BulkWriteError):
+        return isinstance(exc, DuplicateKeyError)
+    return any(e.get("code") == 11000 for e in exc.details.get("writeErrors", []))
 
 
 def _close_soon(client: Any) -> None:

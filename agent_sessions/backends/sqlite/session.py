@@ -1,18 +1,12 @@
 """Embedded backend on SQLite (the standard library's ``sqlite3``): the default store.
 
-All sessions of one database file with the same settings share one ``sqlite3`` connection,
-owned by one worker thread of this module. Each operation is a single function queued to that
-thread and answered to the caller's event loop, so any number of threads and event loops
-(``asyncio.run`` per thread, ``Runner.run_sync`` in a threaded server) may use one file or one
-session object; a write is one hand-off that a cancelled caller cannot interrupt halfway (the
-caller waits for its end, so the outcome is settled when ``CancelledError`` arrives), and costs
-one thread hop rather than one per statement. Writes take the database's write lock up front
-(``BEGIN IMMEDIATE``) and wait up to ``busy_timeout`` for other connections, so several
-processes (or sessions with different settings) can share a file. A session collected
-without ``close()`` gives its hold back: the last one stops the worker and closes the file.
-
-The schema is the Agents SDK's (``agent_sessions`` / ``agent_messages``), so a database written
-by the SDK's ``SQLiteSession`` opens here and vice versa.
+All sessions of one file with the same settings share one connection, owned by one worker
+thread; each operation is one function queued to it and answered to the caller's event loop,
+so any threads and loops may share a file or a session. A write is one hand-off (one thread hop)
+that a cancelled caller waits out, so its outcome is settled when ``CancelledError`` arrives.
+Writes take the write lock up front (``BEGIN IMMEDIATE``), waiting up to ``busy_timeout`` for
+other connections. A session collected without ``close()`` gives its hold back; the last one
+stops the worker and closes the file. The schema is the Agents SDK's, so either opens the other's.
 """
 
 from __future__ import annotations
@@ -101,10 +95,8 @@ class _Schema:
             f"DELETE FROM {m} WHERE id = (SELECT id FROM {m} WHERE session_id = ? "
             "ORDER BY id DESC LIMIT 1) RETURNING message_data"
         )
-        self.clear = [
-            f"DELETE FROM {m} WHERE session_id = ?",
-            f"DELETE FROM {s} WHERE session_id = ?",
-        ]
+        self.delete = f"DELETE FROM {m} WHERE session_id = ?"
+        self.clear = [self.delete, f"DELETE FROM {s} WHERE session_id = ?"]
 
     def insert_rows(self, raw: sqlite3.Connection, sid: str, payloads: list[str]) -> int:
         """Insert ``payloads`` as rows of ``sid``, in order; return the last row's id.
@@ -129,6 +121,21 @@ class _Schema:
             return list(range(last - len(payloads) + 1, last + 1))
 
         return append
+
+    def popper(self, sid: str, check: Callable[[str], T]) -> Callable[..., T | None]:
+        """The write that deletes ``sid``'s newest row and returns ``check`` of its text."""
+
+        def pop(raw: sqlite3.Connection) -> T | None:
+            rows = raw.execute(self.pop, (sid,)).fetchall()  # drain RETURNING before the check
+            return check(rows[0][0]) if rows else None
+
+        return pop
+
+    def read(self, raw: sqlite3.Connection, sid: str, limit: int | None = None,
+             after: int | None = None, before: int | None = None) -> list[Any]:
+        """``sid``'s rows in a range, oldest first (with a limit: the newest ``limit``)."""
+        rows = raw.execute(*self.read_sql(sid, limit, after, before)).fetchall()
+        return rows[::-1] if limit is not None else rows
 
     def read_sql(
         self, sid: str, limit: int | None, after: int | None, before: int | None
@@ -197,6 +204,7 @@ class _Job:
             self.future.set_exception(error)
 
 
+_STALE = object()  # a guarded write found another newest item
 _STOP = object()
 _RELEASE = object()  # queued by a collected session's finalizer: one hold to give back
 
@@ -264,10 +272,6 @@ class SQLiteStore:
             "catalog", sessions_table=sessions_table, messages_table=messages_table
         ).catalog_store()
 
-    async def close(self) -> None:
-        """Give back the hold :func:`open_store` took (sessions still open keep the file)."""
-        await self.release()
-
     def share(self) -> SQLiteStore:
         with self._registry_lock:
             if self.closed:
@@ -298,6 +302,8 @@ class SQLiteStore:
             job = self._submit(_close_connection, (), None, last=True)
             if job is not None:
                 await _settled(job)
+
+    close = release  # gives back the hold open_store took; open sessions keep the file
 
     def _submit(
         self,
@@ -366,18 +372,14 @@ class SQLiteStore:
                 if self._drop_use():
                     with self._start_lock:
                         self._stopped = True
-                    conn, self.conn = self.conn, None
-                    if conn is not None:
-                        conn.close()
+                    self._close_connection()
                     return
                 continue
             result: Any = None
             error: BaseException | None = None
             try:
                 if job.fn is _close_connection:
-                    conn, self.conn = self.conn, None
-                    if conn is not None:
-                        conn.close()
+                    self._close_connection()
                 else:
                     conn = self.conn if self.conn is not None else self._open()
                     if job.schema is not None and job.schema.key not in self.schemas:
@@ -391,6 +393,11 @@ class SQLiteStore:
             except RuntimeError:  # the caller's loop was closed: nobody is waiting
                 pass
             del job, result, error
+
+    def _close_connection(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.close()
 
     def _open(self) -> sqlite3.Connection:
         try:
@@ -601,45 +608,35 @@ class SQLiteSession(BaseSession):
             session.listed()
         return result
 
+    def _guarded(
+        self, guard: BaseSession, seq: int | None, fn: Callable[[sqlite3.Connection], T]
+    ) -> Callable[[sqlite3.Connection], T | object]:
+        """``fn`` run only while ``guard``'s newest item is numbered ``seq``, else _STALE."""
+        newest = f"SELECT max(id) FROM {self.messages_table} WHERE session_id = ?"
+        gid = guard.session_id
+        return lambda raw: fn(raw) if raw.execute(newest, (gid,)).fetchone()[0] == seq else _STALE
+
     async def _append_if_newest(
         self, guard: BaseSession, seq: int | None, payloads: list[str]
     ) -> list[int] | None:
         if not self._same_store(guard):
             return None
-        newest = f"SELECT max(id) FROM {self.schema.key[1]} WHERE session_id = ?"
-        append, gid = self.schema.appender(self.session_id, payloads), guard.session_id
-
-        def guarded(raw: sqlite3.Connection) -> list[int] | None:
-            if raw.execute(newest, (gid,)).fetchone()[0] != seq:
-                return None
-            return append(raw)
-
-        result: list[int] | None = await self._mutate(self._run(_write, guarded))
-        return result
+        append = self.schema.appender(self.session_id, payloads)
+        result = await self._mutate(self._run(_write, self._guarded(guard, seq, append)))
+        return None if result is _STALE else result  # type: ignore[no-any-return]
 
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:
-        sql, args = self.schema.read_sql(self.session_id, limit, after, before)
-
-        def load(raw: sqlite3.Connection) -> list[Row]:
-            rows = raw.execute(sql, args).fetchall()
-            if limit is not None:
-                rows.reverse()
-            return rows
-
-        return await self._run(load)
+        schema, sid = self.schema, self.session_id
+        return await self._run(lambda raw: schema.read(raw, sid, limit, after, before))
 
     async def _load_family(
         self, reads: list[tuple[BaseSession, int | None, int | None, int | None]]
     ) -> list[list[Row]]:
         if not all(self._same_store(s) for s, *_ in reads):
             return await super()._load_family(reads)
-        queries = []
-        for s, limit, after, before in reads:
-            assert isinstance(s, SQLiteSession)
-            sql, args = s.schema.read_sql(s.session_id, limit, after, before)
-            queries.append((sql, args, limit is not None))
+        queries = [(s.schema, s.session_id, *bounds) for s, *bounds in reads]  # type: ignore[attr-defined]
 
         def load(raw: sqlite3.Connection) -> list[list[Row]]:
             # One read transaction: the results are one snapshot of the store.
@@ -647,89 +644,45 @@ class SQLiteSession(BaseSession):
             if began:
                 raw.execute("BEGIN")
             try:
-                out = []
-                for sql, args, newest_first in queries:
-                    rows = raw.execute(sql, args).fetchall()
-                    if newest_first:
-                        rows.reverse()
-                    out.append(rows)
+                return [schema.read(raw, *query) for schema, *query in queries]
             finally:
                 if began:
                     raw.execute("COMMIT")
-            return out
 
         return await self._run(load)
 
     async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
         if not self._same_store(guard):
             return False, None
-        newest = f"SELECT max(id) FROM {self.schema.key[1]} WHERE session_id = ?"
-        sql, sid, gid = self.schema.pop, self.session_id, guard.session_id
-
-        def pop(raw: sqlite3.Connection) -> tuple[bool, Any]:
-            if raw.execute(newest, (gid,)).fetchone()[0] != seq:
-                return False, None
-            rows = raw.execute(sql, (sid,)).fetchall()  # drain RETURNING before COMMIT
-            return True, rows[0][0] if rows else None
-
-        result: tuple[bool, Any] = await self._mutate(self._run(_write, pop))
-        return result
+        pop = self.schema.popper(self.session_id, lambda text: text)
+        result = await self._mutate(self._run(_write, self._guarded(guard, seq, pop)))
+        return (False, None) if result is _STALE else (True, result)
 
     async def _pop(self) -> str | None:
-        sql, sid = self.schema.pop, self.session_id
-
-        def pop(raw: sqlite3.Connection) -> str | None:
-            rows = raw.execute(sql, (sid,)).fetchall()  # drain RETURNING before COMMIT
-            return rows[0][0] if rows else None
-
-        return await self._run(_write, pop)
+        return await self._pop_row_checked(lambda text: text)  # type: ignore[no-any-return]
 
     async def _pop_row_checked(self, check: Callable[[str], Any]) -> Any:
         """Delete the newest row and return ``check(payload)`` in one transaction, rolled
         back when ``check`` raises. ``check`` runs on the worker thread."""
-        sql, sid = self.schema.pop, self.session_id
-
-        def pop(raw: sqlite3.Connection) -> Any:
-            rows = raw.execute(sql, (sid,)).fetchall()  # drain RETURNING before the check
-            return check(rows[0][0]) if rows else None
-
-        return await self._run(_write, pop)
+        return await self._run(_write, self.schema.popper(self.session_id, check))
 
     async def _clear(self) -> None:
         statements, sid = self.schema.clear, self.session_id
-
-        def clear(raw: sqlite3.Connection) -> None:
-            for statement in statements:
-                raw.execute(statement, (sid,))
-
-        await self._run(_write, clear)
+        await self._run(_write, lambda raw: [raw.execute(sql, (sid,)) for sql in statements])
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
         sql, params = _range_sql(self.schema.count, after, before)
         args = (self.session_id, *params)
-
-        def count(raw: sqlite3.Connection) -> int:
-            return raw.execute(sql, args).fetchone()[0]  # type: ignore[no-any-return]
-
-        return await self._run(count)
+        return await self._run(lambda raw: raw.execute(sql, args).fetchone()[0])  # type: ignore[no-any-return]
 
     async def _delete_before(self, before: int) -> int:
-        sql = f"DELETE FROM {self.messages_table} WHERE session_id = ? AND id < ?"
-        args = (self.session_id, before)
-
-        def delete(raw: sqlite3.Connection) -> int:
-            return raw.execute(sql, args).rowcount
-
-        return await self._run(_write, delete)
+        sql, args = self.schema.delete + " AND id < ?", (self.session_id, before)
+        return await self._run(_write, lambda raw: raw.execute(sql, args).rowcount)
 
     async def _rewrite(self, rows: list[Row]) -> int:
         sql = f"UPDATE {self.messages_table} SET message_data = ? WHERE session_id = ? AND id = ?"
         args = [(payload, self.session_id, seq) for seq, payload in rows]
-
-        def rewrite(raw: sqlite3.Connection) -> int:
-            return raw.executemany(sql, args).rowcount  # summed over the rows
-
-        return await self._run(_write, rewrite)
+        return await self._run(_write, lambda raw: raw.executemany(sql, args).rowcount)  # summed
 
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
         # The SDK layout numbers items by the table's row id, shared by every session of the
@@ -782,33 +735,25 @@ class SQLiteSession(BaseSession):
         prune: Callable[[str], bool] | None,
     ) -> bool:
         """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``)."""
-        sid, schema, m = self.session_id, self.schema, self.messages_table
+        sid, schema = self.session_id, self.schema
 
         def replace(raw: sqlite3.Connection) -> bool:
             if expected is None:
-                raw.execute(f"DELETE FROM {m} WHERE session_id = ?", (sid,))
+                raw.execute(schema.delete, (sid,))
             else:
-                current = raw.execute(
-                    f"SELECT id, message_data FROM {m} WHERE session_id = ? "
-                    "ORDER BY id DESC LIMIT ?",
-                    (sid, len(expected)),
-                ).fetchall()[::-1]
+                current = schema.read(raw, sid, len(expected))
                 if [tuple(r) for r in current] != [tuple(r) for r in expected]:
                     return False
                 first = expected[0][0]
                 if prune is not None:
                     end = None
-                    for row_id, text in raw.execute(
-                        f"SELECT id, message_data FROM {m} WHERE session_id = ? AND id < ? "
-                        "ORDER BY id",
-                        (sid, first),
-                    ).fetchall():
+                    for row_id, text in schema.read(raw, sid, before=first):
                         if not prune(text):
                             break
                         end = row_id
                     if end is not None:
-                        raw.execute(f"DELETE FROM {m} WHERE session_id = ? AND id <= ?", (sid, end))
-                raw.execute(f"DELETE FROM {m} WHERE session_id = ? AND id >= ?", (sid, first))
+                        raw.execute(schema.delete + " AND id <= ?", (sid, end))
+                raw.execute(schema.delete + " AND id >= ?", (sid, first))
             if payloads:
                 raw.execute(schema.touch, (sid,))
                 schema.insert_rows(raw, sid, payloads)
