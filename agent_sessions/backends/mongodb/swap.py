@@ -23,14 +23,25 @@ deletes every document numbered below its own, as a transaction replacing everyt
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .driver import to_list
 
-if TYPE_CHECKING:
-    from .session import MongoDBSession as Batches
-
 Row = tuple[int, str]
+
+
+class Batches(Protocol):
+    """What a swap uses of a ``MongoDBSession`` (session.py imports this module)."""
+
+    session_id: str
+    messages: Any
+
+    def rows_of(
+        self, doc: Any, after: int | None, before: int | None, tail: int | None = None
+    ) -> list[Row]: ...
+
+    def seq_n(self, doc: Any) -> tuple[int, int]: ...
+
 
 SWAP = "swap"
 SWAP_INDEX = "session_swaps"
