@@ -2,16 +2,8 @@
 
 The inner session is never rewritten. A compaction appends one *record* (summary items plus the
 boundary they cover) to a side session; the view served to the Runner is the newest record's
-summary followed by the inner items after its boundary. Hence:
-
-* **lossless**: the originals stay in the inner session (``get_archived_items``,
-  ``search_archive``) until ``prune_archive`` is asked to delete them;
-* **crash-safe**: committing is one atomic append; a failure or crash before it leaves the old
-  view, and a record is either stored whole or not at all;
-* **concurrent writes lose nothing**: ``add_items`` goes to the inner session, after any
-  boundary, while a summary is being made;
-* **non-blocking** (``background=True``): the Runner's ``run_compaction`` hook schedules the work
-  and returns; reads serve the previous view until the record is committed.
+summary followed by the inner items after its boundary. Lossless, crash-safe, concurrent writes
+lose nothing, optionally in the background: docs/compaction.md.
 """
 
 from __future__ import annotations

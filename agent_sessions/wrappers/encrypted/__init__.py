@@ -1,14 +1,9 @@
 """``EncryptedSession``: AES-256-GCM encryption of every item, over any Session.
 
-Each item is stored in the inner session as an envelope holding nothing of the plaintext::
-
-    {"type": "agent_sessions.enc", "v": 1, "kid": "k2", "n": "<nonce>", "c": "<ciphertext>"}
-
-``n`` is a fresh random 96-bit nonce and ``c`` the GCM ciphertext with its tag (both standard
-base64). The key is derived per session with HKDF-SHA256 from the master key named ``kid``
-(info = a version label and the session id), and the associated data binds the envelope to
-the session id, the envelope version and the key id: an envelope copied into another session,
-given another key id, or altered in any decoded byte fails to authenticate.
+Each item is stored as an envelope ``{"type": "agent_sessions.enc", "v", "kid", "t", "n",
+"c"}`` under a per-session key (HKDF-SHA256 of the master key ``kid``); the associated data
+binds it to the session id, the version, the key id and the write time ``t``
+(docs/encryption.md, "What is stored").
 """
 
 from __future__ import annotations
