@@ -18,7 +18,7 @@ import json
 import uuid
 import weakref
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -54,15 +54,21 @@ def expiring_layer(session: Session) -> object | None:
         sdk_encrypted: tuple[type, ...] = ()
     else:
         sdk_encrypted = (SDKEncrypted,)
-    layer: object = session
-    seen: set[int] = set()
-    while layer is not None and id(layer) not in seen:
+    for layer in layers(session):
         own = getattr(layer, "__dict__", {}).get("expires_items", False)  # set per instance
         if getattr(type(layer), "expires_items", False) or own or isinstance(layer, sdk_encrypted):
             return layer
+    return None
+
+
+def layers(session: Session) -> Iterator[object]:
+    """``session`` and the layers under it, following ``.inner`` (each once)."""
+    layer: object = session
+    seen: set[int] = set()
+    while layer is not None and id(layer) not in seen:
+        yield layer
         seen.add(id(layer))
         layer = getattr(layer, "inner", None)
-    return None
 
 
 def sequenced(
