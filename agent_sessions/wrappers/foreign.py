@@ -1,40 +1,12 @@
 """``ForeignSession``: the one adapter that gives a session from outside sequence numbers.
 
-Layers that keep pointers into a history (branching, usage, compaction, TTL boundaries) address
-items by sequence number only. This package's backends assign them; a foreign session (the
-SDK's ``SQLiteSession``, its ``EncryptedSession``, a user's own Session) has only the four
-Session methods, so it enters every such layer through this adapter.
-
-How numbers are kept. A foreign history changes only at its end (``add_items`` appends,
-``pop_item`` removes the newest) or as a whole (``clear_session``), so the numbering is a few
-*runs* ``(first position, first number)``: positions ``1..n`` map to increasing numbers, and a
-pop followed by an add starts a new run above the high-water mark, so a number is never reused.
-The numbering lives in a side store (``derive_sibling_id(id, "seq")``) as an append-only log: each
-mutation first appends one record with the numbering before and after it plus a digest of the
-newest item in both cases, then changes the foreign session. A reader takes the newest record and
-compares the newest foreign item with the two digests to know whether that change happened.
-
-What is guaranteed, with every write going through ForeignSession objects of one process:
-
-- numbers are unique, increase in commit order and are never reused (``clear_session`` may
-  restart them: it drops the log);
-- a crash or cancellation between the record and the foreign change is resolved exactly (when
-  both digests are equal, by counting the foreign items once);
-- writes of several objects in one process are serialised per foreign session.
-
-What is not: several *processes* writing one foreign session through adapters may number items
-differently (nothing in a foreign store can order them; use one of this package's backends for
-that). A change made behind the adapter's back is noticed when it changes the newest item: an
-append is numbered on, anything else renumbers the whole history (pointers that layers kept into
-it then find nothing). Each batch is read back after its write, so items another writer slipped
-in before it (the SDK's ``DaprSession`` retries a conflicting save behind them) are numbered on
-too, in commit order. A foreign session whose reads leave stored items out (expiry, such as the
-SDK's ``EncryptedSession``'s ttl, or unreadable items) cannot be numbered by position: the adapter
-refuses the first kind; put expiry above it instead (``TTLSession(ForeignSession(...))``).
-
-Costs: a numbered write adds one small record write, two one-row reads and a read of the batch
-(plus one item) after writing it; ranged reads read the foreign items from the first one wanted
-to the newest (the Session API has no other way).
+Layers that keep pointers into a history address items by sequence number only; a foreign
+session (the SDK's ``SQLiteSession``, a user's own Session) has only the four Session methods,
+so it enters every such layer through this adapter. The numbering is a few *runs* (first
+position, first number) kept in an append-only log in the side store ``seq``; each mutation
+first appends the numbering before and after it with digests of the newest item, then changes
+the foreign session. What is guaranteed and what it costs: docs/design.md, "Sequence numbers
+are the only address".
 """
 
 from __future__ import annotations
@@ -46,7 +18,7 @@ import json
 import uuid
 import weakref
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -82,15 +54,21 @@ def expiring_layer(session: Session) -> object | None:
         sdk_encrypted: tuple[type, ...] = ()
     else:
         sdk_encrypted = (SDKEncrypted,)
-    layer: object = session
-    seen: set[int] = set()
-    while layer is not None and id(layer) not in seen:
+    for layer in layers(session):
         own = getattr(layer, "__dict__", {}).get("expires_items", False)  # set per instance
         if getattr(type(layer), "expires_items", False) or own or isinstance(layer, sdk_encrypted):
             return layer
+    return None
+
+
+def layers(session: Session) -> Iterator[object]:
+    """``session`` and the layers under it, following ``.inner`` (each once)."""
+    layer: object = session
+    seen: set[int] = set()
+    while layer is not None and id(layer) not in seen:
+        yield layer
         seen.add(id(layer))
         layer = getattr(layer, "inner", None)
-    return None
 
 
 def sequenced(

@@ -76,14 +76,6 @@ class UsageTrackingSession(SessionWrapper):
             return []
         return await self.inner.get_items(limit)
 
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append ``items`` to the inner session."""
-        await self.inner.add_items(items)
-
-    async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the newest item. A popped user message takes its turn's usage
-        with it: records are numbered by the user messages still there."""
-        return await self.inner.pop_item()
 
     async def clear_session(self) -> None:
         """Delete the conversation and its usage records."""

@@ -181,26 +181,10 @@ class BranchingSession(SessionWrapper):
                     continue  # another object moved this branch first: pop its new newest
                 return item  # type: ignore[no-any-return]
 
-    async def _add_if_log_unchanged(self, items: list[TResponseInputItem]) -> bool:
-        """``add_items``' common case in one round trip where the store offers it (see
-        ``_pop_if_log_unchanged``); False: nothing was written."""
-        state = self._log.state
-        key = state.branches[state.current].lineage[-1][0]
-        storage = self._storages.storage(key)
-        if (
-            not supports(storage, Capability.GUARDED_WRITE)
-            or state.shares(key, besides=state.current)
-            or not (self._log.applied or self._log.may_be_empty())
-        ):
-            return False
-        guarded: SupportsGuardedWrite = storage  # type: ignore[assignment]
-        seqs = await guarded.append_if_newest(self._log.session, self._log.applied or None, items)
-        return seqs is not None
-
-    async def _pop_if_log_unchanged(self) -> TResponseInputItem | None:
-        """The common pop in one round trip where the store offers it: while the branch log
-        holds nothing this object has not applied, pop the current branch's open storage if
-        no other branch reads it. None: nothing was popped (take the general path)."""
+    def _guarded_tail(self) -> SupportsGuardedWrite | None:
+        """The current branch's open storage when a write to it can be guarded, in the same
+        round trip, by the branch log holding nothing this object has not applied and no
+        other branch reads it; None: take the general path."""
         state = self._log.state
         key = state.branches[state.current].lineage[-1][0]
         storage = self._storages.storage(key)
@@ -210,9 +194,25 @@ class BranchingSession(SessionWrapper):
             or not (self._log.applied or self._log.may_be_empty())
         ):
             return None
-        guarded: SupportsGuardedWrite = storage  # type: ignore[assignment]
+        return storage  # type: ignore[return-value]
+
+    async def _add_if_log_unchanged(self, items: list[TResponseInputItem]) -> bool:
+        """``add_items``' common case in one round trip; False: nothing was written."""
+        guarded = self._guarded_tail()
+        return guarded is not None and (
+            await guarded.append_if_newest(self._log.session, self._log.applied or None, items)
+            is not None
+        )
+
+    async def _pop_if_log_unchanged(self) -> TResponseInputItem | None:
+        """The common pop in one round trip; None: nothing was popped (take the general
+        path)."""
+        guarded = self._guarded_tail()
+        if guarded is None:
+            return None
         _, item = await guarded.pop_if_newest(self._log.session, self._log.applied or None)
         return item  # type: ignore[no-any-return]  # None: an undecodable one was dropped
+
 
     async def clear_session(self) -> None:
         """Delete every branch and all their items, and make ``main`` current again.

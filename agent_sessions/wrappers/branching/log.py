@@ -168,13 +168,11 @@ class BranchState:
 
     def depended_on(self, key: str, seq: int, *, besides: str) -> bool:
         """Whether a branch other than ``besides`` sees item ``seq`` of storage ``key``."""
-        for name, branch in self.branches.items():
-            if name == besides:
-                continue
-            for seg_key, before in branch.lineage:
-                if seg_key == key and (before is None or seq < before):
-                    return True
-        return False
+        return any(
+            k == key and (before is None or seq < before)
+            for name, b in self.branches.items() if name != besides for k, before in b.lineage
+        )
+
 
     def shares(self, key: str, *, besides: str) -> bool:
         """Whether a branch other than ``besides`` reads storage ``key``."""

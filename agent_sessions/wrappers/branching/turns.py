@@ -31,7 +31,7 @@ from typing import Any
 from agents.memory import Session
 
 from ...core.capabilities import Capability, supports
-from ..foreign import ForeignSession
+from ..foreign import ForeignSession, layers
 from .items import is_user_message
 from .store import first_visible, read_rows
 
@@ -44,14 +44,7 @@ COMPACT_EVERY = 64
 
 def indexable(storage: Session) -> bool:
     """Whether ``storage``'s numbers are never reused (no ``ForeignSession`` in its stack)."""
-    layer: Any = storage
-    seen: set[int] = set()
-    while layer is not None and id(layer) not in seen:
-        if isinstance(layer, ForeignSession):
-            return False
-        seen.add(id(layer))
-        layer = getattr(layer, "inner", None)
-    return True
+    return not any(isinstance(layer, ForeignSession) for layer in layers(storage))
 
 
 class IndexBroken(Exception):

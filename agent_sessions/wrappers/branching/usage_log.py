@@ -25,6 +25,8 @@ from .store import read_rows
 from .view import Lineage, View
 
 UsageKey = tuple[str, int]
+_TOTALS = ("requests", "input_tokens", "output_tokens", "total_tokens")
+_DETAILS = ("input_tokens_details", "output_tokens_details")
 Position = tuple[str, int]
 """Where a turn's user message is: (storage key, sequence number)."""
 
@@ -53,18 +55,12 @@ def position_of(record: dict[str, Any]) -> Position | None:
 def usage_record(branch: str, usage: Usage, position: Position) -> dict[str, Any]:
     """Return the record stored for ``usage`` of the turn of ``branch`` whose user message is
     at ``position``."""
-    record: dict[str, Any] = {"b": branch, "p": [position[0], position[1]]}
-    record.update(
-        {
-            "requests": usage.requests or 0,
-            "input_tokens": usage.input_tokens or 0,
-            "output_tokens": usage.output_tokens or 0,
-            "total_tokens": usage.total_tokens or 0,
-            "input_tokens_details": _details(getattr(usage, "input_tokens_details", None)),
-            "output_tokens_details": _details(getattr(usage, "output_tokens_details", None)),
-        }
-    )
-    return record
+    return {
+        "b": branch,
+        "p": [position[0], position[1]],
+        **{name: getattr(usage, name) or 0 for name in _TOTALS},
+        **{name: _details(getattr(usage, name, None)) for name in _DETAILS},
+    }
 
 
 class UsageLog:
@@ -149,23 +145,17 @@ def session_usage(
     if not rows:
         return None
     return {
-        "requests": sum(r.get("requests", 0) for r in rows),
-        "input_tokens": sum(r.get("input_tokens", 0) for r in rows),
-        "output_tokens": sum(r.get("output_tokens", 0) for r in rows),
-        "total_tokens": sum(r.get("total_tokens", 0) for r in rows),
+        **{name: sum(r.get(name, 0) for r in rows) for name in _TOTALS},
         "total_turns": len(rows),
     }
 
 
 def _turn_fields(record: dict[str, Any]) -> dict[str, Any]:
     return {
-        "requests": record.get("requests", 0),
-        "input_tokens": record.get("input_tokens", 0),
-        "output_tokens": record.get("output_tokens", 0),
-        "total_tokens": record.get("total_tokens", 0),
-        "input_tokens_details": record.get("input_tokens_details"),
-        "output_tokens_details": record.get("output_tokens_details"),
+        **{name: record.get(name, 0) for name in _TOTALS},
+        **{name: record.get(name) for name in _DETAILS},
     }
+
 
 
 def turn_usage(

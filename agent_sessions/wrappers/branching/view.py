@@ -318,11 +318,7 @@ class View:
 
 
 async def _drop_expired(session: Any, scan: Scan) -> None:
-    """Forget the scan's oldest items that expired since it was made.
-
-    Expiry hides a prefix by sequence number, so the first still-visible item is found by
-    binary search, each probe one single-row read; nothing expired (the usual case) costs one.
-    """
+    """Forget the scan's oldest items that expired since it was made (see ``first_visible``)."""
     seqs = scan.seqs
 
     async def seq_at(i: int) -> int:

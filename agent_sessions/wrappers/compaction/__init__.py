@@ -2,16 +2,8 @@
 
 The inner session is never rewritten. A compaction appends one *record* (summary items plus the
 boundary they cover) to a side session; the view served to the Runner is the newest record's
-summary followed by the inner items after its boundary. Hence:
-
-* **lossless**: the originals stay in the inner session (``get_archived_items``,
-  ``search_archive``) until ``prune_archive`` is asked to delete them;
-* **crash-safe**: committing is one atomic append; a failure or crash before it leaves the old
-  view, and a record is either stored whole or not at all;
-* **concurrent writes lose nothing**: ``add_items`` goes to the inner session, after any
-  boundary, while a summary is being made;
-* **non-blocking** (``background=True``): the Runner's ``run_compaction`` hook schedules the work
-  and returns; reads serve the previous view until the record is committed.
+summary followed by the inner items after its boundary. Lossless, crash-safe, concurrent writes
+lose nothing, optionally in the background: docs/compaction.md.
 """
 
 from __future__ import annotations
@@ -80,20 +72,6 @@ class CompactionResult:
     kept_items: int
     estimated_tokens_before: int
 
-
-@dataclass
-class _Snapshot:
-    record: CompactionRecord | None
-    tail: list[tuple[int, TResponseInputItem]]
-    """Inner items after the boundary with their sequence numbers."""
-
-    @property
-    def summary(self) -> list[TResponseInputItem]:
-        return list(self.record.summary) if self.record is not None else []
-
-    @property
-    def view(self) -> list[TResponseInputItem]:
-        return self.summary + [item for _, item in self.tail]
 
 
 class _Aborted(Exception):
@@ -275,9 +253,7 @@ class CompactionSession(SessionWrapper):
             )
             seq = self._records_newest = rows[-1][0] if rows else None
             if rows:
-                record = CompactionRecord.from_item(
-                    rows[-1][1], f"compaction records of {self.session_id!r}"
-                )
+                record = self._record_of(rows[-1][1])
                 if not pairs or pairs[-1][0] <= record.boundary:
                     return await self._pop_summary(record)
             if seq == tried:  # declined with the records unchanged: no one-step guard here
@@ -421,8 +397,7 @@ class CompactionSession(SessionWrapper):
     async def get_compaction_records(self) -> list[CompactionRecord]:
         """Return every committed record, oldest first (the last one is in force)."""
         self._check_open()
-        where = f"compaction records of {self.session_id!r}"
-        return [CompactionRecord.from_item(i, where) for i in await self._sibling.get_items()]
+        return [self._record_of(item) for item in await self._sibling.get_items()]
 
     async def prune_archive(self, *, keep_compactions: int = 0) -> int:
         """Delete archived originals from the store; return how many were deleted.
@@ -532,8 +507,7 @@ class CompactionSession(SessionWrapper):
         )
         if not rows:
             return None, pairs
-        where = f"compaction records of {self.session_id!r}"
-        return CompactionRecord.from_item(rows[-1][1], where), pairs
+        return self._record_of(rows[-1][1]), pairs
 
     async def _append_known(self, items: list[TResponseInputItem]) -> bool:
         """Append ``items`` to the inner session only if its newest item is the newest this
@@ -564,9 +538,11 @@ class CompactionSession(SessionWrapper):
 
     async def _latest_record(self) -> CompactionRecord | None:
         items = await self._sibling.get_items(limit=1)
-        if not items:
-            return None
-        return CompactionRecord.from_item(items[-1], f"compaction records of {self.session_id!r}")
+        return self._record_of(items[-1]) if items else None
+
+    def _record_of(self, item: Any) -> CompactionRecord:
+        return CompactionRecord.from_item(item, f"compaction records of {self.session_id!r}")
+
 
     async def _read_tail(
         self, record: CompactionRecord | None, limit: int | None = None
@@ -637,14 +613,15 @@ class CompactionSession(SessionWrapper):
                 if not await self._decide(record, response_id, incremental=True):
                     return None
         running = await self._refresh_running(record, incremental=False)
-        snap = _Snapshot(record, list(zip(running.seqs, running.tail, strict=True)))
+        tail = list(zip(running.seqs, running.tail, strict=True))
         tokens = await self._summary_token_count(record) + running.tokens
-        summary, view = snap.summary, snap.view
+        summary = list(record.summary) if record is not None else []
+        view = summary + running.tail
         cut = choose_cut(view, lowest=len(summary) + 1, highest=len(view) - self.keep_last)
         if cut is None:
             logger.debug("compaction of %r: no safe cut outside keep_last", self.session_id)
             return None
-        covered = snap.tail[: cut - len(summary)]
+        covered = tail[: cut - len(summary)]
         new_summary = await self.summarizer.summarize(
             [item for _, item in covered], previous_summary=summary
         )
@@ -659,18 +636,10 @@ class CompactionSession(SessionWrapper):
             await self._verify_unchanged(generation, record, covered)
             await self._sibling.add_items([new_record.to_item()])  # type: ignore[list-item]
         self.compactions += 1
-        logger.debug(
-            "compacted %r: %d items archived, %d kept",
-            self.session_id,
-            len(covered),
-            len(snap.tail) - len(covered),
-        )
-        return CompactionResult(
-            record=new_record,
-            compacted_items=len(covered),
-            kept_items=len(snap.tail) - len(covered),
-            estimated_tokens_before=tokens,
-        )
+        kept = len(tail) - len(covered)
+        logger.debug("compacted %r: %d archived, %d kept", self.session_id, len(covered), kept)
+        return CompactionResult(new_record, len(covered), kept, tokens)
+
 
     async def _decide(
         self, record: CompactionRecord | None, response_id: str | None, *, incremental: bool

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendDataError
@@ -45,17 +45,7 @@ class CompactionRecord:
 
     def to_item(self) -> dict[str, Any]:
         """The JSON object stored in the sibling session."""
-        return {
-            "type": RECORD_TYPE,
-            "version": RECORD_VERSION,
-            "id": self.id,
-            "boundary": self.boundary,
-            "summary": list(self.summary),
-            "archived": self.archived,
-            "summarizer": self.summarizer,
-            "reason": self.reason,
-            "created_at": self.created_at,
-        }
+        return {"type": RECORD_TYPE, "version": RECORD_VERSION, **asdict(self)}
 
     @classmethod
     def from_item(cls, item: Any, where: str) -> CompactionRecord:

@@ -1,15 +1,9 @@
 """Token estimate of a history, used by the default compaction trigger.
 
-With ``tiktoken`` installed (extra ``[tokens]``) the text of each item is counted with a real
-tokenizer (``o200k_base``, the encoding of current OpenAI models); otherwise, or while the
-encoding is not available, as ``ceil(characters / 4)``, a common rule of thumb for English text.
-Each item adds :data:`PER_ITEM_OVERHEAD` tokens for its framing.
-
-tiktoken downloads an encoding file the first time it is used on a machine unless it is cached
-(``TIKTOKEN_CACHE_DIR``). That load happens once per process in a worker thread; only the first
-estimate in the process waits for it, up to ``load_timeout`` (2 s). If it fails the estimate is
-characters / 4 from then on (logged once); if it is slow, characters / 4 until it is ready. So an
-offline machine never fails a turn, and the event loop never blocks on it.
+``o200k_base`` through ``tiktoken`` (extra ``[tokens]``), else ``ceil(characters / 4)``, plus
+:data:`PER_ITEM_OVERHEAD` per item. The encoding loads once per process in a worker thread;
+only the first estimate waits for it (up to ``load_timeout``), and a failed or slow load means
+characters / 4, so the event loop never blocks (docs/compaction.md, "Token estimate").
 """
 
 from __future__ import annotations

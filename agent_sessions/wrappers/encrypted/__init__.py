@@ -1,20 +1,16 @@
 """``EncryptedSession``: AES-256-GCM encryption of every item, over any Session.
 
-Each item is stored in the inner session as an envelope holding nothing of the plaintext::
-
-    {"type": "agent_sessions.enc", "v": 1, "kid": "k2", "n": "<nonce>", "c": "<ciphertext>"}
-
-``n`` is a fresh random 96-bit nonce and ``c`` the GCM ciphertext with its tag (both standard
-base64). The key is derived per session with HKDF-SHA256 from the master key named ``kid``
-(info = a version label and the session id), and the associated data binds the envelope to
-the session id, the envelope version and the key id: an envelope copied into another session,
-given another key id, or altered in any decoded byte fails to authenticate.
+Each item is stored as an envelope ``{"type": "agent_sessions.enc", "v", "kid", "t", "n",
+"c"}`` under a per-session key (HKDF-SHA256 of the master key ``kid``); the associated data
+binds it to the session id, the version, the key id and the write time ``t``
+(docs/encryption.md, "What is stored").
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import inspect
 import logging
 import os
 import re
@@ -33,7 +29,6 @@ from ...core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ...core.extras import missing
 from ...errors import DecryptionError
 from ..base import SessionWrapper, atomic_replace, check_max_item_bytes
-from .sdk_calls import call_with_wrapper
 
 try:
     from cryptography.exceptions import InvalidTag
@@ -67,15 +62,11 @@ def master_key_bytes(key: str | bytes, name: str = "encryption_key") -> bytes:
     used as its UTF-8 bytes. Raises ValueError for a missing or empty key."""
     if isinstance(key, (bytes, bytearray)):
         key = bytes(key)
-    elif not isinstance(key, str):
+    if not key or not isinstance(key, (str, bytes)):
+        problem = "is empty" if isinstance(key, (str, bytes)) else f"is a {type(key).__name__}"
         raise ValueError(
-            f"{name} must be a str or bytes (a 32-byte urlsafe-base64 key such as "
-            f"Fernet.generate_key(), or a long random passphrase), got {type(key).__name__}"
-        )
-    if not key:
-        raise ValueError(
-            f"{name} is empty; pass a 32-byte urlsafe-base64 key (e.g. "
-            "Fernet.generate_key()) or a long random passphrase"
+            f"{name} must be a 32-byte urlsafe-base64 key (e.g. Fernet.generate_key()) or a "
+            f"long random passphrase (str or bytes); it {problem}"
         )
     try:
         decoded = base64.urlsafe_b64decode(key)
@@ -85,16 +76,6 @@ def master_key_bytes(key: str | bytes, name: str = "encryption_key") -> bytes:
         pass
     return key if isinstance(key, bytes) else key.encode("utf-8")
 
-
-def _session_cipher(master: bytes, session_id: str) -> AESGCM:
-    """The AEAD of ``session_id``'s key derived from ``master`` (HKDF-SHA256)."""
-    hkdf = HKDF(
-        algorithm=hashes.SHA256(),
-        length=32,
-        salt=_HKDF_SALT,
-        info=b"agent_sessions.enc.session-key\x00" + session_id.encode("utf-8"),
-    )
-    return AESGCM(hkdf.derive(master))
 
 
 _CacheEntry = tuple[str, str, bytes, Any]
@@ -153,6 +134,19 @@ def _time_aad(t: int) -> bytes:
 
 def _b64(data: bytes) -> str:
     return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+async def call_with_wrapper(method: Any, *args: Any, wrapper: Any = None) -> Any:
+    """Await ``method(*args)``, passing the SDK's ``wrapper=`` when given and ``method`` takes
+    it by keyword."""
+    if wrapper is not None:
+        try:
+            param = inspect.signature(method).parameters.get("wrapper")
+        except (TypeError, ValueError):
+            param = None
+        if param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            return await method(*args, wrapper=wrapper)
+    return await method(*args)
 
 
 class _Unreadable(Exception):
@@ -367,12 +361,15 @@ class EncryptedSession(SessionWrapper):
     # -- crypto --------------------------------------------------------------------------------
 
     def _cipher(self, kid: str) -> tuple[AESGCM, bytes]:
-        """Return the AEAD for ``kid``'s per-session key and the associated data to use."""
+        """The AEAD of ``kid``'s per-session key (HKDF-SHA256) and the associated data."""
         entry = self._ciphers.get(kid)
         if entry is None:
+            info = b"agent_sessions.enc.session-key\x00" + self.session_id.encode("utf-8")
+            hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=_HKDF_SALT, info=info)
             aad = self._aad_prefix + kid.encode("ascii") + self._aad_suffix
-            entry = self._ciphers[kid] = (_session_cipher(self._keys[kid], self.session_id), aad)
+            entry = self._ciphers[kid] = (AESGCM(hkdf.derive(self._keys[kid])), aad)
         return entry
+
 
     def _seal(self, text: str, t: int | None = None) -> dict[str, Any]:
         """Return the envelope of ``text``, stamped with write time ``t`` (now when None)."""
@@ -524,9 +521,7 @@ class EncryptedSession(SessionWrapper):
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
         """
-        texts = encode_batch(items, self.max_item_bytes)
-        sealed = [self._seal(text) for text in texts]
-        await call_with_wrapper(self.inner.add_items, sealed, wrapper=wrapper)
+        await call_with_wrapper(self.inner.add_items, self._seal_items(items), wrapper=wrapper)
 
     def _seal_items(self, items: list[TResponseInputItem]) -> list[TResponseInputItem]:
         return [self._seal(text) for text in encode_batch(items, self.max_item_bytes)]  # type: ignore[misc]
@@ -556,7 +551,10 @@ class EncryptedSession(SessionWrapper):
             newest = await call_with_wrapper(inner.get_items, 1, wrapper=wrapper)
             if not newest:
                 return None
-            self._check_poppable(newest[-1])
+            try:
+                self._poppable(newest[-1])
+            except _Unreadable as reason:
+                raise self._mismatch(reason) from None
             popped = await call_with_wrapper(inner.pop_item, wrapper=wrapper)
             if popped is None:
                 return None
@@ -580,13 +578,6 @@ class EncryptedSession(SessionWrapper):
         except (_NotAnEnvelope, _Expired):
             return _DRAINED
 
-    def _check_poppable(self, envelope: Any) -> None:
-        try:
-            self._open(envelope)
-        except (_NotAnEnvelope, _Expired):
-            return
-        except _Unreadable as reason:
-            raise self._mismatch(reason) from None
 
     def _mismatch(self, reason: _Unreadable) -> KeyMismatchError:
         return KeyMismatchError(
@@ -688,12 +679,12 @@ class EncryptedSession(SessionWrapper):
 
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers (SEQUENCED)."""
-        inner = self._inner(Capability.SEQUENCED)
-        texts = encode_batch(items, self.max_item_bytes)
-        if not texts:
+        sealed = self._seal_items(items)
+        if not sealed:
             return []
-        seqs: list[int] = await inner.add_sequenced_items([self._seal(text) for text in texts])
+        seqs: list[int] = await self._inner(Capability.SEQUENCED).add_sequenced_items(sealed)
         return seqs
+
 
     async def get_sequenced_items(
         self, limit: int | None = None, *, after: int | None = None, before: int | None = None
