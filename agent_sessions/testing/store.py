@@ -64,9 +64,11 @@ class StoreConformance:
                 await close_quietly(h)  # closing handles never closes the store
             await handles[0].add_items([msg("still open")])
             assert texts(await handles[0].get_items()) == ["still open"]
-            assert texts(await store.session(f"{sid}-0", **self.session_options).get_items()) == [
-                "still open"
-            ]
+            again = store.session(f"{sid}-0", **self.session_options)
+            try:
+                assert texts(await again.get_items()) == ["still open"]
+            finally:
+                await close_quietly(again)
         finally:
             await handles[0].clear_session()
             await close_quietly(handles[0])
