@@ -280,12 +280,13 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             [(s, encode_batch(items, s.max_item_bytes)) for s, items in members]
         )
 
-    async def add_encoded_family(
-        self, writes: list[tuple[BaseSession, list[str]]]
-    ) -> list[list[int]]:
+    async def add_encoded_family(self, writes: list[tuple[Any, list[str]]]) -> list[list[int]]:
         """``add_sequenced_family`` of batches a layer already validated and encoded (each
         text from ``codec.encode_batch`` or checked by ``codec.check_size`` against its
         session's ``max_item_bytes``): nothing is encoded twice."""
+        if not all(isinstance(s, BaseSession) for s, _ in writes):
+            decoded = [(s, [decode_item(text) for text in texts]) for s, texts in writes]
+            return await self.add_sequenced_family(decoded)  # type: ignore[arg-type]
         for session, _ in writes:
             session._check_open()
         wanted = [(s, payloads) for s, payloads in writes if payloads]

@@ -182,6 +182,12 @@ class SupportsFamilyBatch(Protocol):
         all-or-nothing where the store writes them together; return each batch's numbers."""
         ...
 
+    async def add_encoded_family(self, writes: list[tuple[Session, list[str]]]) -> list[list[int]]:
+        """``add_sequenced_family`` of batches a layer already validated and encoded (each
+        text from ``codec.encode_batch`` or checked by ``codec.check_size``), so nothing is
+        encoded twice; a session of another store gets them decoded."""
+        ...
+
 
 @runtime_checkable
 class SupportsGuardedWrite(Protocol):

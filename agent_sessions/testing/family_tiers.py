@@ -19,6 +19,7 @@ import pytest
 from agents.memory import Session, SessionSettings
 
 from ..core.capabilities import Capability
+from ..core.codec import encode_batch
 from ..core.family import close_quietly, side_store
 from ..errors import InvalidItemError
 from ..wrappers.foreign import expiring_layer
@@ -241,3 +242,9 @@ class FamilyBatchConformance(ConformanceBase):
         assert await s.get_sequenced_family([(s, None, None, None), (other, 1, None, None)]) == [
             [(numbers[1][0], msg("a"))], [(numbers[0][0], msg("o"))]
         ]
+        encoded = await s.add_encoded_family(
+            [(other, encode_batch([msg("o2")])), (s, encode_batch([msg("a2"), msg("a3")]))]
+        )
+        assert [len(n) for n in encoded] == [1, 2]
+        assert texts(await other.get_items()) == ["o", "o2"]
+        assert texts(await s.get_items()) == ["a", "a2", "a3"], "encoded batches store the same"

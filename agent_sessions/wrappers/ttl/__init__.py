@@ -29,12 +29,12 @@ import math
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import Session
 
-from ...core.base import BaseSession, keeps_write_path, pop_checked_of
-from ...core.capabilities import Capability, supports
+from ...core.base import keeps_write_path, pop_checked_of
+from ...core.capabilities import Capability, SupportsFamilyBatch, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, check_size, dumps, encode_batch
 from ...core.family import REGISTRY, member_purposes, side_store
 from ..base import SessionWrapper, atomic_replace, check_max_item_bytes
@@ -283,8 +283,7 @@ class TTLSession(SessionWrapper):
         through ``via``'s usual path (a subclass's override)."""
         inner = self.inner
         if not (
-            self._family_expiry and items and isinstance(inner, BaseSession)
-            and supports(inner, Capability.FAMILY_BATCH)
+            self._family_expiry and items and supports(inner, Capability.FAMILY_BATCH)
             and keeps_write_path(inner, via, "add_sequenced_items")
         ):
             return None
@@ -292,15 +291,16 @@ class TTLSession(SessionWrapper):
         texts = encode_batch(items, self.max_item_bytes)  # validate before anything is written
         now = self.clock()
         record, state = await life.stamp(now)
-        store = cast(BaseSession, life.store)
+        store = life.store
+        family: SupportsFamilyBatch = inner  # type: ignore[assignment]
         # The record's check validates ``now``; each envelope is then the text its dict
         # would encode to, built around the item's text instead of validating it again.
-        records = encode_batch([record], store.max_item_bytes)
+        records = encode_batch([record], _limit(store))
         head = f'{{"type":"{TTL_TYPE}","t":{dumps(now)},"item":'
         envelopes = [
-            check_size(f"{head}{text}}}", i, inner.max_item_bytes) for i, text in enumerate(texts)
+            check_size(f"{head}{text}}}", i, _limit(inner)) for i, text in enumerate(texts)
         ]
-        [recorded], seqs = await inner.add_encoded_family([(store, records), (inner, envelopes)])
+        [recorded], seqs = await family.add_encoded_family([(store, records), (inner, envelopes)])
         self._state = state
         await life.recorded(state, recorded)
         return seqs
@@ -525,3 +525,9 @@ class TTLSession(SessionWrapper):
 
 
 __all__ = ["TTL_TYPE", "TTLSession"]
+
+
+def _limit(session: object) -> int:
+    """The largest item ``session`` accepts (the default for a session that does not say)."""
+    limit = getattr(session, "max_item_bytes", DEFAULT_MAX_ITEM_BYTES)
+    return limit if isinstance(limit, int) else DEFAULT_MAX_ITEM_BYTES
