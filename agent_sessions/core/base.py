@@ -611,8 +611,11 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         )
 
     def _close_at_once(self) -> bool:
-        """``close_at_once``'s hook: ``close()`` if it needs no I/O; True when closed so."""
-        if type(self).close is not BaseSession.close or self._closing is not None:
+        """``close_at_once``'s hook: ``close()`` if it needs no I/O; True when closed so (or
+        closed already without error)."""
+        if self._closing is not None:
+            return self._closing.done and not self._closing.failed
+        if type(self).close is not BaseSession.close:
             return False
         if self._closed_at_once():
             self._closing = Closing(None)
