@@ -600,10 +600,28 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         engine the caller passed in leaves it open (see ``_owns_resources``).
         """
         if self._closing is None:
-            self._closed = self._closed or self._owns_resources()
-            done = self._closed and self._family is None and self._release_at_once()
-            self._closing = Closing(self._release() if self._closed and not done else None)
+            self._closing = Closing(None if self._closed_at_once() else self._release())
         return self._closing
+
+    def _closed_at_once(self) -> bool:
+        """Close without I/O when possible (side stores and this session; see
+        ``core.family.close_at_once``); True when done. Otherwise ``_release`` does the rest."""
+        self._closed = self._closed or self._owns_resources()
+        return not self._closed or (
+            (self._family is None or self._family.close_at_once()) and self._release_at_once()
+        )
+
+    def _close_at_once(self) -> bool:
+        """``close_at_once``'s hook: ``close()`` if it needs no I/O; True when closed so (or
+        closed already without error)."""
+        if self._closing is not None:
+            return self._closing.done and not self._closing.failed
+        if type(self).close is not BaseSession.close:
+            return False
+        if self._closed_at_once():
+            self._closing = Closing(None)
+            return True
+        return False
 
     def _release_at_once(self) -> bool:
         """Release without I/O when possible (a share of something others still use); True
@@ -615,14 +633,13 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         if type(self).close is not BaseSession.close:  # a subclass's close does more
             await self.close()
             return
+        if self._close_at_once():
+            return
         if self._closing is None:
-            self._closed = self._closed or self._owns_resources()
-            if self._closed:
-                self._closing, release = release_here(self._release)
-                await release
-                return
-            self._closing = Closing(None)
-        await self._closing
+            self._closing, release = release_here(self._release)
+            await release
+        else:
+            await self._closing
 
     def _owns_resources(self) -> bool:
         """Whether closing ends this session: False for one over the caller's own client,

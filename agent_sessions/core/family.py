@@ -71,6 +71,14 @@ async def close_owned(session: Session) -> None:
         await inline()
 
 
+def close_at_once(session: Session) -> bool:
+    """Close ``session`` now if that needs no I/O and no waiting (one of this package's
+    sessions whose resources others still share); True when closed so. Otherwise nothing or
+    part of it is done, and its ``close()`` or ``close_owned`` does the rest."""
+    hook = getattr(session, "_close_at_once", None)
+    return hook is not None and bool(hook())
+
+
 def purposes_in(records: list[Any]) -> list[str]:
     """The distinct purposes named by registry ``records``, in first-seen order."""
     seen: dict[str, None] = {}
@@ -103,6 +111,13 @@ class Family:
         """The members this object has open."""
         return [m for m in self._members.values() if not getattr(m, "closed", False)]
 
+    def close_at_once(self) -> bool:
+        """Close the members that ``close_at_once`` can; True when none is left open."""
+        for purpose, member in list(self._members.items()):
+            if close_at_once(member):
+                del self._members[purpose]
+        return not self._members
+
     async def close(self) -> None:
         """Close every member this object opened (from the owner's release)."""
         members, self._members = list(self._members.values()), {}
@@ -113,6 +128,7 @@ class Family:
 __all__ = [
     "REGISTRY",
     "Family",
+    "close_at_once",
     "close_owned",
     "close_quietly",
     "member_purposes",

@@ -18,7 +18,7 @@ from agents.memory.session_settings import coerce_session_settings
 
 from ..core.capabilities import Capability, capabilities_of, supports
 from ..core.closing import Closing, release_here
-from ..core.family import Family, close_owned, member_purposes, side_store
+from ..core.family import Family, close_at_once, close_owned, member_purposes, side_store
 from ..core.ids import derive_sibling_id
 from ..core.options import OptionsChecked
 from ..errors import SessionClosedError
@@ -216,16 +216,38 @@ class SessionWrapper(OptionsChecked, SessionABC):
         """Close the side stores this object opened, then the inner session (sync or async
         ``close``); idempotent; works called bare or awaited (see ``core.closing.Closing``)."""
         if self._closing is None:
-            self._closed = True
-            self._closing = Closing(self._release())
+            self._closing = Closing(None if self._closed_at_once() else self._release())
         return self._closing
+
+    def _closed_at_once(self) -> bool:
+        """Close the side stores and ``inner`` without I/O if possible (see
+        ``core.family.close_at_once``); True when done. Otherwise ``_release`` does the rest."""
+        self._closed = True
+        return (
+            type(self)._release is SessionWrapper._release  # else a layer's own release runs
+            and (self._family is None or self._family.close_at_once())
+            and close_at_once(self.inner)
+        )
+
+    def _close_at_once(self) -> bool:
+        """``close_at_once``'s hook: ``close()`` if it needs no I/O; True when closed so (or
+        closed already without error)."""
+        if self._closing is not None:
+            return self._closing.done and not self._closing.failed
+        if type(self).close is not SessionWrapper.close:
+            return False
+        if self._closed_at_once():
+            self._closing = Closing(None)
+            return True
+        return False
 
     async def _close_owned(self) -> None:
         """``close()`` from the release of a session that owns this one (``close_owned``)."""
         if type(self).close is not SessionWrapper.close:  # a subclass's close does more
             await self.close()
+        elif self._close_at_once():
+            return
         elif self._closing is None:
-            self._closed = True
             self._closing, release = release_here(self._release)
             await release
         else:

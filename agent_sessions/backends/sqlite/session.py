@@ -290,6 +290,14 @@ class SQLiteStore:
                     del self._registry[self.key]
         return last
 
+    def release_share(self) -> bool:
+        """Give back one hold without I/O if others remain; False (nothing done) otherwise."""
+        with self._registry_lock:
+            if self.users <= 1:
+                return False
+            self.users -= 1
+            return True
+
     def release_later(self) -> None:
         """Give back one hold from a finalizer: only a reentrant ``SimpleQueue.put`` here (a
         finalizer may run inside any code, even under our locks); the worker does the rest,
@@ -727,6 +735,12 @@ class SQLiteSession(BaseSession):
     async def _close(self) -> None:
         self._hold.detach()
         await self.store.release()
+
+    def _release_at_once(self) -> bool:
+        if type(self)._close is not SQLiteSession._close or not self.store.release_share():
+            return False  # a subclass's own _close, or the last hold: the file is closed
+        self._hold.detach()
+        return True
 
     async def _replace_rows(
         self,
