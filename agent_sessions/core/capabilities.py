@@ -14,7 +14,7 @@ import enum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection, Mapping
     from datetime import datetime
 
     from agents.items import TResponseInputItem
@@ -49,6 +49,10 @@ class Capability(enum.Enum):
     CHECKED_POP = "checked_pop"
     """``pop_checked(check)``: remove the newest item only if ``check`` accepts it
     (:class:`SupportsCheckedPop`)."""
+    TEXT_SEARCH = "text_search"
+    """``search_text(query, limit=, equal=, between=)``: the store ranks this session's items
+    by the words of their top-level ``"text"`` field, with its own full-text index (SQLite
+    FTS5, PostgreSQL tsvector + GIN, MariaDB FULLTEXT) (:class:`SupportsTextSearch`)."""
 
 
 NO_CAPABILITIES: frozenset[Capability] = frozenset()
@@ -218,6 +222,35 @@ class SupportsCheckedPop(Protocol):
         """Remove the newest item and return ``check(item)``; when ``check`` raises, nothing
         is removed and the exception propagates. None when the session is empty. ``check``
         may run off the event loop's thread, so it must not touch loop state."""
+        ...
+
+
+TEXT_FIELD = "text"
+"""The top-level item field that :attr:`Capability.TEXT_SEARCH` indexes."""
+
+
+@runtime_checkable
+class SupportsTextSearch(Protocol):
+    """The method of :attr:`Capability.TEXT_SEARCH`. The index follows every write of the
+    session (add, pop, rewrite, delete, clear, erase) in the same transaction; an item whose
+    ``"text"`` is missing, not a string or empty is not indexed."""
+
+    async def search_text(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        equal: Mapping[str, Collection[str]] | None = None,
+        between: Mapping[str, tuple[float | None, float | None]] | None = None,
+    ) -> list[tuple[int, TResponseInputItem, float]]:
+        """The ``limit`` items whose ``"text"`` best matches any word of ``query``, as
+        ``(seq, item, score)``, best first (a higher score is better; its scale is the
+        store's own). Filters apply before ranking: for each ``field: values`` of ``equal``
+        the item's top-level string ``field`` is one of ``values``; for each
+        ``field: (low, high)`` of ``between`` its top-level number is within, inclusive (None
+        leaves that side open). Field names are ``[a-z_]{1,32}``, else ValueError. Query
+        words are words (``\\w+``), never the store's query syntax; a query without words or
+        a ``limit <= 0`` returns ``[]``."""
         ...
 
 
