@@ -122,3 +122,30 @@ async def test_quoted_table_names_and_sessions_of_other_tables(tmp_path: Path) -
         assert await _found(a, "badger") == ["badger custom"]
         assert await _found(plain, "badger") == ["badger default"]
         assert _check(path, "my_msgs_text") == (1, ["a"])
+
+
+async def test_the_index_can_be_dropped_and_comes_back(tmp_path: Path) -> None:
+    path = str(tmp_path / "drop.db")
+    async with SQLiteSession("a", path) as s, SQLiteSession("b", path) as other:
+        await s.add_items([note("lynx one")])
+        await other.add_items([note("lynx two")])
+        assert await _found(s, "lynx") == ["lynx one"]
+        assert await _found(other, "lynx") == ["lynx two"]
+        await s.drop_text_index()
+        assert not any("_text" in name for name in _tables(path))
+        await s.add_items([note("lynx three")])  # writes work without the index
+        await other.pop_item()
+        assert sorted(await _found(s, "lynx")) == ["lynx one", "lynx three"]
+        assert await _found(other, "lynx") == []
+        assert _check(path) == (2, ["a"])
+
+
+async def test_an_index_dropped_by_another_connection_is_created_again(tmp_path: Path) -> None:
+    path = str(tmp_path / "elsewhere.db")
+    async with SQLiteSession("a", path) as s:
+        await s.add_items([note("marten one")])
+        assert await _found(s, "marten") == ["marten one"]
+        async with SQLiteSession("a", path, busy_timeout=1.0) as other:  # another connection
+            assert other.store is not s.store
+            await other.drop_text_index()
+        assert await _found(s, "marten") == ["marten one"]
