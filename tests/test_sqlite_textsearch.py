@@ -126,7 +126,8 @@ async def test_quoted_table_names_and_sessions_of_other_tables(tmp_path: Path) -
 
 async def test_the_index_can_be_dropped_and_comes_back(tmp_path: Path) -> None:
     path = str(tmp_path / "drop.db")
-    async with SQLiteSession("a", path) as s, SQLiteSession("b", path) as other:
+    s, other = SQLiteSession("a", path), SQLiteSession("b", path)
+    async with s, other:
         await s.add_items([note("lynx one")])
         await other.add_items([note("lynx two")])
         assert await _found(s, "lynx") == ["lynx one"]
@@ -142,10 +143,12 @@ async def test_the_index_can_be_dropped_and_comes_back(tmp_path: Path) -> None:
 
 async def test_an_index_dropped_by_another_connection_is_created_again(tmp_path: Path) -> None:
     path = str(tmp_path / "elsewhere.db")
-    async with SQLiteSession("a", path) as s:
+    s = SQLiteSession("a", path)
+    async with s:
         await s.add_items([note("marten one")])
         assert await _found(s, "marten") == ["marten one"]
-        async with SQLiteSession("a", path, busy_timeout=1.0) as other:  # another connection
+        other = SQLiteSession("a", path, busy_timeout=1.0)  # another connection
+        async with other:
             assert other.store is not s.store
             await other.drop_text_index()
         assert await _found(s, "marten") == ["marten one"]

@@ -34,7 +34,7 @@ def test_wrong_types_raise_type_error(query: Any, limit: Any, equal: Any, betwee
 
 
 def test_filters_match_top_level_strings_and_numbers() -> None:
-    words, equal, between = check_search("x", 5, {"role": ("user", "user")}, {"at": [1, None]})
+    words, equal, between = check_search("x", 5, {"role": ("user", "user")}, {"at": (1, None)})
     assert (words, equal, between) == (["x"], {"role": ("user",)}, {"at": (1, None)})
     assert passes({"role": "user", "at": 1.5}, equal, between)
     assert not passes({"role": "user", "at": True}, equal, between)
