@@ -152,3 +152,14 @@ async def test_an_index_dropped_by_another_connection_is_created_again(tmp_path:
             assert other.store is not s.store
             await other.drop_text_index()
         assert await _found(s, "marten") == ["marten one"]
+
+
+async def test_limits_and_bounds_beyond_64_bits(tmp_path: Path) -> None:
+    async with SQLiteSession("big", str(tmp_path / "big.db")) as s:
+        item: Any = {"type": "note", "text": "stoat", "at": 5}
+        await s.add_items([item])
+        hits: list[Any] = await s.search_text(
+            "stoat", limit=10**30, between={"at": (-(10**30), 10**30)}
+        )
+        assert [item["at"] for _, item, _ in hits] == [5]
+        assert await s.search_text("stoat", between={"at": (10**30, None)}) == []

@@ -32,6 +32,12 @@ from typing import Any
 from ...core.textsearch import Between, Equal
 
 _TEXT = "'$.text'"
+_INT64_MAX = 2**63 - 1
+
+
+def _bindable(bound: float) -> float:
+    """``bound`` as SQLite binds it: an int beyond 64 bits as a float (same order)."""
+    return bound if -_INT64_MAX <= bound <= _INT64_MAX else float(bound)
 
 
 def _indexable(row: str) -> str:
@@ -131,7 +137,7 @@ class TextIndexSchema:
             for bound, op in ((low, ">="), (high, "<=")):
                 if bound is not None:
                     sql += f" AND json_extract(m.message_data, ?) {op} ?"
-                    params += [path, bound]
+                    params += [path, _bindable(bound)]
         # Ranked and cut in a subquery, so only the ``limit`` rows carry their payloads
         # (sorting every hit with its payload took about twice as long at 10k hits).
         sql = (
@@ -139,7 +145,7 @@ class TextIndexSchema:
             f"-hits.score FROM hits JOIN {self.messages} AS m ON m.id = hits.id "
             "ORDER BY hits.score, hits.id"
         )
-        params.append(limit)
+        params.append(min(limit, _INT64_MAX))
         return sql, params
 
     def create_all(self, raw: sqlite3.Connection) -> None:
