@@ -152,7 +152,7 @@ def _without_numpy(make: Callable[[], Memory]) -> Memory:
 def _sqlite_vec(matrix: Any, dim: int) -> Callable[[Any], Any] | None:
     """The sqlite-vec KNN query a user would write (a vec0 table, cosine distance, ``k``) over
     ``matrix``, through sqlean.py (the stdlib sqlite3 here cannot load extensions); None when
-    either package is missing. The same exhaustive search as numpy (sqlite-vec 0.1 has no
+    either package is missing. The same exhaustive search as numpy (the 0.1.9 wheel has no
     approximate index), in C over the table's chunks."""
     try:
         sqlean: Any = importlib.import_module("sqlean")
