@@ -16,6 +16,7 @@ from ..errors import MemoryEditError
 from ._log import RecordLog
 from .embedders import Embedder
 from .search import BM25Index, dot, reciprocal_rank_fusion, tokenize, unit
+from .vectors import Filters, NumpyVectors
 
 CANDIDATES = 50
 """How many hits of each ranking enter the fusion (at least; more when top_k is larger)."""
@@ -74,37 +75,51 @@ class Archive:
         self._index = BM25Index()
         self.passages: list[Passage] = []
         self._by_id: dict[str, int] = {}
+        self._vectors = NumpyVectors.create()
         self._reembedding: asyncio.Task[int] | None = None
 
     async def refresh(self) -> None:
         """Read what was written since the last refresh (by any writer)."""
         reloaded, records = await self._log.refresh()
+        vectors = self._vectors
         if reloaded:
             self._index, self.passages, self._by_id = BM25Index(), [], {}
+            vectors = self._vectors = None if vectors is None else NumpyVectors(vectors.np)
         for r in records:
             kind = r.get("kind")
             if kind == "passage" and r["id"] not in self._by_id:
                 vector = r.get("vector")
-                self._by_id[r["id"]] = len(self.passages)
-                self._index.add(len(self.passages), r["content"] + " " + " ".join(r["tags"]))
-                self.passages.append(
-                    Passage(
-                        r["id"],
-                        r["content"],
-                        tuple(r["tags"]),
-                        r["metadata"],
-                        r["at"],
-                        r.get("valid_to"),
-                        None,
-                        r.get("embedder"),
-                        unit(vector) if vector is not None else None,
-                    )
+                doc = len(self.passages)
+                self._by_id[r["id"]] = doc
+                self._index.add(doc, r["content"] + " " + " ".join(r["tags"]))
+                passage = Passage(
+                    r["id"],
+                    r["content"],
+                    tuple(r["tags"]),
+                    r["metadata"],
+                    r["at"],
+                    r.get("valid_to"),
+                    None,
+                    r.get("embedder"),
+                    unit(vector) if vector is not None else None,
                 )
+                self.passages.append(passage)
+                if vectors is not None:
+                    vectors.add(
+                        doc,
+                        at=passage.at,
+                        valid_to=passage.valid_to,
+                        tags=passage.tags,
+                        embedder=passage.embedder,
+                        vector=passage.vector,
+                    )
             elif kind == "vector" and r["id"] in self._by_id:
                 at = self._by_id[r["id"]]
                 self.passages[at] = replace(
                     self.passages[at], embedder=r["embedder"], vector=unit(r["vector"])
                 )
+                if vectors is not None:
+                    vectors.set_vector(at, r["embedder"], self.passages[at].vector or ())
             elif kind == "expired" and r["id"] in self._by_id:
                 at = self._by_id[r["id"]]
                 self.passages[at] = replace(self.passages[at], expired_at=r["at"])
@@ -112,6 +127,14 @@ class Archive:
                 at = self._by_id[r["id"]]
                 if self.passages[at].superseded_by is None:
                     self.passages[at] = replace(self.passages[at], superseded_by=r["by"])
+                    if vectors is not None:
+                        vectors.supersede(at)
+
+    @property
+    def vector_ranking(self) -> Literal["numpy", "python"]:
+        """How search ranks by vector: with numpy (installed, e.g. by the extra
+        ``memory-vector``) or in pure Python; both return the same passages in the same order."""
+        return "python" if self._vectors is None else "numpy"
 
     async def get(self, passage_id: str) -> Passage | None:
         """The passage ``passage_id``, or None."""
@@ -276,11 +299,25 @@ class Archive:
         if self.embedder is not None:
             name = self.embedder.name
             probe = unit((await self.embedder.embed([query]))[0])
-            scored = [
-                (dot(probe, p.vector), doc)
-                for doc, p in enumerate(self.passages)
-                if p.vector is not None and p.embedder == name and keep(doc)
-            ]
-            scored.sort(key=lambda pair: (-pair[0], pair[1]))
-            rankings.append([doc for _score, doc in scored[:depth]])
+            ranked = None
+            if self._vectors is not None:
+                filters = Filters(
+                    now, start, end, frozenset(wanted), tag_match_mode, include_inactive
+                )
+                ranked = self._vectors.rank(
+                    name,
+                    probe,
+                    filters,
+                    depth,
+                    lambda doc: dot(probe, self.passages[doc].vector or ()),
+                )
+            if ranked is None:  # pure Python: the reference the numpy ranking equals
+                scored = [
+                    (dot(probe, p.vector), doc)
+                    for doc, p in enumerate(self.passages)
+                    if p.vector is not None and p.embedder == name and keep(doc)
+                ]
+                scored.sort(key=lambda pair: (-pair[0], pair[1]))
+                ranked = [doc for _score, doc in scored[:depth]]
+            rankings.append(ranked)
         return [self.passages[doc] for doc in reciprocal_rank_fusion(rankings)[:top_k]]
