@@ -194,8 +194,8 @@ def _confirm(question: str, yes: bool) -> None:
         _fail("aborted; nothing was changed")
 
 
-def _print_json(value: Any) -> None:
-    typer.echo(json.dumps(value, ensure_ascii=False))
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _console(stderr: bool = False) -> Any:
@@ -267,7 +267,7 @@ def list_sessions(
     rows = _in_store(url, option, read)
     if as_json:
         for info in rows:
-            _print_json(info.as_dict())
+            typer.echo(_json(info.as_dict()))
         return
     cells = [(i.session_id, str(i.item_count), _time(i.created_at), _time(i.updated_at))
              for i in rows]
@@ -383,9 +383,9 @@ def show(
 
     items = _in_store(url, option, read)
     if as_json:
-        return _print_json(items)
+        return typer.echo(_json(items))
     for item in items:
-        typer.echo(_pretty(item) if pretty else json.dumps(item, ensure_ascii=False))
+        typer.echo(_pretty(item) if pretty else _json(item))
 
 
 def _ttl_session(inner: Any, expiry: tuple[float | None, float | None, bool]) -> Any:
@@ -449,7 +449,7 @@ async def _read_through(
 def _pretty(item: Any) -> str:
     """``item`` as one ``role: text`` line (tool calls as ``name(arguments)``)."""
     if not isinstance(item, dict):
-        return json.dumps(item, ensure_ascii=False)
+        return _json(item)
     content = item.get("content")
     if isinstance(content, str):
         text = content
@@ -461,7 +461,7 @@ def _pretty(item: Any) -> str:
         text = str(item["output"])
     else:
         rest = {k: v for k, v in item.items() if k not in ("role", "type")}
-        text = json.dumps(rest, ensure_ascii=False)
+        text = _json(rest)
     return f"{item.get('role') or item.get('type') or 'item'}: {' '.join(text.split())}"
 
 
@@ -470,7 +470,7 @@ def stats(url: Url, as_json: Json = False, option: Options = None) -> None:
     """Print totals: sessions, items, side stores, oldest and newest update (reads only)."""
     totals = _in_store(url, option, lambda store: store.require_catalog().stats())
     if as_json:
-        return _print_json(totals)
+        return typer.echo(_json(totals))
     from rich.table import Table
 
     table = Table(show_header=False, box=None)
@@ -607,7 +607,7 @@ def import_sessions(
 
 def _report(report: Any, verb: str, as_json: bool) -> None:
     if as_json:
-        return _print_json(report.as_dict())
+        return typer.echo(_json(report.as_dict()))
     found = report.sessions + report.side_stores
     if report.items:
         typer.echo(
@@ -707,9 +707,7 @@ def clear(
             await session.clear_session()
 
     _in_store(url, option, empty)
-    if as_json:
-        return _print_json({"cleared": session_id})
-    typer.echo(f"cleared {session_id!r}")
+    typer.echo(_json({"cleared": session_id}) if as_json else f"cleared {session_id!r}")
 
 
 @app.command()
@@ -746,10 +744,8 @@ def delete(
         return deleted
 
     deleted = _in_store(url, option, erase)
-    if as_json:
-        _print_json({"deleted": deleted})
-    else:
-        typer.echo(f"deleted {deleted} session(s) with their side stores")
+    text = f"deleted {deleted} session(s) with their side stores"
+    typer.echo(_json({"deleted": deleted}) if as_json else text)
 
 
 async def _ttl_skip_reason(store: Any, sid: str, family_clock: bool) -> str | None:
@@ -850,11 +846,11 @@ def purge(
     removed, erased, skipped = _in_store(url, option, go)
     verb = "would remove" if dry_run else "removed"
     if as_json:
-        return _print_json({
+        return typer.echo(_json({
             "dry_run": dry_run, "sessions": len(removed), "removed": sum(removed.values()),
             "by_session": {sid: n for sid, n in removed.items() if n}, "erased": erased,
             "skipped": len(skipped), "skipped_ids": sorted(skipped),
-        })
+        }))
     for sid, n in removed.items():
         if n or session_ids:
             erase = "would be erased" if dry_run else "erased"

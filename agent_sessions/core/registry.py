@@ -220,20 +220,15 @@ async def open_store(url: str, **options: Any) -> Store:
 # The backends, and the Agents SDK's own layouts opened in place (``sdk+`` + the same scheme,
 # by the SDK's classes: ops/sdk_layouts.py).
 for _module, _extra, _sdk, _schemes in (
-    ("memory", None, None, ("memory",)),
-    ("sqlite", None, None, ("sqlite",)),
-    ("redis", "redis", "redis", ("redis", "rediss")),
-    ("sql", "postgres", "sqlalchemy", ("postgresql+asyncpg",)),
-    (
-        "sql",
-        "mysql",
-        "sqlalchemy",
-        ("mysql+asyncmy", "mysql+aiomysql", "mariadb+asyncmy", "mariadb+aiomysql"),
-    ),
-    ("sql", "sqlalchemy", "sqlalchemy", ("sqlite+aiosqlite",)),
-    ("mongodb", "mongodb", "mongodb", ("mongodb", "mongodb+srv")),
+    ("memory", None, None, "memory"),
+    ("sqlite", None, None, "sqlite"),
+    ("redis", "redis", "redis", "redis rediss"),
+    ("sql", "postgres", "sqlalchemy", "postgresql+asyncpg"),
+    ("sql", "mysql", "sqlalchemy", "mysql+asyncmy mysql+aiomysql mariadb+asyncmy mariadb+aiomysql"),
+    ("sql", "sqlalchemy", "sqlalchemy", "sqlite+aiosqlite"),
+    ("mongodb", "mongodb", "mongodb", "mongodb mongodb+srv"),
 ):
-    for _scheme in _schemes:
+    for _scheme in _schemes.split():
         _backend = f"agent_sessions.backends.{_module}"
         register_scheme(
             _scheme, f"{_backend}:open_url", extra=_extra, store=f"{_backend}:open_store"
