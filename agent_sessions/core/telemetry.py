@@ -86,9 +86,7 @@ def _measure(operation: str, written: list[str], result: Any) -> tuple[int | Non
 
 
 async def _span(
-    operation: str,
-    method: Callable[..., Coroutine[Any, Any, Any]],
-    args: tuple[Any, ...],
+    operation: str, method: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
     session = args[0]

@@ -102,13 +102,8 @@ def _inner_url(url: str) -> str:
 
 
 def open_redis(
-    url: str,
-    session_id: str,
-    *,
-    key_prefix: str = SDK_REDIS_PREFIX,
-    ttl: int | None = None,
-    redis_kwargs: dict[str, Any] | None = None,
-    cluster: bool = False,
+    url: str, session_id: str, *, key_prefix: str = SDK_REDIS_PREFIX, ttl: int | None = None,
+    redis_kwargs: dict[str, Any] | None = None, cluster: bool = False,
     session_settings: Any = None,
 ) -> SDKLayoutSession:
     """Open ``session_id`` with the SDK's ``RedisSession`` at ``sdk+redis://...``."""
@@ -198,14 +193,9 @@ class SDKRedisCatalog:
 
 
 def open_sqlalchemy(
-    url: str,
-    session_id: str,
-    *,
-    create_tables: bool = True,
-    sessions_table: str = SDK_SESSIONS_TABLE,
-    messages_table: str = SDK_MESSAGES_TABLE,
-    engine_kwargs: dict[str, Any] | None = None,
-    session_settings: Any = None,
+    url: str, session_id: str, *, create_tables: bool = True,
+    sessions_table: str = SDK_SESSIONS_TABLE, messages_table: str = SDK_MESSAGES_TABLE,
+    engine_kwargs: dict[str, Any] | None = None, session_settings: Any = None,
 ) -> SDKLayoutSession:
     """Open ``session_id`` with the SDK's ``SQLAlchemySession`` at ``sdk+postgresql+asyncpg://``
     (or ``sdk+mysql+asyncmy://``, ``sdk+sqlite+aiosqlite://``...)."""
@@ -236,15 +226,9 @@ def open_sqlalchemy(
 
 
 def open_mongodb(
-    url: str,
-    session_id: str,
-    *,
-    database: str | None = None,
-    sessions_collection: str = SDK_SESSIONS_TABLE,
-    messages_collection: str = SDK_MESSAGES_TABLE,
-    client: Any = None,
-    client_kwargs: dict[str, Any] | None = None,
-    session_settings: Any = None,
+    url: str, session_id: str, *, database: str | None = None,
+    sessions_collection: str = SDK_SESSIONS_TABLE, messages_collection: str = SDK_MESSAGES_TABLE,
+    client: Any = None, client_kwargs: dict[str, Any] | None = None, session_settings: Any = None,
 ) -> SDKLayoutSession:
     """Open ``session_id`` with the SDK's ``MongoDBSession`` at ``sdk+mongodb://...`` (database:
     the URI's, else ``agents``); a given ``client`` is used instead and not closed."""

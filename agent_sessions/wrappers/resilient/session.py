@@ -129,14 +129,9 @@ class ResilientSession(SessionWrapper):
     """
 
     def __init__(
-        self,
-        inner: Session,
-        spool: str | os.PathLike[str] | Spool,
-        *,
-        retry: RetryPolicy | None = None,
-        breaker: CircuitBreaker | None = None,
-        mirror_items: int = 2000,
-        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+        self, inner: Session, spool: str | os.PathLike[str] | Spool, *,
+        retry: RetryPolicy | None = None, breaker: CircuitBreaker | None = None,
+        mirror_items: int = 2000, max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
     ) -> None:
         super().__init__(inner)
         check_bound("mirror_items", mirror_items, 0, integer=True)
