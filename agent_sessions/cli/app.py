@@ -83,12 +83,6 @@ _INTERRUPTED: list[Callable[[], str]] = []
 _RESUME = "run the same command again to resume (complete sessions are skipped)"
 
 
-def _redacted(url: str) -> str:
-    from ..ops.migrate import redacted
-
-    return redacted(url)
-
-
 def begin(args: list[str]) -> None:
     """Start a run of the command line: note its store URLs (to redact them), no notes yet."""
     _URLS.clear()
@@ -97,11 +91,14 @@ def begin(args: list[str]) -> None:
 
 
 def scrub(text: str) -> str:
-    """``text`` with every store URL of this run redacted and their passwords masked."""
+    """``text`` with every store URL of this run redacted and their passwords masked (every
+    message and question goes through it)."""
     from urllib.parse import urlsplit
 
+    from ..ops.migrate import redacted
+
     for url in sorted(_URLS, key=len, reverse=True):
-        text = text.replace(url, _redacted(url))
+        text = text.replace(url, redacted(url))
         with suppress(ValueError):  # a URL urlsplit rejects has no password to mask
             if (password := urlsplit(url).password) and len(password) > 2:
                 text = text.replace(password, "***")
@@ -227,7 +224,7 @@ async def _chosen(store: Any, ids: list[str] | None, prefix: str | None) -> list
     ]
     if missing:
         _fail(
-            f"no session {_names(missing)} in {_redacted(store.url)}; nothing was changed "
+            f"no session {_names(missing)} in {store.url}; nothing was changed "
             "(list the ids with `agent-sessions list URL`)"
         )
     return ids
@@ -583,7 +580,7 @@ def import_sessions(
     item numbers and times; sessions already imported in full are skipped."""
     options = _parse_options(option)
     if replace:
-        _confirm(f"Overwrite sessions in {_redacted(url)} that hold other items?", yes)
+        _confirm(f"Overwrite sessions in {url} that hold other items?", yes)
 
     async def go(lines: Any, size: int | None) -> Any:
         from ..ops.migrate import import_store
@@ -669,12 +666,12 @@ def copy(
     dst_opts = {**both, **_parse_options(dst_option)}
     if _store_identity(src_url, src_opts) == _store_identity(dst_url, dst_opts):
         _fail(
-            f"{_redacted(src_url)} is both the source and the destination; a copy onto itself "
+            f"{src_url} is both the source and the destination; a copy onto itself "
             "would change nothing or, with --replace, erase what it reads. Name another "
             "destination (or other options such as -o key_prefix=...)"
         )
     if replace:
-        _confirm(f"Overwrite sessions in {_redacted(dst_url)} that hold other items?", yes)
+        _confirm(f"Overwrite sessions in {dst_url} that hold other items?", yes)
 
     async def go() -> Any:
         from ..ops.migrate import copy_store
@@ -731,7 +728,7 @@ def delete(
             return 0
         _confirm(
             f"Erase {len(ids)} session(s) ({_names(ids)}) and their side stores from "
-            f"{_redacted(url)}?",
+            f"{url}?",
             yes,
         )
         deleted = 0
@@ -832,7 +829,7 @@ def purge(
         )
         _confirm(
             f"Remove {sum(going.values())} expired item(s) from {len(going)} TTL "
-            f"session(s) ({_names(going)}) in {_redacted(url)}{erase}? "
+            f"session(s) ({_names(going)}) in {url}{erase}? "
             f"{len(skipped)} session(s) not written through TTLSession are skipped.",
             yes,
         )
