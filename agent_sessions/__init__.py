@@ -15,64 +15,54 @@ from . import errors
 
 __version__ = "0.1.0"
 
-_EXTRAS = {
-    "RedisSession": "redis",
-    "SQLAlchemySession": "sqlalchemy",
-    "MongoDBSession": "mongodb",
-    "EncryptedSession": "encryption",
-    "is_encrypted": "encryption",
+_MODULES: dict[str, tuple[str | None, str]] = {
+    # module: (the pip extra its names need, None for the core; its names). Every name resolves
+    # on first use, so `import agent_sessions` (and the CLI's --help) does not import the SDK.
+    "core.base": (None, "BaseSession"),
+    "backends.memory": (None, "InMemorySession InMemoryStore"),
+    "backends.sqlite": (None, "SQLiteSession SQLiteStore"),
+    "core.capabilities": (
+        None,
+        "Capability capabilities_of supports SupportsNativeExpiry "
+        "SupportsRangeDelete SupportsSequencedItems",
+    ),
+    "core.registry": (None, "open_session open_store Store register_scheme registered_schemes"),
+    "backends.redis": ("redis", "RedisSession"),
+    "backends.sql": ("sqlalchemy", "SQLAlchemySession"),
+    "backends.mongodb": ("mongodb", "MongoDBSession"),
+    "wrappers.encrypted": ("encryption", "EncryptedSession is_encrypted"),
+    "wrappers.ttl": (None, "TTLSession"),
+    "wrappers.usage": (None, "UsageTrackingSession"),
+    "wrappers.branching": (None, "BranchingSession"),
+    "wrappers.advanced": (None, "AdvancedSession AdvancedSQLiteSession"),
+    "wrappers.compaction": (None, "CompactionSession"),
+    "wrappers.window": (None, "WindowSession MicroCompaction window_input_callback"),
+    "wrappers.resilient": (None, "ResilientSession RetryPolicy CircuitBreaker"),
+    "memory": (None, "Memory Upkeep upkeep_agent HashingEmbedder OpenAIEmbedder WordLlamaEmbedder"),
 }
-"""The pip extra each optional name needs (the others need only the core)."""
-
-_LAZY = {
-    # Every name resolves on first use, so `import agent_sessions` (and the CLI's --help)
-    # does not import the Agents SDK.
-    "BaseSession": "agent_sessions.core.base",
-    "InMemorySession": "agent_sessions.backends.memory",
-    "InMemoryStore": "agent_sessions.backends.memory",
-    "SQLiteSession": "agent_sessions.backends.sqlite",
-    "Capability": "agent_sessions.core.capabilities",
-    "capabilities_of": "agent_sessions.core.capabilities",
-    "supports": "agent_sessions.core.capabilities",
-    "SupportsNativeExpiry": "agent_sessions.core.capabilities",
-    "SupportsRangeDelete": "agent_sessions.core.capabilities",
-    "SupportsSequencedItems": "agent_sessions.core.capabilities",
-    "open_session": "agent_sessions.core.registry",
-    "open_store": "agent_sessions.core.registry",
-    "Store": "agent_sessions.core.registry",
-    "SQLiteStore": "agent_sessions.backends.sqlite",
-    "register_scheme": "agent_sessions.core.registry",
-    "registered_schemes": "agent_sessions.core.registry",
-    "RedisSession": "agent_sessions.backends.redis",
-    "SQLAlchemySession": "agent_sessions.backends.sql",
-    "MongoDBSession": "agent_sessions.backends.mongodb",
-    "EncryptedSession": "agent_sessions.wrappers.encrypted",
-    "is_encrypted": "agent_sessions.wrappers.encrypted",
-    "TTLSession": "agent_sessions.wrappers.ttl",
-    "UsageTrackingSession": "agent_sessions.wrappers.usage",
-    "BranchingSession": "agent_sessions.wrappers.branching",
-    "AdvancedSession": "agent_sessions.wrappers.advanced",
-    "AdvancedSQLiteSession": "agent_sessions.wrappers.advanced",
-    "CompactionSession": "agent_sessions.wrappers.compaction",
-    "WindowSession": "agent_sessions.wrappers.window",
-    "MicroCompaction": "agent_sessions.wrappers.window",
-    "window_input_callback": "agent_sessions.wrappers.window",
-    "ResilientSession": "agent_sessions.wrappers.resilient",
-    "RetryPolicy": "agent_sessions.wrappers.resilient",
-    "CircuitBreaker": "agent_sessions.wrappers.resilient",
-    "Memory": "agent_sessions.memory",
-    "Upkeep": "agent_sessions.memory",
-    "upkeep_agent": "agent_sessions.memory",
-    "HashingEmbedder": "agent_sessions.memory",
-    "OpenAIEmbedder": "agent_sessions.memory",
-    "WordLlamaEmbedder": "agent_sessions.memory",
-}
+_LAZY = {name: module for module, (_, names) in _MODULES.items() for name in names.split()}
 
 if TYPE_CHECKING:  # pragma: no cover
     # The lazy names, typed for checkers (the `as` form re-exports them explicitly).
+    from .backends.memory import InMemorySession as InMemorySession
+    from .backends.memory import InMemoryStore as InMemoryStore
     from .backends.mongodb import MongoDBSession as MongoDBSession
     from .backends.redis import RedisSession as RedisSession
     from .backends.sql import SQLAlchemySession as SQLAlchemySession
+    from .backends.sqlite import SQLiteSession as SQLiteSession
+    from .backends.sqlite import SQLiteStore as SQLiteStore
+    from .core.base import BaseSession as BaseSession
+    from .core.capabilities import Capability as Capability
+    from .core.capabilities import SupportsNativeExpiry as SupportsNativeExpiry
+    from .core.capabilities import SupportsRangeDelete as SupportsRangeDelete
+    from .core.capabilities import SupportsSequencedItems as SupportsSequencedItems
+    from .core.capabilities import capabilities_of as capabilities_of
+    from .core.capabilities import supports as supports
+    from .core.registry import Store as Store
+    from .core.registry import open_session as open_session
+    from .core.registry import open_store as open_store
+    from .core.registry import register_scheme as register_scheme
+    from .core.registry import registered_schemes as registered_schemes
     from .memory import HashingEmbedder as HashingEmbedder
     from .memory import Memory as Memory
     from .memory import OpenAIEmbedder as OpenAIEmbedder
@@ -94,25 +84,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .wrappers.window import WindowSession as WindowSession
     from .wrappers.window import window_input_callback as window_input_callback
 
-if TYPE_CHECKING:  # pragma: no cover
-    # The core names, lazy too so that importing the package does not import the SDK.
-    from .backends.memory import InMemorySession as InMemorySession
-    from .backends.memory import InMemoryStore as InMemoryStore
-    from .backends.sqlite import SQLiteSession as SQLiteSession
-    from .backends.sqlite import SQLiteStore as SQLiteStore
-    from .core.base import BaseSession as BaseSession
-    from .core.capabilities import Capability as Capability
-    from .core.capabilities import SupportsNativeExpiry as SupportsNativeExpiry
-    from .core.capabilities import SupportsRangeDelete as SupportsRangeDelete
-    from .core.capabilities import SupportsSequencedItems as SupportsSequencedItems
-    from .core.capabilities import capabilities_of as capabilities_of
-    from .core.capabilities import supports as supports
-    from .core.registry import Store as Store
-    from .core.registry import open_session as open_session
-    from .core.registry import open_store as open_store
-    from .core.registry import register_scheme as register_scheme
-    from .core.registry import registered_schemes as registered_schemes
-
     AsyncSQLiteSession = SQLiteSession
 
 
@@ -129,11 +100,11 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'agent_sessions' has no attribute {name!r}")
     try:
-        imported = importlib.import_module(module)
+        imported = importlib.import_module(f"agent_sessions.{module}")
     except ImportError as exc:
         from .errors import MissingDependencyError
 
-        extra = _EXTRAS.get(name)
+        extra = _MODULES[module][0]
         if extra is None or isinstance(exc, MissingDependencyError):
             raise
         from .core.extras import missing

@@ -83,12 +83,6 @@ _INTERRUPTED: list[Callable[[], str]] = []
 _RESUME = "run the same command again to resume (complete sessions are skipped)"
 
 
-def _redacted(url: str) -> str:
-    from ..ops.migrate import redacted
-
-    return redacted(url)
-
-
 def begin(args: list[str]) -> None:
     """Start a run of the command line: note its store URLs (to redact them), no notes yet."""
     _URLS.clear()
@@ -97,11 +91,14 @@ def begin(args: list[str]) -> None:
 
 
 def scrub(text: str) -> str:
-    """``text`` with every store URL of this run redacted and their passwords masked."""
+    """``text`` with every store URL of this run redacted and their passwords masked (every
+    message and question goes through it)."""
     from urllib.parse import urlsplit
 
+    from ..ops.migrate import redacted
+
     for url in sorted(_URLS, key=len, reverse=True):
-        text = text.replace(url, _redacted(url))
+        text = text.replace(url, redacted(url))
         with suppress(ValueError):  # a URL urlsplit rejects has no password to mask
             if (password := urlsplit(url).password) and len(password) > 2:
                 text = text.replace(password, "***")
@@ -194,8 +191,8 @@ def _confirm(question: str, yes: bool) -> None:
         _fail("aborted; nothing was changed")
 
 
-def _print_json(value: Any) -> None:
-    typer.echo(json.dumps(value, ensure_ascii=False))
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _console(stderr: bool = False) -> Any:
@@ -227,7 +224,7 @@ async def _chosen(store: Any, ids: list[str] | None, prefix: str | None) -> list
     ]
     if missing:
         _fail(
-            f"no session {_names(missing)} in {_redacted(store.url)}; nothing was changed "
+            f"no session {_names(missing)} in {store.url}; nothing was changed "
             "(list the ids with `agent-sessions list URL`)"
         )
     return ids
@@ -267,7 +264,7 @@ def list_sessions(
     rows = _in_store(url, option, read)
     if as_json:
         for info in rows:
-            _print_json(info.as_dict())
+            typer.echo(_json(info.as_dict()))
         return
     cells = [(i.session_id, str(i.item_count), _time(i.created_at), _time(i.updated_at))
              for i in rows]
@@ -383,9 +380,9 @@ def show(
 
     items = _in_store(url, option, read)
     if as_json:
-        return _print_json(items)
+        return typer.echo(_json(items))
     for item in items:
-        typer.echo(_pretty(item) if pretty else json.dumps(item, ensure_ascii=False))
+        typer.echo(_pretty(item) if pretty else _json(item))
 
 
 def _ttl_session(inner: Any, expiry: tuple[float | None, float | None, bool]) -> Any:
@@ -449,7 +446,7 @@ async def _read_through(
 def _pretty(item: Any) -> str:
     """``item`` as one ``role: text`` line (tool calls as ``name(arguments)``)."""
     if not isinstance(item, dict):
-        return json.dumps(item, ensure_ascii=False)
+        return _json(item)
     content = item.get("content")
     if isinstance(content, str):
         text = content
@@ -461,7 +458,7 @@ def _pretty(item: Any) -> str:
         text = str(item["output"])
     else:
         rest = {k: v for k, v in item.items() if k not in ("role", "type")}
-        text = json.dumps(rest, ensure_ascii=False)
+        text = _json(rest)
     return f"{item.get('role') or item.get('type') or 'item'}: {' '.join(text.split())}"
 
 
@@ -470,7 +467,7 @@ def stats(url: Url, as_json: Json = False, option: Options = None) -> None:
     """Print totals: sessions, items, side stores, oldest and newest update (reads only)."""
     totals = _in_store(url, option, lambda store: store.require_catalog().stats())
     if as_json:
-        return _print_json(totals)
+        return typer.echo(_json(totals))
     from rich.table import Table
 
     table = Table(show_header=False, box=None)
@@ -583,7 +580,7 @@ def import_sessions(
     item numbers and times; sessions already imported in full are skipped."""
     options = _parse_options(option)
     if replace:
-        _confirm(f"Overwrite sessions in {_redacted(url)} that hold other items?", yes)
+        _confirm(f"Overwrite sessions in {url} that hold other items?", yes)
 
     async def go(lines: Any, size: int | None) -> Any:
         from ..ops.migrate import import_store
@@ -607,7 +604,7 @@ def import_sessions(
 
 def _report(report: Any, verb: str, as_json: bool) -> None:
     if as_json:
-        return _print_json(report.as_dict())
+        return typer.echo(_json(report.as_dict()))
     found = report.sessions + report.side_stores
     if report.items:
         typer.echo(
@@ -669,12 +666,12 @@ def copy(
     dst_opts = {**both, **_parse_options(dst_option)}
     if _store_identity(src_url, src_opts) == _store_identity(dst_url, dst_opts):
         _fail(
-            f"{_redacted(src_url)} is both the source and the destination; a copy onto itself "
+            f"{src_url} is both the source and the destination; a copy onto itself "
             "would change nothing or, with --replace, erase what it reads. Name another "
             "destination (or other options such as -o key_prefix=...)"
         )
     if replace:
-        _confirm(f"Overwrite sessions in {_redacted(dst_url)} that hold other items?", yes)
+        _confirm(f"Overwrite sessions in {dst_url} that hold other items?", yes)
 
     async def go() -> Any:
         from ..ops.migrate import copy_store
@@ -707,9 +704,7 @@ def clear(
             await session.clear_session()
 
     _in_store(url, option, empty)
-    if as_json:
-        return _print_json({"cleared": session_id})
-    typer.echo(f"cleared {session_id!r}")
+    typer.echo(_json({"cleared": session_id}) if as_json else f"cleared {session_id!r}")
 
 
 @app.command()
@@ -733,7 +728,7 @@ def delete(
             return 0
         _confirm(
             f"Erase {len(ids)} session(s) ({_names(ids)}) and their side stores from "
-            f"{_redacted(url)}?",
+            f"{url}?",
             yes,
         )
         deleted = 0
@@ -746,10 +741,8 @@ def delete(
         return deleted
 
     deleted = _in_store(url, option, erase)
-    if as_json:
-        _print_json({"deleted": deleted})
-    else:
-        typer.echo(f"deleted {deleted} session(s) with their side stores")
+    text = f"deleted {deleted} session(s) with their side stores"
+    typer.echo(_json({"deleted": deleted}) if as_json else text)
 
 
 async def _ttl_skip_reason(store: Any, sid: str, family_clock: bool) -> str | None:
@@ -836,7 +829,7 @@ def purge(
         )
         _confirm(
             f"Remove {sum(going.values())} expired item(s) from {len(going)} TTL "
-            f"session(s) ({_names(going)}) in {_redacted(url)}{erase}? "
+            f"session(s) ({_names(going)}) in {url}{erase}? "
             f"{len(skipped)} session(s) not written through TTLSession are skipped.",
             yes,
         )
@@ -850,11 +843,11 @@ def purge(
     removed, erased, skipped = _in_store(url, option, go)
     verb = "would remove" if dry_run else "removed"
     if as_json:
-        return _print_json({
+        return typer.echo(_json({
             "dry_run": dry_run, "sessions": len(removed), "removed": sum(removed.values()),
             "by_session": {sid: n for sid, n in removed.items() if n}, "erased": erased,
             "skipped": len(skipped), "skipped_ids": sorted(skipped),
-        })
+        }))
     for sid, n in removed.items():
         if n or session_ids:
             erase = "would be erased" if dry_run else "erased"

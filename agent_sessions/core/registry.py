@@ -31,10 +31,7 @@ _SCHEMES: dict[str, _Entry] = {}
 
 
 def register_scheme(
-    scheme: str,
-    opener: str | Opener,
-    *,
-    extra: str | None = None,
+    scheme: str, opener: str | Opener, *, extra: str | None = None,
     store: str | Callable[..., Any] | None = None,
 ) -> None:
     """Make ``open_session`` (and, given ``store``, ``open_store``) handle URLs starting with
@@ -164,8 +161,9 @@ def _lookup(url: str, caller: str) -> tuple[str, _Entry]:
     return scheme, entry
 
 
-async def _call(scheme: str, entry: _Entry, opener: Callable[..., Any], *args: Any,
-                **options: Any) -> Any:
+async def _call(
+    scheme: str, entry: _Entry, opener: Callable[..., Any], *args: Any, **options: Any
+) -> Any:
     """``opener(*args, **options)``, awaited if need be; a missing driver is named."""
     try:
         result = opener(*args, **options)
@@ -216,25 +214,26 @@ async def open_store(url: str, **options: Any) -> Store:
     return store
 
 
-register_scheme(
-    "memory", "agent_sessions.backends.memory:open_url",
-    store="agent_sessions.backends.memory:open_store",
-)
-register_scheme(
-    "sqlite", "agent_sessions.backends.sqlite:open_url",
-    store="agent_sessions.backends.sqlite:open_store",
-)
-for _scheme in ("redis", "rediss"):
-    register_scheme(
-        _scheme, "agent_sessions.backends.redis:open_url", extra="redis",
-        store="agent_sessions.backends.redis:open_store",
-    )
-_SQLALCHEMY = "agent_sessions.backends.sql:open_url"
-_SQL_STORE = "agent_sessions.backends.sql:open_store"
-register_scheme("postgresql+asyncpg", _SQLALCHEMY, extra="postgres", store=_SQL_STORE)
-for _scheme in ("mysql+asyncmy", "mysql+aiomysql", "mariadb+asyncmy", "mariadb+aiomysql"):
-    register_scheme(_scheme, _SQLALCHEMY, extra="mysql", store=_SQL_STORE)
-register_scheme("sqlite+aiosqlite", _SQLALCHEMY, extra="sqlalchemy", store=_SQL_STORE)
+# The backends, and the Agents SDK's own layouts opened in place (``sdk+`` + the same scheme,
+# by the SDK's classes: ops/sdk_layouts.py).
+for _module, _extra, _sdk, _schemes in (
+    ("memory", None, None, "memory"),
+    ("sqlite", None, None, "sqlite"),
+    ("redis", "redis", "redis", "redis rediss"),
+    ("sql", "postgres", "sqlalchemy", "postgresql+asyncpg"),
+    ("sql", "mysql", "sqlalchemy", "mysql+asyncmy mysql+aiomysql mariadb+asyncmy mariadb+aiomysql"),
+    ("sql", "sqlalchemy", "sqlalchemy", "sqlite+aiosqlite"),
+    ("mongodb", "mongodb", "mongodb", "mongodb mongodb+srv"),
+):
+    for _scheme in _schemes.split():
+        _backend = f"agent_sessions.backends.{_module}"
+        register_scheme(
+            _scheme, f"{_backend}:open_url", extra=_extra, store=f"{_backend}:open_store"
+        )
+        if _sdk is not None:
+            register_scheme(
+                f"sdk+{_scheme}", f"agent_sessions.ops.sdk_layouts:open_{_sdk}", extra=_extra
+            )
 
 # Plain database URLs, as other tools write them: mapped to the async driver that is installed.
 _ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -269,34 +268,8 @@ def driver_url(url: str) -> str:
 
 
 async def _open_sql_alias(url: str, session_id: str, **options: Any) -> Session:
-    target = driver_url(url)
-    scheme = target.partition("://")[0]
-    session: Session = await _call(
-        scheme, _SCHEMES[scheme], _resolve(scheme, _SCHEMES[scheme]), target, session_id,
-        **options,
-    )
-    return session
+    return await open_session(driver_url(url), session_id, **options)
 
 
 for _scheme, (_candidates, _extra) in _ALIASES.items():
     register_scheme(_scheme, _open_sql_alias, extra=_extra)
-for _scheme in ("mongodb", "mongodb+srv"):
-    register_scheme(
-        _scheme, "agent_sessions.backends.mongodb:open_url", extra="mongodb",
-        store="agent_sessions.backends.mongodb:open_store",
-    )
-# The Agents SDK's own layouts, opened in place by the SDK's classes (ops/sdk_layouts.py).
-_SDK = "agent_sessions.ops.sdk_layouts:open_"
-for _scheme in ("sdk+redis", "sdk+rediss"):
-    register_scheme(_scheme, _SDK + "redis", extra="redis")
-for _scheme, _extra in (
-    ("sdk+postgresql+asyncpg", "postgres"),
-    ("sdk+mysql+asyncmy", "mysql"),
-    ("sdk+mysql+aiomysql", "mysql"),
-    ("sdk+mariadb+asyncmy", "mysql"),
-    ("sdk+mariadb+aiomysql", "mysql"),
-    ("sdk+sqlite+aiosqlite", "sqlalchemy"),
-):
-    register_scheme(_scheme, _SDK + "sqlalchemy", extra=_extra)
-for _scheme in ("sdk+mongodb", "sdk+mongodb+srv"):
-    register_scheme(_scheme, _SDK + "mongodb", extra="mongodb")

@@ -1,29 +1,11 @@
 """Optional OpenTelemetry spans for every storage operation (the ``otel`` extra).
 
-The public storage methods of ``BaseSession`` (the SDK's four, ``count_items``,
-``delete_items`` and the sequenced reads and writes layers use) pass through one seam,
-:func:`traced`. Until ``instrument()`` is called the seam only checks a module variable and
-awaits the method (no span), and OpenTelemetry is never imported. Once
-called, the outermost such call of a task runs in a span; calls it makes on other sessions
-(a family's side stores) are part of it. Every backend built on ``BaseSession`` is traced,
-including your own, unless it overrides a public method without calling ``super()``.
-
-A span is named ``"{operation} {system}"`` (e.g. ``"add_items redis"``) and carries:
-
-- ``db.system.name``: ``sqlite``, ``redis``, ``postgresql``, ``mysql``, ``mariadb``,
-  ``mongodb``, ``memory`` (or the class name, lower-cased, of another backend);
-- ``db.operation.name``: ``add_items``, ``get_items``, ``pop_item``, ``clear_session``,
-  ``count_items`` or ``delete_items``;
-- ``agent_sessions.backend``: the session's class name;
-- ``agent_sessions.item_count``: items written, read, popped, counted or deleted;
-- ``agent_sessions.bytes``: UTF-8 bytes of the items' JSON written or read (what the store
-  holds: ciphertext envelopes under ``EncryptedSession``);
-- on failure, ``error.type`` and an ``exception`` event with ``exception.type`` and a fixed
-  ``exception.message`` (the real message may name the session or quote a driver's view of
-  stored data; it reaches the caller, not the span), with status ERROR.
-
-Never the content of an item, nor an exception's message, and not the session id (it often
-names a user).
+The public storage methods of ``BaseSession`` pass through one seam, :func:`traced`: until
+``instrument()`` is called it only checks a module variable, and OpenTelemetry is never
+imported. Then the outermost such call of a task runs in a span named ``"{operation} {system}"``
+(calls it makes on other sessions, a family's side stores, are part of it). The attributes, and
+what a span never carries (item content, the session id, an exception's message), are listed
+in docs/observability.md.
 """
 
 from __future__ import annotations
@@ -104,9 +86,7 @@ def _measure(operation: str, written: list[str], result: Any) -> tuple[int | Non
 
 
 async def _span(
-    operation: str,
-    method: Callable[..., Coroutine[Any, Any, Any]],
-    args: tuple[Any, ...],
+    operation: str, method: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
     session = args[0]
@@ -123,14 +103,13 @@ async def _span(
     token = _inside.set(True)
     try:
         with _tracer.start_as_current_span(
-            f"{operation} {system}",
-            kind=SpanKind.CLIENT,
-            record_exception=False,
+            f"{operation} {system}", kind=SpanKind.CLIENT, record_exception=False,
             set_status_on_exception=False,
         ) as span:
-            span.set_attribute("db.system.name", system)
-            span.set_attribute("db.operation.name", operation)
-            span.set_attribute("agent_sessions.backend", type(session).__name__)
+            span.set_attributes({
+                "db.system.name": system, "db.operation.name": operation,
+                "agent_sessions.backend": type(session).__name__,
+            })
             try:
                 result = await method(*args, **kwargs)
             except BaseException as exc:
@@ -143,11 +122,9 @@ async def _span(
                 )
                 span.set_status(Status(StatusCode.ERROR, kind))
                 raise
-            count, size = _measure(operation, written, result)
-            if count is not None:
-                span.set_attribute("agent_sessions.item_count", count)
-            if size is not None:
-                span.set_attribute("agent_sessions.bytes", size)
+            names = ("agent_sessions.item_count", "agent_sessions.bytes")
+            measured = zip(names, _measure(operation, written, result), strict=True)
+            span.set_attributes({name: value for name, value in measured if value is not None})
             return result
     finally:
         _inside.reset(token)
@@ -168,14 +145,11 @@ def instrument(tracer_provider: Any = None) -> None:
         from opentelemetry import trace
     except ImportError as exc:
         raise missing("agent_sessions.telemetry", "otel", exc) from exc
-    _tracer = trace.get_tracer("agent_sessions", _version(), tracer_provider=tracer_provider)
-
-
-def _version() -> str | None:
     try:
-        return importlib.metadata.version("agent-sessions-store")
+        version: str | None = importlib.metadata.version("agent-sessions-store")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree
-        return None
+        version = None
+    _tracer = trace.get_tracer("agent_sessions", version, tracer_provider=tracer_provider)
 
 
 def uninstrument() -> None:

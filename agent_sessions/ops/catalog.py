@@ -95,12 +95,8 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
         return await self.store.exists()
 
     async def list_sessions(
-        self,
-        *,
-        prefix: str | None = None,
-        updated_after: datetime | None = None,
-        updated_before: datetime | None = None,
-        limit: int = DEFAULT_PAGE_SIZE,
+        self, *, prefix: str | None = None, updated_after: datetime | None = None,
+        updated_before: datetime | None = None, limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
     ) -> Page:
         """Return one page (``limit`` 1 to 10000) of sessions ordered by id, after ``cursor``
@@ -123,12 +119,8 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
         return Page([s for s in found if query.matches(s)], found[-1].session_id if more else None)
 
     async def iter_sessions(
-        self,
-        *,
-        prefix: str | None = None,
-        updated_after: datetime | None = None,
-        updated_before: datetime | None = None,
-        page_size: int = DEFAULT_PAGE_SIZE,
+        self, *, prefix: str | None = None, updated_after: datetime | None = None,
+        updated_before: datetime | None = None, page_size: int = DEFAULT_PAGE_SIZE,
     ) -> AsyncIterator[SessionInfo]:
         """Yield every matching session, page by page (ordered by id)."""
         page = Page([], None)

@@ -1,11 +1,10 @@
-"""The Agents SDK's own storage layouts, opened in place through ``sdk+`` URLs.
+"""The Agents SDK's own storage layouts, opened in place through ``sdk+`` URLs (the schemes
+are listed in docs/sdk-layouts.md).
 
 ``open_session("sdk+redis://host:6379/0", "user-1")`` wraps the SDK's own ``RedisSession``
 (``.sdk``, with the SDK's defaults) and adds what the catalog and the CLI need: ``sibling()``
-sharing one client or engine, ``catalog_store()`` and ``close()``. Schemes: ``sdk+redis``,
-``sdk+rediss``, ``sdk+postgresql+asyncpg``, ``sdk+mysql+asyncmy``, ``sdk+mysql+aiomysql``,
-``sdk+sqlite+aiosqlite``, ``sdk+mongodb``, ``sdk+mongodb+srv`` (``sqlite://`` already reads the
-SDK's SQLite schema). These sessions behave as the SDK's classes do (no declared capabilities).
+sharing one client or engine, ``catalog_store()`` and ``close()``. These sessions behave as the
+SDK's classes do (no declared capabilities).
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ import inspect
 import re
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -30,14 +30,15 @@ SDK_MESSAGES_TABLE = "agent_messages"
 SDK_MONGO_DATABASE = "agents"
 
 
+@dataclass
 class _Layout:
     """One store's SDK sessions: how to make one, its catalog, and how to free the client or
     engine they share when the last of them closes."""
 
-    def __init__(
-        self, make: Callable[[str], Any], catalog: Callable[[], Any], release: Callable[[], Any]
-    ) -> None:
-        self.make, self.catalog, self.release, self.users = make, catalog, release, 0
+    make: Callable[[str], Any]
+    catalog: Callable[[], Any]
+    release: Callable[[], Any]
+    users: int = 0
 
 
 class SDKLayoutSession(AbstractAsyncContextManager["SDKLayoutSession"]):
@@ -101,13 +102,8 @@ def _inner_url(url: str) -> str:
 
 
 def open_redis(
-    url: str,
-    session_id: str,
-    *,
-    key_prefix: str = SDK_REDIS_PREFIX,
-    ttl: int | None = None,
-    redis_kwargs: dict[str, Any] | None = None,
-    cluster: bool = False,
+    url: str, session_id: str, *, key_prefix: str = SDK_REDIS_PREFIX, ttl: int | None = None,
+    redis_kwargs: dict[str, Any] | None = None, cluster: bool = False,
     session_settings: Any = None,
 ) -> SDKLayoutSession:
     """Open ``session_id`` with the SDK's ``RedisSession`` at ``sdk+redis://...``."""
@@ -197,14 +193,9 @@ class SDKRedisCatalog:
 
 
 def open_sqlalchemy(
-    url: str,
-    session_id: str,
-    *,
-    create_tables: bool = True,
-    sessions_table: str = SDK_SESSIONS_TABLE,
-    messages_table: str = SDK_MESSAGES_TABLE,
-    engine_kwargs: dict[str, Any] | None = None,
-    session_settings: Any = None,
+    url: str, session_id: str, *, create_tables: bool = True,
+    sessions_table: str = SDK_SESSIONS_TABLE, messages_table: str = SDK_MESSAGES_TABLE,
+    engine_kwargs: dict[str, Any] | None = None, session_settings: Any = None,
 ) -> SDKLayoutSession:
     """Open ``session_id`` with the SDK's ``SQLAlchemySession`` at ``sdk+postgresql+asyncpg://``
     (or ``sdk+mysql+asyncmy://``, ``sdk+sqlite+aiosqlite://``...)."""
@@ -235,15 +226,9 @@ def open_sqlalchemy(
 
 
 def open_mongodb(
-    url: str,
-    session_id: str,
-    *,
-    database: str | None = None,
-    sessions_collection: str = SDK_SESSIONS_TABLE,
-    messages_collection: str = SDK_MESSAGES_TABLE,
-    client: Any = None,
-    client_kwargs: dict[str, Any] | None = None,
-    session_settings: Any = None,
+    url: str, session_id: str, *, database: str | None = None,
+    sessions_collection: str = SDK_SESSIONS_TABLE, messages_collection: str = SDK_MESSAGES_TABLE,
+    client: Any = None, client_kwargs: dict[str, Any] | None = None, session_settings: Any = None,
 ) -> SDKLayoutSession:
     """Open ``session_id`` with the SDK's ``MongoDBSession`` at ``sdk+mongodb://...`` (database:
     the URI's, else ``agents``); a given ``client`` is used instead and not closed."""

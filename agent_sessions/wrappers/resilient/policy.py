@@ -65,10 +65,7 @@ class CircuitBreaker:
     """
 
     def __init__(
-        self,
-        failure_threshold: int = 1,
-        reset_timeout: float = 5.0,
-        *,
+        self, failure_threshold: int = 1, reset_timeout: float = 5.0, *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         check_bound("failure_threshold", failure_threshold, 1, integer=True)

@@ -92,26 +92,18 @@ class _Down(Exception):
 
 
 class ResilientSession(SessionWrapper):
-    """Keeps a session writable while its backend is down, losing and duplicating nothing.
+    """Keeps a session writable while its backend is down, losing and duplicating nothing
+    (docs/resilient.md describes the behaviour in full).
 
-    * Each call to the primary is retried on :class:`BackendUnavailableError` (and on taking
-      longer than the policy allows) with exponential backoff and jitter, within
-      ``retry.total_timeout``; a :class:`CircuitBreaker` stops calling a primary that keeps
-      failing.
-    * When a write cannot reach the primary it goes to ``spool``, an on-disk SQLite file, and
-      the call succeeds. While anything is spooled, later writes are spooled too (so the order
-      of writes is kept), and reads return the primary's items (or, while it is down, the last
-      ones this object saw) followed by the spooled ones.
-    * When the primary answers again, the spool is replayed into it in order, one batch per
-      write, then emptied. Every item carries its batch id, so a batch that reached the
-      primary although the call failed, or whose replay was interrupted by a crash, is found
-      there and not written twice, nor read twice (exactly once; see ``markers``).
-    * ``pop_item`` while degraded removes the newest spooled item (the newest write). When the
-      newest spooled batch was already sent to the primary (it may be there), or nothing is
-      spooled, a pop needs the primary: it is tried once (a pop is not idempotent, so it is
-      never retried) and raises BackendUnavailableError when the primary is down.
-    * ``clear_session`` drops the spooled batches, then clears the primary (retried); it raises
-      BackendUnavailableError when the primary stays down.
+    Calls to the primary are retried on :class:`BackendUnavailableError` (and on running past
+    the policy's bound) under ``retry``; ``breaker`` stops calling a primary that keeps failing.
+    A write that cannot reach it goes to ``spool``, an on-disk SQLite file, and succeeds; later
+    writes follow it there (the order of writes is kept), and reads return the primary's items
+    (while it is down: the newest ones this object saw) then the spooled ones. When the primary
+    answers, the spool is replayed in order; every item carries its batch id, so each batch is
+    stored and read exactly once, also after a lost reply or a crash. Any number of objects and
+    processes may write one session through one spool file (:meth:`Spool.session_lock`); spool
+    I/O and lock waits run in worker threads, never on the event loop.
 
     Args:
         inner: the primary, any Session.
@@ -120,23 +112,12 @@ class ResilientSession(SessionWrapper):
         breaker: the circuit breaker (share one between sessions of the same store).
         mirror_items: newest items kept in memory to serve reads while the primary is down.
         max_item_bytes: size limit applied to items before they are spooled.
-
-    Any number of objects and processes may write one session through one spool file: the
-    calls of a session are serialised across all of them (:meth:`Spool.session_lock`), each
-    call re-reads the spool when any of them changed it, and each spooled batch is looked up
-    by its own id. Spool I/O and lock waits run in worker threads, never on the event loop
-    (docs/resilient.md).
     """
 
     def __init__(
-        self,
-        inner: Session,
-        spool: str | os.PathLike[str] | Spool,
-        *,
-        retry: RetryPolicy | None = None,
-        breaker: CircuitBreaker | None = None,
-        mirror_items: int = 2000,
-        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+        self, inner: Session, spool: str | os.PathLike[str] | Spool, *,
+        retry: RetryPolicy | None = None, breaker: CircuitBreaker | None = None,
+        mirror_items: int = 2000, max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
     ) -> None:
         super().__init__(inner)
         check_bound("mirror_items", mirror_items, 0, integer=True)
@@ -245,7 +226,10 @@ class ResilientSession(SessionWrapper):
         return merged if limit is None else merged[len(merged) - limit :]
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the newest item (see the class docstring while degraded)."""
+        """Remove and return the newest item: while anything is spooled, the newest spooled one.
+        A pop that needs the primary (nothing spooled, or the newest batch was already sent and
+        may be there) is tried once, never retried (it is not idempotent), and raises
+        BackendUnavailableError while the primary is down."""
         async with self._locked():
             await self._replay_if_due()
             if await self._spooled_count():
@@ -271,7 +255,8 @@ class ResilientSession(SessionWrapper):
             return strip(item)  # type: ignore[no-any-return]
 
     async def clear_session(self) -> None:
-        """Drop the spooled batches, then clear the primary (retried)."""
+        """Drop the spooled batches, then clear the primary (retried); raises
+        BackendUnavailableError when it stays down."""
         async with self._locked():
             # logged; an unreadable spool has nothing that could be replayed
             with contextlib.suppress(SpoolUnreadableError):

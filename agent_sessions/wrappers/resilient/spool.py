@@ -1,17 +1,12 @@
-"""The durable local fallback: an on-disk SQLite file holding the batches written while the
-primary was down, per session, in write order.
+"""The durable local fallback: an on-disk SQLite file holding, per session and in write order,
+the batches written while the primary was down.
 
-Every change is one SQLite transaction with ``synchronous=FULL``: a batch acknowledged to the
-caller survives a process kill or power loss. A batch carries its id, whether it was ever sent
-to the primary (``attempted``: only those can already be there) and, then, its *anchor*: a
-batch known to be in the primary before that attempt began, where a search for it stops.
-
-Every method does file I/O and may wait for the file's lock: call them off the event loop. The
-one exception is :meth:`Spool.version`, a read of shared memory: it changes whenever any
-process commits a change, so a cached view of the spool is current while it stays the same.
-
-:meth:`Spool.session_lock` serialises the calls of one session across every object, thread and
-process that use the file (:class:`SessionLock`).
+Every change is one transaction with ``synchronous=FULL``, so an acknowledged batch survives a
+kill or power loss. A batch records whether it was ever sent to the primary (``attempted``:
+only those can already be there) and then its *anchor*, a batch known to be in the primary
+before that attempt, where a search for it stops. Every method does file I/O (call it off the
+event loop) except :meth:`Spool.version`, a shared-memory token that changes with every commit
+by any process.
 """
 
 from __future__ import annotations
