@@ -23,12 +23,12 @@ stored items: if any of them is dead, so is everything older.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import Session
@@ -52,7 +52,6 @@ _ALL = 2**62
 """A sequence number above any: everything at or below it is dead."""
 ENVELOPE_OVERHEAD = 128
 """Bytes an envelope adds around an item's JSON, at most (type, two timestamps, braces)."""
-
 
 
 def seconds(value: float | timedelta | None, name: str) -> float | None:
@@ -136,8 +135,10 @@ class TTLSession(SessionWrapper):
         self.item_ttl = seconds(item_ttl, "item_ttl")
         if self.ttl is None and self.item_ttl is None:
             raise ValueError("TTLSession needs ttl= (session lifetime) and/or item_ttl=")
-        if isinstance(clock_skew, bool) or not isinstance(clock_skew, (int, float)) or not (
-            math.isfinite(clock_skew) and clock_skew >= 0
+        if (
+            isinstance(clock_skew, bool)
+            or not isinstance(clock_skew, (int, float))
+            or not (math.isfinite(clock_skew) and clock_skew >= 0)
         ):
             raise ValueError(f"clock_skew must be >= 0 seconds, got {clock_skew!r}")
         self.sliding = bool(sliding)
@@ -159,16 +160,18 @@ class TTLSession(SessionWrapper):
         self._life = _lifecycle
         self._owner = _lifecycle is None
         self._state: State | None = None
-        self._boundary = Boundary(
-            ttl=None if self._family_expiry else self.ttl, sliding=self.sliding,
-            item_ttl=self.item_ttl, dead=self._dead, time=_time,
-        )
-        self._boundary_lock = asyncio.Lock()
+        # The methods whose writes go with the family's record in one round trip (see
+        # ``_add_with_record``): where the inner session can and keeps its usual write path.
+        batch = self._family_expiry and supports(inner, Capability.FAMILY_BATCH)
+        self._batch_via = {
+            via
+            for via in ("add_items", "add_sequenced_items")
+            if batch and keeps_write_path(inner, via, "add_sequenced_items")
+        }
         if supports(inner, Capability.NATIVE_EXPIRY):
             # The whole session is dead at the latest this long after its last write.
             lifetimes = [s for s in (self.ttl, self.item_ttl) if s is not None]
             inner.set_sliding_ttl(min(lifetimes) + self.clock_skew)  # type: ignore[attr-defined]
-
 
     def wrap_member(self, member: Session) -> TTLSession:
         """Return a TTLSession over the side store ``member`` with this one's settings and
@@ -281,25 +284,23 @@ class TTLSession(SessionWrapper):
         (``add_encoded_family``, FAMILY_BATCH), record first; the new items' numbers, or
         None (nothing done) when the inner session cannot, or does not pass its writes
         through ``via``'s usual path (a subclass's override)."""
-        inner = self.inner
-        if not (
-            self._family_expiry and items and supports(inner, Capability.FAMILY_BATCH)
-            and keeps_write_path(inner, via, "add_sequenced_items")
-        ):
+        if not items or via not in self._batch_via:
             return None
+        inner = self.inner
         life = self._lifecycle()
         texts = encode_batch(items, self.max_item_bytes)  # validate before anything is written
         now = self.clock()
         record, state = await life.stamp(now)
         store = life.store
         family: SupportsFamilyBatch = inner  # type: ignore[assignment]
-        # The record's check validates ``now``; each envelope is then the text its dict
-        # would encode to, built around the item's text instead of validating it again.
-        records = encode_batch([record], _limit(store))
+        # Texts built around values already checked (the items' texts; finite floats) rather
+        # than encoded and validated again: what their dicts would encode to.
+        if not math.isfinite(now):
+            encode_batch([record])  # raises InvalidItemError, naming the value
+        records = [check_size(dumps(record), 0, _limit(store))]
         head = f'{{"type":"{TTL_TYPE}","t":{dumps(now)},"item":'
-        envelopes = [
-            check_size(f"{head}{text}}}", i, _limit(inner)) for i, text in enumerate(texts)
-        ]
+        limit = _limit(inner)
+        envelopes = [check_size(f"{head}{text}}}", i, limit) for i, text in enumerate(texts)]
         [recorded], seqs = await family.add_encoded_family([(store, records), (inner, envelopes)])
         self._state = state
         await life.recorded(state, recorded)
@@ -328,15 +329,24 @@ class TTLSession(SessionWrapper):
         envelopes = await self._stamp(items)
         return await inner.add_sequenced_items(envelopes) if envelopes else []
 
+    @cached_property
+    def _boundary(self) -> Boundary:
+        """Where the visible history starts, for ranged reads (made by the first one)."""
+        ttl = None if self._family_expiry else self.ttl
+        return Boundary(
+            ttl=ttl, sliding=self.sliding, item_ttl=self.item_ttl, dead=self._dead, time=_time
+        )
+
     async def _newest_dead(self) -> int:
-        async with self._boundary_lock:
+        boundary = self._boundary
+        async with boundary.lock:
             await self._sync()
             now = self.clock()
             state = self._state
             if self._family_expiry and (state is None or self._lifecycle().dead(state, now)):
                 return _ALL
-            await self._boundary.refresh(self.inner, now)
-            return self._boundary.newest_dead(now, state.d if state is not None else None)
+            await boundary.refresh(self.inner, now)
+            return boundary.newest_dead(now, state.d if state is not None else None)
 
     async def get_sequenced_items(
         self, limit: int | None = None, *, after: int | None = None, before: int | None = None
@@ -491,9 +501,7 @@ class TTLSession(SessionWrapper):
             NotImplementedError: the inner session can neither delete ranges nor expire data.
         """
         inner: Any = self.inner
-        if not (
-            supports(inner, Capability.SEQUENCED) and supports(inner, Capability.RANGE_DELETE)
-        ):
+        if not (supports(inner, Capability.SEQUENCED) and supports(inner, Capability.RANGE_DELETE)):
             if supports(inner, Capability.NATIVE_EXPIRY):
                 return 0
             raise NotImplementedError(

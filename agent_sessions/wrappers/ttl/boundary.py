@@ -20,6 +20,7 @@ reads the live items once, newest first, until the first dead one.
 
 from __future__ import annotations
 
+import asyncio
 from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +50,8 @@ class Boundary:
         self.ttl, self.sliding, self.item_ttl = ttl, sliding, item_ttl
         self._dead, self._time = dead, time
         self.built = False
+        self.lock = asyncio.Lock()
+        """Held by the session across a refresh and an answer."""
         self._reset_to(0)
 
     # -- answering -----------------------------------------------------------------------------
@@ -95,8 +98,10 @@ class Boundary:
             # Only pops of the newest known live items are patched up; anything else (a clear,
             # more pops than the tail holds, the floor row gone, a hole) is read again.
             floor_gone = expect is not tail and kept == 0
-            if (deep and kept == 0) or floor_gone or (
-                kept < len(rows) and rows[kept][0] <= expect[-1]
+            if (
+                (deep and kept == 0)
+                or floor_gone
+                or (kept < len(rows) and rows[kept][0] <= expect[-1])
             ):
                 await self._rebuild(inner, now)
                 return
