@@ -117,11 +117,9 @@ async def call_with_wrapper(method: Any, *args: Any, wrapper: Any = None) -> Any
 
 
 class _PlainCache:
-    """Plaintext of envelopes one EncryptedSession object wrote or opened, by nonce text, as
-    ``(key id, ciphertext text, plaintext, write time)``. Never shared: it lives and dies with
-    its object, and an entry answers only for a byte-identical envelope (which would
-    authenticate to the same plaintext). Evicts oldest first; holds at most ``capacity``
-    bytes."""
+    """Plaintext of envelopes one object wrote or opened, by nonce text, as ``(key id,
+    ciphertext text, plaintext, write time)``: never shared, and used only for a byte-identical
+    envelope (which would authenticate to the same plaintext). At most ``capacity`` bytes."""
 
     __slots__ = ("capacity", "entries", "size")
 
@@ -198,14 +196,10 @@ class EncryptedSession(SessionWrapper):
             entry is used only for a byte-identical envelope. ``clear_session`` empties it.
             0: none.
 
-    Offers ``sibling()``, the sequenced-items and the range-delete capabilities exactly when
-    ``inner`` does (sequence numbers are the inner session's, one per stored item).
-
-    Unreadable items (wrong or unknown key, altered bytes, copied from another session, not
-    an envelope) are never returned as plaintext. ``get_items(limit=n)`` returns the latest
-    ``n`` readable items. ``pop_item`` removes and returns the newest readable item, removing
-    plaintext or foreign items above it on the way (as the SDK's); an envelope it cannot open
-    (wrong key, altered) is never removed: it raises :class:`KeyMismatchError` instead.
+    Passes on the inner's sequence numbers (one per stored item), range delete, rewrite,
+    native expiry and family. Unreadable items (wrong or unknown key, altered bytes, copied
+    from another session, not an envelope) are never returned as plaintext: reads skip them,
+    ``get_items(limit=n)`` returns the latest ``n`` readable items.
 
     Methods this class does not define are looked up on the wrapped session (e.g. a custom
     ``get_stats()``), except the storage capabilities, which would bypass encryption. Over the
@@ -430,8 +424,6 @@ class EncryptedSession(SessionWrapper):
     # -- the Session API -----------------------------------------------------------------------
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached for names this object lacks: forward custom methods (the SDK's
-        # delegation), never a storage capability, which would bypass encryption.
         if name.startswith("__") or name in _NOT_FORWARDED:
             raise AttributeError(name)
         inner = self.__dict__.get("underlying_session")
@@ -498,10 +490,8 @@ class EncryptedSession(SessionWrapper):
         return [self._seal(text) for text in encode_batch(items, self.max_item_bytes)]
 
     async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
-        """Remove and return the newest readable item; None when there is none.
-
-        Plaintext or foreign items above it are removed on the way (as the SDK's). An
-        envelope this session cannot open is never removed.
+        """Remove and return the newest readable item (None when there is none), removing
+        plaintext, foreign or expired items above it on the way, as the SDK's.
 
         Raises:
             KeyMismatchError: the newest envelope does not open with these keys (wrong or
@@ -509,8 +499,6 @@ class EncryptedSession(SessionWrapper):
         """
         inner = self.inner
         while wrapper is None:
-            # One step per stored item where the inner session pops checked (CHECKED_POP):
-            # the store removes exactly the item checked.
             try:
                 item = await pop_checked_of(inner, self._poppable)
             except _Unreadable as reason:
@@ -539,10 +527,9 @@ class EncryptedSession(SessionWrapper):
                 raise self._mismatch(reason) from None
 
     def _poppable(self, envelope: Any) -> Any:
-        """The check ``pop_checked`` runs inside the pop: the item, or ``_DRAINED`` for a
-        plaintext, foreign or expired one (removed on the way); raises ``_Unreadable`` for
-        an envelope these keys cannot open, so it is not removed. Runs off the event loop's
-        thread: it reads this object's cache but does not fill it."""
+        """The check run inside the pop: the item, ``_DRAINED`` (removed on the way) or
+        ``_Unreadable`` (kept). May run off the event loop's thread: it does not fill the
+        cache."""
         try:
             return self._open(envelope, remember=False)
         except (_NotAnEnvelope, _Expired):
@@ -693,27 +680,21 @@ class EncryptedSession(SessionWrapper):
 
     async def rotate(self, *, drop_unreadable: bool = False) -> int:
         """Re-encrypt every item of this session's family (the conversation and every side
-        store: branches, usage, compaction records) under the active key, in place.
+        store) under the active key, in place; return how many items were re-encrypted.
 
-        Each stored item keeps its sequence number, its place and its write time (layers above
-        cannot notice except by content); items already under the active key, and items that
-        expired, are left alone. Each member is rewritten in one atomic step, so a crash or
-        cancellation leaves every item readable with the keyring, and running ``rotate()``
-        again finishes the job: keep the old key in the keyring until a rotation has returned.
+        Items keep their sequence numbers and write times; items already under the active
+        key, and expired ones, are left alone. Each member is rewritten in one atomic step, so
+        an interrupted rotation leaves every item readable with the keyring and running it
+        again finishes the job: keep the old key in the keyring until a rotation returned.
 
         Args:
-            drop_unreadable: leave items that no key opens as they are (unreadable, skipped by
-                reads) instead of refusing to rotate.
-
-        Returns:
-            How many items were re-encrypted.
+            drop_unreadable: leave items that no key opens as they are instead of refusing.
 
         Raises:
             DecryptionError: an item is unreadable and ``drop_unreadable`` is False (nothing
                 is changed).
-            NotImplementedError: the inner session cannot rewrite items in place (a session
-                from outside this package): a rotation through clear and re-add would renumber
-                the history under every layer above and could lose concurrent writes.
+            NotImplementedError: the inner session cannot rewrite items in place (clear and
+                re-add would renumber the history under every layer above).
         """
         members: list[EncryptedSession] = [self]
         for purpose in await self.family_purposes():

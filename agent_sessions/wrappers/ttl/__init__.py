@@ -1,29 +1,16 @@
 """``TTLSession``: session and item expiry over any Session.
 
-Each item is stored in the inner session inside a small envelope carrying its write time::
-
-    {"type": "agent_sessions.ttl", "t": 1764694800.12, "item": {...}}
-
-(absolute mode adds ``"c"``, the session's creation time). No side store is needed: the newest
-envelope's ``t`` is the session's last write. Expiry rules, with ``now`` from one clock
-(``time.time`` unless ``clock=`` is given):
-
-- ``item_ttl``: an item is dead when ``now - t > item_ttl``.
-- ``ttl`` sliding: the session dies when ``ttl`` passes without a write. An item is dead when a
-  gap longer than ``ttl`` follows it (between two later writes, or between the newest write and
-  ``now``), so writing to a dead session starts afresh instead of reviving old items.
-- ``ttl`` absolute: an item is dead when ``now - c > ttl``; the first write into an empty, cleared
-  or dead session starts a new lifetime.
-
-Visible history is everything after the newest dead item, so it never has holes. With one clock
-the dead items form a prefix anyway; with skewed clocks an out-of-order timestamp can only move
-the cut, never resurrect an item. Because of that, ``get_items(limit=n)`` reads exactly ``n``
-stored items: if any of them is dead, so is everything older.
+Each item is stored inside an envelope with its write time,
+``{"type": "agent_sessions.ttl", "t": 1764694800.12, "item": {...}}`` (absolute mode adds
+``"c"``, the lifetime's start). An item is dead when ``now - t > item_ttl``; when a gap longer
+than ``ttl`` follows it (sliding: between two later writes, or the newest write and ``now``);
+or when ``now - c > ttl`` (absolute). Visible history is everything after the newest dead
+item, so it has no holes and an out-of-order stamp can only move the cut, and
+``get_items(limit=n)`` reads exactly ``n`` stored items (docs/ttl.md).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Callable
@@ -43,8 +30,6 @@ from .family import PURPOSE, Lifecycle, State
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
-
-logger = logging.getLogger("agent_sessions")
 
 TTL_TYPE = "agent_sessions.ttl"
 _DEAD = object()
@@ -487,15 +472,10 @@ class TTLSession(SessionWrapper):
         """Delete this session's dead items from the store; return how many were deleted
         (with ``dry_run``, how many would be, deleting nothing).
 
-        Safe while other tasks or processes use the session: it deletes only items already
-        dead (by ``clock_skew`` more than reads require), in one atomic range delete below a
-        sequence number, and nothing written later can be affected. Reads pages of 200
-        items from the newest backwards until it meets the first dead one, so its cost grows
-        with the number of live items, not with the dead ones.
-
-        Needs an inner session with sequenced items and range deletion (this package's
-        backends). Over a session with native expiry but no range deletion it returns 0:
-        the store removes the whole session once it is dead.
+        Safe while the session is in use: it deletes only items dead by ``clock_skew`` more
+        than reads require, in one atomic range delete; its cost grows with the live items.
+        Over a session with native expiry but no range deletion it returns 0 (the store
+        removes the whole session once it is dead).
 
         Raises:
             NotImplementedError: the inner session can neither delete ranges nor expire data.
