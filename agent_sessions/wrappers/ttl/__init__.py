@@ -137,8 +137,7 @@ class TTLSession(SessionWrapper):
                 else DEFAULT_MAX_ITEM_BYTES
             )
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
-        # With a family, session expiry is the family's (see ttl.family); a member made by
-        # wrap_member shares its owner's lifecycle.
+        # With a family, session expiry is the family's (ttl.family), shared by its members.
         self._family_expiry = self.ttl is not None and (
             _lifecycle is not None or supports(inner, Capability.FAMILY)
         )
@@ -265,10 +264,8 @@ class TTLSession(SessionWrapper):
                 await self.inner.add_items(envelopes)
 
     async def _add_with_record(self, items: list[TResponseInputItem], via: str) -> list[int] | None:
-        """Store the family's lifecycle record and the stamped ``items`` in one round trip
-        (``add_encoded_family``, FAMILY_BATCH), record first; the new items' numbers, or
-        None (nothing done) when the inner session cannot, or does not pass its writes
-        through ``via``'s usual path (a subclass's override)."""
+        """Store the family's lifecycle record, then the stamped ``items``, in one round trip
+        (FAMILY_BATCH); the items' numbers, or None (nothing done) when ``via`` cannot."""
         if not items or via not in self._batch_via:
             return None
         inner = self.inner
@@ -341,22 +338,23 @@ class TTLSession(SessionWrapper):
         inner = self._inner(Capability.SEQUENCED)
         if limit is not None and limit <= 0:
             return []
-        dead = await self._newest_dead()
+        after = await self._live_after(after)
         rows: list[tuple[int, Any]] = await inner.get_sequenced_items(
-            limit, after=dead if after is None else max(after, dead), before=before
+            limit, after=after, before=before
         )
-        # An envelope that is not ours can only be newer than the boundary if it was written
-        # since the refresh; like get_items, never show it.
+        # An envelope not ours newer than the boundary was written since the refresh: hidden.
         return [(seq, env["item"]) for seq, env in rows if _time(env, "t") is not None]
 
     async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
         """Return how many live items have after < seq < before."""
         inner = self._inner(Capability.SEQUENCED)
-        dead = await self._newest_dead()
-        count: int = await inner.count_items(
-            after=dead if after is None else max(after, dead), before=before
-        )
+        count: int = await inner.count_items(after=await self._live_after(after), before=before)
         return count
+
+    async def _live_after(self, after: int | None) -> int:
+        """``after`` raised to the newest dead item's number."""
+        dead = await self._newest_dead()
+        return dead if after is None else max(after, dead)
 
     async def delete_items(self, *, before: int) -> int:
         """Delete the stored items numbered below ``before`` (live or not); return how many."""
@@ -422,10 +420,6 @@ class TTLSession(SessionWrapper):
 
         result = await pop_checked_of(self.inner, unwrap)
         return None if result is _DEAD else result
-
-    async def clear_session(self) -> None:
-        """Delete every item of this session."""
-        await self.inner.clear_session()
 
     # -- the SDK compaction session's hooks (see core.sdk_compaction) ---------------------------
 
