@@ -322,35 +322,14 @@ class EncryptedSession(SessionWrapper):
     def _open(self, envelope: Any, remember: bool = True) -> Any:
         """Return the item inside ``envelope`` or raise _Unreadable (``remember``: add it to
         the plaintext cache)."""
-        # Reads call this once per item: the common path is kept to a few dict lookups.
+        cached = self._cached([envelope])
+        if cached:
+            return cached[0]
         if type(envelope) is not dict or envelope.get("type") != ENC_TYPE:
             raise _NotAnEnvelope("it is not an encrypted envelope")
         if envelope.get("v") != ENVELOPE_VERSION:
             raise _Unreadable(f"envelope version {envelope.get('v')!r} is not supported")
         n, c, t, kid = envelope.get("n"), envelope.get("c"), envelope.get("t"), envelope.get("kid")
-        cache = self._plain
-        if cache is not None and type(n) is str:
-            hit = cache.entries.get(n)
-            if hit is not None and hit[1] == c and hit[0] == kid and hit[3] == t:
-                plain = hit[2]  # a byte-identical envelope authenticated before
-                remember = False
-            else:
-                plain = self._decrypt(kid, n, c, t)
-        else:
-            plain = self._decrypt(kid, n, c, t)
-        try:
-            item = loads(plain)
-        except ValueError:
-            raise _Unreadable("the decrypted data is not JSON") from None
-        if type(item) is not dict:
-            raise _Unreadable("the decrypted data is not a JSON object")
-        if remember and cache is not None:
-            cache.add(n, kid, c, plain, t)  # type: ignore[arg-type]
-        if t is not None and self._lifetime is not None and time.time() - t > self._lifetime:
-            raise _Expired("it is older than ttl")
-        return item
-
-    def _decrypt(self, kid: Any, n: Any, c: Any, t: Any) -> bytes:
         if t is not None and type(t) is not int:
             raise _Unreadable("the envelope's write time is malformed")
         entry = self._ciphers.get(kid) if type(kid) is str else None
@@ -360,7 +339,7 @@ class EncryptedSession(SessionWrapper):
             entry = self._cipher(kid)
         try:
             # Lenient decoding is enough: GCM authenticates the bytes that come out.
-            nonce, sealed = a2b_base64(n), a2b_base64(c)
+            nonce, sealed = a2b_base64(n), a2b_base64(c)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             raise _Unreadable("the envelope's nonce or ciphertext is malformed") from None
         if len(nonce) != _NONCE_BYTES:
@@ -368,11 +347,21 @@ class EncryptedSession(SessionWrapper):
         # An envelope written before write times were stamped has no "t" (never expires).
         aad = entry[1] if t is None else b"%b\x00t%d" % (entry[1], t)
         try:
-            return entry[0].decrypt(nonce, sealed, aad)  # type: ignore[no-any-return]
+            plain = entry[0].decrypt(nonce, sealed, aad)
+            item = loads(plain)
         except InvalidTag:
             raise _Unreadable(
                 "authentication failed (wrong key, altered bytes, or copied from another session)"
             ) from None
+        except ValueError:
+            raise _Unreadable("the decrypted data is not JSON") from None
+        if type(item) is not dict:
+            raise _Unreadable("the decrypted data is not a JSON object")
+        if remember and self._plain is not None:
+            self._plain.add(n, kid, c, plain, t)  # type: ignore[arg-type]
+        if t is not None and self._lifetime is not None and time.time() - t > self._lifetime:
+            raise _Expired("it is older than ttl")
+        return item
 
     def _cached(self, envelopes: list[Any]) -> list[TResponseInputItem] | None:
         """The items of ``envelopes`` when every one is a live cache hit (each Runner turn
