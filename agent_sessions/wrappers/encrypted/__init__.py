@@ -18,6 +18,7 @@ import time
 from binascii import a2b_base64, b2a_base64
 from collections.abc import Mapping
 from datetime import timedelta
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import OpenAIResponsesCompactionSession, Session
@@ -106,14 +107,20 @@ def is_encrypted(item: Any) -> bool:
 async def call_with_wrapper(method: Any, *args: Any, wrapper: Any = None) -> Any:
     """Await ``method(*args)``, passing the SDK's ``wrapper=`` when given and ``method`` takes
     it by keyword."""
-    if wrapper is not None:
-        try:
-            param = inspect.signature(method).parameters.get("wrapper")
-        except (TypeError, ValueError):
-            param = None
-        if param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
-            return await method(*args, wrapper=wrapper)
+    if wrapper is not None and _takes_wrapper(getattr(method, "__func__", method)):
+        return await method(*args, wrapper=wrapper)
     return await method(*args)
+
+
+@lru_cache(maxsize=256)
+def _takes_wrapper(function: Any) -> bool:
+    """Whether ``function`` takes ``wrapper`` by keyword (asked once per function: the Runner
+    passes ``wrapper`` on every call, and ``inspect.signature`` costs ~15 us)."""
+    try:
+        param = inspect.signature(function).parameters.get("wrapper")
+    except (TypeError, ValueError):
+        return False
+    return param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
 
 
 class _PlainCache:
