@@ -15,9 +15,10 @@ import logging
 import os
 import re
 import time
-from binascii import a2b_base64
+from binascii import a2b_base64, b2a_base64
 from collections.abc import Mapping
 from datetime import timedelta
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import OpenAIResponsesCompactionSession, Session
@@ -48,19 +49,33 @@ ENC_TYPE = "agent_sessions.enc"
 ENVELOPE_VERSION = 1
 DEFAULT_KEY_ID = "default"
 """The key id of items written with ``encryption_key=`` (name the old key so in a keyring)."""
+DEFAULT_TTL = 600
+"""Item lifetime in seconds when built the SDK's way (``EncryptedSession(session_id, session,
+key)`` or ``underlying_session=``) without ``ttl``: the SDK's Fernet default."""
 
 _KID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _HKDF_SALT = b"agent_sessions.enc.v1"
 _NONCE_BYTES = 12
 _TAG_BYTES = 16
 _ENVELOPE_FIXED = len('{"type":"agent_sessions.enc","v":1,"kid":"","n":"","c":""}') + 16
+_ROTATE_PAGE = 500
+_DRAINED = object()
+_NOT_FORWARDED = frozenset(
+    name
+    for protocol in vars(capabilities).values()
+    if isinstance(protocol, type) and getattr(protocol, "_is_protocol", False)
+    for name in vars(protocol)
+    if not name.startswith("_")
+) | {"inner", "underlying_session", "close", "rewrite_items", "rotate"}
+"""Names never looked up on the wrapped session: a capability reached past this layer would
+read or write ciphertext (or plaintext) behind its back."""
 
 
 def master_key_bytes(key: str | bytes, name: str = "encryption_key") -> bytes:
     """Return HKDF input for ``key`` the way the Agents SDK reads it: a urlsafe-base64 text
     of 32 bytes (e.g. ``Fernet.generate_key()``) is decoded, anything else is a passphrase
     used as its UTF-8 bytes. Raises ValueError for a missing or empty key."""
-    if isinstance(key, (bytes, bytearray)):
+    if isinstance(key, bytearray):
         key = bytes(key)
     if not key or not isinstance(key, (str, bytes)):
         problem = "is empty" if isinstance(key, (str, bytes)) else f"is a {type(key).__name__}"
@@ -77,44 +92,6 @@ def master_key_bytes(key: str | bytes, name: str = "encryption_key") -> bytes:
     return key if isinstance(key, bytes) else key.encode("utf-8")
 
 
-
-_CacheEntry = tuple[str, str, bytes, Any]
-"""(key id, ciphertext text, plaintext, write time) of an envelope that authenticated."""
-
-
-class _PlainCache:
-    """Plaintext of envelopes one EncryptedSession object wrote or opened, by nonce text; it
-    lives and dies with that object (never shared: plaintext stays no wider than its reader).
-    An entry answers only for a byte-identical envelope (key id, write time, ciphertext),
-    which would authenticate to the same plaintext under the object's fixed keys and session.
-    Insertion order is eviction order; it holds at most ``capacity`` bytes."""
-
-    __slots__ = ("capacity", "entries", "size")
-
-    def __init__(self, capacity: int) -> None:
-        self.entries: dict[str, _CacheEntry] = {}
-        self.size = 0
-        self.capacity = capacity
-
-    def add(self, n: str, entry: _CacheEntry) -> None:
-        size = len(entry[2]) + len(entry[1])
-        entries = self.entries
-        if size * 4 > self.capacity or n in entries:
-            return
-        while self.size + size > self.capacity:
-            old = entries.pop(next(iter(entries)))
-            self.size -= len(old[2]) + len(old[1])
-        entries[n] = entry
-        self.size += size
-
-    def clear(self) -> None:
-        self.entries.clear()
-        self.size = 0
-
-
-_DRAINED = object()
-
-
 def is_encrypted(item: Any) -> bool:
     """Whether ``item``, as stored (read from the session under an ``EncryptedSession``), is
     an encrypted envelope: ours (``{"type": "agent_sessions.enc", ...}``) or the Agents SDK's
@@ -127,26 +104,47 @@ def is_encrypted(item: Any) -> bool:
     return item.get("__enc__") == 1 and isinstance(item.get("payload"), str)
 
 
-def _time_aad(t: int) -> bytes:
-    """The associated data binding an envelope's write time (so it cannot be altered)."""
-    return b"\x00t" + str(t).encode("ascii")
-
-
-def _b64(data: bytes) -> str:
-    return binascii.b2a_base64(data, newline=False).decode("ascii")
-
-
 async def call_with_wrapper(method: Any, *args: Any, wrapper: Any = None) -> Any:
     """Await ``method(*args)``, passing the SDK's ``wrapper=`` when given and ``method`` takes
     it by keyword."""
-    if wrapper is not None:
-        try:
-            param = inspect.signature(method).parameters.get("wrapper")
-        except (TypeError, ValueError):
-            param = None
-        if param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
-            return await method(*args, wrapper=wrapper)
+    if wrapper is not None and _takes_wrapper(getattr(method, "__func__", method)):
+        return await method(*args, wrapper=wrapper)
     return await method(*args)
+
+
+@lru_cache(maxsize=256)
+def _takes_wrapper(function: Any) -> bool:
+    """Whether ``function`` takes ``wrapper`` by keyword (asked once per function: the Runner
+    passes ``wrapper`` on every call, and ``inspect.signature`` costs ~15 us)."""
+    try:
+        param = inspect.signature(function).parameters.get("wrapper")
+    except (TypeError, ValueError):
+        return False
+    return param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
+
+
+class _PlainCache:
+    """Plaintext of envelopes one object wrote or opened, by nonce text, as ``(key id,
+    ciphertext text, plaintext, write time)``: never shared, and used only for a byte-identical
+    envelope (which would authenticate to the same plaintext). At most ``capacity`` bytes."""
+
+    __slots__ = ("capacity", "entries", "size")
+
+    def __init__(self, capacity: int) -> None:
+        self.entries: dict[str, tuple[str, str, bytes, Any]] = {}
+        self.size = 0
+        self.capacity = capacity
+
+    def add(self, n: str, kid: str, c: str, plain: bytes, t: Any) -> None:
+        size = len(plain) + len(c)
+        entries = self.entries
+        if size * 4 > self.capacity or n in entries:
+            return
+        while self.size + size > self.capacity:
+            old = entries.pop(next(iter(entries)))
+            self.size -= len(old[2]) + len(old[1])
+        entries[n] = (kid, c, plain, t)
+        self.size += size
 
 
 class _Unreadable(Exception):
@@ -154,12 +152,12 @@ class _Unreadable(Exception):
 
 
 class _NotAnEnvelope(_Unreadable):
-    """A stored item that is not one of our envelopes (plaintext or foreign): skipped, and
-    ``pop_item`` removes it on its way to the newest readable item, as the SDK's does."""
+    """A stored item that is not one of our envelopes: skipped; ``pop_item`` removes it on its
+    way to the newest readable item, as the SDK's does."""
 
 
 class _Expired(_Unreadable):
-    """An authenticated envelope older than ``ttl``: skipped silently, removed by ``pop_item``
+    """An authenticated envelope older than ``ttl``: skipped silently; ``pop_item`` removes it
     on its way (as the SDK's Fernet ttl)."""
 
 
@@ -169,19 +167,8 @@ class KeyMismatchError(DecryptionError, InvalidToken):
     ``EncryptedSession.pop_item`` raises in the same case."""
 
 
-DEFAULT_TTL = 600
-"""Item lifetime in seconds when built the SDK's way (``EncryptedSession(session_id, session,
-key)`` or ``underlying_session=``) without ``ttl``: the SDK's Fernet default."""
-
-_NOT_FORWARDED = frozenset(
-    name
-    for protocol in vars(capabilities).values()
-    if isinstance(protocol, type) and getattr(protocol, "_is_protocol", False)
-    for name in vars(protocol)
-    if not name.startswith("_")
-) | {"inner", "underlying_session", "close", "rewrite_items", "rotate"}
-"""Names never looked up on the wrapped session: a capability reached past this layer would
-read or write ciphertext (or plaintext) behind its back."""
+def _not_int(value: Any, least: int) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int) or value < least
 
 
 class EncryptedSession(SessionWrapper):
@@ -195,13 +182,12 @@ class EncryptedSession(SessionWrapper):
         keys: keyring form instead of ``encryption_key``: ``{"k2": new, "k1": old}``; every key
             still decrypts, new items use ``active``. Key ids: 1-64 of ``A-Za-z0-9._-``.
         active: the key id new items are written with (may be omitted for one key).
-        ttl: item lifetime in seconds or ``timedelta``, like the SDK's: every envelope carries
-            its (authenticated) write time, and an item older than ``ttl`` is skipped by reads
-            and removed by ``pop_item`` on its way, but stays stored (stack a ``TTLSession``
-            under this layer to remove expired data physically). Built the SDK's way
-            (``EncryptedSession(session_id, session, key)`` or with ``underlying_session=``)
-            it defaults to the SDK's 600 s; pass ``no_ttl=True`` to keep items forever. With
-            ``inner=`` it defaults to no expiry.
+        ttl: item lifetime in seconds or ``timedelta``, like the SDK's: an item older than
+            ``ttl`` (by its authenticated write time) is skipped by reads and removed by
+            ``pop_item`` on its way, but stays stored (stack a ``TTLSession`` under this layer
+            to remove it physically). Built the SDK's way (``EncryptedSession(session_id,
+            session, key)`` or ``underlying_session=``) it defaults to the SDK's 600 s
+            (``no_ttl=True``: keep items forever); with ``inner=``, to no expiry.
         strict: raise :class:`DecryptionError` on an unreadable stored item instead of skipping
             it with a logged warning.
         session_id: optional, for the SDK's signature; must equal ``inner.session_id``.
@@ -211,20 +197,16 @@ class EncryptedSession(SessionWrapper):
             unbounded): ``get_items`` reads growing windows until it has ``limit`` readable
             items, and raises RuntimeError when the budget runs out first (and ValueError for
             a negative limit, before reading).
-        cache_bytes: plaintext this object keeps in memory of items it wrote or opened, so
-            its next read of the same envelope skips base64 and AES (each Runner turn re-reads
-            the history). The cache belongs to this object and goes with it (no other object,
-            session or key ever sees it); an entry is used only for a byte-identical envelope
-            (key id, write time, nonce and ciphertext). ``clear_session`` empties it. 0: none.
+        cache_bytes: plaintext this object keeps of items it wrote or opened, so its next read
+            of the same envelope skips base64 and AES (each Runner turn re-reads the history).
+            It belongs to this object alone (no other object, session or key sees it); an
+            entry is used only for a byte-identical envelope. ``clear_session`` empties it.
+            0: none.
 
-    Offers ``sibling()``, the sequenced-items and the range-delete capabilities exactly when
-    ``inner`` does (sequence numbers are the inner session's, one per stored item).
-
-    Unreadable items (wrong or unknown key, altered bytes, copied from another session, not
-    an envelope) are never returned as plaintext. ``get_items(limit=n)`` returns the latest
-    ``n`` readable items. ``pop_item`` removes and returns the newest readable item, removing
-    plaintext or foreign items above it on the way (as the SDK's); an envelope it cannot open
-    (wrong key, altered) is never removed: it raises :class:`KeyMismatchError` instead.
+    Passes on the inner's sequence numbers (one per stored item), range delete, rewrite,
+    native expiry and family. Unreadable items (wrong or unknown key, altered bytes, copied
+    from another session, not an envelope) are never returned as plaintext: reads skip them,
+    ``get_items(limit=n)`` returns the latest ``n`` readable items.
 
     Methods this class does not define are looked up on the wrapped session (e.g. a custom
     ``get_stats()``), except the storage capabilities, which would bypass encryption. Over the
@@ -277,11 +259,7 @@ class EncryptedSession(SessionWrapper):
         """Whether items vanish from reads on their own (see ``base.expiring_layer``)."""
         if inner is None:
             raise TypeError("EncryptedSession needs the session to wrap (inner=...)")
-        if max_scan_items is not None and (
-            isinstance(max_scan_items, bool)
-            or not isinstance(max_scan_items, int)
-            or max_scan_items <= 0
-        ):
+        if max_scan_items is not None and _not_int(max_scan_items, 1):
             raise ValueError("max_scan_items must be positive or None (a positive int)")
         self.max_scan_items = max_scan_items
         if session_id is not None and session_id != inner.session_id:
@@ -289,19 +267,17 @@ class EncryptedSession(SessionWrapper):
                 f"session_id {session_id!r} differs from the wrapped session's "
                 f"{inner.session_id!r}; omit session_id or make them equal"
             )
-        self._keys, self.active_key_id = self._keyring(encryption_key, keys, active)
+        self._keys, self.active_key_id = _keyring(encryption_key, keys, active)
         self.underlying_session = inner
         """The wrapped session (the SDK's attribute name; ``inner`` is the same)."""
         super().__init__(inner)
         self.strict = strict
         self.ttl = ttl
-        self._ciphers: dict[str, tuple[AESGCM, bytes]] = {}
-        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
+        if _not_int(cache_bytes, 0):
             raise ValueError("cache_bytes must be an int >= 0 (0 disables the plaintext cache)")
         self.cache_bytes = cache_bytes
         self._plain = _PlainCache(cache_bytes) if cache_bytes else None
-        self._aad_prefix = f"{ENC_TYPE}\x00{ENVELOPE_VERSION}\x00".encode()
-        self._aad_suffix = b"\x00" + self.session_id.encode("utf-8")
+        self._ciphers: dict[str, tuple[AESGCM, bytes]] = {}
         self._cipher(self.active_key_id)  # derive now: a bad key fails at construction
         if max_item_bytes is None:
             inner_cap = getattr(inner, "max_item_bytes", None)
@@ -311,42 +287,6 @@ class EncryptedSession(SessionWrapper):
                 b64_budget = inner_cap - _ENVELOPE_FIXED - longest_kid - 16
                 max_item_bytes = max(1, (b64_budget // 4) * 3 - _TAG_BYTES)
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
-
-    @staticmethod
-    def _keyring(
-        encryption_key: str | bytes | None,
-        keys: Mapping[str, str | bytes] | None,
-        active: str | None,
-    ) -> tuple[dict[str, bytes], str]:
-        if encryption_key is not None and keys is not None:
-            raise ValueError("pass either encryption_key= or keys=, not both")
-        if keys is None:
-            if encryption_key is None:
-                raise ValueError(
-                    "encryption_key is required: a 32-byte urlsafe-base64 key (e.g. "
-                    "Fernet.generate_key()) or a long random passphrase, or keys={id: key}"
-                )
-            if active not in (None, DEFAULT_KEY_ID):
-                raise ValueError(f"active={active!r} needs keys=; encryption_key's id is "
-                                 f"{DEFAULT_KEY_ID!r}")
-            return {DEFAULT_KEY_ID: master_key_bytes(encryption_key)}, DEFAULT_KEY_ID
-        if not isinstance(keys, Mapping) or not keys:
-            raise ValueError("keys must be a non-empty mapping of key id to key")
-        ring = {}
-        for kid, key in keys.items():
-            if not isinstance(kid, str) or not _KID.fullmatch(kid):
-                raise ValueError(
-                    f"key id {kid!r} is invalid: use 1-64 characters of A-Z a-z 0-9 . _ -"
-                )
-            ring[kid] = master_key_bytes(key, f"keys[{kid!r}]")
-        if active is None:
-            if len(ring) > 1:
-                raise ValueError(f"several keys given; name the one to write with: active= one "
-                                 f"of {sorted(ring)}")
-            active = next(iter(ring))
-        if active not in ring:
-            raise ValueError(f"active={active!r} is not in keys ({sorted(ring)})")
-        return ring, active
 
     def wrap_member(self, member: Session) -> EncryptedSession:
         """Return an EncryptedSession with the same keys over the side store ``member``."""
@@ -364,47 +304,39 @@ class EncryptedSession(SessionWrapper):
         """The AEAD of ``kid``'s per-session key (HKDF-SHA256) and the associated data."""
         entry = self._ciphers.get(kid)
         if entry is None:
-            info = b"agent_sessions.enc.session-key\x00" + self.session_id.encode("utf-8")
+            sid = self.session_id.encode("utf-8")
+            info = b"agent_sessions.enc.session-key\x00" + sid
             hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=_HKDF_SALT, info=info)
-            aad = self._aad_prefix + kid.encode("ascii") + self._aad_suffix
+            aad = f"{ENC_TYPE}\x00{ENVELOPE_VERSION}\x00{kid}\x00".encode() + sid
             entry = self._ciphers[kid] = (AESGCM(hkdf.derive(self._keys[kid])), aad)
         return entry
-
 
     def _seal(self, text: str, t: int | None = None) -> dict[str, Any]:
         """Return the envelope of ``text``, stamped with write time ``t`` (now when None)."""
         kid = self.active_key_id
-        cipher, aad = self._cipher(kid)
+        cipher, aad = self._ciphers.get(kid) or self._cipher(kid)
         if t is None:
             t = int(time.time())
         nonce = os.urandom(_NONCE_BYTES)
         plain = text.encode("utf-8")
-        n, c = _b64(nonce), _b64(cipher.encrypt(nonce, plain, aad + _time_aad(t)))
-        self._remember(n, kid, c, plain, t)
-        return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "t": t, "n": n, "c": c}
-
-    def _remember(self, n: str, kid: str, c: str, plain: bytes, t: Any) -> None:
+        sealed = cipher.encrypt(nonce, plain, b"%b\x00t%d" % (aad, t))
+        n = b2a_base64(nonce, newline=False).decode("ascii")
+        c = b2a_base64(sealed, newline=False).decode("ascii")
         if self._plain is not None:
-            self._plain.add(n, (kid, c, plain, t))
-
-    def _check_age(self, t: Any) -> None:
-        if self._lifetime is not None and t is not None and time.time() - t > self._lifetime:
-            raise _Expired("it is older than ttl")
+            self._plain.add(n, kid, c, plain, t)
+        return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "t": t, "n": n, "c": c}
 
     def _open(self, envelope: Any, remember: bool = True) -> Any:
         """Return the item inside ``envelope`` or raise _Unreadable (``remember``: add it to
         the plaintext cache)."""
-        # Reads call this once per item: the common path is kept to a few dict lookups.
+        cached = self._cached([envelope])
+        if cached:
+            return cached[0]
         if type(envelope) is not dict or envelope.get("type") != ENC_TYPE:
             raise _NotAnEnvelope("it is not an encrypted envelope")
         if envelope.get("v") != ENVELOPE_VERSION:
             raise _Unreadable(f"envelope version {envelope.get('v')!r} is not supported")
-        kid = envelope.get("kid")
-        n, c, t = envelope.get("n"), envelope.get("c"), envelope.get("t")
-        hit = self._plain.entries.get(n) if self._plain is not None and type(n) is str else None
-        if hit is not None and hit[1] == c and hit[0] == kid and hit[3] == t:
-            self._check_age(t)
-            return loads(hit[2])  # a byte-identical envelope authenticated before
+        n, c, t, kid = envelope.get("n"), envelope.get("c"), envelope.get("t"), envelope.get("kid")
         if t is not None and type(t) is not int:
             raise _Unreadable("the envelope's write time is malformed")
         entry = self._ciphers.get(kid) if type(kid) is str else None
@@ -414,30 +346,55 @@ class EncryptedSession(SessionWrapper):
             entry = self._cipher(kid)
         try:
             # Lenient decoding is enough: GCM authenticates the bytes that come out.
-            nonce = a2b_base64(n)  # type: ignore[arg-type]
-            sealed = a2b_base64(c)  # type: ignore[arg-type]
+            nonce, sealed = a2b_base64(n), a2b_base64(c)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             raise _Unreadable("the envelope's nonce or ciphertext is malformed") from None
         if len(nonce) != _NONCE_BYTES:
             raise _Unreadable("the envelope's nonce is malformed")
+        # An envelope written before write times were stamped has no "t" (never expires).
+        aad = entry[1] if t is None else b"%b\x00t%d" % (entry[1], t)
         try:
-            # An envelope written before write times were stamped has no "t" (never expires).
-            aad = entry[1] if t is None else entry[1] + _time_aad(t)
             plain = entry[0].decrypt(nonce, sealed, aad)
             item = loads(plain)
         except InvalidTag:
             raise _Unreadable(
-                "authentication failed (wrong key, altered bytes, or copied from another "
-                "session)"
+                "authentication failed (wrong key, altered bytes, or copied from another session)"
             ) from None
         except ValueError:
             raise _Unreadable("the decrypted data is not JSON") from None
         if type(item) is not dict:
             raise _Unreadable("the decrypted data is not a JSON object")
-        if remember:
-            self._remember(n, kid, c, plain, t)  # type: ignore[arg-type]
-        self._check_age(t)
+        if remember and self._plain is not None:
+            self._plain.add(n, kid, c, plain, t)  # type: ignore[arg-type]
+        if t is not None and self._lifetime is not None and time.time() - t > self._lifetime:
+            raise _Expired("it is older than ttl")
         return item
+
+    def _cached(self, envelopes: list[Any]) -> list[TResponseInputItem] | None:
+        """The items of ``envelopes`` when every one is a live cache hit (each Runner turn
+        re-reads the history), decoded in one call; else None."""
+        if self._plain is None or not envelopes:
+            return None
+        entries, plains = self._plain.entries, []
+        oldest = None if self._lifetime is None else time.time() - self._lifetime
+        try:
+            for envelope in envelopes:
+                hit = entries.get(envelope["n"])
+                if (
+                    hit is None
+                    or type(envelope) is not dict
+                    or hit[1] != envelope["c"]
+                    or hit[0] != envelope["kid"]
+                    or hit[3] != envelope["t"]
+                    or envelope["type"] != ENC_TYPE
+                    or envelope["v"] != ENVELOPE_VERSION
+                    or (oldest is not None and hit[3] is not None and hit[3] < oldest)
+                ):
+                    return None
+                plains.append(hit[2])
+        except (TypeError, KeyError):  # not a dict, a field missing or unhashable
+            return None
+        return loads(b"[%b]" % b",".join(plains))  # type: ignore[no-any-return]
 
     def _unreadable(self, reason: _Unreadable) -> None:
         if isinstance(reason, _Expired):
@@ -447,11 +404,22 @@ class EncryptedSession(SessionWrapper):
             raise DecryptionError(message)
         logger.warning("%s; skipping it", message)
 
+    def _open_all(self, envelopes: list[Any]) -> list[TResponseInputItem]:
+        cached = self._cached(envelopes)
+        if cached is not None:
+            return cached
+        out: list[TResponseInputItem] = []
+        open_, append = self._open, out.append
+        for envelope in envelopes:
+            try:
+                append(open_(envelope))
+            except _Unreadable as reason:
+                self._unreadable(reason)
+        return out
+
     # -- the Session API -----------------------------------------------------------------------
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached for names this object lacks: forward custom methods (the SDK's
-        # delegation), never a storage capability, which would bypass encryption.
         if name.startswith("__") or name in _NOT_FORWARDED:
             raise AttributeError(name)
         inner = self.__dict__.get("underlying_session")
@@ -463,15 +431,6 @@ class EncryptedSession(SessionWrapper):
             if name == "_defer_compaction":
                 return self._defer_encrypted_compaction
         return getattr(inner, name)
-
-    def _open_all(self, envelopes: list[Any]) -> list[TResponseInputItem]:
-        out = []
-        for envelope in envelopes:
-            try:
-                out.append(self._open(envelope))
-            except _Unreadable as reason:
-                self._unreadable(reason)
-        return out
 
     async def get_items(
         self, limit: int | None = None, *, wrapper: Any = None
@@ -523,30 +482,25 @@ class EncryptedSession(SessionWrapper):
         """
         await call_with_wrapper(self.inner.add_items, self._seal_items(items), wrapper=wrapper)
 
-    def _seal_items(self, items: list[TResponseInputItem]) -> list[TResponseInputItem]:
-        return [self._seal(text) for text in encode_batch(items, self.max_item_bytes)]  # type: ignore[misc]
+    def _seal_items(self, items: list[TResponseInputItem]) -> list[Any]:
+        return [self._seal(text) for text in encode_batch(items, self.max_item_bytes)]
 
     async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
-        """Remove and return the newest readable item; None when there is none.
-
-        Plaintext or foreign items above it are removed on the way (as the SDK's). An
-        envelope this session cannot open is never removed.
+        """Remove and return the newest readable item (None when there is none), removing
+        plaintext, foreign or expired items above it on the way, as the SDK's.
 
         Raises:
             KeyMismatchError: the newest envelope does not open with these keys (wrong or
                 unknown key, altered bytes); it is kept. Also the SDK's ``InvalidToken``.
         """
         inner = self.inner
-        if wrapper is None:
-            # One step per stored item where the inner session pops checked (CHECKED_POP):
-            # the store removes exactly the item checked.
-            while True:
-                try:
-                    item = await pop_checked_of(inner, self._poppable)
-                except _Unreadable as reason:
-                    raise self._mismatch(reason) from None
-                if item is not _DRAINED:
-                    return item  # type: ignore[no-any-return]
+        while wrapper is None:
+            try:
+                item = await pop_checked_of(inner, self._poppable)
+            except _Unreadable as reason:
+                raise self._mismatch(reason) from None
+            if item is not _DRAINED:
+                return item  # type: ignore[no-any-return]
         while True:
             newest = await call_with_wrapper(inner.get_items, 1, wrapper=wrapper)
             if not newest:
@@ -569,15 +523,13 @@ class EncryptedSession(SessionWrapper):
                 raise self._mismatch(reason) from None
 
     def _poppable(self, envelope: Any) -> Any:
-        """The check ``pop_checked`` runs inside the pop: the item, or ``_DRAINED`` for a
-        plaintext, foreign or expired one (removed on the way); raises ``_Unreadable`` for
-        an envelope these keys cannot open, so it is not removed. Runs off the event loop's
-        thread: it reads this object's cache but does not fill it."""
+        """The check run inside the pop: the item, ``_DRAINED`` (removed on the way) or
+        ``_Unreadable`` (kept). May run off the event loop's thread: it does not fill the
+        cache."""
         try:
             return self._open(envelope, remember=False)
         except (_NotAnEnvelope, _Expired):
             return _DRAINED
-
 
     def _mismatch(self, reason: _Unreadable) -> KeyMismatchError:
         return KeyMismatchError(
@@ -590,7 +542,8 @@ class EncryptedSession(SessionWrapper):
         """Delete every item of this session."""
         await call_with_wrapper(self.inner.clear_session, wrapper=wrapper)
         if self._plain is not None:
-            self._plain.clear()
+            self._plain.entries.clear()
+            self._plain.size = 0
 
     # -- the SDK's compaction hooks ------------------------------------------------------------
 
@@ -612,9 +565,7 @@ class EncryptedSession(SessionWrapper):
     ) -> None:
         session = self.underlying_session
         assert isinstance(session, OpenAIResponsesCompactionSession)
-        await session._defer_compaction(
-            response_id, store, read_items=self._read_compaction_items
-        )
+        await session._defer_compaction(response_id, store, read_items=self._read_compaction_items)
 
     async def _read_compaction_items(
         self, limit: int | None, *, wrapper: Any = None
@@ -628,9 +579,7 @@ class EncryptedSession(SessionWrapper):
             return [], False
         return self._open_all(envelopes), True
 
-    async def _get_compaction_snapshot(
-        self, limit: int, *, prune_prefix: Any = None
-    ) -> Any:
+    async def _get_compaction_snapshot(self, limit: int, *, prune_prefix: Any = None) -> Any:
         """The SDK's atomic-suffix hook, over the wrapped session's: decrypted items; the
         compacted suffix is stored encrypted. An unreadable item is never replaced."""
         backend: Any = self.inner
@@ -639,13 +588,14 @@ class EncryptedSession(SessionWrapper):
         reader = getattr(backend, "_get_compaction_snapshot", None)
         if reader is None:
             return None
+
         def expired(envelope: Any) -> bool:
             try:
                 self._open(envelope)
             except _Expired:
                 return True
             except _Unreadable:
-                return False
+                pass
             return False
 
         raw = await reader(limit, prune_prefix=expired)
@@ -677,14 +627,14 @@ class EncryptedSession(SessionWrapper):
         adds)."""
         return await atomic_replace(self.inner, self._seal_items(items))
 
+    # -- capabilities passed on from the inner session -----------------------------------------
+
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers (SEQUENCED)."""
         sealed = self._seal_items(items)
         if not sealed:
             return []
-        seqs: list[int] = await self._inner(Capability.SEQUENCED).add_sequenced_items(sealed)
-        return seqs
-
+        return await self._inner(Capability.SEQUENCED).add_sequenced_items(sealed)  # type: ignore[no-any-return]
 
     async def get_sequenced_items(
         self, limit: int | None = None, *, after: int | None = None, before: int | None = None
@@ -704,50 +654,43 @@ class EncryptedSession(SessionWrapper):
 
     async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
         """Return how many stored items have after < seq < before (unreadable ones too)."""
-        count: int = await self._inner(Capability.SEQUENCED).count_items(after=after, before=before)
-        return count
+        inner = self._inner(Capability.SEQUENCED)
+        return await inner.count_items(after=after, before=before)  # type: ignore[no-any-return]
 
     async def delete_items(self, *, before: int) -> int:
         """Atomically delete the stored items with seq < ``before`` (unreadable ones too);
         return how many were deleted (RANGE_DELETE)."""
-        deleted: int = await self._inner(Capability.RANGE_DELETE).delete_items(before=before)
-        return deleted
+        inner = self._inner(Capability.RANGE_DELETE)
+        return await inner.delete_items(before=before)  # type: ignore[no-any-return]
 
     async def rewrite_items(self, pairs: list[tuple[int, TResponseInputItem]]) -> int:
         """Encrypt each ``(seq, item)`` under the active key and replace stored item ``seq``
         with it, in one atomic step (REWRITE); returns how many were replaced."""
         inner = self._inner(Capability.REWRITE)
-        texts = encode_batch([item for _, item in pairs], self.max_item_bytes)
-        replaced: int = await inner.rewrite_items(
-            [(seq, self._seal(text)) for (seq, _), text in zip(pairs, texts, strict=True)]
+        sealed = self._seal_items([item for _, item in pairs])
+        return await inner.rewrite_items(  # type: ignore[no-any-return]
+            [(seq, envelope) for (seq, _), envelope in zip(pairs, sealed, strict=True)]
         )
-        return replaced
 
     # -- rotation ------------------------------------------------------------------------------
 
     async def rotate(self, *, drop_unreadable: bool = False) -> int:
         """Re-encrypt every item of this session's family (the conversation and every side
-        store: branches, usage, compaction records) under the active key, in place.
+        store) under the active key, in place; return how many items were re-encrypted.
 
-        Each stored item keeps its sequence number, its place and its write time (layers above
-        cannot notice except by content); items already under the active key, and items that
-        expired, are left alone. Each member is rewritten in one atomic step, so a crash or
-        cancellation leaves every item readable with the keyring, and running ``rotate()``
-        again finishes the job: keep the old key in the keyring until a rotation has returned.
+        Items keep their sequence numbers and write times; items already under the active
+        key, and expired ones, are left alone. Each member is rewritten in one atomic step, so
+        an interrupted rotation leaves every item readable with the keyring and running it
+        again finishes the job: keep the old key in the keyring until a rotation returned.
 
         Args:
-            drop_unreadable: leave items that no key opens as they are (unreadable, skipped by
-                reads) instead of refusing to rotate.
-
-        Returns:
-            How many items were re-encrypted.
+            drop_unreadable: leave items that no key opens as they are instead of refusing.
 
         Raises:
             DecryptionError: an item is unreadable and ``drop_unreadable`` is False (nothing
                 is changed).
-            NotImplementedError: the inner session cannot rewrite items in place (a session
-                from outside this package): a rotation through clear and re-add would renumber
-                the history under every layer above and could lose concurrent writes.
+            NotImplementedError: the inner session cannot rewrite items in place (clear and
+                re-add would renumber the history under every layer above).
         """
         members: list[EncryptedSession] = [self]
         for purpose in await self.family_purposes():
@@ -776,23 +719,57 @@ class EncryptedSession(SessionWrapper):
                 except _Expired:
                     continue  # never shown again
                 except _Unreadable as reason:
-                    if drop_unreadable:
-                        logger.warning(
-                            "EncryptedSession %r: item %d stays unreadable: %s",
-                            self.session_id, seq, reason,
-                        )
-                        continue
-                    raise DecryptionError(
-                        f"EncryptedSession {self.session_id!r}: cannot rotate, stored item "
-                        f"{seq} is unreadable: {reason}; pass drop_unreadable=True to leave "
-                        "such items as they are, or add their key to the keyring"
-                    ) from None
+                    if not drop_unreadable:
+                        raise DecryptionError(
+                            f"EncryptedSession {self.session_id!r}: cannot rotate, stored item "
+                            f"{seq} is unreadable: {reason}; pass drop_unreadable=True to "
+                            "leave such items as they are, or add their key to the keyring"
+                        ) from None
+                    logger.warning(
+                        "EncryptedSession %r: item %d stays unreadable: %s",
+                        self.session_id,
+                        seq,
+                        reason,
+                    )
+                    continue
                 if envelope["kid"] != self.active_key_id:
                     plan.append((seq, self._seal(dumps(item), envelope.get("t"))))
             before = rows[0][0]
 
 
-_ROTATE_PAGE = 500
+def _keyring(
+    encryption_key: str | bytes | None, keys: Mapping[str, str | bytes] | None, active: str | None
+) -> tuple[dict[str, bytes], str]:
+    """The master keys by key id, and the active key id (ValueError for a bad keyring)."""
+    if encryption_key is not None and keys is not None:
+        raise ValueError("pass either encryption_key= or keys=, not both")
+    if keys is None:
+        if encryption_key is None:
+            raise ValueError(
+                "encryption_key is required: a 32-byte urlsafe-base64 key (e.g. "
+                "Fernet.generate_key()) or a long random passphrase, or keys={id: key}"
+            )
+        if active not in (None, DEFAULT_KEY_ID):
+            raise ValueError(
+                f"active={active!r} needs keys=; encryption_key's id is {DEFAULT_KEY_ID!r}"
+            )
+        return {DEFAULT_KEY_ID: master_key_bytes(encryption_key)}, DEFAULT_KEY_ID
+    if not isinstance(keys, Mapping) or not keys:
+        raise ValueError("keys must be a non-empty mapping of key id to key")
+    ring = {}
+    for kid, key in keys.items():
+        if not isinstance(kid, str) or not _KID.fullmatch(kid):
+            raise ValueError(f"key id {kid!r} is invalid: use 1-64 characters of A-Z a-z 0-9 . _ -")
+        ring[kid] = master_key_bytes(key, f"keys[{kid!r}]")
+    if active is None:
+        if len(ring) > 1:
+            raise ValueError(
+                f"several keys given; name the one to write with: active= one of {sorted(ring)}"
+            )
+        active = next(iter(ring))
+    if active not in ring:
+        raise ValueError(f"active={active!r} is not in keys ({sorted(ring)})")
+    return ring, active
 
 
 __all__ = [

@@ -1,34 +1,21 @@
 """``TTLSession``: session and item expiry over any Session.
 
-Each item is stored in the inner session inside a small envelope carrying its write time::
-
-    {"type": "agent_sessions.ttl", "t": 1764694800.12, "item": {...}}
-
-(absolute mode adds ``"c"``, the session's creation time). No side store is needed: the newest
-envelope's ``t`` is the session's last write. Expiry rules, with ``now`` from one clock
-(``time.time`` unless ``clock=`` is given):
-
-- ``item_ttl``: an item is dead when ``now - t > item_ttl``.
-- ``ttl`` sliding: the session dies when ``ttl`` passes without a write. An item is dead when a
-  gap longer than ``ttl`` follows it (between two later writes, or between the newest write and
-  ``now``), so writing to a dead session starts afresh instead of reviving old items.
-- ``ttl`` absolute: an item is dead when ``now - c > ttl``; the first write into an empty, cleared
-  or dead session starts a new lifetime.
-
-Visible history is everything after the newest dead item, so it never has holes. With one clock
-the dead items form a prefix anyway; with skewed clocks an out-of-order timestamp can only move
-the cut, never resurrect an item. Because of that, ``get_items(limit=n)`` reads exactly ``n``
-stored items: if any of them is dead, so is everything older.
+Each item is stored inside an envelope with its write time,
+``{"type": "agent_sessions.ttl", "t": 1764694800.12, "item": {...}}`` (absolute mode adds
+``"c"``, the lifetime's start). An item is dead when ``now - t > item_ttl``; when a gap longer
+than ``ttl`` follows it (sliding: between two later writes, or the newest write and ``now``);
+or when ``now - c > ttl`` (absolute). Visible history is everything after the newest dead
+item, so it has no holes and an out-of-order stamp can only move the cut, and
+``get_items(limit=n)`` reads exactly ``n`` stored items (docs/ttl.md).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import math
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import Session
@@ -44,15 +31,12 @@ from .family import PURPOSE, Lifecycle, State
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
 
-logger = logging.getLogger("agent_sessions")
-
 TTL_TYPE = "agent_sessions.ttl"
 _DEAD = object()
 _ALL = 2**62
 """A sequence number above any: everything at or below it is dead."""
 ENVELOPE_OVERHEAD = 128
 """Bytes an envelope adds around an item's JSON, at most (type, two timestamps, braces)."""
-
 
 
 def seconds(value: float | timedelta | None, name: str) -> float | None:
@@ -136,8 +120,10 @@ class TTLSession(SessionWrapper):
         self.item_ttl = seconds(item_ttl, "item_ttl")
         if self.ttl is None and self.item_ttl is None:
             raise ValueError("TTLSession needs ttl= (session lifetime) and/or item_ttl=")
-        if isinstance(clock_skew, bool) or not isinstance(clock_skew, (int, float)) or not (
-            math.isfinite(clock_skew) and clock_skew >= 0
+        if (
+            isinstance(clock_skew, bool)
+            or not isinstance(clock_skew, (int, float))
+            or not (math.isfinite(clock_skew) and clock_skew >= 0)
         ):
             raise ValueError(f"clock_skew must be >= 0 seconds, got {clock_skew!r}")
         self.sliding = bool(sliding)
@@ -151,24 +137,25 @@ class TTLSession(SessionWrapper):
                 else DEFAULT_MAX_ITEM_BYTES
             )
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
-        # With a family, session expiry is the family's (see ttl.family); a member made by
-        # wrap_member shares its owner's lifecycle.
+        # With a family, session expiry is the family's (ttl.family), shared by its members.
         self._family_expiry = self.ttl is not None and (
             _lifecycle is not None or supports(inner, Capability.FAMILY)
         )
         self._life = _lifecycle
         self._owner = _lifecycle is None
         self._state: State | None = None
-        self._boundary = Boundary(
-            ttl=None if self._family_expiry else self.ttl, sliding=self.sliding,
-            item_ttl=self.item_ttl, dead=self._dead, time=_time,
-        )
-        self._boundary_lock = asyncio.Lock()
+        # The methods whose writes go with the family's record in one round trip (see
+        # ``_add_with_record``): where the inner session can and keeps its usual write path.
+        batch = self._family_expiry and supports(inner, Capability.FAMILY_BATCH)
+        self._batch_via = {
+            via
+            for via in ("add_items", "add_sequenced_items")
+            if batch and keeps_write_path(inner, via, "add_sequenced_items")
+        }
         if supports(inner, Capability.NATIVE_EXPIRY):
             # The whole session is dead at the latest this long after its last write.
             lifetimes = [s for s in (self.ttl, self.item_ttl) if s is not None]
             inner.set_sliding_ttl(min(lifetimes) + self.clock_skew)  # type: ignore[attr-defined]
-
 
     def wrap_member(self, member: Session) -> TTLSession:
         """Return a TTLSession over the side store ``member`` with this one's settings and
@@ -277,29 +264,25 @@ class TTLSession(SessionWrapper):
                 await self.inner.add_items(envelopes)
 
     async def _add_with_record(self, items: list[TResponseInputItem], via: str) -> list[int] | None:
-        """Store the family's lifecycle record and the stamped ``items`` in one round trip
-        (``add_encoded_family``, FAMILY_BATCH), record first; the new items' numbers, or
-        None (nothing done) when the inner session cannot, or does not pass its writes
-        through ``via``'s usual path (a subclass's override)."""
-        inner = self.inner
-        if not (
-            self._family_expiry and items and supports(inner, Capability.FAMILY_BATCH)
-            and keeps_write_path(inner, via, "add_sequenced_items")
-        ):
+        """Store the family's lifecycle record, then the stamped ``items``, in one round trip
+        (FAMILY_BATCH); the items' numbers, or None (nothing done) when ``via`` cannot."""
+        if not items or via not in self._batch_via:
             return None
+        inner = self.inner
         life = self._lifecycle()
         texts = encode_batch(items, self.max_item_bytes)  # validate before anything is written
         now = self.clock()
         record, state = await life.stamp(now)
         store = life.store
         family: SupportsFamilyBatch = inner  # type: ignore[assignment]
-        # The record's check validates ``now``; each envelope is then the text its dict
-        # would encode to, built around the item's text instead of validating it again.
-        records = encode_batch([record], _limit(store))
+        # Texts built around values already checked (the items' texts; finite floats) rather
+        # than encoded and validated again: what their dicts would encode to.
+        if not math.isfinite(now):
+            encode_batch([record])  # raises InvalidItemError, naming the value
+        records = [check_size(dumps(record), 0, _limit(store))]
         head = f'{{"type":"{TTL_TYPE}","t":{dumps(now)},"item":'
-        envelopes = [
-            check_size(f"{head}{text}}}", i, _limit(inner)) for i, text in enumerate(texts)
-        ]
+        limit = _limit(inner)
+        envelopes = [check_size(f"{head}{text}}}", i, limit) for i, text in enumerate(texts)]
         [recorded], seqs = await family.add_encoded_family([(store, records), (inner, envelopes)])
         self._state = state
         await life.recorded(state, recorded)
@@ -328,15 +311,24 @@ class TTLSession(SessionWrapper):
         envelopes = await self._stamp(items)
         return await inner.add_sequenced_items(envelopes) if envelopes else []
 
+    @cached_property
+    def _boundary(self) -> Boundary:
+        """Where the visible history starts, for ranged reads (made by the first one)."""
+        ttl = None if self._family_expiry else self.ttl
+        return Boundary(
+            ttl=ttl, sliding=self.sliding, item_ttl=self.item_ttl, dead=self._dead, time=_time
+        )
+
     async def _newest_dead(self) -> int:
-        async with self._boundary_lock:
+        boundary = self._boundary
+        async with boundary.lock:
             await self._sync()
             now = self.clock()
             state = self._state
             if self._family_expiry and (state is None or self._lifecycle().dead(state, now)):
                 return _ALL
-            await self._boundary.refresh(self.inner, now)
-            return self._boundary.newest_dead(now, state.d if state is not None else None)
+            await boundary.refresh(self.inner, now)
+            return boundary.newest_dead(now, state.d if state is not None else None)
 
     async def get_sequenced_items(
         self, limit: int | None = None, *, after: int | None = None, before: int | None = None
@@ -346,22 +338,23 @@ class TTLSession(SessionWrapper):
         inner = self._inner(Capability.SEQUENCED)
         if limit is not None and limit <= 0:
             return []
-        dead = await self._newest_dead()
+        after = await self._live_after(after)
         rows: list[tuple[int, Any]] = await inner.get_sequenced_items(
-            limit, after=dead if after is None else max(after, dead), before=before
+            limit, after=after, before=before
         )
-        # An envelope that is not ours can only be newer than the boundary if it was written
-        # since the refresh; like get_items, never show it.
+        # An envelope not ours newer than the boundary was written since the refresh: hidden.
         return [(seq, env["item"]) for seq, env in rows if _time(env, "t") is not None]
 
     async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
         """Return how many live items have after < seq < before."""
         inner = self._inner(Capability.SEQUENCED)
-        dead = await self._newest_dead()
-        count: int = await inner.count_items(
-            after=dead if after is None else max(after, dead), before=before
-        )
+        count: int = await inner.count_items(after=await self._live_after(after), before=before)
         return count
+
+    async def _live_after(self, after: int | None) -> int:
+        """``after`` raised to the newest dead item's number."""
+        dead = await self._newest_dead()
+        return dead if after is None else max(after, dead)
 
     async def delete_items(self, *, before: int) -> int:
         """Delete the stored items numbered below ``before`` (live or not); return how many."""
@@ -428,10 +421,6 @@ class TTLSession(SessionWrapper):
         result = await pop_checked_of(self.inner, unwrap)
         return None if result is _DEAD else result
 
-    async def clear_session(self) -> None:
-        """Delete every item of this session."""
-        await self.inner.clear_session()
-
     # -- the SDK compaction session's hooks (see core.sdk_compaction) ---------------------------
 
     async def _get_compaction_snapshot(
@@ -477,23 +466,16 @@ class TTLSession(SessionWrapper):
         """Delete this session's dead items from the store; return how many were deleted
         (with ``dry_run``, how many would be, deleting nothing).
 
-        Safe while other tasks or processes use the session: it deletes only items already
-        dead (by ``clock_skew`` more than reads require), in one atomic range delete below a
-        sequence number, and nothing written later can be affected. Reads pages of 200
-        items from the newest backwards until it meets the first dead one, so its cost grows
-        with the number of live items, not with the dead ones.
-
-        Needs an inner session with sequenced items and range deletion (this package's
-        backends). Over a session with native expiry but no range deletion it returns 0:
-        the store removes the whole session once it is dead.
+        Safe while the session is in use: it deletes only items dead by ``clock_skew`` more
+        than reads require, in one atomic range delete; its cost grows with the live items.
+        Over a session with native expiry but no range deletion it returns 0 (the store
+        removes the whole session once it is dead).
 
         Raises:
             NotImplementedError: the inner session can neither delete ranges nor expire data.
         """
         inner: Any = self.inner
-        if not (
-            supports(inner, Capability.SEQUENCED) and supports(inner, Capability.RANGE_DELETE)
-        ):
+        if not (supports(inner, Capability.SEQUENCED) and supports(inner, Capability.RANGE_DELETE)):
             if supports(inner, Capability.NATIVE_EXPIRY):
                 return 0
             raise NotImplementedError(

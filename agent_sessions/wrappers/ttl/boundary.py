@@ -1,25 +1,16 @@
-"""Where a TTL session's visible history starts, by sequence number, kept up to date cheaply.
+"""Where a TTL session's visible history starts, by sequence number, for ranged reads.
 
-``TTLSession.get_items(limit)`` finds the newest dead item inside the window it reads. Ranged
-reads (``get_sequenced_items(after=, before=)``) cannot: an item's death may depend on items
-outside the range (a gap longer than ``ttl`` after it). :class:`Boundary` therefore keeps, per
-session object, the live items' sequence numbers and timestamps, and answers "the sequence
-number of the newest dead item" (everything at or below it is invisible) for any ``now``:
-
-- deaths that never change are folded into ``floor``: an envelope that is not ours, and, in
-  sliding mode, a gap longer than ``ttl`` between two stored items;
-- deaths that come with time are answered by binary search: ``item_ttl`` over the suffix
-  minimum of write times, absolute ``ttl`` over the suffix minimum of lifetime starts, and a
-  sliding session whose newest write is older than ``ttl``; once found, those are folded into
-  ``floor`` too (dead items stay dead), so the tracker never holds more than the live items.
-
-Each refresh reads only the newest few known items and anything newer (one ranged read); a
-pop since the last refresh is noticed there, a clear or a deep pop triggers a rebuild that
-reads the live items once, newest first, until the first dead one.
+An item's death may depend on items outside a ranged read (a gap longer than ``ttl`` after it),
+so :class:`Boundary` keeps the live items' numbers and timestamps per session object and answers
+"the newest dead item" for any ``now``: permanent deaths (an envelope not ours, a sliding gap)
+are folded into ``floor``; deaths that come with time (``item_ttl``, absolute ``ttl``, a stale
+sliding session) by binary search over suffix minima, then folded in too. A refresh re-reads the
+newest few known items and anything newer (one ranged read); a clear or a deep pop rebuilds.
 """
 
 from __future__ import annotations
 
+import asyncio
 from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +40,8 @@ class Boundary:
         self.ttl, self.sliding, self.item_ttl = ttl, sliding, item_ttl
         self._dead, self._time = dead, time
         self.built = False
+        self.lock = asyncio.Lock()
+        """Held by the session across a refresh and an answer."""
         self._reset_to(0)
 
     # -- answering -----------------------------------------------------------------------------
@@ -95,8 +88,10 @@ class Boundary:
             # Only pops of the newest known live items are patched up; anything else (a clear,
             # more pops than the tail holds, the floor row gone, a hole) is read again.
             floor_gone = expect is not tail and kept == 0
-            if (deep and kept == 0) or floor_gone or (
-                kept < len(rows) and rows[kept][0] <= expect[-1]
+            if (
+                (deep and kept == 0)
+                or floor_gone
+                or (kept < len(rows) and rows[kept][0] <= expect[-1])
             ):
                 await self._rebuild(inner, now)
                 return

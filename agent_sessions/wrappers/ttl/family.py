@@ -1,29 +1,18 @@
 """The shared clock of a TTL session family: one lifecycle for the session and its side stores.
 
-Without it each side store (branch log, branch items, usage, compaction records) expired by its
-own writes: writing to a branch let the parent's turns expire under it, and a compaction
-summary could expire while the originals it hides came back. So a ``TTLSession`` whose inner
-session has a family keeps, in the family's ``"ttl"`` side store, records of the family's
-writes::
+Each side store expiring by its own writes let a branch's parent expire under it, or a
+compaction summary expire while the originals it hides came back. So every write to any member
+first appends to the family's ``"ttl"`` side store a record
+``{"t": <write time>, "c": <start of the current lifetime>, "d": <end of the last one>}``. The
+family is dead once ``ttl`` passed since the newest ``t`` (sliding) or ``c`` (absolute); an item
+stamped before ``d`` belongs to an earlier lifetime (``d`` comes from the dead record, so racing
+writers agree on it). ``item_ttl`` stays per item. Over native expiry, family writes refresh
+every member's expiry at least every ``ttl / 2``.
 
-    {"t": <time of the write>, "c": <start of the current lifetime>, "d": <end of the last one>}
-
-Every write to any member appends one (before the items it stamps), so a write anywhere keeps
-the whole family alive (sliding) and a write into a dead family starts a new lifetime. Every
-member reads the newest record: the family is dead once ``ttl`` passed since ``t`` (sliding) or
-since ``c`` (absolute), and an item stamped before ``d`` belongs to an earlier lifetime.
-``d`` is computed from the dead record, so writers racing to start a new lifetime agree on it.
-``item_ttl`` stays per item. Over a store with native expiry, the family's writes also refresh
-the expiry of every member at least every ``ttl / 2``, so no member is removed by the store
-while the family lives; per process and family where the store names its location (a session
-object built per request does not refresh them all again).
-
-The newest record an object has seen is reused instead of read again while it says the family
-is alive ``clock_skew`` ahead of ``now``: no later write can change what it answers (a write
-into a live family keeps ``c`` and ``d`` and only moves ``t`` later; ``c`` and ``d`` change
-only once the family died, which it cannot have done yet), so reads stay exact without a
-round trip. A store that names its location (``store_key()``) shares that knowledge across
-the objects of the process, so a session object built per request skips the read too.
+A record seen before is reused without a read while it says the family is alive
+``clock_skew`` ahead of ``now``: a write into a live family only moves ``t`` later, and ``c`` and
+``d`` change only after the family died. Where the store names its location (``store_key()``)
+that knowledge is shared by the process's objects (docs/ttl.md).
 """
 
 from __future__ import annotations
@@ -40,7 +29,7 @@ from ...core.capabilities import Capability, supports
 PURPOSE = "ttl"
 """The side store holding the family's lifecycle records."""
 
-_TRIM_EVERY = 16
+_TRIM_EVERY = 64
 """Records are trimmed to the newest one every this many writes (one range delete)."""
 
 _KNOWN: dict[Hashable, State] = {}
