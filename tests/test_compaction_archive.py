@@ -404,3 +404,49 @@ async def test_a_pop_after_another_objects_compaction_pops_the_summary(backend: 
         await second.close()
         if backend == "redis":
             await drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis"])
+async def test_a_pop_whose_item_another_object_popped_meanwhile_pops_the_summary(
+    backend: str,
+) -> None:
+    """Between a pop's read (a new item after the boundary) and its write, another object pops
+    that item: the pop must then take the summary's last item, never an archived original."""
+    from tests.matrix import BACKENDS, REDIS_PREFIX
+    from tests.servers import REDIS_URL, drop_redis_keys
+
+    found = next(b for b in BACKENDS if b.name == backend)
+    if found.needs is not None:
+        found.needs()
+    session_id = sid()
+    first = CompactionSession(await found.open(session_id), keep_last=0)
+    second = CompactionSession(await found.open(session_id), keep_last=0)
+    try:
+        items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
+        await first.add_items(items)
+        assert (await first.compact()) is not None
+        summary = await first.get_items()
+        await first.add_items([msg("x")])
+        inner: Any = first.inner
+        guarded_pop = inner.pop_if_newest
+        raced: list[Any] = []
+
+        async def pop_after_a_rival(guard: Any, seq: int | None, **kwargs: Any) -> Any:
+            if seq is not None and not raced:  # chosen after reading the records and x
+                raced.append(await second.pop_item())
+            return await guarded_pop(guard, seq, **kwargs)
+
+        inner.pop_if_newest = pop_after_a_rival
+        popped = await first.pop_item()
+        assert raced == [msg("x")] or not raced  # stores without the guard never call it
+        if raced:
+            assert popped == summary[-1], "an archived original or a popped item came back"
+        assert await first.inner.get_items() == items, "an archived original was popped"
+        assert await first.get_archived_items() == items
+    finally:
+        await first.clear_session()
+        await first.close()
+        await second.close()
+        if backend == "redis":
+            await drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*")

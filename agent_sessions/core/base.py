@@ -409,20 +409,26 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         seqs: list[int] | None = await self._append_if_newest(guard, seq, payloads)
         return seqs
 
-    async def pop_if_newest(self, guard: Session, seq: int | None) -> tuple[bool, Any]:
-        """Pop as ``pop_item`` only if ``guard``'s newest number is ``seq``, in one atomic
-        step: ``(True, item or None)``; ``(False, None)`` when nothing was popped, as
-        ``append_if_newest`` declines (GUARDED_WRITE). A popped item that does not decode is
-        dropped, as ``pop_item`` does, and reported as ``(True, None)``."""
+    async def pop_if_newest(
+        self, guard: Session, seq: int | None, *, newest: int | None = None
+    ) -> tuple[bool, Any]:
+        """Pop as ``pop_item`` only if ``guard``'s newest number is ``seq`` and (when given)
+        this session's newest number is ``newest``, in one atomic step: ``(True, item or
+        None)``; ``(False, None)`` when nothing was popped, as ``append_if_newest`` declines
+        (GUARDED_WRITE). A popped item that does not decode is dropped, as ``pop_item`` does,
+        and reported as ``(True, None)``."""
         self._check_open()
         if not isinstance(guard, BaseSession):
             return False, None
-        done, payload = await self._pop_if_newest(guard, seq)
+        done, payload = await self._pop_if_newest(guard, seq, newest)
         return done, None if payload is None else self._decode(payload, None)
 
-    async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
+    async def _pop_if_newest(
+        self, guard: BaseSession, seq: int | None, newest: int | None
+    ) -> tuple[bool, Any]:
         """Pop as ``_pop`` only if ``guard`` (a member of this store) has ``seq`` as its newest
-        number (None: no items), checked and popped in one atomic step: ``(True, payload or
+        number (None: no items) and this session's newest is ``newest`` (when not None),
+        checked and popped in one atomic step: ``(True, payload or
         None)``; ``(False, None)`` when it has not, or when the backend cannot tell in one
         step (the default), and then nothing was popped."""
         return False, None

@@ -208,9 +208,12 @@ class SupportsGuardedWrite(Protocol):
         return the new numbers, or None when nothing was written."""
         ...
 
-    async def pop_if_newest(self, guard: Session, seq: int | None) -> tuple[bool, Any]:
-        """Pop as ``pop_item`` only if ``guard``'s newest number is ``seq``, in one atomic
-        step: ``(True, item or None)``; ``(False, None)`` when nothing was popped."""
+    async def pop_if_newest(
+        self, guard: Session, seq: int | None, *, newest: int | None = None
+    ) -> tuple[bool, Any]:
+        """Pop as ``pop_item`` only if ``guard``'s newest number is ``seq`` and (when given)
+        this session's newest number is ``newest``, in one atomic step: ``(True, item or
+        None)``; ``(False, None)`` when nothing was popped."""
         ...
 
 

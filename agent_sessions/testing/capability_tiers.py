@@ -246,6 +246,23 @@ class GuardedWriteConformance(ConformanceBase):
             await guard.clear_session()
 
 
+    async def test_pops_only_while_its_own_newest_is_the_one_given(self) -> None:
+        needs = Capability.SEQUENCED, Capability.GUARDED_WRITE, Capability.FAMILY
+        s = await self.new_session(*needs)
+        guard: Any = side_store(s, "guard")
+        try:
+            seqs = await s.add_sequenced_items([msg("a"), msg("b")])
+            assert await s.pop_if_newest(guard, None, newest=seqs[0]) == (False, None)
+            assert texts(await s.get_items()) == ["a", "b"], "popped though its newest changed"
+            done, item = await s.pop_if_newest(guard, None, newest=seqs[1])
+            if done:
+                assert item == msg("b") and texts(await s.get_items()) == ["a"]
+            else:
+                assert item is None and texts(await s.get_items()) == ["a", "b"]
+        finally:
+            await guard.clear_session()
+
+
 class CheckedPopConformance(ConformanceBase):
     """``pop_checked(check)``: the newest item is removed and ``check(item)`` returned; when
     ``check`` raises, nothing is removed."""

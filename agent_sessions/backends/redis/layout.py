@@ -234,11 +234,15 @@ APPEND_IF_NEWEST = Script(
 )
 
 # KEYS: items, meta, guard items. ARGV[1]: expiry in ms or "0"; ARGV[2]: the guard's expected
-# newest number ('' for none). POP only while the guard is unchanged: {1, the popped member
-# (absent when empty)}; {0} (nothing changed) otherwise.
+# newest number ('' for none); ARGV[3]: the items' own expected newest number ('*': any). POP
+# only while both are as expected: {1, the popped member (absent when empty)}; {0} (nothing
+# changed) otherwise.
 POP_IF_NEWEST = Script(
     "local refused = {0}\n"
     + _guard("KEYS[3]", "ARGV[2]")
+    + "if ARGV[3] ~= '*' then\n"
+    + _guard("KEYS[1]", "ARGV[3]")
+    + "end\n"
     + _pop_newest()
     + "return {1, popped[1]}\n"
 )

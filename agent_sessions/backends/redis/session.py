@@ -537,14 +537,17 @@ class RedisSession(BaseSession):
         self._note_newest(f"{last}:{payloads[-1]}")
         return list(range(last - len(payloads) + 1, last + 1))
 
-    async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
+    async def _pop_if_newest(
+        self, guard: BaseSession, seq: int | None, newest: int | None
+    ) -> tuple[bool, Any]:
         keys = self._guard_keys(guard)
         if keys is None:
             return False, None
         client, ttl, expected = self._client, self.ttl_ms, "" if seq is None else str(seq)
+        own = "*" if newest is None else str(newest)
 
         async def pop() -> Any:
-            return await self._call(lambda: POP_IF_NEWEST(client, keys, ttl, expected))
+            return await self._call(lambda: POP_IF_NEWEST(client, keys, ttl, expected, own))
 
         self._note_newest(None)
         reply = await self._mutate(pop())

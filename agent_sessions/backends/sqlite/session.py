@@ -630,12 +630,25 @@ class SQLiteSession(BaseSession):
         return result
 
     def _guarded(
-        self, guard: BaseSession, seq: int | None, fn: Callable[[sqlite3.Connection], T]
+        self,
+        guard: BaseSession,
+        seq: int | None,
+        fn: Callable[[sqlite3.Connection], T],
+        own: int | None = None,
     ) -> Callable[[sqlite3.Connection], T | object]:
-        """``fn`` run only while ``guard``'s newest item is numbered ``seq``, else _STALE."""
+        """``fn`` run only while ``guard``'s newest item is numbered ``seq`` (and, when ``own``
+        is not None, this session's newest is ``own``), else _STALE."""
         newest = f"SELECT max(id) FROM {self.messages_table} WHERE session_id = ?"
-        gid = guard.session_id
-        return lambda raw: fn(raw) if raw.execute(newest, (gid,)).fetchone()[0] == seq else _STALE
+        gid, sid = guard.session_id, self.session_id
+
+        def guarded(raw: sqlite3.Connection) -> T | object:
+            if raw.execute(newest, (gid,)).fetchone()[0] != seq:
+                return _STALE
+            if own is not None and raw.execute(newest, (sid,)).fetchone()[0] != own:
+                return _STALE
+            return fn(raw)
+
+        return guarded
 
     async def _append_if_newest(
         self, guard: BaseSession, seq: int | None, payloads: list[str]
@@ -672,11 +685,13 @@ class SQLiteSession(BaseSession):
 
         return await self._run(load)
 
-    async def _pop_if_newest(self, guard: BaseSession, seq: int | None) -> tuple[bool, Any]:
+    async def _pop_if_newest(
+        self, guard: BaseSession, seq: int | None, newest: int | None
+    ) -> tuple[bool, Any]:
         if not self._same_store(guard):
             return False, None
         pop = self.schema.popper(self.session_id, lambda text: text)
-        result = await self._mutate(self._run(_write, self._guarded(guard, seq, pop)))
+        result = await self._mutate(self._run(_write, self._guarded(guard, seq, pop, newest)))
         return (False, None) if result is _STALE else (True, result)
 
     async def _pop(self) -> str | None:

@@ -256,12 +256,17 @@ class CompactionSession(SessionWrapper):
                 record = self._record_of(rows[-1][1])
                 if not pairs or pairs[-1][0] <= record.boundary:
                     return await self._pop_summary(record)
-            if seq == tried:  # declined with the records unchanged: no one-step guard here
+            if not pairs:
+                return None
+            # Guarded by both: a concurrent compaction (records) or pop (inner) makes the store
+            # decline, so an item the records now archive is never popped.
+            state = (seq, pairs[-1][0])
+            if state == tried:  # declined with nothing changed: no one-step guard here
                 return await self.inner.pop_item()
-            done, item = await guarded.pop_if_newest(self._sibling, seq)
+            done, item = await guarded.pop_if_newest(self._sibling, seq, newest=state[1])
             if done:
                 return item  # type: ignore[no-any-return]
-            tried = seq
+            tried = state
 
     async def _pop_summary(self, record: CompactionRecord) -> TResponseInputItem | None:
         """Pop the last summary item of ``record`` (no inner item is left after its boundary)
