@@ -218,15 +218,32 @@ class InMemorySession(BaseSession):
                 lo = max(lo, hi - limit)
             return list(zip(entries.seqs[lo:hi], entries.payloads[lo:hi], strict=True))
 
+    async def _pop_if_newest(
+        self, guard: BaseSession, seq: int | None, newest: int | None
+    ) -> tuple[bool, Any]:
+        if not (isinstance(guard, InMemorySession) and guard.store is self.store):
+            return False, None
+        with self.store.lock:
+            guarded = self.store.sessions.get(guard.session_id, _EMPTY).seqs
+            own = self.store.sessions.get(self.session_id, _EMPTY).seqs
+            if (guarded[-1] if guarded else None) != seq:
+                return False, None
+            if newest is not None and (own[-1] if own else None) != newest:
+                return False, None
+            return True, self._pop_locked()
+
     async def _pop(self) -> str | None:
         with self.store.lock:
-            entries = self.store.sessions.get(self.session_id, _EMPTY)
-            if not entries.seqs:
-                return None
-            seq = entries.seqs.pop()
-            if entries.index is not None:
-                entries.index.discard(seq)
-            return entries.payloads.pop()
+            return self._pop_locked()
+
+    def _pop_locked(self) -> str | None:
+        entries = self.store.sessions.get(self.session_id, _EMPTY)
+        if not entries.seqs:
+            return None
+        seq = entries.seqs.pop()
+        if entries.index is not None:
+            entries.index.discard(seq)
+        return entries.payloads.pop()
 
     async def _clear(self) -> None:
         with self.store.lock:
