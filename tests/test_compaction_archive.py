@@ -407,12 +407,14 @@ async def test_a_pop_after_another_objects_compaction_pops_the_summary(backend: 
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis"])
+@pytest.mark.parametrize("guard", ["store's guard", "no guard"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis", "postgres", "mongodb-standin"])
 async def test_a_pop_whose_item_another_object_popped_meanwhile_pops_the_summary(
-    backend: str,
+    backend: str, guard: str
 ) -> None:
     """Between a pop's read (a new item after the boundary) and its write, another object pops
-    that item: the pop must then take the summary's last item, never an archived original."""
+    that item: the pop must then take the summary's last item, never an archived original
+    (a guarded pop, or, where the store declines to guard, a checked pop of the item read)."""
     from tests.matrix import BACKENDS, REDIS_PREFIX
     from tests.servers import REDIS_URL, drop_redis_keys
 
@@ -429,19 +431,28 @@ async def test_a_pop_whose_item_another_object_popped_meanwhile_pops_the_summary
         summary = await first.get_items()
         await first.add_items([msg("x")])
         inner: Any = first.inner
-        guarded_pop = inner.pop_if_newest
+        guarded_pop, checked_pop = inner.pop_if_newest, inner.pop_checked
         raced: list[Any] = []
 
-        async def pop_after_a_rival(guard: Any, seq: int | None, **kwargs: Any) -> Any:
-            if seq is not None and not raced:  # chosen after reading the records and x
+        async def rival() -> None:
+            if not raced:
                 raced.append(await second.pop_item())
-            return await guarded_pop(guard, seq, **kwargs)
 
-        inner.pop_if_newest = pop_after_a_rival
+        async def guarded_after_a_rival(on: Any, seq: int | None, **kwargs: Any) -> Any:
+            if guard == "no guard":
+                return False, None
+            if seq is not None:  # chosen after reading the records and x
+                await rival()
+            return await guarded_pop(on, seq, **kwargs)
+
+        async def checked_after_a_rival(check: Any) -> Any:
+            await rival()
+            return await checked_pop(check)
+
+        inner.pop_if_newest, inner.pop_checked = guarded_after_a_rival, checked_after_a_rival
         popped = await first.pop_item()
-        assert raced == [msg("x")] or not raced  # stores without the guard never call it
-        if raced:
-            assert popped == summary[-1], "an archived original or a popped item came back"
+        assert raced == [msg("x")]
+        assert popped == summary[-1], "an archived original or a popped item came back"
         assert await first.inner.get_items() == items, "an archived original was popped"
         assert await first.get_archived_items() == items
     finally:

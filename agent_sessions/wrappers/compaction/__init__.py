@@ -73,6 +73,16 @@ class CompactionResult:
     estimated_tokens_before: int
 
 
+class _Moved(Exception):
+    """The newest item is not the one a pop read: another object popped meanwhile."""
+
+
+def _same(expected: Any, item: Any) -> Any:
+    """``item`` if it is ``expected``, else raise _Moved (a pop's check)."""
+    if item != expected:
+        raise _Moved
+    return item
+
 
 class _Aborted(Exception):
     """The history changed under a compaction; it is dropped, the view stays as it was."""
@@ -228,12 +238,29 @@ class CompactionSession(SessionWrapper):
         async with self._locks()[0]:
             if self._guarded:
                 return await self._pop_guarded()
-            record = await self._latest_record()
-            if record is None:
-                return await self.inner.pop_item()
-            if await self._read_tail(record, 1):
-                return await self.inner.pop_item()
-            return await self._pop_summary(record)
+            while True:
+                record = await self._latest_record()
+                if record is None:
+                    return await self.inner.pop_item()
+                tail = await self._read_tail(record, 1)
+                if not tail:
+                    return await self._pop_summary(record)
+                popped = await self._pop_read(tail[-1][1])
+                if popped is not _UNREAD:
+                    return popped  # type: ignore[no-any-return]
+
+    async def _pop_read(self, item: TResponseInputItem) -> Any:
+        """Pop the inner session's newest item if it is still ``item`` (just read): the item,
+        or _UNREAD when another object popped meanwhile (read again). Without CHECKED_POP,
+        pop whatever is newest."""
+        if not supports(self.inner, Capability.CHECKED_POP):
+            return await self.inner.pop_item()
+        checked: Any = self.inner
+        try:
+            popped = await checked.pop_checked(functools.partial(_same, item))
+        except _Moved:
+            return _UNREAD
+        return _UNREAD if popped is None else popped
 
     async def _pop_guarded(self) -> TResponseInputItem | None:
         """``pop_item`` where the store pops guarded by the records' newest number: the inner
@@ -262,7 +289,10 @@ class CompactionSession(SessionWrapper):
             # decline, so an item the records now archive is never popped.
             state = (seq, pairs[-1][0])
             if state == tried:  # declined with nothing changed: no one-step guard here
-                return await self.inner.pop_item()
+                popped = await self._pop_read(pairs[-1][1])
+                if popped is not _UNREAD:
+                    return popped  # type: ignore[no-any-return]
+                continue
             done, item = await guarded.pop_if_newest(self._sibling, seq, newest=state[1])
             if done:
                 return item  # type: ignore[no-any-return]
