@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +54,95 @@ class Tables:
         """A signed 64-bit number naming this store, for database-wide advisory locks."""
         digest = hashlib.sha256(f"agent_sessions:{self.messages}".encode()).digest()
         return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def derived_name(base: str, suffix: str) -> str:
+    """``base + suffix``, shortened with a hash of ``base`` when longer than an identifier may
+    be (63 characters), so every derived name stays unique and valid."""
+    if len(base) + len(suffix) <= 63:
+        return base + suffix
+    digest = hashlib.sha256(base.encode()).hexdigest()[:8]
+    return f"{base[: 63 - len(suffix) - 9]}_{digest}{suffix}"
+
+
+@dataclass(frozen=True)
+class TextTables:
+    """The names of a table set's full-text index (Capability.TEXT_SEARCH), made on the
+    first ``search_text``: ``index`` holds the indexed text of registered sessions' items,
+    keyed by ``(session_id, seq)``; ``registry`` the registered sessions; ``name(suffix)``
+    names the functions and triggers that keep ``index`` in step with the messages table."""
+
+    index: str
+    registry: str
+    messages: str
+
+    @classmethod
+    def of(cls, t: Tables) -> TextTables:
+        return cls(
+            derived_name(t.messages, "_text"), derived_name(t.messages, "_text_on"), t.messages
+        )
+
+    def name(self, suffix: str) -> str:
+        return derived_name(self.messages, f"_text_{suffix}")
+
+
+_WORD = re.compile(r"[^\W_]+")
+_FIELD = re.compile(r"[a-z_]{1,32}")
+
+
+def query_words(query: str) -> list[str]:
+    """The words of a search query (letters and digits; ``_`` and punctuation separate
+    words, as the stores' tokenizers do), lower-cased, first occurrence kept, at most 64."""
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a str, got {type(query).__name__}")
+    return list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))[:64]
+
+
+@dataclass(frozen=True)
+class TextFilters:
+    """Checked ``equal``/``between`` filters of ``search_text``."""
+
+    equal: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    between: tuple[tuple[str, float | None, float | None], ...] = ()
+
+    @classmethod
+    def check(
+        cls,
+        equal: Mapping[str, Collection[str]] | None,
+        between: Mapping[str, tuple[float | None, float | None]] | None,
+    ) -> TextFilters:
+        eq: list[tuple[str, tuple[str, ...]]] = []
+        for field, values in (equal or {}).items():
+            if isinstance(values, str):
+                raise ValueError(f"equal[{field!r}] must be a collection of str, not a str")
+            eq.append((_field(field), tuple(str(v) for v in values)))
+        bt: list[tuple[str, float | None, float | None]] = []
+        for field, bounds in (between or {}).items():
+            low, high = bounds
+            bt.append((_field(field), _bound(low), _bound(high)))
+        return cls(tuple(eq), tuple(bt))
+
+    @property
+    def empty(self) -> bool:
+        return not self.equal and not self.between
+
+    def impossible(self) -> bool:
+        """Whether no item can pass (an ``equal`` with no values)."""
+        return any(not values for _, values in self.equal)
+
+
+def _field(name: Any) -> str:
+    if not isinstance(name, str) or not _FIELD.fullmatch(name):
+        raise ValueError(f"filter field names are [a-z_]{{1,32}}, got {name!r}")
+    return name
+
+
+def _bound(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ValueError(f"between bounds are numbers or None, got {value!r}")
+    return float(value)
 
 
 @functools.lru_cache(maxsize=256)
@@ -147,6 +238,24 @@ class SqlDialect(ABC):
     @abstractmethod
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         """Count the session's rows with after < seq < before."""
+
+    async def prepare_text(self, conn: Any, create: bool) -> None:
+        """Make sure the full-text index of these tables exists (its tables and the triggers
+        that keep it in step with every write to the messages table), creating it when
+        ``create`` (idempotent, safe across processes); else raise BackendDataError."""
+        raise NotImplementedError
+
+    async def index_session(self, conn: Any, session_id: str) -> None:
+        """Register the session for indexing and index the items it holds, in one
+        transaction that writers of the session wait for (nothing when it holds no items)."""
+        raise NotImplementedError
+
+    async def search_text(
+        self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
+    ) -> list[tuple[int, str, float]] | None:
+        """The session's ``limit`` best ``(seq, payload, score)`` for ``words``, best first;
+        None when the session is not registered for indexing (``index_session`` first)."""
+        raise NotImplementedError
 
     def is_closed(self, conn: Any) -> bool:
         """Whether the driver already knows ``conn`` is closed (no I/O)."""

@@ -35,13 +35,17 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("SQLAlchemySession", "sqlalchemy", _exc) from _exc
 
 from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES
 from ...core.mutation import finish
 from ...core.options import explicit_options
 from ...errors import BackendDataError, BackendUnavailableError, SequenceConflictError
-from .common import Refused, SqlDialect, Tables, causes
+from .common import Refused, SqlDialect, Tables, TextFilters, causes, query_words
 
 if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
+
+    from agents.items import TResponseInputItem
     from typing_extensions import Unpack
 
 T = TypeVar("T")
@@ -117,6 +121,8 @@ class _Store:
         self.broken_at = 0.0
         self.ready = False
         self.preparing: asyncio.Future[None] | None = None
+        # Whether the full-text index (tables, triggers) was found or made (search_text).
+        self.text_ready = False
         self.lock = asyncio.Lock() if self.dialect.exclusive else None
         self.keep_idle = keep_idle
         self.idle: list[PoolProxiedConnection] = []
@@ -397,7 +403,7 @@ class SQLAlchemySession(BaseSession):
             supported.
     """
 
-    capabilities = STORE_CAPABILITIES
+    capabilities = STORE_CAPABILITIES | {Capability.TEXT_SEARCH}
 
     def __init__(
         self,
@@ -816,6 +822,56 @@ class SQLAlchemySession(BaseSession):
                 f"session {sid!r} already holds {held} item(s); write_sequenced_items fills "
                 "an empty session only. Nothing was written"
             )
+
+    async def search_text(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        equal: Mapping[str, Collection[str]] | None = None,
+        between: Mapping[str, tuple[float | None, float | None]] | None = None,
+    ) -> list[tuple[int, TResponseInputItem, float]]:
+        """Capability.TEXT_SEARCH: the ``limit`` items whose ``"text"`` best matches any word
+        of ``query``, as ``(seq, item, score)``, best first, ranked by the database's own
+        full-text index (PostgreSQL ``tsvector`` + GIN and ``ts_rank``, MariaDB/MySQL
+        ``FULLTEXT`` in natural language mode, SQLite FTS5 and bm25). The index is made on the
+        first search of a table set and a session's items are indexed on its first search;
+        from then on triggers keep it in step with every write. See docs/sqlalchemy.md."""
+        filters = TextFilters.check(equal, between)
+        words = query_words(query)
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"limit must be an int, got {type(limit).__name__}")
+        self._check_open()
+        if not words or limit <= 0 or filters.impossible():
+            return []
+        sid = self.session_id
+        create = self._create_tables
+
+        async def search(d: SqlDialect, conn: Any) -> list[tuple[int, str, float]] | None:
+            store = self._cached[1] if self._cached is not None else None
+            if store is not None and not store.text_ready:
+                await d.prepare_text(conn, create)
+                store.text_ready = True
+            try:
+                return await d.search_text(conn, sid, words, limit, filters)
+            except Exception as exc:
+                if store is not None and d.missing_table(exc):
+                    store.text_ready = False  # dropped meanwhile: made again next time
+                raise
+
+        async def register(d: SqlDialect, conn: Any) -> None:
+            await d.index_session(conn, sid)
+
+        found = await self._run(search, write=False)
+        if found is None:
+            await self._run(register, write=True)
+            found = await self._run(search, write=False) or []
+        out: list[tuple[int, TResponseInputItem, float]] = []
+        for seq, payload, score in found:
+            item = self._decode(payload, seq)
+            if item is not None:
+                out.append((seq, item, score))
+        return out
 
     async def _close(self) -> None:
         if self._shared is not None:
