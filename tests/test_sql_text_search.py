@@ -37,8 +37,12 @@ def url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
     return address
 
 
-def _msg(text: Any, role: str = "user") -> dict[str, Any]:
+def _msg(text: Any, role: str = "user") -> Any:
     return {"role": role, "type": "message", "text": text}
+
+
+def _bare() -> Any:
+    return {"role": "user", "type": "message"}  # no "text"
 
 
 async def _rows(session: SQLAlchemySession, table: str, session_id: str | None = None) -> int:
@@ -64,7 +68,7 @@ async def test_every_write_path_keeps_the_index(url: str, sql_prefix: str) -> No
     quiet = _open(url, "quiet", sql_prefix)
     x = TextTables.of(Tables.build(sql_prefix, None, None))
     try:
-        await s.add_items([_msg("alpha bravo"), _msg("bravo"), {"role": "user"}, _msg(7)])
+        await s.add_items([_msg("alpha bravo"), _msg("bravo"), _bare(), _msg(7)])
         await quiet.add_items([_msg("alpha never searched")])
         assert await _seqs(s, "alpha bravo") == [1, 2]  # registers, indexes 1 and 2
         assert await _rows(s, x.index, "kept") == 2
@@ -76,7 +80,7 @@ async def test_every_write_path_keeps_the_index(url: str, sql_prefix: str) -> No
         await s.rewrite_items([(2, _msg("delta")), (3, _msg("delta too"))])
         assert await _seqs(s, "bravo") == [1]
         assert sorted(await _seqs(s, "delta")) == [2, 3]
-        await s.rewrite_items([(3, {"role": "user"})])  # no text any more: unindexed
+        await s.rewrite_items([(3, _bare())])  # no text any more: unindexed
         assert await _seqs(s, "delta") == [2]
         assert await s.delete_items(before=2) == 1
         assert await _seqs(s, "alpha") == []

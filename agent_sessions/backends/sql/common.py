@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -78,49 +77,46 @@ class TextTables:
 
     @classmethod
     def of(cls, t: Tables) -> TextTables:
-        return cls(
-            derived_name(t.messages, "_text"), derived_name(t.messages, "_text_on"), t.messages
-        )
+        m = t.messages
+        return cls(derived_name(m, "_text"), derived_name(m, "_text_sessions"), m)
 
     def name(self, suffix: str) -> str:
         return derived_name(self.messages, f"_text_{suffix}")
 
 
-_WORD = re.compile(r"[^\W_]+")
-_FIELD = re.compile(r"[a-z_]{1,32}")
+_PIECE = re.compile(r"[^\W_]+")
 
 
-def query_words(query: str) -> list[str]:
-    """The words of a search query (letters and digits; ``_`` and punctuation separate
-    words, as the stores' tokenizers do), lower-cased, first occurrence kept, at most 64."""
-    if not isinstance(query, str):
-        raise TypeError(f"query must be a str, got {type(query).__name__}")
-    return list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))[:64]
+def split_words(words: list[str]) -> list[str]:
+    """A query's words (``\\w+``) as the databases' parsers split text: ``_`` separates
+    words there (as in FTS5's ``unicode61``), so ``snake_case`` is searched as two words.
+    Lower-cased, first occurrence kept, at most 64."""
+    pieces = (p.lower() for w in words for p in _PIECE.findall(w))
+    return list(dict.fromkeys(pieces))[:64]
 
 
 @dataclass(frozen=True)
 class TextFilters:
-    """Checked ``equal``/``between`` filters of ``search_text``."""
+    """The ``equal``/``between`` filters of ``search_text``, as checked by
+    ``core.textsearch.check_search`` (field names ``[a-z_]{1,32}``, so they can be written
+    into a JSON path)."""
 
     equal: tuple[tuple[str, tuple[str, ...]], ...] = ()
     between: tuple[tuple[str, float | None, float | None], ...] = ()
 
     @classmethod
-    def check(
+    def of(
         cls,
-        equal: Mapping[str, Collection[str]] | None,
-        between: Mapping[str, tuple[float | None, float | None]] | None,
+        equal: Mapping[str, Collection[str]],
+        between: Mapping[str, tuple[float | None, float | None]],
     ) -> TextFilters:
-        eq: list[tuple[str, tuple[str, ...]]] = []
-        for field, values in (equal or {}).items():
-            if isinstance(values, str):
-                raise ValueError(f"equal[{field!r}] must be a collection of str, not a str")
-            eq.append((_field(field), tuple(str(v) for v in values)))
-        bt: list[tuple[str, float | None, float | None]] = []
-        for field, bounds in (between or {}).items():
-            low, high = bounds
-            bt.append((_field(field), _bound(low), _bound(high)))
-        return cls(tuple(eq), tuple(bt))
+        for name in (*equal, *between):
+            if not _FIELD.fullmatch(name):  # checked already; a JSON path must never vary
+                raise ValueError(f"filter field names are [a-z_]{{1,32}}, got {name!r}")
+        return cls(
+            tuple((name, tuple(values)) for name, values in equal.items()),
+            tuple((name, low, high) for name, (low, high) in between.items()),
+        )
 
     @property
     def empty(self) -> bool:
@@ -131,18 +127,7 @@ class TextFilters:
         return any(not values for _, values in self.equal)
 
 
-def _field(name: Any) -> str:
-    if not isinstance(name, str) or not _FIELD.fullmatch(name):
-        raise ValueError(f"filter field names are [a-z_]{{1,32}}, got {name!r}")
-    return name
-
-
-def _bound(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ValueError(f"between bounds are numbers or None, got {value!r}")
-    return float(value)
+_FIELD = re.compile(r"[a-z_]{1,32}")
 
 
 @functools.lru_cache(maxsize=256)

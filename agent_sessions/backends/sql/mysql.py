@@ -313,8 +313,8 @@ class MySQLDialect(SqlDialect):
                 f"LEFT JOIN (SELECT m.seq, m.message_data, {against} AS score FROM {x.index} i "
                 f"JOIN {t.messages} m ON m.session_id = i.session_id AND m.seq = i.seq "
                 f"WHERE i.session_id = %s AND {against}{where} "
-                "ORDER BY score DESC, m.seq DESC LIMIT %s) s ON TRUE "
-                "ORDER BY s.score DESC, s.seq DESC",
+                "ORDER BY score DESC, m.seq LIMIT %s) s ON TRUE "
+                "ORDER BY s.score DESC, s.seq",
                 (session_id, text, session_id, text, *args, limit),
             )
             rows = await cur.fetchall()

@@ -283,7 +283,7 @@ class PostgresDialect(SqlDialect):
                 where += f" AND json_typeof(j.d -> '{field}') = 'number'"
                 for bound, op in ((low, ">="), (high, "<=")):
                     if bound is not None:
-                        args.append(bound)
+                        args.append(float(bound))
                         where += f" AND (j.d ->> '{field}')::float8 {op} ${len(args)}::float8"
         # ts_rank, normalised by the log of the text's length (1): how often the words
         # occur, long texts not winning by length alone.
@@ -294,8 +294,8 @@ class PostgresDialect(SqlDialect):
             f"FROM (SELECT to_tsquery('simple', $2) AS q) q JOIN {x.index} i ON i.tsv @@ q.q "
             f"JOIN {t.messages} m ON m.session_id = i.session_id AND m.seq = i.seq{join} "
             f"WHERE r.ok AND i.session_id = $1{where} "
-            "ORDER BY score DESC, m.seq DESC LIMIT $3) s ON true "
-            "ORDER BY s.score DESC, s.seq DESC",
+            "ORDER BY score DESC, m.seq LIMIT $3) s ON true "
+            "ORDER BY s.score DESC, s.seq",
             *args,
         )
         if not rows or not rows[0][0]:

@@ -40,13 +40,12 @@ from ...core.codec import DEFAULT_MAX_ITEM_BYTES
 from ...core.mutation import finish
 from ...core.options import explicit_options
 from ...errors import BackendDataError, BackendUnavailableError, SequenceConflictError
-from .common import Refused, SqlDialect, Tables, TextFilters, causes, query_words
+from .common import Refused, SqlDialect, Tables, TextFilters, causes, split_words
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping
-
-    from agents.items import TResponseInputItem
     from typing_extensions import Unpack
+
+    from ...core.textsearch import Between, Equal
 
 T = TypeVar("T")
 
@@ -59,6 +58,7 @@ _DRIVERS = {
     ("sqlite", "aiosqlite"),
 }
 _RETRIES = 5
+_INT64_MAX = 2**63 - 1
 _KEEP_IDLE = 4
 _BORN = "agent_sessions_born"
 """Key in a pooled connection's ``info``: when it was connected (``time.monotonic()``)."""
@@ -823,27 +823,19 @@ class SQLAlchemySession(BaseSession):
                 "an empty session only. Nothing was written"
             )
 
-    async def search_text(
-        self,
-        query: str,
-        *,
-        limit: int = 10,
-        equal: Mapping[str, Collection[str]] | None = None,
-        between: Mapping[str, tuple[float | None, float | None]] | None = None,
-    ) -> list[tuple[int, TResponseInputItem, float]]:
-        """Capability.TEXT_SEARCH: the ``limit`` items whose ``"text"`` best matches any word
-        of ``query``, as ``(seq, item, score)``, best first, ranked by the database's own
-        full-text index (PostgreSQL ``tsvector`` + GIN and ``ts_rank``, MariaDB/MySQL
-        ``FULLTEXT`` in natural language mode, SQLite FTS5 and bm25). The index is made on the
-        first search of a table set and a session's items are indexed on its first search;
-        from then on triggers keep it in step with every write. See docs/sqlalchemy.md."""
-        filters = TextFilters.check(equal, between)
-        words = query_words(query)
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise TypeError(f"limit must be an int, got {type(limit).__name__}")
-        self._check_open()
-        if not words or limit <= 0 or filters.impossible():
+    async def _search_text(
+        self, words: list[str], limit: int, equal: Equal, between: Between
+    ) -> list[tuple[int, str, float]]:
+        """TEXT_SEARCH with the database's own full-text index (PostgreSQL ``tsvector`` + GIN
+        ranked by ``ts_rank``, MariaDB/MySQL ``FULLTEXT`` in natural language mode, SQLite
+        FTS5 and ``bm25``). The index is made on the first search of a table set, and a
+        session's items are indexed on its first search; from then on triggers keep it in
+        step with every write, in the writing transaction. See docs/sqlalchemy.md."""
+        filters = TextFilters.of(equal, between)
+        terms = split_words(words)
+        if not terms or filters.impossible():
             return []
+        limit = min(limit, _INT64_MAX)
         sid = self.session_id
         create = self._create_tables
 
@@ -853,7 +845,7 @@ class SQLAlchemySession(BaseSession):
                 await d.prepare_text(conn, create)
                 store.text_ready = True
             try:
-                return await d.search_text(conn, sid, words, limit, filters)
+                return await d.search_text(conn, sid, terms, limit, filters)
             except Exception as exc:
                 if store is not None and d.missing_table(exc):
                     store.text_ready = False  # dropped meanwhile: made again next time
@@ -866,12 +858,7 @@ class SQLAlchemySession(BaseSession):
         if found is None:
             await self._run(register, write=True)
             found = await self._run(search, write=False) or []
-        out: list[tuple[int, TResponseInputItem, float]] = []
-        for seq, payload, score in found:
-            item = self._decode(payload, seq)
-            if item is not None:
-                out.append((seq, item, score))
-        return out
+        return found
 
     async def _close(self) -> None:
         if self._shared is not None:

@@ -47,9 +47,12 @@ def create_statements(t: Tables) -> list[str]:
 
 
 def _indexable(row: str) -> str:
+    """SQL true when ``row``'s JSON holds a non-empty string ``text`` (NULL, never an error,
+    for malformed JSON, as in the SQLite backend's index)."""
     return (
+        f"(CASE WHEN json_valid({row}.message_data) THEN "
         f"json_type({row}.message_data, '$.text') = 'text' "
-        f"AND json_extract({row}.message_data, '$.text') <> ''"
+        f"AND json_extract({row}.message_data, '$.text') <> '' END)"
     )
 
 
@@ -72,7 +75,7 @@ def text_statements(t: Tables) -> list[str]:
         f"CREATE TABLE IF NOT EXISTS {x.index} (id INTEGER PRIMARY KEY, session_id TEXT NOT "
         "NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, UNIQUE (session_id, seq))",
         f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5(body, content='{x.index}', "
-        "content_rowid='id', tokenize='unicode61')",
+        "content_rowid='id', tokenize='unicode61 remove_diacritics 2')",
         f"CREATE TRIGGER IF NOT EXISTS {x.name('fts_ins')} AFTER INSERT ON {x.index} BEGIN "
         f"INSERT INTO {fts} (rowid, body) VALUES (NEW.id, NEW.body); END",
         f"CREATE TRIGGER IF NOT EXISTS {x.name('fts_del')} AFTER DELETE ON {x.index} BEGIN "
@@ -235,7 +238,8 @@ class SqliteDialect(SqlDialect):
             for bound, op in ((low, ">="), (high, "<=")):
                 if bound is not None:
                     where += f" AND json_extract({value}) {op} ?"
-                    args.append(bound)
+                    # an int beyond 64 bits binds as a float (same order)
+                    args.append(bound if abs(bound) < 2**63 else float(bound))
         match = " OR ".join(f'"{w}"' for w in words)
         # bm25() is lower for better matches: the score is its negation.
         cur = await conn.execute(
@@ -243,7 +247,7 @@ class SqliteDialect(SqlDialect):
             f"JOIN {x.index} i ON i.id = {fts}.rowid "
             f"JOIN {t.messages} m ON m.session_id = i.session_id AND m.seq = i.seq "
             f"WHERE {fts} MATCH ? AND i.session_id = ?{where} "
-            "ORDER BY score DESC, m.seq DESC LIMIT ?",
+            "ORDER BY score DESC, m.seq LIMIT ?",
             (match, session_id, *args, limit),
         )
         rows = await cur.fetchall()
