@@ -108,6 +108,30 @@ async def test_every_write_path_keeps_the_index(url: str, sql_prefix: str) -> No
 
 
 @pytest.mark.asyncio
+async def test_drop_text_index_removes_it_and_the_next_search_makes_it_again(
+    url: str, sql_prefix: str
+) -> None:
+    from sqlalchemy.exc import DBAPIError
+
+    s = _open(url, "dropped", sql_prefix)
+    other = _open(url, "dropped", sql_prefix)
+    x = TextTables.of(Tables.build(sql_prefix, None, None))
+    try:
+        await s.add_items([_msg("oscar papa")])
+        assert await _seqs(s, "oscar") == [1]
+        await s.drop_text_index()
+        await s.drop_text_index()  # nothing left to drop
+        with pytest.raises(DBAPIError):
+            await _rows(s, x.index)
+        await s.add_items([_msg("oscar quebec")])  # no trigger names a dropped table
+        assert await _seqs(other, "oscar") == [1, 2]
+        assert await _rows(s, x.index, "dropped") == 2
+    finally:
+        await s.close()
+        await other.close()
+
+
+@pytest.mark.asyncio
 async def test_registration_racing_writers_loses_nothing(url: str, sql_prefix: str) -> None:
     sessions = [_open(url, "race", sql_prefix) for _ in range(6)]
     s = sessions[0]

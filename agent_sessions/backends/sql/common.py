@@ -242,6 +242,11 @@ class SqlDialect(ABC):
         None when the session is not registered for indexing (``index_session`` first)."""
         raise NotImplementedError
 
+    async def drop_text(self, conn: Any) -> None:
+        """Remove the full-text index of these tables (triggers first), in one transaction
+        where the database's DDL is transactional."""
+        raise NotImplementedError
+
     def is_closed(self, conn: Any) -> bool:
         """Whether the driver already knows ``conn`` is closed (no I/O)."""
         return False

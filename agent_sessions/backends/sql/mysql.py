@@ -115,6 +115,17 @@ def text_statements(t: Tables, mariadb: bool = True) -> list[str]:
     ]
 
 
+def drop_text_statements(t: Tables) -> list[str]:
+    """Undo ``text_statements`` (triggers first: a trigger naming a dropped table would fail
+    every write to the messages table)."""
+    x = TextTables.of(t)
+    return [
+        f"DROP TRIGGER IF EXISTS {x.name('ins')}",
+        f"DROP TRIGGER IF EXISTS {x.name('upd')}",
+        f"DROP TABLE IF EXISTS {x.index}, {x.registry}",
+    ]
+
+
 def _code(exc: BaseException) -> int | None:
     if not type(exc).__module__.startswith(_DRIVERS):
         return None
@@ -240,6 +251,30 @@ class MySQLDialect(SqlDialect):
             finally:
                 await cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
                 await cur.fetchall()
+
+    async def drop_text(self, conn: Any) -> None:
+        x = TextTables.of(self.t)
+        async with conn.cursor() as cur:
+            await cur.execute(
+                "SELECT trigger_name FROM information_schema.triggers "
+                "WHERE trigger_schema = DATABASE() AND trigger_name IN (%s, %s)",
+                (x.name("ins"), x.name("upd")),
+            )
+            existing = {str(r[0]) for r in await cur.fetchall()}
+            await cur.execute(
+                "SELECT COUNT(*) FROM information_schema.tables "
+                "WHERE table_schema = DATABASE() AND table_name IN (%s, %s)",
+                (x.index, x.registry),
+            )
+            (tables,) = await cur.fetchone()
+            for statement in drop_text_statements(self.t):
+                name = statement.rsplit(" ", 1)[-1]
+                if statement.startswith("DROP TRIGGER") and name not in existing:
+                    continue  # the driver would print the server's warning
+                if statement.startswith("DROP TABLE") and not tables:
+                    continue
+                await cur.execute(statement)
+        await _end_read(conn)
 
     async def _text_present(self, cur: Any) -> bool:
         x = TextTables.of(self.t)

@@ -150,6 +150,18 @@ def text_objects(t: Tables) -> list[tuple[str, str]]:
     ]
 
 
+def drop_text_statements(t: Tables) -> list[str]:
+    """Undo ``text_statements`` (triggers first: a trigger naming a dropped table would fail
+    every write to the messages table)."""
+    x = TextTables.of(t)
+    return [
+        f"DROP TRIGGER IF EXISTS {x.name('ins')} ON {t.messages}",
+        f"DROP TRIGGER IF EXISTS {x.name('upd')} ON {t.messages}",
+        f"DROP FUNCTION IF EXISTS {x.name('sync')}()",
+        f"DROP TABLE IF EXISTS {x.index}, {x.registry}",
+    ]
+
+
 class _Held(Exception):
     """Rolls back a ``write_at`` into a session that holds rows."""
 
@@ -223,6 +235,12 @@ class PostgresDialect(SqlDialect):
                 f"CREATE on the schema and ownership of {t.messages} (for its triggers) once; "
                 "run agent_sessions.backends.sql.postgres.text_statements() as such a user"
             ) from exc
+
+    async def drop_text(self, conn: Any) -> None:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", self.t.lock_key())
+            for statement in drop_text_statements(self.t):
+                await conn.execute(statement)
 
     async def _text_present(self, conn: Any) -> bool:
         x = TextTables.of(self.t)

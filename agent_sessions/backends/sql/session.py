@@ -847,9 +847,11 @@ class SQLAlchemySession(BaseSession):
             try:
                 return await d.search_text(conn, sid, terms, limit, filters)
             except Exception as exc:
-                if store is not None and d.missing_table(exc):
-                    store.text_ready = False  # dropped meanwhile: made again next time
-                raise
+                if not d.missing_table(exc):
+                    raise
+            # The index was dropped meanwhile (drop_text_index in another process): made again.
+            await d.prepare_text(conn, create)
+            return await d.search_text(conn, sid, terms, limit, filters)
 
         async def register(d: SqlDialect, conn: Any) -> None:
             await d.index_session(conn, sid)
@@ -859,6 +861,20 @@ class SQLAlchemySession(BaseSession):
             await self._run(register, write=True)
             found = await self._run(search, write=False) or []
         return found
+
+    async def drop_text_index(self) -> None:
+        """Remove the full-text index of these tables, for every session (its triggers,
+        function, tables); the next ``search_text`` creates it again and indexes that
+        session."""
+        self._check_open()
+
+        async def drop(d: SqlDialect, conn: Any) -> None:
+            store = self._cached[1] if self._cached is not None else None
+            await d.drop_text(conn)
+            if store is not None:
+                store.text_ready = False
+
+        await self._run(drop, write=True)
 
     async def _close(self) -> None:
         if self._shared is not None:

@@ -189,6 +189,18 @@ class SqliteDialect(SqlDialect):
                 ) from exc
             raise
 
+    async def drop_text(self, conn: Any) -> None:
+        names = _text_names(self.t)
+        triggers, tables = names[3:], [names[2], names[1], names[0]]
+
+        async def run() -> None:
+            for name in triggers:  # first: a trigger naming a dropped table fails writes
+                await conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+            for name in tables:
+                await conn.execute(f"DROP TABLE IF EXISTS {name}")
+
+        await self._write(conn, run)
+
     async def index_session(self, conn: Any, session_id: str) -> None:
         t, x = self.t, TextTables.of(self.t)
 
