@@ -98,7 +98,10 @@ def text_statements(t: Tables) -> list[str]:
         "seq BIGINT NOT NULL, tsv tsvector NOT NULL, PRIMARY KEY (session_id, seq), "
         f"FOREIGN KEY (session_id, seq) REFERENCES {t.messages} (session_id, seq) "
         "ON DELETE CASCADE ON UPDATE CASCADE)",
-        f"CREATE INDEX IF NOT EXISTS {x.name('gin')} ON {x.index} USING gin (tsv)",
+        # fastupdate off: no pending list that every search would scan (a backfill of 10k
+        # items left one that made a search read all of it: 5 ms instead of 0.1).
+        f"CREATE INDEX IF NOT EXISTS {x.name('gin')} ON {x.index} USING gin (tsv) "
+        "WITH (fastupdate = off)",
         f'CREATE TABLE IF NOT EXISTS {x.registry} (session_id VARCHAR(512) COLLATE "C" '
         f"PRIMARY KEY REFERENCES {t.sessions} (session_id) ON DELETE CASCADE ON UPDATE CASCADE)",
         f"""CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $f$
@@ -160,6 +163,11 @@ def drop_text_statements(t: Tables) -> list[str]:
         f"DROP FUNCTION IF EXISTS {x.name('sync')}()",
         f"DROP TABLE IF EXISTS {x.index}, {x.registry}",
     ]
+
+
+_ANALYZE_AFTER = 1000
+"""A session's first search that indexes at least this many items refreshes the index's
+statistics (ANALYZE, tens of milliseconds)."""
 
 
 class _Held(Exception):
@@ -272,7 +280,7 @@ class PostgresDialect(SqlDialect):
             )
             # FOR SHARE: a pop or rewrite in flight is waited for, so its row is indexed as
             # it ends (or not at all), never as it was.
-            await conn.execute(
+            status = await conn.execute(
                 f"INSERT INTO {x.index} (session_id, seq, tsv) "
                 "SELECT m.session_id, m.seq, to_tsvector('simple', j.d ->> 'text') "
                 f"FROM {t.messages} m CROSS JOIN LATERAL (SELECT {doc} AS d) j "
@@ -281,6 +289,10 @@ class PostgresDialect(SqlDialect):
                 "ON CONFLICT (session_id, seq) DO UPDATE SET tsv = EXCLUDED.tsv",
                 session_id,
             )
+        if int(str(status).rsplit(" ", 1)[-1]) >= _ANALYZE_AFTER:
+            # Fresh statistics, so the planner finds a rare word's hits through the GIN
+            # index rather than reading the session's whole index (10k items: 8 ms -> 1 ms).
+            await conn.execute(f"ANALYZE {x.index}")
 
     async def search_text(
         self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
@@ -304,15 +316,23 @@ class PostgresDialect(SqlDialect):
                         args.append(float(bound))
                         where += f" AND (j.d ->> '{field}')::float8 {op} ${len(args)}::float8"
         # ts_rank, normalised by the log of the text's length (1): how often the words
-        # occur, long texts not winning by length alone.
+        # occur, long texts not winning by length alone. The hits are found in the index
+        # alone (MATERIALIZED: the planner cannot start from the messages table), ranked and
+        # cut there when nothing filters, so only the rows returned carry their payloads;
+        # filters read the JSON of the hits only.
+        cut = " ORDER BY score DESC, seq LIMIT $3" if filters.empty else ""
         rows = await conn.fetch(
+            f"WITH hits AS MATERIALIZED (SELECT i.seq, ts_rank(i.tsv, q.q, 1) AS score "
+            f"FROM {x.index} i, to_tsquery('simple', $2) AS q(q) "
+            f"WHERE i.session_id = $1 AND i.tsv @@ q.q{cut}), "
+            # = ANY(array): probes of the primary key, whatever the messages' statistics say
+            "found AS MATERIALIZED (SELECT h.seq, m.message_data, h.score FROM hits h "
+            f"JOIN {t.messages} m ON m.seq = h.seq WHERE m.session_id = $1 "
+            "AND m.seq = ANY (ARRAY(SELECT seq FROM hits))) "
             "SELECT r.ok, s.seq, s.message_data, s.score FROM "
             f"(SELECT EXISTS (SELECT 1 FROM {x.registry} WHERE session_id = $1) AS ok) r "
-            "LEFT JOIN LATERAL (SELECT m.seq, m.message_data, ts_rank(i.tsv, q.q, 1) AS score "
-            f"FROM (SELECT to_tsquery('simple', $2) AS q) q JOIN {x.index} i ON i.tsv @@ q.q "
-            f"JOIN {t.messages} m ON m.session_id = i.session_id AND m.seq = i.seq{join} "
-            f"WHERE r.ok AND i.session_id = $1{where} "
-            "ORDER BY score DESC, m.seq LIMIT $3) s ON true "
+            f"LEFT JOIN LATERAL (SELECT m.seq, m.message_data, m.score FROM found m{join} "
+            f"WHERE r.ok{where} ORDER BY m.score DESC, m.seq LIMIT $3) s ON true "
             "ORDER BY s.score DESC, s.seq",
             *args,
         )
