@@ -238,11 +238,16 @@ class PostgresDialect(SqlDialect):
                     return
                 for statement in text_statements(t):
                     await conn.execute(statement)
-        except (pg.InsufficientPrivilegeError, pg.UndefinedFunctionError) as exc:
+        except pg.InsufficientPrivilegeError as exc:
             raise BackendDataError(
                 f"cannot create the full-text index of {t.messages} ({exc}): the user needs "
                 f"CREATE on the schema and ownership of {t.messages} (for its triggers) once; "
                 "run agent_sessions.backends.sql.postgres.text_statements() as such a user"
+            ) from exc
+        except pg.PostgresSyntaxError as exc:
+            raise BackendDataError(
+                f"cannot create the full-text index of {t.messages} ({exc}): search_text "
+                "needs PostgreSQL 11 or later (EXECUTE FUNCTION, transition tables)"
             ) from exc
 
     async def drop_text(self, conn: Any) -> None:
