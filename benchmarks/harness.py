@@ -261,11 +261,25 @@ async def drop_tables(url: str, doomed: Callable[[str], bool]) -> None:
         async with engine.begin() as conn:
             names = await conn.run_sync(lambda sync: sa_inspect(sync).get_table_names())
             names = [name for name in names if doomed(name)]
-            if not names:
+            functions: list[str] = []
+            if conn.dialect.name == "postgresql":
+                # The trigger functions of the full-text index (search_text) outlive tables.
+                result = await conn.execute(
+                    text(
+                        "SELECT p.proname FROM pg_proc p JOIN pg_namespace n "
+                        "ON n.oid = p.pronamespace WHERE n.nspname = current_schema()"
+                    )
+                )
+                functions = [name for (name,) in result if doomed(name)]
+            if not names and not functions:
                 return
             quoted = ", ".join(conn.dialect.identifier_preparer.quote(n) for n in names)
             if conn.dialect.name == "postgresql":
-                await conn.execute(text(f"DROP TABLE IF EXISTS {quoted} CASCADE"))
+                if names:
+                    await conn.execute(text(f"DROP TABLE IF EXISTS {quoted} CASCADE"))
+                for name in functions:
+                    q = conn.dialect.identifier_preparer.quote(name)
+                    await conn.execute(text(f"DROP FUNCTION IF EXISTS {q}() CASCADE"))
             else:
                 await conn.execute(text("SET FOREIGN_KEY_CHECKS = 0"))
                 await conn.execute(text(f"DROP TABLE IF EXISTS {quoted}"))

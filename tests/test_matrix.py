@@ -81,6 +81,8 @@ for _backend in BACKENDS:
             "stack": staticmethod(_stack),
             "expects_atomic_replacement": _backend.name in ATOMIC_BACKENDS
             and _stack_name in ATOMIC_STACKS,
+            # PostgreSQL's ts_rank weighs how often words occur, not how rare they are.
+            "ranks_rare_words_first": _backend.name != "postgres",
         }
         _name = _suite_name(_backend.name, _stack_name)
         globals()[_name] = type(_name, (_MatrixSuite,), _attrs)

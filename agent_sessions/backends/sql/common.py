@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,81 @@ class Tables:
         """A signed 64-bit number naming this store, for database-wide advisory locks."""
         digest = hashlib.sha256(f"agent_sessions:{self.messages}".encode()).digest()
         return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def derived_name(base: str, suffix: str) -> str:
+    """``base + suffix``, shortened with a hash of ``base`` when longer than an identifier may
+    be (63 characters), so every derived name stays unique and valid."""
+    if len(base) + len(suffix) <= 63:
+        return base + suffix
+    digest = hashlib.sha256(base.encode()).hexdigest()[:8]
+    return f"{base[: 63 - len(suffix) - 9]}_{digest}{suffix}"
+
+
+@dataclass(frozen=True)
+class TextTables:
+    """The names of a table set's full-text index (Capability.TEXT_SEARCH), made on the
+    first ``search_text``: ``index`` holds the indexed text of registered sessions' items,
+    keyed by ``(session_id, seq)``; ``registry`` the registered sessions; ``name(suffix)``
+    names the functions and triggers that keep ``index`` in step with the messages table."""
+
+    index: str
+    registry: str
+    messages: str
+
+    @classmethod
+    def of(cls, t: Tables) -> TextTables:
+        m = t.messages
+        return cls(derived_name(m, "_text"), derived_name(m, "_text_sessions"), m)
+
+    def name(self, suffix: str) -> str:
+        return derived_name(self.messages, f"_text_{suffix}")
+
+
+_PIECE = re.compile(r"[^\W_]+")
+
+
+def split_words(words: list[str]) -> list[str]:
+    """A query's words (``\\w+``) as the databases' parsers split text: ``_`` separates
+    words there (as in FTS5's ``unicode61``), so ``snake_case`` is searched as two words.
+    Lower-cased, first occurrence kept, at most 64."""
+    pieces = (p.lower() for w in words for p in _PIECE.findall(w))
+    return list(dict.fromkeys(pieces))[:64]
+
+
+@dataclass(frozen=True)
+class TextFilters:
+    """The ``equal``/``between`` filters of ``search_text``, as checked by
+    ``core.textsearch.check_search`` (field names ``[a-z_]{1,32}``, so they can be written
+    into a JSON path)."""
+
+    equal: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    between: tuple[tuple[str, float | None, float | None], ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        equal: Mapping[str, Collection[str]],
+        between: Mapping[str, tuple[float | None, float | None]],
+    ) -> TextFilters:
+        for name in (*equal, *between):
+            if not _FIELD.fullmatch(name):  # checked already; a JSON path must never vary
+                raise ValueError(f"filter field names are [a-z_]{{1,32}}, got {name!r}")
+        return cls(
+            tuple((name, tuple(values)) for name, values in equal.items()),
+            tuple((name, low, high) for name, (low, high) in between.items()),
+        )
+
+    @property
+    def empty(self) -> bool:
+        return not self.equal and not self.between
+
+    def impossible(self) -> bool:
+        """Whether no item can pass (an ``equal`` with no values)."""
+        return any(not values for _, values in self.equal)
+
+
+_FIELD = re.compile(r"[a-z_]{1,32}")
 
 
 @functools.lru_cache(maxsize=256)
@@ -147,6 +223,29 @@ class SqlDialect(ABC):
     @abstractmethod
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         """Count the session's rows with after < seq < before."""
+
+    async def prepare_text(self, conn: Any, create: bool) -> None:
+        """Make sure the full-text index of these tables exists (its tables and the triggers
+        that keep it in step with every write to the messages table), creating it when
+        ``create`` (idempotent, safe across processes); else raise BackendDataError."""
+        raise NotImplementedError
+
+    async def index_session(self, conn: Any, session_id: str) -> None:
+        """Register the session for indexing and index the items it holds, in one
+        transaction that writers of the session wait for (nothing when it holds no items)."""
+        raise NotImplementedError
+
+    async def search_text(
+        self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
+    ) -> list[tuple[int, str, float]] | None:
+        """The session's ``limit`` best ``(seq, payload, score)`` for ``words``, best first;
+        None when the session is not registered for indexing (``index_session`` first)."""
+        raise NotImplementedError
+
+    async def drop_text(self, conn: Any) -> None:
+        """Remove the full-text index of these tables (triggers first), in one transaction
+        where the database's DDL is transactional."""
+        raise NotImplementedError
 
     def is_closed(self, conn: Any) -> bool:
         """Whether the driver already knows ``conn`` is closed (no I/O)."""

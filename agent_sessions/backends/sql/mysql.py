@@ -25,12 +25,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ...core.base import Row
-from ...errors import ItemTooLargeError
+from ...errors import BackendDataError, ItemTooLargeError
 from .common import (
     SCHEMA_VERSION,
     Refused,
     SqlDialect,
     Tables,
+    TextFilters,
+    TextTables,
     causes,
     check_version,
     delete_for_swap,
@@ -66,6 +68,61 @@ def create_statements(t: Tables, mariadb: bool = True) -> list[str]:
         "PRIMARY KEY (session_id, seq)) ENGINE=InnoDB",
         f"INSERT IGNORE INTO {t.schema} (table_name, version) "
         f"VALUES ('{t.messages}', {SCHEMA_VERSION})",
+    ]
+
+
+_TEXT = "JSON_EXTRACT({row}.message_data, '$.text')"
+_INDEXABLE = f"JSON_TYPE({_TEXT}) = 'STRING' AND JSON_UNQUOTE({_TEXT}) <> ''"
+_NUMBER_TYPES = "'INTEGER', 'UNSIGNED INTEGER', 'DOUBLE', 'DECIMAL'"
+_DENIED = {1044, 1142, 1227, 1419}
+"""Access denied to the database or a command; SUPER needed (triggers with binary logging)."""
+
+
+def text_statements(t: Tables, mariadb: bool = True) -> list[str]:
+    """The DDL of the full-text index (Capability.TEXT_SEARCH), made on the first
+    ``search_text``: an InnoDB table with a FULLTEXT index on the items' text (made with
+    ``innodb_ft_enable_stopword`` off, so no word is dropped as a stop word), a table of the
+    registered sessions, and two row triggers on the messages table (insert; update of
+    ``message_data``) that look the session up in the registry before reading the item.
+    Deletes cascade through foreign keys: InnoDB's cascades do not fire triggers, and a
+    foreign key also covers a user's own cascade into the messages table."""
+    x = TextTables.of(t)
+    collation = "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
+    sid = f"VARCHAR(512) CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL"
+    ins, upd = x.name("ins"), x.name("upd")
+    add = (
+        f"INSERT INTO {x.index} (session_id, seq, body) VALUES (NEW.session_id, NEW.seq, "
+        f"JSON_UNQUOTE({_TEXT.format(row='NEW')})) ON DUPLICATE KEY UPDATE body = VALUES(body);"
+    )
+    registered = f"EXISTS (SELECT 1 FROM {x.registry} WHERE session_id = NEW.session_id)"
+    return [
+        f"CREATE TABLE IF NOT EXISTS {x.registry} (session_id {sid} PRIMARY KEY, "
+        f"FOREIGN KEY (session_id) REFERENCES {t.sessions} (session_id) ON DELETE CASCADE) "
+        "ENGINE=InnoDB",
+        # The words of the text compare without case (the character set's default collation).
+        f"CREATE TABLE IF NOT EXISTS {x.index} (session_id {sid}, seq BIGINT NOT NULL, "
+        "body LONGTEXT CHARACTER SET utf8mb4 NOT NULL, PRIMARY KEY (session_id, seq), "
+        f"FULLTEXT KEY {x.name('ft')} (body), FOREIGN KEY (session_id, seq) REFERENCES "
+        f"{t.messages} (session_id, seq) ON DELETE CASCADE) ENGINE=InnoDB",
+        f"DROP TRIGGER IF EXISTS {ins}",
+        f"CREATE TRIGGER {ins} AFTER INSERT ON {t.messages} FOR EACH ROW BEGIN "
+        f"IF {registered} AND {_INDEXABLE.format(row='NEW')} THEN {add} END IF; END",
+        f"DROP TRIGGER IF EXISTS {upd}",
+        f"CREATE TRIGGER {upd} AFTER UPDATE ON {t.messages} FOR EACH ROW BEGIN "
+        f"IF NOT (NEW.message_data <=> OLD.message_data) AND {registered} THEN "
+        f"DELETE FROM {x.index} WHERE session_id = OLD.session_id AND seq = OLD.seq; "
+        f"IF {_INDEXABLE.format(row='NEW')} THEN {add} END IF; END IF; END",
+    ]
+
+
+def drop_text_statements(t: Tables) -> list[str]:
+    """Undo ``text_statements`` (triggers first: a trigger naming a dropped table would fail
+    every write to the messages table)."""
+    x = TextTables.of(t)
+    return [
+        f"DROP TRIGGER IF EXISTS {x.name('ins')}",
+        f"DROP TRIGGER IF EXISTS {x.name('upd')}",
+        f"DROP TABLE IF EXISTS {x.index}, {x.registry}",
     ]
 
 
@@ -145,6 +202,161 @@ class MySQLDialect(SqlDialect):
             row = await cur.fetchone()
             self.max_packet = min(int(row[0]), _PACKET_CAP)
         await _end_read(conn)
+
+    async def prepare_text(self, conn: Any, create: bool) -> None:
+        t = self.t
+        async with conn.cursor() as cur:
+            if await self._text_present(cur):
+                await _end_read(conn)
+                return
+            if not create:
+                await _end_read(conn)
+                raise BackendDataError(
+                    f"the full-text index of {t.messages} does not exist; search_text creates "
+                    "it when the session has create_tables=True, or run the statements of "
+                    "agent_sessions.backends.sql.mysql.text_statements() once"
+                )
+            name = f"agent_sessions:{t.lock_key():x}"
+            await cur.execute("SELECT GET_LOCK(%s, 60)", (name,))
+            await cur.fetchall()
+            try:
+                if not await self._text_present(cur):
+                    await cur.execute(
+                        "SELECT trigger_name FROM information_schema.triggers "
+                        "WHERE trigger_schema = DATABASE() AND event_object_table = %s",
+                        (t.messages,),
+                    )
+                    existing = {str(r[0]) for r in await cur.fetchall()}
+                    await cur.execute("SET SESSION innodb_ft_enable_stopword = OFF")
+                    try:
+                        for statement in text_statements(t, self.mariadb):
+                            if statement.startswith("DROP TRIGGER IF EXISTS ") and (
+                                statement.rsplit(" ", 1)[-1] not in existing
+                            ):
+                                continue  # the driver would print the server's warning
+                            await cur.execute(statement)
+                    finally:
+                        await cur.execute("SET SESSION innodb_ft_enable_stopword = DEFAULT")
+                await conn.commit()
+            except Exception as exc:
+                if any(_code(e) in _DENIED for e in causes(exc)):
+                    raise BackendDataError(
+                        f"cannot create the full-text index of {t.messages} ({exc}): the user "
+                        "needs the CREATE, REFERENCES, INDEX and TRIGGER privileges once (and "
+                        "SUPER, or log_bin_trust_function_creators=1, where binary logging is "
+                        "on); run agent_sessions.backends.sql.mysql.text_statements() as such "
+                        "a user"
+                    ) from exc
+                raise
+            finally:
+                await cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
+                await cur.fetchall()
+
+    async def drop_text(self, conn: Any) -> None:
+        x = TextTables.of(self.t)
+        async with conn.cursor() as cur:
+            await cur.execute(
+                "SELECT trigger_name FROM information_schema.triggers "
+                "WHERE trigger_schema = DATABASE() AND trigger_name IN (%s, %s)",
+                (x.name("ins"), x.name("upd")),
+            )
+            existing = {str(r[0]) for r in await cur.fetchall()}
+            await cur.execute(
+                "SELECT COUNT(*) FROM information_schema.tables "
+                "WHERE table_schema = DATABASE() AND table_name IN (%s, %s)",
+                (x.index, x.registry),
+            )
+            (tables,) = await cur.fetchone()
+            for statement in drop_text_statements(self.t):
+                name = statement.rsplit(" ", 1)[-1]
+                if statement.startswith("DROP TRIGGER") and name not in existing:
+                    continue  # the driver would print the server's warning
+                if statement.startswith("DROP TABLE") and not tables:
+                    continue
+                await cur.execute(statement)
+        await _end_read(conn)
+
+    async def _text_present(self, cur: Any) -> bool:
+        x = TextTables.of(self.t)
+        await cur.execute(
+            "SELECT (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
+            "DATABASE() AND table_name IN (%s, %s)) + (SELECT COUNT(*) FROM "
+            "information_schema.triggers WHERE trigger_schema = DATABASE() AND "
+            "trigger_name IN (%s, %s))",
+            (x.index, x.registry, x.name("ins"), x.name("upd")),
+        )
+        (found,) = await cur.fetchone()
+        return int(found) == 4
+
+    async def index_session(self, conn: Any, session_id: str) -> None:
+        t, x = self.t, TextTables.of(self.t)
+        async with conn.cursor() as cur:
+            if conn.get_autocommit():
+                await conn.begin()
+            try:
+                # Locks the counter row: appends wait for the registration, and the backfill
+                # below sees every batch committed before it.
+                await cur.execute(
+                    f"SELECT 1 FROM {t.sessions} WHERE session_id = %s FOR UPDATE", (session_id,)
+                )
+                if await cur.fetchone() is not None:
+                    await cur.execute(
+                        f"INSERT IGNORE INTO {x.registry} (session_id) VALUES (%s)", (session_id,)
+                    )
+                    await cur.execute(f"DELETE FROM {x.index} WHERE session_id = %s", (session_id,))
+                    # Shared locks: a pop or rewrite in flight is waited for, so its row is
+                    # indexed as it ends (or not at all), never as it was.
+                    await cur.execute(
+                        f"INSERT INTO {x.index} (session_id, seq, body) "
+                        f"SELECT m.session_id, m.seq, JSON_UNQUOTE({_TEXT.format(row='m')}) "
+                        f"FROM {t.messages} m WHERE m.session_id = %s AND "
+                        f"{_INDEXABLE.format(row='m')} LOCK IN SHARE MODE",
+                        (session_id,),
+                    )
+            except BaseException:
+                await conn.rollback()
+                raise
+            await conn.commit()
+
+    async def search_text(
+        self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
+    ) -> list[tuple[int, str, float]] | None:
+        t, x = self.t, TextTables.of(self.t)
+        against = "MATCH (i.body) AGAINST (%s IN NATURAL LANGUAGE MODE)"
+        text = " ".join(words)
+        where = ""
+        args: list[Any] = []
+        for field, values in filters.equal:
+            value = f"JSON_EXTRACT(m.message_data, '$.{field}')"
+            marks = ", ".join(["%s"] * len(values))
+            where += (
+                f" AND JSON_TYPE({value}) = 'STRING' "
+                f"AND JSON_UNQUOTE({value}) COLLATE utf8mb4_bin IN ({marks})"
+            )
+            args += values
+        for field, low, high in filters.between:
+            value = f"JSON_EXTRACT(m.message_data, '$.{field}')"
+            where += f" AND JSON_TYPE({value}) IN ({_NUMBER_TYPES})"
+            for bound, op in ((low, ">="), (high, "<=")):
+                if bound is not None:
+                    where += f" AND {value} + 0 {op} %s"
+                    args.append(bound)
+        async with conn.cursor() as cur:
+            await cur.execute(
+                "SELECT r.ok, s.seq, s.message_data, s.score FROM "
+                f"(SELECT EXISTS (SELECT 1 FROM {x.registry} WHERE session_id = %s) AS ok) r "
+                f"LEFT JOIN (SELECT m.seq, m.message_data, {against} AS score FROM {x.index} i "
+                f"JOIN {t.messages} m ON m.session_id = i.session_id AND m.seq = i.seq "
+                f"WHERE i.session_id = %s AND {against}{where} "
+                "ORDER BY score DESC, m.seq LIMIT %s) s ON TRUE "
+                "ORDER BY s.score DESC, s.seq",
+                (session_id, text, session_id, text, *args, limit),
+            )
+            rows = await cur.fetchall()
+        await _end_read(conn)
+        if not rows or not rows[0][0]:
+            return None
+        return [(int(r[1]), str(r[2]), float(r[3])) for r in rows if r[1] is not None]
 
     async def _version(self, cur: Any, missing_ok: bool) -> Any:
         try:

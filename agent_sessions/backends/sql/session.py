@@ -35,14 +35,17 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("SQLAlchemySession", "sqlalchemy", _exc) from _exc
 
 from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES
 from ...core.mutation import finish
 from ...core.options import explicit_options
 from ...errors import BackendDataError, BackendUnavailableError, SequenceConflictError
-from .common import Refused, SqlDialect, Tables, causes
+from .common import Refused, SqlDialect, Tables, TextFilters, causes, split_words
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from ...core.textsearch import Between, Equal
 
 T = TypeVar("T")
 
@@ -55,6 +58,7 @@ _DRIVERS = {
     ("sqlite", "aiosqlite"),
 }
 _RETRIES = 5
+_INT64_MAX = 2**63 - 1
 _KEEP_IDLE = 4
 _BORN = "agent_sessions_born"
 """Key in a pooled connection's ``info``: when it was connected (``time.monotonic()``)."""
@@ -117,6 +121,8 @@ class _Store:
         self.broken_at = 0.0
         self.ready = False
         self.preparing: asyncio.Future[None] | None = None
+        # Whether the full-text index (tables, triggers) was found or made (search_text).
+        self.text_ready = False
         self.lock = asyncio.Lock() if self.dialect.exclusive else None
         self.keep_idle = keep_idle
         self.idle: list[PoolProxiedConnection] = []
@@ -397,7 +403,7 @@ class SQLAlchemySession(BaseSession):
             supported.
     """
 
-    capabilities = STORE_CAPABILITIES
+    capabilities = STORE_CAPABILITIES | {Capability.TEXT_SEARCH}
 
     def __init__(
         self,
@@ -816,6 +822,59 @@ class SQLAlchemySession(BaseSession):
                 f"session {sid!r} already holds {held} item(s); write_sequenced_items fills "
                 "an empty session only. Nothing was written"
             )
+
+    async def _search_text(
+        self, words: list[str], limit: int, equal: Equal, between: Between
+    ) -> list[tuple[int, str, float]]:
+        """TEXT_SEARCH with the database's own full-text index (PostgreSQL ``tsvector`` + GIN
+        ranked by ``ts_rank``, MariaDB/MySQL ``FULLTEXT`` in natural language mode, SQLite
+        FTS5 and ``bm25``). The index is made on the first search of a table set, and a
+        session's items are indexed on its first search; from then on triggers keep it in
+        step with every write, in the writing transaction. See docs/sqlalchemy.md."""
+        filters = TextFilters.of(equal, between)
+        terms = split_words(words)
+        if not terms or filters.impossible():
+            return []
+        limit = min(limit, _INT64_MAX)
+        sid = self.session_id
+        create = self._create_tables
+
+        async def search(d: SqlDialect, conn: Any) -> list[tuple[int, str, float]] | None:
+            store = self._cached[1] if self._cached is not None else None
+            if store is not None and not store.text_ready:
+                await d.prepare_text(conn, create)
+                store.text_ready = True
+            try:
+                return await d.search_text(conn, sid, terms, limit, filters)
+            except Exception as exc:
+                if not d.missing_table(exc):
+                    raise
+            # The index was dropped meanwhile (drop_text_index in another process): made again.
+            await d.prepare_text(conn, create)
+            return await d.search_text(conn, sid, terms, limit, filters)
+
+        async def register(d: SqlDialect, conn: Any) -> None:
+            await d.index_session(conn, sid)
+
+        found = await self._run(search, write=False)
+        if found is None:
+            await self._run(register, write=True)
+            found = await self._run(search, write=False) or []
+        return found
+
+    async def drop_text_index(self) -> None:
+        """Remove the full-text index of these tables, for every session (its triggers,
+        function, tables); the next ``search_text`` creates it again and indexes that
+        session."""
+        self._check_open()
+
+        async def drop(d: SqlDialect, conn: Any) -> None:
+            store = self._cached[1] if self._cached is not None else None
+            await d.drop_text(conn)
+            if store is not None:
+                store.text_ready = False
+
+        await self._run(drop, write=True)
 
     async def _close(self) -> None:
         if self._shared is not None:

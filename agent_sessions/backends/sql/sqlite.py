@@ -14,11 +14,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ...core.base import Row
+from ...errors import BackendDataError
 from .common import (
     SCHEMA_VERSION,
     Refused,
     SqlDialect,
     Tables,
+    TextFilters,
+    TextTables,
     causes,
     check_version,
     delete_for_swap,
@@ -40,6 +43,59 @@ def create_statements(t: Tables) -> list[str]:
         "created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP, PRIMARY KEY (session_id, seq))",
         f"INSERT OR IGNORE INTO {t.schema} (table_name, version) "
         f"VALUES ('{t.messages}', {SCHEMA_VERSION})",
+    ]
+
+
+def _indexable(row: str) -> str:
+    """SQL true when ``row``'s JSON holds a non-empty string ``text`` (NULL, never an error,
+    for malformed JSON, as in the SQLite backend's index)."""
+    return (
+        f"(CASE WHEN json_valid({row}.message_data) THEN "
+        f"json_type({row}.message_data, '$.text') = 'text' "
+        f"AND json_extract({row}.message_data, '$.text') <> '' END)"
+    )
+
+
+def text_statements(t: Tables) -> list[str]:
+    """The DDL of the full-text index (Capability.TEXT_SEARCH), made on the first
+    ``search_text``: a table of the registered sessions' texts keyed by ``(session_id, seq)``,
+    an FTS5 table over it (external content, ``unicode61`` tokenizer, ranked by ``bm25``),
+    a table of the registered sessions, and triggers: on the messages table (insert, update of
+    ``message_data``, delete), on the sessions table (delete: unregister), and on the texts
+    table (keeping the FTS5 table in step)."""
+    x = TextTables.of(t)
+    fts = x.name("fts")
+    add = (
+        f"INSERT OR REPLACE INTO {x.index} (session_id, seq, body) SELECT NEW.session_id, "
+        "NEW.seq, json_extract(NEW.message_data, '$.text') WHERE EXISTS (SELECT 1 FROM "
+        f"{x.registry} WHERE session_id = NEW.session_id) AND {_indexable('NEW')};"
+    )
+    return [
+        f"CREATE TABLE IF NOT EXISTS {x.registry} (session_id TEXT PRIMARY KEY)",
+        f"CREATE TABLE IF NOT EXISTS {x.index} (id INTEGER PRIMARY KEY, session_id TEXT NOT "
+        "NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, UNIQUE (session_id, seq))",
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5(body, content='{x.index}', "
+        "content_rowid='id', tokenize='unicode61 remove_diacritics 2')",
+        f"CREATE TRIGGER IF NOT EXISTS {x.name('fts_ins')} AFTER INSERT ON {x.index} BEGIN "
+        f"INSERT INTO {fts} (rowid, body) VALUES (NEW.id, NEW.body); END",
+        f"CREATE TRIGGER IF NOT EXISTS {x.name('fts_del')} AFTER DELETE ON {x.index} BEGIN "
+        f"INSERT INTO {fts} ({fts}, rowid, body) VALUES ('delete', OLD.id, OLD.body); END",
+        f"CREATE TRIGGER IF NOT EXISTS {x.name('ins')} AFTER INSERT ON {t.messages} "
+        f"BEGIN {add} END",
+        f"CREATE TRIGGER IF NOT EXISTS {x.name('upd')} AFTER UPDATE OF message_data ON "
+        f"{t.messages} WHEN OLD.message_data IS NOT NEW.message_data BEGIN "
+        f"DELETE FROM {x.index} WHERE session_id = OLD.session_id AND seq = OLD.seq; {add} END",
+        f"CREATE TRIGGER IF NOT EXISTS {x.name('del')} AFTER DELETE ON {t.messages} BEGIN "
+        f"DELETE FROM {x.index} WHERE session_id = OLD.session_id AND seq = OLD.seq; END",
+        f"CREATE TRIGGER IF NOT EXISTS {x.name('off')} AFTER DELETE ON {t.sessions} BEGIN "
+        f"DELETE FROM {x.registry} WHERE session_id = OLD.session_id; END",
+    ]
+
+
+def _text_names(t: Tables) -> list[str]:
+    x = TextTables.of(t)
+    return [x.registry, x.index] + [
+        x.name(suffix) for suffix in ("fts", "fts_ins", "fts_del", "ins", "upd", "del", "off")
     ]
 
 
@@ -96,6 +152,119 @@ class SqliteDialect(SqlDialect):
         check_version(t, version)
         await conn.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE 0")
         await conn.execute(f"SELECT session_id, seq, message_data FROM {t.messages} WHERE 0")
+
+    async def prepare_text(self, conn: Any, create: bool) -> None:
+        t = self.t
+        names = _text_names(t)
+
+        async def present() -> bool:
+            marks = ", ".join("?" * len(names))
+            cur = await conn.execute(
+                f"SELECT COUNT(*) FROM sqlite_master WHERE name IN ({marks})", names
+            )
+            (found,) = await cur.fetchone()
+            await cur.close()
+            return int(found) == len(names)
+
+        if await present():
+            return
+        if not create:
+            raise BackendDataError(
+                f"the full-text index of {t.messages} does not exist; search_text creates it "
+                "when the session has create_tables=True, or run the statements of "
+                "agent_sessions.backends.sql.sqlite.text_statements() once"
+            )
+
+        async def run() -> None:
+            for statement in text_statements(t):
+                await conn.execute(statement)
+
+        try:
+            await self._write(conn, run)
+        except sqlite3.OperationalError as exc:
+            if "fts5" in str(exc):
+                raise BackendDataError(
+                    f"this SQLite has no FTS5 ({exc}); search_text needs an SQLite built "
+                    "with FTS5 (Python's own usually is)"
+                ) from exc
+            raise
+
+    async def drop_text(self, conn: Any) -> None:
+        names = _text_names(self.t)
+        triggers, tables = names[3:], [names[2], names[1], names[0]]
+
+        async def run() -> None:
+            for name in triggers:  # first: a trigger naming a dropped table fails writes
+                await conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+            for name in tables:
+                await conn.execute(f"DROP TABLE IF EXISTS {name}")
+
+        await self._write(conn, run)
+
+    async def index_session(self, conn: Any, session_id: str) -> None:
+        t, x = self.t, TextTables.of(self.t)
+
+        async def run() -> None:
+            cur = await conn.execute(
+                f"SELECT 1 FROM {t.sessions} WHERE session_id = ?", (session_id,)
+            )
+            held = await cur.fetchone()
+            await cur.close()
+            if held is None:
+                return  # no items: the first search after the first write registers it
+            await conn.execute(
+                f"INSERT OR IGNORE INTO {x.registry} (session_id) VALUES (?)", (session_id,)
+            )
+            await conn.execute(f"DELETE FROM {x.index} WHERE session_id = ?", (session_id,))
+            await conn.execute(
+                f"INSERT INTO {x.index} (session_id, seq, body) SELECT m.session_id, m.seq, "
+                f"json_extract(m.message_data, '$.text') FROM {t.messages} m "
+                f"WHERE m.session_id = ? AND {_indexable('m')} ORDER BY m.seq",
+                (session_id,),
+            )
+
+        await self._write(conn, run)
+
+    async def search_text(
+        self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
+    ) -> list[tuple[int, str, float]] | None:
+        t, x = self.t, TextTables.of(self.t)
+        fts = x.name("fts")
+        cur = await conn.execute(f"SELECT 1 FROM {x.registry} WHERE session_id = ?", (session_id,))
+        registered = await cur.fetchone()
+        await cur.close()
+        if registered is None:
+            return None
+        where = ""
+        args: list[Any] = []
+        for field, values in filters.equal:
+            value = f"m.message_data, '$.{field}'"
+            where += (
+                f" AND json_type({value}) = 'text' "
+                f"AND json_extract({value}) IN ({', '.join('?' * len(values))})"
+            )
+            args += values
+        for field, low, high in filters.between:
+            value = f"m.message_data, '$.{field}'"
+            where += f" AND json_type({value}) IN ('integer', 'real')"
+            for bound, op in ((low, ">="), (high, "<=")):
+                if bound is not None:
+                    where += f" AND json_extract({value}) {op} ?"
+                    # an int beyond 64 bits binds as a float (same order)
+                    args.append(bound if abs(bound) < 2**63 else float(bound))
+        match = " OR ".join(f'"{w}"' for w in words)
+        # bm25() is lower for better matches: the score is its negation.
+        cur = await conn.execute(
+            f"SELECT m.seq, m.message_data, -bm25({fts}) AS score FROM {fts} "
+            f"JOIN {x.index} i ON i.id = {fts}.rowid "
+            f"JOIN {t.messages} m ON m.session_id = i.session_id AND m.seq = i.seq "
+            f"WHERE {fts} MATCH ? AND i.session_id = ?{where} "
+            "ORDER BY score DESC, m.seq LIMIT ?",
+            (match, session_id, *args, limit),
+        )
+        rows = await cur.fetchall()
+        await cur.close()
+        return [(int(r[0]), str(r[1]), float(r[2])) for r in rows]
 
     async def _version(self, conn: Any, missing_ok: bool) -> Any:
         try:
