@@ -18,7 +18,7 @@ from ..core.capabilities import Capability, supports
 from ..wrappers.base import SessionWrapper
 from ..wrappers.compaction import CompactionSession
 from ._log import RecordLog
-from ._snapshot import SnapshotIndex, load_chunks, read_snapshot, write_snapshot
+from ._snapshot import Entries, SnapshotIndex, load_chunks, read_snapshot, write_snapshot
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -103,8 +103,7 @@ class RecallIndex:
     it saves the index there in chunks every ``snapshot_every`` new records or a tenth of
     the log, whichever is more, and a cold object loads the newest complete snapshot and
     reads only the records after it. ``entries`` then holds one record per indexed item in
-    log order; an entry of a forgotten session stays in its place with empty ``role`` and
-    ``text`` (so positions never move).
+    log order.
     """
 
     def __init__(
@@ -134,12 +133,28 @@ class RecallIndex:
 
     def _reset(self) -> None:
         self._index = SnapshotIndex()
-        self.entries: list[dict[str, Any]] = []
-        self._seen: set[tuple[str, int]] = set()
-        self._docs: dict[str, list[int]] = {}
+        self._entries = Entries()
+        self._seen_keys: set[tuple[str, int]] | None = set()
         self._loaded = False
         self._unsaved = 0
         """Log records applied since the snapshot this index was loaded from or saved as."""
+
+    @property
+    def entries(self) -> list[dict[str, Any]]:
+        """The in-process index's entries as ``recall`` records, in log order (a forgotten
+        one keeps its place with empty ``role`` and ``text``)."""
+        return [self._entries.row(doc) for doc in range(len(self._entries))]
+
+    def _seen(self) -> set[tuple[str, int]]:
+        """``(session, seq)`` of the live entries (built on first use after a snapshot load)."""
+        if self._seen_keys is None:
+            e = self._entries
+            self._seen_keys = {
+                (s, q)
+                for s, q, t in zip(e.session, e.seq, e.text, strict=True)
+                if t and q is not None
+            }
+        return self._seen_keys
 
     async def refresh_marks(self) -> None:
         """Read the backfill and forget marks written since the last look (by any writer)."""
@@ -164,25 +179,27 @@ class RecallIndex:
         if reloaded:
             self._reset()
             self._loaded = True
+        entries = self._entries
         for record in records:
             self._unsaved += 1
             kind = record.get("kind")
             if kind == "forget":
-                for doc in self._docs.pop(record["session"], []):
-                    entry = self.entries[doc]
-                    self._index.remove(doc, entry["text"])
-                    self._seen.discard((entry["session"], entry["seq"]))  # numbers may be reused
-                    self.entries[doc] = {**entry, "role": "", "text": ""}
+                session = record["session"]
+                seen = self._seen()
+                for doc, owner in enumerate(entries.session):
+                    if owner == session and entries.text[doc]:
+                        self._index.remove(doc, entries.text[doc])
+                        seen.discard((session, entries.seq[doc]))  # numbers may be reused
+                        entries.blank(doc)
             elif kind == "recall":
-                key = (record["session"], record["seq"])
                 if record["seq"] is not None:
-                    if key in self._seen:
+                    seen = self._seen()
+                    key = (record["session"], record["seq"])
+                    if key in seen:
                         continue  # indexed twice by racing writers
-                    self._seen.add(key)
-                doc = len(self.entries)
-                self._index.add(doc, record["text"])
-                self._docs.setdefault(record["session"], []).append(doc)
-                self.entries.append(record)
+                    seen.add(key)
+                self._index.add(len(entries), record["text"])
+                entries.append(record)
 
     async def _load_snapshot(self) -> None:
         if self._snapshots is None:
@@ -191,14 +208,9 @@ class RecallIndex:
         if found is None:
             return
         marker, chunks = found
-        entries, postings, lengths = load_chunks(chunks)
+        self._entries, postings, lengths = load_chunks(chunks)
         self._index.restore(postings, lengths)
-        self.entries = entries
-        for doc in lengths:  # the live entries (a forgotten one has no length)
-            entry = entries[doc]
-            self._docs.setdefault(entry["session"], []).append(doc)
-            if entry["seq"] is not None:
-                self._seen.add((entry["session"], entry["seq"]))
+        self._seen_keys = None
         self._log.seek(marker["upto"], marker["last"])
         self._unsaved = 0
 
@@ -209,13 +221,13 @@ class RecallIndex:
         if self._snapshots is None or position is None:
             return False
         await write_snapshot(
-            self._snapshots, self._index, self.entries, position[0], position[1], self._clock()
+            self._snapshots, self._index, self._entries, position[0], position[1], self._clock()
         )
         self._unsaved = 0
         return True
 
     async def _snapshot_if_due(self) -> None:
-        if self._unsaved < max(self.snapshot_every, len(self.entries) // 10):
+        if self._unsaved < max(self.snapshot_every, len(self._entries) // 10):
             return
         try:
             await self.save_snapshot()
@@ -325,19 +337,18 @@ class RecallIndex:
         await self.refresh()
         await self._snapshot_if_due()
         wanted = set(roles) if roles else None
+        e = self._entries
 
         def keep(doc: int) -> bool:
-            entry = self.entries[doc]
             return (
-                (wanted is None or entry["role"] in wanted)
-                and (start is None or entry["at"] >= start)
-                and (end is None or entry["at"] <= end)
+                (wanted is None or e.role[doc] in wanted)
+                and (start is None or e.at[doc] >= start)
+                and (end is None or e.at[doc] <= end)
             )
 
         return [
-            RecallHit(e["session"], e["seq"], e["role"], e["at"], e["text"], score)
+            RecallHit(e.session[doc], e.seq[doc], e.role[doc], e.at[doc], e.text[doc], score)
             for doc, score in self._index.search(query, where=keep, top_k=limit)
-            for e in [self.entries[doc]]
         ]
 
     async def _search_store(
