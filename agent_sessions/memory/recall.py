@@ -136,6 +136,8 @@ class RecallIndex:
         self._entries = Entries()
         self._seen_keys: set[tuple[str, int]] | None = set()
         self._loaded = False
+        self.from_snapshot: int | None = None
+        """The log record up to which the snapshot this index loaded reached (None: none)."""
         self._unsaved = 0
         """Log records applied since the snapshot this index was loaded from or saved as."""
 
@@ -212,6 +214,7 @@ class RecallIndex:
         self._index.restore(postings, lengths)
         self._seen_keys = None
         self._log.seek(marker["upto"], marker["last"])
+        self.from_snapshot = marker["upto"]
         self._unsaved = 0
 
     async def save_snapshot(self) -> bool:
