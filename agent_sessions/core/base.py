@@ -28,8 +28,11 @@ from .mutation import run_to_completion
 from .options import OptionsChecked
 from .sdk_compaction import SDKCompactionHooks
 from .telemetry import traced
+from .textsearch import Between, Equal, check_search
 
 if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
+
     from agents.items import TResponseInputItem
     from agents.memory import Session
     from typing_extensions import Self
@@ -175,6 +178,14 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         numbers, make later appends number above the last, and set the session's created and
         updated times (epoch seconds); else raise SequenceConflictError (SEQUENCED_WRITE)."""
         raise NotImplementedError(f"{type(self).__name__} does not write at given numbers")
+
+    async def _search_text(
+        self, words: list[str], limit: int, equal: Equal, between: Between
+    ) -> list[tuple[int, str, float]]:
+        """The ``limit`` best rows ``(seq, payload, score)`` of this session whose ``"text"``
+        holds any of ``words`` (never empty) and that pass the filters (checked by
+        ``core.textsearch.check_search``), best first (TEXT_SEARCH)."""
+        raise NotImplementedError(f"{type(self).__name__} does not search text")
 
     def _member_options(self) -> dict[str, Any]:
         """Constructor keywords that open another session on this one's store and connection
@@ -491,6 +502,37 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         self._check_open()
         replaced: int = await self._mutate(self._rewrite(list(zip(seqs, payloads, strict=True))))
         return replaced
+
+    # -- full-text search (capability) ----------------------------------------------------------
+
+    @traced("search_text")
+    async def search_text(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        equal: Mapping[str, Collection[str]] | None = None,
+        between: Mapping[str, tuple[float | None, float | None]] | None = None,
+    ) -> list[tuple[int, TResponseInputItem, float]]:
+        """The ``limit`` items whose top-level ``"text"`` best matches any word of ``query``,
+        as ``(seq, item, score)``, best first, filtered before ranking (TEXT_SEARCH; see
+        ``core.capabilities.SupportsTextSearch``). A query without words or ``limit <= 0``
+        returns ``[]``.
+
+        Raises:
+            ValueError: a filter's field name is not ``[a-z_]{1,32}``.
+            TypeError: a wrong type of query, limit, filter values or bounds.
+        """
+        words, equal_, between_ = check_search(query, limit, equal, between)
+        if not words or limit <= 0:
+            return []
+        self._check_open()
+        out: list[tuple[int, TResponseInputItem, float]] = []
+        for seq, payload, score in await self._search_text(words, limit, equal_, between_):
+            item = self._decode(payload, seq)
+            if item is not None:
+                out.append((seq, item, score))
+        return out
 
     # -- writes at given numbers (capability) ---------------------------------------------------
 

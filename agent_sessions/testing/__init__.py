@@ -31,12 +31,14 @@ from .family_tiers import FamilyBatchConformance, FamilyConformance
 from .helpers import item_text, model_input_texts, scripted_agent, texts
 from .store import StoreConformance
 from .strict_tier import StrictConformance
+from .text_search_tier import TextSearchConformance
 
 
 class SessionConformanceSuite(
     CoreConformance, StrictConformance, SequencingConformance, RangeDeleteConformance,
     RewriteConformance, FamilyConformance, SequencedWriteConformance, FamilyBatchConformance,
     GuardedWriteConformance, CheckedPopConformance, SDKCompactionConformance,
+    TextSearchConformance,
 ):
     """Every tier. Override ``create_session``; tune ``max_item_bytes``/``concurrent_tasks``."""
 
@@ -45,6 +47,6 @@ __all__ = [
     "HOSTILE_ID_SUFFIXES", "CheckedPopConformance", "CoreConformance", "FamilyBatchConformance",
     "FamilyConformance", "GuardedWriteConformance", "RangeDeleteConformance", "RewriteConformance",
     "SDKCompactionConformance", "SequencedWriteConformance", "SequencingConformance",
-    "SessionConformanceSuite", "StoreConformance", "StrictConformance", "item_text",
-    "model_input_texts", "scripted_agent", "texts",
+    "SessionConformanceSuite", "StoreConformance", "StrictConformance", "TextSearchConformance",
+    "item_text", "model_input_texts", "scripted_agent", "texts",
 ]

@@ -14,7 +14,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ...core.bm25 import BM25Index
+from ...core.capabilities import Capability
 from ...core.catalog import CatalogQuery, SessionInfo, family_root, utc
+from ...core.codec import decode_item
+from ...core.textsearch import Between, Equal, item_text, passes
 from ...errors import SequenceConflictError
 
 if TYPE_CHECKING:
@@ -23,15 +27,42 @@ if TYPE_CHECKING:
     from ...core.catalog import CatalogStore
 
 
+class TextIndex:
+    """A session's full-text index (BM25 over the items' top-level ``"text"``), kept in the
+    store beside its items and changed with them under the store's lock."""
+
+    def __init__(self, seqs: list[int], payloads: list[str]) -> None:
+        self.bm25 = BM25Index()
+        self.texts: dict[int, str] = {}
+        for seq, payload in zip(seqs, payloads, strict=True):
+            self.add(seq, payload)
+
+    def add(self, seq: int, payload: str) -> None:
+        try:
+            text = item_text(decode_item(payload))
+        except ValueError:
+            return  # an item that no longer decodes is skipped, as a read skips it
+        if text is not None:
+            self.texts[seq] = text
+            self.bm25.add(seq, text)
+
+    def discard(self, seq: int) -> None:
+        text = self.texts.pop(seq, None)
+        if text is not None:
+            self.bm25.remove(seq, text)
+
+
 @dataclass
 class Entries:
-    """One session's items (JSON text) with their sequence numbers and times."""
+    """One session's items (JSON text) with their sequence numbers and times, and its text
+    index once a search built it (then every write keeps it current)."""
 
     seqs: list[int] = field(default_factory=list)
     payloads: list[str] = field(default_factory=list)
     next_seq: int = 1
     created: float = 0.0
     updated: float = 0.0
+    index: TextIndex | None = None
 
 
 class InMemoryStore:
@@ -118,7 +149,7 @@ class InMemorySession(BaseSession):
         session_settings, max_item_bytes, strict: see :class:`BaseSession`.
     """
 
-    capabilities = STORE_CAPABILITIES
+    capabilities = STORE_CAPABILITIES | {Capability.TEXT_SEARCH}
     _single_dispatch_writes = True
 
     def __init__(
@@ -158,6 +189,9 @@ class InMemorySession(BaseSession):
         entries.next_seq = first + len(payloads)
         entries.seqs.extend(seqs)
         entries.payloads.extend(payloads)
+        if entries.index is not None:
+            for seq, payload in zip(seqs, payloads, strict=True):
+                entries.index.add(seq, payload)
         return seqs
 
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
@@ -172,6 +206,7 @@ class InMemorySession(BaseSession):
             entries.payloads[:] = [payload for _, payload in rows]
             entries.next_seq = max(entries.next_seq, rows[-1][0] + 1)
             entries.created, entries.updated = created, updated
+            entries.index = None  # built from the items at the next search
 
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
@@ -188,7 +223,9 @@ class InMemorySession(BaseSession):
             entries = self.store.sessions.get(self.session_id, _EMPTY)
             if not entries.seqs:
                 return None
-            entries.seqs.pop()
+            seq = entries.seqs.pop()
+            if entries.index is not None:
+                entries.index.discard(seq)
             return entries.payloads.pop()
 
     async def _clear(self) -> None:
@@ -196,6 +233,7 @@ class InMemorySession(BaseSession):
             entries = self.store.sessions.get(self.session_id, _EMPTY)
             entries.seqs.clear()
             entries.payloads.clear()
+            entries.index = None
 
     async def _rewrite(self, rows: list[Row]) -> int:
         with self.store.lock:
@@ -206,12 +244,18 @@ class InMemorySession(BaseSession):
                 if i < len(entries.seqs) and entries.seqs[i] == seq:
                     entries.payloads[i] = payload
                     replaced += 1
+                    if entries.index is not None:
+                        entries.index.discard(seq)
+                        entries.index.add(seq, payload)
             return replaced
 
     async def _delete_before(self, before: int) -> int:
         with self.store.lock:
             entries = self.store.sessions.get(self.session_id, _EMPTY)
             cut = bisect_left(entries.seqs, before)
+            if entries.index is not None:
+                for seq in entries.seqs[:cut]:
+                    entries.index.discard(seq)
             del entries.seqs[:cut]
             del entries.payloads[:cut]
             return cut
@@ -244,6 +288,7 @@ class InMemorySession(BaseSession):
             del entries.seqs[:keep]
             del entries.payloads[:keep]
             entries.next_seq = first + len(payloads)
+            entries.index = None  # built from the items at the next search
             if payloads:
                 entries.updated = time.time()
                 entries.created = entries.created or entries.updated
@@ -254,6 +299,38 @@ class InMemorySession(BaseSession):
             entries = self.store.sessions.get(self.session_id, _EMPTY)
             lo, hi = _window(entries, after, before)
             return hi - lo
+
+    async def _search_text(
+        self, words: list[str], limit: int, equal: Equal, between: Between
+    ) -> list[tuple[int, str, float]]:
+        with self.store.lock:
+            entries = self.store.sessions.get(self.session_id)
+            if entries is None or not entries.seqs:
+                return []
+            if entries.index is None:
+                entries.index = TextIndex(entries.seqs, entries.payloads)
+            where: Callable[[int], bool] | None = None
+            if equal or between:
+                seqs, payloads = entries.seqs, entries.payloads
+                seen: dict[int, bool] = {}
+
+                def check(seq: int) -> bool:  # once per item, though several words hit it
+                    ok = seen.get(seq)
+                    if ok is None:
+                        try:
+                            item = decode_item(payloads[bisect_left(seqs, seq)])
+                        except ValueError:
+                            item = None
+                        ok = seen[seq] = passes(item, equal, between)
+                    return ok
+
+                where = check
+
+            ranked = entries.index.bm25.search(" ".join(words), where=where, top_k=limit)
+            out = []
+            for seq, score in ranked:
+                out.append((seq, entries.payloads[bisect_left(entries.seqs, seq)], score))
+            return out
 
     def catalog_store(self) -> CatalogStore:
         """Return the catalog of this session's store (see ``agent_sessions.ops.catalog``)."""
