@@ -4,8 +4,8 @@ words of their top-level ``"text"`` with the store's own index.
 It asserts what ``SupportsTextSearch`` promises and what every full-text engine does (an item
 holding more of the query's words ranks first; the query's words are words, never syntax);
 what tokenizers differ on (diacritics, scripts without spaces, stemming, stop words) is
-either avoided (the words used here are plain, four letters or more, and no engine's stop
-word) or accepted either way.
+either avoided (the words queried here are plain, four letters or more, and no engine's
+stop word) or accepted either way.
 """
 
 from __future__ import annotations
@@ -254,14 +254,14 @@ class TextSearchConformance(ConformanceBase):
     async def test_sessions_never_see_each_other(self) -> None:
         s = await self.searchable()
         other = await self.searchable()
-        await s.add_items([note("jackal mine"), note("filler mine")])
-        await other.add_items([note("jackal theirs"), note("jackal mine")])
-        mine = await s.search_text("jackal mine theirs", limit=100)
-        assert mine[0][1]["text"] == "jackal mine"
-        assert {item["text"] for _, item, _ in mine} == {"jackal mine", "filler mine"}
+        await s.add_items([note("jackal pinecone"), note("filler pinecone")])
+        await other.add_items([note("jackal tulip"), note("jackal pinecone")])
+        mine = await s.search_text("jackal pinecone tulip", limit=100)
+        assert mine[0][1]["text"] == "jackal pinecone"
+        assert {item["text"] for _, item, _ in mine} == {"jackal pinecone", "filler pinecone"}
         assert sorted(await self.found(other, "jackal", limit=100)) == [
-            "jackal mine",
-            "jackal theirs",
+            "jackal pinecone",
+            "jackal tulip",
         ]
         await other.clear_session()
         assert len(await self.found(s, "jackal")) == 1

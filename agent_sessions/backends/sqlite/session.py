@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ...core.capabilities import Capability
 from ...core.codec import decode_item, encode_item
 from ...core.family import purposes_in
 from ...core.sqltext import IDENTIFIER, check_identifier
@@ -32,9 +33,12 @@ from ...errors import (
     SessionClosedError,
     UnknownSchemeError,
 )
+from .textsearch import TextIndexSchema
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from ...core.textsearch import Between, Equal
 
 T = TypeVar("T")
 
@@ -97,6 +101,14 @@ class _Schema:
         )
         self.delete = f"DELETE FROM {m} WHERE session_id = ?"
         self.clear = [self.delete, f"DELETE FROM {s} WHERE session_id = ?"]
+        self._text: TextIndexSchema | None = None
+
+    @property
+    def text(self) -> TextIndexSchema:
+        """The SQL of these tables' text index (built on first use)."""
+        if self._text is None:
+            self._text = TextIndexSchema(*self.key)
+        return self._text
 
     def insert_rows(self, raw: sqlite3.Connection, sid: str, payloads: list[str]) -> int:
         """Insert ``payloads`` as rows of ``sid``, in order; return the last row's id.
@@ -232,6 +244,7 @@ class SQLiteStore:
         self.closed = False
         self.conn: sqlite3.Connection | None = None  # touched by the worker thread only
         self.schemas: set[tuple[str, str]] = set()  # likewise
+        self.text_schemas: set[tuple[str, str]] = set()  # tables whose text index exists; likewise
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._stopped = False  # the closing job was queued: no other may follow
@@ -352,7 +365,7 @@ class SQLiteStore:
         # at the fork, and nothing would release it in the child.
         self._inherited.append(self.conn)
         self._start_lock = threading.Lock()
-        self.conn, self.schemas = None, set()
+        self.conn, self.schemas, self.text_schemas = None, set(), set()
         self._jobs, self._thread, self._stopped = queue.SimpleQueue(), None, self.closed
         self.pid = os.getpid()
 
@@ -513,7 +526,7 @@ class SQLiteSession(BaseSession):
         session_settings, max_item_bytes, strict: see :class:`BaseSession`.
     """
 
-    capabilities = STORE_CAPABILITIES
+    capabilities = STORE_CAPABILITIES | {Capability.TEXT_SEARCH}
     _single_dispatch_writes = True
 
     def __init__(
@@ -774,6 +787,34 @@ class SQLiteSession(BaseSession):
             return True
 
         return await self._run(_write, replace)
+
+    async def _search_text(
+        self, words: list[str], limit: int, equal: Equal, between: Between
+    ) -> list[tuple[int, str, float]]:
+        # FTS5 (see textsearch.py): the index is created on the file's first search and the
+        # session listed (its items indexed) on its own first, each in one write transaction.
+        text, sid, store, key = self.schema.text, self.session_id, self.store, self.schema.key
+        sql, params = text.search_sql(sid, words, limit, equal, between)
+
+        def search(raw: sqlite3.Connection) -> list[Any]:
+            if key not in store.text_schemas:
+                _write(raw, text.create_all)
+                store.text_schemas.add(key)
+            if not raw.execute(text.is_listed, (sid,)).fetchone() and not _write(
+                raw, lambda raw: text.list_session(raw, sid)
+            ):
+                return []  # no items
+            return raw.execute(sql, params).fetchall()
+
+        try:
+            rows = await self._run(search)
+        except sqlite3.OperationalError as exc:
+            if "fts5" not in str(exc):
+                raise
+            raise BackendUnavailableError(
+                f"search_text needs SQLite's FTS5, which this Python's sqlite3 lacks ({exc})"
+            ) from exc
+        return [(seq, payload, float(score)) for seq, payload, score in rows]
 
     def catalog_store(self) -> Any:
         """Return the catalog of this database's tables (see ``agent_sessions.ops.catalog``)."""
