@@ -363,9 +363,9 @@ class RecallIndex:
         end: float | None,
     ) -> list[RecallHit]:
         await self.refresh_marks()
-        equal: dict[str, list[str]] = {"kind": ["recall"]}
-        if roles:
-            equal["role"] = list(roles)
+        # Only recall records have a "text" (marks and forget records have none), so the only
+        # filters are the caller's: each costs the store a look at every candidate.
+        equal = {"role": list(roles)} if roles else None
         between = {"at": (start, end)} if start is not None or end is not None else None
         store: Any = self.store
         fetch = 2 * limit + 8  # over-fetch: racing writers may have indexed an item twice
