@@ -68,9 +68,29 @@ class TextSearching:
         return [(seq, items[seq], score) for seq, score in index.search(query, top_k=limit)]
 
 
-def recall_of(root: Session, path: str, clock: Callable[[], float] | None = None) -> RecallIndex:
+class NoRewrite:
+    """A side store that declares no REWRITE (a forget cannot blank its text)."""
+
+    def __init__(self, inner: Session) -> None:
+        self.inner = inner
+        self.session_id = inner.session_id
+        self.capabilities = capabilities_of(inner) - {Capability.REWRITE}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def recall_of(
+    root: Session,
+    path: str,
+    clock: Callable[[], float] | None = None,
+    *,
+    rewrite: bool = True,
+) -> RecallIndex:
     """A recall index of ``root``'s scope searching on ``path`` (each call: a cold object)."""
     log = side_store(root, "memory.recall")
+    if not rewrite:
+        log = NoRewrite(log)  # type: ignore[assignment]
     if path == "native" and not supports(log, Capability.TEXT_SEARCH):
         log = TextSearching(log)  # type: ignore[assignment]
     return RecallIndex(
@@ -280,3 +300,20 @@ async def test_upkeep_sees_each_entry_once_after_its_cursor(memory: Memory) -> N
     later, pending, compacted = await memory.recall.since(upto)
     assert [e["text"] for e in pending] == ["two"] and compacted and later > upto
     assert await memory.recall.since(later) == (later, [], False)
+
+
+@pytest.mark.asyncio
+async def test_a_store_that_cannot_blank_still_hides_forgotten_entries(
+    memory: Memory,
+) -> None:
+    path = _path(memory)
+    index = recall_of(memory.root, path, rewrite=False)
+    await index.index("a", [(1, {"role": "user", "content": "secret plan"})])
+    await index.index("b", [(1, {"role": "user", "content": "public plan"})])
+    await index.forget("a")
+    await index.index("a", [(1, {"role": "user", "content": "new plan"})])  # a number reused
+    stored = json.dumps(await side_store(memory.root, "memory.recall").get_items())
+    assert "secret" in stored  # not blanked
+    for reader in (index, recall_of(memory.root, path, rewrite=False)):
+        assert sorted(_texts(await reader.search("plan"))) == ["new plan", "public plan"]
+        assert await reader.search("secret") == []

@@ -124,6 +124,7 @@ class RecallIndex:
         """Whether searches run on the store's own full-text index."""
         usable = sequenced and snapshots is not None and supports(snapshots, Capability.SEQUENCED)
         self._snapshots = snapshots if usable and not self.native else None
+        self._saved = snapshots  # cleared by a forget, whichever path wrote it
         self.snapshot_every = snapshot_every
         self._clock = clock
         self.backfilled: set[str] = set()
@@ -256,8 +257,8 @@ class RecallIndex:
             return {**record, "role": "", "text": ""} if before_mark and mine else None
 
         await self._log.rewrite(blank)
-        if self._snapshots is not None:
-            await self._snapshots.clear_session()
+        if self._saved is not None:
+            await self._saved.clear_session()
         await self.refresh_marks()
         if self._loaded:
             await self.refresh()
