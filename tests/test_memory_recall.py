@@ -17,6 +17,7 @@ from agents.memory import Session
 from agent_sessions.core.capabilities import Capability, capabilities_of, supports
 from agent_sessions.core.family import side_store
 from agent_sessions.memory import Memory
+from agent_sessions.memory import _snapshot as snapshot_module
 from agent_sessions.memory._snapshot import write_snapshot
 from agent_sessions.memory.recall import RecallIndex
 from agent_sessions.memory.search import BM25Index
@@ -317,3 +318,40 @@ async def test_a_store_that_cannot_blank_still_hides_forgotten_entries(
     for reader in (index, recall_of(memory.root, path, rewrite=False)):
         assert sorted(_texts(await reader.search("plan"))) == ["new plan", "public plan"]
         assert await reader.search("secret") == []
+
+
+@pytest.mark.asyncio
+async def test_a_snapshot_in_many_small_chunks_ranks_as_the_index_it_saved(
+    store: Opener,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(snapshot_module, "CHUNK_BYTES", 2048)
+    monkeypatch.setattr(snapshot_module, "CHUNKS_PER_WRITE", 3)
+    memory = await _memory(store, "in-process")
+    words = [f"w{n}" for n in range(40)]
+    pairs = [
+        (
+            n,
+            {
+                "role": "user" if n % 3 else "assistant",
+                "content": " ".join(words[n % 7 :: 1 + n % 5]),
+            },
+        )
+        for n in range(1, 201)
+    ]
+    await memory.recall.index("s", pairs)
+    await memory.recall.forget("nobody")  # a blank-free forget: applied, nothing removed
+    await memory.recall.index("t", [(1, {"role": "user", "content": "w3 w3 w3 unique"})])
+    await memory.recall.forget("t")
+    await memory.recall.refresh()
+    assert await memory.recall.save_snapshot()
+    chunks = await side_store(memory.root, "memory.recall.snapshots").get_items()
+    assert len(chunks) > 2 * 3 + 1  # several batches of chunks, then the marker
+    assert all(len(json.dumps(chunk)) < 4 * 2048 for chunk in chunks)
+    cold = recall_of(memory.root, "in-process")
+    for query in ("w3", "w0 w12", "w39", "unique", "w5 w6 w7"):
+        for roles in (None, ["assistant"]):
+            warm_hits = await memory.recall.search(query, roles=roles, limit=20)
+            assert await cold.search(query, roles=roles, limit=20) == warm_hits
+    assert cold.from_snapshot is not None
+    assert cold.entries == memory.recall.entries
