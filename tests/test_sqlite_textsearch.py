@@ -122,3 +122,44 @@ async def test_quoted_table_names_and_sessions_of_other_tables(tmp_path: Path) -
         assert await _found(a, "badger") == ["badger custom"]
         assert await _found(plain, "badger") == ["badger default"]
         assert _check(path, "my_msgs_text") == (1, ["a"])
+
+
+async def test_the_index_can_be_dropped_and_comes_back(tmp_path: Path) -> None:
+    path = str(tmp_path / "drop.db")
+    s, other = SQLiteSession("a", path), SQLiteSession("b", path)
+    async with s, other:
+        await s.add_items([note("lynx one")])
+        await other.add_items([note("lynx two")])
+        assert await _found(s, "lynx") == ["lynx one"]
+        assert await _found(other, "lynx") == ["lynx two"]
+        await s.drop_text_index()
+        assert not any("_text" in name for name in _tables(path))
+        await s.add_items([note("lynx three")])  # writes work without the index
+        await other.pop_item()
+        assert sorted(await _found(s, "lynx")) == ["lynx one", "lynx three"]
+        assert await _found(other, "lynx") == []
+        assert _check(path) == (2, ["a"])
+
+
+async def test_an_index_dropped_by_another_connection_is_created_again(tmp_path: Path) -> None:
+    path = str(tmp_path / "elsewhere.db")
+    s = SQLiteSession("a", path)
+    async with s:
+        await s.add_items([note("marten one")])
+        assert await _found(s, "marten") == ["marten one"]
+        other = SQLiteSession("a", path, busy_timeout=1.0)  # another connection
+        async with other:
+            assert other.store is not s.store
+            await other.drop_text_index()
+        assert await _found(s, "marten") == ["marten one"]
+
+
+async def test_limits_and_bounds_beyond_64_bits(tmp_path: Path) -> None:
+    async with SQLiteSession("big", str(tmp_path / "big.db")) as s:
+        item: Any = {"type": "note", "text": "stoat", "at": 5}
+        await s.add_items([item])
+        hits: list[Any] = await s.search_text(
+            "stoat", limit=10**30, between={"at": (-(10**30), 10**30)}
+        )
+        assert [item["at"] for _, item, _ in hits] == [5]
+        assert await s.search_text("stoat", between={"at": (10**30, None)}) == []

@@ -117,6 +117,7 @@ class TextSearchConformance(ConformanceBase):
         await s.add_items([note(f"ferret number{i}") for i in range(4)])
         assert len(await self.found(s, "ferret", limit=2)) == 2
         assert len(await self.found(s, "ferret")) == 4
+        assert len(await self.found(s, "ferret", limit=10**30)) == 4, "any int is a limit"
         for limit in (0, -1):
             assert await s.search_text("ferret", limit=limit) == []
         for query in ("", "   ", "?!.", "***", '""', "-- ;", "\n\t"):

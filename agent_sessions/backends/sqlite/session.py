@@ -800,9 +800,14 @@ class SQLiteSession(BaseSession):
             if key not in store.text_schemas:
                 _write(raw, text.create_all)
                 store.text_schemas.add(key)
-            if not raw.execute(text.is_listed, (sid,)).fetchone() and not _write(
-                raw, lambda raw: text.list_session(raw, sid)
-            ):
+            try:
+                listed = raw.execute(text.is_listed, (sid,)).fetchone()
+            except sqlite3.OperationalError as exc:
+                if "no such table" not in str(exc):
+                    raise
+                _write(raw, text.create_all)  # dropped by another connection meanwhile
+                listed = None
+            if not listed and not _write(raw, lambda raw: text.list_session(raw, sid)):
                 return []  # no items
             return raw.execute(sql, params).fetchall()
 
@@ -815,6 +820,19 @@ class SQLiteSession(BaseSession):
                 f"search_text needs SQLite's FTS5, which this Python's sqlite3 lacks ({exc})"
             ) from exc
         return [(seq, payload, float(score)) for seq, payload, score in rows]
+
+    async def drop_text_index(self) -> None:
+        """Remove the text index of this session's tables, for every session of the file
+        (its triggers, FTS5 table and list of sessions), in one transaction; the next
+        ``search_text`` creates it again and indexes that session."""
+        text, store, key = self.schema.text, self.store, self.schema.key
+
+        def drop(raw: sqlite3.Connection) -> None:
+            _write(raw, text.drop_all)
+            store.text_schemas.discard(key)
+
+        self._check_open()
+        await self._run(drop)
 
     def catalog_store(self) -> Any:
         """Return the catalog of this database's tables (see ``agent_sessions.ops.catalog``)."""
