@@ -5,13 +5,15 @@ reader finding exactly the live entries, on both search paths."""
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from agent_sessions import InMemorySession, InMemoryStore
+from agent_sessions import InMemorySession, InMemoryStore, SQLiteSession
 from agent_sessions.memory.recall import RecallIndex
 from tests.test_memory_recall import recall_of
 
@@ -31,14 +33,18 @@ class RecallModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
-        self.root = InMemorySession("scope", store=InMemoryStore())
+        self.root: Any = self.open_root()
         self.live: dict[tuple[str, int], dict[str, Any]] = {}
         self.readers: list[RecallIndex] = []
 
     def run(self, coroutine: Any) -> Any:
         return self.loop.run_until_complete(coroutine)
 
+    def open_root(self) -> Any:
+        return InMemorySession("scope", store=InMemoryStore())
+
     def teardown(self) -> None:
+        self.run(self.root.close())
         self.loop.close()
 
     @initialize()
@@ -92,8 +98,22 @@ class NativeRecallModel(RecallModel):
     path = "native"
 
 
+class SQLiteRecallModel(NativeRecallModel):
+    """The native path on SQLite's FTS5 (a new file per example)."""
+
+    def open_root(self) -> Any:
+        self.folder = tempfile.TemporaryDirectory()
+        return SQLiteSession("scope", os.path.join(self.folder.name, "m.db"))
+
+    def teardown(self) -> None:
+        super().teardown()
+        self.folder.cleanup()
+
+
 settings_ = settings(max_examples=60, stateful_step_count=25, deadline=None)
 TestRecallInProcess = RecallModel.TestCase
 TestRecallInProcess.settings = settings_
 TestRecallNative = NativeRecallModel.TestCase
 TestRecallNative.settings = settings_
+TestRecallSQLite = SQLiteRecallModel.TestCase
+TestRecallSQLite.settings = settings(max_examples=25, stateful_step_count=20, deadline=None)
