@@ -342,6 +342,12 @@ async def bench_recall(
         started = time.perf_counter()
         await memory.recall.search(queries[-1], limit=10)
         result["first_search_ms"] = round((time.perf_counter() - started) * 1000, 1)
+        if backend in ("sqlite", "redis", "postgres", "mariadb"):
+            # A new reader (a new process) opens its own connection, as the raw cold does:
+            # close ours (the shared engine, pool or file goes with its last handle), reopen.
+            await root.close()  # type: ignore[attr-defined]
+            root = await open_("memory:bench:recall")
+            memory = Memory(root)
         cold_reader = Memory(root)
         started = time.perf_counter()
         await cold_reader.recall.search(queries[0], limit=10)
