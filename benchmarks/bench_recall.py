@@ -2,20 +2,30 @@
 N passages, and the render cost per model call, against the raw query a user would write.
 
     python benchmarks/bench_recall.py [--items 100000] [--passages 10000 100000] [--dim 256]
-                                      [--backends memory sqlite redis postgres]
-                                      [--parts recall archive render]
+                    [--backends memory sqlite redis postgres mariadb mongodb]
+                    [--parts recall archive render] [--no-in-process]
 
-"Raw" is an SQLite FTS5 ``MATCH ... ORDER BY bm25`` over the same texts (in memory) for
-recall; for archival, numpy brute-force cosine over the same vectors (normalised once) and,
-when ``sqlite-vec`` and ``sqlean.py`` are installed, a sqlite-vec ``vec0`` KNN query (both
-skipped without their packages). Ours is measured cold (a new reader: loads the side store and
-builds its index) and warm (the median of later queries, each of which first checks the store
-for new records); archival warm both with numpy and in pure Python (numpy hidden), hybrid and
-vector alone (a query sharing no word with any passage), all contenders alternating in a new
-order every query.
-Recall runs on the store's own full-text index where it declares one (``native``); the
-in-process index is measured too: cold with no snapshot (reads and tokenizes the whole log),
-the snapshot write, and cold from that snapshot.
+Recall's raw contender is the idiomatic full-text query on the same server over the same texts
+(RAW_RECALL): PostgreSQL a ``tsvector`` + GIN table ranked by ``ts_rank``, MariaDB an InnoDB
+``FULLTEXT`` ``MATCH ... AGAINST`` in natural language mode, SQLite an FTS5 table in a file
+with ``bm25()``. Memory, Redis and MongoDB have no native full-text search here, so theirs is an
+in-memory SQLite FTS5 table (no cold number: a user would first load every text). Ours is
+measured on the store's first search ever (which builds its index), cold (a new reader with
+its own connection, as the raw cold) and warm (the median of 20 queries, each of which first
+checks the store for new records), ours and raw alternating in a new order every query. Recall
+runs on the store's own full-text index where it declares one (``native``); the in-process
+index is measured too: cold with no snapshot (reads and tokenizes the whole log), the snapshot
+write, and cold from that snapshot.
+
+For archival, numpy brute-force cosine over the same vectors (normalised once) and, when
+``sqlite-vec`` and ``sqlean.py`` are installed, a sqlite-vec ``vec0`` KNN query (both skipped
+without their packages); ours cold (a new reader: loads the side store and builds its index)
+and warm, both with numpy and in pure Python (numpy hidden), hybrid and vector alone (a query
+sharing no word with any passage), all contenders alternating in a new order every query.
+
+MongoDB without AGENT_SESSIONS_MONGODB_URL runs on the mongomock-motor stand-in, in process:
+its numbers say nothing about a server and are labelled so. Everything the run creates (keys,
+tables, the MongoDB database) is removed at the end, on error and on SIGTERM too.
 """
 
 from __future__ import annotations
