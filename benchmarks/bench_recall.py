@@ -371,18 +371,23 @@ async def bench_recall(
         )
         ours: list[float] = []
         theirs: list[float] = []
+        hits = {True: 0, False: 0}
         for q in queries:
             order = [True, False]
             random.shuffle(order)  # the two alternate, in a new order every query
             for is_ours in order:
                 started = time.perf_counter()
                 if is_ours:
-                    await cold_reader.recall.search(q, limit=10)
+                    found = await cold_reader.recall.search(q, limit=10)
                 else:
-                    await raw.search(q)
+                    found = await raw.search(q)
                 (ours if is_ours else theirs).append(time.perf_counter() - started)
+                hits[is_ours] += len(found)
         result["warm_ms"] = round(median_ms(ours), 2)
         result["raw_warm_ms"] = round(median_ms(theirs), 2)
+        # Both must find as much: a raw query that finds nothing would be fast for nothing.
+        result["hits_per_query"] = round(hits[True] / QUERIES, 1)
+        result["raw_hits_per_query"] = round(hits[False] / QUERIES, 1)
         result["warm_ratio"] = round(median_ms(ours) / median_ms(theirs), 1)
     finally:
         await raw.close()
