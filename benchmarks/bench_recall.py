@@ -2,17 +2,30 @@
 N passages, and the render cost per model call, against the raw query a user would write.
 
     python benchmarks/bench_recall.py [--items 100000] [--passages 10000 100000] [--dim 256]
-                                      [--backends memory sqlite redis postgres]
-                                      [--parts recall archive render]
+                    [--backends memory sqlite redis postgres mariadb mongodb]
+                    [--parts recall archive render] [--no-in-process]
 
-"Raw" is an SQLite FTS5 ``MATCH ... ORDER BY bm25`` over the same texts (in memory) for
-recall; for archival, numpy brute-force cosine over the same vectors (normalised once) and,
-when ``sqlite-vec`` and ``sqlean.py`` are installed, a sqlite-vec ``vec0`` KNN query (both
-skipped without their packages). Ours is measured cold (a new reader: loads the side store and
-builds its index) and warm (the median of later queries, each of which first checks the store
-for new records); archival warm both with numpy and in pure Python (numpy hidden), hybrid and
-vector alone (a query sharing no word with any passage), all contenders alternating in a new
-order every query.
+Recall's raw contender is the idiomatic full-text query on the same server over the same texts
+(RAW_RECALL): PostgreSQL a ``tsvector`` + GIN table ranked by ``ts_rank``, MariaDB an InnoDB
+``FULLTEXT`` ``MATCH ... AGAINST`` in natural language mode, SQLite an FTS5 table in a file
+with ``bm25()``. Memory, Redis and MongoDB have no native full-text search here, so theirs is an
+in-memory SQLite FTS5 table (no cold number: a user would first load every text). Ours is
+measured on the store's first search ever (which builds its index), cold (a new reader with
+its own connection, as the raw cold) and warm (the median of 20 queries, each of which first
+checks the store for new records), ours and raw alternating in a new order every query. Recall
+runs on the store's own full-text index where it declares one (``native``); the in-process
+index is measured too: cold with no snapshot (reads and tokenizes the whole log), the snapshot
+write, and cold from that snapshot.
+
+For archival, numpy brute-force cosine over the same vectors (normalised once) and, when
+``sqlite-vec`` and ``sqlean.py`` are installed, a sqlite-vec ``vec0`` KNN query (both skipped
+without their packages); ours cold (a new reader: loads the side store and builds its index)
+and warm, both with numpy and in pure Python (numpy hidden), hybrid and vector alone (a query
+sharing no word with any passage), all contenders alternating in a new order every query.
+
+MongoDB without AGENT_SESSIONS_MONGODB_URL runs on the mongomock-motor stand-in, in process:
+its numbers say nothing about a server and are labelled so. Everything the run creates (keys,
+tables, the MongoDB database) is removed at the end, on error and on SIGTERM too.
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ import asyncio
 import importlib
 import os
 import random
+import signal
 import sqlite3
 import statistics
 import sys
@@ -38,6 +52,7 @@ from agents.memory import Session
 from agent_sessions.core.family import side_store
 from agent_sessions.memory import HashingEmbedder, Memory, render_blocks
 from agent_sessions.memory._log import RecordLog
+from agent_sessions.memory.recall import RecallIndex
 from benchmarks.harness import purge
 
 WORDS = [f"w{i}" for i in range(5000)]
@@ -53,12 +68,35 @@ def sentence(rng: random.Random, n: int = 12) -> str:
 PREFIX = f"benchrecall{uuid.uuid4().hex[:6]}"
 
 
+MARIADB_URL = os.environ.get(
+    "AGENT_SESSIONS_MARIADB_URL", "mysql+asyncmy://root@127.0.0.1:3306/test"
+)
+MONGODB_URL = os.environ.get("AGENT_SESSIONS_MONGODB_URL")
+LABELS = {
+    "memory": "memory",
+    "sqlite": "SQLite",
+    "redis": "Redis",
+    "postgres": "PostgreSQL",
+    "mariadb": "MariaDB",
+    "mongodb": "MongoDB (real server)"
+    if MONGODB_URL
+    else "MongoDB (STAND-IN: mongomock-motor in process; its speed says nothing about a server)",
+}
+CLEANUP: list[Callable[[], Awaitable[Any]]] = []
+"""Extra clean-up steps of the current backend (the MongoDB database), run by drop_leftovers."""
+
+
 async def drop_leftovers(backend: str) -> None:
-    """Remove this run's Redis keys or PostgreSQL tables (all of them, counters included)."""
+    """Remove this run's Redis keys, SQL tables (ours and the raw contenders', counters
+    included) or MongoDB database."""
     if backend == "redis":
         await purge(PREFIX, redis_url=REDIS_URL)
     elif backend == "postgres":
         await purge(PREFIX, sql_urls=(PG_URL,))
+    elif backend == "mariadb":
+        await purge(PREFIX, sql_urls=(MARIADB_URL,))
+    while CLEANUP:
+        await CLEANUP.pop()()
 
 
 async def opener(backend: str, folder: str) -> Callable[[str], Awaitable[Session]]:
@@ -75,12 +113,33 @@ async def opener(backend: str, folder: str) -> Callable[[str], Awaitable[Session
         from agent_sessions import RedisSession
 
         return lambda sid: _ready(RedisSession.from_url(sid, url=REDIS_URL, key_prefix=prefix))
-    if backend == "postgres":
+    if backend in ("postgres", "mariadb"):
         from agent_sessions import SQLAlchemySession
 
+        url = PG_URL if backend == "postgres" else MARIADB_URL
         return lambda sid: _ready(
-            SQLAlchemySession.from_url(sid, url=PG_URL, table_prefix=prefix + "_")
+            SQLAlchemySession.from_url(sid, url=url, table_prefix=prefix + "_")
         )
+    if backend == "mongodb":
+        from agent_sessions.backends.mongodb import MongoDBSession
+
+        client: Any
+        if MONGODB_URL:
+            from pymongo import AsyncMongoClient
+
+            client = AsyncMongoClient(MONGODB_URL)
+        else:
+            from mongomock_motor import AsyncMongoMockClient
+
+            client = AsyncMongoMockClient()
+
+        async def drop() -> None:
+            await client.drop_database(prefix)
+            if MONGODB_URL:
+                await client.close()
+
+        CLEANUP.append(drop)
+        return lambda sid: _ready(MongoDBSession(sid, client=client, database=prefix))
     raise SystemExit(f"unknown backend {backend!r}")
 
 
@@ -92,7 +151,181 @@ def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
-async def bench_recall(open_: Callable[[str], Awaitable[Session]], items: int) -> dict[str, Any]:
+class MemoryFTS5:
+    """The raw contender where the store has no full-text search of its own here (memory,
+    Redis, MongoDB): an SQLite FTS5 table in memory, ``MATCH ... ORDER BY bm25(t)``. Its warm
+    query never touches the store, and it has no cold number: a user would first have to load
+    every text from the store and build the table, which is what our cold reader does."""
+
+    name = "in-memory SQLite FTS5 (the store has no native full-text search here)"
+    has_cold = False
+
+    def __init__(self, folder: str) -> None:
+        self.db = sqlite3.connect(":memory:")
+
+    async def fill(self, texts: list[str]) -> None:
+        self.db.execute("CREATE VIRTUAL TABLE t USING fts5(body)")
+        self.db.executemany("INSERT INTO t(body) VALUES (?)", [(t,) for t in texts])
+        self.db.commit()
+
+    async def connect(self) -> None:
+        pass
+
+    async def search(self, query: str) -> list[Any]:
+        return self.db.execute(
+            "SELECT rowid FROM t WHERE t MATCH ? ORDER BY bm25(t) LIMIT 10",
+            (" OR ".join(query.split()),),
+        ).fetchall()
+
+    async def close(self) -> None:
+        self.db.close()
+
+
+class FileFTS5(MemoryFTS5):
+    """SQLite: an FTS5 table in a file, ``MATCH ... ORDER BY bm25(t) LIMIT 10`` through the
+    stdlib sqlite3 on the event loop's thread (ours goes through a worker thread). Cold: a new
+    connection and its first query (the file's pages are in the OS cache)."""
+
+    name = "SQLite FTS5 table in a file, bm25()"
+    has_cold = True
+
+    def __init__(self, folder: str) -> None:
+        self.path = os.path.join(folder, "raw-fts5.db")
+        self.db = sqlite3.connect(self.path)
+
+    async def connect(self) -> None:
+        self.db.close()
+        self.db = sqlite3.connect(self.path)
+
+
+class PostgresTsvector:
+    """PostgreSQL: a table with a generated ``tsvector`` column ('simple' configuration, as
+    ours) and a GIN index, ``WHERE tsv @@ q ORDER BY ts_rank(tsv, q) DESC LIMIT 10`` over
+    asyncpg. Cold: a new connection and its first query."""
+
+    name = "PostgreSQL tsvector + GIN, ts_rank, ORDER BY ... LIMIT 10 (asyncpg)"
+    has_cold = True
+
+    def __init__(self, folder: str) -> None:
+        self.table = f"{PREFIX}_raw"
+        self.conn: Any = None
+
+    async def fill(self, texts: list[str]) -> None:
+        import asyncpg  # type: ignore[import-untyped]
+
+        self.conn = await asyncpg.connect(PG_URL.replace("+asyncpg", ""))
+        await self.conn.execute(
+            f"CREATE TABLE {self.table} (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL, "
+            "tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple', body)) STORED)"
+        )
+        await self.conn.copy_records_to_table(
+            self.table, records=[(t,) for t in texts], columns=["body"]
+        )
+        await self.conn.execute(f"CREATE INDEX {self.table}_tsv ON {self.table} USING GIN (tsv)")
+        await self.conn.execute(f"ANALYZE {self.table}")
+
+    async def connect(self) -> None:
+        import asyncpg
+
+        await self.conn.close()
+        self.conn = await asyncpg.connect(PG_URL.replace("+asyncpg", ""))
+
+    async def search(self, query: str) -> list[Any]:
+        return list(
+            await self.conn.fetch(
+                f"SELECT id FROM {self.table}, to_tsquery('simple', $1) AS q "
+                "WHERE tsv @@ q ORDER BY ts_rank(tsv, q) DESC LIMIT 10",
+                " | ".join(query.split()),
+            )
+        )
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+
+
+class MariaDBFulltext:
+    """MariaDB: an InnoDB table with a FULLTEXT index, ``MATCH (body) AGAINST (%s IN NATURAL
+    LANGUAGE MODE)`` ordered by that score, ``LIMIT 10``, over asyncmy. Cold: a new connection
+    and its first query. Words shorter than innodb_ft_min_token_size (3) are not indexed, by
+    ours either (the same engine)."""
+
+    name = "MariaDB InnoDB FULLTEXT, MATCH AGAINST natural language mode, LIMIT 10 (asyncmy)"
+    has_cold = True
+
+    def __init__(self, folder: str) -> None:
+        self.table = f"{PREFIX}_raw"
+        self.conn: Any = None
+
+    async def _connect(self) -> Any:
+        import asyncmy  # type: ignore[import-untyped]
+        from sqlalchemy.engine import make_url
+
+        url = make_url(MARIADB_URL)
+        return await asyncmy.connect(
+            host=url.host or "127.0.0.1",
+            port=url.port or 3306,
+            user=url.username or "root",
+            password=url.password or "",
+            database=url.database or "test",
+            autocommit=True,
+        )
+
+    async def fill(self, texts: list[str]) -> None:
+        self.conn = await self._connect()
+        async with self.conn.cursor() as cur:
+            await cur.execute(
+                f"CREATE TABLE {self.table} (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
+                "body TEXT NOT NULL) ENGINE=InnoDB"
+            )
+            for start in range(0, len(texts), 1000):
+                await cur.executemany(
+                    f"INSERT INTO {self.table} (body) VALUES (%s)",
+                    [(t,) for t in texts[start : start + 1000]],
+                )
+            await cur.execute(f"ALTER TABLE {self.table} ADD FULLTEXT KEY ft (body)")
+            await cur.execute(f"ANALYZE TABLE {self.table}")
+            await cur.fetchall()
+
+    async def connect(self) -> None:
+        self.conn.close()
+        self.conn = await self._connect()
+
+    async def search(self, query: str) -> list[Any]:
+        async with self.conn.cursor() as cur:
+            await cur.execute(
+                f"SELECT id, MATCH (body) AGAINST (%s IN NATURAL LANGUAGE MODE) AS score "
+                f"FROM {self.table} WHERE MATCH (body) AGAINST (%s IN NATURAL LANGUAGE MODE) "
+                "ORDER BY score DESC LIMIT 10",
+                (query, query),
+            )
+            return list(await cur.fetchall())
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+RAW_RECALL: dict[str, Any] = {
+    "sqlite": FileFTS5,
+    "postgres": PostgresTsvector,
+    "mariadb": MariaDBFulltext,
+}
+"""The raw recall contender per backend: the idiomatic full-text query on the same server over
+the same texts; MemoryFTS5 for the others."""
+
+
+async def bench_recall(
+    open_: Callable[[str], Awaitable[Session]],
+    items: int,
+    backend: str = "memory",
+    folder: str = "",
+    in_process: bool = True,
+) -> dict[str, Any]:
+    """conversation_search over ``items`` items: ours on the first search ever (it builds the
+    store's index), then cold (a new reader) and warm, against
+    ``backend``'s raw contender (see RAW_RECALL) cold (a new connection) and warm, the two
+    alternating in a new order every query; then the in-process index (``in_process``)."""
     rng = random.Random(1)
     texts = [sentence(rng) for _ in range(items)]
     root = await open_("memory:bench:recall")
@@ -106,34 +339,94 @@ async def bench_recall(open_: Callable[[str], Awaitable[Session]], items: int) -
         await memory.recall.index("chat", pairs)
     fill = time.perf_counter() - started
     queries = [" ".join(rng.choices(WORDS, k=2)) for _ in range(QUERIES)]
-    cold_reader = Memory(root)
+    result: dict[str, Any] = {"items": items, "fill_s": round(fill, 2)}
+    raw = RAW_RECALL.get(backend, MemoryFTS5)(folder)
+    result["raw"] = raw.name
+    try:
+        started = time.perf_counter()
+        await raw.fill(texts)
+        result["raw_fill_s"] = round(time.perf_counter() - started, 2)  # its index included
+        # The store's first search ever builds its full-text index over what is there (once
+        # per store or session, then kept current on write); the raw table's index was built
+        # in its fill. A new reader after that is the cold number.
+        started = time.perf_counter()
+        await memory.recall.search(queries[-1], limit=10)
+        result["first_search_ms"] = round((time.perf_counter() - started) * 1000, 1)
+        if backend in ("sqlite", "redis", "postgres", "mariadb"):
+            # A new reader (a new process) opens its own connection, as the raw cold does:
+            # close ours (the shared engine, pool or file goes with its last handle), reopen.
+            await root.close()  # type: ignore[attr-defined]
+            root = await open_("memory:bench:recall")
+            memory = Memory(root)
+        cold_reader = Memory(root)
+        started = time.perf_counter()
+        await cold_reader.recall.search(queries[0], limit=10)
+        result["native" if cold_reader.recall.native else "in_process"] = True
+        result["cold_ms"] = round((time.perf_counter() - started) * 1000, 1)
+        started = time.perf_counter()
+        await raw.connect()
+        await raw.search(queries[0])
+        result["raw_cold_ms"] = (
+            round((time.perf_counter() - started) * 1000, 1) if raw.has_cold else None
+        )
+        ours: list[float] = []
+        theirs: list[float] = []
+        hits = {True: 0, False: 0}
+        for q in queries:
+            order = [True, False]
+            random.shuffle(order)  # the two alternate, in a new order every query
+            for is_ours in order:
+                started = time.perf_counter()
+                if is_ours:
+                    found = await cold_reader.recall.search(q, limit=10)
+                else:
+                    found = await raw.search(q)
+                (ours if is_ours else theirs).append(time.perf_counter() - started)
+                hits[is_ours] += len(found)
+        result["warm_ms"] = round(median_ms(ours), 2)
+        result["raw_warm_ms"] = round(median_ms(theirs), 2)
+        # Both must find as much: a raw query that finds nothing would be fast for nothing.
+        result["hits_per_query"] = round(hits[True] / QUERIES, 1)
+        result["raw_hits_per_query"] = round(hits[False] / QUERIES, 1)
+        result["warm_ratio"] = round(median_ms(ours) / median_ms(theirs), 1)
+    finally:
+        await raw.close()
+    if not in_process:
+        for purpose in ("memory.recall", "memory.recall.marks", "memory.recall.snapshots"):
+            await side_store(root, purpose).clear_session()
+        return result
+    await side_store(root, "memory.recall.snapshots").clear_session()
+    whole = _in_process(root)  # no snapshot yet: the whole log
     started = time.perf_counter()
-    await cold_reader.recall.search(queries[0], limit=10)
-    cold = time.perf_counter() - started
+    await whole.refresh()
+    result["in_process_cold_full_ms"] = round((time.perf_counter() - started) * 1000, 1)
+    started = time.perf_counter()
+    await whole.save_snapshot()
+    result["snapshot_write_ms"] = round((time.perf_counter() - started) * 1000, 1)
+    await memory.recall.index("chat", [(items + 1, {"role": "user", "content": "after it"})])
+    from_snapshot = _in_process(root)
+    started = time.perf_counter()
+    await from_snapshot.search(queries[0], limit=10)
+    result["in_process_cold_snapshot_ms"] = round((time.perf_counter() - started) * 1000, 1)
     warm = []
     for q in queries:
         started = time.perf_counter()
-        await cold_reader.recall.search(q, limit=10)
+        await from_snapshot.search(q, limit=10)
         warm.append(time.perf_counter() - started)
-    db = sqlite3.connect(":memory:")
-    db.execute("CREATE VIRTUAL TABLE t USING fts5(body)")
-    db.executemany("INSERT INTO t(body) VALUES (?)", [(t,) for t in texts])
-    raw = []
-    for q in queries:
-        started = time.perf_counter()
-        db.execute(
-            "SELECT rowid FROM t WHERE t MATCH ? ORDER BY bm25(t) LIMIT 10",
-            (" OR ".join(q.split()),),
-        ).fetchall()
-        raw.append(time.perf_counter() - started)
-    await side_store(root, "memory.recall").clear_session()
-    return {
-        "items": items,
-        "fill_s": round(fill, 2),
-        "cold_ms": round(cold * 1000, 1),
-        "warm_ms": round(median_ms(warm), 2),
-        "raw_fts5_ms": round(median_ms(raw), 2),
-    }
+    result["in_process_warm_ms"] = round(median_ms(warm), 2)
+    for purpose in ("memory.recall", "memory.recall.marks", "memory.recall.snapshots"):
+        await side_store(root, purpose).clear_session()
+    return result
+
+
+def _in_process(root: Session) -> RecallIndex:
+    """A recall index of ``root``'s scope that searches in process (with snapshots)."""
+    return RecallIndex(
+        side_store(root, "memory.recall"),
+        marks=side_store(root, "memory.recall.marks"),
+        snapshots=side_store(root, "memory.recall.snapshots"),
+        native=False,
+    )
 
 
 def _without_numpy(make: Callable[[], Memory]) -> Memory:
@@ -298,29 +591,88 @@ async def bench_render(open_: Callable[[str], Awaitable[Session]]) -> dict[str, 
     }
 
 
+async def collect(quick: bool) -> list[str]:
+    """For ``benchmarks/run.py``: recall (ours vs raw, warm and cold) and archival per
+    reachable backend, one report line each. Quick: 10k items and 10k passages; else 100k items
+    and 10k + 100k passages. MongoDB only with a real server (AGENT_SESSIONS_MONGODB_URL)."""
+    items, passages = (10_000, [10_000]) if quick else (100_000, [10_000, 100_000])
+    backends = ["memory", "sqlite", "redis", "postgres", "mariadb"]
+    lines: list[str] = []
+    if MONGODB_URL:
+        backends.append("mongodb")
+    else:
+        lines.append(
+            "Recall/archival: MongoDB not measured (no server; set AGENT_SESSIONS_MONGODB_URL)."
+        )
+    with tempfile.TemporaryDirectory() as folder:
+        for backend in backends:
+            label = LABELS[backend]
+            try:
+                open_ = await opener(backend, folder)
+                r = await bench_recall(open_, items, backend, folder, in_process=False)
+                raw_cold = r["raw_cold_ms"]
+                lines.append(
+                    f"Recall, {label}, {items:,} items: ours warm {r['warm_ms']} ms vs raw "
+                    f"{r['raw_warm_ms']} ms ({r['warm_ratio']}x; raw = {r['raw']}); first "
+                    f"search (builds the store's index) {r['first_search_ms']} ms; cold "
+                    f"{r['cold_ms']} ms vs raw "
+                    + (f"{raw_cold} ms" if raw_cold is not None else "n/a")
+                    + "."
+                )
+                for n in passages:
+                    a = await bench_archive(open_, n)
+                    lines.append(
+                        f"Archival, {label}, {n:,} passages: ours hybrid {a['hybrid_ms']} ms, "
+                        f"vector {a['vector_ms']} ms vs numpy brute force {a['numpy_ms']} ms; "
+                        f"cold {a['cold_ms']} ms."
+                    )
+            except Exception as exc:  # a server that is down: say so, go on
+                lines.append(f"Recall/archival, {label}: skipped, {type(exc).__name__}: {exc}")
+            finally:
+                await drop_leftovers(backend)
+    return lines
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--passages", type=int, nargs="+", default=[10_000])
     parser.add_argument("--dim", type=int, default=256, help="archival vector dimensions")
-    parser.add_argument("--backends", nargs="+", default=["memory", "sqlite"])
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        default=["memory", "sqlite"],
+        choices=["memory", "sqlite", "redis", "postgres", "mariadb", "mongodb"],
+    )
+    parser.add_argument(
+        "--no-in-process", action="store_true", help="skip recall's in-process index numbers"
+    )
     parser.add_argument(
         "--parts", nargs="+", default=["recall", "archive", "render"], help="what to measure"
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         for backend in args.backends:
-            open_ = await opener(backend, folder)
+            label = LABELS[backend]
             try:
+                open_ = await opener(backend, folder)
                 if "recall" in args.parts:
-                    print(backend, "recall", await bench_recall(open_, args.items), flush=True)
+                    found = await bench_recall(
+                        open_, args.items, backend, folder, not args.no_in_process
+                    )
+                    print(label, "recall", found, flush=True)
                 for n in args.passages if "archive" in args.parts else []:
-                    print(backend, "archive", await bench_archive(open_, n, args.dim), flush=True)
+                    print(label, "archive", await bench_archive(open_, n, args.dim), flush=True)
                 if "render" in args.parts:
-                    print(backend, "render", await bench_render(open_), flush=True)
+                    print(label, "render", await bench_render(open_), flush=True)
             finally:
                 await drop_leftovers(backend)
 
 
+def _interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt  # so a SIGTERM runs the clean-up in main's finally, as Ctrl-C does
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _interrupt)
     asyncio.run(main())

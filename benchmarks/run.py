@@ -2,8 +2,8 @@
 
 Writes ``docs/benchmarks.md`` (tables with machine, versions, date and load), ``docs/
 benchmarks.png`` (chart; needs matplotlib, the ``bench`` extra) and ``docs/benchmarks.json``
-(medians and spreads). Parts: backends, wrappers, branching, compaction, memory. Benchmarks are
-scripts, not tests: nothing here asserts a time.
+(medians and spreads). Parts: backends, wrappers, branching, compaction, memory, recall.
+Benchmarks are scripts, not tests: nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from benchmarks import (
     bench_branching,
     bench_compaction,
     bench_memory,
+    bench_recall,
     bench_wrappers,
     report,
 )
 from benchmarks.harness import Result, load_average, machine_info, save
 
-PARTS = ["backends", "wrappers", "branching", "compaction", "memory"]
+PARTS = ["backends", "wrappers", "branching", "compaction", "memory", "recall"]
 
 
 async def _server_versions() -> str:
@@ -76,10 +77,18 @@ async def run(quick: bool, parts: list[str]) -> tuple[list[Result], list[str], l
         results += await bench_compaction.collect(quick)
     if "memory" in parts:
         rows = bench_memory.collect()
-        extra.append("Memory: " + "; ".join(
-            f"{r['contender']} {r['kib'] / 1024:.1f} MiB" if "kib" in r else f"{r['contender']} "
-            f"failed" for r in rows
-        ) + f" (RSS growth for {bench_memory.SESSIONS:,} open sessions, each read once).")
+        extra.append(
+            "Memory: "
+            + "; ".join(
+                f"{r['contender']} {r['kib'] / 1024:.1f} MiB"
+                if "kib" in r
+                else f"{r['contender']} failed"
+                for r in rows
+            )
+            + f" (RSS growth for {bench_memory.SESSIONS:,} open sessions, each read once)."
+        )
+    if "recall" in parts:
+        extra += await bench_recall.collect(quick)
     return results, notes, extra
 
 

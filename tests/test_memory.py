@@ -245,7 +245,8 @@ async def test_recall_finds_items_compaction_folded_away_and_earlier_history(
     assert hit.seq == numbers[json.dumps({"role": "user", "content": hit.text})]
     [early] = await memory.recall.search("locker code", limit=1)
     assert "4417" in early.text and early.seq == stored[0][0]
-    seqs = [e["seq"] for e in memory.recall.entries if e["session"] == chat]
+    _upto, entries, _compacted = await memory.recall.since(0)
+    seqs = [e["seq"] for e in entries if e["session"] == chat]
     assert seqs == [seq for seq, _ in stored]  # each original once, with its own number
     assert await memory.recall.search("filler", roles=["user"]) == []
     assert await memory.recall.search("filler", end=hit.at - 1) == []

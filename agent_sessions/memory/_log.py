@@ -16,17 +16,35 @@ class RecordLog:
     A store with sequence numbers is read incrementally: the records after the last one seen,
     starting with that one again, so a log that was erased or rewritten meanwhile (the last
     record gone or different) is noticed and read from the start. Any other store is read
-    whole on every refresh.
+    whole on every refresh. ``key`` says which part of a record must stay the same (all of
+    it by default; a log whose records are rewritten in place names the part that is not).
     """
 
-    def __init__(self, store: Session) -> None:
+    def __init__(self, store: Session, key: Callable[[Any], Any] | None = None) -> None:
         self.store = store
         self.records: list[dict[str, Any]] = []
+        self._key: Callable[[Any], Any] = key or (lambda item: item)
         self._last: tuple[int, Any] | None = None
 
-    async def append(self, *records: dict[str, Any]) -> None:
-        """Append ``records`` as one all-or-nothing batch."""
+    @property
+    def position(self) -> tuple[int, Any] | None:
+        """``(seq, key)`` of the last record read (None before any, or without numbers)."""
+        return self._last
+
+    def seek(self, seq: int, key: Any) -> None:
+        """Continue after record ``seq`` (whose ``key`` is ``key``), as if the records up to it
+        had been read: the next refresh reads only those after it (or, when that record is
+        gone or different, the whole log)."""
+        self.records, self._last = [], (seq, key)
+
+    async def append(self, *records: dict[str, Any]) -> list[int] | None:
+        """Append ``records`` as one all-or-nothing batch; return their sequence numbers
+        (None for a store without them)."""
+        if supports(self.store, Capability.SEQUENCED):
+            store: Any = self.store
+            return list(await store.add_sequenced_items(list(records)))
         await self.store.add_items(list(records))  # type: ignore[arg-type]
+        return None
 
     async def refresh(self) -> tuple[bool, list[dict[str, Any]]]:
         """Read what was appended since the last refresh (by any writer). Return ``(reloaded,
@@ -41,7 +59,7 @@ class RecordLog:
             new = await store.get_sequenced_items()
         else:
             new = await store.get_sequenced_items(after=self._last[0] - 1)
-            if new and new[0] == self._last:
+            if new and new[0][0] == self._last[0] and self._key(new[0][1]) == self._last[1]:
                 new = new[1:]
             else:  # the last record seen is gone or changed: erased meanwhile
                 reloaded = True
@@ -49,7 +67,7 @@ class RecordLog:
         if reloaded:
             self.records, self._last = [], None
         if new:
-            self._last = new[-1]
+            self._last = (new[-1][0], self._key(new[-1][1]))
         fresh = [item for _seq, item in new if isinstance(item, dict)]
         self.records.extend(fresh)
         return reloaded, fresh

@@ -101,7 +101,12 @@ class Memory:
         self.root = root
         self.clock = clock
         self.blocks = Blocks(side_store(root, "memory.blocks"), clock)
-        self.recall = RecallIndex(side_store(root, "memory.recall"), clock)
+        self.recall = RecallIndex(
+            side_store(root, "memory.recall"),
+            clock,
+            marks=side_store(root, "memory.recall.marks"),
+            snapshots=side_store(root, "memory.recall.snapshots"),
+        )
         self.archive = Archive(side_store(root, "memory.archive"), embedder, clock)
         self.upkeep_store = side_store(root, "memory.upkeep")
 

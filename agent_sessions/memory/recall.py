@@ -4,6 +4,7 @@ side store and found again by BM25, also after a compaction folded it out of the
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -17,12 +18,13 @@ from ..core.capabilities import Capability, supports
 from ..wrappers.base import SessionWrapper
 from ..wrappers.compaction import CompactionSession
 from ._log import RecordLog
-from .search import BM25Index
+from ._snapshot import Entries, SnapshotIndex, load_chunks, read_snapshot, write_snapshot
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
 
 SNIPPET = 300
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -80,61 +82,171 @@ def epoch(value: datetime | str | None, name: str) -> float | None:
     return value.timestamp()
 
 
+def _identity(record: Any) -> list[Any] | None:
+    """The part of a recall-log record a forget never rewrites (it blanks role and text)."""
+    if not isinstance(record, dict):
+        return None
+    return [record.get("kind"), record.get("session"), record.get("seq"), record.get("at")]
+
+
 class RecallIndex:
-    """The recall side store of one scope and a BM25 index over it, updated incrementally.
+    """The recall log of one scope (a side store) and how it is searched.
 
-    ``entries`` holds one record per indexed item in log order; an entry of a forgotten
-    session stays in its place with empty ``role`` and ``text`` (so positions never move).
-    ``compactions`` holds, per compaction noticed by a recall layer, how many entries
-    preceded it."""
+    The log holds one ``recall`` record per indexed item, plus ``compacted`` and ``forget``
+    markers, in commit order. Its small ``marks`` side store notes which sessions' earlier
+    history was indexed and where each forget happened, so neither a write nor a search
+    reads the whole log.
 
-    def __init__(self, store: Session, clock: Callable[[], float] = time.time) -> None:
-        self._log = RecordLog(store)
+    Search runs where the store can: a log that declares ``Capability.TEXT_SEARCH`` ranks
+    with the store's own full-text index (``native``). Elsewhere this object keeps a BM25
+    index in process, updated incrementally from the log; with ``snapshots`` (a side store)
+    it saves the index there in chunks every ``snapshot_every`` new records or a tenth of
+    the log, whichever is more, and a cold object loads the newest complete snapshot and
+    reads only the records after it. ``entries`` then holds one record per indexed item in
+    log order.
+    """
+
+    def __init__(
+        self,
+        store: Session,
+        clock: Callable[[], float] = time.time,
+        *,
+        marks: Session,
+        snapshots: Session | None = None,
+        native: bool = True,
+        snapshot_every: int = 1000,
+    ) -> None:
+        self.store = store
+        self._log = RecordLog(store, key=_identity)
+        self._marks = RecordLog(marks)
+        sequenced = supports(store, Capability.SEQUENCED)
+        self.native = native and sequenced and supports(store, Capability.TEXT_SEARCH)
+        """Whether searches run on the store's own full-text index."""
+        usable = sequenced and snapshots is not None and supports(snapshots, Capability.SEQUENCED)
+        self._snapshots = snapshots if usable and not self.native else None
+        self._saved = snapshots  # cleared by a forget, whichever path wrote it
+        self.snapshot_every = snapshot_every
         self._clock = clock
+        self.backfilled: set[str] = set()
+        """Sessions whose earlier history was indexed (as of the last look at the marks)."""
+        self._forgotten: dict[str, int] = {}
         self._reset()
 
     def _reset(self) -> None:
-        self._index = BM25Index()
-        self.entries: list[dict[str, Any]] = []
-        self.compactions: list[int] = []
-        self._seen: set[tuple[str, int]] = set()
-        self._docs: dict[str, list[int]] = {}
-        self.backfilled: set[str] = set()
+        self._index = SnapshotIndex()
+        self._entries = Entries()
+        self._seen_keys: set[tuple[str, int]] | None = set()
+        self._loaded = False
+        self.from_snapshot: int | None = None
+        """The log record up to which the snapshot this index loaded reached (None: none)."""
+        self._unsaved = 0
+        """Log records applied since the snapshot this index was loaded from or saved as."""
+
+    @property
+    def entries(self) -> list[dict[str, Any]]:
+        """The in-process index's entries as ``recall`` records, in log order (a forgotten
+        one keeps its place with empty ``role`` and ``text``)."""
+        return [self._entries.row(doc) for doc in range(len(self._entries))]
+
+    def _seen(self) -> set[tuple[str, int]]:
+        """``(session, seq)`` of the live entries (built on first use after a snapshot load)."""
+        if self._seen_keys is None:
+            e = self._entries
+            self._seen_keys = {
+                (s, q)
+                for s, q, t in zip(e.session, e.seq, e.text, strict=True)
+                if t and q is not None
+            }
+        return self._seen_keys
+
+    async def refresh_marks(self) -> None:
+        """Read the backfill and forget marks written since the last look (by any writer)."""
+        reloaded, records = await self._marks.refresh()
+        if reloaded:
+            self.backfilled, self._forgotten = set(), {}
+        for record in records:
+            kind, session = record.get("kind"), str(record.get("session"))
+            if kind == "backfilled":
+                self.backfilled.add(session)
+            elif kind == "forget" and record.get("before") is not None:
+                before = self._forgotten.get(session, record["before"])
+                self._forgotten[session] = max(before, record["before"])
 
     async def refresh(self) -> None:
-        """Read entries written since the last refresh (by any writer)."""
+        """Bring the in-process index up to date with the log (entries written since the last
+        refresh, by any writer); a cold object first loads the newest complete snapshot."""
+        if not self._loaded:
+            self._loaded = True
+            await self._load_snapshot()
         reloaded, records = await self._log.refresh()
         if reloaded:
             self._reset()
+            self._loaded = True
+        entries = self._entries
         for record in records:
+            self._unsaved += 1
             kind = record.get("kind")
-            if kind == "backfilled":
-                self.backfilled.add(record["session"])
-            elif kind == "compacted":
-                self.compactions.append(len(self.entries))
-            elif kind == "forget":
-                for doc in self._docs.pop(record["session"], []):
-                    entry = self.entries[doc]
-                    self._index.remove(doc, entry["text"])
-                    self._seen.discard((entry["session"], entry["seq"]))  # numbers may be reused
-                    self.entries[doc] = {**entry, "role": "", "text": ""}
+            if kind == "forget":
+                session = record["session"]
+                seen = self._seen()
+                for doc, owner in enumerate(entries.session):
+                    if owner == session and entries.text[doc]:
+                        self._index.remove(doc, entries.text[doc])
+                        seen.discard((session, entries.seq[doc]))  # numbers may be reused
+                        entries.blank(doc)
             elif kind == "recall":
-                key = (record["session"], record["seq"])
                 if record["seq"] is not None:
-                    if key in self._seen:
+                    seen = self._seen()
+                    key = (record["session"], record["seq"])
+                    if key in seen:
                         continue  # indexed twice by racing writers
-                    self._seen.add(key)
-                doc = len(self.entries)
-                self._index.add(doc, record["text"])
-                self._docs.setdefault(record["session"], []).append(doc)
-                self.entries.append(record)
+                    seen.add(key)
+                self._index.add(len(entries), record["text"])
+                entries.append(record)
+
+    async def _load_snapshot(self) -> None:
+        if self._snapshots is None:
+            return
+        found = await read_snapshot(self._snapshots)
+        if found is None:
+            return
+        marker, chunks = found
+        self._entries, postings, lengths = load_chunks(chunks)
+        self._index.restore(postings, lengths)
+        self._seen_keys = None
+        self._log.seek(marker["upto"], marker["last"])
+        self.from_snapshot = marker["upto"]
+        self._unsaved = 0
+
+    async def save_snapshot(self) -> bool:
+        """Save the in-process index as a snapshot now (after a refresh); return whether one
+        was written (not for a native or snapshot-less index, nor an empty log)."""
+        position = self._log.position
+        if self._snapshots is None or position is None:
+            return False
+        await write_snapshot(
+            self._snapshots, self._index, self._entries, position[0], position[1], self._clock()
+        )
+        self._unsaved = 0
+        return True
+
+    async def _snapshot_if_due(self) -> None:
+        if self._unsaved < max(self.snapshot_every, len(self._entries) // 10):
+            return
+        try:
+            await self.save_snapshot()
+        except Exception:  # a search must not fail for want of a snapshot
+            log.warning("recall snapshot not written; the next search retries", exc_info=True)
 
     async def forget(self, session_id: str) -> None:
         """Remove every entry of conversation ``session_id`` indexed so far (those of other
-        conversations stay). Readers drop them at their next refresh; the stored text is
-        blanked in place where the store can rewrite (all of this package's stores)."""
+        conversations stay). Searches leave them out from now on; the stored text is blanked
+        in place where the store can rewrite (all of this package's stores), and saved
+        snapshots, which hold the text too, are deleted (the next search saves a new one)."""
         mark = uuid.uuid4().hex
-        await self._log.append({"kind": "forget", "session": session_id, "id": mark})
+        seqs = await self._log.append({"kind": "forget", "session": session_id, "id": mark})
+        if seqs:
+            await self._marks.append({"kind": "forget", "session": session_id, "before": seqs[0]})
         before_mark = True
 
         def blank(record: dict[str, Any]) -> dict[str, Any] | None:
@@ -145,7 +257,11 @@ class RecallIndex:
             return {**record, "role": "", "text": ""} if before_mark and mine else None
 
         await self._log.rewrite(blank)
-        await self.refresh()
+        if self._saved is not None:
+            await self._saved.clear_session()
+        await self.refresh_marks()
+        if self._loaded:
+            await self.refresh()
 
     async def index(
         self,
@@ -155,9 +271,9 @@ class RecallIndex:
         backfill: bool = False,
         compacted: bool = False,
     ) -> None:
-        """Index ``(seq, item)`` pairs of ``session_id`` in one write (with ``backfill``,
-        mark the session's earlier history as indexed; with ``compacted``, note that the
-        session was compacted; both in the same write)."""
+        """Index ``(seq, item)`` pairs of ``session_id`` in one write (with ``compacted``,
+        note in the same write that the session was compacted); with ``backfill``, then mark
+        the session's earlier history as indexed."""
         now = self._clock()
         records: list[dict[str, Any]] = []
         for seq, item in pairs:
@@ -173,12 +289,39 @@ class RecallIndex:
                         "text": text,
                     }
                 )
-        if backfill:
-            records.append({"kind": "backfilled", "session": session_id, "at": now})
         if compacted:
             records.append({"kind": "compacted", "session": session_id, "at": now})
         if records:
             await self._log.append(*records)
+        if backfill:  # after the entries: a crash in between indexes the history twice
+            await self._marks.append({"kind": "backfilled", "session": session_id, "at": now})
+            self.backfilled.add(session_id)
+
+    async def since(self, cursor: int) -> tuple[int, list[dict[str, Any]], bool]:
+        """What was indexed after ``cursor`` (a position in the log; 0 for its start):
+        ``(new cursor, entries, compacted)``, the entries not forgotten since, each once, and
+        whether a recall layer noted a compaction among them."""
+        store: Any = self.store
+        if supports(store, Capability.SEQUENCED):
+            rows = list(await store.get_sequenced_items(after=cursor if cursor > 0 else None))
+        else:
+            rows = list(enumerate(await store.get_items(), start=1))[cursor:]
+        entries: list[dict[str, Any]] = []
+        seen: set[tuple[str, int]] = set()
+        compacted = False
+        for _seq, record in rows:
+            kind = record.get("kind") if isinstance(record, dict) else None
+            if kind == "recall" and record["text"]:
+                key = (record["session"], record["seq"])
+                if record["seq"] is None or key not in seen:
+                    seen.add(key)
+                    entries.append(record)
+            elif kind == "forget":
+                entries = [e for e in entries if e["session"] != record["session"]]
+                seen = {key for key in seen if key[0] != record["session"]}
+            elif kind == "compacted":
+                compacted = True
+        return (rows[-1][0] if rows else cursor), entries, compacted
 
     async def search(
         self,
@@ -189,23 +332,65 @@ class RecallIndex:
         start: float | None = None,
         end: float | None = None,
     ) -> list[RecallHit]:
-        """The ``limit`` best entries for ``query`` by BM25, after the role and time filters."""
+        """The ``limit`` best entries for ``query`` by BM25 (the store's own ranking where it
+        searches natively), after the role and time filters."""
+        if limit <= 0:
+            return []
+        if self.native:
+            return await self._search_store(query, roles, limit, start, end)
         await self.refresh()
+        await self._snapshot_if_due()
         wanted = set(roles) if roles else None
+        e = self._entries
 
         def keep(doc: int) -> bool:
-            entry = self.entries[doc]
             return (
-                (wanted is None or entry["role"] in wanted)
-                and (start is None or entry["at"] >= start)
-                and (end is None or entry["at"] <= end)
+                (wanted is None or e.role[doc] in wanted)
+                and (start is None or e.at[doc] >= start)
+                and (end is None or e.at[doc] <= end)
             )
 
         return [
-            RecallHit(e["session"], e["seq"], e["role"], e["at"], e["text"], score)
+            RecallHit(e.session[doc], e.seq[doc], e.role[doc], e.at[doc], e.text[doc], score)
             for doc, score in self._index.search(query, where=keep, top_k=limit)
-            for e in [self.entries[doc]]
         ]
+
+    async def _search_store(
+        self,
+        query: str,
+        roles: Sequence[str] | None,
+        limit: int,
+        start: float | None,
+        end: float | None,
+    ) -> list[RecallHit]:
+        await self.refresh_marks()
+        # Only recall records have a "text" (marks and forget records have none), so the only
+        # filters are the caller's: each costs the store a look at every candidate.
+        equal = {"role": list(roles)} if roles else None
+        between = {"at": (start, end)} if start is not None or end is not None else None
+        store: Any = self.store
+        fetch = 2 * limit + 8  # over-fetch: racing writers may have indexed an item twice
+        while True:
+            rows = await store.search_text(query, limit=fetch, equal=equal, between=between)
+            hits: list[RecallHit] = []
+            seen: set[tuple[str, int]] = set()
+            for number, e, score in rows:
+                if not isinstance(e, dict) or not e.get("text"):
+                    continue
+                if number < self._forgotten.get(e["session"], -1):
+                    continue  # forgotten, not blanked yet (or a store that cannot rewrite)
+                if e["seq"] is not None:
+                    if (e["session"], e["seq"]) in seen:
+                        continue
+                    seen.add((e["session"], e["seq"]))
+                hits.append(
+                    RecallHit(e["session"], e["seq"], e["role"], e["at"], e["text"], float(score))
+                )
+                if len(hits) == limit:
+                    return hits
+            if len(rows) < fetch:
+                return hits
+            fetch *= 4
 
 
 def _numbered(session: Session) -> Session | None:
@@ -258,7 +443,7 @@ class RecallSession(SessionWrapper):
     async def _backfill(self) -> None:
         if self.session_id in self.recall.backfilled:
             return
-        await self.recall.refresh()
+        await self.recall.refresh_marks()
         if self.session_id in self.recall.backfilled:
             return
         numbered: Any = self._numbered
@@ -268,7 +453,6 @@ class RecallSession(SessionWrapper):
         else:
             pairs = [(None, item) for item in await self.inner.get_items()]
         await self.recall.index(self.session_id, pairs, backfill=True)
-        self.recall.backfilled.add(self.session_id)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` to the inner session, then index them."""

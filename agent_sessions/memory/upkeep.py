@@ -123,27 +123,27 @@ class Upkeep(RunHooks[Any]):
                 cursor = max(cursor, r["upto"])
         return holder, granted, cursor
 
-    async def _pending(self) -> tuple[int, list[dict[str, Any]]]:
+    async def _pending(self) -> tuple[int, list[dict[str, Any]], bool]:
+        """(the cursor after what is pending, the recall entries pending, compacted)."""
         _holder, _granted, cursor = await self._fold()
-        await self.memory.recall.refresh()
-        return cursor, self.memory.recall.entries[cursor:]
+        return await self.memory.recall.since(cursor)
 
-    def _due(self, cursor: int, pending: list[dict[str, Any]]) -> bool:
+    def _due(self, pending: list[dict[str, Any]], compacted: bool) -> bool:
         turns = sum(e["role"] == "user" for e in pending)
-        compacted = any(at > cursor for at in self.memory.recall.compactions)
-        return turns >= self.every or (compacted and any(e["text"] for e in pending))
+        return turns >= self.every or (compacted and bool(pending))
 
     async def run_if_due(self) -> bool:
         """Run upkeep if due (``every`` user turns or a compaction since the cursor) and no
         other upkeep holds the lease; return whether it ran."""
-        if not self._due(*await self._pending()):
+        _upto, pending, compacted = await self._pending()
+        if not self._due(pending, compacted):
             return False
         lease = await self._acquire()
         if lease is None:
             return False
         try:
-            cursor, pending = await self._pending()  # another run may have just finished
-            if not self._due(cursor, pending):
+            upto, pending, compacted = await self._pending()  # another may have just run
+            if not self._due(pending, compacted):
                 return False
             transcript = "\n".join(f"[{e['role']}] {e['text']}" for e in pending if e["text"])
             budget = _Budget(self.max_tokens)
@@ -152,7 +152,7 @@ class Upkeep(RunHooks[Any]):
             except (_OverBudget, MaxTurnsExceeded) as exc:
                 log.warning("memory upkeep stopped at its bound (%d tokens): %r", budget.used, exc)
             self.tokens += budget.used
-            await self._log.append({"kind": "cursor", "upto": cursor + len(pending)})
+            await self._log.append({"kind": "cursor", "upto": upto})
             self.runs += 1
             await self.memory.tidy()
             return True
