@@ -19,8 +19,11 @@ class RecordLog:
     whole on every refresh.
     """
 
-    def __init__(self, store: Session) -> None:
+    def __init__(self, store: Session, *, keep: bool = True) -> None:
         self.store = store
+        self.keep = keep
+        """Keep the records read in ``records`` (False: a reader that folds them as they come,
+        like the archive, so they are freed once applied)."""
         self.records: list[dict[str, Any]] = []
         self._last: tuple[int, Any] | None = None
 
@@ -33,8 +36,9 @@ class RecordLog:
         new)``: ``reloaded`` when the log was read from the start (``new`` is then all of it)."""
         if not supports(self.store, Capability.SEQUENCED):
             items: list[Any] = await self.store.get_items()
-            self.records = [r for r in items if isinstance(r, dict)]
-            return True, self.records
+            records = [r for r in items if isinstance(r, dict)]
+            self.records = records if self.keep else []
+            return True, records
         store: Any = self.store
         reloaded = self._last is None
         if self._last is None:
@@ -51,7 +55,8 @@ class RecordLog:
         if new:
             self._last = new[-1]
         fresh = [item for _seq, item in new if isinstance(item, dict)]
-        self.records.extend(fresh)
+        if self.keep:
+            self.records.extend(fresh)
         return reloaded, fresh
 
     async def rewrite(self, change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> int:
