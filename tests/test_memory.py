@@ -4,10 +4,13 @@ limits, concurrent editors, recall after compaction, archival search, scopes, up
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import json
 import os
+import struct
+import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -28,6 +31,7 @@ from agent_sessions.memory import (
     render_blocks,
     scope_id,
 )
+from agent_sessions.memory.search import unit
 from agent_sessions.ops.catalog import SessionCatalog
 from agent_sessions.wrappers.compaction import CompactionSession, item_count_trigger
 from tests.matrix import BACKENDS, SQL_URLS, Backend, reset_standins
@@ -592,3 +596,58 @@ async def test_model_free_jobs_dedupe_expire_warn_and_reembed_in_the_background(
     resumed = (await changed.tidy()).reembedding
     assert resumed is not None and await resumed == 3  # the rest, not all four
     assert {p.embedder for p in changed.archive.passages} == {"hashing-64"}
+
+
+def _float32(values: list[float]) -> tuple[float, ...]:
+    return struct.unpack(f"<{len(values)}f", struct.pack(f"<{len(values)}f", *values))
+
+
+@pytest.mark.asyncio
+async def test_archived_vectors_are_stored_packed_and_old_float_lists_still_load(
+    store: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    embedder = HashingEmbedder(8)
+    memory = await _memory(store, embedder=embedder)
+    packed = await memory.archive.insert("Ada's cat is Pixel")
+    side = side_store(memory.root, "memory.archive")
+    items: list[Any] = await side.get_items()
+    [record] = items
+    stored = record["vector"]
+    assert set(stored) == {"dim", "f32"} and stored["dim"] == 8  # unit float32, base64
+    want = _float32(list(unit((await embedder.embed(["Ada's cat is Pixel"]))[0])))
+    assert packed.vector == want and len(base64.b64decode(stored["f32"])) == 32
+    # records written before the packed form: JSON float lists, not unit length
+    old: dict[str, Any] = {
+        "kind": "passage",
+        "id": "old1",
+        "content": "Ada's dog is Rex",
+        "tags": ["pets"],
+    }
+    old |= {"metadata": {}, "at": 1.0, "valid_to": None, "embedder": embedder.name}
+    await side.add_items([old | {"vector": [3.0, 4.0, 0, 0, 0, 0, 0, 0]}])  # type: ignore[list-item]
+    fish: dict[str, Any] = {
+        "kind": "passage",
+        "id": "old2",
+        "content": "Ada's fish is Bubbles",
+        "tags": [],
+    }
+    fish |= {"metadata": {}, "at": 2.0, "embedder": "gone", "vector": [0.0, 2.0]}
+    await side.add_items([fish])  # type: ignore[list-item]
+    reader = Memory(memory.root, embedder=embedder)
+    loaded = await reader.archive.get("old1")
+    assert loaded is not None and loaded.vector == _float32([0.6, 0.8, 0, 0, 0, 0, 0, 0])
+    assert (await reader.archive.get(packed.id)) == packed  # round trip, same values
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "numpy", None)  # a reader without numpy: pure Python
+        pure = Memory(memory.root, embedder=embedder)
+    assert (reader.archive.vector_ranking, pure.archive.vector_ranking) == ("numpy", "python")
+    for query in ("Ada's dog", "cat Pixel", "fish"):
+        found = [p.id for p in await reader.archive.search(query, top_k=3)]
+        assert found == [p.id for p in await pure.archive.search(query, top_k=3)]
+    # re-embedding the passages of a gone embedder writes the packed form
+    assert await reader.archive.reembed() == 1
+    items = [*await side.get_items()]
+    assert items[-1]["kind"] == "vector" and items[-1]["vector"]["dim"] == 8
+    fresh = Memory(memory.root, embedder=embedder)
+    [top] = await fresh.archive.search("fish Bubbles", top_k=1)
+    assert top.id == "old2" and top.embedder == embedder.name and top.vector is not None

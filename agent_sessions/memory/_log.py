@@ -20,8 +20,13 @@ class RecordLog:
     it by default; a log whose records are rewritten in place names the part that is not).
     """
 
-    def __init__(self, store: Session, key: Callable[[Any], Any] | None = None) -> None:
+    def __init__(
+        self, store: Session, key: Callable[[Any], Any] | None = None, *, keep: bool = True
+    ) -> None:
         self.store = store
+        self.keep = keep
+        """Keep the records read in ``records`` (False: a reader that folds them as they come,
+        like the archive, so they are freed once applied)."""
         self.records: list[dict[str, Any]] = []
         self._key: Callable[[Any], Any] = key or (lambda item: item)
         self._last: tuple[int, Any] | None = None
@@ -51,8 +56,9 @@ class RecordLog:
         new)``: ``reloaded`` when the log was read from the start (``new`` is then all of it)."""
         if not supports(self.store, Capability.SEQUENCED):
             items: list[Any] = await self.store.get_items()
-            self.records = [r for r in items if isinstance(r, dict)]
-            return True, self.records
+            records = [r for r in items if isinstance(r, dict)]
+            self.records = records if self.keep else []
+            return True, records
         store: Any = self.store
         reloaded = self._last is None
         if self._last is None:
@@ -69,7 +75,8 @@ class RecordLog:
         if new:
             self._last = (new[-1][0], self._key(new[-1][1]))
         fresh = [item for _seq, item in new if isinstance(item, dict)]
-        self.records.extend(fresh)
+        if self.keep:
+            self.records.extend(fresh)
         return reloaded, fresh
 
     async def rewrite(self, change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> int:

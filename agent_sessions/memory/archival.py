@@ -4,7 +4,9 @@ vector together (reciprocal-rank fusion), filters applied before ranking."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
+import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -34,14 +36,50 @@ class Passage:
     valid_to: float | None = None
     superseded_by: str | None = None
     embedder: str | None = field(default=None, repr=False)
-    vector: tuple[float, ...] | None = field(default=None, repr=False)
-    """The embedding scaled to unit length."""
+    packed: bytes | None = field(default=None, repr=False)
+    """The embedding scaled to unit length, as float32 little-endian (see ``vector``)."""
     expired_at: float | None = None
     """When ``Archive.expire`` marked it expired (it stays stored)."""
+
+    @property
+    def vector(self) -> tuple[float, ...] | None:
+        """The embedding scaled to unit length (the stored float32 values), decoded on each
+        access: the archive keeps only the packed bytes."""
+        return None if self.packed is None else unpack_vector(self.packed)
 
     def active(self, now: float) -> bool:
         """Neither superseded nor past ``valid_to`` at ``now``."""
         return self.superseded_by is None and (self.valid_to is None or self.valid_to > now)
+
+
+def pack_vector(vector: Sequence[float]) -> dict[str, Any]:
+    """How a record stores an embedding: scaled to unit length (in float64) once, at write,
+    then rounded to float32 little-endian, base64 text, with its length (``dim``)."""
+    values = unit(vector)
+    return {"dim": len(values), "f32": base64.b64encode(_packed(values)).decode("ascii")}
+
+
+def _packed(values: Sequence[float]) -> bytes:
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+def unpack_vector(packed: bytes) -> tuple[float, ...]:
+    """The float32 values of ``packed`` (``Passage.packed``) as Python floats."""
+    return struct.unpack(f"<{len(packed) // 4}f", packed)
+
+
+def stored_vector(value: Any) -> bytes | None:
+    """The packed unit vector of a record's ``vector``: the packed form (``pack_vector``) as it
+    is, or a JSON list of floats (records written before it) scaled to unit length and rounded
+    to float32 as at write, so both forms rank by the same rules."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        packed = base64.b64decode(value["f32"])
+        if len(packed) != 4 * int(value["dim"]):
+            raise ValueError(f"stored vector of {len(packed)} bytes, dim {value['dim']}")
+        return packed
+    return _packed(unit(value))
 
 
 def content_id(content: str) -> str:
@@ -69,7 +107,7 @@ class Archive:
         embedder: Embedder | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._log = RecordLog(store)
+        self._log = RecordLog(store, keep=False)
         self.embedder = embedder
         self._clock = clock
         self._index = BM25Index()
@@ -88,7 +126,7 @@ class Archive:
         for r in records:
             kind = r.get("kind")
             if kind == "passage" and r["id"] not in self._by_id:
-                vector = r.get("vector")
+                packed = stored_vector(r.get("vector"))
                 doc = len(self.passages)
                 self._by_id[r["id"]] = doc
                 self._index.add(doc, r["content"] + " " + " ".join(r["tags"]))
@@ -101,7 +139,7 @@ class Archive:
                     r.get("valid_to"),
                     None,
                     r.get("embedder"),
-                    unit(vector) if vector is not None else None,
+                    packed,
                 )
                 self.passages.append(passage)
                 if vectors is not None:
@@ -111,15 +149,16 @@ class Archive:
                         valid_to=passage.valid_to,
                         tags=passage.tags,
                         embedder=passage.embedder,
-                        vector=passage.vector,
+                        vector=None if packed is None else vectors.decode(packed),
                     )
             elif kind == "vector" and r["id"] in self._by_id:
                 at = self._by_id[r["id"]]
+                packed = stored_vector(r["vector"]) or b""
                 self.passages[at] = replace(
-                    self.passages[at], embedder=r["embedder"], vector=unit(r["vector"])
+                    self.passages[at], embedder=r["embedder"], packed=packed
                 )
                 if vectors is not None:
-                    vectors.set_vector(at, r["embedder"], self.passages[at].vector or ())
+                    vectors.set_vector(at, r["embedder"], vectors.decode(packed))
             elif kind == "expired" and r["id"] in self._by_id:
                 at = self._by_id[r["id"]]
                 self.passages[at] = replace(self.passages[at], expired_at=r["at"])
@@ -183,7 +222,7 @@ class Archive:
                     "at": self._clock(),
                     "valid_to": valid_to,
                     "embedder": self.embedder.name if self.embedder else None,
-                    "vector": vector,
+                    "vector": None if vector is None else pack_vector(vector),
                 }
             )
         if supersedes is not None:
@@ -210,7 +249,7 @@ class Archive:
             vectors = await self.embedder.embed([p.content for p in part])
             await self._log.append(
                 *[
-                    {"kind": "vector", "id": p.id, "embedder": name, "vector": v}
+                    {"kind": "vector", "id": p.id, "embedder": name, "vector": pack_vector(v)}
                     for p, v in zip(part, vectors, strict=True)
                 ]
             )
@@ -313,9 +352,9 @@ class Archive:
                 )
             if ranked is None:  # pure Python: the reference the numpy ranking equals
                 scored = [
-                    (dot(probe, p.vector), doc)
+                    (dot(probe, unpack_vector(p.packed)), doc)
                     for doc, p in enumerate(self.passages)
-                    if p.vector is not None and p.embedder == name and keep(doc)
+                    if p.packed is not None and p.embedder == name and keep(doc)
                 ]
                 scored.sort(key=lambda pair: (-pair[0], pair[1]))
                 ranked = [doc for _score, doc in scored[:depth]]

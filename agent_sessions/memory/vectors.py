@@ -112,6 +112,10 @@ class NumpyVectors:
         np = load_numpy()
         return None if np is None else cls(np)
 
+    def decode(self, packed: bytes) -> Any:
+        """A read-only float32 array over ``packed`` (``Passage.packed``), no copy."""
+        return self.np.frombuffer(packed, dtype="<f4")
+
     def _grow(self, need: int) -> None:
         np = self.np
         if need <= len(self._at):
