@@ -28,9 +28,7 @@ def glob_escape(text: str) -> str:
 class RedisCatalog:
     """Lists and deletes the sessions stored under one key prefix."""
 
-    def __init__(
-        self, call: Callable[..., Awaitable[Any]], client: Any, prefix: str
-    ) -> None:
+    def __init__(self, call: Callable[..., Awaitable[Any]], client: Any, prefix: str) -> None:
         self.call = call  # the session's: runs one command within its timeout, errors translated
         self.client = client
         self.prefix = prefix
