@@ -15,13 +15,14 @@ the 16 MiB document limit, checked before anything is written. Numbers come from
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from agents.memory.session_settings import SessionSettings
@@ -111,6 +112,36 @@ def make_client(uri: str, **client_kwargs: Any) -> AsyncMongoClient[Any]:
         raise ValueError(f"invalid MongoDB URI or client option: {exc}") from exc
 
 
+_IndexKey = tuple[str, str, str, bool]
+"""(database, sessions collection, messages collection, TTL indexes)."""
+
+
+class _Indexes:
+    """The indexes created on one client, and the creations under way."""
+
+    def __init__(self) -> None:
+        self.done: set[_IndexKey] = set()
+        self.running: dict[_IndexKey, asyncio.Future[None]] = {}
+
+
+_INDEXES: dict[int, tuple[weakref.ref[Any], _Indexes]] = {}
+
+
+def _indexes_of(client: Any) -> _Indexes:
+    """The record of ``client`` (by identity), shared by its stores so that sessions built
+    on the caller's own client (a store each) create the indexes once, as the SDK's do;
+    forgotten when the client is collected."""
+    key = id(client)
+    entry = _INDEXES.get(key)
+    if entry is None:
+        try:
+            ref = weakref.ref(client, lambda _: _INDEXES.pop(key, None))
+        except TypeError:  # not weak-referenceable: a record of this store's own
+            return _Indexes()
+        entry = _INDEXES[key] = (ref, _Indexes())
+    return entry[1]
+
+
 class MongoDBStore:
     """One MongoDB client and database. Each session opened on it (:meth:`session`) holds a
     share; the last to give its share back closes an owned client. Use :func:`open_store`."""
@@ -122,12 +153,16 @@ class MongoDBStore:
         self.users = 1
         self.close_pending = False  # the owned client's close failed or was cancelled
         self._lock = threading.Lock()
+        self.indexes = _indexes_of(client)
 
     def session(self, session_id: str, **options: Any) -> MongoDBSession:
         """A session of this store (``options`` as for :class:`MongoDBSession`, without the
         client and database), holding a share of it until closed."""
         return MongoDBSession(
-            session_id, client=self.client, database=self.database, _store=self.share(),
+            session_id,
+            client=self.client,
+            database=self.database,
+            _store=self.share(),
             **options,
         )
 
@@ -162,72 +197,23 @@ class MongoDBStore:
             await result
         self.close_pending = False
 
-
-_IndexKey = tuple[int, str, str, str, bool]
-"""(id(client), database, sessions collection, messages collection, TTL indexes)."""
-
-
-class _IndexRegistry:
-    """Creates each collection pair's indexes once per client (and per TTL use), process-wide:
-    keyed by ``id(client)``, forgotten when the client is collected; concurrent first uses on
-    one loop share one creation (``create_index`` is idempotent, so duplicates are harmless)."""
-
-    _lock = threading.Lock()
-    _done: ClassVar[set[_IndexKey]] = set()
-    _tracked: ClassVar[set[int]] = set()
-    _inflight: ClassVar[dict[_IndexKey, asyncio.Future[None]]] = {}
-    _dead: ClassVar[list[int]] = []
-
-    @classmethod
-    async def ensure(
-        cls, client: Any, key: _IndexKey, create: Callable[[], Awaitable[None]]
-    ) -> None:
-        with cls._lock:
-            cls._drop_dead()
-            if key in cls._done:
-                return
-            future = cls._inflight.get(key)
-            loop = asyncio.get_running_loop()
-            if future is None or future.done() or future.get_loop() is not loop:
-                future = asyncio.ensure_future(create())
-                future.add_done_callback(cls._finished(client, key))
-                cls._inflight[key] = future
+    async def ensure_indexes(self, key: _IndexKey, create: Callable[[], Awaitable[None]]) -> None:
+        """Run ``create`` unless it ran to the end for ``key`` on this client; concurrent first
+        uses in one event loop share one run, which a cancelled caller does not stop (a failed
+        run is tried again by the next use; ``create_index`` is idempotent)."""
+        if key in self.indexes.done:
+            return
+        future = self.indexes.running.get(key)
+        if future is None or future.get_loop() is not asyncio.get_running_loop():
+            future = self.indexes.running[key] = asyncio.ensure_future(create())
+            future.add_done_callback(functools.partial(self._created, key))
         await asyncio.shield(future)
 
-    @classmethod
-    def _finished(cls, client: Any, key: _IndexKey) -> Callable[[asyncio.Future[None]], None]:
-        def done(future: asyncio.Future[None]) -> None:
-            with cls._lock:
-                if cls._inflight.get(key) is future:
-                    del cls._inflight[key]
-                if future.cancelled() or future.exception() is not None:
-                    return  # the next operation tries again
-                cls._drop_dead()
-                cls._done.add(key)
-                if key[0] not in cls._tracked:
-                    cls._tracked.add(key[0])
-                    try:
-                        weakref.finalize(client, cls._forget, key[0])
-                    except TypeError:  # not weak-referenceable: keep the entry
-                        pass
-
-        return done
-
-    @classmethod
-    def _forget(cls, client_id: int) -> None:
-        # A finalizer: the garbage collector may run it in a thread that holds _lock (any
-        # allocation inside the lock can collect a client), so it only records the id; taking
-        # the lock here deadlocked. list.append is atomic.
-        cls._dead.append(client_id)
-
-    @classmethod
-    def _drop_dead(cls) -> None:
-        """Forget the indexes of collected clients (called with ``_lock`` held), before an id
-        can be looked up again: a new client may reuse a dead one's id."""
-        while cls._dead:
-            client_id = cls._dead.pop()
-            cls._tracked.discard(client_id)
-            cls._done.difference_update({k for k in cls._done if k[0] == client_id})
+    def _created(self, key: _IndexKey, future: asyncio.Future[None]) -> None:
+        if self.indexes.running.get(key) is future:
+            del self.indexes.running[key]
+        if not future.cancelled() and future.exception() is None:
+            self.indexes.done.add(key)
 
 
 class MongoDBSession(BaseSession):
@@ -329,9 +315,13 @@ class MongoDBSession(BaseSession):
         return self.store.client
 
     def _member_options(self) -> dict[str, Any]:
-        return {"client": self.store.client, "database": self.database,
-                "sessions_collection": self.sessions_collection,
-                "messages_collection": self.messages_collection, "_store": self.store.share()}
+        return {
+            "client": self.store.client,
+            "database": self.database,
+            "sessions_collection": self.sessions_collection,
+            "messages_collection": self.messages_collection,
+            "_store": self.store.share(),
+        }
 
     @property
     def _messages(self) -> Any:
@@ -376,13 +366,10 @@ class MongoDBSession(BaseSession):
     # -- the storage hooks -----------------------------------------------------------------
 
     async def _ensure_indexes(self) -> None:
-        client = self.store.client
         names = (self.database, self.sessions_collection, self.messages_collection)
-        await _IndexRegistry.ensure(client, (id(client), *names, False), self._create_index)
+        await self.store.ensure_indexes((*names, False), self._create_index)
         if self._ttl is not None:
-            await _IndexRegistry.ensure(
-                client, (id(client), *names, True), self._create_ttl_indexes
-            )
+            await self.store.ensure_indexes((*names, True), self._create_ttl_indexes)
 
     async def _create_index(self) -> None:
         async with translated("creating indexes"):
@@ -437,9 +424,7 @@ class MongoDBSession(BaseSession):
         if "$unset" in expiry:
             self._unset_expiry = False
 
-    async def _append(
-        self, payloads: list[str], swap: dict[str, Any] | None = None
-    ) -> list[int]:
+    async def _append(self, payloads: list[str], swap: dict[str, Any] | None = None) -> list[int]:
         """Store ``payloads`` as one batch document; with ``swap``, that document commits a
         replacement (see ``swap``)."""
         cost = 0
@@ -485,7 +470,9 @@ class MongoDBSession(BaseSession):
                 # The batch is stored; only refreshing older batches' expiry failed.
                 logger.warning(
                     "MongoDBSession %r: batch stored, but refreshing the expiry of older "
-                    "batches failed: %s", self.session_id, exc
+                    "batches failed: %s",
+                    self.session_id,
+                    exc,
                 )
         self._expiry_done(expiry)
         return list(range(first, first + n))
@@ -709,7 +696,8 @@ class MongoDBSession(BaseSession):
         except Exception as exc:
             logger.warning(
                 "MongoDBSession %r: popped an item, but cleaning up after it failed: %s",
-                self.session_id, exc,
+                self.session_id,
+                exc,
             )
         return items[-1]
 
@@ -728,9 +716,7 @@ class MongoDBSession(BaseSession):
                 return doc
             # The newest document commits a replacement but holds no item: what lies below it
             # may be replaced rows. Undo the decrement, finish the swap, then pop again.
-            await self.messages.update_one(
-                {"_id": doc["_id"], "n": {"$lt": 0}}, {"$inc": {"n": 1}}
-            )
+            await self.messages.update_one({"_id": doc["_id"], "n": {"$lt": 0}}, {"$inc": {"n": 1}})
             await swaps.finish_pending(self)
         raise BackendUnavailableError(
             f"MongoDBSession {self.session_id!r}: a history replacement kept the newest batch "
@@ -861,7 +847,9 @@ class MongoDBSession(BaseSession):
         except BackendUnavailableError as exc:  # committed: the next reader finishes it
             logger.warning(
                 "MongoDBSession %r: replaced the history, but deleting the old items failed "
-                "(the next read finishes it): %s", self.session_id, exc,
+                "(the next read finishes it): %s",
+                self.session_id,
+                exc,
             )
         return True
 
