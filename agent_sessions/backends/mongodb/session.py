@@ -1,15 +1,11 @@
 """MongoDB backend on PyMongo's native async API (``AsyncMongoClient``); Motor clients work too.
 
 Two collections: sessions holds one counter document per session (``{_id: session_id, seq: last
-number handed out, created_at, updated_at}``); messages holds one document per ``add_items``
-batch (``{session_id, seq: number of its first item, n: items left, items: [JSON text]}``,
-unique on ``(session_id, seq)``). A pop takes items off the end, a range delete off the front.
-
-A batch is one document because a single-document write is atomic on every topology
-(standalone, replica set, sharded) without a transaction's extra round trips; the price is
-the 16 MiB document limit, checked before anything is written. Numbers come from the counter
-(``$inc`` by the batch size, upsert) and are never reused; the counter survives
-``clear_session``. Session ids are only ever matched as values, so ``$`` and ``.`` are inert.
+number handed out, created_at, updated_at}``, kept by ``clear_session``); messages holds one
+document per ``add_items`` batch (``{session_id, seq: number of its first item, n: items left,
+items: [JSON text]}``, unique on ``(session_id, seq)``): a single-document write is atomic on
+every topology without a transaction, at the price of the 16 MiB document limit. A pop takes
+items off the end, a range delete off the front. See docs/mongodb.md.
 """
 
 from __future__ import annotations
@@ -32,11 +28,7 @@ from ...core.extras import missing
 try:
     from pymongo import AsyncMongoClient, DeleteOne, InsertOne, ReturnDocument, UpdateMany
     from pymongo.driver_info import DriverInfo
-    from pymongo.errors import (
-        BulkWriteError,
-        ConfigurationError,
-        DuplicateKeyError,
-    )
+    from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("MongoDBSession", "mongodb", _exc) from _exc
 
@@ -399,8 +391,7 @@ class MongoDBSession(BaseSession):
         and is rewritten only once that falls below ``now + ttl``: at most once per ``slack``,
         never O(history) per write; the ``(session_id, expires_at)`` index finds those few."""
         if self._ttl is not None:
-            now = datetime.now(timezone.utc)
-            due = now + timedelta(seconds=self._ttl)
+            due = datetime.now(timezone.utc) + timedelta(seconds=self._ttl)
             when = due + timedelta(seconds=ttl_slack(self._ttl))
             return {"$set": {"expires_at": when}}, {"expires_at": {"$not": {"$gte": due}}}
         if self._unset_expiry:
@@ -412,15 +403,20 @@ class MongoDBSession(BaseSession):
         (NATIVE_EXPIRY: keeps a family's quiet members alive)."""
         self._check_open()
         expiry, stale = self._expiry()
-        if not expiry:
-            return
-        await self._ensure_indexes()
-        async with translated("refreshing expiry"):
-            await self.messages.update_many({"session_id": self.session_id, **stale}, expiry)
-            await self._refresh_counter(expiry)
-        self._expiry_done(expiry)
+        if expiry:
+            await self._ensure_indexes()
+            async with translated("refreshing expiry"):
+                await self._refresh(expiry, [UpdateMany(self._sid(stale), expiry)])
 
-    def _expiry_done(self, expiry: dict[str, Any]) -> None:
+    async def _refresh(self, expiry: dict[str, Any], writes: list[Any]) -> None:
+        """Apply ``writes`` to the batches and ``expiry`` to the counter, side by side; the
+        first error is raised once both are done."""
+        updates = [self.counters.update_one({"_id": self.session_id}, _counter_expiry(expiry))]
+        if writes:
+            updates.append(self.messages.bulk_write(writes, ordered=False))
+        for result in await asyncio.gather(*updates, return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result
         if "$unset" in expiry:
             self._unset_expiry = False
 
@@ -439,27 +435,19 @@ class MongoDBSession(BaseSession):
                     index=index,
                 )
         await self._ensure_indexes()
-        now = datetime.now(timezone.utc)
         expiry, stale = self._expiry()
         n = len(payloads)
         async with translated("adding items"):
             # An empty swap document still takes a number: (session_id, seq) is unique.
-            counter = await self._reserve(max(n, 1), now, expiry)
-            first = counter["seq"] - max(n, 1) + 1
+            first = await self._reserve(max(n, 1), expiry) - max(n, 1) + 1
             doc = {"session_id": self.session_id, "seq": first, "n": n, "items": payloads}
+            doc.update(expiry.get("$set", {}))
             if swap is not None:
                 doc[swaps.SWAP] = swap
             try:
-                if expiry:
-                    doc.update(expiry.get("$set", {}))
-                    # The insert and the refresh of older batches travel in one round trip.
-                    await self.messages.bulk_write(
-                        [
-                            InsertOne(doc),
-                            UpdateMany({"session_id": self.session_id, **stale}, expiry),
-                        ],
-                        ordered=True,
-                    )
+                if expiry:  # the insert and the refresh of older batches in one round trip
+                    writes = [InsertOne(doc), UpdateMany(self._sid(stale), expiry)]
+                    await self.messages.bulk_write(writes, ordered=True)
                 else:
                     await self.messages.insert_one(doc)
             except (DuplicateKeyError, BulkWriteError) as exc:
@@ -467,19 +455,20 @@ class MongoDBSession(BaseSession):
                     raise self._foreign_data(exc) from exc
                 if (exc.details or {}).get("nInserted") != 1:
                     raise
-                # The batch is stored; only refreshing older batches' expiry failed.
                 logger.warning(
                     "MongoDBSession %r: batch stored, but refreshing the expiry of older "
                     "batches failed: %s",
                     self.session_id,
                     exc,
                 )
-        self._expiry_done(expiry)
+        if "$unset" in expiry:
+            self._unset_expiry = False
         return list(range(first, first + n))
 
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
         """One batch document per run of consecutive numbers; the counter is raised first (so
         no append takes these numbers), and inserted documents are deleted if a later fails."""
+        expiry, _ = self._expiry()
         docs: list[dict[str, Any]] = []
         cost = 0
         for seq, payload in rows:
@@ -487,6 +476,7 @@ class MongoDBSession(BaseSession):
             last = docs[-1] if docs else None
             if last is None or seq != last["seq"] + last["n"] or cost + size > MAX_BATCH_BYTES:
                 last = {"session_id": self.session_id, "seq": seq, "n": 0, "items": []}
+                last.update(expiry.get("$set", {}))
                 docs.append(last)
                 cost = 0
             last["items"].append(payload)
@@ -494,14 +484,11 @@ class MongoDBSession(BaseSession):
             cost += size
         await self._ensure_indexes()
         await self._finish_swaps()
-        expiry, _ = self._expiry()
-        for doc in docs:
-            doc.update(expiry.get("$set", {}))
-        times = {
+        counter_set = {
             "created_at": datetime.fromtimestamp(created, timezone.utc),
             "updated_at": datetime.fromtimestamp(updated, timezone.utc),
+            **_counter_expiry(expiry).get("$set", {}),
         }
-        counter_set = {**times, **_counter_expiry(expiry).get("$set", {})}
         held = await self._count()
         if held:
             raise SequenceConflictError(
@@ -518,40 +505,44 @@ class MongoDBSession(BaseSession):
                 await self.messages.insert_many(docs, ordered=True)
             except BaseException as exc:
                 # only this call's documents (PyMongo gave each its _id before sending)
-                ours = [d["_id"] for d in docs if "_id" in d]
-                await self.messages.delete_many({"_id": {"$in": ours}})
+                await self.messages.delete_many(
+                    {"_id": {"$in": [d["_id"] for d in docs if "_id" in d]}}
+                )
                 if _is_duplicate(exc):
                     raise self._foreign_data(exc) from exc
                 raise
-        self._expiry_done(expiry)
+        if "$unset" in expiry:
+            self._unset_expiry = False
 
-    async def _reserve(self, n: int, now: datetime, expiry: dict[str, Any]) -> Any:
+    async def _reserve(self, n: int, expiry: dict[str, Any]) -> int:
+        """Take ``n`` numbers from the counter; the last of them."""
+        now = datetime.now(timezone.utc)
         update = {
             **expiry,
             "$inc": {"seq": n},
             "$set": {"updated_at": now, **_counter_expiry(expiry).get("$set", {})},
             "$setOnInsert": {"created_at": now},
         }
-        for attempt in range(2):
-            try:
-                counter = await self.counters.find_one_and_update(
-                    {"_id": self.session_id},
-                    update,
-                    upsert=True,
-                    return_document=ReturnDocument.AFTER,
-                    projection={"seq": 1},
-                )
-                break
-            except DuplicateKeyError:  # two first writes upserted at once; the loser retries
-                if attempt:
-                    raise
+        try:
+            counter = await self._upsert_counter(update)
+        except DuplicateKeyError:  # two first writes upserted at once; the loser retries
+            counter = await self._upsert_counter(update)
         if not isinstance(counter, dict) or not isinstance(counter.get("seq"), int):
             raise BackendDataError(
                 f"the counter document of session {self.session_id!r} in "
                 f"{self.database}.{self.sessions_collection} has no integer 'seq'; that "
                 "collection holds data agent_sessions did not write: use another collection"
             )
-        return counter
+        return int(counter["seq"])
+
+    def _upsert_counter(self, update: dict[str, Any]) -> Any:
+        return self.counters.find_one_and_update(
+            {"_id": self.session_id},
+            update,
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+            projection={"seq": 1},
+        )
 
     def _foreign_data(self, exc: BaseException) -> BackendDataError:
         return BackendDataError(
@@ -562,16 +553,17 @@ class MongoDBSession(BaseSession):
             f"({exc})"
         )
 
+    def _sid(self, query: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The filter of this session's batch documents, narrowed by ``query``."""
+        return {"session_id": self.session_id, **(query or {})}
+
     def _base_filter(self) -> dict[str, Any]:
         return {"session_id": self.session_id, "n": {"$gt": 0}}
 
     def _read_filter(self) -> dict[str, Any]:
         """The batches a newest-first read must see: those holding items, and any document
         committing a swap (which may hold none)."""
-        return {
-            "session_id": self.session_id,
-            "$or": [{"n": {"$gt": 0}}, {swaps.SWAP: {"$exists": True}}],
-        }
+        return self._sid({"$or": [{"n": {"$gt": 0}}, {swaps.SWAP: {"$exists": True}}]})
 
     def rows_of(
         self, doc: Any, after: int | None, before: int | None, tail: int | None = None
@@ -665,33 +657,21 @@ class MongoDBSession(BaseSession):
             doc = await self._pop_newest(expiry)
             if doc is None:
                 if expiry:
-                    await self._refresh_counter(expiry)
-                    self._expiry_done(expiry)
+                    await self._refresh(expiry, [])
                 return None
             items = doc.get("items")
             if not isinstance(items, list) or not items or not isinstance(items[-1], str):
                 raise self._foreign("without items")
         # The item is ours now: what follows is housekeeping, and its failure must not turn a
         # completed pop into an error (the caller would lose the item).
-        emptied = doc.get("n") == 1  # drop an emptied batch (readers skip n == 0 meanwhile)
         unused = {"_id": doc["_id"], "n": 0, swaps.SWAP: {"$exists": False}}
+        drop = [DeleteOne(unused)] if doc.get("n") == 1 else []  # readers skip n == 0 meanwhile
         try:
             if swaps.SWAP in doc:  # took the last items of a replacement still being applied
                 await self._finish_swaps()
             if expiry:
-                refresh: list[Any] = [UpdateMany({"session_id": self.session_id, **stale}, expiry)]
-                if emptied:
-                    refresh.insert(0, DeleteOne(unused))
-                results = await asyncio.gather(
-                    self.messages.bulk_write(refresh, ordered=False),
-                    self._refresh_counter(expiry),
-                    return_exceptions=True,
-                )
-                for result in results:
-                    if isinstance(result, BaseException):
-                        raise result
-                self._expiry_done(expiry)
-            elif emptied:
+                await self._refresh(expiry, [*drop, UpdateMany(self._sid(stale), expiry)])
+            elif drop:
                 await self.messages.delete_one(unused)
         except Exception as exc:
             logger.warning(
@@ -723,19 +703,14 @@ class MongoDBSession(BaseSession):
             "busy through 8 attempts to pop; try again"
         )
 
-    async def _refresh_counter(self, expiry: dict[str, Any]) -> None:
-        await self.counters.update_one({"_id": self.session_id}, _counter_expiry(expiry))
-
     async def _clear(self) -> None:
         await self._ensure_indexes()
         expiry, _ = self._expiry()
         async with translated("clearing the session"):
-            # The counter document stays, so sequence numbers keep growing after a clear and a
-            # write racing with the clear can never reuse a number.
-            await self.messages.delete_many({"session_id": self.session_id})
+            # The counter document stays, so numbers keep growing after a clear.
+            await self.messages.delete_many(self._sid())
             if expiry:
-                await self._refresh_counter(expiry)
-                self._expiry_done(expiry)
+                await self._refresh(expiry, [])
 
     async def _delete_before(self, before: int) -> int:
         """One atomic write per document, oldest first, so what is gone is always a prefix:
