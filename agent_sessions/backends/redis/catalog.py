@@ -1,10 +1,8 @@
 """The catalog of one Redis key prefix (standalone or Cluster).
 
-Sessions are found by ``SCAN MATCH P:{*}:meta``; on a Cluster redis-py runs the SCAN on every
-primary, so no node is missed. SCAN returns keys in no order, so each page scans the prefix's
-meta keys (names only, never items) and sorts them: a page costs O(sessions under the prefix)
-key names plus O(page) metadata reads. Every other command addresses one session's keys, which
-share a hash tag and so one slot.
+Sessions are found by ``SCAN MATCH P:{*}:meta`` (on every primary of a Cluster). SCAN has no
+order, so a page scans the prefix's meta key names and sorts them: O(sessions) names plus
+O(page) metadata reads.
 """
 
 from __future__ import annotations
@@ -34,8 +32,7 @@ class RedisCatalog:
         self.prefix = prefix
 
     async def exists(self) -> bool:
-        # A Redis server has no store to create: reaching it is enough.
-        await self.call(self.client.ping, reads=True)
+        await self.call(self.client.ping, reads=True)  # nothing to create: reaching it is enough
         return True
 
     async def _ids(self, tag_pattern: str) -> list[str]:

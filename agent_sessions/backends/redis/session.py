@@ -107,12 +107,9 @@ def _bounds(after: int | None, before: int | None) -> tuple[str, str]:
 
 
 class RedisStore:
-    """One Redis client (its connection pool): the sessions' keys under any prefix and
-    their catalog. Stores opened from one URL and options in one event loop are shared (one
-    pool); the last user to give its hold back closes the client if it is owned.
-
-    Use :func:`open_store`; :meth:`session` opens a handle.
-    """
+    """One Redis client (its connection pool): the sessions' keys under any prefix and their
+    catalog. Stores opened from one URL and options in one event loop are shared; the last user
+    to give its hold back closes an owned client. Use :func:`open_store`."""
 
     _by_url: ClassVar[dict[tuple[Any, ...], RedisStore]] = {}
     _lock: ClassVar[threading.Lock] = threading.Lock()
@@ -162,21 +159,16 @@ class RedisStore:
             return store
 
     def session(self, session_id: str, **options: Any) -> RedisSession:
-        """A session of this store (``options`` as for :class:`RedisSession`, without the
-        client), holding a share of it until closed."""
+        """A session of this store, holding a share of it until closed (``options`` as for
+        :class:`RedisSession`, without the client)."""
         options.setdefault("timeout", self.timeout)
         return RedisSession(session_id, _store=self.share(), **options)
 
     def catalog(self, key_prefix: str = "agent_sessions") -> Any:
-        """Return the catalog of the sessions under ``key_prefix`` (see
-        ``agent_sessions.ops.catalog``)."""
+        """The catalog of the sessions under ``key_prefix`` (see ``agent_sessions.ops.catalog``)."""
         return RedisSession(
             "catalog", client=self.client, key_prefix=key_prefix, timeout=self.timeout
         ).catalog_store()
-
-    async def close(self) -> None:
-        """Give back the hold :func:`open_store` took (sessions still open keep the client)."""
-        await self.release()
 
     def share(self) -> RedisStore:
         """One user more (a session opened on this store)."""
@@ -199,12 +191,13 @@ class RedisStore:
         if self.forget() and self.owned:
             await self.client.aclose()
 
+    close = release  # gives back the hold open_store took; open sessions keep the client
+
 
 def _read_range(
     target: Any, key: str, limit: int | None, after: int | None, before: int | None
 ) -> Any:
-    """Send (or, on a pipeline, queue) the read of ``_load``; with a limit and a bound the
-    members come newest first."""
+    """Send (or queue on a pipeline) ``_load``'s read; with a limit and a bound, newest first."""
     if after is None and before is None:
         return target.zrange(key, 0 if limit is None else -limit, -1)
     low, high = _bounds(after, before)
@@ -214,8 +207,7 @@ def _read_range(
 
 
 def _parse_rows(members: list[Any], key: str, key_prefix: str) -> list[Row]:
-    """Turn sorted-set members ``"<seq>:<json>"`` (str or bytes) into (seq, json) rows;
-    the JSON stays bytes for a bytes client, which the decoder reads as well."""
+    """Sorted-set members ``"<seq>:<json>"`` as (seq, json) rows (bytes stay bytes)."""
     if not members:
         return []
     sep = b":" if isinstance(members[0], bytes) else ":"
@@ -356,8 +348,7 @@ class RedisSession(BaseSession):
     # -- capabilities ----------------------------------------------------------------------
 
     def store_key(self) -> tuple[Any, ...] | None:
-        """Where this session's items live (server, database, key), the same for every object
-        of this session; None when the server cannot be named (a cluster)."""
+        """Where this session's items live (server, database, key); None on a cluster."""
         where = getattr(getattr(self._client, "connection_pool", None), "connection_kwargs", None)
         if self._cluster or not isinstance(where, dict):
             return None
@@ -512,10 +503,8 @@ class RedisSession(BaseSession):
         return None if member is None else self._rows([member])[0][1]
 
     async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
-        """``pop_checked`` (see :meth:`BaseSession.pop_checked`) by a script that pops only the
-        member ``check`` was shown. One round trip when this object knows the newest member
-        (it wrote, read or popped down to it last), else two: the script answers a wrong
-        guess with the newest member, unchanged, and a pop with the member below it."""
+        """A script pops only the member ``check`` was shown: one round trip when this object
+        knows the newest member, else two (a wrong guess is answered with the newest)."""
         self._check_open()
         if type(self).pop_item is not BaseSession.pop_item:
             return await pop_checked_by_api(self, check)  # pop through the subclass's own
@@ -583,8 +572,8 @@ class RedisSession(BaseSession):
         payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
-        """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``): one script
-        that checks the members it was shown and changes nothing when they moved."""
+        """The SDK compaction hook's swap: one script, which changes nothing when the members it
+        was shown moved (see ``core.sdk_compaction``)."""
         if expected is None:
             return int(await self._script(REPLACE, -1, 0, *payloads)) >= 0
         pruned = [] if prune is None else await self._prunable(expected[0][0], prune)
@@ -593,8 +582,7 @@ class RedisSession(BaseSession):
         return int(answer) >= 0
 
     async def _prunable(self, before: int, prune: Callable[[str], bool]) -> list[Any]:
-        """The oldest members (below ``before``) for which ``prune`` holds, up to the first
-        for which it does not."""
+        """The oldest members below ``before`` for which ``prune`` holds, up to the first not."""
         out: list[Any] = []
         while True:
             members = await self._call(
@@ -628,8 +616,7 @@ class RedisSession(BaseSession):
     # -- helpers ---------------------------------------------------------------------------------
 
     def _near(self, other: object) -> TypeGuard[RedisSession]:
-        """Whether ``other`` is a session whose keys one script or pipeline of this one can
-        reach (never on a cluster, which may spread the keys over nodes)."""
+        """Whether one script or pipeline reaches ``other``'s keys too (never on a cluster)."""
         return not self._cluster and isinstance(other, RedisSession) and other.client is self.client
 
     def _appended(self, payloads: list[str], last: Any) -> list[int]:
@@ -662,13 +649,9 @@ class RedisSession(BaseSession):
     async def _call(
         self, command: Callable[..., Awaitable[T]], *args: Any, reads: bool = False, **kwargs: Any
     ) -> T:
-        """Run one Redis call, translating failures to this package's errors (``reads``: the
-        call changes nothing, so its error says nothing about writes).
-
-        The client's socket timeouts and retry policy bound the call. A full connection pool
-        raises before anything is sent, so the call waits and tries again (for up to
-        ``timeout``) instead of failing under a burst of concurrent calls.
-        """
+        """Run ``command(*args, **kwargs)``, translating failures to this package's errors
+        (``reads``: it changes nothing, so its error says nothing about writes). A full pool
+        raises before anything is sent, so the call then waits for a connection."""
         try:
             if self._cluster:
                 # Concurrent first calls on a cold RedisCluster race inside redis-py (one
