@@ -909,11 +909,8 @@ def open_store(
 
 
 def open_url(url: str, session_id: str, **options: Any) -> MongoDBSession:
-    """Open ``session_id`` at a ``mongodb://`` or ``mongodb+srv://`` URL (for open_session).
-
-    ``options`` go to :meth:`MongoDBSession.from_uri` (``database``, ``client_kwargs``,
-    ``collection_prefix``, ``session_settings``, ...).
-    """
+    """``open_session`` entry for ``mongodb://`` and ``mongodb+srv://`` URLs; ``options``
+    are :meth:`MongoDBSession.from_uri`'s."""
     return MongoDBSession.from_uri(session_id, uri=url, **options)
 
 

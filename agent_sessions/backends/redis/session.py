@@ -45,23 +45,8 @@ from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
 from ...core.options import explicit_options
 from ...errors import BackendDataError, BackendUnavailableError, SequenceConflictError
-from .layout import (
-    APPEND,
-    APPEND_IF_NEWEST,
-    CLEAR,
-    FAMILY_APPEND,
-    ITEMS_TYPE,
-    META_TYPE,
-    POP,
-    POP_IF,
-    POP_IF_NEWEST,
-    REPLACE,
-    REWRITE,
-    TOUCH,
-    WRITE_AT,
-    check_key_prefix,
-    session_keys,
-)
+from . import layout
+from .layout import ITEMS_TYPE, META_TYPE, check_key_prefix, session_keys
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -387,7 +372,7 @@ class RedisSession(BaseSession):
         writing (NATIVE_EXPIRY: keeps a family's quiet members alive); no-op without ttl."""
         self._check_open()
         if self.ttl is not None:
-            await self._script(TOUCH)
+            await self._script(layout.TOUCH)
 
     # -- public helpers ----------------------------------------------------------------------
 
@@ -413,7 +398,7 @@ class RedisSession(BaseSession):
     # -- BaseSession hooks -----------------------------------------------------------------------
 
     async def _append(self, payloads: list[str]) -> list[int]:
-        return self._appended(payloads, await self._script(APPEND, *payloads))
+        return self._appended(payloads, await self._script(layout.APPEND, *payloads))
 
     async def _append_family(self, writes: list[tuple[BaseSession, list[str]]]) -> list[list[int]]:
         # One script over every batch's keys (and the registry's, to list a side store first):
@@ -437,7 +422,7 @@ class RedisSession(BaseSession):
             keys += registry.keys
             entry = encode_item({"purpose": purpose}, 0, registry.max_item_bytes)
             args += [batch, registry.ttl_ms, entry, purpose]
-        lasts = await self._call(FAMILY_APPEND, self._client, tuple(keys), *args)
+        lasts = await self._call(layout.FAMILY_APPEND, self._client, tuple(keys), *args)
         if listing is not None:
             listing.listed()
         return [
@@ -480,7 +465,7 @@ class RedisSession(BaseSession):
             return None
         keys = (*self.keys, guard.keys[0])
         last = await self._script(
-            APPEND_IF_NEWEST, "" if seq is None else str(seq), *payloads, keys=keys
+            layout.APPEND_IF_NEWEST, "" if seq is None else str(seq), *payloads, keys=keys
         )
         return None if int(last) < 0 else self._appended(payloads, last)
 
@@ -492,14 +477,15 @@ class RedisSession(BaseSession):
         keys = (*self.keys, guard.keys[0])
         own = "*" if newest is None else str(newest)
         self._note_newest(None)
-        reply = await self._script(POP_IF_NEWEST, "" if seq is None else str(seq), own, keys=keys)
+        expected = "" if seq is None else str(seq)
+        reply = await self._script(layout.POP_IF_NEWEST, expected, own, keys=keys)
         if not int(reply[0]):
             return False, None
         return True, None if len(reply) < 2 or reply[1] is None else self._rows([reply[1]])[0][1]
 
     async def _pop(self) -> str | None:
         self._note_newest(None)
-        member = await self._script(POP)
+        member = await self._script(layout.POP)
         return None if member is None else self._rows([member])[0][1]
 
     async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
@@ -524,7 +510,7 @@ class RedisSession(BaseSession):
                     guess = None  # a stale guess: look at the real newest before refusing
                     continue
             self._note_newest(None)
-            answer = await self._script(POP_IF, guess)
+            answer = await self._script(layout.POP_IF, guess)
             if answer[0] == 0:
                 return None
             if answer[0] == 1:
@@ -541,7 +527,7 @@ class RedisSession(BaseSession):
 
     async def _clear(self) -> None:
         self._note_newest(None)
-        await self._script(CLEAR)
+        await self._script(layout.CLEAR)
 
     async def _delete_before(self, before: int) -> int:
         # One ZREMRANGEBYSCORE, atomic by itself. It leaves expiry alone: removing dead items
@@ -553,7 +539,9 @@ class RedisSession(BaseSession):
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
         pairs = [part for seq, payload in rows for part in (str(seq), payload)]
         held = int(
-            await self._script(WRITE_AT, round(created * 1000), round(updated * 1000), *pairs)
+            await self._script(
+                layout.WRITE_AT, round(created * 1000), round(updated * 1000), *pairs
+            )
         )
         if held:
             raise SequenceConflictError(
@@ -564,7 +552,7 @@ class RedisSession(BaseSession):
 
     async def _rewrite(self, rows: list[Row]) -> int:
         pairs = [part for seq, payload in rows for part in (str(seq), payload)]
-        return int(await self._call(REWRITE, self._client, self.keys, *pairs))
+        return int(await self._call(layout.REWRITE, self._client, self.keys, *pairs))
 
     async def _replace_rows(
         self,
@@ -575,10 +563,12 @@ class RedisSession(BaseSession):
         """The SDK compaction hook's swap: one script, which changes nothing when the members it
         was shown moved (see ``core.sdk_compaction``)."""
         if expected is None:
-            return int(await self._script(REPLACE, -1, 0, *payloads)) >= 0
+            return int(await self._script(layout.REPLACE, -1, 0, *payloads)) >= 0
         pruned = [] if prune is None else await self._prunable(expected[0][0], prune)
         shown = [_member(seq, text) for seq, text in expected]
-        answer = await self._script(REPLACE, len(expected), len(pruned), *shown, *pruned, *payloads)
+        answer = await self._script(
+            layout.REPLACE, len(expected), len(pruned), *shown, *pruned, *payloads
+        )
         return int(answer) >= 0
 
     async def _prunable(self, before: int, prune: Callable[[str], bool]) -> list[Any]:
