@@ -182,7 +182,7 @@ class MongoDBStore:
     close = release  # gives back the hold open_store took; open sessions keep the client
 
     async def close_client(self) -> None:
-        """Close the owned client; may be called again after it failed (PyMongo allows it)."""
+        """Close the owned client; may be called again after it failed."""
         self.close_pending = True
         result = self.client.close()  # a coroutine on PyMongo, plain on Motor
         if inspect.isawaitable(result):
@@ -191,8 +191,7 @@ class MongoDBStore:
 
     async def ensure_indexes(self, key: _IndexKey, create: Callable[[], Awaitable[None]]) -> None:
         """Run ``create`` unless it ran to the end for ``key`` on this client; concurrent first
-        uses in one event loop share one run, which a cancelled caller does not stop (a failed
-        run is tried again by the next use; ``create_index`` is idempotent)."""
+        uses in one event loop share one run, which a cancelled caller does not stop."""
         if key in self.indexes.done:
             return
         future = self.indexes.running.get(key)
@@ -386,10 +385,9 @@ class MongoDBSession(BaseSession):
 
     def _expiry(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The update that sets (or, once after the TTL was switched off, removes) the expiry
-        of the documents a write touches, and the filter of the session's other documents due
-        for it; ``({}, {})`` when there is nothing to do. A document gets ``now + ttl + slack``
-        and is rewritten only once that falls below ``now + ttl``: at most once per ``slack``,
-        never O(history) per write; the ``(session_id, expires_at)`` index finds those few."""
+        of the documents a write touches, and the filter of the other documents due for it
+        (``({}, {})``: nothing to do). A document gets ``now + ttl + slack``, rewritten only
+        once that falls below ``now + ttl``: a few documents per write, never O(history)."""
         if self._ttl is not None:
             due = datetime.now(timezone.utc) + timedelta(seconds=self._ttl)
             when = due + timedelta(seconds=ttl_slack(self._ttl))
@@ -421,8 +419,7 @@ class MongoDBSession(BaseSession):
             self._unset_expiry = False
 
     async def _append(self, payloads: list[str], swap: dict[str, Any] | None = None) -> list[int]:
-        """Store ``payloads`` as one batch document; with ``swap``, that document commits a
-        replacement (see ``swap``)."""
+        """Store ``payloads`` as one batch document (with ``swap``: committing it)."""
         cost = 0
         for index, payload in enumerate(payloads):
             cost += len(payload.encode()) + _ITEM_OVERHEAD
@@ -713,10 +710,9 @@ class MongoDBSession(BaseSession):
                 await self._refresh(expiry, [])
 
     async def _delete_before(self, before: int) -> int:
-        """One atomic write per document, oldest first, so what is gone is always a prefix:
-        whole batches by ``find_one_and_delete`` (which returns the ``n`` removed), the batch
-        straddling ``before`` trimmed by an update guarded on ``seq`` and ``n``; the count is
-        exact beside concurrent pops and purges. Leaves expiry alone."""
+        """One atomic write per document, oldest first, so what is gone is always a prefix;
+        the straddling batch is trimmed by an update guarded on ``seq`` and ``n``, so the count
+        is exact beside concurrent pops and purges. Leaves expiry alone."""
         await self._ensure_indexes()
         await self._finish_swaps()
         sid = self.session_id
@@ -759,8 +755,7 @@ class MongoDBSession(BaseSession):
 
     async def _rewrite(self, rows: list[Row]) -> int:
         """One update per batch document, guarded on its ``seq`` and ``n`` (a pop or purge
-        meanwhile makes it look again); documents do not change together, but a rewrite cut
-        short can simply be run again."""
+        meanwhile makes it look again); a rewrite cut short can simply be run again."""
         await self._ensure_indexes()
         await self._finish_swaps()
         wanted = dict(rows)
@@ -808,8 +803,7 @@ class MongoDBSession(BaseSession):
         payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
-        """The SDK compaction hook's swap: the new batch document commits it in one write,
-        naming what it replaces, which is deleted next (see ``swap``)."""
+        """The SDK compaction hook's swap (see ``swap``)."""
         await self._ensure_indexes()
         spec: dict[str, Any] | None
         async with translated("replacing the history"):
