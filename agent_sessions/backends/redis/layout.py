@@ -171,17 +171,22 @@ def _write_items(first: str) -> str:
 APPEND = Script(_prepare_write() + _write_items("2"))
 
 
+_EXPIRE_BOTH = """
+if ARGV[1] ~= '0' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], ARGV[1])
+end
+"""
+
+
 def _pop_newest() -> str:
     """Lua: ``popped`` = ZPOPMAX of KEYS[1], both keys given the expiry in ARGV[1]."""
     return (
         _check_expiry("KEYS[2]", "ARGV[1]")
         + """
 local popped = redis.call('ZPOPMAX', KEYS[1])
-if ARGV[1] ~= '0' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  redis.call('PEXPIRE', KEYS[2], ARGV[1])
-end
 """
+        + _EXPIRE_BOTH
     )
 
 
@@ -337,11 +342,9 @@ if top[1] ~= ARGV[2] then return {1, top[1]} end
     + _check_expiry("KEYS[2]", "ARGV[1]")
     + """
 redis.call('ZREM', KEYS[1], top[1])
-if ARGV[1] ~= '0' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  redis.call('PEXPIRE', KEYS[2], ARGV[1])
-end
-return {2, top[1], redis.call('ZRANGE', KEYS[1], -1, -1)[1]}
+"""
+    + _EXPIRE_BOTH
+    + """return {2, top[1], redis.call('ZRANGE', KEYS[1], -1, -1)[1]}
 """
 )
 
@@ -424,19 +427,10 @@ local top = tonumber(ARGV[#ARGV - 1])
 if top > last then last = top end
 redis.call('HSET', meta, 'seq', string.format('%d', last), 'created_ms', ARGV[2],
   'updated_ms', ARGV[3])
-if ARGV[1] ~= '0' then
-  redis.call('PEXPIRE', items, ARGV[1])
-  redis.call('PEXPIRE', meta, ARGV[1])
-end
-return 0
+"""
+    + _EXPIRE_BOTH
+    + """return 0
 """
 )
 
-TOUCH = Script(
-    _check_expiry("KEYS[2]", "ARGV[1]")
-    + """
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-redis.call('PEXPIRE', KEYS[2], ARGV[1])
-return 1
-"""
-)
+TOUCH = Script(_check_expiry("KEYS[2]", "ARGV[1]") + _EXPIRE_BOTH + "return 1\n")
