@@ -28,7 +28,6 @@ from agent_sessions.backends.mongodb.session import (
     DEFAULT_MAX_ITEM_BYTES,
     MAX_BATCH_BYTES,
     MongoDBSession,
-    _IndexRegistry,
     ttl_slack,
 )
 from agent_sessions.core.capabilities import Capability, capabilities_of, supports
@@ -498,7 +497,7 @@ async def test_every_operation_passes_the_real_driver_and_fails_only_on_the_netw
             await s.get_items()  # index creation is the first call to reach the network
         names = (s.database, s.sessions_collection, s.messages_collection)
         for with_ttl in (False, True):  # from here on, pretend the indexes exist
-            _IndexRegistry._done.add((id(client), *names, with_ttl))
+            s.store.indexes.done.add((*names, with_ttl))
         reads_and_writes: list[Callable[[], Any]] = [
             lambda: s.add_items([_msg("a"), _msg("b")]),
             s.get_items,
@@ -757,26 +756,22 @@ async def test_motor_client_against_a_real_server() -> None:
         client.close()
 
 
-def test_a_client_collected_while_the_index_registry_is_locked_does_not_deadlock() -> None:
-    """The garbage collector runs a dead client's finalizer in whatever thread allocates, also
-    one inside the registry's lock (seen: the matrix hung when a test's client was collected
-    while the next test registered its indexes). The finalizer must not take the lock."""
-    import threading
+def test_stores_of_one_client_share_its_index_record_until_it_is_collected() -> None:
+    import gc
 
-    key = (-1, "db", "s", "m", False)
-    _IndexRegistry._done.add(key)
+    from agent_sessions.backends.mongodb.session import _INDEXES, MongoDBStore
 
-    def collect_under_the_lock() -> None:
-        with _IndexRegistry._lock:
-            _IndexRegistry._forget(-1)
+    class Client:  # the store only keeps it
+        pass
 
-    worker = threading.Thread(target=collect_under_the_lock, daemon=True)
-    worker.start()
-    worker.join(5)
-    assert not worker.is_alive(), "the finalizer deadlocked on the registry's lock"
-    with _IndexRegistry._lock:
-        _IndexRegistry._drop_dead()
-    assert key not in _IndexRegistry._done  # the dead client's indexes are forgotten
+    client = Client()
+    store = MongoDBStore(client, owned=False)
+    assert MongoDBStore(client, owned=False).indexes is store.indexes
+    assert MongoDBStore(Client(), owned=False).indexes is not store.indexes
+    key = id(client)
+    del client, store
+    gc.collect()
+    assert key not in _INDEXES
 
 
 @pytest.mark.asyncio

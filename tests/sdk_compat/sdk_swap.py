@@ -320,10 +320,9 @@ class _IndexStateReset:
     clearing it makes ours forget the same."""
 
     def clear(self) -> None:
-        from agent_sessions.backends.mongodb.session import _IndexRegistry
+        from agent_sessions.backends.mongodb.session import _INDEXES
 
-        with _IndexRegistry._lock:
-            _IndexRegistry._done.clear()
+        _INDEXES.clear()
 
 
 @pytest.fixture(autouse=True)

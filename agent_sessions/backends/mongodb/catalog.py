@@ -65,7 +65,9 @@ class MongoCatalog:
                     counts[row["_id"]] = int(row["total"])
         return [
             SessionInfo(
-                str(d["_id"]), utc(d.get("created_at")), utc(d.get("updated_at")),
+                str(d["_id"]),
+                utc(d.get("created_at")),
+                utc(d.get("updated_at")),
                 counts.get(d["_id"], 0),
             )
             for d in docs

@@ -1,27 +1,24 @@
 """MongoDB backend on PyMongo's native async API (``AsyncMongoClient``); Motor clients work too.
 
 Two collections: sessions holds one counter document per session (``{_id: session_id, seq: last
-number handed out, created_at, updated_at}``); messages holds one document per ``add_items``
-batch (``{session_id, seq: number of its first item, n: items left, items: [JSON text]}``,
-unique on ``(session_id, seq)``). A pop takes items off the end, a range delete off the front.
-
-A batch is one document because a single-document write is atomic on every topology
-(standalone, replica set, sharded) without a transaction's extra round trips; the price is
-the 16 MiB document limit, checked before anything is written. Numbers come from the counter
-(``$inc`` by the batch size, upsert) and are never reused; the counter survives
-``clear_session``. Session ids are only ever matched as values, so ``$`` and ``.`` are inert.
+number handed out, created_at, updated_at}``, kept by ``clear_session``); messages holds one
+document per ``add_items`` batch (``{session_id, seq: number of its first item, n: items left,
+items: [JSON text]}``, unique on ``(session_id, seq)``): a single-document write is atomic on
+every topology without a transaction, at the price of the 16 MiB document limit. A pop takes
+items off the end, a range delete off the front. See docs/mongodb.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from agents.memory.session_settings import SessionSettings
@@ -31,11 +28,7 @@ from ...core.extras import missing
 try:
     from pymongo import AsyncMongoClient, DeleteOne, InsertOne, ReturnDocument, UpdateMany
     from pymongo.driver_info import DriverInfo
-    from pymongo.errors import (
-        BulkWriteError,
-        ConfigurationError,
-        DuplicateKeyError,
-    )
+    from pymongo.errors import BulkWriteError, ConfigurationError, DuplicateKeyError
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("MongoDBSession", "mongodb", _exc) from _exc
 
@@ -111,6 +104,36 @@ def make_client(uri: str, **client_kwargs: Any) -> AsyncMongoClient[Any]:
         raise ValueError(f"invalid MongoDB URI or client option: {exc}") from exc
 
 
+_IndexKey = tuple[str, str, str, bool]
+"""(database, sessions collection, messages collection, TTL indexes)."""
+
+
+class _Indexes:
+    """The indexes created on one client, and the creations under way."""
+
+    def __init__(self) -> None:
+        self.done: set[_IndexKey] = set()
+        self.running: dict[_IndexKey, asyncio.Future[None]] = {}
+
+
+_INDEXES: dict[int, tuple[weakref.ref[Any], _Indexes]] = {}
+
+
+def _indexes_of(client: Any) -> _Indexes:
+    """The record of ``client`` (by identity), shared by its stores so that sessions built
+    on the caller's own client (a store each) create the indexes once, as the SDK's do;
+    forgotten when the client is collected."""
+    key = id(client)
+    entry = _INDEXES.get(key)
+    if entry is None:
+        try:
+            ref = weakref.ref(client, lambda _: _INDEXES.pop(key, None))
+        except TypeError:  # not weak-referenceable: a record of this store's own
+            return _Indexes()
+        entry = _INDEXES[key] = (ref, _Indexes())
+    return entry[1]
+
+
 class MongoDBStore:
     """One MongoDB client and database. Each session opened on it (:meth:`session`) holds a
     share; the last to give its share back closes an owned client. Use :func:`open_store`."""
@@ -122,12 +145,16 @@ class MongoDBStore:
         self.users = 1
         self.close_pending = False  # the owned client's close failed or was cancelled
         self._lock = threading.Lock()
+        self.indexes = _indexes_of(client)
 
     def session(self, session_id: str, **options: Any) -> MongoDBSession:
         """A session of this store (``options`` as for :class:`MongoDBSession`, without the
         client and database), holding a share of it until closed."""
         return MongoDBSession(
-            session_id, client=self.client, database=self.database, _store=self.share(),
+            session_id,
+            client=self.client,
+            database=self.database,
+            _store=self.share(),
             **options,
         )
 
@@ -155,79 +182,29 @@ class MongoDBStore:
     close = release  # gives back the hold open_store took; open sessions keep the client
 
     async def close_client(self) -> None:
-        """Close the owned client; may be called again after it failed (PyMongo allows it)."""
+        """Close the owned client; may be called again after it failed."""
         self.close_pending = True
         result = self.client.close()  # a coroutine on PyMongo, plain on Motor
         if inspect.isawaitable(result):
             await result
         self.close_pending = False
 
-
-_IndexKey = tuple[int, str, str, str, bool]
-"""(id(client), database, sessions collection, messages collection, TTL indexes)."""
-
-
-class _IndexRegistry:
-    """Creates each collection pair's indexes once per client (and per TTL use), process-wide:
-    keyed by ``id(client)``, forgotten when the client is collected; concurrent first uses on
-    one loop share one creation (``create_index`` is idempotent, so duplicates are harmless)."""
-
-    _lock = threading.Lock()
-    _done: ClassVar[set[_IndexKey]] = set()
-    _tracked: ClassVar[set[int]] = set()
-    _inflight: ClassVar[dict[_IndexKey, asyncio.Future[None]]] = {}
-    _dead: ClassVar[list[int]] = []
-
-    @classmethod
-    async def ensure(
-        cls, client: Any, key: _IndexKey, create: Callable[[], Awaitable[None]]
-    ) -> None:
-        with cls._lock:
-            cls._drop_dead()
-            if key in cls._done:
-                return
-            future = cls._inflight.get(key)
-            loop = asyncio.get_running_loop()
-            if future is None or future.done() or future.get_loop() is not loop:
-                future = asyncio.ensure_future(create())
-                future.add_done_callback(cls._finished(client, key))
-                cls._inflight[key] = future
+    async def ensure_indexes(self, key: _IndexKey, create: Callable[[], Awaitable[None]]) -> None:
+        """Run ``create`` unless it ran to the end for ``key`` on this client; concurrent first
+        uses in one event loop share one run, which a cancelled caller does not stop."""
+        if key in self.indexes.done:
+            return
+        future = self.indexes.running.get(key)
+        if future is None or future.get_loop() is not asyncio.get_running_loop():
+            future = self.indexes.running[key] = asyncio.ensure_future(create())
+            future.add_done_callback(functools.partial(self._created, key))
         await asyncio.shield(future)
 
-    @classmethod
-    def _finished(cls, client: Any, key: _IndexKey) -> Callable[[asyncio.Future[None]], None]:
-        def done(future: asyncio.Future[None]) -> None:
-            with cls._lock:
-                if cls._inflight.get(key) is future:
-                    del cls._inflight[key]
-                if future.cancelled() or future.exception() is not None:
-                    return  # the next operation tries again
-                cls._drop_dead()
-                cls._done.add(key)
-                if key[0] not in cls._tracked:
-                    cls._tracked.add(key[0])
-                    try:
-                        weakref.finalize(client, cls._forget, key[0])
-                    except TypeError:  # not weak-referenceable: keep the entry
-                        pass
-
-        return done
-
-    @classmethod
-    def _forget(cls, client_id: int) -> None:
-        # A finalizer: the garbage collector may run it in a thread that holds _lock (any
-        # allocation inside the lock can collect a client), so it only records the id; taking
-        # the lock here deadlocked. list.append is atomic.
-        cls._dead.append(client_id)
-
-    @classmethod
-    def _drop_dead(cls) -> None:
-        """Forget the indexes of collected clients (called with ``_lock`` held), before an id
-        can be looked up again: a new client may reuse a dead one's id."""
-        while cls._dead:
-            client_id = cls._dead.pop()
-            cls._tracked.discard(client_id)
-            cls._done.difference_update({k for k in cls._done if k[0] == client_id})
+    def _created(self, key: _IndexKey, future: asyncio.Future[None]) -> None:
+        if self.indexes.running.get(key) is future:
+            del self.indexes.running[key]
+        if not future.cancelled() and future.exception() is None:
+            self.indexes.done.add(key)
 
 
 class MongoDBSession(BaseSession):
@@ -329,9 +306,13 @@ class MongoDBSession(BaseSession):
         return self.store.client
 
     def _member_options(self) -> dict[str, Any]:
-        return {"client": self.store.client, "database": self.database,
-                "sessions_collection": self.sessions_collection,
-                "messages_collection": self.messages_collection, "_store": self.store.share()}
+        return {
+            "client": self.store.client,
+            "database": self.database,
+            "sessions_collection": self.sessions_collection,
+            "messages_collection": self.messages_collection,
+            "_store": self.store.share(),
+        }
 
     @property
     def _messages(self) -> Any:
@@ -376,13 +357,10 @@ class MongoDBSession(BaseSession):
     # -- the storage hooks -----------------------------------------------------------------
 
     async def _ensure_indexes(self) -> None:
-        client = self.store.client
         names = (self.database, self.sessions_collection, self.messages_collection)
-        await _IndexRegistry.ensure(client, (id(client), *names, False), self._create_index)
+        await self.store.ensure_indexes((*names, False), self._create_index)
         if self._ttl is not None:
-            await _IndexRegistry.ensure(
-                client, (id(client), *names, True), self._create_ttl_indexes
-            )
+            await self.store.ensure_indexes((*names, True), self._create_ttl_indexes)
 
     async def _create_index(self) -> None:
         async with translated("creating indexes"):
@@ -407,13 +385,11 @@ class MongoDBSession(BaseSession):
 
     def _expiry(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The update that sets (or, once after the TTL was switched off, removes) the expiry
-        of the documents a write touches, and the filter of the session's other documents due
-        for it; ``({}, {})`` when there is nothing to do. A document gets ``now + ttl + slack``
-        and is rewritten only once that falls below ``now + ttl``: at most once per ``slack``,
-        never O(history) per write; the ``(session_id, expires_at)`` index finds those few."""
+        of the documents a write touches, and the filter of the other documents due for it
+        (``({}, {})``: nothing to do). A document gets ``now + ttl + slack``, rewritten only
+        once that falls below ``now + ttl``: a few documents per write, never O(history)."""
         if self._ttl is not None:
-            now = datetime.now(timezone.utc)
-            due = now + timedelta(seconds=self._ttl)
+            due = datetime.now(timezone.utc) + timedelta(seconds=self._ttl)
             when = due + timedelta(seconds=ttl_slack(self._ttl))
             return {"$set": {"expires_at": when}}, {"expires_at": {"$not": {"$gte": due}}}
         if self._unset_expiry:
@@ -425,23 +401,25 @@ class MongoDBSession(BaseSession):
         (NATIVE_EXPIRY: keeps a family's quiet members alive)."""
         self._check_open()
         expiry, stale = self._expiry()
-        if not expiry:
-            return
-        await self._ensure_indexes()
-        async with translated("refreshing expiry"):
-            await self.messages.update_many({"session_id": self.session_id, **stale}, expiry)
-            await self._refresh_counter(expiry)
-        self._expiry_done(expiry)
+        if expiry:
+            await self._ensure_indexes()
+            async with translated("refreshing expiry"):
+                await self._refresh(expiry, [UpdateMany(self._sid(stale), expiry)])
 
-    def _expiry_done(self, expiry: dict[str, Any]) -> None:
+    async def _refresh(self, expiry: dict[str, Any], writes: list[Any]) -> None:
+        """Apply ``writes`` to the batches and ``expiry`` to the counter, side by side; the
+        first error is raised once both are done."""
+        updates = [self.counters.update_one({"_id": self.session_id}, _counter_expiry(expiry))]
+        if writes:
+            updates.append(self.messages.bulk_write(writes, ordered=False))
+        for result in await asyncio.gather(*updates, return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result
         if "$unset" in expiry:
             self._unset_expiry = False
 
-    async def _append(
-        self, payloads: list[str], swap: dict[str, Any] | None = None
-    ) -> list[int]:
-        """Store ``payloads`` as one batch document; with ``swap``, that document commits a
-        replacement (see ``swap``)."""
+    async def _append(self, payloads: list[str], swap: dict[str, Any] | None = None) -> list[int]:
+        """Store ``payloads`` as one batch document (with ``swap``: committing it)."""
         cost = 0
         for index, payload in enumerate(payloads):
             cost += len(payload.encode()) + _ITEM_OVERHEAD
@@ -454,27 +432,19 @@ class MongoDBSession(BaseSession):
                     index=index,
                 )
         await self._ensure_indexes()
-        now = datetime.now(timezone.utc)
         expiry, stale = self._expiry()
         n = len(payloads)
         async with translated("adding items"):
             # An empty swap document still takes a number: (session_id, seq) is unique.
-            counter = await self._reserve(max(n, 1), now, expiry)
-            first = counter["seq"] - max(n, 1) + 1
+            first = await self._reserve(max(n, 1), expiry) - max(n, 1) + 1
             doc = {"session_id": self.session_id, "seq": first, "n": n, "items": payloads}
+            doc.update(expiry.get("$set", {}))
             if swap is not None:
                 doc[swaps.SWAP] = swap
             try:
-                if expiry:
-                    doc.update(expiry.get("$set", {}))
-                    # The insert and the refresh of older batches travel in one round trip.
-                    await self.messages.bulk_write(
-                        [
-                            InsertOne(doc),
-                            UpdateMany({"session_id": self.session_id, **stale}, expiry),
-                        ],
-                        ordered=True,
-                    )
+                if expiry:  # the insert and the refresh of older batches in one round trip
+                    writes = [InsertOne(doc), UpdateMany(self._sid(stale), expiry)]
+                    await self.messages.bulk_write(writes, ordered=True)
                 else:
                     await self.messages.insert_one(doc)
             except (DuplicateKeyError, BulkWriteError) as exc:
@@ -482,17 +452,20 @@ class MongoDBSession(BaseSession):
                     raise self._foreign_data(exc) from exc
                 if (exc.details or {}).get("nInserted") != 1:
                     raise
-                # The batch is stored; only refreshing older batches' expiry failed.
                 logger.warning(
                     "MongoDBSession %r: batch stored, but refreshing the expiry of older "
-                    "batches failed: %s", self.session_id, exc
+                    "batches failed: %s",
+                    self.session_id,
+                    exc,
                 )
-        self._expiry_done(expiry)
+        if "$unset" in expiry:
+            self._unset_expiry = False
         return list(range(first, first + n))
 
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
         """One batch document per run of consecutive numbers; the counter is raised first (so
         no append takes these numbers), and inserted documents are deleted if a later fails."""
+        expiry, _ = self._expiry()
         docs: list[dict[str, Any]] = []
         cost = 0
         for seq, payload in rows:
@@ -500,6 +473,7 @@ class MongoDBSession(BaseSession):
             last = docs[-1] if docs else None
             if last is None or seq != last["seq"] + last["n"] or cost + size > MAX_BATCH_BYTES:
                 last = {"session_id": self.session_id, "seq": seq, "n": 0, "items": []}
+                last.update(expiry.get("$set", {}))
                 docs.append(last)
                 cost = 0
             last["items"].append(payload)
@@ -507,14 +481,11 @@ class MongoDBSession(BaseSession):
             cost += size
         await self._ensure_indexes()
         await self._finish_swaps()
-        expiry, _ = self._expiry()
-        for doc in docs:
-            doc.update(expiry.get("$set", {}))
-        times = {
+        counter_set = {
             "created_at": datetime.fromtimestamp(created, timezone.utc),
             "updated_at": datetime.fromtimestamp(updated, timezone.utc),
+            **_counter_expiry(expiry).get("$set", {}),
         }
-        counter_set = {**times, **_counter_expiry(expiry).get("$set", {})}
         held = await self._count()
         if held:
             raise SequenceConflictError(
@@ -531,40 +502,44 @@ class MongoDBSession(BaseSession):
                 await self.messages.insert_many(docs, ordered=True)
             except BaseException as exc:
                 # only this call's documents (PyMongo gave each its _id before sending)
-                ours = [d["_id"] for d in docs if "_id" in d]
-                await self.messages.delete_many({"_id": {"$in": ours}})
+                await self.messages.delete_many(
+                    {"_id": {"$in": [d["_id"] for d in docs if "_id" in d]}}
+                )
                 if _is_duplicate(exc):
                     raise self._foreign_data(exc) from exc
                 raise
-        self._expiry_done(expiry)
+        if "$unset" in expiry:
+            self._unset_expiry = False
 
-    async def _reserve(self, n: int, now: datetime, expiry: dict[str, Any]) -> Any:
+    async def _reserve(self, n: int, expiry: dict[str, Any]) -> int:
+        """Take ``n`` numbers from the counter; the last of them."""
+        now = datetime.now(timezone.utc)
         update = {
             **expiry,
             "$inc": {"seq": n},
             "$set": {"updated_at": now, **_counter_expiry(expiry).get("$set", {})},
             "$setOnInsert": {"created_at": now},
         }
-        for attempt in range(2):
-            try:
-                counter = await self.counters.find_one_and_update(
-                    {"_id": self.session_id},
-                    update,
-                    upsert=True,
-                    return_document=ReturnDocument.AFTER,
-                    projection={"seq": 1},
-                )
-                break
-            except DuplicateKeyError:  # two first writes upserted at once; the loser retries
-                if attempt:
-                    raise
+        try:
+            counter = await self._upsert_counter(update)
+        except DuplicateKeyError:  # two first writes upserted at once; the loser retries
+            counter = await self._upsert_counter(update)
         if not isinstance(counter, dict) or not isinstance(counter.get("seq"), int):
             raise BackendDataError(
                 f"the counter document of session {self.session_id!r} in "
                 f"{self.database}.{self.sessions_collection} has no integer 'seq'; that "
                 "collection holds data agent_sessions did not write: use another collection"
             )
-        return counter
+        return int(counter["seq"])
+
+    def _upsert_counter(self, update: dict[str, Any]) -> Any:
+        return self.counters.find_one_and_update(
+            {"_id": self.session_id},
+            update,
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+            projection={"seq": 1},
+        )
 
     def _foreign_data(self, exc: BaseException) -> BackendDataError:
         return BackendDataError(
@@ -575,16 +550,17 @@ class MongoDBSession(BaseSession):
             f"({exc})"
         )
 
+    def _sid(self, query: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The filter of this session's batch documents, narrowed by ``query``."""
+        return {"session_id": self.session_id, **(query or {})}
+
     def _base_filter(self) -> dict[str, Any]:
         return {"session_id": self.session_id, "n": {"$gt": 0}}
 
     def _read_filter(self) -> dict[str, Any]:
         """The batches a newest-first read must see: those holding items, and any document
         committing a swap (which may hold none)."""
-        return {
-            "session_id": self.session_id,
-            "$or": [{"n": {"$gt": 0}}, {swaps.SWAP: {"$exists": True}}],
-        }
+        return self._sid({"$or": [{"n": {"$gt": 0}}, {swaps.SWAP: {"$exists": True}}]})
 
     def rows_of(
         self, doc: Any, after: int | None, before: int | None, tail: int | None = None
@@ -678,38 +654,27 @@ class MongoDBSession(BaseSession):
             doc = await self._pop_newest(expiry)
             if doc is None:
                 if expiry:
-                    await self._refresh_counter(expiry)
-                    self._expiry_done(expiry)
+                    await self._refresh(expiry, [])
                 return None
             items = doc.get("items")
             if not isinstance(items, list) or not items or not isinstance(items[-1], str):
                 raise self._foreign("without items")
         # The item is ours now: what follows is housekeeping, and its failure must not turn a
         # completed pop into an error (the caller would lose the item).
-        emptied = doc.get("n") == 1  # drop an emptied batch (readers skip n == 0 meanwhile)
         unused = {"_id": doc["_id"], "n": 0, swaps.SWAP: {"$exists": False}}
+        drop = [DeleteOne(unused)] if doc.get("n") == 1 else []  # readers skip n == 0 meanwhile
         try:
             if swaps.SWAP in doc:  # took the last items of a replacement still being applied
                 await self._finish_swaps()
             if expiry:
-                refresh: list[Any] = [UpdateMany({"session_id": self.session_id, **stale}, expiry)]
-                if emptied:
-                    refresh.insert(0, DeleteOne(unused))
-                results = await asyncio.gather(
-                    self.messages.bulk_write(refresh, ordered=False),
-                    self._refresh_counter(expiry),
-                    return_exceptions=True,
-                )
-                for result in results:
-                    if isinstance(result, BaseException):
-                        raise result
-                self._expiry_done(expiry)
-            elif emptied:
+                await self._refresh(expiry, [*drop, UpdateMany(self._sid(stale), expiry)])
+            elif drop:
                 await self.messages.delete_one(unused)
         except Exception as exc:
             logger.warning(
                 "MongoDBSession %r: popped an item, but cleaning up after it failed: %s",
-                self.session_id, exc,
+                self.session_id,
+                exc,
             )
         return items[-1]
 
@@ -728,34 +693,26 @@ class MongoDBSession(BaseSession):
                 return doc
             # The newest document commits a replacement but holds no item: what lies below it
             # may be replaced rows. Undo the decrement, finish the swap, then pop again.
-            await self.messages.update_one(
-                {"_id": doc["_id"], "n": {"$lt": 0}}, {"$inc": {"n": 1}}
-            )
+            await self.messages.update_one({"_id": doc["_id"], "n": {"$lt": 0}}, {"$inc": {"n": 1}})
             await swaps.finish_pending(self)
         raise BackendUnavailableError(
             f"MongoDBSession {self.session_id!r}: a history replacement kept the newest batch "
             "busy through 8 attempts to pop; try again"
         )
 
-    async def _refresh_counter(self, expiry: dict[str, Any]) -> None:
-        await self.counters.update_one({"_id": self.session_id}, _counter_expiry(expiry))
-
     async def _clear(self) -> None:
         await self._ensure_indexes()
         expiry, _ = self._expiry()
         async with translated("clearing the session"):
-            # The counter document stays, so sequence numbers keep growing after a clear and a
-            # write racing with the clear can never reuse a number.
-            await self.messages.delete_many({"session_id": self.session_id})
+            # The counter document stays, so numbers keep growing after a clear.
+            await self.messages.delete_many(self._sid())
             if expiry:
-                await self._refresh_counter(expiry)
-                self._expiry_done(expiry)
+                await self._refresh(expiry, [])
 
     async def _delete_before(self, before: int) -> int:
-        """One atomic write per document, oldest first, so what is gone is always a prefix:
-        whole batches by ``find_one_and_delete`` (which returns the ``n`` removed), the batch
-        straddling ``before`` trimmed by an update guarded on ``seq`` and ``n``; the count is
-        exact beside concurrent pops and purges. Leaves expiry alone."""
+        """One atomic write per document, oldest first, so what is gone is always a prefix;
+        the straddling batch is trimmed by an update guarded on ``seq`` and ``n``, so the count
+        is exact beside concurrent pops and purges. Leaves expiry alone."""
         await self._ensure_indexes()
         await self._finish_swaps()
         sid = self.session_id
@@ -798,8 +755,7 @@ class MongoDBSession(BaseSession):
 
     async def _rewrite(self, rows: list[Row]) -> int:
         """One update per batch document, guarded on its ``seq`` and ``n`` (a pop or purge
-        meanwhile makes it look again); documents do not change together, but a rewrite cut
-        short can simply be run again."""
+        meanwhile makes it look again); a rewrite cut short can simply be run again."""
         await self._ensure_indexes()
         await self._finish_swaps()
         wanted = dict(rows)
@@ -847,8 +803,7 @@ class MongoDBSession(BaseSession):
         payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
-        """The SDK compaction hook's swap: the new batch document commits it in one write,
-        naming what it replaces, which is deleted next (see ``swap``)."""
+        """The SDK compaction hook's swap (see ``swap``)."""
         await self._ensure_indexes()
         spec: dict[str, Any] | None
         async with translated("replacing the history"):
@@ -861,7 +816,9 @@ class MongoDBSession(BaseSession):
         except BackendUnavailableError as exc:  # committed: the next reader finishes it
             logger.warning(
                 "MongoDBSession %r: replaced the history, but deleting the old items failed "
-                "(the next read finishes it): %s", self.session_id, exc,
+                "(the next read finishes it): %s",
+                self.session_id,
+                exc,
             )
         return True
 
@@ -946,11 +903,8 @@ def open_store(
 
 
 def open_url(url: str, session_id: str, **options: Any) -> MongoDBSession:
-    """Open ``session_id`` at a ``mongodb://`` or ``mongodb+srv://`` URL (for open_session).
-
-    ``options`` go to :meth:`MongoDBSession.from_uri` (``database``, ``client_kwargs``,
-    ``collection_prefix``, ``session_settings``, ...).
-    """
+    """``open_session`` entry for ``mongodb://`` and ``mongodb+srv://`` URLs; ``options``
+    are :meth:`MongoDBSession.from_uri`'s."""
     return MongoDBSession.from_uri(session_id, uri=url, **options)
 
 

@@ -1,23 +1,14 @@
 """Atomic history replacement on MongoDB without transactions (the SDK compaction hooks).
 
-A replacement (delete the newest rows it was shown, prune the oldest, append new ones) spans
-many batch documents, so it cannot be one write. It commits with one: the new batch document
-is inserted carrying a ``swap`` field that names what it replaces:
-
-- ``below: True``: every older document (the whole history);
-- ``drop``: the ids of whole documents to delete;
-- ``shrink``: ``[id, lo, hi]``: keep only that document's items numbered ``lo <= seq < hi``.
-
-Until the swap is finished (those deletions done, then ``swap`` unset), a reader that meets a
-document carrying ``swap`` finishes it first and reads again, so nobody sees a half-applied
-replacement. A document carrying ``swap`` is newer than everything it replaces, so the newest-
-first reads of ``get_items`` and ``pop_item`` meet it before any replaced row; reads bounded by
-``before``, counts, range deletes and rewrites look for one first (a partial index finds it).
-Finishing is idempotent (deletes by id, shrinks guarded on ``seq`` and ``n``), so a swap cut short
-by a crash or a cancellation is finished by whoever comes next, and two finishers cannot clash.
-A suffix swap deletes by id, never by range, so a concurrent add whose numbers fall inside the
-replaced suffix is kept. A whole-history swap
-deletes every document numbered below its own, as a transaction replacing everything would.
+A replacement spans many batch documents, so it cannot be one write; it commits with one: the
+new batch document is inserted with a ``swap`` field naming what it replaces (``below: True``:
+every older document; ``drop``: ids of whole documents; ``shrink``: ``[id, lo, hi]``, keep
+only items ``lo <= seq < hi``). A reader that meets a pending swap finishes it (deletions, then
+``swap`` unset) and reads again, so nobody sees half of a replacement. The marker is newer than
+what it replaces, so newest-first reads meet it first; other reads look for one first (a
+partial index finds it). Finishing is idempotent (deletes by id, shrinks guarded on ``seq``
+and ``n``), so whoever comes next finishes a swap cut short, and a concurrent add inside the
+replaced suffix is kept. See docs/mongodb.md.
 """
 
 from __future__ import annotations
@@ -31,7 +22,7 @@ Row = tuple[int, str]
 
 
 class Batches(Protocol):
-    """What a swap uses of a ``MongoDBSession`` (session.py imports this module)."""
+    """What a swap uses of a ``MongoDBSession`` (which imports this module)."""
 
     session_id: str
     messages: Any
@@ -52,9 +43,7 @@ async def plan(
 ) -> dict[str, Any] | None:
     """The ``swap`` spec that deletes the newest rows if they are exactly ``expected`` and the
     oldest rows ``prune`` accepts before them; None when the newest rows differ."""
-    # A pending swap's replaced rows are still stored: planning over them would prune or keep
-    # rows by what is no longer the history.
-    await finish_pending(session)
+    await finish_pending(session)  # else replaced rows still stored would be planned over
     messages, sid = session.messages, session.session_id
     live = {"session_id": sid, "n": {"$gt": 0}}
     k = len(expected)

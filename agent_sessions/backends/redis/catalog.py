@@ -1,10 +1,8 @@
 """The catalog of one Redis key prefix (standalone or Cluster).
 
-Sessions are found by ``SCAN MATCH P:{*}:meta``; on a Cluster redis-py runs the SCAN on every
-primary, so no node is missed. SCAN returns keys in no order, so each page scans the prefix's
-meta keys (names only, never items) and sorts them: a page costs O(sessions under the prefix)
-key names plus O(page) metadata reads. Every other command addresses one session's keys, which
-share a hash tag and so one slot.
+Sessions are found by ``SCAN MATCH P:{*}:meta`` (on every primary of a Cluster). SCAN has no
+order, so a page scans the prefix's meta key names and sorts them: O(sessions) names plus
+O(page) metadata reads.
 """
 
 from __future__ import annotations
@@ -28,16 +26,13 @@ def glob_escape(text: str) -> str:
 class RedisCatalog:
     """Lists and deletes the sessions stored under one key prefix."""
 
-    def __init__(
-        self, call: Callable[..., Awaitable[Any]], client: Any, prefix: str
-    ) -> None:
+    def __init__(self, call: Callable[..., Awaitable[Any]], client: Any, prefix: str) -> None:
         self.call = call  # the session's: runs one command within its timeout, errors translated
         self.client = client
         self.prefix = prefix
 
     async def exists(self) -> bool:
-        # A Redis server has no store to create: reaching it is enough.
-        await self.call(self.client.ping, reads=True)
+        await self.call(self.client.ping, reads=True)  # nothing to create: reaching it is enough
         return True
 
     async def _ids(self, tag_pattern: str) -> list[str]:

@@ -1,40 +1,18 @@
 """Where a Redis session's data lives: key names and the Lua scripts that write them.
 
 Keys of one session (``P`` = key prefix, ``T`` = the session id with ``%``, ``{`` and ``}``
-percent-escaped)::
+percent-escaped, so the hash tag is exactly ``T`` and two ids never share keys)::
 
     P:{T}:items   sorted set; score = sequence number, member = "<seq>:<item JSON>"
-    P:{T}:meta    hash; field "seq" = the highest sequence number ever assigned (it survives
-                  ``clear_session``, so numbers are never reused and a range delete computed
-                  before a clear cannot reach items written after it); "created_ms" and
-                  "updated_ms" = server time in ms of the first and the latest ``add_items``
-                  (read by the session catalog)
+    P:{T}:meta    hash; "seq" = the highest number ever assigned (it survives
+                  ``clear_session``, so numbers are never reused); "created_ms" and
+                  "updated_ms" = server time in ms of the first and the latest write
 
-Numbers start at 1, except in a session written with an expiry: its keys may expire together
-and the session start again, so its first number is then the server's clock in microseconds
-(about 1.8e15, exact in a score up to 2**53), above any number a previous incarnation used
-unless it wrote more than a million items per second of its life.
-
-Both keys carry the hash tag ``{T}``, so a session lives in one Redis Cluster slot and every
-script may touch all of its keys. ``T`` holds no brace, so the tag is exactly ``T`` whatever the
-id contains, and the escape is reversible, so two ids never share keys. The prefix may not hold
-braces either (Redis would take the tag from it).
-
-Why a sorted set: its score gives reads by sequence number (``after``/``before``) in
-O(log n + result), the newest N by rank in O(log n + N), and an atomic ZPOPMAX; a list can do
-the last two but not the first. Measured against a list with the same scripts (Redis 7.0,
-loopback, 100k items of ~160 bytes) add, get(limit=20) and pop took the same time within noise;
-the sorted set costs ~90 bytes more per item (280 vs 190). The member starts with its sequence
-number only to keep equal items distinct.
-
-What this costs a write, in server time (Redis 7.0 INFO commandstats, ~200-byte items, a loaded
-2-core machine, so absolute numbers are inflated): a bare RPUSH takes 3-4 us for 1 item; APPEND
-~40 us, of which its four calls (HGET, TIME, ZADD, HSET) are ~10 us and the script around them
-the rest; a script that only RPUSHes takes ~13 us. End to end on loopback that is ~0.75-0.8x a
-raw RPUSH (1 item) against ~0.86x for the RPUSH-only script, the floor of any scripted add.
-``benchmarks/redis_layouts.py`` measures the alternatives (a list numbered by a script, Lua-free
-transactions, a stream); none that keeps the contract gets add above that floor (see
-docs/redis.md).
+Both keys share the hash tag, so a session lives in one Redis Cluster slot and every script
+may touch all of its keys. Numbers start at 1, except in a session written with an expiry:
+its keys may expire together and the session start again, so its first number is then the
+server's clock in microseconds (about 1.8e15, exact in a score up to 2**53). Why a sorted set
+and what each write costs: see docs/redis.md.
 """
 
 from __future__ import annotations
@@ -77,11 +55,8 @@ def session_keys(key_prefix: str, session_id: str) -> tuple[str, str]:
 
 
 class Script:
-    """A Lua script run by EVALSHA, falling back to EVAL (which also caches it) on NOSCRIPT.
-
-    Unlike redis-py's ``register_script`` this needs no client at definition time and works
-    the same on ``Redis`` and ``RedisCluster``.
-    """
+    """A Lua script run by EVALSHA, falling back to EVAL on NOSCRIPT; unlike redis-py's
+    ``register_script`` it needs no client and works alike on ``Redis`` and ``RedisCluster``."""
 
     def __init__(self, source: str) -> None:
         self.source = source
@@ -96,8 +71,8 @@ class Script:
 
 
 def _read_counter(meta: str, target: str) -> str:
-    """Lua that sets ``last`` to the counter in the hash ``meta`` (0 when absent) and refuses
-    with a ``CORRUPT`` error, changing nothing, when the field is not a sequence number."""
+    """Lua: ``last`` = the counter in hash ``meta`` (0 when absent); a ``CORRUPT`` error,
+    changing nothing, when it is not a sequence number."""
     return f"""
 local raw = redis.call('HGET', {meta}, 'seq')
 local last = 0
@@ -110,11 +85,11 @@ if raw then
 end
 """
 
+
 def _check_expiry(key: str, ttl: str) -> str:
-    """Lua that refuses with an ``EXPIRYRANGE`` error, changing nothing, when the server's
-    time plus the expiry ``ttl`` (ms, as text) is past Redis's range. The exact integer text is
-    handed to PEXPIRE (never a Lua double, which would round it), and PEXPIRE checks the range
-    before it looks at the key; ``key`` is a key that gets this expiry anyway."""
+    """Lua: an ``EXPIRYRANGE`` error, changing nothing, when now plus ``ttl`` (ms as text,
+    never a rounded Lua double) is past Redis's range. PEXPIRE checks the range before it looks
+    at the key, and ``key`` gets this expiry anyway."""
     return f"""
 if {ttl} ~= '0' then
   local checked = redis.pcall('PEXPIRE', {key}, {ttl})
@@ -127,13 +102,12 @@ end
 
 
 def _prepare_write() -> str:
-    """Lua that reads the counter into ``last`` and checks the expiry in ARGV[1].
+    """Lua: ``last`` = the counter, after checking the expiry in ARGV[1].
 
-    Without a counter (a new session, or a meta hash that was lost: evicted, deleted) the
-    highest score decides, so numbers are never reused. With one, the items key is not read:
-    the first ZADD checks its type before anything is written, except when an expiry is set
-    (its check writes), where the read comes first. Every call Lua makes costs server time,
-    so the common append makes four: HGET, TIME, ZADD, HSET."""
+    Without a counter (a new session, or a lost meta hash) the highest score decides, so
+    numbers are never reused. With one, the items key is not read (the first ZADD checks its
+    type before writing) unless an expiry is set (its check writes). So the common append
+    makes four calls: HGET, TIME, ZADD, HSET."""
     return (
         """
 local items, meta = KEYS[1], KEYS[2]
@@ -183,41 +157,42 @@ local function write(items, meta, ttl, last, fresh, first, n)
   return last + n
 end
 """
-"""Lua defining ``write(items, meta, ttl, last, fresh, first, n)``: stores ARGV[first ..
-first + n - 1] as the items numbered ``last + 1`` on, records the new counter and times in the
-meta hash, sets the expiry ``ttl`` (ms as text, '0': none) and returns the last number. Needs
-``clock`` (the server's TIME) in scope."""
+"""Lua ``write(...)``: ARGV[first .. first + n - 1] as items ``last + 1`` on, with counter,
+times and expiry ``ttl`` (ms as text, '0': none); returns the last number. Needs ``clock``."""
 
 
 def _write_items(first: str) -> str:
-    """Lua that stores ARGV[first..] as the items numbered ``last + 1`` on (see ``_WRITE``),
-    with the expiry in ARGV[1], and returns the last number."""
+    """Lua: ``write`` ARGV[first..] with the expiry in ARGV[1]; returns the last number."""
     count = f"#ARGV - ({first}) + 1"
     return _WRITE + f"return write(items, meta, ARGV[1], last, fresh, {first}, {count})\n"
 
 
-# KEYS: items, meta. ARGV[1]: expiry in ms ("0" = leave expiry alone); ARGV[2..]: item JSON.
+# Unless said otherwise, KEYS: items, meta; ARGV[1]: the expiry in ms ("0": leave it alone).
 APPEND = Script(_prepare_write() + _write_items("2"))
 
-def _pop_newest() -> str:
-    """Lua that pops the newest member of KEYS[1] into ``popped`` (a ZPOPMAX reply) after
-    checking the expiry in ARGV[1], and gives both keys that expiry."""
-    return (
-        _check_expiry("KEYS[2]", "ARGV[1]")
-        + """
-local popped = redis.call('ZPOPMAX', KEYS[1])
+
+_EXPIRE_BOTH = """
 if ARGV[1] ~= '0' then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
   redis.call('PEXPIRE', KEYS[2], ARGV[1])
 end
 """
+
+
+def _pop_newest() -> str:
+    """Lua: ``popped`` = ZPOPMAX of KEYS[1], both keys given the expiry in ARGV[1]."""
+    return (
+        _check_expiry("KEYS[2]", "ARGV[1]")
+        + """
+local popped = redis.call('ZPOPMAX', KEYS[1])
+"""
+        + _EXPIRE_BOTH
     )
 
 
 def _guard(key: str, expected: str) -> str:
-    """Lua that returns ``refused`` unless the newest score of ``key`` is ``expected`` (a
-    sequence number as text; '' for an empty ``key``): another session of the family (a
-    layer's log) has not moved since the caller last read it."""
+    """Lua: return ``refused`` unless the newest score of ``key`` (another session of the
+    family) is ``expected`` (a number as text; '' for none)."""
     return f"""
 local guard = redis.call('ZRANGE', {key}, -1, -1, 'WITHSCORES')
 if (guard[2] and tonumber(guard[2]) or -1) ~= ({expected} == '' and -1 or tonumber({expected})) then
@@ -226,17 +201,14 @@ end
 """
 
 
-# KEYS: items, meta, guard items. ARGV[1]: expiry in ms or "0"; ARGV[2]: the guard's expected
-# newest number ('' for none); ARGV[3..]: item JSON. APPEND only while the guard is unchanged;
-# -1 (nothing written) otherwise.
+# KEYS: items, meta, guard items. ARGV[2]: the guard's expected newest number ('' for none);
+# ARGV[3..]: item JSON. APPEND while the guard is unchanged; else -1 (nothing written).
 APPEND_IF_NEWEST = Script(
     "local refused = -1\n" + _guard("KEYS[3]", "ARGV[2]") + _prepare_write() + _write_items("3")
 )
 
-# KEYS: items, meta, guard items. ARGV[1]: expiry in ms or "0"; ARGV[2]: the guard's expected
-# newest number ('' for none); ARGV[3]: the items' own expected newest number ('*': any). POP
-# only while both are as expected: {1, the popped member (absent when empty)}; {0} (nothing
-# changed) otherwise.
+# KEYS and ARGV[2] as APPEND_IF_NEWEST; ARGV[3]: the items' own expected newest number ('*':
+# any). POP while both are as expected: {1, the popped member (absent when empty)}; else {0}.
 POP_IF_NEWEST = Script(
     "local refused = {0}\n"
     + _guard("KEYS[3]", "ARGV[2]")
@@ -247,12 +219,10 @@ POP_IF_NEWEST = Script(
     + "return {1, popped[1]}\n"
 )
 
-# KEYS: items, meta. ARGV[1]: expiry in ms or "0"; ARGV[2]: n, the number of newest members
-# expected (-1: replace everything); ARGV[3]: p, the number of oldest members to prune;
-# ARGV[4..3+n]: the expected newest members, oldest first; then the p members to prune; then
-# the new items' JSON. Unless the newest n members and the oldest p are exactly those, changes
-# nothing and returns -1; else deletes them and appends the new items like APPEND (new numbers,
-# so none is reused). One script: the SDK compaction hook's atomic swap.
+# The SDK compaction hook's swap. ARGV[2]: n newest members expected (-1: replace all);
+# ARGV[3]: p oldest members to prune; then those n members (oldest first), the p members and
+# the new items' JSON. Unless the members are exactly those, changes nothing and returns -1;
+# else deletes them and appends the new items as APPEND does.
 REPLACE = Script(
     _prepare_write()
     + """
@@ -279,16 +249,11 @@ local first = 4 + math.max(n, 0) + p
     + _write_items("first")
 )
 
-# KEYS: (items, meta) of each batch, in order; then, when a side store is to be listed in its
-# family's registry first, the registry's (items, meta). ARGV[1]: the number of batches; then
-# per batch: its expiry in ms or "0", its item count and its item JSONs; then, for the
-# registry: the number of the side store's batch, the registry's expiry, the entry's JSON and
-# the purpose. Appends every batch as APPEND would (a session may come twice), after listing
-# the purpose unless the side store holds items (it was listed before its first write) or an
-# entry already names it.
-# Every key is checked before anything is written, so a refusal (WRONGTYPE, CORRUPT,
-# EXPIRYRANGE) writes nothing. Returns each batch's last number. One script: the TTL layer's
-# lifecycle record and its items in one step (see ``RedisSession._append_family``).
+# KEYS: (items, meta) of each batch; then, to list a side store in its family's registry
+# first, the registry's. ARGV[1]: the number of batches; per batch its expiry, item count and
+# items; then the listed batch's number, the registry's expiry, the entry and the purpose
+# (listed unless the side store holds items or an entry names it). Every key is checked
+# before anything is written. Returns each batch's last number.
 FAMILY_APPEND = Script(
     """
 local clock = redis.call('TIME')
@@ -366,10 +331,8 @@ return out
 """
 )
 
-# KEYS: items, meta. ARGV[1]: expiry in ms or "0"; ARGV[2]: the member expected newest.
-# Pops the newest member only if it is exactly ARGV[2]: returns {2, member, the new newest
-# member (absent when none is left)} when popped, {1, newest} when the newest is another one
-# (nothing changed), {0} when there is none.
+# Pops the newest member only if it is exactly ARGV[2]: {2, member, the new newest (if any)};
+# {1, newest} when it is another (nothing changed); {0} when there is none.
 POP_IF = Script(
     """
 local top = redis.call('ZRANGE', KEYS[1], -1, -1)
@@ -379,22 +342,16 @@ if top[1] ~= ARGV[2] then return {1, top[1]} end
     + _check_expiry("KEYS[2]", "ARGV[1]")
     + """
 redis.call('ZREM', KEYS[1], top[1])
-if ARGV[1] ~= '0' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  redis.call('PEXPIRE', KEYS[2], ARGV[1])
-end
-return {2, top[1], redis.call('ZRANGE', KEYS[1], -1, -1)[1]}
+"""
+    + _EXPIRE_BOTH
+    + """return {2, top[1], redis.call('ZRANGE', KEYS[1], -1, -1)[1]}
 """
 )
 
-# KEYS: items, meta. ARGV[1]: expiry in ms or "0". Returns the newest member or nil.
 POP = Script(_pop_newest() + "return popped[1]\n")
 
-# KEYS: items, meta. ARGV[1]: expiry in ms ("0" = leave expiry alone). Deletes the items but
-# keeps the counter (recording the highest score too, in case the meta hash was lost), so
-# numbering continues after a clear; the kept hash gets the sliding expiry like any write.
-# Refuses (deleting nothing) when either key holds a value of another type: that value is not
-# ours to delete.
+# Deletes the items but keeps the counter (raised to the highest score, in case the meta hash
+# was lost). Refuses when a key holds another type: that value is not ours to delete.
 CLEAR = Script(
     """
 local expected = {'"""
@@ -426,10 +383,8 @@ return deleted
 """
 )
 
-# KEYS: items, meta. ARGV: seq1, json1, seq2, json2, ... Replaces each existing member scored
-# seq by "<seq>:<json>" (same score, so numbering is unchanged); skips numbers no longer
-# stored. One script, so the whole rewrite is atomic. Expiry is left alone. Returns how many
-# members were replaced.
+# ARGV: seq1, json1, seq2, json2, ... (no expiry). Replaces each member still scored seq by
+# "<seq>:<json>"; returns how many were replaced.
 REWRITE = Script(
     """
 local items = KEYS[1]
@@ -446,10 +401,9 @@ return replaced
 """
 )
 
-# KEYS: items, meta. ARGV[1]: expiry in ms ("0": none), ARGV[2], ARGV[3]: created and updated
-# times in ms; ARGV[4..]: seq1, json1, seq2, json2, ... (increasing). Refuses with HELD when
-# the session holds items; else stores each item at its number, raises the counter to the last
-# (never lowers it) and sets the times. Returns the number of items held (0: written).
+# ARGV[2], ARGV[3]: created and updated times in ms; ARGV[4..]: seq1, json1, ... (increasing).
+# Unless the session holds items (returns how many), stores each at its number, raises the
+# counter to the last and sets the times; returns 0.
 WRITE_AT = Script(
     """
 local items, meta = KEYS[1], KEYS[2]
@@ -473,20 +427,10 @@ local top = tonumber(ARGV[#ARGV - 1])
 if top > last then last = top end
 redis.call('HSET', meta, 'seq', string.format('%d', last), 'created_ms', ARGV[2],
   'updated_ms', ARGV[3])
-if ARGV[1] ~= '0' then
-  redis.call('PEXPIRE', items, ARGV[1])
-  redis.call('PEXPIRE', meta, ARGV[1])
-end
-return 0
+"""
+    + _EXPIRE_BOTH
+    + """return 0
 """
 )
 
-# KEYS: items, meta. ARGV[1]: expiry in ms. Sets both keys (those that exist) to expire then.
-TOUCH = Script(
-    _check_expiry("KEYS[2]", "ARGV[1]")
-    + """
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-redis.call('PEXPIRE', KEYS[2], ARGV[1])
-return 1
-"""
-)
+TOUCH = Script(_check_expiry("KEYS[2]", "ARGV[1]") + _EXPIRE_BOTH + "return 1\n")

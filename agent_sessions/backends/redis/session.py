@@ -1,13 +1,11 @@
 """Redis backend on ``redis.asyncio``: standalone Redis or Redis Cluster, one round trip per call.
 
-Each session is two keys that share a hash tag (see ``layout``): a sorted set of items
-scored by sequence number and a hash with the counter. ``add_items`` is one Lua script (counter,
-write and expiry together, so the batch is atomic), ``get_items(limit)`` one ZRANGE of the newest
-N, ``pop_item`` one script around ZPOPMAX, ``clear_session`` one script (it keeps the counter, so
-numbers are never reused), ``delete_items`` one ZREMRANGEBYSCORE. The client's own socket
-timeouts bound every call (``from_url`` sets them to ``timeout``); when Redis cannot be reached or
-does not answer in time a call raises :class:`BackendUnavailableError`, and the same session works
-again once Redis is back.
+Each session is two keys sharing a hash tag (see ``layout``): a sorted set of items scored by
+sequence number and a hash with the counter. Every write is one Lua script or one command, so
+it is atomic; ``get_items(limit)`` is one ZRANGE of the newest N. The client's own socket
+timeouts bound every call (``from_url`` sets them to ``timeout``); when Redis cannot be reached
+or does not answer in time a call raises :class:`BackendUnavailableError`, and the same session
+works again once Redis is back.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ import asyncio
 import functools
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard, TypeVar
 
 from ...core.extras import missing
 
@@ -47,30 +45,13 @@ from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
 from ...core.options import explicit_options
 from ...errors import BackendDataError, BackendUnavailableError, SequenceConflictError
-from .layout import (
-    APPEND,
-    APPEND_IF_NEWEST,
-    CLEAR,
-    FAMILY_APPEND,
-    ITEMS_TYPE,
-    META_TYPE,
-    POP,
-    POP_IF,
-    POP_IF_NEWEST,
-    REPLACE,
-    REWRITE,
-    TOUCH,
-    WRITE_AT,
-    check_key_prefix,
-    session_keys,
-)
+from . import layout
+from .layout import ITEMS_TYPE, META_TYPE, check_key_prefix, session_keys
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 T = TypeVar("T")
-
-_MAX_EXPIRY_MS = 2**63 - 1
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds ``from_url``'s client waits to connect or for an answer (redis-py's default too)."""
@@ -85,9 +66,7 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     OutOfMemoryError,
     OSError,
 )
-
-
-_NEWEST_BYTES = 64 * 1024
+_NEWEST_BYTES = 64 * 1024  # the largest member kept as the guess of a checked pop
 _UNDECODABLE = object()
 
 
@@ -104,13 +83,18 @@ def _member(seq: int, text: str | bytes) -> str | bytes:
     return f"{seq}:{text}" if isinstance(text, str) else b"%d:%s" % (seq, text)
 
 
-class RedisStore:
-    """One Redis client (its connection pool): the sessions' keys under any prefix and
-    their catalog. Stores opened from one URL and options in one event loop are shared (one
-    pool); the last user to give its hold back closes the client if it is owned.
+def _bounds(after: int | None, before: int | None) -> tuple[str, str]:
+    """The exclusive score range (after, before) as ZRANGEBYSCORE takes it."""
+    return (
+        "-inf" if after is None else f"({after}",
+        "+inf" if before is None else f"({before}",
+    )
 
-    Use :func:`open_store`; :meth:`session` opens a handle.
-    """
+
+class RedisStore:
+    """One Redis client (its connection pool): the sessions' keys under any prefix and their
+    catalog. Stores opened from one URL and options in one event loop are shared; the last user
+    to give its hold back closes an owned client. Use :func:`open_store`."""
 
     _by_url: ClassVar[dict[tuple[Any, ...], RedisStore]] = {}
     _lock: ClassVar[threading.Lock] = threading.Lock()
@@ -136,23 +120,19 @@ class RedisStore:
         one user more; outside a loop, a store of its own."""
 
         def build() -> Redis | RedisCluster:
+            # No retries: a retried write may run twice (a batch stored twice, a pop that
+            # drops an item); fail instead and let the caller decide.
             client_kwargs: dict[str, Any] = {
-                # A retried write may run twice (a batch stored twice, a pop that drops an
-                # item): fail instead and let the caller decide.
                 "retry": Retry(NoBackoff(), 0),
                 "socket_connect_timeout": timeout,
                 "socket_timeout": timeout,
+                **(redis_kwargs or {}),
             }
-            client_kwargs.update(redis_kwargs or {})
-            if cluster:
-                return RedisCluster.from_url(url, **client_kwargs)
-            return Redis.from_url(url, **client_kwargs)
+            return (RedisCluster if cluster else Redis).from_url(url, **client_kwargs)
 
         try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None:  # no loop to tie the pool to
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop to tie the pool to
             return cls(build(), owned=True, timeout=timeout)
         key = (url, repr(sorted((redis_kwargs or {}).items())), cluster, timeout, loop)
         with cls._lock:
@@ -164,21 +144,16 @@ class RedisStore:
             return store
 
     def session(self, session_id: str, **options: Any) -> RedisSession:
-        """A session of this store (``options`` as for :class:`RedisSession`, without the
-        client), holding a share of it until closed."""
+        """A session of this store, holding a share of it until closed (``options`` as for
+        :class:`RedisSession`, without the client)."""
         options.setdefault("timeout", self.timeout)
         return RedisSession(session_id, _store=self.share(), **options)
 
     def catalog(self, key_prefix: str = "agent_sessions") -> Any:
-        """Return the catalog of the sessions under ``key_prefix`` (see
-        ``agent_sessions.ops.catalog``)."""
+        """The catalog of the sessions under ``key_prefix`` (see ``agent_sessions.ops.catalog``)."""
         return RedisSession(
             "catalog", client=self.client, key_prefix=key_prefix, timeout=self.timeout
         ).catalog_store()
-
-    async def close(self) -> None:
-        """Give back the hold :func:`open_store` took (sessions still open keep the client)."""
-        await self.release()
 
     def share(self) -> RedisStore:
         """One user more (a session opened on this store)."""
@@ -186,41 +161,38 @@ class RedisStore:
             self.users += 1
         return self
 
-    def forget(self) -> None:
-        """Give back a use that no session took (nothing was sent on the client)."""
+    def forget(self) -> bool:
+        """One user fewer, without closing anything; True for the last."""
         with self._lock:
             self.users -= 1
-            if self.users == 0 and self.key is not None:
-                self._by_url.pop(self.key, None)
+            if self.users:
+                return False
+            if self.key is not None and self._by_url.get(self.key) is self:
+                del self._by_url[self.key]
+            return True
 
     async def release(self) -> None:
         """One user fewer; the last closes an owned client."""
-        with self._lock:
-            self.users -= 1
-            last = self.users == 0
-            if last and self.key is not None and self._by_url.get(self.key) is self:
-                del self._by_url[self.key]
-        if last and self.owned:
+        if self.forget() and self.owned:
             await self.client.aclose()
+
+    close = release  # gives back the hold open_store took; open sessions keep the client
 
 
 def _read_range(
     target: Any, key: str, limit: int | None, after: int | None, before: int | None
 ) -> Any:
-    """Send (or, on a pipeline, queue) the read of ``_load`` of the items at ``key``; with a
-    limit and a bound the members come newest first."""
+    """Send (or queue on a pipeline) ``_load``'s read; with a limit and a bound, newest first."""
     if after is None and before is None:
         return target.zrange(key, 0 if limit is None else -limit, -1)
-    low = "-inf" if after is None else f"({after}"
-    high = "+inf" if before is None else f"({before}"
+    low, high = _bounds(after, before)
     if limit is None:
         return target.zrangebyscore(key, low, high)
     return target.zrevrangebyscore(key, high, low, start=0, num=limit)
 
 
 def _parse_rows(members: list[Any], key: str, key_prefix: str) -> list[Row]:
-    """Turn sorted-set members ``"<seq>:<json>"`` (str or bytes) into (seq, json) rows;
-    the JSON stays bytes for a bytes client, which the decoder reads as well."""
+    """Sorted-set members ``"<seq>:<json>"`` as (seq, json) rows (bytes stay bytes)."""
     if not members:
         return []
     sep = b":" if isinstance(members[0], bytes) else ":"
@@ -304,10 +276,11 @@ class RedisSession(BaseSession):
         first (stale is harmless: the server pops only an exact match)."""
         self.key_prefix = check_key_prefix(key_prefix)
         self.timeout = timeout
-        self._keys = session_keys(self.key_prefix, self.session_id)
+        self.keys = session_keys(self.key_prefix, self.session_id)
+        """This session's Redis keys: (items sorted set, meta hash)."""
+        self.ttl: float | None = None
         self.ttl_ms = "0"
         """``ttl`` in milliseconds as the scripts take it ("0": no expiry)."""
-        self.ttl: float | None = None
         self.set_sliding_ttl(ttl)
 
     @classmethod
@@ -341,7 +314,6 @@ class RedisSession(BaseSession):
                 None: no limit), and the wait for a free pooled connection.
             key_prefix, ttl, session_settings, max_item_bytes, strict: as in the constructor.
         """
-
         store = RedisStore.for_url(url, redis_kwargs, cluster, timeout)
         try:
             return cls(
@@ -361,14 +333,12 @@ class RedisSession(BaseSession):
     # -- capabilities ----------------------------------------------------------------------
 
     def store_key(self) -> tuple[Any, ...] | None:
-        """Where this session's items live (server, database, key), the same for every object
-        of this session; None when the server cannot be named (a cluster)."""
-        pool = getattr(self._client, "connection_pool", None)
-        where = getattr(pool, "connection_kwargs", None)
+        """Where this session's items live (server, database, key); None on a cluster."""
+        where = getattr(getattr(self._client, "connection_pool", None), "connection_kwargs", None)
         if self._cluster or not isinstance(where, dict):
             return None
         server = (where.get("host"), where.get("port"), where.get("path"), where.get("db", 0))
-        return ("redis", *server, self._keys[0])
+        return ("redis", *server, self.keys[0])
 
     def _member_options(self) -> dict[str, Any]:
         # The expiry too: native expiry applies to the whole family.
@@ -391,7 +361,7 @@ class RedisSession(BaseSession):
             raise ValueError(f"ttl must be a finite number >= 0.001 seconds, got {ttl_seconds!r}")
         # Exact for an int (the SDK's type); Redis takes at most 2**63-1 ms from now.
         ttl_ms = ttl_seconds * 1000 if isinstance(ttl_seconds, int) else round(ttl_seconds * 1000)
-        if ttl_ms > _MAX_EXPIRY_MS:
+        if ttl_ms > 2**63 - 1:
             raise ValueError(
                 f"ttl {ttl_seconds!r} s is past the end of Redis's expiry range (2**63-1 ms)"
             )
@@ -401,10 +371,8 @@ class RedisSession(BaseSession):
         """Set this session's keys to expire ``ttl`` from now, as a write would, without
         writing (NATIVE_EXPIRY: keeps a family's quiet members alive); no-op without ttl."""
         self._check_open()
-        if self.ttl is None:
-            return
-        client, keys, ttl = self._client, self._keys, self.ttl_ms
-        await self._call(lambda: TOUCH(client, keys, ttl))
+        if self.ttl is not None:
+            await self._script(layout.TOUCH)
 
     # -- public helpers ----------------------------------------------------------------------
 
@@ -412,11 +380,6 @@ class RedisSession(BaseSession):
     def client(self) -> Redis | RedisCluster:
         """The redis.asyncio client this session uses."""
         return self.store.client
-
-    @property
-    def keys(self) -> tuple[str, str]:
-        """This session's Redis keys: (items sorted set, meta hash)."""
-        return self._keys
 
     async def ping(self) -> bool:
         """Return whether Redis answers within ``timeout`` (the SDK's method)."""
@@ -426,154 +389,111 @@ class RedisSession(BaseSession):
         except BackendUnavailableError:
             return False
 
+    def catalog_store(self) -> Any:
+        """Return the catalog of this key prefix (see ``agent_sessions.ops.catalog``)."""
+        from .catalog import RedisCatalog
+
+        return RedisCatalog(self._call, self.client, self.key_prefix)
+
     # -- BaseSession hooks -----------------------------------------------------------------------
 
     async def _append(self, payloads: list[str]) -> list[int]:
-        client, keys, ttl = self._client, self._keys, self.ttl_ms
-        last = int(await self._call(lambda: APPEND(client, keys, ttl, *payloads)))
-        self._note_newest(f"{last}:{payloads[-1]}")
-        return list(range(last - len(payloads) + 1, last + 1))
+        return self._appended(payloads, await self._script(layout.APPEND, *payloads))
 
     async def _append_family(self, writes: list[tuple[BaseSession, list[str]]]) -> list[list[int]]:
         # One script over every batch's keys (and the registry's, to list a side store first):
-        # one round trip, one atomic step. A cluster may spread the keys over nodes.
-        if self._cluster or len(writes) < 2 or not all(
-            isinstance(s, RedisSession) and s.client is self.client for s, _ in writes
-        ):
+        # one round trip, one atomic step.
+        near = [s for s, _ in writes if self._near(s)]
+        if len(writes) < 2 or len(near) < len(writes):
             return await super()._append_family(writes)
-        sessions = [cast(RedisSession, s) for s, _ in writes]
         keys: list[str] = []
         args: list[Any] = [len(writes)]
-        for s, (_, payloads) in zip(sessions, writes, strict=True):
+        for s, (_, payloads) in zip(near, writes, strict=True):
             keys += s.keys
             args += [s.ttl_ms, len(payloads), *payloads]
         listing: RedisSession | None = None
-        for batch, s in enumerate(sessions, 1):
-            unlisted = s.unlisted
-            if unlisted is None:
+        for batch, s in enumerate(near, 1):
+            if s.unlisted is None:
                 continue
-            registry, purpose = unlisted
-            if listing is not None or not (
-                isinstance(registry, RedisSession) and registry.client is self.client
-            ):
+            registry, purpose = s.unlisted
+            if listing is not None or not self._near(registry):
                 return await super()._append_family(writes)  # one listing per script
             listing = s
             keys += registry.keys
             entry = encode_item({"purpose": purpose}, 0, registry.max_item_bytes)
             args += [batch, registry.ttl_ms, entry, purpose]
-        client = self._client
-        lasts = await self._call(lambda: FAMILY_APPEND(client, tuple(keys), *args))
+        lasts = await self._call(layout.FAMILY_APPEND, self._client, tuple(keys), *args)
         if listing is not None:
             listing.listed()
-        out = []
-        for s, last, (_, payloads) in zip(sessions, lasts, writes, strict=True):
-            if s is self:
-                self._note_newest(f"{int(last)}:{payloads[-1]}")
-            out.append(list(range(int(last) - len(payloads) + 1, int(last) + 1)))
-        return out
+        return [
+            s._appended(payloads, last)
+            for s, (_, payloads), last in zip(near, writes, lasts, strict=True)
+        ]
 
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:
-        client = self._client
         members = await self._call(
-            lambda: _read_range(client, self.keys[0], limit, after, before), reads=True
+            _read_range, self._client, self.keys[0], limit, after, before, reads=True
         )
-        if limit is not None and not (after is None and before is None):
-            members.reverse()
-        elif after is None and before is None and members:
-            self._note_newest(members[-1])
-        return self._rows(members)
+        return self._loaded(members, limit, after, before)
 
     async def _load_family(
         self, reads: list[tuple[BaseSession, int | None, int | None, int | None]]
     ) -> list[list[Row]]:
-        # One pipeline (no MULTI) on this client; a cluster may spread the keys over nodes.
-        if self._cluster or not all(
-            isinstance(s, RedisSession) and s.client is self.client for s, *_ in reads
-        ):
+        # One pipeline (no MULTI) on this client.
+        near = [s for s, *_ in reads if self._near(s)]
+        if len(near) < len(reads):
             return await super()._load_family(reads)
 
         async def send() -> list[Any]:
             pipe = self._client.pipeline(transaction=False)
-            for s, limit, after, before in reads:
-                _read_range(pipe, cast(RedisSession, s).keys[0], limit, after, before)
+            for s, (_, limit, after, before) in zip(near, reads, strict=True):
+                _read_range(pipe, s.keys[0], limit, after, before)
             return await pipe.execute()  # type: ignore[no-any-return]
 
-        out = []
         answers = await self._call(send, reads=True)
-        for (s, limit, after, before), members in zip(reads, answers, strict=True):
-            if limit is not None and not (after is None and before is None):
-                members.reverse()
-            rs = cast(RedisSession, s)
-            out.append(_parse_rows(members, rs.keys[0], rs.key_prefix))
-        return out
-
-    def _guard_keys(self, guard: BaseSession) -> tuple[str, str, str] | None:
-        """This session's keys and ``guard``'s items key, for a script over both; None when
-        they may live on different nodes (a cluster) or another client."""
-        if self._cluster or not (
-            isinstance(guard, RedisSession) and guard.client is self.client
-        ):
-            return None
-        return (*self._keys, guard.keys[0])
+        return [
+            s._loaded(members, limit, after, before)
+            for s, (_, limit, after, before), members in zip(near, reads, answers, strict=True)
+        ]
 
     async def _append_if_newest(
         self, guard: BaseSession, seq: int | None, payloads: list[str]
     ) -> list[int] | None:
-        keys = self._guard_keys(guard)
-        if keys is None:
+        if not self._near(guard):
             return None
-        client, ttl, expected = self._client, self.ttl_ms, "" if seq is None else str(seq)
-
-        async def append() -> int:
-            return int(
-                await self._call(lambda: APPEND_IF_NEWEST(client, keys, ttl, expected, *payloads))
-            )
-
-        last = await self._mutate(append())
-        if last < 0:
-            return None
-        self._note_newest(f"{last}:{payloads[-1]}")
-        return list(range(last - len(payloads) + 1, last + 1))
+        keys = (*self.keys, guard.keys[0])
+        last = await self._script(
+            layout.APPEND_IF_NEWEST, "" if seq is None else str(seq), *payloads, keys=keys
+        )
+        return None if int(last) < 0 else self._appended(payloads, last)
 
     async def _pop_if_newest(
         self, guard: BaseSession, seq: int | None, newest: int | None
     ) -> tuple[bool, Any]:
-        keys = self._guard_keys(guard)
-        if keys is None:
+        if not self._near(guard):
             return False, None
-        client, ttl, expected = self._client, self.ttl_ms, "" if seq is None else str(seq)
+        keys = (*self.keys, guard.keys[0])
         own = "*" if newest is None else str(newest)
-
-        async def pop() -> Any:
-            return await self._call(lambda: POP_IF_NEWEST(client, keys, ttl, expected, own))
-
         self._note_newest(None)
-        reply = await self._mutate(pop())
+        expected = "" if seq is None else str(seq)
+        reply = await self._script(layout.POP_IF_NEWEST, expected, own, keys=keys)
         if not int(reply[0]):
             return False, None
         return True, None if len(reply) < 2 or reply[1] is None else self._rows([reply[1]])[0][1]
 
     async def _pop(self) -> str | None:
-        client, keys, ttl = self._client, self._keys, self.ttl_ms
         self._note_newest(None)
-        member = await self._call(lambda: POP(client, keys, ttl))
+        member = await self._script(layout.POP)
         return None if member is None else self._rows([member])[0][1]
 
     async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
-        """Remove the newest item and return ``check(item)``, where ``check`` saw exactly the
-        item removed (a script pops only the member it was shown); when ``check`` raises for
-        the newest item, nothing is removed and the exception propagates. Items that do not
-        decode are removed on the way, as ``pop_item`` does. None when empty.
-
-        One round trip when this process knows the newest member (it wrote, read or popped
-        down to it last), else two: the script answers a wrong guess with the newest member,
-        unchanged, and a pop with the member below it."""
+        """A script pops only the member ``check`` was shown: one round trip when this object
+        knows the newest member, else two (a wrong guess is answered with the newest)."""
         self._check_open()
         if type(self).pop_item is not BaseSession.pop_item:
             return await pop_checked_by_api(self, check)  # pop through the subclass's own
-        client, keys, ttl = self._client, self._keys, self.ttl_ms
         guess: str | bytes | None = self._newest
         verified = False  # whether the server named ``guess`` as its newest member
         while True:
@@ -590,36 +510,39 @@ class RedisSession(BaseSession):
                     guess = None  # a stale guess: look at the real newest before refusing
                     continue
             self._note_newest(None)
-            answer = await self._call(functools.partial(POP_IF, client, keys, ttl, guess))
+            answer = await self._script(layout.POP_IF, guess)
             if answer[0] == 0:
                 return None
             if answer[0] == 1:
                 guess, verified = answer[1], True
                 self._note_newest(guess)
                 continue
-            self._note_newest(answer[2] if len(answer) > 2 else None)
+            below = answer[2] if len(answer) > 2 else None
+            self._note_newest(below)
             if outcome is not _UNDECODABLE:
                 return outcome
-            guess, verified = (answer[2] if len(answer) > 2 else None), True
+            guess, verified = below, True
             if guess is None:
                 return None
 
     async def _clear(self) -> None:
-        client, keys, ttl = self._client, self._keys, self.ttl_ms
         self._note_newest(None)
-        await self._call(lambda: CLEAR(client, keys, ttl))
+        await self._script(layout.CLEAR)
 
     async def _delete_before(self, before: int) -> int:
         # One ZREMRANGEBYSCORE, atomic by itself. It leaves expiry alone: removing dead items
         # must not prolong the life of the rest.
-        client, key, high = self._client, self._keys[0], f"({before}"
-        return int(await self._call(lambda: client.zremrangebyscore(key, "-inf", high)))
+        return int(
+            await self._call(self._client.zremrangebyscore, self.keys[0], "-inf", f"({before}")
+        )
 
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
-        client, keys, ttl = self._client, self._keys, self.ttl_ms
-        args = [ttl, str(round(created * 1000)), str(round(updated * 1000))]
-        args += [part for seq, payload in rows for part in (str(seq), payload)]
-        held = int(await self._call(lambda: WRITE_AT(client, keys, *args)))
+        pairs = [part for seq, payload in rows for part in (str(seq), payload)]
+        held = int(
+            await self._script(
+                layout.WRITE_AT, round(created * 1000), round(updated * 1000), *pairs
+            )
+        )
         if held:
             raise SequenceConflictError(
                 f"session {self.session_id!r} already holds {held} item(s); "
@@ -628,9 +551,8 @@ class RedisSession(BaseSession):
         self._note_newest(None)
 
     async def _rewrite(self, rows: list[Row]) -> int:
-        client, keys = self._client, self._keys
-        args = [part for seq, payload in rows for part in (str(seq), payload)]
-        return int(await self._call(lambda: REWRITE(client, keys, *args)))
+        pairs = [part for seq, payload in rows for part in (str(seq), payload)]
+        return int(await self._call(layout.REWRITE, self._client, self.keys, *pairs))
 
     async def _replace_rows(
         self,
@@ -638,42 +560,42 @@ class RedisSession(BaseSession):
         payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
-        """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``): one script
-        that checks the members it was shown and changes nothing when they moved."""
-        client, keys, ttl = self._client, self._keys, self.ttl_ms
+        """The SDK compaction hook's swap: one script, which changes nothing when the members it
+        was shown moved (see ``core.sdk_compaction``)."""
         if expected is None:
-            args: list[Any] = [ttl, -1, 0, *payloads]
-        else:
-            pruned = [] if prune is None else await self._prunable(expected[0][0], prune)
-            args = [
-                ttl, len(expected), len(pruned),
-                *(_member(seq, text) for seq, text in expected), *pruned, *payloads,
-            ]
-        return int(await self._call(lambda: REPLACE(client, keys, *args))) >= 0
+            return int(await self._script(layout.REPLACE, -1, 0, *payloads)) >= 0
+        pruned = [] if prune is None else await self._prunable(expected[0][0], prune)
+        shown = [_member(seq, text) for seq, text in expected]
+        answer = await self._script(
+            layout.REPLACE, len(expected), len(pruned), *shown, *pruned, *payloads
+        )
+        return int(answer) >= 0
 
     async def _prunable(self, before: int, prune: Callable[[str], bool]) -> list[Any]:
-        """The oldest members (below ``before``) for which ``prune`` holds, up to the first
-        for which it does not."""
-        client, key, page = self._client, self._keys[0], 200
+        """The oldest members below ``before`` for which ``prune`` holds, up to the first not."""
         out: list[Any] = []
         while True:
             members = await self._call(
-                lambda: client.zrangebyscore(key, "-inf", f"({before}", start=len(out), num=page)
+                self._client.zrangebyscore,
+                self.keys[0],
+                "-inf",
+                f"({before}",
+                start=len(out),
+                num=200,
             )
             for (_, text), member in zip(self._rows(members), members, strict=True):
                 if not prune(text if isinstance(text, str) else text.decode()):
                     return out
                 out.append(member)
-            if len(members) < page:
+            if len(members) < 200:
                 return out
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
-        client, key = self._client, self._keys[0]
         if after is None and before is None:
-            return int(await self._call(lambda: client.zcard(key), reads=True))
-        low = "-inf" if after is None else f"({after}"
-        high = "+inf" if before is None else f"({before}"
-        return int(await self._call(lambda: client.zcount(key, low, high), reads=True))
+            return int(await self._call(self._client.zcard, self.keys[0], reads=True))
+        return int(
+            await self._call(self._client.zcount, self.keys[0], *_bounds(after, before), reads=True)
+        )
 
     async def _close(self) -> None:
         await self.store.release()
@@ -681,13 +603,28 @@ class RedisSession(BaseSession):
     def _owns_resources(self) -> bool:
         return self.store.owned  # the caller's own client: close() is a no-op, as the SDK's
 
-    def catalog_store(self) -> Any:
-        """Return the catalog of this key prefix (see ``agent_sessions.ops.catalog``)."""
-        from .catalog import RedisCatalog
-
-        return RedisCatalog(self._call, self.client, self.key_prefix)
-
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _near(self, other: object) -> TypeGuard[RedisSession]:
+        """Whether one script or pipeline reaches ``other``'s keys too (never on a cluster)."""
+        return not self._cluster and isinstance(other, RedisSession) and other.client is self.client
+
+    def _appended(self, payloads: list[str], last: Any) -> list[int]:
+        """The numbers of ``payloads`` appended up to ``last``; notes the newest member."""
+        last = int(last)
+        self._note_newest(f"{last}:{payloads[-1]}")
+        return list(range(last - len(payloads) + 1, last + 1))
+
+    def _loaded(
+        self, members: list[Any], limit: int | None, after: int | None, before: int | None
+    ) -> list[Row]:
+        """The rows of a ``_read_range`` answer, oldest first."""
+        if after is None and before is None:
+            if members:
+                self._note_newest(members[-1])
+        elif limit is not None:
+            members.reverse()
+        return self._rows(members)
 
     def _note_newest(self, member: str | bytes | None) -> None:
         self._newest = member if member is not None and len(member) <= _NEWEST_BYTES else None
@@ -695,30 +632,32 @@ class RedisSession(BaseSession):
     def _rows(self, members: list[Any]) -> list[Row]:
         return _parse_rows(members, self.keys[0], self.key_prefix)
 
-    async def _call(self, command: Callable[[], Awaitable[T]], *, reads: bool = False) -> T:
-        """Run one Redis call, translating failures to this package's errors (``reads``: the
-        call changes nothing, so its error says nothing about writes).
+    def _script(self, script: Any, *args: Any, keys: tuple[str, ...] | None = None) -> Any:
+        """Run ``script`` on this session's keys (or ``keys``) with the expiry as ARGV[1]."""
+        return self._call(script, self._client, keys or self.keys, self.ttl_ms, *args)
 
-        The client's socket timeouts and retry policy bound the call. A full connection pool
-        raises before anything is sent, so the call waits and tries again (for up to
-        ``timeout``) instead of failing under a burst of concurrent calls.
-        """
+    async def _call(
+        self, command: Callable[..., Awaitable[T]], *args: Any, reads: bool = False, **kwargs: Any
+    ) -> T:
+        """Run ``command(*args, **kwargs)``, translating failures to this package's errors
+        (``reads``: it changes nothing, so its error says nothing about writes). A full pool
+        raises before anything is sent, so the call then waits for a connection."""
         try:
             if self._cluster:
                 # Concurrent first calls on a cold RedisCluster race inside redis-py (one
                 # call's topology discovery closes connections the others are using).
                 await self._client.initialize()
             try:
-                return await command()
+                return await command(*args, **kwargs)
             except MaxConnectionsError:
-                return await self._when_pool_frees(command)
+                return await self._when_pool_frees(functools.partial(command, *args, **kwargs))
         except ResponseError as exc:
             message = str(exc)
             if "WRONGTYPE" in message:
                 raise BackendDataError(
                     f"RedisSession {self.session_id!r}: a key of this session holds a value of "
-                    f"another type (expected a {ITEMS_TYPE} at {self._keys[0]!r} and a "
-                    f"{META_TYPE} at {self._keys[1]!r}); another application may be using "
+                    f"another type (expected a {ITEMS_TYPE} at {self.keys[0]!r} and a "
+                    f"{META_TYPE} at {self.keys[1]!r}); another application may be using "
                     f"key_prefix {self.key_prefix!r}. Nothing was changed. ({message})"
                 ) from exc
             if message.startswith("EXPIRYRANGE"):
@@ -729,7 +668,7 @@ class RedisSession(BaseSession):
             if message.startswith("CORRUPT"):
                 raise BackendDataError(
                     f"RedisSession {self.session_id!r}: {message}. The counter of this session "
-                    f"at {self._keys[1]!r} was changed by something other than agent_sessions; "
+                    f"at {self.keys[1]!r} was changed by something other than agent_sessions; "
                     "set it to the highest sequence number stored (or delete the session's keys)"
                 ) from exc
             if isinstance(exc, _UNAVAILABLE) or message.startswith("BUSY"):
@@ -773,11 +712,8 @@ class RedisSession(BaseSession):
 
 
 async def open_url(url: str, session_id: str, **options: Any) -> RedisSession:
-    """``open_session`` entry for ``redis://``, ``rediss://`` (and ``unix://``) URLs.
-
-    ``options`` are :meth:`RedisSession.from_url`'s (``redis_kwargs``, ``cluster``,
-    ``timeout``, ``key_prefix``, ``ttl``, ``session_settings``, ...).
-    """
+    """``open_session`` entry for ``redis://``, ``rediss://`` (and ``unix://``) URLs;
+    ``options`` are :meth:`RedisSession.from_url`'s."""
     return RedisSession.from_url(session_id, url=url, **options)
 
 
