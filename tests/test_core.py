@@ -246,7 +246,7 @@ async def test_pop_if_newest_pops_only_while_the_guard_is_unchanged(
     guard = s.side_store("log")
 
     async def pop(seq: int | None) -> tuple[bool, Any]:
-        done, payload = await s._pop_if_newest(guard, seq)
+        done, payload = await s._pop_if_newest(guard, seq, None)
         return done, None if payload is None else json.loads(payload)
 
     await s.add_items([{"n": 0}, {"n": 1}])
