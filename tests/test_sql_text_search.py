@@ -134,11 +134,12 @@ async def test_drop_text_index_removes_it_and_the_next_search_makes_it_again(
 @pytest.mark.asyncio
 async def test_registration_racing_writers_loses_nothing(url: str, sql_prefix: str) -> None:
     sessions = [_open(url, "race", sql_prefix) for _ in range(6)]
+    other = _open(url, "other", sql_prefix)
     s = sessions[0]
     x = TextTables.of(Tables.build(sql_prefix, None, None))
     try:
         await s.add_items([_msg("hotel 0")])
-        await _seqs(_open(url, "other", sql_prefix), "hotel")  # index made, race not registered
+        await _seqs(other, "hotel")  # index made, race not registered
 
         async def write(w: SQLAlchemySession, n: int) -> None:
             for i in range(8):
@@ -152,7 +153,7 @@ async def test_registration_racing_writers_loses_nothing(url: str, sql_prefix: s
         hits = sorted(seq for seq, _, _ in await s.search_text("hotel india", limit=1000))
         assert hits == [seq for seq, _ in items]
     finally:
-        for w in sessions:
+        for w in [*sessions, other]:
             await w.close()
         if "sqlite" not in url:
             await drop_sql_tables(url, sql_prefix)
