@@ -208,7 +208,8 @@ async def test_forget_before_and_after_a_snapshot_and_cold_objects(
         assert "alpha" not in stored and "charlie" not in stored
     await sessions[0].add_items([{"role": "user", "content": "a new start: delta"}])
     cold = recall_of(memory.root, path)
-    assert [h.session_id for h in await cold.search("delta code")] == [chats[0], chats[1]]
+    found = [h.session_id for h in await cold.search("delta code")]
+    assert sorted(found) == sorted(chats[:2])  # one word each: the order is the store's ranking
     _upto, pending, _compacted = await memory.recall.since(0)
     assert sorted(e["text"] for e in pending) == [
         "a new start: delta",
