@@ -160,6 +160,49 @@ async def test_registration_racing_writers_loses_nothing(url: str, sql_prefix: s
 
 
 @pytest.mark.asyncio
+async def test_a_first_search_indexes_in_short_steps_and_writes_between_them_count(
+    url: str, sql_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_sessions.backends.sql import mysql, postgres, sqlite
+
+    for module in (mysql, postgres, sqlite):
+        monkeypatch.setattr(module, "BACKFILL_ROWS", 3)
+    x = TextTables.of(Tables.build(sql_prefix, None, None))
+    s = _open(url, "steps", sql_prefix)
+    w = _open(url, "steps", sql_prefix)
+    step = s._index_step
+    afters: list[int | None] = []
+
+    async def interleaved(after: int | None) -> int | None:
+        afters.append(after)
+        found = await step(after)
+        if len(afters) == 3:  # between two steps, from another object
+            # Registered, not ready: a search elsewhere would index too, not answer half.
+            assert await _rows(s, f"{x.registry} WHERE NOT ready AND session_id = 'steps'") == 1
+            await w.add_items([_msg("kilo new")])
+            assert await w.pop_item() == _msg("kilo new")
+            await w.add_items([_msg("kilo newer")])
+            await w.rewrite_items([(2, _msg("kilo rewritten")), (9, _msg("lima"))])
+        return found
+
+    monkeypatch.setattr(s, "_index_step", interleaved)
+    try:
+        await s.add_items([_msg(f"kilo {i}") for i in range(10)])
+        hits = await s.search_text("kilo", limit=100)
+        assert afters == [None, 0, 3, 6, 9], "registered, then 3 items a step"
+        items = dict(await s.get_sequenced_items())
+        expected = {seq for seq, item in items.items() if "kilo" in item["text"]}
+        assert {seq for seq, _, _ in hits} == expected
+        assert {seq: item for seq, item, _ in hits} == {seq: items[seq] for seq in expected}
+        assert 9 not in expected and 12 in expected and items[2] == _msg("kilo rewritten")
+    finally:
+        await s.close()
+        await w.close()
+        if "sqlite" not in url:
+            await drop_sql_tables(url, sql_prefix)
+
+
+@pytest.mark.asyncio
 async def test_without_create_tables_a_missing_index_says_how_to_make_it(
     url: str, sql_prefix: str
 ) -> None:

@@ -20,6 +20,8 @@ from ...errors import BackendDataError
 
 SCHEMA_VERSION = 1
 """The layout these modules read and write; stored per messages table in the schema table."""
+BACKFILL_ROWS = 5000
+"""Items a session's first search indexes per transaction (a writer waits for one at most)."""
 
 
 @dataclass(frozen=True)
@@ -230,16 +232,19 @@ class SqlDialect(ABC):
         ``create`` (idempotent, safe across processes); else raise BackendDataError."""
         raise NotImplementedError
 
-    async def index_session(self, conn: Any, session_id: str) -> None:
-        """Register the session for indexing and index the items it holds, in one
-        transaction that writers of the session wait for (nothing when it holds no items)."""
+    async def index_session(self, conn: Any, session_id: str, after: int | None) -> int | None:
+        """One short transaction of a session's first indexing. ``after`` None: register the
+        session (from then on triggers index its writes) and return 0, or None when it holds
+        no items. Else index up to ``BACKFILL_ROWS`` of its items numbered after ``after``
+        and return the last number read, or None once none is left: the session is then
+        ready and ``search_text`` answers."""
         raise NotImplementedError
 
     async def search_text(
         self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
     ) -> list[tuple[int, str, float]] | None:
         """The session's ``limit`` best ``(seq, payload, score)`` for ``words``, best first;
-        None when the session is not registered for indexing (``index_session`` first)."""
+        None when the session is not indexed yet (``index_session`` first)."""
         raise NotImplementedError
 
     async def drop_text(self, conn: Any) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from ...core.base import Row
 from ...errors import BackendDataError, ItemTooLargeError
 from .common import (
+    BACKFILL_ROWS,
     SCHEMA_VERSION,
     Refused,
     SqlDialect,
@@ -97,6 +98,7 @@ def text_statements(t: Tables, mariadb: bool = True) -> list[str]:
     registered = f"EXISTS (SELECT 1 FROM {x.registry} WHERE session_id = NEW.session_id)"
     return [
         f"CREATE TABLE IF NOT EXISTS {x.registry} (session_id {sid} PRIMARY KEY, "
+        "ready BOOLEAN NOT NULL DEFAULT FALSE, "
         f"FOREIGN KEY (session_id) REFERENCES {t.sessions} (session_id) ON DELETE CASCADE) "
         "ENGINE=InnoDB",
         # The words of the text compare without case (the character set's default collation).
@@ -288,35 +290,56 @@ class MySQLDialect(SqlDialect):
         (found,) = await cur.fetchone()
         return int(found) == 4
 
-    async def index_session(self, conn: Any, session_id: str) -> None:
+    async def index_session(self, conn: Any, session_id: str, after: int | None) -> int | None:
         t, x = self.t, TextTables.of(self.t)
+        last = None
         async with conn.cursor() as cur:
             if conn.get_autocommit():
                 await conn.begin()
             try:
-                # Locks the counter row: appends wait for the registration, and the backfill
-                # below sees every batch committed before it.
-                await cur.execute(
-                    f"SELECT 1 FROM {t.sessions} WHERE session_id = %s FOR UPDATE", (session_id,)
-                )
-                if await cur.fetchone() is not None:
+                if after is None:
+                    # Locks the counter row: an append in flight commits first (the backfill
+                    # reads it); any later one finds the session registered (its trigger
+                    # indexes).
                     await cur.execute(
-                        f"INSERT IGNORE INTO {x.registry} (session_id) VALUES (%s)", (session_id,)
+                        f"SELECT 1 FROM {t.sessions} WHERE session_id = %s FOR UPDATE",
+                        (session_id,),
                     )
-                    await cur.execute(f"DELETE FROM {x.index} WHERE session_id = %s", (session_id,))
+                    if await cur.fetchone() is not None:
+                        await cur.execute(
+                            f"INSERT IGNORE INTO {x.registry} (session_id) VALUES (%s)",
+                            (session_id,),
+                        )
+                        last = 0
+                else:
+                    await cur.execute(
+                        f"SELECT seq FROM {t.messages} WHERE session_id = %s AND seq > %s "
+                        f"ORDER BY seq LIMIT 1 OFFSET {BACKFILL_ROWS - 1}",
+                        (session_id, after),
+                    )
+                    row = await cur.fetchone()
+                    last = None if row is None else int(row[0])
                     # Shared locks: a pop or rewrite in flight is waited for, so its row is
-                    # indexed as it ends (or not at all), never as it was.
+                    # indexed as it ends (or not at all), never as it was; a row its trigger
+                    # indexed is kept.
                     await cur.execute(
                         f"INSERT INTO {x.index} (session_id, seq, body) "
                         f"SELECT m.session_id, m.seq, JSON_UNQUOTE({_TEXT.format(row='m')}) "
-                        f"FROM {t.messages} m WHERE m.session_id = %s AND "
-                        f"{_INDEXABLE.format(row='m')} LOCK IN SHARE MODE",
-                        (session_id,),
+                        f"FROM {t.messages} m WHERE m.session_id = %s AND m.seq > %s "
+                        f"AND m.seq <= COALESCE(%s, m.seq) AND {_INDEXABLE.format(row='m')} "
+                        "LOCK IN SHARE MODE ON DUPLICATE KEY UPDATE body = body",
+                        (session_id, after, last),
                     )
+                    if last is None:
+                        await cur.execute(
+                            f"UPDATE {x.registry} SET ready = TRUE WHERE session_id = %s",
+                            (session_id,),
+                        )
             except BaseException:
                 await conn.rollback()
                 raise
             await conn.commit()
+        return last
 
     async def search_text(
         self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
@@ -344,7 +367,8 @@ class MySQLDialect(SqlDialect):
         async with conn.cursor() as cur:
             await cur.execute(
                 "SELECT r.ok, s.seq, s.message_data, s.score FROM "
-                f"(SELECT EXISTS (SELECT 1 FROM {x.registry} WHERE session_id = %s) AS ok) r "
+                f"(SELECT EXISTS (SELECT 1 FROM {x.registry} WHERE session_id = %s "
+            "AND ready) AS ok) r "
                 f"LEFT JOIN (SELECT m.seq, m.message_data, {against} AS score FROM {x.index} i "
                 f"JOIN {t.messages} m ON m.session_id = i.session_id AND m.seq = i.seq "
                 f"WHERE i.session_id = %s AND {against}{where} "

@@ -22,6 +22,7 @@ import asyncpg.exceptions as pg  # type: ignore[import-untyped]
 from ...core.base import Row
 from ...errors import BackendDataError
 from .common import (
+    BACKFILL_ROWS,
     SCHEMA_VERSION,
     Refused,
     SqlDialect,
@@ -104,7 +105,8 @@ def text_statements(t: Tables) -> list[str]:
         f"CREATE INDEX IF NOT EXISTS {x.name('gin')} ON {x.index} USING gin (tsv) "
         "WITH (fastupdate = on, gin_pending_list_limit = 1024)",
         f'CREATE TABLE IF NOT EXISTS {x.registry} (session_id VARCHAR(512) COLLATE "C" '
-        f"PRIMARY KEY REFERENCES {t.sessions} (session_id) ON DELETE CASCADE ON UPDATE CASCADE)",
+        f"PRIMARY KEY REFERENCES {t.sessions} (session_id) ON DELETE CASCADE ON UPDATE CASCADE, "
+        "ready BOOLEAN NOT NULL DEFAULT false)",
         f"""CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $f$
 DECLARE ids text[];
 BEGIN
@@ -167,8 +169,8 @@ def drop_text_statements(t: Tables) -> list[str]:
 
 
 _ANALYZE_AFTER = 1000
-"""A session's first search that indexes at least this many items refreshes the index's
-statistics (ANALYZE, tens of milliseconds)."""
+"""A session's first search that indexes items numbered up to at least this refreshes the
+index's statistics (ANALYZE, tens of milliseconds)."""
 
 
 class _Held(Exception):
@@ -269,36 +271,53 @@ class PostgresDialect(SqlDialect):
         )
         return int(found) == 2
 
-    async def index_session(self, conn: Any, session_id: str) -> None:
+    async def index_session(self, conn: Any, session_id: str, after: int | None) -> int | None:
         t, x = self.t, TextTables.of(self.t)
+        if after is None:
+            async with conn.transaction(isolation="read_committed"):
+                # Locks the counter row: an append in flight commits first (the backfill
+                # reads it); any later one finds the session registered (its trigger indexes).
+                held = await conn.fetchval(
+                    f"SELECT 1 FROM {t.sessions} WHERE session_id = $1 FOR UPDATE", session_id
+                )
+                if held is None:
+                    return None  # no items: the first search after the first write registers it
+                await conn.execute(
+                    f"INSERT INTO {x.registry} (session_id) VALUES ($1) ON CONFLICT DO NOTHING",
+                    session_id,
+                )
+            return 0
         doc = _JSON.format(col="m.message_data")
         async with conn.transaction(isolation="read_committed"):
-            # Locks the counter row: appends wait for the registration, and the backfill
-            # below sees every batch committed before it.
-            held = await conn.fetchval(
-                f"SELECT 1 FROM {t.sessions} WHERE session_id = $1 FOR UPDATE", session_id
-            )
-            if held is None:
-                return  # no items: the first search after the first write registers it
-            await conn.execute(
-                f"INSERT INTO {x.registry} (session_id) VALUES ($1) ON CONFLICT DO NOTHING",
+            last = await conn.fetchval(
+                f"SELECT seq FROM {t.messages} WHERE session_id = $1 AND seq > $2 "
+                "ORDER BY seq OFFSET $3 LIMIT 1",
                 session_id,
+                after,
+                BACKFILL_ROWS - 1,
             )
-            await conn.execute(f"DELETE FROM {x.index} WHERE session_id = $1", session_id)
             # FOR SHARE: a pop or rewrite in flight is waited for, so its row is indexed as
-            # it ends (or not at all), never as it was.
-            status = await conn.execute(
+            # it ends (or not at all), never as it was; a row its trigger indexed is kept.
+            await conn.execute(
                 f"INSERT INTO {x.index} (session_id, seq, tsv) "
                 "SELECT m.session_id, m.seq, to_tsvector('simple', j.d ->> 'text') "
                 f"FROM {t.messages} m CROSS JOIN LATERAL (SELECT {doc} AS d) j "
-                "WHERE m.session_id = $1 AND json_typeof(j.d -> 'text') = 'string' "
-                "AND j.d ->> 'text' <> '' FOR SHARE OF m",
+                "WHERE m.session_id = $1 AND m.seq > $2 AND m.seq <= coalesce($3, m.seq) "
+                "AND json_typeof(j.d -> 'text') = 'string' AND j.d ->> 'text' <> '' "
+                "FOR SHARE OF m ON CONFLICT DO NOTHING",
                 session_id,
+                after,
+                last,
             )
-        if int(str(status).rsplit(" ", 1)[-1]) >= _ANALYZE_AFTER:
+            if last is None:
+                await conn.execute(
+                    f"UPDATE {x.registry} SET ready = true WHERE session_id = $1", session_id
+                )
+        if last is None and after + BACKFILL_ROWS >= _ANALYZE_AFTER:
             # Fresh statistics, so the planner finds a rare word's hits through the GIN
             # index rather than reading the session's whole index (10k items: 8 ms -> 1 ms).
             await conn.execute(f"ANALYZE {x.index}")
+        return None if last is None else int(last)
 
     async def search_text(
         self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
@@ -336,7 +355,8 @@ class PostgresDialect(SqlDialect):
             f"JOIN {t.messages} m ON m.seq = h.seq WHERE m.session_id = $1 "
             "AND m.seq = ANY (ARRAY(SELECT seq FROM hits))) "
             "SELECT r.ok, s.seq, s.message_data, s.score FROM "
-            f"(SELECT EXISTS (SELECT 1 FROM {x.registry} WHERE session_id = $1) AS ok) r "
+            f"(SELECT EXISTS (SELECT 1 FROM {x.registry} WHERE session_id = $1 "
+            "AND ready) AS ok) r "
             f"LEFT JOIN LATERAL (SELECT m.seq, m.message_data, m.score FROM found m{join} "
             f"WHERE r.ok{where} ORDER BY m.score DESC, m.seq LIMIT $3) s ON true "
             "ORDER BY s.score DESC, s.seq",

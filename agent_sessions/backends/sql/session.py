@@ -853,14 +853,21 @@ class SQLAlchemySession(BaseSession):
             await d.prepare_text(conn, create)
             return await d.search_text(conn, sid, terms, limit, filters)
 
-        async def register(d: SqlDialect, conn: Any) -> None:
-            await d.index_session(conn, sid)
-
         found = await self._run(search, write=False)
         if found is None:
-            await self._run(register, write=True)
+            step = await self._index_step(None)
+            while step is not None:  # short transactions: no writer waits for the whole
+                step = await self._index_step(step)
             found = await self._run(search, write=False) or []
         return found
+
+    async def _index_step(self, after: int | None) -> int | None:
+        sid = self.session_id
+
+        async def step(d: SqlDialect, conn: Any) -> int | None:
+            return await d.index_session(conn, sid, after)
+
+        return await self._run(step, write=True)
 
     async def drop_text_index(self) -> None:
         """Remove the full-text index of these tables, for every session (its triggers,

@@ -16,6 +16,7 @@ from typing import Any
 from ...core.base import Row
 from ...errors import BackendDataError
 from .common import (
+    BACKFILL_ROWS,
     SCHEMA_VERSION,
     Refused,
     SqlDialect,
@@ -71,7 +72,8 @@ def text_statements(t: Tables) -> list[str]:
         f"{x.registry} WHERE session_id = NEW.session_id) AND {_indexable('NEW')};"
     )
     return [
-        f"CREATE TABLE IF NOT EXISTS {x.registry} (session_id TEXT PRIMARY KEY)",
+        f"CREATE TABLE IF NOT EXISTS {x.registry} (session_id TEXT PRIMARY KEY, "
+        "ready INTEGER NOT NULL DEFAULT 0)",
         f"CREATE TABLE IF NOT EXISTS {x.index} (id INTEGER PRIMARY KEY, session_id TEXT NOT "
         "NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, UNIQUE (session_id, seq))",
         f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5(body, content='{x.index}', "
@@ -201,36 +203,54 @@ class SqliteDialect(SqlDialect):
 
         await self._write(conn, run)
 
-    async def index_session(self, conn: Any, session_id: str) -> None:
+    async def index_session(self, conn: Any, session_id: str, after: int | None) -> int | None:
         t, x = self.t, TextTables.of(self.t)
+        last: int | None = None
+
+        async def one(sql: str, args: tuple[Any, ...]) -> Any:
+            cur = await conn.execute(sql, args)
+            row = await cur.fetchone()
+            await cur.close()
+            return None if row is None else row[0]
 
         async def run() -> None:
-            cur = await conn.execute(
-                f"SELECT 1 FROM {t.sessions} WHERE session_id = ?", (session_id,)
-            )
-            held = await cur.fetchone()
-            await cur.close()
-            if held is None:
+            nonlocal last
+            if after is None:
+                if await one(f"SELECT 1 FROM {t.sessions} WHERE session_id = ?", (session_id,)):
+                    await conn.execute(
+                        f"INSERT OR IGNORE INTO {x.registry} (session_id) VALUES (?)",
+                        (session_id,),
+                    )
+                    last = 0
                 return  # no items: the first search after the first write registers it
-            await conn.execute(
-                f"INSERT OR IGNORE INTO {x.registry} (session_id) VALUES (?)", (session_id,)
+            last = await one(
+                f"SELECT seq FROM {t.messages} WHERE session_id = ? AND seq > ? "
+                f"ORDER BY seq LIMIT 1 OFFSET {BACKFILL_ROWS - 1}",
+                (session_id, after),
             )
-            await conn.execute(f"DELETE FROM {x.index} WHERE session_id = ?", (session_id,))
             await conn.execute(
-                f"INSERT INTO {x.index} (session_id, seq, body) SELECT m.session_id, m.seq, "
-                f"json_extract(m.message_data, '$.text') FROM {t.messages} m "
-                f"WHERE m.session_id = ? AND {_indexable('m')} ORDER BY m.seq",
-                (session_id,),
+                f"INSERT OR IGNORE INTO {x.index} (session_id, seq, body) SELECT m.session_id, "
+                f"m.seq, json_extract(m.message_data, '$.text') FROM {t.messages} m "
+                "WHERE m.session_id = ? AND m.seq > ? AND m.seq <= coalesce(?, m.seq) "
+                f"AND {_indexable('m')} ORDER BY m.seq",
+                (session_id, after, last),
             )
+            if last is None:
+                await conn.execute(
+                    f"UPDATE {x.registry} SET ready = 1 WHERE session_id = ?", (session_id,)
+                )
 
         await self._write(conn, run)
+        return last
 
     async def search_text(
         self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
     ) -> list[tuple[int, str, float]] | None:
         t, x = self.t, TextTables.of(self.t)
         fts = x.name("fts")
-        cur = await conn.execute(f"SELECT 1 FROM {x.registry} WHERE session_id = ?", (session_id,))
+        cur = await conn.execute(
+            f"SELECT 1 FROM {x.registry} WHERE session_id = ? AND ready", (session_id,)
+        )
         registered = await cur.fetchone()
         await cur.close()
         if registered is None:
