@@ -190,7 +190,7 @@ async def test_a_first_search_indexes_in_short_steps_and_writes_between_them_cou
         await s.add_items([_msg(f"kilo {i}") for i in range(10)])
         hits = await s.search_text("kilo", limit=100)
         assert afters == [None, 0, 3, 6, 9], "registered, then 3 items a step"
-        items = dict(await s.get_sequenced_items())
+        items: dict[int, Any] = dict(await s.get_sequenced_items())
         expected = {seq for seq, item in items.items() if "kilo" in item["text"]}
         assert {seq for seq, _, _ in hits} == expected
         assert {seq: item for seq, item, _ in hits} == {seq: items[seq] for seq in expected}
