@@ -372,8 +372,12 @@ async def test_expiry_below_a_boundary_keeps_the_unsummarised_items() -> None:
     assert originals(await session.get_items()) == ["m4", "m5"]
 
 
+GUARDED_BACKENDS = ["memory", "sqlite", "redis", "postgres", "mariadb", "sqlalchemy-sqlite"]
+"""The backends whose stores guard a pop (GUARDED_WRITE) in one atomic step."""
+
+
 @pytest.mark.asyncio
-@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis"])
+@pytest.mark.parametrize("backend", GUARDED_BACKENDS)
 async def test_a_pop_after_another_objects_compaction_pops_the_summary(backend: str) -> None:
     """A pop decided on 'no records' (a fresh object, or one that last saw none) must not
     remove an original that another object's compaction archived meanwhile."""
@@ -408,7 +412,7 @@ async def test_a_pop_after_another_objects_compaction_pops_the_summary(backend: 
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("guard", ["store's guard", "no guard"])
-@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis", "postgres", "mongodb-standin"])
+@pytest.mark.parametrize("backend", [*GUARDED_BACKENDS, "mongodb-standin"])
 async def test_a_pop_whose_item_another_object_popped_meanwhile_pops_the_summary(
     backend: str, guard: str
 ) -> None:

@@ -226,6 +226,21 @@ class SqlDialect(ABC):
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
         """Count the session's rows with after < seq < before."""
 
+    async def append_if_newest(
+        self, conn: Any, session_id: str, payloads: list[str], guard: str, seq: int | None
+    ) -> int | None:
+        """``append``, in one transaction, only if session ``guard``'s newest number is ``seq``
+        (None: no items): the new last number, or None when nothing was written."""
+        raise NotImplementedError
+
+    async def pop_if_newest(
+        self, conn: Any, session_id: str, guard: str, seq: int | None, newest: int | None
+    ) -> tuple[bool, str | None]:
+        """``pop``, in one transaction, only if ``guard``'s newest number is ``seq`` and (when
+        not None) this session's is ``newest``: ``(True, payload or None)``, else
+        ``(False, None)`` and nothing was popped."""
+        raise NotImplementedError
+
     async def prepare_text(self, conn: Any, create: bool) -> None:
         """Make sure the full-text index of these tables exists (its tables and the triggers
         that keep it in step with every write to the messages table), creating it when

@@ -162,6 +162,13 @@ class MySQLDialect(SqlDialect):
             "ORDER BY seq DESC LIMIT 1 FOR UPDATE"
         )
         self._delete_one = f"DELETE FROM {m} WHERE session_id = %s AND seq = %s"
+        # Guarded writes: the guard's counter row is locked first (appends to it wait), then
+        # its newest row (pops of it wait); READ COMMITTED reads are of the latest commit.
+        self._lock_guard = (
+            f"START TRANSACTION;INSERT INTO {s} (session_id, last_seq) VALUES (%s, 0) "
+            "ON DUPLICATE KEY UPDATE last_seq = last_seq;"
+            f"SELECT seq FROM {m} WHERE session_id = %s ORDER BY seq DESC LIMIT 1 FOR UPDATE"
+        )
         self._clear = [
             # first: locks the counter row, so it waits for a writer in progress
             f"UPDATE {s} SET updated_at = CURRENT_TIMESTAMP(6) WHERE session_id = %s",
@@ -448,6 +455,66 @@ class MySQLDialect(SqlDialect):
                 await cur.execute(self._insert + ",".join(["(%s,%s,%s)"] * len(chunk)), args)
             await conn.commit()
         return last
+
+    async def _lock_guard_then(
+        self, cur: Any, guard: str, reads: str = "", args: tuple[Any, ...] = ()
+    ) -> list[Any]:
+        """Start a transaction that locks ``guard``'s counter and newest rows, then runs
+        ``reads`` (locking reads, ``;``-led) in the same round trip: the first row of each
+        result (the guard's newest first), or None."""
+        await cur.execute(self._lock_guard + reads, (guard, guard, *args))
+        await cur.nextset()  # past START TRANSACTION, to the counter's lock
+        rows = []
+        while await cur.nextset():
+            rows.append(await cur.fetchone())
+        return rows
+
+    async def append_if_newest(
+        self, conn: Any, session_id: str, payloads: list[str], guard: str, seq: int | None
+    ) -> int | None:
+        n = len(payloads)
+        async with conn.cursor() as cur:
+            try:
+                [newest] = await self._lock_guard_then(cur, guard)
+                if (newest and newest[0]) != seq:
+                    await conn.rollback()
+                    return None
+                await cur.execute(self._bump, (session_id, n, n))
+                first = int(cur.lastrowid) - n + 1
+                for chunk in self._chunks(session_id, payloads):
+                    args: list[Any] = []
+                    for i in chunk:
+                        args += (session_id, first + i, payloads[i])
+                    await cur.execute(self._insert + ",".join(["(%s,%s,%s)"] * len(chunk)), args)
+            except BaseException:
+                await conn.rollback()
+                raise
+            await conn.commit()
+        return first + n - 1
+
+    async def pop_if_newest(
+        self, conn: Any, session_id: str, guard: str, seq: int | None, newest: int | None
+    ) -> tuple[bool, str | None]:
+        async with conn.cursor() as cur:
+            try:
+                found, own = await self._lock_guard_then(
+                    cur, guard, ";" + self._lock_newest, (session_id,)
+                )
+                if (found and found[0]) != seq or (
+                    newest is not None and (own and own[0]) != newest
+                ):
+                    await conn.rollback()
+                    return False, None
+                if own is not None:
+                    await cur.execute(self._delete_one + ";COMMIT", (session_id, own[0]))
+                    while await cur.nextset():
+                        pass
+                else:
+                    await conn.commit()
+            except BaseException:
+                await conn.rollback()
+                raise
+        return True, None if own is None else str(own[1])
 
     async def append_unnumbered(self, conn: Any, session_id: str, payloads: list[str]) -> None:
         n = len(payloads)

@@ -201,6 +201,27 @@ class PostgresDialect(SqlDialect):
             f"DELETE FROM {m} WHERE session_id = $1 AND seq = (SELECT seq FROM {m} "
             "WHERE session_id = $1 ORDER BY seq DESC LIMIT 1 FOR UPDATE) RETURNING message_data"
         )
+        # Guarded writes: the guard's counter row is locked first (its own statement, so the
+        # next one's snapshot holds every append to the guard), then its newest row.
+        self._lock_counter = (
+            f"INSERT INTO {s} AS s (session_id, last_seq) VALUES ($1, 0) "
+            "ON CONFLICT (session_id) DO UPDATE SET last_seq = s.last_seq"
+        )
+        guard_is = (
+            f"(SELECT seq FROM {m} WHERE session_id = $4 ORDER BY seq DESC LIMIT 1 FOR UPDATE) "
+            "IS NOT DISTINCT FROM $5::bigint"
+        )
+        self._append_if = self._append.replace(
+            "VALUES ($1, $2::bigint) ", f"SELECT $1, $2::bigint WHERE {guard_is} "
+        )
+        self._pop_if = (
+            f"WITH o AS (SELECT seq FROM {m} WHERE session_id = $1 ORDER BY seq DESC LIMIT 1 "
+            f"FOR UPDATE), c AS (SELECT {guard_is.replace('$4', '$2').replace('$5', '$3')} "
+            "AND ($4::bigint IS NULL OR (SELECT seq FROM o) IS NOT DISTINCT FROM $4) AS ok), "
+            f"d AS (DELETE FROM {m} WHERE session_id = $1 AND seq = (SELECT seq FROM o) "
+            "AND (SELECT ok FROM c) RETURNING message_data) "
+            "SELECT c.ok, d.message_data FROM c LEFT JOIN d ON true"
+        )
         self._clear = [
             # first: locks the counter row, so it waits for a writer in progress
             f"UPDATE {s} SET updated_at = now() WHERE session_id = $1",
@@ -378,6 +399,24 @@ class PostgresDialect(SqlDialect):
 
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
         return int(await conn.fetchval(self._append, session_id, len(payloads), payloads))
+
+    async def append_if_newest(
+        self, conn: Any, session_id: str, payloads: list[str], guard: str, seq: int | None
+    ) -> int | None:
+        async with conn.transaction(isolation="read_committed"):
+            await conn.execute(self._lock_counter, guard)
+            last = await conn.fetchval(
+                self._append_if, session_id, len(payloads), payloads, guard, seq
+            )
+        return None if last is None else int(last)
+
+    async def pop_if_newest(
+        self, conn: Any, session_id: str, guard: str, seq: int | None, newest: int | None
+    ) -> tuple[bool, str | None]:
+        async with conn.transaction(isolation="read_committed"):
+            await conn.execute(self._lock_counter, guard)
+            ok, value = await conn.fetchrow(self._pop_if, session_id, guard, seq, newest)
+        return bool(ok), None if value is None else str(value)
 
     async def load(
         self,

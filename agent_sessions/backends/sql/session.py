@@ -727,6 +727,40 @@ class SQLAlchemySession(BaseSession):
         last = await self._run(op, write=True)
         return list(range(last - len(payloads) + 1, last + 1))
 
+    def _same_store(self, other: object) -> bool:
+        """Whether ``other`` is a session of this engine and these tables."""
+        return (
+            isinstance(other, SQLAlchemySession)
+            and other.engine is self.engine
+            and (other.sessions_table, other.messages_table)
+            == (self.sessions_table, self.messages_table)
+        )
+
+    async def _append_if_newest(
+        self, guard: BaseSession, seq: int | None, payloads: list[str]
+    ) -> list[int] | None:
+        if not self._same_store(guard):
+            return None
+        sid, gid = self.session_id, guard.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> int | None:
+            return await d.append_if_newest(conn, sid, payloads, gid, seq)
+
+        last = await self._run(op, write=True)
+        return None if last is None else list(range(last - len(payloads) + 1, last + 1))
+
+    async def _pop_if_newest(
+        self, guard: BaseSession, seq: int | None, newest: int | None
+    ) -> tuple[bool, Any]:
+        if not self._same_store(guard):
+            return False, None
+        sid, gid = self.session_id, guard.session_id
+
+        async def op(d: SqlDialect, conn: Any) -> tuple[bool, str | None]:
+            return await d.pop_if_newest(conn, sid, gid, seq, newest)
+
+        return await self._run(op, write=True)
+
     async def _append_unnumbered(self, payloads: list[str]) -> None:
         sid = self.session_id
 

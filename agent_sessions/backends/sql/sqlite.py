@@ -314,6 +314,44 @@ class SqliteDialect(SqlDialect):
 
         return int(await self._write(conn, run))
 
+    async def _newest(self, conn: Any, session_id: str) -> int | None:
+        cur = await conn.execute(
+            f"SELECT max(seq) FROM {self.t.messages} WHERE session_id = ?", (session_id,)
+        )
+        row = await cur.fetchone()
+        await cur.close()
+        return None if row[0] is None else int(row[0])
+
+    async def append_if_newest(
+        self, conn: Any, session_id: str, payloads: list[str], guard: str, seq: int | None
+    ) -> int | None:
+        async def run() -> int | None:  # BEGIN IMMEDIATE: no other writer until COMMIT
+            if await self._newest(conn, guard) != seq:
+                return None
+            n = len(payloads)
+            cur = await conn.execute(self._bump, (session_id, n))
+            last = int((await cur.fetchone())[0])
+            await cur.close()
+            rows = [(session_id, last - n + 1 + i, p) for i, p in enumerate(payloads)]
+            await conn.executemany(self._insert, rows)
+            return last
+
+        return await self._write(conn, run)  # type: ignore[no-any-return]
+
+    async def pop_if_newest(
+        self, conn: Any, session_id: str, guard: str, seq: int | None, newest: int | None
+    ) -> tuple[bool, str | None]:
+        async def run() -> tuple[bool, str | None]:
+            if await self._newest(conn, guard) != seq or (
+                newest is not None and await self._newest(conn, session_id) != newest
+            ):
+                return False, None
+            cur = await conn.execute(self._pop, (session_id, session_id))
+            rows = await cur.fetchall()
+            return True, str(rows[0][0]) if rows else None
+
+        return await self._write(conn, run)  # type: ignore[no-any-return]
+
     async def load(
         self,
         conn: Any,
