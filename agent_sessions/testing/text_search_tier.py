@@ -267,6 +267,17 @@ class TextSearchConformance(ConformanceBase):
         await other.clear_session()
         assert len(await self.found(s, "jackal")) == 1
 
+    async def test_sessions_written_in_turns_never_see_each_other(self) -> None:
+        s = await self.searchable()
+        other = await self.searchable()
+        for i in range(4):  # their items interleave in the store
+            await other.add_items([note(f"jackal jackal other{i}")])
+            await s.add_items([note(f"jackal mine{i}")])
+        assert len(await self.found(other, "jackal", limit=100)) == 4  # both are indexed
+        for limit in (1, 3, 100):  # the other's items hold the word twice: they would rank first
+            found = await self.found(s, "jackal", limit=limit)
+            assert len(found) == min(limit, 4) and all("mine" in t for t in found), found
+
     async def test_unicode_words(self) -> None:
         s = await self.searchable()
         await s.add_items(

@@ -809,7 +809,6 @@ class SQLiteSession(BaseSession):
         # FTS5 (see textsearch.py): the index is created on the file's first search and the
         # session listed (its items indexed) on its own first, each in one write transaction.
         text, sid, store, key = self.schema.text, self.session_id, self.store, self.schema.key
-        sql, params = text.search_sql(sid, words, limit, equal, between)
 
         def search(raw: sqlite3.Connection) -> list[Any]:
             if key not in store.text_schemas:
@@ -824,7 +823,7 @@ class SQLiteSession(BaseSession):
                 listed = None
             if not listed and not _write(raw, lambda raw: text.list_session(raw, sid)):
                 return []  # no items
-            return raw.execute(sql, params).fetchall()
+            return text.run_search(raw, sid, words, limit, equal, between)
 
         try:
             rows = await self._run(search)

@@ -104,6 +104,17 @@ class TextIndexSchema:
             f"FROM {m} AS m WHERE m.session_id = ? AND {_indexable('m')}"
         )
         self.messages = m
+        # Without filters: the best hits among the session's row ids, each marked whether it is
+        # the session's, with no join per hit (the hits of a file holding one session, or of a
+        # session whose rows no other's interleave, are all its own).
+        self.search_range = (
+            f"WITH hits AS (SELECT rowid AS id, bm25({f}) AS score FROM {f} WHERE {f} MATCH ? "
+            f"AND rowid >= (SELECT min(id) FROM {m} WHERE session_id = ?) "
+            f"AND rowid <= (SELECT max(id) FROM {m} WHERE session_id = ?) "
+            f"ORDER BY score, id LIMIT ?) SELECT m.id, m.message_data, -hits.score, "
+            f"m.session_id = ? FROM hits JOIN {m} AS m ON m.id = hits.id "
+            "ORDER BY hits.score, hits.id"
+        )
         self.search = (
             f"SELECT {f}.rowid AS id, bm25({f}) AS score FROM {f} JOIN {m} AS m "
             f"ON m.id = {f}.rowid WHERE {f} MATCH ? AND m.session_id = ? "
@@ -147,6 +158,25 @@ class TextIndexSchema:
         )
         params.append(min(limit, _INT64_MAX))
         return sql, params
+
+    def run_search(
+        self,
+        raw: sqlite3.Connection,
+        sid: str,
+        words: list[str],
+        limit: int,
+        equal: Equal,
+        between: Between,
+    ) -> list[Any]:
+        """``(seq, payload, score)`` of the session's best ``limit`` hits, best first."""
+        if not (equal or between):
+            match = " OR ".join(f'"{word}"' for word in words)
+            args = (match, sid, sid, min(limit, _INT64_MAX), sid)
+            rows = raw.execute(self.search_range, args).fetchall()
+            if all(own for *_, own in rows):  # else another session's rows interleave
+                return [row[:3] for row in rows]
+        sql, params = self.search_sql(sid, words, limit, equal, between)
+        return raw.execute(sql, params).fetchall()
 
     def create_all(self, raw: sqlite3.Connection) -> None:
         """Create the index, its view, table and triggers if missing (in a write transaction)."""
