@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from itertools import islice
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -58,7 +59,8 @@ class BM25Index:
         self, query: str, *, where: Callable[[int], bool] | None = None, top_k: int = 10
     ) -> list[tuple[int, float]]:
         """The ``top_k`` best ``(doc, score)`` for ``query`` among documents passing
-        ``where`` (filtered before ranking), best first; ties keep the older document first."""
+        ``where``, best first; ties keep the older document first. ``where`` is asked of hits in
+        rank order, each once, until ``top_k`` pass (the same result as filtering first)."""
         n = len(self._lengths)
         if not n or top_k <= 0:
             return []
@@ -70,12 +72,12 @@ class BM25Index:
                 continue
             idf = math.log(1 + (n - len(postings) + 0.5) / (len(postings) + 0.5))
             for doc, freq in postings.items():
-                if where is not None and not where(doc):
-                    continue
                 norm = self.k1 * (1 - self.b + self.b * self._lengths[doc] / average)
                 scores[doc] = scores.get(doc, 0.0) + idf * freq * (self.k1 + 1) / (freq + norm)
         ranked = sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))
-        return ranked[:top_k]
+        if where is None:
+            return ranked[:top_k]
+        return list(islice((pair for pair in ranked if where(pair[0])), top_k))
 
 
 __all__ = ["BM25Index", "tokenize"]

@@ -329,17 +329,13 @@ class InMemorySession(BaseSession):
             where: Callable[[int], bool] | None = None
             if equal or between:
                 seqs, payloads = entries.seqs, entries.payloads
-                seen: dict[int, bool] = {}
 
-                def check(seq: int) -> bool:  # once per item, though several words hit it
-                    ok = seen.get(seq)
-                    if ok is None:
-                        try:
-                            item = decode_item(payloads[bisect_left(seqs, seq)])
-                        except ValueError:
-                            item = None
-                        ok = seen[seq] = passes(item, equal, between)
-                    return ok
+                def check(seq: int) -> bool:
+                    try:
+                        item = decode_item(payloads[bisect_left(seqs, seq)])
+                    except ValueError:
+                        item = None
+                    return passes(item, equal, between)
 
                 where = check
 
