@@ -317,6 +317,58 @@ def range_clause(after: int | None, before: int | None, mark: Any) -> tuple[str,
     return sql, params
 
 
+@functools.lru_cache(maxsize=64)
+def _load_sql(table: str, mark: str, limited: bool, after: bool, before: bool) -> str:
+    marks = iter([f"${i}" for i in range(1, 5)] if mark == "$" else [mark] * 4)
+    sql = f"SELECT seq, message_data FROM {table} WHERE session_id = {next(marks)}"
+    sql += f" AND seq > {next(marks)}" if after else ""
+    sql += f" AND seq < {next(marks)}" if before else ""
+    return sql + (f" ORDER BY seq DESC LIMIT {next(marks)}" if limited else " ORDER BY seq")
+
+
+def load_query(
+    table: str, mark: str, session_id: str, limit: int | None, after: int | None,
+    before: int | None,
+) -> tuple[str, list[Any]]:
+    """The SELECT of a session's rows in a range (with a limit: the newest ``limit``, newest
+    first) and its parameters; ``mark`` is the placeholder (``$``: numbered ``$1``..)."""
+    args: list[Any] = [session_id, *(b for b in (after, before) if b is not None)]
+    if limit is not None:
+        args.append(limit)
+    sql = _load_sql(table, mark, limit is not None, after is not None, before is not None)
+    return sql, args
+
+
+def filter_clause(
+    filters: TextFilters,
+    templates: tuple[str, str, str],
+    mark: Callable[[int], str],
+    *,
+    array: bool = False,
+    number: Callable[[float], Any] = lambda bound: bound,
+) -> tuple[str, list[Any]]:
+    """SQL (`` AND ..``) and parameters of ``search_text``'s filters. ``templates``: a field
+    ``{f}`` is a string among ``{values}``, is a number, is ``{op}`` a bound ``{mark}``;
+    ``mark(i)`` renders parameter i (0-based among these); ``array``: an ``equal``'s values
+    are one parameter (a list); ``number`` converts a bound for the driver."""
+    is_string, is_number, compare = templates
+    where, args = "", list[Any]()
+
+    def put(value: Any) -> str:
+        args.append(value)
+        return mark(len(args) - 1)
+
+    for f, values in filters.equal:
+        marks = put(list(values)) if array else ", ".join(put(v) for v in values)
+        where += " AND " + is_string.format(f=f, values=marks)
+    for f, low, high in filters.between:
+        where += " AND " + is_number.format(f=f)
+        for bound, op in ((low, ">="), (high, "<=")):
+            if bound is not None:
+                where += " AND " + compare.format(f=f, op=op, mark=put(number(bound)))
+    return where, args
+
+
 def causes(exc: BaseException) -> list[BaseException]:
     """``exc`` and what it wraps (SQLAlchemy's ``orig``, ``__cause__``), outermost first."""
     seen: list[BaseException] = []
