@@ -304,39 +304,28 @@ def run_check(check: Callable[[str], Any], payload: str) -> Any:
         return Refused(exc)
 
 
-def range_clause(after: int | None, before: int | None, mark: Any) -> tuple[str, list[int]]:
-    """SQL (`` AND seq > ..``) and parameters bounding seq; ``mark(i)`` renders parameter i
-    (0-based among these)."""
-    sql, params = "", list[int]()
-    if after is not None:
-        sql += f" AND seq > {mark(len(params))}"
-        params.append(after)
-    if before is not None:
-        sql += f" AND seq < {mark(len(params))}"
-        params.append(before)
-    return sql, params
-
-
 @functools.lru_cache(maxsize=64)
-def _load_sql(table: str, mark: str, limited: bool, after: bool, before: bool) -> str:
+def _range_sql(table: str, mark: str, count: bool, after: bool, before: bool, limit: bool) -> str:
     marks = iter([f"${i}" for i in range(1, 5)] if mark == "$" else [mark] * 4)
-    sql = f"SELECT seq, message_data FROM {table} WHERE session_id = {next(marks)}"
+    sql = f"SELECT {'count(*)' if count else 'seq, message_data'} FROM {table} "
+    sql += f"WHERE session_id = {next(marks)}"
     sql += f" AND seq > {next(marks)}" if after else ""
     sql += f" AND seq < {next(marks)}" if before else ""
-    return sql + (f" ORDER BY seq DESC LIMIT {next(marks)}" if limited else " ORDER BY seq")
+    if count:
+        return sql
+    return sql + (f" ORDER BY seq DESC LIMIT {next(marks)}" if limit else " ORDER BY seq")
 
 
-def load_query(
-    table: str, mark: str, session_id: str, limit: int | None, after: int | None,
-    before: int | None,
+def range_query(
+    table: str, mark: str, session_id: str, after: int | None, before: int | None,
+    limit: int | None = None, *, count: bool = False,
 ) -> tuple[str, list[Any]]:
-    """The SELECT of a session's rows in a range (with a limit: the newest ``limit``, newest
-    first) and its parameters; ``mark`` is the placeholder (``$``: numbered ``$1``..)."""
-    args: list[Any] = [session_id, *(b for b in (after, before) if b is not None)]
-    if limit is not None:
-        args.append(limit)
-    sql = _load_sql(table, mark, limit is not None, after is not None, before is not None)
-    return sql, args
+    """The SELECT of a session's rows (or with ``count``, of their count) in a range, with a
+    limit the newest ``limit`` newest first, and its parameters; ``mark`` is the
+    placeholder (``$``: numbered ``$1``..)."""
+    args: list[Any] = [session_id, *(b for b in (after, before, limit) if b is not None)]
+    key = (count, after is not None, before is not None, limit is not None)
+    return _range_sql(table, mark, *key), args
 
 
 def filter_clause(

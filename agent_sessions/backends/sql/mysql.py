@@ -38,8 +38,7 @@ from .common import (
     check_version,
     delete_for_swap,
     filter_clause,
-    load_query,
-    range_clause,
+    range_query,
     run_check,
 )
 
@@ -544,7 +543,7 @@ class MySQLDialect(SqlDialect):
         after: int | None,
         before: int | None,
     ) -> list[Row]:
-        sql, args = load_query(self.t.messages, "%s", session_id, limit, after, before)
+        sql, args = range_query(self.t.messages, "%s", session_id, after, before, limit)
         async with conn.cursor() as cur:
             await cur.execute(sql, args)
             rows: list[Row] = [(r[0], r[1]) for r in await cur.fetchall()]
@@ -705,12 +704,9 @@ class MySQLDialect(SqlDialect):
         return 0
 
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
-        bounds, args = range_clause(after, before, lambda i: "%s")
+        sql, args = range_query(self.t.messages, "%s", session_id, after, before, count=True)
         async with conn.cursor() as cur:
-            await cur.execute(
-                f"SELECT COUNT(*) FROM {self.t.messages} WHERE session_id = %s{bounds}",
-                (session_id, *args),
-            )
+            await cur.execute(sql, args)
             row = await cur.fetchone()
         await _end_read(conn)
         return int(row[0])

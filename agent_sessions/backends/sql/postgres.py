@@ -33,8 +33,7 @@ from .common import (
     check_version,
     delete_for_swap,
     filter_clause,
-    load_query,
-    range_clause,
+    range_query,
     run_check,
 )
 
@@ -236,7 +235,6 @@ class PostgresDialect(SqlDialect):
             f"DELETE FROM {m} WHERE session_id = $1",
         ]
         self._delete_before = f"DELETE FROM {m} WHERE session_id = $1 AND seq < $2"
-        self._counts: dict[tuple[bool, bool], str] = {}
 
     async def prepare(self, conn: Any, create: bool) -> None:
         t = self.t
@@ -423,7 +421,7 @@ class PostgresDialect(SqlDialect):
         after: int | None,
         before: int | None,
     ) -> list[Row]:
-        sql, args = load_query(self.t.messages, "$", session_id, limit, after, before)
+        sql, args = range_query(self.t.messages, "$", session_id, after, before, limit)
         rows = await conn.fetch(sql, *args)
         out = [(r[0], r[1]) for r in rows]
         if limit is not None:
@@ -525,14 +523,8 @@ class PostgresDialect(SqlDialect):
         return 0
 
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
-        key = (after is not None, before is not None)
-        sql = self._counts.get(key)
-        if sql is None:
-            bounds, _ = range_clause(after, before, lambda i: f"${i + 2}")
-            sql = f"SELECT count(*) FROM {self.t.messages} WHERE session_id = $1{bounds}"
-            self._counts[key] = sql
-        args = [b for b in (after, before) if b is not None]
-        return int(await conn.fetchval(sql, session_id, *args))
+        sql, args = range_query(self.t.messages, "$", session_id, after, before, count=True)
+        return int(await conn.fetchval(sql, *args))
 
     def is_closed(self, conn: Any) -> bool:
         return bool(conn.is_closed())

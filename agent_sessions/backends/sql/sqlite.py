@@ -27,8 +27,7 @@ from .common import (
     check_version,
     delete_for_swap,
     filter_clause,
-    load_query,
-    range_clause,
+    range_query,
     run_check,
 )
 
@@ -356,7 +355,7 @@ class SqliteDialect(SqlDialect):
         after: int | None,
         before: int | None,
     ) -> list[Row]:
-        sql, args = load_query(self.t.messages, "?", session_id, limit, after, before)
+        sql, args = range_query(self.t.messages, "?", session_id, after, before, limit)
         cur = await conn.execute(sql, args)
         rows: list[Row] = [(r[0], r[1]) for r in await cur.fetchall()]
         if limit is not None:
@@ -474,11 +473,8 @@ class SqliteDialect(SqlDialect):
         return int(await self._write(conn, run))
 
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
-        bounds, args = range_clause(after, before, lambda i: "?")
-        cur = await conn.execute(
-            f"SELECT COUNT(*) FROM {self.t.messages} WHERE session_id = ?{bounds}",
-            (session_id, *args),
-        )
+        sql, args = range_query(self.t.messages, "?", session_id, after, before, count=True)
+        cur = await conn.execute(sql, args)
         row = await cur.fetchone()
         return int(row[0])
 
