@@ -267,6 +267,49 @@ class GuardedWriteConformance(ConformanceBase):
         left = [seq for seq, _ in await s.get_sequenced_items()]
         assert sorted(left + popped) == order
 
+    async def test_guarded_writes_race_plain_appends_to_the_guard(self) -> None:
+        s = await self.new_session(Capability.SEQUENCED, Capability.GUARDED_WRITE)
+        rivals: dict[int, Any] = {}  # what the plain appends wrote, by number
+
+        async def newest() -> int | None:
+            last = await s.get_sequenced_items(1)
+            return last[-1][0] if last else None
+
+        async def rival() -> None:
+            for k in range(6):
+                (seq,) = await s.add_sequenced_items([msg(f"r{k}")])
+                rivals[seq] = msg(f"r{k}")
+
+        appended: list[tuple[int | None, int]] = []
+
+        async def appender(task: int) -> None:
+            for k in range(6):
+                seq = await newest()
+                written = await s.append_if_newest(s, seq, [msg(f"{task}:{k}")])
+                if written is not None:
+                    appended.append((seq, written[0]))
+
+        await asyncio.gather(*(rival() for _ in range(4)), *(appender(t) for t in range(6)))
+        items = dict(await s.get_sequenced_items())
+        assert len(items) == 24 + len(appended), "an append was lost"
+        for seq, first in appended:
+            between = [n for n in items if (seq or 0) < n < first]
+            assert not between, f"appended under {seq} though {between} came after it"
+        popped: list[tuple[int | None, Any]] = []
+
+        async def popper() -> None:
+            for _ in range(6):
+                seq = await newest()
+                done, item = await s.pop_if_newest(s, seq)
+                if done:
+                    popped.append((seq, item))
+
+        await asyncio.gather(*(rival() for _ in range(4)), *(popper() for _ in range(6)))
+        for seq, item in popped:
+            assert seq is not None and item == {**items, **rivals}[seq], "popped a newer item"
+        left = [n for n, _ in await s.get_sequenced_items()]
+        assert sorted(left + [seq for seq, _ in popped]) == sorted({*items, *rivals})
+
     async def test_another_session_of_the_store_guards(self) -> None:
         needs = Capability.SEQUENCED, Capability.GUARDED_WRITE, Capability.FAMILY
         s = await self.new_session(*needs)

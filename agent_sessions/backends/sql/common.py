@@ -304,17 +304,58 @@ def run_check(check: Callable[[str], Any], payload: str) -> Any:
         return Refused(exc)
 
 
-def range_clause(after: int | None, before: int | None, mark: Any) -> tuple[str, list[int]]:
-    """SQL (`` AND seq > ..``) and parameters bounding seq; ``mark(i)`` renders parameter i
-    (0-based among these)."""
-    sql, params = "", list[int]()
-    if after is not None:
-        sql += f" AND seq > {mark(len(params))}"
-        params.append(after)
-    if before is not None:
-        sql += f" AND seq < {mark(len(params))}"
-        params.append(before)
-    return sql, params
+@functools.lru_cache(maxsize=64)
+def _range_sql(table: str, mark: str, count: bool, after: bool, before: bool, limit: bool) -> str:
+    marks = iter([f"${i}" for i in range(1, 5)] if mark == "$" else [mark] * 4)
+    sql = f"SELECT {'count(*)' if count else 'seq, message_data'} FROM {table} "
+    sql += f"WHERE session_id = {next(marks)}"
+    sql += f" AND seq > {next(marks)}" if after else ""
+    sql += f" AND seq < {next(marks)}" if before else ""
+    if count:
+        return sql
+    return sql + (f" ORDER BY seq DESC LIMIT {next(marks)}" if limit else " ORDER BY seq")
+
+
+def range_query(
+    table: str, mark: str, session_id: str, after: int | None, before: int | None,
+    limit: int | None = None, *, count: bool = False,
+) -> tuple[str, list[Any]]:
+    """The SELECT of a session's rows (or with ``count``, of their count) in a range, with a
+    limit the newest ``limit`` newest first, and its parameters; ``mark`` is the
+    placeholder (``$``: numbered ``$1``..)."""
+    args: list[Any] = [session_id, *(b for b in (after, before, limit) if b is not None)]
+    key = (count, after is not None, before is not None, limit is not None)
+    return _range_sql(table, mark, *key), args
+
+
+def filter_clause(
+    filters: TextFilters,
+    templates: tuple[str, str, str],
+    mark: Callable[[int], str],
+    *,
+    array: bool = False,
+    number: Callable[[float], Any] = lambda bound: bound,
+) -> tuple[str, list[Any]]:
+    """SQL (`` AND ..``) and parameters of ``search_text``'s filters. ``templates``: a field
+    ``{f}`` is a string among ``{values}``, is a number, is ``{op}`` a bound ``{mark}``;
+    ``mark(i)`` renders parameter i (0-based among these); ``array``: an ``equal``'s values
+    are one parameter (a list); ``number`` converts a bound for the driver."""
+    is_string, is_number, compare = templates
+    where, args = "", list[Any]()
+
+    def put(value: Any) -> str:
+        args.append(value)
+        return mark(len(args) - 1)
+
+    for f, values in filters.equal:
+        marks = put(list(values)) if array else ", ".join(put(v) for v in values)
+        where += " AND " + is_string.format(f=f, values=marks)
+    for f, low, high in filters.between:
+        where += " AND " + is_number.format(f=f)
+        for bound, op in ((low, ">="), (high, "<=")):
+            if bound is not None:
+                where += " AND " + compare.format(f=f, op=op, mark=put(number(bound)))
+    return where, args
 
 
 def causes(exc: BaseException) -> list[BaseException]:

@@ -37,7 +37,8 @@ from .common import (
     causes,
     check_version,
     delete_for_swap,
-    range_clause,
+    filter_clause,
+    range_query,
     run_check,
 )
 
@@ -75,6 +76,14 @@ def create_statements(t: Tables, mariadb: bool = True) -> list[str]:
 _TEXT = "JSON_EXTRACT({row}.message_data, '$.text')"
 _INDEXABLE = f"JSON_TYPE({_TEXT}) = 'STRING' AND JSON_UNQUOTE({_TEXT}) <> ''"
 _NUMBER_TYPES = "'INTEGER', 'UNSIGNED INTEGER', 'DOUBLE', 'DECIMAL'"
+_FIELD = "JSON_EXTRACT(m.message_data, '$.{f}')"
+_FILTERS = (
+    f"JSON_TYPE({_FIELD}) = 'STRING' "
+    f"AND JSON_UNQUOTE({_FIELD}) COLLATE utf8mb4_bin IN ({{values}})",
+    f"JSON_TYPE({_FIELD}) IN ({_NUMBER_TYPES})",
+    f"{_FIELD} + 0 {{op}} {{mark}}",
+)
+"""``search_text``'s filter templates (``filter_clause``)."""
 _DENIED = {1044, 1142, 1227, 1419}
 """Access denied to the database or a command; SUPER needed (triggers with binary logging)."""
 
@@ -354,23 +363,7 @@ class MySQLDialect(SqlDialect):
         t, x = self.t, TextTables.of(self.t)
         against = "MATCH (i.body) AGAINST (%s IN NATURAL LANGUAGE MODE)"
         text = " ".join(words)
-        where = ""
-        args: list[Any] = []
-        for field, values in filters.equal:
-            value = f"JSON_EXTRACT(m.message_data, '$.{field}')"
-            marks = ", ".join(["%s"] * len(values))
-            where += (
-                f" AND JSON_TYPE({value}) = 'STRING' "
-                f"AND JSON_UNQUOTE({value}) COLLATE utf8mb4_bin IN ({marks})"
-            )
-            args += values
-        for field, low, high in filters.between:
-            value = f"JSON_EXTRACT(m.message_data, '$.{field}')"
-            where += f" AND JSON_TYPE({value}) IN ({_NUMBER_TYPES})"
-            for bound, op in ((low, ">="), (high, "<=")):
-                if bound is not None:
-                    where += f" AND {value} + 0 {op} %s"
-                    args.append(bound)
+        where, args = filter_clause(filters, _FILTERS, lambda i: "%s")
         async with conn.cursor() as cur:
             await cur.execute(
                 "SELECT r.ok, s.seq, s.message_data, s.score FROM "
@@ -550,15 +543,9 @@ class MySQLDialect(SqlDialect):
         after: int | None,
         before: int | None,
     ) -> list[Row]:
-        bounds, args = range_clause(after, before, lambda i: "%s")
-        sql = f"SELECT seq, message_data FROM {self.t.messages} WHERE session_id = %s{bounds}"
-        if limit is None:
-            sql += " ORDER BY seq"
-        else:
-            sql += " ORDER BY seq DESC LIMIT %s"
-            args.append(limit)
+        sql, args = range_query(self.t.messages, "%s", session_id, after, before, limit)
         async with conn.cursor() as cur:
-            await cur.execute(sql, (session_id, *args))
+            await cur.execute(sql, args)
             rows: list[Row] = [(r[0], r[1]) for r in await cur.fetchall()]
         await _end_read(conn)
         if limit is not None:
@@ -717,12 +704,9 @@ class MySQLDialect(SqlDialect):
         return 0
 
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
-        bounds, args = range_clause(after, before, lambda i: "%s")
+        sql, args = range_query(self.t.messages, "%s", session_id, after, before, count=True)
         async with conn.cursor() as cur:
-            await cur.execute(
-                f"SELECT COUNT(*) FROM {self.t.messages} WHERE session_id = %s{bounds}",
-                (session_id, *args),
-            )
+            await cur.execute(sql, args)
             row = await cur.fetchone()
         await _end_read(conn)
         return int(row[0])

@@ -32,7 +32,8 @@ from .common import (
     causes,
     check_version,
     delete_for_swap,
-    range_clause,
+    filter_clause,
+    range_query,
     run_check,
 )
 
@@ -80,6 +81,12 @@ _JSON = "replace({col}, '\\u0000', '\\u0020')::json"
 """An item as ``json`` (TEXT, not JSONB: see the DDL). A ``\\u0000`` escape cannot become
 text (``->>`` refuses it), so it is read as a space: the index and filters see a space there,
 and a write never fails because of what the index makes of it."""
+_FILTERS = (
+    "json_typeof(j.d -> '{f}') = 'string' AND j.d ->> '{f}' = ANY({values}::text[])",
+    "json_typeof(j.d -> '{f}') = 'number'",
+    "(j.d ->> '{f}')::float8 {op} {mark}::float8",
+)
+"""``search_text``'s filter templates (``filter_clause``) on ``j.d``, the item's JSON."""
 
 
 def text_statements(t: Tables) -> list[str]:
@@ -228,8 +235,6 @@ class PostgresDialect(SqlDialect):
             f"DELETE FROM {m} WHERE session_id = $1",
         ]
         self._delete_before = f"DELETE FROM {m} WHERE session_id = $1 AND seq < $2"
-        self._loads: dict[tuple[bool, bool, bool], str] = {}
-        self._counts: dict[tuple[bool, bool], str] = {}
 
     async def prepare(self, conn: Any, create: bool) -> None:
         t = self.t
@@ -345,22 +350,12 @@ class PostgresDialect(SqlDialect):
     ) -> list[tuple[int, str, float]] | None:
         t, x = self.t, TextTables.of(self.t)
         args: list[Any] = [session_id, " | ".join(words), limit]
-        where = ""
-        join = ""
+        where = join = ""
         if not filters.empty:
             join = f" CROSS JOIN LATERAL (SELECT {_JSON.format(col='m.message_data')} AS d) j"
-            for field, values in filters.equal:
-                args.append(list(values))
-                where += (
-                    f" AND json_typeof(j.d -> '{field}') = 'string' "
-                    f"AND j.d ->> '{field}' = ANY(${len(args)}::text[])"
-                )
-            for field, low, high in filters.between:
-                where += f" AND json_typeof(j.d -> '{field}') = 'number'"
-                for bound, op in ((low, ">="), (high, "<=")):
-                    if bound is not None:
-                        args.append(float(bound))
-                        where += f" AND (j.d ->> '{field}')::float8 {op} ${len(args)}::float8"
+            where, extra = filter_clause(filters, _FILTERS, lambda i: f"${i + 4}", array=True,
+                                         number=float)
+            args += extra
         # ts_rank, normalised by the log of the text's length (1): how often the words
         # occur, long texts not winning by length alone. The hits are found in the index
         # alone (MATERIALIZED: the planner cannot start from the messages table), ranked and
@@ -426,18 +421,7 @@ class PostgresDialect(SqlDialect):
         after: int | None,
         before: int | None,
     ) -> list[Row]:
-        key = (limit is None, after is not None, before is not None)
-        sql = self._loads.get(key)
-        if sql is None:
-            bounds, _ = range_clause(after, before, lambda i: f"${i + 2}")
-            sql = f"SELECT seq, message_data FROM {self.t.messages} WHERE session_id = $1{bounds}"
-            n = 2 + key[1] + key[2]
-            sql += " ORDER BY seq" if limit is None else f" ORDER BY seq DESC LIMIT ${n}"
-            self._loads[key] = sql
-        args: list[Any] = [session_id]
-        args += [b for b in (after, before) if b is not None]
-        if limit is not None:
-            args.append(limit)
+        sql, args = range_query(self.t.messages, "$", session_id, after, before, limit)
         rows = await conn.fetch(sql, *args)
         out = [(r[0], r[1]) for r in rows]
         if limit is not None:
@@ -539,14 +523,8 @@ class PostgresDialect(SqlDialect):
         return 0
 
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
-        key = (after is not None, before is not None)
-        sql = self._counts.get(key)
-        if sql is None:
-            bounds, _ = range_clause(after, before, lambda i: f"${i + 2}")
-            sql = f"SELECT count(*) FROM {self.t.messages} WHERE session_id = $1{bounds}"
-            self._counts[key] = sql
-        args = [b for b in (after, before) if b is not None]
-        return int(await conn.fetchval(sql, session_id, *args))
+        sql, args = range_query(self.t.messages, "$", session_id, after, before, count=True)
+        return int(await conn.fetchval(sql, *args))
 
     def is_closed(self, conn: Any) -> bool:
         return bool(conn.is_closed())

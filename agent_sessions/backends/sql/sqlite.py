@@ -26,7 +26,8 @@ from .common import (
     causes,
     check_version,
     delete_for_swap,
-    range_clause,
+    filter_clause,
+    range_query,
     run_check,
 )
 
@@ -105,6 +106,14 @@ def _stamp(epoch: float) -> str:
     """``epoch`` as CURRENT_TIMESTAMP text (UTC)."""
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
+
+_FIELD = "m.message_data, '$.{f}'"
+_FILTERS = (
+    f"json_type({_FIELD}) = 'text' AND json_extract({_FIELD}) IN ({{values}})",
+    f"json_type({_FIELD}) IN ('integer', 'real')",
+    f"json_extract({_FIELD}) {{op}} {{mark}}",
+)
+"""``search_text``'s filter templates (``filter_clause``)."""
 
 class SqliteDialect(SqlDialect):
     """SQL for SQLite 3.35+ (``RETURNING``)."""
@@ -255,23 +264,9 @@ class SqliteDialect(SqlDialect):
         await cur.close()
         if registered is None:
             return None
-        where = ""
-        args: list[Any] = []
-        for field, values in filters.equal:
-            value = f"m.message_data, '$.{field}'"
-            where += (
-                f" AND json_type({value}) = 'text' "
-                f"AND json_extract({value}) IN ({', '.join('?' * len(values))})"
-            )
-            args += values
-        for field, low, high in filters.between:
-            value = f"m.message_data, '$.{field}'"
-            where += f" AND json_type({value}) IN ('integer', 'real')"
-            for bound, op in ((low, ">="), (high, "<=")):
-                if bound is not None:
-                    where += f" AND json_extract({value}) {op} ?"
-                    # an int beyond 64 bits binds as a float (same order)
-                    args.append(bound if abs(bound) < 2**63 else float(bound))
+        # an int beyond 64 bits binds as a float (same order)
+        where, args = filter_clause(filters, _FILTERS, lambda i: "?",
+                                    number=lambda b: b if abs(b) < 2**63 else float(b))
         match = " OR ".join(f'"{w}"' for w in words)
         # bm25() is lower for better matches: the score is its negation.
         cur = await conn.execute(
@@ -360,14 +355,8 @@ class SqliteDialect(SqlDialect):
         after: int | None,
         before: int | None,
     ) -> list[Row]:
-        bounds, args = range_clause(after, before, lambda i: "?")
-        sql = f"SELECT seq, message_data FROM {self.t.messages} WHERE session_id = ?{bounds}"
-        if limit is None:
-            sql += " ORDER BY seq"
-        else:
-            sql += " ORDER BY seq DESC LIMIT ?"
-            args.append(limit)
-        cur = await conn.execute(sql, (session_id, *args))
+        sql, args = range_query(self.t.messages, "?", session_id, after, before, limit)
+        cur = await conn.execute(sql, args)
         rows: list[Row] = [(r[0], r[1]) for r in await cur.fetchall()]
         if limit is not None:
             rows.reverse()
@@ -484,11 +473,8 @@ class SqliteDialect(SqlDialect):
         return int(await self._write(conn, run))
 
     async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
-        bounds, args = range_clause(after, before, lambda i: "?")
-        cur = await conn.execute(
-            f"SELECT COUNT(*) FROM {self.t.messages} WHERE session_id = ?{bounds}",
-            (session_id, *args),
-        )
+        sql, args = range_query(self.t.messages, "?", session_id, after, before, count=True)
+        cur = await conn.execute(sql, args)
         row = await cur.fetchone()
         return int(row[0])
 
