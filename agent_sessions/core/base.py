@@ -300,15 +300,10 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         if limit is not None and limit <= 0:
             return []
         self._check_open()
-        out: list[tuple[int, TResponseInputItem]] = []
         rows = await self._load(limit, after, before)
         if rows:
             self.listed()
-        for seq, payload in rows:
-            item = self._decode(payload, seq)
-            if item is not None:
-                out.append((seq, item))
-        return out
+        return self._decode_pairs(rows)
 
     @traced("count_items")
     async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
@@ -337,8 +332,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             rows = next(loaded) if limit is None or limit > 0 else []
             if rows:
                 session.listed()
-            decoded = [(seq, session._decode(payload, seq)) for seq, payload in rows]
-            out.append([(seq, item) for seq, item in decoded if item is not None])
+            out.append(session._decode_pairs(rows))
         return out
 
     async def _load_family(
@@ -689,6 +683,10 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
                 raise CorruptItemError(f"{message}: {exc}") from exc
             logger.warning("%s (%s); skipping it", message, exc)
             return None
+
+    def _decode_pairs(self, rows: list[Row]) -> list[tuple[int, TResponseInputItem]]:
+        decoded = [(seq, self._decode(payload, seq)) for seq, payload in rows]
+        return [(seq, item) for seq, item in decoded if item is not None]
 
     def _decode_rows(self, rows: list[Row]) -> list[TResponseInputItem]:
         out = []
