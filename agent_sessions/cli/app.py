@@ -488,20 +488,14 @@ def export_sessions(
     side_stores: SideStores = True, quiet: Quiet = False, option: Options = None,
 ) -> None:
     """Write sessions as JSON lines (one item per line) to a file or stdout (reads only)."""
+    from ..ops.migrate import export_store
+
     options = _parse_options(option)
-
-    async def go(out: Any) -> Any:
-        from ..ops.migrate import export_store
-
-        meter = _Meter("exporting", quiet, "run the same command again to export them all")
-        with meter.bar:
-            return await export_store(
-                url, out, session_ids=session_ids or None, prefix=prefix, options=options,
-                side_stores=side_stores, on_session=meter.session,
-            )
-
     with nullcontext(sys.stdout) if output == "-" else _open(output, "w", f"write {output}") as out:
-        report = _run(go(out))
+        report = _metered("exporting", quiet, lambda meter: export_store(
+            url, out, session_ids=session_ids or None, prefix=prefix, options=options,
+            side_stores=side_stores, on_session=meter.session,
+        ), "run the same command again to export them all")
     _console(stderr=True).print(
         f"exported {report.sessions} session(s), {report.side_stores} side store(s), "
         f"{report.items} item(s)"
@@ -511,11 +505,23 @@ def export_sessions(
 # -- writing commands --------------------------------------------------------------------------
 
 
+def _metered(
+    verb: str, quiet: bool, work: Callable[[_Meter], Awaitable[T]], resume: str = _RESUME
+) -> T:
+    """Run ``work(meter)`` as ``_run`` does, showing its progress."""
+
+    async def go() -> T:
+        meter = _Meter(verb, quiet, resume)
+        with meter.bar:
+            return await work(meter)
+
+    return _run(go())
+
+
 class _Meter:
-    """Progress on stderr (enter ``bar`` around the work): a bar with items and an ETA under a
-    terminal, a line every few seconds (``AGENT_SESSIONS_PROGRESS_EVERY``, default 5) without
-    one, nothing when quiet. The ETA follows the sessions done of those planned (``plan``) or
-    the characters read of an input's size (``reading``). Ctrl-C prints what was done."""
+    """Progress on stderr: a bar with items and an ETA on a terminal, else a line every
+    ``AGENT_SESSIONS_PROGRESS_EVERY`` seconds (default 5); the ETA follows sessions planned
+    (``plan``) or characters read (``reading``). Ctrl-C prints what was done."""
 
     def __init__(self, verb: str, quiet: bool, resume: str = _RESUME) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -578,27 +584,16 @@ def import_sessions(
 ) -> None:
     """Write the sessions of an export file into a store (creates what is missing), at their
     item numbers and times; sessions already imported in full are skipped."""
+    from ..ops.migrate import import_store
+
     options = _parse_options(option)
     if replace:
         _confirm(f"Overwrite sessions in {url} that hold other items?", yes)
-
-    async def go(lines: Any, size: int | None) -> Any:
-        from ..ops.migrate import import_store
-
-        meter = _Meter("importing", quiet)
-        if size is not None:  # the ETA follows the characters read of the file's bytes
-            lines = meter.reading(lines, size)
-        with meter.bar:
-            return await import_store(
-                url, lines, options=options, replace=replace, on_session=meter.session,
-                renumber=renumber,
-            )
-
-    if file == "-":
-        report = _run(go(sys.stdin, None))
-    else:
-        with _open(file, "r", f"read {file}") as lines:
-            report = _run(go(lines, os.fstat(lines.fileno()).st_size))
+    with nullcontext(sys.stdin) if file == "-" else _open(file, "r", f"read {file}") as lines:
+        report = _metered("importing", quiet, lambda meter: import_store(
+            url, lines if file == "-" else meter.reading(lines, os.fstat(lines.fileno()).st_size),
+            options=options, replace=replace, on_session=meter.session, renumber=renumber,
+        ))
     _report(report, "imported", as_json)
 
 
@@ -673,19 +668,13 @@ def copy(
     if replace:
         _confirm(f"Overwrite sessions in {dst_url} that hold other items?", yes)
 
-    async def go() -> Any:
-        from ..ops.migrate import copy_store
+    from ..ops.migrate import copy_store
 
-        meter = _Meter("copying", quiet)
-        with meter.bar:
-            return await copy_store(
-                src_url, dst_url, session_ids=session_ids or None, prefix=prefix,
-                src_options=src_opts, dst_options=dst_opts, replace=replace,
-                side_stores=side_stores, batch=batch, plan=meter.plan,
-                on_session=meter.session, renumber=renumber,
-            )
-
-    _report(_run(go()), "copied", as_json)
+    _report(_metered("copying", quiet, lambda meter: copy_store(
+        src_url, dst_url, session_ids=session_ids or None, prefix=prefix,
+        src_options=src_opts, dst_options=dst_opts, replace=replace, side_stores=side_stores,
+        batch=batch, plan=meter.plan, on_session=meter.session, renumber=renumber,
+    )), "copied", as_json)
 
 
 @app.command()

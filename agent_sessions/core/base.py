@@ -54,11 +54,8 @@ def _epoch(name: str, when: object) -> float:
 
 
 def check_before(before: object) -> int:
-    """Return ``before`` if it is an int (a sequence number bound), else raise TypeError.
-
-    A range delete must never guess: SQLite compares a number with text as "less", so a
-    string bound there would delete everything, and ``None`` would silently delete nothing.
-    """
+    """Return ``before`` if it is an int sequence number, else raise TypeError (SQLite would
+    take a string bound as "less than everything", ``None`` would match nothing)."""
     if isinstance(before, bool) or not isinstance(before, int):
         raise TypeError(f"before must be an int sequence number, got {before!r}")
     return before
@@ -101,11 +98,10 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
 
     session_settings: SessionSettings | None = None
     capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.SEQUENCED})
-    """What this backend offers (see ``core.capabilities``); add a capability only together
-    with its hook (``_delete_before``, ``_rewrite``, ``_member_options``, ``_write_at``)."""
+    """What this backend offers; each capability beyond SEQUENCED needs its hook."""
     _single_dispatch_writes = False
-    """True when each write is handed to the store in one step that cannot be half-done by a
-    cancellation (in-process, or one queued call), so no extra task is needed to finish it."""
+    """True when a write reaches the store in one step a cancellation cannot split, so no
+    task is needed to finish it."""
 
     def __init__(
         self,
@@ -138,16 +134,14 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         """Store ``payloads`` as one atomic, contiguous batch; return their sequence numbers."""
 
     async def _append_unnumbered(self, payloads: list[str]) -> None:
-        """``_append`` for a caller that does not need the numbers (``add_items``); a backend
-        overrides it where not reporting them saves work."""
+        """``_append`` without returning the numbers (override where that saves work)."""
         await self._append(payloads)
 
     @abstractmethod
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:
-        """Return the latest ``limit`` rows (all when None) with after < seq < before, oldest
-        first."""
+        """The latest ``limit`` rows (all when None) with after < seq < before, oldest first."""
 
     @abstractmethod
     async def _pop(self) -> str | None:
@@ -169,38 +163,33 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         raise NotImplementedError(f"{type(self).__name__} does not delete ranges")
 
     async def _rewrite(self, rows: list[Row]) -> int:
-        """Replace the payload of each existing row ``(seq, payload)`` in one atomic step,
-        skipping numbers that no longer exist; return how many were replaced (REWRITE)."""
+        """Atomically replace each existing row's payload; return how many (REWRITE)."""
         raise NotImplementedError(f"{type(self).__name__} does not rewrite items")
 
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
-        """In one atomic step: unless this session holds items, store ``rows`` at their
-        numbers, make later appends number above the last, and set the session's created and
-        updated times (epoch seconds); else raise SequenceConflictError (SEQUENCED_WRITE)."""
+        """Atomically store ``rows`` at their numbers into this empty session (else raise
+        SequenceConflictError) with these epoch times; later appends number above
+        (SEQUENCED_WRITE)."""
         raise NotImplementedError(f"{type(self).__name__} does not write at given numbers")
 
     async def _search_text(
         self, words: list[str], limit: int, equal: Equal, between: Between
     ) -> list[tuple[int, str, float]]:
-        """The ``limit`` best rows ``(seq, payload, score)`` of this session whose ``"text"``
-        holds any of ``words`` (never empty) and that pass the filters (checked by
-        ``core.textsearch.check_search``), best first (TEXT_SEARCH)."""
+        """The ``limit`` best ``(seq, payload, score)`` matching any of ``words`` (never
+        empty) and the checked filters, best first (TEXT_SEARCH)."""
         raise NotImplementedError(f"{type(self).__name__} does not search text")
 
     def _member_options(self) -> dict[str, Any]:
-        """Constructor keywords that open another session on this one's store and connection
-        (taking a share of it), without any per-session option (FAMILY)."""
+        """Constructor keywords opening another session on this store and connection
+        (FAMILY)."""
         raise NotImplementedError(f"{type(self).__name__} keeps no session family")
 
     # -- the SDK's Session API ---------------------------------------------------------------
 
     @traced("get_items")
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """Return the latest ``limit`` items, oldest first.
-
-        ``None`` uses ``session_settings.limit`` (all items when that is None too); a limit
-        of 0 or below returns ``[]`` without reading.
-        """
+        """Return the latest ``limit`` items (None: ``session_settings.limit``, else all),
+        oldest first; ``limit <= 0`` returns ``[]``."""
         if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
         if limit is not None and limit <= 0:
@@ -270,11 +259,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     async def add_sequenced_family(
         self, writes: list[tuple[Session, list[TResponseInputItem]]]
     ) -> list[list[int]]:
-        """Append each ``(session, items)`` batch in order, as ``add_sequenced_items`` would,
-        and return each batch's numbers (FAMILY_BATCH). A backend stores batches of sessions
-        sharing its store in one round trip (``_append_family``: SQLite in one transaction,
-        Redis in one script); with any other session among them, each batch is written by
-        its session's own ``add_sequenced_items``, in order.
+        """Append each ``(session, items)`` in order as ``add_sequenced_items``; one round trip
+        (``_append_family``) when all share this store (FAMILY_BATCH).
 
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
@@ -292,9 +278,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         )
 
     async def add_encoded_family(self, writes: list[tuple[Any, list[str]]]) -> list[list[int]]:
-        """``add_sequenced_family`` of batches a layer already validated and encoded (each
-        text from ``codec.encode_batch`` or checked by ``codec.check_size`` against its
-        session's ``max_item_bytes``): nothing is encoded twice."""
+        """``add_sequenced_family`` of texts already encoded and size-checked."""
         if not all(isinstance(s, BaseSession) for s, _ in writes):
             decoded = [(s, [decode_item(text) for text in texts]) for s, texts in writes]
             return await self.add_sequenced_family(decoded)  # type: ignore[arg-type]
@@ -316,15 +300,10 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         if limit is not None and limit <= 0:
             return []
         self._check_open()
-        out: list[tuple[int, TResponseInputItem]] = []
         rows = await self._load(limit, after, before)
         if rows:
             self.listed()
-        for seq, payload in rows:
-            item = self._decode(payload, seq)
-            if item is not None:
-                out.append((seq, item))
-        return out
+        return self._decode_pairs(rows)
 
     @traced("count_items")
     async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
@@ -335,10 +314,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     async def get_sequenced_family(
         self, reads: list[Read]
     ) -> list[list[tuple[int, TResponseInputItem]]]:
-        """Run each ``(session, limit, after, before)`` as ``get_sequenced_items`` and return
-        the results in order (FAMILY_BATCH). A backend serves sessions sharing its store in
-        one round trip (``_load_family``); with any other session among them, each runs its
-        own ``get_sequenced_items``, concurrently."""
+        """Run each read as ``get_sequenced_items``, results in order; one round trip
+        (``_load_family``) when all share this store (FAMILY_BATCH)."""
         if not all(isinstance(r[0], BaseSession) for r in reads):
             reading = (
                 cast("SupportsSequencedItems", s).get_sequenced_items(limit, after=a, before=b)
@@ -355,16 +332,13 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             rows = next(loaded) if limit is None or limit > 0 else []
             if rows:
                 session.listed()
-            decoded = [(seq, session._decode(payload, seq)) for seq, payload in rows]
-            out.append([(seq, item) for seq, item in decoded if item is not None])
+            out.append(session._decode_pairs(rows))
         return out
 
     async def _load_family(
         self, reads: list[tuple[BaseSession, int | None, int | None, int | None]]
     ) -> list[list[Row]]:
-        """``_load`` for each ``(session, limit, after, before)``, in order; by default all at
-        once (their round trips overlap). A backend overrides this to serve sessions that
-        share its connection in one round trip, falling back here for any other."""
+        """``_load`` for each read, in order (concurrently; a backend may batch them)."""
         if len(reads) == 1:
             s, limit, after, before = reads[0]
             return [await s._load(limit, after, before)]
@@ -372,10 +346,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         return list(await asyncio.gather(*loads))
 
     async def _append_family(self, writes: list[tuple[BaseSession, list[str]]]) -> list[list[int]]:
-        """``_append`` for each ``(session, payloads)``, in order, each side store listed in
-        its family's registry first (``_register``). This default makes one round trip per
-        batch; a backend overrides it to store sessions that share its connection in one
-        atomic step, falling back here for any other."""
+        """``_append`` for each ``(session, payloads)`` in order, registering side stores
+        first; one round trip each (a backend may write them atomically at once)."""
 
         async def each() -> list[list[int]]:
             out = []
@@ -443,16 +415,9 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     # -- a pop checked by a layer (capability) -------------------------------------------------
 
     async def pop_checked(self, check: Callable[[Any], Any]) -> Any:
-        """Remove the newest item and return ``check(item)``; when ``check`` raises, nothing
-        is removed and the exception propagates. Items that do not decode are removed on the
-        way, as ``pop_item`` does. None when the session is empty (CHECKED_POP).
-
-        One atomic step where the backend implements ``_pop_row_checked`` (``check`` may then
-        run off the event loop's thread, so it must not mutate loop state). Otherwise, and
-        when a subclass overrides ``pop_item``, the newest item is read and checked, then
-        popped; an item that replaced it in between is checked after its removal and, when
-        that check fails, added back (as a new item) before the exception propagates.
-        """
+        """Remove the newest item and return ``check(item)``; None when empty; when ``check``
+        raises, nothing is removed (CHECKED_POP). Atomic with ``_pop_row_checked``, else as
+        :func:`pop_checked_by_api`."""
         self._check_open()
         return await self._pop_checked(check)
 
@@ -475,25 +440,23 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
                 return result
 
     async def _pop_row_checked(self, check: Callable[[str], Any]) -> Any:
-        """Delete the newest row and return ``check(payload)`` in one atomic step (None when
-        there is none); when ``check`` raises, delete nothing and raise it. Optional."""
+        """Atomically delete the newest row and return ``check(payload)`` (None when empty);
+        when ``check`` raises, delete nothing."""
         raise NotImplementedError(f"{type(self).__name__} does not pop with a check")
 
     # -- range delete and rewrite in place (capabilities) ---------------------------------------
 
     @traced("delete_items")
     async def delete_items(self, *, before: int) -> int:
-        """Atomically delete this session's items with sequence number < ``before``; return
-        how many were deleted. Items written concurrently (higher numbers) are never touched."""
+        """Atomically delete the items numbered below ``before``; return how many."""
         before = check_before(before)
         self._check_open()
         deleted: int = await self._mutate(self._delete_before(before))
         return deleted
 
     async def rewrite_items(self, pairs: list[tuple[int, TResponseInputItem]]) -> int:
-        """Replace the item numbered ``seq`` by ``item`` for each ``(seq, item)`` in one atomic
-        step, keeping every sequence number; numbers that no longer exist are skipped.
-        Returns how many items were replaced.
+        """Atomically replace the item numbered ``seq`` for each ``(seq, item)``, skipping
+        missing numbers; return how many were replaced.
 
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
@@ -520,10 +483,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         equal: Mapping[str, Collection[str]] | None = None,
         between: Mapping[str, tuple[float | None, float | None]] | None = None,
     ) -> list[tuple[int, TResponseInputItem, float]]:
-        """The ``limit`` items whose top-level ``"text"`` best matches any word of ``query``,
-        as ``(seq, item, score)``, best first, filtered before ranking (TEXT_SEARCH; see
-        ``core.capabilities.SupportsTextSearch``). A query without words or ``limit <= 0``
-        returns ``[]``.
+        """Items best matching ``query`` as ``core.capabilities.SupportsTextSearch`` says.
 
         Raises:
             ValueError: a filter's field name is not ``[a-z_]{1,32}``.
@@ -549,9 +509,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         created_at: datetime | None = None,
         updated_at: datetime | None = None,
     ) -> None:
-        """Store each ``(seq, item)`` at number ``seq`` in one atomic step into this session,
-        which must hold no items; record ``created_at``/``updated_at`` (now when None) as its
-        times. Later appends are numbered above the highest ``seq``. ``[]`` writes nothing.
+        """Atomically store each ``(seq, item)`` at ``seq`` into this empty session with these
+        times (now when None); later appends number above. ``[]`` writes nothing.
 
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
@@ -577,8 +536,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     # -- the session family (capability) -------------------------------------------------------
 
     def sibling(self, session_id: str) -> Self:
-        """Return a session of the same store and connection for ``session_id`` (any internal
-        id), with default settings. Prefer ``core.family.side_store`` for side data."""
+        """A session of this store and connection for ``session_id``, default settings
+        (for side data use ``core.family.side_store``)."""
         self._check_open()
         session_id = validate_session_id(session_id, internal=True)
         return type(self)(  # type: ignore[call-arg]
@@ -590,8 +549,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         )
 
     def side_store(self, purpose: str) -> Self:
-        """Return this session's side store for ``purpose``, closed with this object; see
-        ``core.family``."""
+        """This session's side store for ``purpose``, closed with it."""
         self._check_open()
         if self._family is None:
             self._family = Family(self._open_member)
@@ -610,17 +568,15 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
 
     @property
     def unlisted(self) -> tuple[BaseSession, str] | None:
-        """``(registry, purpose)`` while this object has not listed its side store in its
-        family's registry (it does before its first write, or a backend's family write does
-        it in the same step and then calls :meth:`listed`); None otherwise."""
+        """``(registry, purpose)`` until this side store is listed in its family's registry
+        (before its first write, or by a family write calling :meth:`listed`); else None."""
         if self._registration is None:
             return None
         owner, purpose = self._registration
         return owner.side_store(REGISTRY), purpose
 
     def listed(self) -> None:
-        """This side store is listed in its family's registry (it holds items, or a family
-        write listed it): this object need not check again."""
+        """Mark this side store as listed in its family's registry."""
         self._registration = None
 
     async def _register(self) -> None:
@@ -640,28 +596,24 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         return self._closed
 
     def close(self) -> Closing:
-        """Release this session's resources; idempotent. Later use raises SessionClosedError.
+        """Release this session's resources; idempotent; later use raises SessionClosedError.
 
-        Works called bare, like the SDK's sync ``SQLiteSession.close()`` (the session is
-        closed at once; the release finishes in the background, or right away when no event
-        loop runs), or awaited, which waits for the release. A session over a client or
-        engine the caller passed in leaves it open (see ``_owns_resources``).
+        Call it bare (as the SDK's sync ``SQLiteSession.close()``: the release finishes in the
+        background) or await it. A client or engine the caller passed in stays open.
         """
         if self._closing is None:
             self._closing = Closing(None if self._closed_at_once() else self._release())
         return self._closing
 
     def _closed_at_once(self) -> bool:
-        """Close without I/O when possible (side stores and this session; see
-        ``core.family.close_at_once``); True when done. Otherwise ``_release`` does the rest."""
+        """Close without I/O when possible; True when done, else ``_release`` must run."""
         self._closed = self._closed or self._owns_resources()
         return not self._closed or (
             (self._family is None or self._family.close_at_once()) and self._release_at_once()
         )
 
     def _close_at_once(self) -> bool:
-        """``close_at_once``'s hook: ``close()`` if it needs no I/O; True when closed so (or
-        closed already without error)."""
+        """``close()`` if it needs no I/O; True when closed (now or before, without error)."""
         if self._closing is not None:
             return self._closing.done and not self._closing.failed
         if type(self).close is not BaseSession.close:
@@ -672,8 +624,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         return False
 
     def _release_at_once(self) -> bool:
-        """Release without I/O when possible (a share of something others still use); True
-        when done, so ``close()`` starts no task. By default False: ``_release`` runs."""
+        """Release without I/O (a share others still use); True when done. Default False."""
         return False
 
     async def _close_owned(self) -> None:
@@ -690,8 +641,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             await self._closing
 
     def _owns_resources(self) -> bool:
-        """Whether closing ends this session: False for one over the caller's own client,
-        whose close is a no-op as in the SDK."""
+        """False over the caller's own client, where close is a no-op as in the SDK."""
         return True
 
     async def _release(self) -> None:
@@ -734,6 +684,10 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             logger.warning("%s (%s); skipping it", message, exc)
             return None
 
+    def _decode_pairs(self, rows: list[Row]) -> list[tuple[int, TResponseInputItem]]:
+        decoded = [(seq, self._decode(payload, seq)) for seq, payload in rows]
+        return [(seq, item) for seq, item in decoded if item is not None]
+
     def _decode_rows(self, rows: list[Row]) -> list[TResponseInputItem]:
         out = []
         for seq, payload in rows:
@@ -744,23 +698,20 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
 
 
 def short_page_is_start(session: object) -> bool:
-    """Whether a page of ``session.get_sequenced_items(limit, before=)`` shorter than ``limit``
-    means no older items: so for this package's backends, not for layers that hide items
-    (expiry, unreadable envelopes), where only an empty page does."""
+    """Whether a short page of ``get_sequenced_items`` means no older items (backends; not
+    layers that hide items, where only an empty page does)."""
     return isinstance(session, BaseSession)
 
 
 def keeps_write_path(session: object, *methods: str) -> bool:
-    """False when ``session`` is a backend whose class replaces one of ``BaseSession``'s
-    ``methods`` (its own write path, which a family write would bypass)."""
+    """False when ``session`` is a backend overriding one of ``BaseSession``'s ``methods``."""
     return not isinstance(session, BaseSession) or all(
         getattr(type(session), name) is getattr(BaseSession, name) for name in methods
     )
 
 
 async def pop_checked_of(session: Session, check: Callable[[Any], Any]) -> Any:
-    """``session.pop_checked(check)`` where it declares CHECKED_POP, else the same through its
-    SDK methods (``pop_checked_by_api``)."""
+    """``session.pop_checked(check)``, or :func:`pop_checked_by_api` without CHECKED_POP."""
     if supports(session, Capability.CHECKED_POP):
         checked: SupportsCheckedPop = session  # type: ignore[assignment]
         return await checked.pop_checked(check)
@@ -768,8 +719,8 @@ async def pop_checked_of(session: Session, check: Callable[[Any], Any]) -> Any:
 
 
 async def pop_checked_by_api(session: Any, check: Callable[[Any], Any]) -> Any:
-    """``pop_checked`` through a session's public API (read newest, check, pop): two steps,
-    for sessions that cannot check inside their pop."""
+    """``pop_checked`` in two steps (read and check the newest, pop); an item that replaced
+    it meanwhile is checked after its removal and added back when that check raises."""
     while True:
         newest = await session.get_items(limit=1)
         if not newest:

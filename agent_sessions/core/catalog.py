@@ -63,20 +63,16 @@ class CatalogStore(Protocol):
 
     async def exists(self) -> bool:
         """Whether the store (file, tables, collections) exists; creates nothing."""
-        ...
 
     async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
         """Return the sessions ``query`` selects, ordered by id."""
-        ...
 
     async def family_ids(self, session_id: str) -> list[str]:
         """Return the ids of every side store whose family root is ``session_id``."""
-        ...
 
     async def delete(self, session_ids: Sequence[str]) -> int:
         """Delete everything stored under each id (items, counters, metadata); return how many
         of them existed."""
-        ...
 
 
 @runtime_checkable
@@ -85,7 +81,6 @@ class SupportsCatalog(Protocol):
 
     def catalog_store(self) -> CatalogStore:
         """Return the catalog of the store this session lives in (sharing its connection)."""
-        ...
 
 
 def is_side_store(session_id: str) -> bool:

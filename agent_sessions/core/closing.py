@@ -14,13 +14,11 @@ _pending: set[asyncio.Future[None]] = set()
 
 
 class Closing(Coroutine[Any, Any, None]):
-    """A started release of a session's resources.
+    """A started release of a session's resources, returned by ``close()``.
 
-    Created by ``close()``: in a running event loop the release starts as a task (awaiting
-    this object waits for it and raises its error); without one it runs to its end at once,
-    as the SDK's synchronous ``close()`` does. Awaiting it again is free. It is a
-    ``Coroutine``, so ``asyncio.run(session.close())`` works too, and an unawaited one
-    raises no "never awaited" warning.
+    In a running loop the release is a task (awaiting this waits for it and raises its error);
+    without one it runs at once, as the SDK's sync ``close()``. A ``Coroutine``, so
+    ``asyncio.run(session.close())`` works and an unawaited one warns nothing.
     """
 
     def __init__(
@@ -88,10 +86,8 @@ class Closing(Coroutine[Any, Any, None]):
 def release_here(
     release: Callable[[], Awaitable[None]],
 ) -> tuple[Closing, Coroutine[Any, Any, None]]:
-    """The Closing a session's ``close()`` hands out while its caller runs ``release`` itself,
-    and the coroutine that runs it (set the first, then await the second). Only for a caller
-    that is itself a release, a task a cancelled ``close()`` does not stop: a session closing
-    the sessions it owns then starts no task per layer."""
+    """A Closing for ``close()`` to hand out and the coroutine running ``release`` in the
+    caller's task (set the first, then await the second); only from an owner's release."""
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     async def run() -> None:

@@ -1,11 +1,9 @@
 """Item codec: validate items and turn them into compact JSON text, and back.
 
-orjson is used when installed (extra ``[fast]``); it encodes a typical item 5-10x faster than the
-standard library (see ``benchmarks/bench_codec.py``). Both paths apply the same rules: an item is a
-JSON object whose keys are strings, whose numbers are finite, and whose values are JSON types.
-The orjson path lets orjson refuse what it refuses and checks the few things it accepts but
-``json.dumps`` refuses in C-speed passes; only an item that fails them is walked in Python, to
-name the bad part (or accept it: a ``StrEnum`` is a str).
+An item is a JSON object with string keys, finite numbers and JSON-typed values, on both paths:
+orjson when installed (extra ``[fast]``, 5-10x faster), else the standard library. What orjson
+accepts but ``json.dumps`` refuses is caught in C-speed passes; only a suspect item is walked in
+Python, to name the bad part.
 """
 
 from __future__ import annotations
@@ -61,13 +59,11 @@ _CONTAINERS = frozenset({dict, list, tuple})
 
 
 def _find_problem(value: Any, path: str) -> str | None:
-    """Return a description of the first non-JSON part of ``value``, or None.
+    """Describe the first non-JSON part of ``value``, or return None.
 
-    JSON types are dict (string keys), list, tuple, str, int (64-bit), bool, finite float and
-    None, subclasses included (a ``StrEnum`` is a str). Anything else (datetime, UUID, a plain
-    Enum, a dataclass, bytes, a set) is refused on both encoder paths, as the SDK's
-    ``json.dumps`` refuses it, though orjson alone would convert some of them. The walk is
-    iterative, so a deeply nested item is reported, not a RecursionError.
+    JSON types (subclasses included): dict with str keys, list, tuple, str, 64-bit int, bool,
+    finite float, None; anything else is refused, as ``json.dumps`` does. Iterative, so deep
+    nesting is reported, not a RecursionError.
     """
     stack: list[tuple[Any, Any, int]] = [(value, path, 1)]
     pop, push = stack.pop, stack.append
@@ -118,14 +114,10 @@ def _orjson_wrote_json(items: Sequence[Any], data: list[bytes]) -> bool:
     """True when ``data``, orjson's texts for the dicts ``items``, are what ``json.dumps``
     would write.
 
-    orjson has refused non-string keys, integers beyond 64 bits and nesting deeper than 254 (so
-    cycles too). What else it writes but ``json.dumps`` refuses is UUID, Enum, datetime,
-    dataclass and Fragment values, none of an exact JSON type, and NaN and infinities, which
-    become ``null``. So this checks that every value is of an exact JSON type and, if any is a
-    float, that the texts hold no more ``null`` than the items hold None (a "null" inside a
-    string only costs the full walk). ``gc.get_referents`` lists the elements of a whole level
-    of exact dicts, lists and tuples of the whole batch in one C call: no Python code runs per
-    value, nor per item.
+    Beyond what orjson refuses itself, it writes non-JSON types (UUID, Enum, datetime...) and
+    turns NaN and infinities into ``null``: so every value must be of an exact JSON type and,
+    with floats, the texts hold no more ``null`` than the items hold None. ``gc.get_referents``
+    lists a whole level of the batch in one C call.
     """
     level: Sequence[Any] = items
     nones, floats = 0, False
@@ -149,10 +141,9 @@ def _encode_text(item: Any, index: int) -> str:
         except TypeError:
             pass  # orjson refuses (non-string key, 64-bit range, depth...): the walk says why
         else:
-            if type(item) is dict and _orjson_wrote_json([item], [data]):
-                return str(data.decode())
-            problem = _find_problem(item, "item")
-            if problem:
+            if not (type(item) is dict and _orjson_wrote_json([item], [data])) and (
+                problem := _find_problem(item, "item")
+            ):
                 raise _invalid(index, problem)
             return str(data.decode())
     problem = _find_problem(item, "item")

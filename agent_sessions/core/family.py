@@ -1,13 +1,9 @@
 """The session family: a user's session plus the side stores that layers keep for it.
 
-A layer that needs side storage (branch log, usage records, compaction records, ...) asks
-:func:`side_store` for it. The side store lives in the same backend and connection as the
-user's session, under an id that core derives (``derive_sibling_id``), with default settings
-(never the user's ``session_settings``), and it is closed with the session that opened it.
-
-Every side store that was ever written is listed in the family's registry (a side store of its
-own, written once per side store and object), so family-wide operations (key rotation, erase)
-reach members that this process never opened.
+A layer asks :func:`side_store` for side storage (branch log, usage, compaction records): same
+backend and connection, a derived id, default settings, closed with the session that opened
+it. Every side store ever written is listed in the family's registry (itself a side store), so
+family-wide operations (key rotation, erase) reach members this process never opened.
 """
 
 from __future__ import annotations
@@ -61,9 +57,8 @@ async def close_quietly(session: Session) -> None:
 
 
 async def close_owned(session: Session) -> None:
-    """Close ``session`` from inside the release of the session that owns it (a task that a
-    cancelled ``close()`` does not stop): one of this package's sessions releases in the
-    calling task instead of starting a task of its own; any other is closed as usual."""
+    """Close ``session`` from its owner's release: this package's sessions release in the
+    calling task instead of starting their own."""
     inline = getattr(session, "_close_owned", None)
     if inline is None:
         await close_quietly(session)
@@ -72,9 +67,8 @@ async def close_owned(session: Session) -> None:
 
 
 def close_at_once(session: Session) -> bool:
-    """Close ``session`` now if that needs no I/O and no waiting (one of this package's
-    sessions whose resources others still share); True when closed so. Otherwise nothing or
-    part of it is done, and its ``close()`` or ``close_owned`` does the rest."""
+    """Close ``session`` now if that needs no I/O; True when closed so (else ``close()`` or
+    :func:`close_owned` does the rest)."""
     hook = getattr(session, "_close_at_once", None)
     return hook is not None and bool(hook())
 
@@ -90,11 +84,8 @@ def purposes_in(records: list[Any]) -> list[str]:
 
 
 class Family:
-    """The side stores one session object opened, by purpose; closed with that object.
-
-    ``open_member(purpose)`` makes a member; a member that was closed is opened again on the
-    next request, so layers may close what they got without breaking others.
-    """
+    """The side stores one session object opened, by purpose; closed with that object. A
+    closed member is opened again (``open_member``) on the next request."""
 
     def __init__(self, open_member: Callable[[str], Session]) -> None:
         self._open_member = open_member

@@ -34,14 +34,11 @@ def register_scheme(
     scheme: str, opener: str | Opener, *, extra: str | None = None,
     store: str | Callable[..., Any] | None = None,
 ) -> None:
-    """Make ``open_session`` (and, given ``store``, ``open_store``) handle URLs starting with
-    ``scheme://``.
+    """Make ``open_session`` (and, given ``store``, ``open_store``) handle ``scheme://`` URLs.
 
-    ``opener`` (``opener(url, session_id, **options)``) and ``store``
-    (``store(url, **options)``, returning a :class:`Store` or an awaitable of one) are
-    callables or ``"package.module:function"`` strings imported lazily, so registering costs
-    nothing until used. ``extra`` names the pip extra that provides the driver, for the error
-    message when it is missing.
+    ``opener(url, session_id, **options)`` and ``store(url, **options)`` (each may return an
+    awaitable) are callables or lazily imported ``"package.module:function"`` strings;
+    ``extra`` is the pip extra named when the driver is missing.
     """
     _SCHEMES[scheme.lower()] = _Entry(opener, extra, store)
 
@@ -69,14 +66,11 @@ def _resolve(scheme: str, entry: _Entry, target: str | Callable[..., Any] | None
 
 @runtime_checkable
 class ClosableSession(Session, Protocol):
-    """A Session that releases its connections with ``await s.close()`` or ``async with``.
-
-    What :func:`open_session` returns: every backend of this package is one.
-    """
+    """What :func:`open_session` returns: a Session closed by ``await s.close()`` or
+    ``async with`` (every backend of this package is one)."""
 
     async def close(self) -> None:
         """Release the session's resources; idempotent."""
-        ...
 
     async def __aenter__(self) -> ClosableSession: ...
 
@@ -129,11 +123,8 @@ async def open_session(url: str, session_id: str, **options: Any) -> ClosableSes
     Examples: ``memory://``, ``sqlite:///relative.db``, ``sqlite:////abs/path.db``,
     ``sqlite:///:memory:``, ``redis://localhost:6379/0``, ``postgresql+asyncpg://...``
     (``postgres://``, ``postgresql://``, ``mysql://`` and ``mariadb://`` pick the installed
-    async driver). ``options`` go to the backend's ``from_url`` (or constructor); an unknown
-    option raises TypeError naming the valid ones.
-
-    The result is closable: ``async with await open_session(...) as s:`` or
-    ``await s.close()`` releases its connections.
+    async driver). ``options`` go to the backend (an unknown one raises TypeError). Close the
+    result with ``async with`` or ``await s.close()``.
 
     Raises:
         UnknownSchemeError: no backend handles the URL's scheme.
@@ -186,21 +177,17 @@ class Store(Protocol):
 
     def session(self, session_id: str, **options: Any) -> ClosableSession:
         """A session handle on this store (``options``: the backend's per-session ones)."""
-        ...
 
     def catalog(self) -> Any:
         """The catalog of this store's sessions (see ``agent_sessions.ops.catalog``)."""
-        ...
 
     async def close(self) -> None:
         """Give back this store; its handles stop working when nothing else holds it."""
-        ...
 
 
 async def open_store(url: str, **options: Any) -> Store:
-    """Open the store named by ``url`` (the URLs of :func:`open_session`); ``options`` are
-    the backend's store options (connection settings, not per-session ones). Stores of one
-    URL and options may be shared; ``await store.close()`` gives this one back.
+    """Open the store named by ``url`` (as for :func:`open_session`) with the backend's store
+    options; stores of one URL and options may be shared until ``await store.close()``.
 
     Raises:
         UnknownSchemeError: no backend handles the URL's scheme, or it has no store.

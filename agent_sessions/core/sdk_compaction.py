@@ -1,12 +1,9 @@
 """The SDK's compaction hooks on this package's backends.
 
-The SDK's ``OpenAIResponsesCompactionSession`` looks for two private methods on the session it
-wraps: ``_get_compaction_snapshot(limit, *, prune_prefix=None)`` (the latest ``limit`` items,
-whether that is the whole history, and an atomic "replace this suffix" operation) and
-``_atomic_replace_items(items)`` (replace the whole history in one transaction). Without them
-it skips automatic compaction whenever ``session_settings.limit`` is shorter than the history,
-and falls back to a clear + add that is not atomic. A backend offers both by implementing
-``_replace_rows``; the rest is here, once.
+``OpenAIResponsesCompactionSession`` looks for ``_get_compaction_snapshot`` and
+``_atomic_replace_items`` on the session it wraps (without them it skips compaction under a
+short ``session_settings.limit`` and replaces by a non-atomic clear + add). A backend gets both
+by implementing ``_replace_rows``.
 """
 
 from __future__ import annotations
@@ -42,11 +39,9 @@ class SDKCompactionHooks:
         payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
-        """In one transaction: unless the newest ``len(expected)`` rows are exactly
-        ``expected`` (sequence number and text), change nothing and return False; else delete
-        them (every row when ``expected`` is None), delete the oldest rows for which
-        ``prune(text)`` holds (stopping at the first that does not), append ``payloads`` and
-        return True. A backend that cannot leaves this unimplemented."""
+        """In one transaction, unless the newest rows differ from ``expected`` (then return
+        False): delete them (all rows when None), delete the oldest rows while ``prune(text)``
+        holds, append ``payloads``, return True. Optional."""
         raise NotImplementedError
 
     def _replaces_rows(self) -> bool:

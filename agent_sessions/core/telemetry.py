@@ -1,11 +1,8 @@
 """Optional OpenTelemetry spans for every storage operation (the ``otel`` extra).
 
-The public storage methods of ``BaseSession`` pass through one seam, :func:`traced`: until
-``instrument()`` is called it only checks a module variable, and OpenTelemetry is never
-imported. Then the outermost such call of a task runs in a span named ``"{operation} {system}"``
-(calls it makes on other sessions, a family's side stores, are part of it). The attributes, and
-what a span never carries (item content, the session id, an exception's message), are listed
-in docs/observability.md.
+``BaseSession``'s storage methods pass through :func:`traced`, which costs one variable check
+until ``instrument()``; then a task's outermost call runs in a span ``"{operation} {system}"``.
+Attributes, and what a span never carries, are in docs/observability.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Moving conversations between stores: copy, export and import (JSON lines), resumable.
 
-A copy writes a session's stored items unchanged (envelopes stay envelopes) with its side
-stores, at its source's sequence numbers and times, in one atomic step where the destination
-declares ``Capability.SEQUENCED_WRITE``. A destination without it (an SDK layout) numbers items
-anew: a family with side stores is refused there unless ``renumber=True``. A copy stopped
-halfway resumes; each session is checked by its item count and read whole into memory::
+Stored items are copied unchanged with their side stores, numbers and times (atomically where
+the destination declares SEQUENCED_WRITE; a destination without it numbers anew and refuses
+side stores unless ``renumber=True``). Each session is read whole and checked by its count::
 
     result = await copy_store("sqlite:///app.db", "postgresql+asyncpg://u:pw@db/app")
 """
@@ -55,8 +53,7 @@ class RenumberingError(SessionError, ValueError):
 
 @dataclass
 class SessionData:
-    """One session as read from a store or an export: its items, their sequence numbers (None
-    when the source has none) and its times (None when unknown)."""
+    """One session read from a store or an export (``seqs`` and times None when unknown)."""
 
     session_id: str
     items: list[Any]
@@ -102,8 +99,7 @@ class Store(AbstractAsyncContextManager["Store"]):
     async def open(
         cls, url: str, options: dict[str, Any] | None = None, *, read_only: bool = False
     ) -> Store:
-        """Open the store at ``url`` (``options`` as for ``open_session``); ``read_only``
-        creates nothing and raises StoreNotFoundError when the store does not exist."""
+        """Open the store at ``url``; ``read_only`` creates nothing (StoreNotFoundError)."""
         from ..core.registry import open_session
 
         opts = dict(options or {})
@@ -180,12 +176,14 @@ async def write_session(
 ) -> int:
     """Make ``dst`` hold exactly ``items``; return how many were written (0: already did).
 
-    With ``seqs`` and a ``dst`` that declares SEQUENCED_WRITE, the items are written at those
-    numbers and times in one atomic step (a part already there is written again whole); else
-    appended in batches of ``batch`` after the first ``k`` of them already there. Any other
-    content is cleared when ``replace``, else :class:`TransferConflictError` (nothing written).
-    Raises :class:`InvalidItemError` (nothing written) for an item that cannot be stored and
-    :class:`BackendDataError` when the item count differs afterwards.
+    With ``seqs`` and SEQUENCED_WRITE, written whole at those numbers and times in one step;
+    else appended in batches after the prefix already there. Other content is cleared when
+    ``replace``.
+
+    Raises:
+        TransferConflictError: ``dst`` holds other items (nothing written).
+        InvalidItemError: an item cannot be stored (nothing written).
+        BackendDataError: the item count differs afterwards.
     """
     sid = dst.session_id
     encode_batch(items, getattr(dst, "max_item_bytes", DEFAULT_MAX_ITEM_BYTES))
@@ -259,8 +257,8 @@ async def _write(
     store: Store, data: SessionData, report: TransferReport, on_session: OnSession | None,
     *, needs_numbers: bool, **options: Any,
 ) -> int:
-    """``write_session`` of ``data``, counted in ``report``; a session whose numbers are taken
-    at the destination is appended instead unless side stores point into it."""
+    """``write_session`` of ``data``, counted; appended instead when its numbers are taken
+    and no side store points into it."""
     sid, seqs = data.session_id, data.seqs
     options.update(created_at=data.created_at, updated_at=data.updated_at)
     try:
@@ -299,8 +297,7 @@ async def _write_family(
     store: Store, family: list[SessionData], report: TransferReport,
     on_session: OnSession | None, renumber: bool, **options: Any,
 ) -> None:
-    """Write a user session and its side stores; clear what it wrote when a member is refused
-    for its numbers, so no half family is left."""
+    """Write a family; when a member's numbers are refused, clear what it wrote."""
     side_ids = [d.session_id for d in family if is_side_store(d.session_id)]
     if not _numbering_check(store, side_ids, renumber):
         family = [d for d in family if not is_side_store(d.session_id)]
@@ -345,11 +342,13 @@ async def copy_store(
     on_session: OnSession | None = None, plan: Callable[[list[str]], None] | None = None,
     renumber: bool = False,
 ) -> TransferReport:
-    """Copy sessions (all, those starting with ``prefix``, or ``session_ids``) with their side
-    stores from ``src_url`` to ``dst_url``, keeping numbers and times (see
-    :func:`write_session`); ``plan(ids)`` is told the ids first. Raises
-    :class:`RenumberingError` (nothing written) when the destination cannot keep numbers and
-    sessions have side stores, unless ``renumber`` leaves those behind."""
+    """Copy sessions (all, by ``prefix``, or ``session_ids``) with their side stores, numbers
+    and times (:func:`write_session`); ``plan(ids)`` gets the ids first.
+
+    Raises:
+        RenumberingError: ``dst`` renumbers and side stores exist, without ``renumber``
+            (nothing written).
+    """
     report = TransferReport()
     writing = {"replace": replace, "batch": batch, "progress": progress}
     async with await Store.open(src_url, src_options, read_only=True) as src:
@@ -420,8 +419,8 @@ def _time(value: Any, number: int, name: str) -> datetime | None:
 
 
 def iter_export(lines: Iterable[str]) -> Iterator[SessionData]:
-    """Yield the sessions of an export (format 1 or 2, which has no numbers or times), one at
-    a time; raise ValueError naming the line where the text is no export."""
+    """Yield the sessions of an export (format 1 has no numbers or times) one at a time;
+    ValueError names the first line that is no export."""
     current: SessionData | None = None
     numbers: list[int | None] = []
     done: set[str] = set()
@@ -502,10 +501,12 @@ async def import_store(
     replace: bool = False, batch: int = DEFAULT_BATCH, progress: Progress | None = None,
     on_session: OnSession | None = None, renumber: bool = False,
 ) -> TransferReport:
-    """Write the sessions of an export into the store at ``url`` at their numbers and times,
-    resumable like a copy. Raises :class:`InvalidItemError` naming the session, the item and
-    the sessions written before it (nothing of that session written), and
-    :class:`RenumberingError` as :func:`copy_store` does."""
+    """Write an export's sessions into ``url`` at their numbers and times, resumable.
+
+    Raises:
+        InvalidItemError: names the session, item and sessions written before it.
+        RenumberingError: as :func:`copy_store`.
+    """
     report = TransferReport()
     writing = {"replace": replace, "batch": batch, "progress": progress}
     async with await Store.open(url, options) as dst:
