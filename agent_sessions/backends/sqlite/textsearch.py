@@ -132,7 +132,8 @@ class TextIndexSchema:
     def filters(equal: Equal, between: Between) -> tuple[str, list[Any]]:
         """The filters as SQL terms on the message row ``m`` (each starting with AND) and
         their parameters."""
-        sql, params = "", list[Any]()
+        sql = ""
+        params: list[Any] = []
         for name, values in equal.items():
             path = f"$.{name}"
             marks = ", ".join("?" for _ in values)
