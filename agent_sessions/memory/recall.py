@@ -369,7 +369,7 @@ class RecallIndex:
         equal = {"role": list(roles)} if roles else None
         between = {"at": (start, end)} if start is not None or end is not None else None
         store: Any = self.store
-        fetch = 2 * limit + 8  # over-fetch: racing writers may have indexed an item twice
+        fetch = limit  # more only when duplicates (racing writers) or forgotten hits left few
         while True:
             rows = await store.search_text(query, limit=fetch, equal=equal, between=between)
             hits: list[RecallHit] = []

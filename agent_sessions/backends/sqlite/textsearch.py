@@ -103,36 +103,37 @@ class TextIndexSchema:
             f"INSERT INTO {f} (rowid, body) SELECT m.id, json_extract(m.message_data, {_TEXT}) "
             f"FROM {m} AS m WHERE m.session_id = ? AND {_indexable('m')}"
         )
-        self.messages = m
-        # Without filters: the best hits among the session's row ids, each marked whether it is
-        # the session's, with no join per hit (the hits of a file holding one session, or of a
-        # session whose rows no other's interleave, are all its own).
-        self.search_range = (
+        # The best ``?`` hits among the session's row ids, ranked with no join per hit, each
+        # joined to its row and marked whether it is the session's and passes the filters
+        # (appended to the mark); the payload only where it does.
+        self.search_top = (
             f"WITH hits AS (SELECT rowid AS id, bm25({f}) AS score FROM {f} WHERE {f} MATCH ? "
             f"AND rowid >= (SELECT min(id) FROM {m} WHERE session_id = ?) "
             f"AND rowid <= (SELECT max(id) FROM {m} WHERE session_id = ?) "
-            f"ORDER BY score, id LIMIT ?) SELECT m.id, m.message_data, -hits.score, "
-            f"m.session_id = ? FROM hits JOIN {m} AS m ON m.id = hits.id "
-            "ORDER BY hits.score, hits.id"
+            f"ORDER BY score, id LIMIT ?), marked AS (SELECT hits.id, hits.score, m.message_data, "
+            f"(m.session_id = ?{{}}) AS ok FROM hits JOIN {m} AS m ON m.id = hits.id) "
+            "SELECT id, CASE WHEN ok THEN message_data END, -score, ok FROM marked "
+            "ORDER BY score, id"
         )
+        # Every hit joined to its row, filtered, ranked and cut: when the top hits above hold
+        # too few that pass. The bounds skip other sessions' hits outside the session's row
+        # ids (a 20-item session beside a 100k-item one: 43 ms without them for a word in 10%
+        # of items); the payloads are read for the returned rows only.
         self.search = (
-            f"SELECT {f}.rowid AS id, bm25({f}) AS score FROM {f} JOIN {m} AS m "
-            f"ON m.id = {f}.rowid WHERE {f} MATCH ? AND m.session_id = ? "
-            # The index serves every listed session of the file: bounding its row ids to this
-            # session's first and last (two probes of the session index) skips other
-            # sessions' hits outside them (a 20-item session beside a 100k-item one: 43 ms
-            # without the bounds for a word in 10% of items).
+            f"WITH hits AS (SELECT {f}.rowid AS id, bm25({f}) AS score FROM {f} JOIN {m} AS m "
+            f"ON m.id = {f}.rowid WHERE {f} MATCH ? AND m.session_id = ?{{}} "
             f"AND {f}.rowid >= (SELECT min(id) FROM {m} WHERE session_id = ?) "
-            f"AND {f}.rowid <= (SELECT max(id) FROM {m} WHERE session_id = ?)"
+            f"AND {f}.rowid <= (SELECT max(id) FROM {m} WHERE session_id = ?) "
+            f"ORDER BY score, id LIMIT ?) SELECT m.id, m.message_data, -hits.score "
+            f"FROM hits JOIN {m} AS m ON m.id = hits.id ORDER BY hits.score, hits.id"
         )
 
-    def search_sql(
-        self, sid: str, words: list[str], limit: int, equal: Equal, between: Between
-    ) -> tuple[str, list[Any]]:
-        """The ranked SELECT and its parameters: each word an FTS5 string (``\\w+`` holds no
-        quote), joined with OR; filters on the joined message rows, before the limit."""
-        sql = self.search
-        params: list[Any] = [" OR ".join(f'"{word}"' for word in words), sid, sid, sid]
+    @staticmethod
+    def filters(equal: Equal, between: Between) -> tuple[str, list[Any]]:
+        """The filters as SQL terms on the message row ``m`` (each starting with AND) and
+        their parameters."""
+        sql = ""
+        params: list[Any] = []
         for name, values in equal.items():
             path = f"$.{name}"
             marks = ", ".join("?" for _ in values)
@@ -149,14 +150,6 @@ class TextIndexSchema:
                 if bound is not None:
                     sql += f" AND json_extract(m.message_data, ?) {op} ?"
                     params += [path, _bindable(bound)]
-        # Ranked and cut in a subquery, so only the ``limit`` rows carry their payloads
-        # (sorting every hit with its payload took about twice as long at 10k hits).
-        sql = (
-            f"WITH hits AS ({sql} ORDER BY score, id LIMIT ?) SELECT m.id, m.message_data, "
-            f"-hits.score FROM hits JOIN {self.messages} AS m ON m.id = hits.id "
-            "ORDER BY hits.score, hits.id"
-        )
-        params.append(min(limit, _INT64_MAX))
         return sql, params
 
     def run_search(
@@ -168,15 +161,23 @@ class TextIndexSchema:
         equal: Equal,
         between: Between,
     ) -> list[Any]:
-        """``(seq, payload, score)`` of the session's best ``limit`` hits, best first."""
-        if not (equal or between):
-            match = " OR ".join(f'"{word}"' for word in words)
-            args = (match, sid, sid, min(limit, _INT64_MAX), sid)
-            rows = raw.execute(self.search_range, args).fetchall()
-            if all(own for *_, own in rows):  # else another session's rows interleave
-                return [row[:3] for row in rows]
-        sql, params = self.search_sql(sid, words, limit, equal, between)
-        return raw.execute(sql, params).fetchall()
+        """``(seq, payload, score)`` of the session's best ``limit`` hits, best first: among
+        the best few hits of its row ids when enough of them pass (they are then the best of
+        all), else among all hits. Each word an FTS5 string (``\\w+`` holds no quote), joined
+        with OR."""
+        match = " OR ".join(f'"{word}"' for word in words)
+        where, params = self.filters(equal, between)
+        limit = min(limit, _INT64_MAX)
+        fetch = min(4 * limit if where else limit, _INT64_MAX)
+        rows = raw.execute(
+            self.search_top.format(where), [match, sid, sid, fetch, sid, *params]
+        ).fetchall()
+        found = [row[:3] for row in rows if row[3]]
+        if len(found) >= limit or len(rows) < fetch:
+            return found[:limit]
+        # Too few passed: other sessions' rows interleave, or the filters reject many.
+        sql = self.search.format(where)
+        return raw.execute(sql, [match, sid, *params, sid, sid, limit]).fetchall()
 
     def create_all(self, raw: sqlite3.Connection) -> None:
         """Create the index, its view, table and triggers if missing (in a write transaction)."""
