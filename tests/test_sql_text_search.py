@@ -167,6 +167,7 @@ async def test_a_first_search_indexes_in_short_steps_and_writes_between_them_cou
 
     for module in (mysql, postgres, sqlite):
         monkeypatch.setattr(module, "BACKFILL_ROWS", 3)
+    monkeypatch.setattr(postgres, "_ANALYZE_AFTER", 1)  # its ANALYZE and pending-list merge
     x = TextTables.of(Tables.build(sql_prefix, None, None))
     s = _open(url, "steps", sql_prefix)
     w = _open(url, "steps", sql_prefix)

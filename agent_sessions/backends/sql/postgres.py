@@ -14,6 +14,7 @@ atomic by itself:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -341,8 +342,14 @@ class PostgresDialect(SqlDialect):
                 )
         if last is None and after + BACKFILL_ROWS >= _ANALYZE_AFTER:
             # Fresh statistics, so the planner finds a rare word's hits through the GIN
-            # index rather than reading the session's whole index (10k items: 8 ms -> 1 ms).
+            # index rather than reading the session's whole index (10k items: 8 ms -> 1 ms);
+            # and the backfill's entries moved from the pending list, which every search
+            # reads, into the index (100k items: 4.2 ms -> 1.3 ms a search).
             await conn.execute(f"ANALYZE {x.index}")
+            with contextlib.suppress(pg.InsufficientPrivilegeError):  # needs ownership
+                await conn.execute(
+                    f"SELECT gin_clean_pending_list('{x.name('gin')}'::regclass)"
+                )
         return None if last is None else int(last)
 
     async def search_text(
