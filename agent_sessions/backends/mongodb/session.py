@@ -146,8 +146,8 @@ class MongoDBStore:
         )
 
     def catalog(self, **collections: Any) -> Any:
-        """Return the catalog of the collections named by ``collections``
-        (``collection_prefix``, ``sessions_collection``, ``messages_collection``)."""
+        """The catalog of the collections named by ``collection_prefix``,
+        ``sessions_collection`` or ``messages_collection``."""
         return MongoDBSession(
             "catalog", client=self.client, database=self.database, **collections
         ).catalog_store()
@@ -177,8 +177,8 @@ class MongoDBStore:
         self.close_pending = False
 
     async def ensure_indexes(self, key: _IndexKey, create: Callable[[], Awaitable[None]]) -> None:
-        """Run ``create`` unless it ran to the end for ``key`` on this client; concurrent first
-        uses in one event loop share one run, which a cancelled caller does not stop."""
+        """Run ``create`` unless it completed for ``key`` on this client; concurrent callers in
+        one loop share one run, which a cancelled caller does not stop."""
         if key in self.indexes.done:
             return
         future = self.indexes.running.get(key)
@@ -530,8 +530,8 @@ class MongoDBSession(BaseSession):
     def rows_of(
         self, doc: Any, after: int | None, before: int | None, tail: int | None = None
     ) -> list[Row]:
-        """The rows of one batch document with after < seq < before; ``tail``: the document's
-        items were projected to its last ``tail`` (``$slice``), and only those are wanted."""
+        """The rows of one batch document with after < seq < before; ``tail``: only its last
+        ``tail`` items (its items were projected to those)."""
         items, (seq, n) = doc.get("items"), self.seq_n(doc)
         if not isinstance(items, list) or not all(isinstance(p, str) for p in items):
             raise self._foreign("whose items are no list of JSON text")
@@ -548,13 +548,10 @@ class MongoDBSession(BaseSession):
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:
         await self._ensure_indexes()
-        if before is not None:
-            # A bounded read may not reach a swap's document: finish any first.
+        if before is not None:  # a bounded read may not reach a swap's document
             await self._finish_swaps()
-            rows, _ = await self._load_once(limit, after, before)
-            return rows
         for _ in range(8):
-            rows, swapping = await self._load_once(limit, after, None)
+            rows, swapping = await self._load_once(limit, after, before)
             if not swapping:
                 return rows
             await self._finish_swaps()
@@ -803,9 +800,8 @@ class MongoDBSession(BaseSession):
         return int(found[0]["total"]) if found else 0
 
     def close(self) -> Closing:
-        """Close the session (see :meth:`BaseSession.close`). If closing the client it owns
-        failed or was cancelled, the session stays closed and a later ``close()`` tries the
-        client's close again, as the SDK's does."""
+        """Close the session (see :meth:`BaseSession.close`); if closing its own client failed,
+        a later ``close()`` tries again, as the SDK's does."""
         if self._closing is not None and self._closing.failed and self.store.close_pending:
             self._closing = None
         return super().close()

@@ -575,11 +575,8 @@ class RedisSession(BaseSession):
                 return out
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
-        if after is None and before is None:
-            return int(await self._call(self._client.zcard, self.keys[0], reads=True))
-        return int(
-            await self._call(self._client.zcount, self.keys[0], *_bounds(after, before), reads=True)
-        )
+        bounds = _bounds(after, before)
+        return int(await self._call(self._client.zcount, self.keys[0], *bounds, reads=True))
 
     async def _close(self) -> None:
         await self.store.release()
