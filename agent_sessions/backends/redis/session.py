@@ -37,7 +37,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
 
 from agents.memory.session_settings import SessionSettings
 
-from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, pop_checked_by_api
+from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
 from ...core.options import explicit_options
@@ -64,7 +64,6 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     OSError,
 )
 _NEWEST_BYTES = 64 * 1024  # the largest member kept as the guess of a checked pop
-_UNDECODABLE = object()
 
 
 def _is_int(text: str | bytes) -> bool:
@@ -473,12 +472,9 @@ class RedisSession(BaseSession):
         member = await self._script(layout.POP)
         return None if member is None else self._rows([member])[0][1]
 
-    async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
+    async def _pop_row_checked(self, check: Callable[[str], Any]) -> Any:
         """A script pops only the member ``check`` was shown: one round trip when this object
         knows the newest member, else two (a wrong guess is answered with the newest)."""
-        self._check_open()
-        if type(self).pop_item is not BaseSession.pop_item:
-            return await pop_checked_by_api(self, check)  # pop through the subclass's own
         guess: str | bytes | None = self._newest
         verified = False  # whether the server named ``guess`` as its newest member
         while True:
@@ -487,8 +483,7 @@ class RedisSession(BaseSession):
                 guess = ""  # matches no member: the script answers with the newest
             else:
                 try:
-                    item = self._decode(self._rows([guess])[0][1], None)
-                    outcome = _UNDECODABLE if item is None else check(item)
+                    outcome = check(self._rows([guess])[0][1])
                 except Exception:
                     if verified:
                         raise
@@ -498,17 +493,11 @@ class RedisSession(BaseSession):
             answer = await self._script(layout.POP_IF, guess)
             if answer[0] == 0:
                 return None
-            if answer[0] == 1:
-                guess, verified = answer[1], True
-                self._note_newest(guess)
-                continue
-            below = answer[2] if len(answer) > 2 else None
-            self._note_newest(below)
-            if outcome is not _UNDECODABLE:
+            if answer[0] == 2:
+                self._note_newest(answer[2] if len(answer) > 2 else None)
                 return outcome
-            guess, verified = below, True
-            if guess is None:
-                return None
+            guess, verified = answer[1], True
+            self._note_newest(guess)
 
     async def _clear(self) -> None:
         self._note_newest(None)
