@@ -115,15 +115,10 @@ class RedisStore:
         loop, a store of its own."""
 
         def build() -> Redis | RedisCluster:
-            # No retries: a retried write may run twice (a batch stored twice, a pop that
-            # drops an item); fail instead and let the caller decide.
-            client_kwargs: dict[str, Any] = {
-                "retry": Retry(NoBackoff(), 0),
-                "socket_connect_timeout": timeout,
-                "socket_timeout": timeout,
-                **(redis_kwargs or {}),
-            }
-            return (RedisCluster if cluster else Redis).from_url(url, **client_kwargs)
+            # No retries: a retried write may run twice; fail and let the caller decide.
+            defaults = {"socket_connect_timeout": timeout, "socket_timeout": timeout}
+            options = {"retry": Retry(NoBackoff(), 0), **defaults, **(redis_kwargs or {})}
+            return (RedisCluster if cluster else Redis).from_url(url, **options)
 
         try:
             loop = asyncio.get_running_loop()
