@@ -23,19 +23,22 @@ from redis.exceptions import NoScriptError
 ITEMS_TYPE = "zset"
 META_TYPE = "hash"
 
-# Defined in every script (unused ones cost nothing measurable).
-_LIB = """
-local function counter(meta, target)  -- {the counter of meta (0: none), whether set} or CORRUPT
+# Lua functions: a script gets those it calls, directly or not (each after what it calls).
+_FUNCTIONS = {
+    "counter": """
+local function counter(meta, target)  -- the counter of meta (0: none), whether set; or CORRUPT
   local raw = redis.call('HGET', meta, 'seq')
   local last = tonumber(raw or 0)
   if not last or last < 0 or last ~= math.floor(last) or last >= 2^53 then
     return redis.error_reply('CORRUPT the field seq of ' .. meta .. ' holds ' ..
       string.sub(raw, 1, 40) .. ', not a sequence number; nothing was ' .. target)
   end
-  return {last, raw ~= false}
+  return last, raw ~= false
 end
--- Sets key's expiry to ttl ms (text, never a rounded double; '0': none); returns an
--- EXPIRYRANGE error, having changed nothing, if it is past Redis's range.
+""",
+    # Sets key's expiry to ttl ms (text, never a rounded double; '0': none); returns an
+    # EXPIRYRANGE error, having changed nothing, if it is past Redis's range.
+    "expiry_error": """
 local function expiry_error(key, ttl)
   if ttl == '0' then return nil end
   local checked = redis.pcall('PEXPIRE', key, ttl)
@@ -44,23 +47,32 @@ local function expiry_error(key, ttl)
       ' ms from now is past the end of the expiry range of Redis; nothing was changed')
   end
 end
+""",
+    "expire": """
 local function expire(key, ttl)
   if ttl ~= '0' then redis.call('PEXPIRE', key, ttl) end
 end
+""",
+    "newest": """
 local function newest(items, last)  -- max(last, the highest score in items)
   local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
   if top[2] and tonumber(top[2]) > last then return tonumber(top[2]) end
   return last
 end
+""",
+    "holds": """
 local function holds(items, expected)  -- whether items's newest number is expected ('': none)
   return newest(items, -1) == (expected == '' and -1 or tonumber(expected))
 end
+""",
+    "zadd": """
 local function zadd(items, args)  -- unpack() has a stack limit; a wrong type fails the first
   for i = 1, #args, 1000 do
     redis.call('ZADD', items, unpack(args, i, math.min(i + 999, #args)))
   end
 end
-"""
+""",
+}
 
 
 def escape_session_id(session_id: str) -> str:
@@ -92,12 +104,15 @@ def session_keys(key_prefix: str, session_id: str) -> tuple[str, str]:
 
 
 class Script:
-    """A Lua script (after the shared functions) run by EVALSHA, falling back to EVAL on
+    """A Lua script (after the functions it calls) run by EVALSHA, falling back to EVAL on
     NOSCRIPT; unlike redis-py's ``register_script`` it works alike on ``Redis`` and
     ``RedisCluster`` without a client."""
 
     def __init__(self, source: str) -> None:
-        self.source = _LIB + source
+        for name, text in reversed(_FUNCTIONS.items()):
+            if f"{name}(" in source:
+                source = text + source
+        self.source = source
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     async def __call__(self, client: Any, keys: tuple[str, ...], *args: Any) -> Any:
@@ -108,7 +123,8 @@ class Script:
             return await client.eval(self.source, len(keys), *keys, *args)
 
 
-# prepare(): {the last number used, whether there was no counter}, having set meta's expiry;
+# prepare(): the last number used and whether there was no counter (or an error reply), having
+# set meta's expiry;
 # without a counter the highest score decides, so numbers are never reused. With one the items
 # key is read only before the expiry check writes (else the first ZADD checks its type), so
 # the common append makes four calls: HGET, TIME, ZADD, HSET.
@@ -117,17 +133,16 @@ class Script:
 _WRITE = """
 local clock = redis.call('TIME')
 local function prepare(items, meta, ttl)
-  local c = counter(meta, 'written')
-  if c.err then return c end
-  local last = c[1]
-  if not c[2] or ttl ~= '0' then last = newest(items, last) end
+  local last, set = counter(meta, 'written')
+  if type(last) == 'table' then return last end
+  if not set or ttl ~= '0' then last = newest(items, last) end
   local e = expiry_error(meta, ttl)
   if e then return e end
   if last == 0 and ttl ~= '0' then
     -- An expiring session may have expired before: start above any number it can have used.
     last = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
   end
-  return {last, not c[2]}
+  return last, not set
 end
 local function write(items, meta, ttl, last, fresh, first, n)
   local args = {}
@@ -145,9 +160,9 @@ local function write(items, meta, ttl, last, fresh, first, n)
   return last + n
 end
 local function append(first)  -- write ARGV[first..] to KEYS[1], KEYS[2] with expiry ARGV[1]
-  local p = prepare(KEYS[1], KEYS[2], ARGV[1])
-  if p.err then return p end
-  return write(KEYS[1], KEYS[2], ARGV[1], p[1], p[2], first, #ARGV - first + 1)
+  local last, fresh = prepare(KEYS[1], KEYS[2], ARGV[1])
+  if type(last) == 'table' then return last end
+  return write(KEYS[1], KEYS[2], ARGV[1], last, fresh, first, #ARGV - first + 1)
 end
 """
 
@@ -193,8 +208,8 @@ REPLACE = Script(
     _WRITE
     + """
 local items, n, p = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local plan = prepare(items, KEYS[2], ARGV[1])
-if plan.err then return plan end
+local last, fresh = prepare(items, KEYS[2], ARGV[1])
+if type(last) == 'table' then return last end
 if n < 0 then
   redis.call('DEL', items)
 else
@@ -213,7 +228,7 @@ else
   if n > 0 then redis.call('ZREMRANGEBYRANK', items, -n, -1) end
 end
 local first = 4 + math.max(n, 0) + p
-return write(items, KEYS[2], ARGV[1], plan[1], plan[2], first, #ARGV - first + 1)
+return write(items, KEYS[2], ARGV[1], last, fresh, first, #ARGV - first + 1)
 """
 )
 
@@ -234,10 +249,14 @@ local function plan(items, meta, ttl, count)
     return redis.error_reply('WRONGTYPE ' .. items .. ' holds a ' .. kind ..
       '; nothing was written')
   end
-  local p = planned[items] and {planned[items], false} or prepare(items, meta, ttl)
-  if p.err then return p end
-  planned[items] = p[1] + count
-  return p
+  if planned[items] then
+    planned[items] = planned[items] + count
+    return {planned[items] - count, false}
+  end
+  local last, fresh = prepare(items, meta, ttl)
+  if type(last) == 'table' then return last end
+  planned[items] = last + count
+  return {last, fresh}
 end
 local function listed(items, purpose)
   for _, member in ipairs(redis.call('ZRANGE', items, 0, -1)) do
@@ -307,9 +326,9 @@ for i = 1, 2 do
       ', not a ' .. expected[i] .. '; nothing was deleted')
   end
 end
-local c = counter(KEYS[2], 'deleted')
-if c.err then return c end
-local last = newest(KEYS[1], c[1])
+local last = counter(KEYS[2], 'deleted')
+if type(last) == 'table' then return last end
+last = newest(KEYS[1], last)
 local e = expiry_error(KEYS[2], ARGV[1])
 if e then return e end
 local deleted = redis.call('DEL', KEYS[1])
@@ -345,8 +364,8 @@ WRITE_AT = Script(
 local items, meta = KEYS[1], KEYS[2]
 local held = redis.call('ZCARD', items)
 if held > 0 then return held end
-local c = counter(meta, 'written')
-if c.err then return c end
+local last = counter(meta, 'written')
+if type(last) == 'table' then return last end
 local e = expiry_error(meta, ARGV[1])
 if e then return e end
 local args = {}
@@ -355,7 +374,7 @@ for i = 4, #ARGV, 2 do
   args[#args + 1] = ARGV[i] .. ':' .. ARGV[i + 1]
 end
 zadd(items, args)
-local last = math.max(c[1], tonumber(ARGV[#ARGV - 1]))
+last = math.max(last, tonumber(ARGV[#ARGV - 1]))
 redis.call('HSET', meta, 'seq', string.format('%d', last), 'created_ms', ARGV[2],
   'updated_ms', ARGV[3])
 expire(items, ARGV[1])
