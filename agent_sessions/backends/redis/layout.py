@@ -23,9 +23,8 @@ from redis.exceptions import NoScriptError
 ITEMS_TYPE = "zset"
 META_TYPE = "hash"
 
-# Lua functions: a script gets those it calls, directly or not (each after what it calls).
-_FUNCTIONS = {
-    "counter": """
+# Lua functions; a script gets those it calls, directly or not (each after what it calls).
+_LIB = """
 local function counter(meta, target)  -- the counter of meta (0: none), whether set; or CORRUPT
   local raw = redis.call('HGET', meta, 'seq')
   local last = tonumber(raw or 0)
@@ -35,11 +34,9 @@ local function counter(meta, target)  -- the counter of meta (0: none), whether 
   end
   return last, raw ~= false
 end
-""",
-    # Sets key's expiry to ttl ms (text, never a rounded double; '0': none); returns an
-    # EXPIRYRANGE error, having changed nothing, if it is past Redis's range.
-    "expiry_error": """
 local function expiry_error(key, ttl)
+  -- Sets key's expiry to ttl ms (text, never a rounded double; '0': none); returns an
+  -- EXPIRYRANGE error, having changed nothing, if it is past Redis's range.
   if ttl == '0' then return nil end
   local checked = redis.pcall('PEXPIRE', key, ttl)
   if type(checked) == 'table' and checked.err then
@@ -47,32 +44,24 @@ local function expiry_error(key, ttl)
       ' ms from now is past the end of the expiry range of Redis; nothing was changed')
   end
 end
-""",
-    "expire": """
 local function expire(key, ttl)
   if ttl ~= '0' then redis.call('PEXPIRE', key, ttl) end
 end
-""",
-    "newest": """
 local function newest(items, last)  -- max(last, the highest score in items)
   local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
   if top[2] and tonumber(top[2]) > last then return tonumber(top[2]) end
   return last
 end
-""",
-    "holds": """
 local function holds(items, expected)  -- whether items's newest number is expected ('': none)
   return newest(items, -1) == (expected == '' and -1 or tonumber(expected))
 end
-""",
-    "zadd": """
 local function zadd(items, args)  -- unpack() has a stack limit; a wrong type fails the first
   for i = 1, #args, 1000 do
     redis.call('ZADD', items, unpack(args, i, math.min(i + 999, #args)))
   end
 end
-""",
-}
+"""
+_FUNCTIONS = {f.split("(")[0]: "local function " + f for f in _LIB.split("local function ")[1:]}
 
 
 def escape_session_id(session_id: str) -> str:
