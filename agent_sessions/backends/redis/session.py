@@ -630,8 +630,8 @@ class RedisSession(BaseSession):
                 ) from exc
             if message.startswith("CORRUPT"):
                 raise BackendDataError(
-                    f"RedisSession {self.session_id!r}: {message}; set it to the highest sequence "
-                    "number stored (or delete the session's keys)"
+                    f"RedisSession {self.session_id!r}: {message}; set the counter to the highest "
+                    "sequence number stored (or delete the session's keys)"
                 ) from exc
             if isinstance(exc, _UNAVAILABLE) or message.startswith("BUSY"):
                 raise self._unavailable(exc, reads) from exc
