@@ -538,11 +538,9 @@ class MongoDBSession(BaseSession):
         if tail is not None:
             items = items[-tail:]
             seq += n - len(items)  # the first returned item's number
-        rows = [(seq + i, payload) for i, payload in enumerate(items)]
-        if after is not None or before is not None:
-            lo = -1 if after is None else after
-            rows = [r for r in rows if r[0] > lo and (before is None or r[0] < before)]
-        return rows
+        lo = 0 if after is None else max(0, after + 1 - seq)
+        hi = len(items) if before is None else min(len(items), before - seq)
+        return [(seq + i, items[i]) for i in range(lo, hi)]
 
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
