@@ -1,11 +1,9 @@
 """MongoDB backend on PyMongo's native async API (``AsyncMongoClient``); Motor clients work too.
 
-Two collections: sessions holds one counter document per session (``{_id: session_id, seq: last
-number handed out, created_at, updated_at}``, kept by ``clear_session``); messages holds one
-document per ``add_items`` batch (``{session_id, seq: number of its first item, n: items left,
-items: [JSON text]}``, unique on ``(session_id, seq)``): a single-document write is atomic on
-every topology without a transaction, at the price of the 16 MiB document limit. A pop takes
-items off the end, a range delete off the front. See docs/mongodb.md.
+sessions: one counter document per session (``{_id, seq, created_at, updated_at}``, kept by
+``clear_session``); messages: one document per ``add_items`` batch (``{session_id, seq: its first
+number, n: items left, items: [JSON text]}``, unique on ``(session_id, seq)``), so every write is
+atomic without a transaction. See docs/mongodb.md.
 """
 
 from __future__ import annotations
@@ -53,8 +51,7 @@ logger = logging.getLogger("agent_sessions")
 
 DEFAULT_DATABASE = "agent_sessions"
 DEFAULT_SERVER_SELECTION_TIMEOUT_MS = 3000
-"""Server selection timeout of clients this module creates, unless the URI or ``client_kwargs``
-set one: an unreachable server fails within this many milliseconds instead of PyMongo's 30 s."""
+"""Server selection timeout (ms) of clients made here unless the URI or client_kwargs set one."""
 
 _DOCUMENT_LIMIT = 16 * 1024 * 1024  # MongoDB's maximum BSON document size
 _DOCUMENT_OVERHEAD = 4096  # a 512-character session id (<= 2 KiB in UTF-8) and the other fields
@@ -65,13 +62,13 @@ DEFAULT_MAX_ITEM_BYTES = MAX_BATCH_BYTES - _ITEM_OVERHEAD
 """Default ``max_item_bytes``: the largest item a batch document can hold."""
 
 _DRIVER_INFO = DriverInfo(name="agent_sessions")
+_TAKEN = "at a number it had just reserved (the Agents SDK's format?)"
 _MAX_TTL_SECONDS = 100 * 365.25 * 86400
 
 
 COUNTER_GRACE = timedelta(days=1)
-"""How much longer than its items a session's counter document lives under a TTL: a session
-written again after its items expired keeps numbering upwards, so a purge that read numbers
-just before the expiry cannot delete the new items."""
+"""How much longer than its items a counter document lives under a TTL, so that numbers keep
+growing when a session is written again after its items expired."""
 
 
 def _counter_expiry(expiry: dict[str, Any]) -> dict[str, Any]:
@@ -80,19 +77,14 @@ def _counter_expiry(expiry: dict[str, Any]) -> dict[str, Any]:
 
 
 def ttl_slack(ttl_seconds: float) -> float:
-    """How much later than ``ttl_seconds`` after the last write a session's documents may be
-    deleted: max(60 s, a tenth of the TTL). MongoDB's TTL monitor itself runs once a minute."""
+    """How much later than ``ttl_seconds`` after the last write documents may be deleted."""
     return max(60.0, ttl_seconds / 10)
 
 
 def make_client(uri: str, **client_kwargs: Any) -> AsyncMongoClient[Any]:
-    """Return an ``AsyncMongoClient`` for ``uri`` that connects lazily and gives up on an
-    unreachable server after :data:`DEFAULT_SERVER_SELECTION_TIMEOUT_MS` unless told otherwise.
-
-    Raises:
-        BackendUnavailableError: a ``mongodb+srv://`` host name does not resolve.
-        ValueError: the URI or an option is invalid.
-    """
+    """Return a lazily connecting ``AsyncMongoClient`` for ``uri`` (server selection timeout
+    :data:`DEFAULT_SERVER_SELECTION_TIMEOUT_MS` unless set). Raises ValueError for an invalid URI
+    or option, BackendUnavailableError when a ``mongodb+srv://`` host does not resolve."""
     if "serverselectiontimeoutms" not in {k.lower() for k, _ in parse_qsl(urlsplit(uri).query)}:
         client_kwargs.setdefault("serverSelectionTimeoutMS", DEFAULT_SERVER_SELECTION_TIMEOUT_MS)
     client_kwargs.setdefault("driver", _DRIVER_INFO)
@@ -120,9 +112,8 @@ _INDEXES: dict[int, tuple[weakref.ref[Any], _Indexes]] = {}
 
 
 def _indexes_of(client: Any) -> _Indexes:
-    """The record of ``client`` (by identity), shared by its stores so that sessions built
-    on the caller's own client (a store each) create the indexes once, as the SDK's do;
-    forgotten when the client is collected."""
+    """The record of ``client`` shared by all its stores (so indexes are created once per
+    client); forgotten when the client is collected."""
     key = id(client)
     entry = _INDEXES.get(key)
     if entry is None:
@@ -148,19 +139,15 @@ class MongoDBStore:
         self.indexes = _indexes_of(client)
 
     def session(self, session_id: str, **options: Any) -> MongoDBSession:
-        """A session of this store (``options`` as for :class:`MongoDBSession`, without the
-        client and database), holding a share of it until closed."""
+        """A session of this store holding a share of it until closed (``options`` as for
+        :class:`MongoDBSession`, without the client and database)."""
         return MongoDBSession(
-            session_id,
-            client=self.client,
-            database=self.database,
-            _store=self.share(),
-            **options,
+            session_id, client=self.client, database=self.database, _store=self.share(), **options
         )
 
     def catalog(self, **collections: Any) -> Any:
-        """Return the catalog of the collections named by ``collections``
-        (``collection_prefix``, ``sessions_collection``, ``messages_collection``)."""
+        """The catalog of the collections named by ``collection_prefix``,
+        ``sessions_collection`` or ``messages_collection``."""
         return MongoDBSession(
             "catalog", client=self.client, database=self.database, **collections
         ).catalog_store()
@@ -190,8 +177,8 @@ class MongoDBStore:
         self.close_pending = False
 
     async def ensure_indexes(self, key: _IndexKey, create: Callable[[], Awaitable[None]]) -> None:
-        """Run ``create`` unless it ran to the end for ``key`` on this client; concurrent first
-        uses in one event loop share one run, which a cancelled caller does not stop."""
+        """Run ``create`` unless it completed for ``key`` on this client; concurrent callers in
+        one loop share one run, which a cancelled caller does not stop."""
         if key in self.indexes.done:
             return
         future = self.indexes.running.get(key)
@@ -243,9 +230,6 @@ class MongoDBSession(BaseSession):
                 "MongoDBSession needs client=AsyncMongoClient(...); or use "
                 "MongoDBSession.from_uri(session_id, uri='mongodb://...')"
             )
-        for name, value in (("database", database), ("collection_prefix", collection_prefix)):
-            if not isinstance(value, str):
-                raise TypeError(f"{name} must be a str, got {type(value).__name__}")
         if not database:
             raise ValueError("database must not be empty")
         self.database = database
@@ -255,9 +239,7 @@ class MongoDBSession(BaseSession):
         self.store = _store or MongoDBStore(client, owned=False, database=database)
         db = client[database]
         self.counters = db[self.sessions_collection]
-        """The counter documents' collection (one per session)."""
         self.messages = db[self.messages_collection]
-        """The batch documents' collection (one per ``add_items`` batch)."""
         self._ttl: float | None = None
         self._unset_expiry = False  # set_sliding_ttl(None) after a TTL: clear it at next write
         self._share_released = False
@@ -278,9 +260,9 @@ class MongoDBSession(BaseSession):
         max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
         strict: bool = False,
     ) -> MongoDBSession:
-        """Return a session that owns a new client for ``uri`` (closed by ``close()``);
-        ``database`` defaults to the URI's, else ``"agent_sessions"``; see :func:`make_client`.
-        The other arguments are the constructor's."""
+        """Return a session owning a new client for ``uri`` (see :func:`make_client`);
+        ``database`` defaults to the URI's, else ``"agent_sessions"``; the rest as in the
+        constructor."""
         validate_session_id(session_id)
         store = open_store(uri, database=database, client_kwargs=client_kwargs)
         try:
@@ -297,7 +279,9 @@ class MongoDBSession(BaseSession):
                 _store=store,
             )
         except BaseException:
-            _close_soon(store.client)
+            result = store.client.close()
+            if inspect.iscoroutine(result):
+                result.close()  # nothing connected yet: there is nothing to release
             raise
 
     @property
@@ -320,16 +304,14 @@ class MongoDBSession(BaseSession):
         return self.messages
 
     def sibling(self, session_id: str) -> MongoDBSession:
-        """Return a session of the same database and collections, sharing the client and the
-        expiry (native expiry applies to the whole family)."""
+        """A session of the same collections, client and expiry (the family's)."""
         member = super().sibling(session_id)
         member.set_sliding_ttl(self._ttl)
         return member
 
     def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
-        """Keep this session's documents alive ``ttl_seconds`` (up to :func:`ttl_slack` more)
-        after each later write, through a TTL index on ``expires_at``; ``None`` removes the
-        expiry at the next write. MongoDB's TTL monitor deletes within about a minute."""
+        """Keep this session's documents ``ttl_seconds`` (up to :func:`ttl_slack` more) after
+        each later write, by a TTL index; ``None`` removes the expiry at the next write."""
         if ttl_seconds is not None and (
             isinstance(ttl_seconds, bool)
             or not isinstance(ttl_seconds, (int, float))
@@ -384,10 +366,10 @@ class MongoDBSession(BaseSession):
             )
 
     def _expiry(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The update that sets (or, once after the TTL was switched off, removes) the expiry
-        of the documents a write touches, and the filter of the other documents due for it
-        (``({}, {})``: nothing to do). A document gets ``now + ttl + slack``, rewritten only
-        once that falls below ``now + ttl``: a few documents per write, never O(history)."""
+        """The update setting (or, after the TTL was switched off, removing) the expiry of what
+        a write touches, and the filter of the other documents due for it (``({}, {})``: none).
+        A document gets ``now + ttl + slack``, rewritten only once that falls below ``now +
+        ttl``: a few documents per write, never O(history)."""
         if self._ttl is not None:
             due = datetime.now(timezone.utc) + timedelta(seconds=self._ttl)
             when = due + timedelta(seconds=ttl_slack(self._ttl))
@@ -397,8 +379,7 @@ class MongoDBSession(BaseSession):
         return {}, {}
 
     async def refresh_expiry(self) -> None:
-        """Extend the expiry of this session's documents as a write would, without writing
-        (NATIVE_EXPIRY: keeps a family's quiet members alive)."""
+        """Extend the expiry of this session's documents as a write would (NATIVE_EXPIRY)."""
         self._check_open()
         expiry, stale = self._expiry()
         if expiry:
@@ -407,8 +388,8 @@ class MongoDBSession(BaseSession):
                 await self._refresh(expiry, [UpdateMany(self._sid(stale), expiry)])
 
     async def _refresh(self, expiry: dict[str, Any], writes: list[Any]) -> None:
-        """Apply ``writes`` to the batches and ``expiry`` to the counter, side by side; the
-        first error is raised once both are done."""
+        """Apply ``writes`` to the batches and ``expiry`` to the counter concurrently; the first
+        error is raised once both are done."""
         updates = [self.counters.update_one({"_id": self.session_id}, _counter_expiry(expiry))]
         if writes:
             updates.append(self.messages.bulk_write(writes, ordered=False))
@@ -426,9 +407,8 @@ class MongoDBSession(BaseSession):
             if cost > MAX_BATCH_BYTES:
                 raise ItemTooLargeError(
                     f"the batch reaches {cost} bytes at item {index}, above the {MAX_BATCH_BYTES} "
-                    "bytes one MongoDB document holds (a batch is stored as one document so it "
-                    "is all-or-nothing); add these items in smaller batches; nothing of the "
-                    "batch was written",
+                    "one MongoDB document holds; add these items in smaller batches (nothing "
+                    "was written)",
                     index=index,
                 )
         await self._ensure_indexes()
@@ -449,15 +429,10 @@ class MongoDBSession(BaseSession):
                     await self.messages.insert_one(doc)
             except (DuplicateKeyError, BulkWriteError) as exc:
                 if _is_duplicate(exc):
-                    raise self._foreign_data(exc) from exc
+                    raise self._foreign(_TAKEN) from exc
                 if (exc.details or {}).get("nInserted") != 1:
                     raise
-                logger.warning(
-                    "MongoDBSession %r: batch stored, but refreshing the expiry of older "
-                    "batches failed: %s",
-                    self.session_id,
-                    exc,
-                )
+                self._warn("batch stored, but refreshing older expiries failed", exc)
         if "$unset" in expiry:
             self._unset_expiry = False
         return list(range(first, first + n))
@@ -506,7 +481,7 @@ class MongoDBSession(BaseSession):
                     {"_id": {"$in": [d["_id"] for d in docs if "_id" in d]}}
                 )
                 if _is_duplicate(exc):
-                    raise self._foreign_data(exc) from exc
+                    raise self._foreign(_TAKEN) from exc
                 raise
         if "$unset" in expiry:
             self._unset_expiry = False
@@ -520,10 +495,18 @@ class MongoDBSession(BaseSession):
             "$set": {"updated_at": now, **_counter_expiry(expiry).get("$set", {})},
             "$setOnInsert": {"created_at": now},
         }
+        upsert = functools.partial(
+            self.counters.find_one_and_update,
+            {"_id": self.session_id},
+            update,
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+            projection={"seq": 1},
+        )
         try:
-            counter = await self._upsert_counter(update)
+            counter = await upsert()
         except DuplicateKeyError:  # two first writes upserted at once; the loser retries
-            counter = await self._upsert_counter(update)
+            counter = await upsert()
         if not isinstance(counter, dict) or not isinstance(counter.get("seq"), int):
             raise BackendDataError(
                 f"the counter document of session {self.session_id!r} in "
@@ -532,30 +515,12 @@ class MongoDBSession(BaseSession):
             )
         return int(counter["seq"])
 
-    def _upsert_counter(self, update: dict[str, Any]) -> Any:
-        return self.counters.find_one_and_update(
-            {"_id": self.session_id},
-            update,
-            upsert=True,
-            return_document=ReturnDocument.AFTER,
-            projection={"seq": 1},
-        )
-
-    def _foreign_data(self, exc: BaseException) -> BackendDataError:
-        return BackendDataError(
-            f"{self.database}.{self.messages_collection} already holds a document for session "
-            f"{self.session_id!r} at a sequence number agent_sessions just reserved; the "
-            "collection holds data it did not write (for example from the Agents SDK's "
-            "MongoDBSession, whose format differs): use another database or collection_prefix "
-            f"({exc})"
-        )
-
     def _sid(self, query: dict[str, Any] | None = None) -> dict[str, Any]:
         """The filter of this session's batch documents, narrowed by ``query``."""
         return {"session_id": self.session_id, **(query or {})}
 
     def _base_filter(self) -> dict[str, Any]:
-        return {"session_id": self.session_id, "n": {"$gt": 0}}
+        return self._sid({"n": {"$gt": 0}})
 
     def _read_filter(self) -> dict[str, Any]:
         """The batches a newest-first read must see: those holding items, and any document
@@ -565,31 +530,26 @@ class MongoDBSession(BaseSession):
     def rows_of(
         self, doc: Any, after: int | None, before: int | None, tail: int | None = None
     ) -> list[Row]:
-        """The rows of one batch document with after < seq < before; ``tail``: the document's
-        items were projected to its last ``tail`` (``$slice``), and only those are wanted."""
+        """The rows of one batch document with after < seq < before; ``tail``: only its last
+        ``tail`` items (its items were projected to those)."""
         items, (seq, n) = doc.get("items"), self.seq_n(doc)
         if not isinstance(items, list) or not all(isinstance(p, str) for p in items):
             raise self._foreign("whose items are no list of JSON text")
         if tail is not None:
             items = items[-tail:]
             seq += n - len(items)  # the first returned item's number
-        rows = [(seq + i, payload) for i, payload in enumerate(items)]
-        if after is not None or before is not None:
-            lo = -1 if after is None else after
-            rows = [r for r in rows if r[0] > lo and (before is None or r[0] < before)]
-        return rows
+        lo = 0 if after is None else max(0, after + 1 - seq)
+        hi = len(items) if before is None else min(len(items), before - seq)
+        return [(seq + i, items[i]) for i in range(lo, hi)]
 
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:
         await self._ensure_indexes()
-        if before is not None:
-            # A bounded read may not reach a swap's document: finish any first.
+        if before is not None:  # a bounded read may not reach a swap's document
             await self._finish_swaps()
-            rows, _ = await self._load_once(limit, after, before)
-            return rows
         for _ in range(8):
-            rows, swapping = await self._load_once(limit, after, None)
+            rows, swapping = await self._load_once(limit, after, before)
             if not swapping:
                 return rows
             await self._finish_swaps()
@@ -607,7 +567,6 @@ class MongoDBSession(BaseSession):
         query = self._base_filter() if before is not None else self._read_filter()
         query.update(_seq_range("$gt", after, before))
         projection: dict[str, Any] = {"_id": 0, "seq": 1, "n": 1, "items": 1, swaps.SWAP: 1}
-        rows: list[Row] = []
         swapping = False
         async with translated("reading items"):
             # Each matching document holds a wanted item, so ``limit`` documents newest first
@@ -620,20 +579,20 @@ class MongoDBSession(BaseSession):
             else:
                 cursor = cursor.sort("seq", -1).limit(limit).batch_size(limit)
             chunks: list[list[Row]] = []
+            got = 0
             try:
                 async for doc in cursor:
                     swapping = swapping or swaps.SWAP in doc
-                    want = None if tail is None else tail - len(rows)
+                    want = None if tail is None else tail - got
                     chunks.append(self.rows_of(doc, None, before, want))
-                    rows.extend(chunks[-1])
-                    if limit is not None and len(rows) >= limit:
+                    got += len(chunks[-1])
+                    if limit is not None and got >= limit:
                         break
             finally:
                 closing = cursor.close()  # a coroutine on PyMongo, a future on Motor
                 if inspect.isawaitable(closing):
                     await closing
-            if limit is not None:
-                rows = [row for chunk in reversed(chunks) for row in chunk]
+            rows = [row for chunk in (chunks if limit is None else chunks[::-1]) for row in chunk]
             if after is not None and (limit is None or len(rows) < limit):
                 # The batch that starts at or before ``after`` may still hold later items.
                 straddler = await self.messages.find_one(
@@ -671,16 +630,12 @@ class MongoDBSession(BaseSession):
             elif drop:
                 await self.messages.delete_one(unused)
         except Exception as exc:
-            logger.warning(
-                "MongoDBSession %r: popped an item, but cleaning up after it failed: %s",
-                self.session_id,
-                exc,
-            )
+            self._warn("popped an item, but cleaning up after it failed", exc)
         return items[-1]
 
     async def _pop_newest(self, expiry: dict[str, Any]) -> Any:
-        """Take the newest item off the newest batch in one atomic update; return that batch as
-        it was (only its last item, by ``$slice``), or None when there is none."""
+        """Take the newest item off the newest batch in one update; return that batch as it was
+        (only its last item), or None when there is none."""
         for _ in range(8):
             doc = await self.messages.find_one_and_update(
                 self._read_filter(),
@@ -710,9 +665,9 @@ class MongoDBSession(BaseSession):
                 await self._refresh(expiry, [])
 
     async def _delete_before(self, before: int) -> int:
-        """One atomic write per document, oldest first, so what is gone is always a prefix;
-        the straddling batch is trimmed by an update guarded on ``seq`` and ``n``, so the count
-        is exact beside concurrent pops and purges. Leaves expiry alone."""
+        """One atomic write per document, oldest first (what is gone is always a prefix); the
+        straddling batch is trimmed by an update guarded on ``seq`` and ``n``, so the count is
+        exact beside concurrent pops and purges. Leaves expiry alone."""
         await self._ensure_indexes()
         await self._finish_swaps()
         sid = self.session_id
@@ -790,6 +745,9 @@ class MongoDBSession(BaseSession):
             raise self._foreign("without integer 'seq' and 'n'")
         return seq, n
 
+    def _warn(self, what: str, exc: BaseException) -> None:
+        logger.warning("MongoDBSession %r: %s: %s", self.session_id, what, exc)
+
     def _foreign(self, what: str) -> BackendDataError:
         return BackendDataError(
             f"{self.database}.{self.messages_collection} holds a document for session "
@@ -814,12 +772,7 @@ class MongoDBSession(BaseSession):
         try:
             await self._finish_swaps()
         except BackendUnavailableError as exc:  # committed: the next reader finishes it
-            logger.warning(
-                "MongoDBSession %r: replaced the history, but deleting the old items failed "
-                "(the next read finishes it): %s",
-                self.session_id,
-                exc,
-            )
+            self._warn("replaced the history; deleting the old items failed (reads finish it)", exc)
         return True
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
@@ -845,9 +798,8 @@ class MongoDBSession(BaseSession):
         return int(found[0]["total"]) if found else 0
 
     def close(self) -> Closing:
-        """Close the session (see :meth:`BaseSession.close`). If closing the client it owns
-        failed or was cancelled, the session stays closed and a later ``close()`` tries the
-        client's close again, as the SDK's does."""
+        """Close the session (see :meth:`BaseSession.close`); if closing its own client failed,
+        a later ``close()`` tries again, as the SDK's does."""
         if self._closing is not None and self._closing.failed and self.store.close_pending:
             self._closing = None
         return super().close()
@@ -880,12 +832,6 @@ def _is_duplicate(exc: BaseException) -> bool:
     if not isinstance(exc, BulkWriteError):
         return isinstance(exc, DuplicateKeyError)
     return any(e.get("code") == 11000 for e in exc.details.get("writeErrors", []))
-
-
-def _close_soon(client: Any) -> None:
-    result = client.close()
-    if inspect.iscoroutine(result):
-        result.close()  # nothing connected yet: there is nothing to release
 
 
 def open_store(

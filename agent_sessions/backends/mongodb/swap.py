@@ -1,14 +1,9 @@
 """Atomic history replacement on MongoDB without transactions (the SDK compaction hooks).
 
-A replacement spans many batch documents, so it cannot be one write; it commits with one: the
-new batch document is inserted with a ``swap`` field naming what it replaces (``below: True``:
-every older document; ``drop``: ids of whole documents; ``shrink``: ``[id, lo, hi]``, keep
-only items ``lo <= seq < hi``). A reader that meets a pending swap finishes it (deletions, then
-``swap`` unset) and reads again, so nobody sees half of a replacement. The marker is newer than
-what it replaces, so newest-first reads meet it first; other reads look for one first (a
-partial index finds it). Finishing is idempotent (deletes by id, shrinks guarded on ``seq``
-and ``n``), so whoever comes next finishes a swap cut short, and a concurrent add inside the
-replaced suffix is kept. See docs/mongodb.md.
+It commits with one write: the new batch document carries a ``swap`` field naming what it
+replaces (``below: True``: every older document; ``drop``: ids of whole documents; ``shrink``:
+``[id, lo, hi]``, keep items ``lo <= seq < hi``). Whoever meets a pending swap finishes it
+(idempotently) and reads again. See docs/mongodb.md.
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ Row = tuple[int, str]
 
 
 class Batches(Protocol):
-    """What a swap uses of a ``MongoDBSession`` (which imports this module)."""
+    """What a swap uses of a ``MongoDBSession``."""
 
     session_id: str
     messages: Any
@@ -41,8 +36,8 @@ SWAP_INDEX = "session_swaps"
 async def plan(
     session: Batches, expected: list[Row], prune: Callable[[str], bool] | None
 ) -> dict[str, Any] | None:
-    """The ``swap`` spec that deletes the newest rows if they are exactly ``expected`` and the
-    oldest rows ``prune`` accepts before them; None when the newest rows differ."""
+    """The ``swap`` deleting the newest rows if they are exactly ``expected``, and the oldest
+    rows ``prune`` accepts before them; None when the newest rows differ."""
     await finish_pending(session)  # else replaced rows still stored would be planned over
     messages, sid = session.messages, session.session_id
     live = {"session_id": sid, "n": {"$gt": 0}}

@@ -1,8 +1,7 @@
 """The catalog of one Redis key prefix (standalone or Cluster).
 
-Sessions are found by ``SCAN MATCH P:{*}:meta`` (on every primary of a Cluster). SCAN has no
-order, so a page scans the prefix's meta key names and sorts them: O(sessions) names plus
-O(page) metadata reads.
+Sessions are found by ``SCAN MATCH P:{*}:meta`` (on every primary of a Cluster); SCAN has no
+order, so a page costs O(sessions) names plus O(page) metadata reads.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ class RedisCatalog:
     """Lists and deletes the sessions stored under one key prefix."""
 
     def __init__(self, call: Callable[..., Awaitable[Any]], client: Any, prefix: str) -> None:
-        self.call = call  # the session's: runs one command within its timeout, errors translated
+        self.call = call  # the session's: runs a command, its errors translated
         self.client = client
         self.prefix = prefix
 
@@ -51,7 +50,7 @@ class RedisCatalog:
         ids: list[str] = await self.call(scan, reads=True)
         return ids
 
-    async def _info(self, session_id: str) -> SessionInfo | None:
+    async def _info(self, session_id: str) -> SessionInfo:
         client = self.client
         items, meta = session_keys(self.prefix, session_id)
 
@@ -78,7 +77,7 @@ class RedisCatalog:
         for start in range(0, len(candidates), query.limit):
             chunk = candidates[start : start + query.limit]
             infos = await asyncio.gather(*(self._info(sid) for sid in chunk))
-            out.extend(i for i in infos if i is not None and query.matches(i))
+            out.extend(i for i in infos if query.matches(i))
             if len(out) >= query.limit:
                 break
         return out[: query.limit]

@@ -4,15 +4,13 @@ Keys of one session (``P`` = key prefix, ``T`` = the session id with ``%``, ``{`
 percent-escaped, so the hash tag is exactly ``T`` and two ids never share keys)::
 
     P:{T}:items   sorted set; score = sequence number, member = "<seq>:<item JSON>"
-    P:{T}:meta    hash; "seq" = the highest number ever assigned (it survives
-                  ``clear_session``, so numbers are never reused); "created_ms" and
-                  "updated_ms" = server time in ms of the first and the latest write
+    P:{T}:meta    hash; "seq" = the highest number ever assigned (kept by ``clear_session``);
+                  "created_ms", "updated_ms" = server time in ms of the first and latest write
 
-Both keys share the hash tag, so a session lives in one Redis Cluster slot and every script
-may touch all of its keys. Numbers start at 1, except in a session written with an expiry:
-its keys may expire together and the session start again, so its first number is then the
-server's clock in microseconds (about 1.8e15, exact in a score up to 2**53). Why a sorted set
-and what each write costs: see docs/redis.md.
+Both keys share the hash tag: one Cluster slot, so a script may touch both. Numbers start at
+1, except in a session written with an expiry (it may expire and start again): its first
+number is the server's clock in microseconds (about 1.8e15, exact in a score). See
+docs/redis.md.
 """
 
 from __future__ import annotations
@@ -24,6 +22,46 @@ from redis.exceptions import NoScriptError
 
 ITEMS_TYPE = "zset"
 META_TYPE = "hash"
+
+# Lua functions; a script gets those it calls, directly or not (each after what it calls).
+_LIB = """
+local function counter(meta, target)  -- the counter of meta (0: none), whether set; or CORRUPT
+  local raw = redis.call('HGET', meta, 'seq')
+  local last = tonumber(raw or 0)
+  if not last or last < 0 or last ~= math.floor(last) or last >= 2^53 then
+    return redis.error_reply('CORRUPT the field seq of ' .. meta .. ' holds ' ..
+      string.sub(raw, 1, 40) .. ', not a sequence number; nothing was ' .. target)
+  end
+  return last, raw ~= false
+end
+local function expiry_error(key, ttl)
+  -- Sets key's expiry to ttl ms (text, never a rounded double; '0': none); returns an
+  -- EXPIRYRANGE error, having changed nothing, if it is past Redis's range.
+  if ttl == '0' then return nil end
+  local checked = redis.pcall('PEXPIRE', key, ttl)
+  if type(checked) == 'table' and checked.err then
+    return redis.error_reply('EXPIRYRANGE ttl of ' .. ttl ..
+      ' ms from now is past the end of the expiry range of Redis; nothing was changed')
+  end
+end
+local function expire(key, ttl)
+  if ttl ~= '0' then redis.call('PEXPIRE', key, ttl) end
+end
+local function newest(items, last)  -- max(last, the highest score in items)
+  local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
+  if top[2] and tonumber(top[2]) > last then return tonumber(top[2]) end
+  return last
+end
+local function holds(items, expected)  -- whether items's newest number is expected ('': none)
+  return newest(items, -1) == (expected == '' and -1 or tonumber(expected))
+end
+local function zadd(items, args)  -- unpack() has a stack limit; a wrong type fails the first
+  for i = 1, #args, 1000 do
+    redis.call('ZADD', items, unpack(args, i, math.min(i + 999, #args)))
+  end
+end
+"""
+_FUNCTIONS = {f.split("(")[0]: "local function " + f for f in _LIB.split("local function ")[1:]}
 
 
 def escape_session_id(session_id: str) -> str:
@@ -55,12 +93,16 @@ def session_keys(key_prefix: str, session_id: str) -> tuple[str, str]:
 
 
 class Script:
-    """A Lua script run by EVALSHA, falling back to EVAL on NOSCRIPT; unlike redis-py's
-    ``register_script`` it needs no client and works alike on ``Redis`` and ``RedisCluster``."""
+    """A Lua script (after the functions it calls) run by EVALSHA, falling back to EVAL on
+    NOSCRIPT; unlike redis-py's ``register_script`` it works alike on ``Redis`` and
+    ``RedisCluster`` without a client."""
 
     def __init__(self, source: str) -> None:
+        for name, text in reversed(_FUNCTIONS.items()):
+            if f"{name}(" in source:
+                source = text + source
         self.source = source
-        self.sha = hashlib.sha1(source.encode()).hexdigest()
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     async def __call__(self, client: Any, keys: tuple[str, ...], *args: Any) -> Any:
         try:
@@ -70,153 +112,81 @@ class Script:
             return await client.eval(self.source, len(keys), *keys, *args)
 
 
-def _read_counter(meta: str, target: str) -> str:
-    """Lua: ``last`` = the counter in hash ``meta`` (0 when absent); a ``CORRUPT`` error,
-    changing nothing, when it is not a sequence number."""
-    return f"""
-local raw = redis.call('HGET', {meta}, 'seq')
-local last = 0
-if raw then
-  last = tonumber(raw)
-  if not last or last < 0 or last ~= math.floor(last) or last >= 2^53 then
-    return redis.error_reply('CORRUPT the field seq of ' .. {meta} .. ' holds ' ..
-      string.sub(raw, 1, 40) .. ', not a sequence number; nothing was {target}')
-  end
-end
-"""
-
-
-def _check_expiry(key: str, ttl: str) -> str:
-    """Lua: an ``EXPIRYRANGE`` error, changing nothing, when now plus ``ttl`` (ms as text,
-    never a rounded Lua double) is past Redis's range. PEXPIRE checks the range before it looks
-    at the key, and ``key`` gets this expiry anyway."""
-    return f"""
-if {ttl} ~= '0' then
-  local checked = redis.pcall('PEXPIRE', {key}, {ttl})
-  if type(checked) == 'table' and checked.err then
-    return redis.error_reply('EXPIRYRANGE ttl of ' .. {ttl} ..
-      ' ms from now is past the end of the expiry range of Redis; nothing was changed')
-  end
-end
-"""
-
-
-def _prepare_write() -> str:
-    """Lua: ``last`` = the counter, after checking the expiry in ARGV[1].
-
-    Without a counter (a new session, or a lost meta hash) the highest score decides, so
-    numbers are never reused. With one, the items key is not read (the first ZADD checks its
-    type before writing) unless an expiry is set (its check writes). So the common append
-    makes four calls: HGET, TIME, ZADD, HSET."""
-    return (
-        """
-local items, meta = KEYS[1], KEYS[2]
-"""
-        + _read_counter("meta", "written")
-        + """
-local fresh = not raw
-if fresh or ARGV[1] ~= '0' then
-  local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
-  if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
-end
-"""
-        + _check_expiry("meta", "ARGV[1]")
-        + """
-local ttl = tonumber(ARGV[1])
-local clock = redis.call('TIME')
-if last == 0 and ttl > 0 then
-  -- An expiring session may have expired before: start above any number it can have used.
-  last = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-end
-"""
-    )
-
-
+# prepare(): the last number used and whether there was no counter (or an error reply), having
+# set meta's expiry;
+# without a counter the highest score decides, so numbers are never reused. With one the items
+# key is read only before the expiry check writes (else the first ZADD checks its type), so
+# the common append makes four calls: HGET, TIME, ZADD, HSET.
+# write(): ARGV[first .. first + n - 1] as items ``last + 1`` on, with counter, times and
+# expiry; returns the last number.
 _WRITE = """
-local function write(items, meta, ttl, last, fresh, first, n)
-  local args, k = {}, 0
-  for i = 1, n do
-    local seq = last + i
-    args[k + 1] = seq
-    args[k + 2] = string.format('%d', seq) .. ':' .. ARGV[first + i - 1]  -- never '1e+14'
-    k = k + 2
-    if k >= 1000 then  -- unpack() has a stack limit; the first ZADD already checked the type
-      redis.call('ZADD', items, unpack(args))
-      args, k = {}, 0
-    end
+local clock = redis.call('TIME')
+local function prepare(items, meta, ttl)
+  local last, set = counter(meta, 'written')
+  if type(last) == 'table' then return last end
+  if not set or ttl ~= '0' then last = newest(items, last) end
+  local e = expiry_error(meta, ttl)
+  if e then return e end
+  if last == 0 and ttl ~= '0' then
+    -- An expiring session may have expired before: start above any number it can have used.
+    last = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
   end
-  if k > 0 then redis.call('ZADD', items, unpack(args)) end
+  return last, not set
+end
+local function write(items, meta, ttl, last, fresh, first, n)
+  local args = {}
+  for i = 1, n do
+    args[2 * i - 1] = last + i
+    args[2 * i] = string.format('%d', last + i) .. ':' .. ARGV[first + i - 1]  -- never '1e+14'
+  end
+  zadd(items, args)
   local ms = string.format('%d', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
   redis.call('HSET', meta, 'seq', string.format('%d', last + n), 'updated_ms', ms)
   if fresh then redis.call('HSETNX', meta, 'created_ms', ms) end
-  if ttl ~= '0' then
-    redis.call('PEXPIRE', items, ttl)
-    -- a counter means the meta hash existed, so the expiry check already set its expiry
-    if fresh then redis.call('PEXPIRE', meta, ttl) end
-  end
+  expire(items, ttl)
+  -- a counter means the meta hash existed, so the expiry check already set its expiry
+  if fresh then expire(meta, ttl) end
   return last + n
 end
+local function append(first)  -- write ARGV[first..] to KEYS[1], KEYS[2] with expiry ARGV[1]
+  local last, fresh = prepare(KEYS[1], KEYS[2], ARGV[1])
+  if type(last) == 'table' then return last end
+  return write(KEYS[1], KEYS[2], ARGV[1], last, fresh, first, #ARGV - first + 1)
+end
 """
-"""Lua ``write(...)``: ARGV[first .. first + n - 1] as items ``last + 1`` on, with counter,
-times and expiry ``ttl`` (ms as text, '0': none); returns the last number. Needs ``clock``."""
-
-
-def _write_items(first: str) -> str:
-    """Lua: ``write`` ARGV[first..] with the expiry in ARGV[1]; returns the last number."""
-    count = f"#ARGV - ({first}) + 1"
-    return _WRITE + f"return write(items, meta, ARGV[1], last, fresh, {first}, {count})\n"
-
 
 # Unless said otherwise, KEYS: items, meta; ARGV[1]: the expiry in ms ("0": leave it alone).
-APPEND = Script(_prepare_write() + _write_items("2"))
-
-
-_EXPIRE_BOTH = """
-if ARGV[1] ~= '0' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  redis.call('PEXPIRE', KEYS[2], ARGV[1])
-end
-"""
-
-
-def _pop_newest() -> str:
-    """Lua: ``popped`` = ZPOPMAX of KEYS[1], both keys given the expiry in ARGV[1]."""
-    return (
-        _check_expiry("KEYS[2]", "ARGV[1]")
-        + """
-local popped = redis.call('ZPOPMAX', KEYS[1])
-"""
-        + _EXPIRE_BOTH
-    )
-
-
-def _guard(key: str, expected: str) -> str:
-    """Lua: return ``refused`` unless the newest score of ``key`` (another session of the
-    family) is ``expected`` (a number as text; '' for none)."""
-    return f"""
-local guard = redis.call('ZRANGE', {key}, -1, -1, 'WITHSCORES')
-if (guard[2] and tonumber(guard[2]) or -1) ~= ({expected} == '' and -1 or tonumber({expected})) then
-  return refused
-end
-"""
-
+APPEND = Script(_WRITE + "return append(2)\n")
 
 # KEYS: items, meta, guard items. ARGV[2]: the guard's expected newest number ('' for none);
 # ARGV[3..]: item JSON. APPEND while the guard is unchanged; else -1 (nothing written).
 APPEND_IF_NEWEST = Script(
-    "local refused = -1\n" + _guard("KEYS[3]", "ARGV[2]") + _prepare_write() + _write_items("3")
+    _WRITE + "if not holds(KEYS[3], ARGV[2]) then return -1 end\nreturn append(3)\n"
 )
 
 # KEYS and ARGV[2] as APPEND_IF_NEWEST; ARGV[3]: the items' own expected newest number ('*':
 # any). POP while both are as expected: {1, the popped member (absent when empty)}; else {0}.
 POP_IF_NEWEST = Script(
-    "local refused = {0}\n"
-    + _guard("KEYS[3]", "ARGV[2]")
-    + "if ARGV[3] ~= '*' then\n"
-    + _guard("KEYS[1]", "ARGV[3]")
-    + "end\n"
-    + _pop_newest()
-    + "return {1, popped[1]}\n"
+    """
+if not holds(KEYS[3], ARGV[2]) or (ARGV[3] ~= '*' and not holds(KEYS[1], ARGV[3])) then
+  return {0}
+end
+local e = expiry_error(KEYS[2], ARGV[1])
+if e then return e end
+local popped = redis.call('ZPOPMAX', KEYS[1])
+expire(KEYS[1], ARGV[1])
+return {1, popped[1]}
+"""
+)
+
+POP = Script(
+    """
+local e = expiry_error(KEYS[2], ARGV[1])
+if e then return e end
+local popped = redis.call('ZPOPMAX', KEYS[1])
+expire(KEYS[1], ARGV[1])
+return popped[1]
+"""
 )
 
 # The SDK compaction hook's swap. ARGV[2]: n newest members expected (-1: replace all);
@@ -224,9 +194,11 @@ POP_IF_NEWEST = Script(
 # the new items' JSON. Unless the members are exactly those, changes nothing and returns -1;
 # else deletes them and appends the new items as APPEND does.
 REPLACE = Script(
-    _prepare_write()
+    _WRITE
     + """
-local n, p = tonumber(ARGV[2]), tonumber(ARGV[3])
+local items, n, p = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local last, fresh = prepare(items, KEYS[2], ARGV[1])
+if type(last) == 'table' then return last end
 if n < 0 then
   redis.call('DEL', items)
 else
@@ -245,8 +217,8 @@ else
   if n > 0 then redis.call('ZREMRANGEBYRANK', items, -n, -1) end
 end
 local first = 4 + math.max(n, 0) + p
+return write(items, KEYS[2], ARGV[1], last, fresh, first, #ARGV - first + 1)
 """
-    + _write_items("first")
 )
 
 # KEYS: (items, meta) of each batch; then, to list a side store in its family's registry
@@ -255,10 +227,10 @@ local first = 4 + math.max(n, 0) + p
 # (listed unless the side store holds items or an entry names it). Every key is checked
 # before anything is written. Returns each batch's last number.
 FAMILY_APPEND = Script(
-    """
-local clock = redis.call('TIME')
+    _WRITE
+    + """
 local planned = {}
-local function prepare(items, meta, ttl, count)
+local function plan(items, meta, ttl, count)
   local kind = redis.call('TYPE', items)['ok']
   if kind ~= 'none' and kind ~= '"""
     + ITEMS_TYPE
@@ -267,30 +239,15 @@ local function prepare(items, meta, ttl, count)
       '; nothing was written')
   end
   if planned[items] then
-    local start = planned[items]
-    planned[items] = start + count
-    return {start, false}
+    planned[items] = planned[items] + count
+    return {planned[items] - count, false}
   end
-"""
-    + _read_counter("meta", "written")
-    + """
-  local fresh = not raw
-  if fresh then  -- with a counter, TYPE above already checked the items key
-    local top = redis.call('ZRANGE', items, -1, -1, 'WITHSCORES')
-    if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
-  end
-"""
-    + _check_expiry("meta", "ttl")
-    + """
-  if last == 0 and ttl ~= '0' then
-    last = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-  end
+  local last, fresh = prepare(items, meta, ttl)
+  if type(last) == 'table' then return last end
   planned[items] = last + count
   return {last, fresh}
 end
-"""
-    + _WRITE
-    + """local function listed(items, purpose)
+local function listed(items, purpose)
   for _, member in ipairs(redis.call('ZRANGE', items, 0, -1)) do
     local at = string.find(member, ':', 1, true)
     if at then
@@ -307,14 +264,14 @@ if #KEYS > 2 * n then
   local rttl = ARGV[#ARGV - 2]
   local member = KEYS[2 * tonumber(ARGV[#ARGV - 3]) - 1]
   if redis.call('EXISTS', member) == 0 and not listed(KEYS[2 * n + 1], ARGV[#ARGV]) then
-    local p = prepare(KEYS[2 * n + 1], KEYS[2 * n + 2], rttl, 1)
+    local p = plan(KEYS[2 * n + 1], KEYS[2 * n + 2], rttl, 1)
     if p.err then return p end
     register = {p[1], p[2], rttl}
   end
 end
 for b = 1, n do
   local ttl, count = ARGV[pos], tonumber(ARGV[pos + 1])
-  local p = prepare(KEYS[2 * b - 1], KEYS[2 * b], ttl, count)
+  local p = plan(KEYS[2 * b - 1], KEYS[2 * b], ttl, count)
   if p.err then return p end
   plans[b] = {p[1], p[2], ttl, pos + 2, count}
   pos = pos + 2 + count
@@ -338,27 +295,19 @@ POP_IF = Script(
 local top = redis.call('ZRANGE', KEYS[1], -1, -1)
 if not top[1] then return {0} end
 if top[1] ~= ARGV[2] then return {1, top[1]} end
-"""
-    + _check_expiry("KEYS[2]", "ARGV[1]")
-    + """
+local e = expiry_error(KEYS[2], ARGV[1])
+if e then return e end
 redis.call('ZREM', KEYS[1], top[1])
-"""
-    + _EXPIRE_BOTH
-    + """return {2, top[1], redis.call('ZRANGE', KEYS[1], -1, -1)[1]}
+expire(KEYS[1], ARGV[1])
+return {2, top[1], redis.call('ZRANGE', KEYS[1], -1, -1)[1]}
 """
 )
-
-POP = Script(_pop_newest() + "return popped[1]\n")
 
 # Deletes the items but keeps the counter (raised to the highest score, in case the meta hash
 # was lost). Refuses when a key holds another type: that value is not ours to delete.
 CLEAR = Script(
-    """
-local expected = {'"""
-    + ITEMS_TYPE
-    + """', '"""
-    + META_TYPE
-    + """'}
+    f"""
+local expected = {{'{ITEMS_TYPE}', '{META_TYPE}'}}
 for i = 1, 2 do
   local t = redis.call('TYPE', KEYS[i])['ok']
   if t ~= 'none' and t ~= expected[i] then
@@ -366,18 +315,15 @@ for i = 1, 2 do
       ', not a ' .. expected[i] .. '; nothing was deleted')
   end
 end
-"""
-    + _read_counter("KEYS[2]", "deleted")
-    + """
-local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-if top[2] and tonumber(top[2]) > last then last = tonumber(top[2]) end
-"""
-    + _check_expiry("KEYS[2]", "ARGV[1]")
-    + """
+local last = counter(KEYS[2], 'deleted')
+if type(last) == 'table' then return last end
+last = newest(KEYS[1], last)
+local e = expiry_error(KEYS[2], ARGV[1])
+if e then return e end
 local deleted = redis.call('DEL', KEYS[1])
 if last > 0 then
   redis.call('HSET', KEYS[2], 'seq', string.format('%d', last))
-  if ARGV[1] ~= '0' then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
+  expire(KEYS[2], ARGV[1])
 end
 return deleted
 """
@@ -387,13 +333,11 @@ return deleted
 # "<seq>:<json>"; returns how many were replaced.
 REWRITE = Script(
     """
-local items = KEYS[1]
 local replaced = 0
 for i = 1, #ARGV, 2 do
   local seq = ARGV[i]
-  if #redis.call('ZRANGEBYSCORE', items, seq, seq) > 0 then
-    redis.call('ZREMRANGEBYSCORE', items, seq, seq)
-    redis.call('ZADD', items, seq, seq .. ':' .. ARGV[i + 1])
+  if redis.call('ZREMRANGEBYSCORE', KEYS[1], seq, seq) > 0 then
+    redis.call('ZADD', KEYS[1], seq, seq .. ':' .. ARGV[i + 1])
     replaced = replaced + 1
   end
 end
@@ -409,28 +353,30 @@ WRITE_AT = Script(
 local items, meta = KEYS[1], KEYS[2]
 local held = redis.call('ZCARD', items)
 if held > 0 then return held end
-"""
-    + _read_counter("meta", "written")
-    + _check_expiry("meta", "ARGV[1]")
-    + """
+local last = counter(meta, 'written')
+if type(last) == 'table' then return last end
+local e = expiry_error(meta, ARGV[1])
+if e then return e end
 local args = {}
 for i = 4, #ARGV, 2 do
   args[#args + 1] = ARGV[i]
   args[#args + 1] = ARGV[i] .. ':' .. ARGV[i + 1]
-  if #args >= 1000 then
-    redis.call('ZADD', items, unpack(args))
-    args = {}
-  end
 end
-if #args > 0 then redis.call('ZADD', items, unpack(args)) end
-local top = tonumber(ARGV[#ARGV - 1])
-if top > last then last = top end
+zadd(items, args)
+last = math.max(last, tonumber(ARGV[#ARGV - 1]))
 redis.call('HSET', meta, 'seq', string.format('%d', last), 'created_ms', ARGV[2],
   'updated_ms', ARGV[3])
-"""
-    + _EXPIRE_BOTH
-    + """return 0
+expire(items, ARGV[1])
+expire(meta, ARGV[1])
+return 0
 """
 )
 
-TOUCH = Script(_check_expiry("KEYS[2]", "ARGV[1]") + _EXPIRE_BOTH + "return 1\n")
+TOUCH = Script(
+    """
+local e = expiry_error(KEYS[2], ARGV[1])
+if e then return e end
+expire(KEYS[1], ARGV[1])
+return 1
+"""
+)

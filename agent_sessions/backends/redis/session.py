@@ -1,11 +1,8 @@
 """Redis backend on ``redis.asyncio``: standalone Redis or Redis Cluster, one round trip per call.
 
-Each session is two keys sharing a hash tag (see ``layout``): a sorted set of items scored by
-sequence number and a hash with the counter. Every write is one Lua script or one command, so
-it is atomic; ``get_items(limit)`` is one ZRANGE of the newest N. The client's own socket
-timeouts bound every call (``from_url`` sets them to ``timeout``); when Redis cannot be reached
-or does not answer in time a call raises :class:`BackendUnavailableError`, and the same session
-works again once Redis is back.
+Each session is two keys (see ``layout``); every write is one Lua script or one command, so it
+is atomic; ``get_items(limit)`` is one ZRANGE. An unreachable or silent Redis raises
+:class:`BackendUnavailableError`, and the session works again once Redis is back.
 """
 
 from __future__ import annotations
@@ -40,7 +37,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
 
 from agents.memory.session_settings import SessionSettings
 
-from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, pop_checked_by_api
+from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
 from ...core.options import explicit_options
@@ -67,7 +64,6 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     OSError,
 )
 _NEWEST_BYTES = 64 * 1024  # the largest member kept as the guess of a checked pop
-_UNDECODABLE = object()
 
 
 def _is_int(text: str | bytes) -> bool:
@@ -92,9 +88,8 @@ def _bounds(after: int | None, before: int | None) -> tuple[str, str]:
 
 
 class RedisStore:
-    """One Redis client (its connection pool): the sessions' keys under any prefix and their
-    catalog. Stores opened from one URL and options in one event loop are shared; the last user
-    to give its hold back closes an owned client. Use :func:`open_store`."""
+    """One Redis client (its connection pool), shared by the stores opened from one URL and
+    options in one event loop; the last user closes an owned client. Use :func:`open_store`."""
 
     _by_url: ClassVar[dict[tuple[Any, ...], RedisStore]] = {}
     _lock: ClassVar[threading.Lock] = threading.Lock()
@@ -116,19 +111,14 @@ class RedisStore:
     def for_url(
         cls, url: str, redis_kwargs: dict[str, Any] | None, cluster: bool, timeout: float | None
     ) -> RedisStore:
-        """Return the running loop's shared store for these arguments (built on first use),
-        one user more; outside a loop, a store of its own."""
+        """The running loop's shared store for these arguments, one user more; outside a
+        loop, a store of its own."""
 
         def build() -> Redis | RedisCluster:
-            # No retries: a retried write may run twice (a batch stored twice, a pop that
-            # drops an item); fail instead and let the caller decide.
-            client_kwargs: dict[str, Any] = {
-                "retry": Retry(NoBackoff(), 0),
-                "socket_connect_timeout": timeout,
-                "socket_timeout": timeout,
-                **(redis_kwargs or {}),
-            }
-            return (RedisCluster if cluster else Redis).from_url(url, **client_kwargs)
+            # No retries: a retried write may run twice; fail and let the caller decide.
+            defaults = {"socket_connect_timeout": timeout, "socket_timeout": timeout}
+            options = {"retry": Retry(NoBackoff(), 0), **defaults, **(redis_kwargs or {})}
+            return (RedisCluster if cluster else Redis).from_url(url, **options)
 
         try:
             loop = asyncio.get_running_loop()
@@ -144,7 +134,7 @@ class RedisStore:
             return store
 
     def session(self, session_id: str, **options: Any) -> RedisSession:
-        """A session of this store, holding a share of it until closed (``options`` as for
+        """A session holding a share of this store until closed (``options`` as for
         :class:`RedisSession`, without the client)."""
         options.setdefault("timeout", self.timeout)
         return RedisSession(session_id, _store=self.share(), **options)
@@ -227,23 +217,20 @@ class RedisSession(BaseSession):
         client: a ``redis.asyncio.Redis`` or ``RedisCluster`` (``decode_responses`` either way).
             The session never closes it. ``redis_client`` is accepted as an alias (the SDK's name).
         key_prefix: start of every key; must not contain braces.
-        ttl: seconds after each write when all of the session's keys expire (sliding); None
-            keeps them forever. Fractions are honoured to the millisecond.
+        ttl: seconds (to the ms) after each write when the session's keys expire; None: never.
         timeout: seconds a call waits for a free pooled connection before raising
-            BackendUnavailableError (None: no limit). Connecting and answering are bounded by
-            the client's own ``socket_connect_timeout``, ``socket_timeout`` and ``retry``
-            (``from_url`` sets both timeouts to ``timeout`` and turns retries off).
+            BackendUnavailableError (None: no limit); the client's own socket timeouts bound
+            connecting and answering.
         session_settings, max_item_bytes, strict: see :class:`BaseSession`.
 
-    Note: redis-py retries a command after a connection error by default, and a retried write
-    can run twice. Sessions made by :meth:`from_url` disable that; for an injected client pass
-    ``retry=Retry(NoBackoff(), 0)`` if a lost reply must never duplicate a batch or drop a pop.
+    Note: redis-py retries a command after a connection error by default, so a write may run
+    twice. :meth:`from_url` turns that off; for your own client pass ``retry=Retry(NoBackoff(),
+    0)`` if a lost reply must never duplicate a batch or drop a pop.
     """
 
     capabilities = STORE_CAPABILITIES | {Capability.NATIVE_EXPIRY}
-    # Each write is one command that Redis runs atomically. A cancelled caller has sent none,
-    # part or all of it; redis-py then drops the connection, and Redis discards a partial
-    # command and runs a complete one whole. So no task is needed to see a write through.
+    # Each write is one command: a cancelled caller sent none, part (which Redis discards) or
+    # all of it (which Redis runs whole), so no task is needed to see a write through.
     _single_dispatch_writes = True
 
     def __init__(
@@ -271,16 +258,13 @@ class RedisSession(BaseSession):
         self.store = _store
         self._client: Any = _store.client
         self._cluster = isinstance(_store.client, RedisCluster)
+        # The newest member written or read: a checked pop's guess (the server checks it).
         self._newest: str | bytes | None = None
-        """The newest member this object wrote or read: the guess a checked pop verifies
-        first (stale is harmless: the server pops only an exact match)."""
         self.key_prefix = check_key_prefix(key_prefix)
         self.timeout = timeout
-        self.keys = session_keys(self.key_prefix, self.session_id)
-        """This session's Redis keys: (items sorted set, meta hash)."""
+        self.keys = session_keys(self.key_prefix, self.session_id)  # (items, meta)
         self.ttl: float | None = None
-        self.ttl_ms = "0"
-        """``ttl`` in milliseconds as the scripts take it ("0": no expiry)."""
+        self.ttl_ms = "0"  # as the scripts take it ("0": no expiry)
         self.set_sliding_ttl(ttl)
 
     @classmethod
@@ -299,11 +283,8 @@ class RedisSession(BaseSession):
         max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
         strict: bool = False,
     ) -> RedisSession:
-        """Open ``session_id`` on a client made from ``url``.
-
-        Sessions opened in one event loop with the same ``url``, ``redis_kwargs``, ``cluster``
-        and ``timeout`` share one client (one connection pool); the last of them to close
-        closes it.
+        """Open ``session_id`` on a client made from ``url``, shared by the sessions opened in
+        one event loop with the same arguments below (the last to close closes it).
 
         Args:
             url: ``redis://[user:pass@]host:port/db``, ``rediss://`` (TLS) or ``unix://``.
@@ -333,7 +314,7 @@ class RedisSession(BaseSession):
     # -- capabilities ----------------------------------------------------------------------
 
     def store_key(self) -> tuple[Any, ...] | None:
-        """Where this session's items live (server, database, key); None on a cluster."""
+        """(server, database, key) of this session's items; None on a cluster."""
         where = getattr(getattr(self._client, "connection_pool", None), "connection_kwargs", None)
         if self._cluster or not isinstance(where, dict):
             return None
@@ -350,8 +331,8 @@ class RedisSession(BaseSession):
         }
 
     def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
-        """Make every later write set all of this session's keys to expire ``ttl_seconds``
-        after it (in the same script); None stops setting expiry."""
+        """Make every later write set this session's keys to expire ``ttl_seconds`` after it;
+        None stops setting expiry."""
         if ttl_seconds is None:
             self.ttl, self.ttl_ms = None, "0"
             return
@@ -368,8 +349,7 @@ class RedisSession(BaseSession):
         self.ttl, self.ttl_ms = ttl_seconds, str(ttl_ms)
 
     async def refresh_expiry(self) -> None:
-        """Set this session's keys to expire ``ttl`` from now, as a write would, without
-        writing (NATIVE_EXPIRY: keeps a family's quiet members alive); no-op without ttl."""
+        """Set this session's keys to expire ``ttl`` from now, as a write would (NATIVE_EXPIRY)."""
         self._check_open()
         if self.ttl is not None:
             await self._script(layout.TOUCH)
@@ -401,8 +381,7 @@ class RedisSession(BaseSession):
         return self._appended(payloads, await self._script(layout.APPEND, *payloads))
 
     async def _append_family(self, writes: list[tuple[BaseSession, list[str]]]) -> list[list[int]]:
-        # One script over every batch's keys (and the registry's, to list a side store first):
-        # one round trip, one atomic step.
+        # One script over every batch's keys (and the registry's, to list a side store first).
         near = [s for s, _ in writes if self._near(s)]
         if len(writes) < 2 or len(near) < len(writes):
             return await super()._append_family(writes)
@@ -488,12 +467,9 @@ class RedisSession(BaseSession):
         member = await self._script(layout.POP)
         return None if member is None else self._rows([member])[0][1]
 
-    async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
+    async def _pop_row_checked(self, check: Callable[[str], Any]) -> Any:
         """A script pops only the member ``check`` was shown: one round trip when this object
         knows the newest member, else two (a wrong guess is answered with the newest)."""
-        self._check_open()
-        if type(self).pop_item is not BaseSession.pop_item:
-            return await pop_checked_by_api(self, check)  # pop through the subclass's own
         guess: str | bytes | None = self._newest
         verified = False  # whether the server named ``guess`` as its newest member
         while True:
@@ -502,8 +478,7 @@ class RedisSession(BaseSession):
                 guess = ""  # matches no member: the script answers with the newest
             else:
                 try:
-                    item = self._decode(self._rows([guess])[0][1], None)
-                    outcome = _UNDECODABLE if item is None else check(item)
+                    outcome = check(self._rows([guess])[0][1])
                 except Exception:
                     if verified:
                         raise
@@ -513,25 +488,18 @@ class RedisSession(BaseSession):
             answer = await self._script(layout.POP_IF, guess)
             if answer[0] == 0:
                 return None
-            if answer[0] == 1:
-                guess, verified = answer[1], True
-                self._note_newest(guess)
-                continue
-            below = answer[2] if len(answer) > 2 else None
-            self._note_newest(below)
-            if outcome is not _UNDECODABLE:
+            if answer[0] == 2:
+                self._note_newest(answer[2] if len(answer) > 2 else None)
                 return outcome
-            guess, verified = below, True
-            if guess is None:
-                return None
+            guess, verified = answer[1], True
+            self._note_newest(guess)
 
     async def _clear(self) -> None:
         self._note_newest(None)
         await self._script(layout.CLEAR)
 
     async def _delete_before(self, before: int) -> int:
-        # One ZREMRANGEBYSCORE, atomic by itself. It leaves expiry alone: removing dead items
-        # must not prolong the life of the rest.
+        # Leaves expiry alone: removing dead items must not prolong the life of the rest.
         return int(
             await self._call(self._client.zremrangebyscore, self.keys[0], "-inf", f"({before}")
         )
@@ -560,8 +528,8 @@ class RedisSession(BaseSession):
         payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
-        """The SDK compaction hook's swap: one script, which changes nothing when the members it
-        was shown moved (see ``core.sdk_compaction``)."""
+        """The SDK compaction hook's swap: one script, which changes nothing if the members
+        shown moved."""
         if expected is None:
             return int(await self._script(layout.REPLACE, -1, 0, *payloads)) >= 0
         pruned = [] if prune is None else await self._prunable(expected[0][0], prune)
@@ -591,11 +559,8 @@ class RedisSession(BaseSession):
                 return out
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
-        if after is None and before is None:
-            return int(await self._call(self._client.zcard, self.keys[0], reads=True))
-        return int(
-            await self._call(self._client.zcount, self.keys[0], *_bounds(after, before), reads=True)
-        )
+        bounds = _bounds(after, before)
+        return int(await self._call(self._client.zcount, self.keys[0], *bounds, reads=True))
 
     async def _close(self) -> None:
         await self.store.release()
@@ -640,8 +605,7 @@ class RedisSession(BaseSession):
         self, command: Callable[..., Awaitable[T]], *args: Any, reads: bool = False, **kwargs: Any
     ) -> T:
         """Run ``command(*args, **kwargs)``, translating failures to this package's errors
-        (``reads``: it changes nothing, so its error says nothing about writes). A full pool
-        raises before anything is sent, so the call then waits for a connection."""
+        (``reads``: it writes nothing); waits for a connection while the pool is full."""
         try:
             if self._cluster:
                 # Concurrent first calls on a cold RedisCluster race inside redis-py (one
@@ -655,10 +619,9 @@ class RedisSession(BaseSession):
             message = str(exc)
             if "WRONGTYPE" in message:
                 raise BackendDataError(
-                    f"RedisSession {self.session_id!r}: a key of this session holds a value of "
-                    f"another type (expected a {ITEMS_TYPE} at {self.keys[0]!r} and a "
-                    f"{META_TYPE} at {self.keys[1]!r}); another application may be using "
-                    f"key_prefix {self.key_prefix!r}. Nothing was changed. ({message})"
+                    f"RedisSession {self.session_id!r}: {self.keys} hold a value of another type "
+                    f"than ({ITEMS_TYPE}, {META_TYPE}); is another application using key_prefix "
+                    f"{self.key_prefix!r}? Nothing was changed. ({message})"
                 ) from exc
             if message.startswith("EXPIRYRANGE"):
                 raise ValueError(
@@ -667,9 +630,8 @@ class RedisSession(BaseSession):
                 ) from exc
             if message.startswith("CORRUPT"):
                 raise BackendDataError(
-                    f"RedisSession {self.session_id!r}: {message}. The counter of this session "
-                    f"at {self.keys[1]!r} was changed by something other than agent_sessions; "
-                    "set it to the highest sequence number stored (or delete the session's keys)"
+                    f"RedisSession {self.session_id!r}: {message}; set the counter to the highest "
+                    "sequence number stored (or delete the session's keys)"
                 ) from exc
             if isinstance(exc, _UNAVAILABLE) or message.startswith("BUSY"):
                 raise self._unavailable(exc, reads) from exc
@@ -678,7 +640,7 @@ class RedisSession(BaseSession):
             raise self._unavailable(exc, reads) from exc
 
     async def _when_pool_frees(self, command: Callable[[], Awaitable[T]]) -> T:
-        """Retry ``command`` while the pool is full, backing off, for up to ``timeout``."""
+        """Retry ``command`` while the pool is full, backing off, up to ``timeout``."""
         loop = asyncio.get_running_loop()
         give_up = None if self.timeout is None else loop.time() + self.timeout
         pause = 0.0005
@@ -712,8 +674,7 @@ class RedisSession(BaseSession):
 
 
 async def open_url(url: str, session_id: str, **options: Any) -> RedisSession:
-    """``open_session`` entry for ``redis://``, ``rediss://`` (and ``unix://``) URLs;
-    ``options`` are :meth:`RedisSession.from_url`'s."""
+    """``open_session`` entry for ``redis://``, ``rediss://`` and ``unix://`` URLs."""
     return RedisSession.from_url(session_id, url=url, **options)
 
 
@@ -724,9 +685,8 @@ def open_store(
     cluster: bool = False,
     timeout: float | None = DEFAULT_TIMEOUT,
 ) -> RedisStore:
-    """Open the store at ``url`` (shared with sessions opened in this event loop from the same
-    URL and options); ``await store.close()`` when done. Arguments as in
-    :meth:`RedisSession.from_url`."""
+    """Open the store at ``url`` (arguments as in :meth:`RedisSession.from_url`); ``await
+    store.close()`` when done."""
     return RedisStore.for_url(url, redis_kwargs, cluster, timeout)
 
 
