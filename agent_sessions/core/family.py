@@ -1,10 +1,7 @@
-"""The session family: a user's session plus the side stores that layers keep for it.
-
-A layer asks :func:`side_store` for side storage (branch log, usage, compaction records): same
-backend and connection, a derived id, default settings, closed with the session that opened
-it. Every side store ever written is listed in the family's registry (itself a side store), so
-family-wide operations (key rotation, erase) reach members this process never opened.
-"""
+"""The session family: a user's session plus the side stores layers keep for it (same
+connection, a derived id, default settings, closed with their opener). The family's registry
+(itself a side store) lists every side store ever written, so erase and key rotation reach
+them all."""
 
 from __future__ import annotations
 
@@ -25,8 +22,7 @@ def side_store(session: Session, purpose: str) -> Session:
     """Return the side store for ``purpose`` (e.g. ``"branches"``) in ``session``'s family.
 
     Raises:
-        TypeError: ``session`` keeps no family (a session from outside this package); the
-            message says what to do.
+        TypeError: ``session`` keeps no family (a session from outside this package).
     """
     if not supports(session, Capability.FAMILY):
         raise TypeError(
@@ -117,12 +113,6 @@ class Family:
 
 
 __all__ = [
-    "REGISTRY",
-    "Family",
-    "close_at_once",
-    "close_owned",
-    "close_quietly",
-    "member_purposes",
-    "purposes_in",
-    "side_store",
+    "REGISTRY", "Family", "close_at_once", "close_owned", "close_quietly", "member_purposes",
+    "purposes_in", "side_store",
 ]
