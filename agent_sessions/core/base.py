@@ -470,12 +470,9 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         if not words or limit <= 0:
             return []
         self._check_open()
-        out: list[tuple[int, TResponseInputItem, float]] = []
-        for seq, payload, score in await self._search_text(words, limit, equal_, between_):
-            item = self._decode(payload, seq)
-            if item is not None:
-                out.append((seq, item, score))
-        return out
+        hits = await self._search_text(words, limit, equal_, between_)
+        decoded = [(seq, self._decode(payload, seq), score) for seq, payload, score in hits]
+        return [hit for hit in decoded if hit[1] is not None]
 
     # -- writes at given numbers (capability) ---------------------------------------------------
 
@@ -556,9 +553,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         self._registration = None
 
     async def _register(self) -> None:
-        assert self._registration is not None
-        owner, purpose = self._registration
-        registry = owner.side_store(REGISTRY)
+        registry, purpose = cast("tuple[BaseSession, str]", self.unlisted)
         if purpose not in purposes_in(await registry.get_items()):
             await registry.add_items([{"purpose": purpose}])  # type: ignore[list-item]
         self._registration = None
