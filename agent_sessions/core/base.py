@@ -239,8 +239,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             return []
         if self._registration is not None:
             await self._register()
-        seqs: list[int] = await self._mutate(self._append(payloads))
-        return seqs
+        return cast("list[int]", await self._mutate(self._append(payloads)))
 
     async def add_sequenced_family(
         self, writes: list[tuple[Session, list[TResponseInputItem]]]
@@ -363,8 +362,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             return None
         if not payloads:
             return []
-        seqs: list[int] | None = await self._append_if_newest(guard, seq, payloads)
-        return seqs
+        return await self._append_if_newest(guard, seq, payloads)
 
     async def pop_if_newest(
         self, guard: Session, seq: int | None, *, newest: int | None = None
@@ -428,8 +426,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         """Atomically delete the items numbered below ``before``; return how many."""
         before = check_before(before)
         self._check_open()
-        deleted: int = await self._mutate(self._delete_before(before))
-        return deleted
+        return cast(int, await self._mutate(self._delete_before(before)))
 
     async def rewrite_items(self, pairs: list[tuple[int, TResponseInputItem]]) -> int:
         """Atomically replace the item numbered ``seq`` for each ``(seq, item)``, skipping
@@ -446,8 +443,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         if not payloads:
             return 0
         self._check_open()
-        replaced: int = await self._mutate(self._rewrite(list(zip(seqs, payloads, strict=True))))
-        return replaced
+        return cast(int, await self._mutate(self._rewrite(list(zip(seqs, payloads, strict=True)))))
 
     # -- full-text search (capability) ----------------------------------------------------------
 
@@ -526,8 +522,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         self._check_open()
         if self._family is None:
             self._family = Family(self._open_member)
-        member: Self = self._family.member(purpose)  # type: ignore[assignment]
-        return member
+        return cast("Self", self._family.member(purpose))
 
     def _open_member(self, purpose: str) -> Self:
         member = self.sibling(derive_sibling_id(self.session_id, purpose))
@@ -680,8 +675,7 @@ def keeps_write_path(session: object, *methods: str) -> bool:
 async def pop_checked_of(session: Session, check: Callable[[Any], Any]) -> Any:
     """``session.pop_checked(check)``, or :func:`pop_checked_by_api` without CHECKED_POP."""
     if supports(session, Capability.CHECKED_POP):
-        checked: SupportsCheckedPop = session  # type: ignore[assignment]
-        return await checked.pop_checked(check)
+        return await cast("SupportsCheckedPop", session).pop_checked(check)
     return await pop_checked_by_api(session, check)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .capabilities import Capability, SupportsFamily, supports
 
@@ -30,8 +30,7 @@ def side_store(session: Session, purpose: str) -> Session:
             "Capability.FAMILY); wrap one of agent_sessions' backends, or pass "
             "sibling_factory= to the layer"
         )
-    family_session: SupportsFamily = session  # type: ignore[assignment]
-    return family_session.side_store(purpose)
+    return cast("SupportsFamily", session).side_store(purpose)
 
 
 async def member_purposes(session: Session) -> list[str]:
@@ -39,8 +38,7 @@ async def member_purposes(session: Session) -> list[str]:
     object or process), oldest first; ``[]`` for a session without a family."""
     if not supports(session, Capability.FAMILY):
         return []
-    purposes: list[str] = await session.family_purposes()  # type: ignore[attr-defined]
-    return purposes
+    return cast("list[str]", await session.family_purposes())  # type: ignore[attr-defined]
 
 
 async def close_quietly(session: Session) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 from urllib.parse import urlsplit
 
 from agents.memory.session import Session, SessionABC
@@ -174,8 +174,7 @@ async def open_store(url: str, **options: Any) -> Store:
     scheme, entry = _lookup(url, "open_store")
     if entry.store is None:
         raise UnknownSchemeError(f"the {scheme}:// backend has no store; use open_session")
-    store: Store = await _call(scheme, entry, entry.store, url, **options)
-    return store
+    return cast(Store, await _call(scheme, entry, entry.store, url, **options))
 
 
 # The backends, and the Agents SDK's own layouts opened in place (``sdk+`` + the same scheme,
