@@ -354,11 +354,12 @@ def show(
     TTL envelopes are shown as their items, encrypted ones as stored unless --decrypt. --branch
     and --view read through the layers the session was written with.
     """
-    key = _read_key(key, key_file) if decrypt else None
+    key = _read_key(key, key_file)
     if decrypt and not key:
         raise typer.BadParameter(
             "--decrypt needs --key-file, AGENT_SESSIONS_KEY or --key", param_hint="--key-file"
         )
+    key = key if decrypt else None
     if branch is not None and view:
         raise typer.BadParameter(
             "--view shows the current branch; pass either --branch or --view", param_hint="--view"
@@ -515,7 +516,7 @@ def _metered(
 class _Meter:
     """Progress on stderr: a bar on a terminal, else a line every
     ``AGENT_SESSIONS_PROGRESS_EVERY`` seconds (default 5); the ETA follows sessions planned
-    (``plan``) or characters read (``reading``)."""
+    (``plan``) or characters read (``reading``). Ctrl-C prints what was done."""
 
     def __init__(self, verb: str, quiet: bool, resume: str = _RESUME) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -724,9 +725,8 @@ def delete(
         return deleted
 
     deleted = _in_store(url, option, erase)
-    typer.echo(_json({"deleted": deleted}) if as_json else (
-        f"deleted {deleted} session(s) with their side stores"
-    ))
+    text = f"deleted {deleted} session(s) with their side stores"
+    typer.echo(_json({"deleted": deleted}) if as_json else text)
 
 
 async def _ttl_skip_reason(store: Any, sid: str, family_clock: bool) -> str | None:
