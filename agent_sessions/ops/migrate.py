@@ -293,10 +293,8 @@ async def _write_family(
     on_session: OnSession | None, renumber: bool, **options: Any,
 ) -> None:
     """Write a family; when a member's numbers are refused, clear what it wrote."""
-    side_ids = [d.session_id for d in family if is_side_store(d.session_id)]
-    if not _numbering_check(store, side_ids, renumber):
-        family = [d for d in family if not is_side_store(d.session_id)]
-        report.side_stores_left += len(side_ids)
+    kept = set(_writable(store, [d.session_id for d in family], renumber, report))
+    family = [d for d in family if d.session_id in kept]
     fresh: list[str] = []
     try:
         for data in family:
@@ -311,12 +309,18 @@ async def _write_family(
         raise
 
 
-def _numbering_check(dst: Store, side_ids: list[str], renumber: bool) -> bool:
-    """Whether side stores can be written to ``dst``; raises unless ``renumber``."""
+def _writable(dst: Store, ids: list[str], renumber: bool, report: TransferReport) -> list[str]:
+    """``ids`` without side stores (counted as left) when ``dst`` renumbers and ``renumber``.
+
+    Raises:
+        RenumberingError: ``dst`` renumbers, side stores exist and not ``renumber``.
+    """
+    side_ids = [sid for sid in ids if is_side_store(sid)]
     if dst.keeps_numbers or not side_ids:
-        return True
+        return ids
     if renumber:
-        return False
+        report.side_stores_left += len(side_ids)
+        return [sid for sid in ids if not is_side_store(sid)]
     roots = sorted({family_root(sid) for sid in side_ids})
     raise RenumberingError(
         f"the destination {redacted(dst.url)} numbers items anew (it cannot write at given "
@@ -348,10 +352,7 @@ async def copy_store(
     async with await Store.open(src_url, src_options, read_only=True) as src:
         async with await Store.open(dst_url, dst_options) as dst:
             todo = await _todo(src, session_ids, prefix, side_stores)
-            side_ids = [sid for sid in todo if is_side_store(sid)]
-            if not _numbering_check(dst, side_ids, renumber):
-                todo = [sid for sid in todo if not is_side_store(sid)]
-                report.side_stores_left = len(side_ids)
+            todo = _writable(dst, todo, renumber, report)
             if plan is not None:
                 plan(todo)
             for _, family in groupby(todo, family_root):
