@@ -84,15 +84,14 @@ _RESUME = "run the same command again to resume (complete sessions are skipped)"
 
 
 def begin(args: list[str]) -> None:
-    """Start a run of the command line: note its store URLs (to redact them), no notes yet."""
+    """Start a run: note its store URLs (to redact them), clear the notes."""
     _URLS.clear()
     _URLS.update(arg for arg in args if "://" in arg)
     _INTERRUPTED.clear()
 
 
 def scrub(text: str) -> str:
-    """``text`` with every store URL of this run redacted and their passwords masked (every
-    message and question goes through it)."""
+    """``text`` with this run's store URLs redacted and their passwords masked."""
     from urllib.parse import urlsplit
 
     from ..ops.migrate import redacted
@@ -263,15 +262,12 @@ def list_sessions(
 
     rows = _in_store(url, option, read)
     if as_json:
-        for info in rows:
-            typer.echo(_json(info.as_dict()))
-        return
+        return typer.echo("".join(_json(info.as_dict()) + "\n" for info in rows), nl=False)
     cells = [(i.session_id, str(i.item_count), _time(i.created_at), _time(i.updated_at))
              for i in rows]
     console = _console()
     if not console.is_terminal:  # piped: whole ids, one tab-separated line per session
-        for cell in cells:
-            typer.echo("\t".join(cell))
+        typer.echo("".join("\t".join(cell) + "\n" for cell in cells), nl=False)
     else:
         from rich.table import Table
 
@@ -289,7 +285,7 @@ def _type(item: Any) -> Any:
 
 
 async def _unwrap(items: list[Any], session_id: str, key: str | None) -> list[Any]:
-    """Show TTL envelopes as their items and, with ``key``, decrypt encrypted envelopes."""
+    """TTL envelopes as their items and, with ``key``, encrypted ones decrypted."""
     from ..backends.memory import InMemorySession, InMemoryStore
 
     for _ in range(8):  # layers nest: TTL over encryption or encryption over TTL
@@ -315,7 +311,7 @@ def _open(path: str, mode: str, what: str) -> IO[str]:
 
 
 def _read_key(key: str | None, key_file: str | None) -> str | None:
-    """The key given by value or, with ``key_file``, read from that file (stripped)."""
+    """``key``, or with ``key_file`` that file's text (stripped)."""
     if key_file is None:
         return key
     with _open(key_file, "r", f"read the key file {key_file}") as file:
@@ -396,8 +392,7 @@ def _ttl_session(inner: Any, expiry: tuple[float | None, float | None, bool]) ->
 async def _layers(
     session: Any, sid: str, key: str | None, expiry: tuple[float | None, float | None, bool]
 ) -> Any:
-    """``session`` under TTLSession and EncryptedSession in the order its items were written
-    (read from their envelopes)."""
+    """``session`` under TTLSession and EncryptedSession as its newest envelope says."""
     from ..wrappers.ttl import TTL_TYPE
 
     for _ in range(2):
@@ -472,11 +467,11 @@ def stats(url: Url, as_json: Json = False, option: Options = None) -> None:
 
     table = Table(show_header=False, box=None)
     for name, value in totals.items():
-        if name != "side_stores_by_kind":
+        if name == "side_stores_by_kind":
+            for kind, n in value.items():
+                table.add_row(f"  {kind}", f"{n['stores']} ({n['items']} items)")
+        else:
             table.add_row(name.replace("_", " "), "-" if value is None else str(value))
-            continue
-        for kind, counts in value.items():
-            table.add_row(f"  {kind}", f"{counts['stores']} ({counts['items']} items)")
     _console().print(table)
 
 
@@ -519,7 +514,7 @@ def _metered(
 
 
 class _Meter:
-    """Progress on stderr: a bar with items and an ETA on a terminal, else a line every
+    """Progress on stderr: a bar on a terminal, else a line every
     ``AGENT_SESSIONS_PROGRESS_EVERY`` seconds (default 5); the ETA follows sessions planned
     (``plan``) or characters read (``reading``). Ctrl-C prints what was done."""
 
@@ -621,7 +616,7 @@ def _report(report: Any, verb: str, as_json: bool) -> None:
 
 
 def _store_identity(url: str, options: dict[str, Any]) -> tuple[str, str]:
-    """What names a store: its URL normalised (a SQLite file by its real path) and options."""
+    """A store's URL normalised (a SQLite file by its real path) and its options."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)

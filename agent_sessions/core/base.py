@@ -1,8 +1,5 @@
-"""``BaseSession``: the SDK's SessionABC plus the shared rules every backend of this package obeys.
-
-A backend implements five small coroutines over JSON text; this class does validation, limit
-semantics, decoding, cancellation safety and the closed state once for all of them.
-"""
+"""``BaseSession``: the SDK's SessionABC over five backend coroutines on JSON text, with
+validation, limits, decoding, cancellation safety and the closed state written once."""
 
 from __future__ import annotations
 
@@ -54,8 +51,7 @@ def _epoch(name: str, when: object) -> float:
 
 
 def check_before(before: object) -> int:
-    """Return ``before`` if it is an int sequence number, else raise TypeError (SQLite would
-    take a string bound as "less than everything", ``None`` would match nothing)."""
+    """Return ``before`` if it is an int sequence number, else raise TypeError."""
     if isinstance(before, bool) or not isinstance(before, int):
         raise TypeError(f"before must be an int sequence number, got {before!r}")
     return before
@@ -70,18 +66,11 @@ class StoreOptions(TypedDict, total=False):
     _internal_id: bool
 
 
-STORE_CAPABILITIES: frozenset[Capability] = frozenset(
-    {
-        Capability.SEQUENCED,
-        Capability.RANGE_DELETE,
-        Capability.REWRITE,
-        Capability.FAMILY,
-        Capability.SEQUENCED_WRITE,
-        Capability.FAMILY_BATCH,
-        Capability.GUARDED_WRITE,
-        Capability.CHECKED_POP,
-    }
-)
+STORE_CAPABILITIES: frozenset[Capability] = frozenset({
+    Capability.SEQUENCED, Capability.RANGE_DELETE, Capability.REWRITE, Capability.FAMILY,
+    Capability.SEQUENCED_WRITE, Capability.FAMILY_BATCH, Capability.GUARDED_WRITE,
+    Capability.CHECKED_POP,
+})
 """What a backend built on this template offers once it implements every hook."""
 
 
@@ -100,8 +89,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.SEQUENCED})
     """What this backend offers; each capability beyond SEQUENCED needs its hook."""
     _single_dispatch_writes = False
-    """True when a write reaches the store in one step a cancellation cannot split, so no
-    task is needed to finish it."""
+    """True when a cancellation cannot split a write (no task needed to finish it)."""
 
     def __init__(
         self,
@@ -167,9 +155,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         raise NotImplementedError(f"{type(self).__name__} does not rewrite items")
 
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
-        """Atomically store ``rows`` at their numbers into this empty session (else raise
-        SequenceConflictError) with these epoch times; later appends number above
-        (SEQUENCED_WRITE)."""
+        """Atomically store ``rows`` at their numbers and these epoch times into this empty
+        session, else raise SequenceConflictError (SEQUENCED_WRITE)."""
         raise NotImplementedError(f"{type(self).__name__} does not write at given numbers")
 
     async def _search_text(
@@ -180,8 +167,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         raise NotImplementedError(f"{type(self).__name__} does not search text")
 
     def _member_options(self) -> dict[str, Any]:
-        """Constructor keywords opening another session on this store and connection
-        (FAMILY)."""
+        """Constructor keywords opening another session on this connection (FAMILY)."""
         raise NotImplementedError(f"{type(self).__name__} keeps no session family")
 
     # -- the SDK's Session API ---------------------------------------------------------------
@@ -253,8 +239,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             return []
         if self._registration is not None:
             await self._register()
-        seqs: list[int] = await self._mutate(self._append(payloads))
-        return seqs
+        return cast("list[int]", await self._mutate(self._append(payloads)))
 
     async def add_sequenced_family(
         self, writes: list[tuple[Session, list[TResponseInputItem]]]
@@ -364,10 +349,9 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     async def append_if_newest(
         self, guard: Session, seq: int | None, items: list[TResponseInputItem]
     ) -> list[int] | None:
-        """Append ``items`` only if ``guard``'s newest sequence number is ``seq`` (None: no
-        items), checked and written in one atomic step: the new numbers, or None when nothing
-        was written (guard changed, not of this store, or this store cannot check in one
-        step; also for a side store not yet listed in its family) (GUARDED_WRITE).
+        """Atomically append ``items`` only if ``guard``'s newest number is ``seq`` (None:
+        empty); the new numbers, or None when nothing was written (guard changed or of
+        another store, no atomic check here, or an unlisted side store) (GUARDED_WRITE).
 
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
@@ -378,17 +362,14 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             return None
         if not payloads:
             return []
-        seqs: list[int] | None = await self._append_if_newest(guard, seq, payloads)
-        return seqs
+        return await self._append_if_newest(guard, seq, payloads)
 
     async def pop_if_newest(
         self, guard: Session, seq: int | None, *, newest: int | None = None
     ) -> tuple[bool, Any]:
-        """Pop as ``pop_item`` only if ``guard``'s newest number is ``seq`` and (when given)
-        this session's newest number is ``newest``, in one atomic step: ``(True, item or
-        None)``; ``(False, None)`` when nothing was popped, as ``append_if_newest`` declines
-        (GUARDED_WRITE). A popped item that does not decode is dropped, as ``pop_item`` does,
-        and reported as ``(True, None)``."""
+        """Atomically ``pop_item`` only if ``guard``'s newest number is ``seq`` and (when
+        given) this session's is ``newest``: ``(True, item or None)`` (None also for an item
+        that does not decode), else ``(False, None)`` (GUARDED_WRITE)."""
         self._check_open()
         if not isinstance(guard, BaseSession):
             return False, None
@@ -398,31 +379,25 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     async def _pop_if_newest(
         self, guard: BaseSession, seq: int | None, newest: int | None
     ) -> tuple[bool, Any]:
-        """Pop as ``_pop`` only if ``guard`` (a member of this store) has ``seq`` as its newest
-        number (None: no items) and this session's newest is ``newest`` (when not None),
-        checked and popped in one atomic step: ``(True, payload or
-        None)``; ``(False, None)`` when it has not, or when the backend cannot tell in one
-        step (the default), and then nothing was popped."""
+        """``_pop`` under ``pop_if_newest``'s atomic check: ``(True, payload or None)``, else
+        (also by default: no atomic check) ``(False, None)``."""
         return False, None
 
     async def _append_if_newest(
         self, guard: BaseSession, seq: int | None, payloads: list[str]
     ) -> list[int] | None:
-        """``_append`` only if ``guard``'s newest number is ``seq``, as ``_pop_if_newest``:
-        the new numbers, or None when nothing was written."""
+        """``_append`` under that check: the new numbers, or None when nothing was written."""
         return None
 
     # -- a pop checked by a layer (capability) -------------------------------------------------
 
     async def pop_checked(self, check: Callable[[Any], Any]) -> Any:
-        """Remove the newest item and return ``check(item)``; None when empty; when ``check``
-        raises, nothing is removed (CHECKED_POP). Atomic with ``_pop_row_checked``, else as
-        :func:`pop_checked_by_api`."""
+        """Remove the newest item and return ``check(item)`` (None when empty); when ``check``
+        raises, nothing is removed (CHECKED_POP)."""
         self._check_open()
         return await self._pop_checked(check)
 
     async def _pop_checked(self, check: Callable[[Any], Any]) -> Any:
-        """``pop_checked`` after the open check; a backend may override it."""
         if (
             type(self).pop_item is not BaseSession.pop_item
             or type(self)._pop_row_checked is BaseSession._pop_row_checked
@@ -451,8 +426,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         """Atomically delete the items numbered below ``before``; return how many."""
         before = check_before(before)
         self._check_open()
-        deleted: int = await self._mutate(self._delete_before(before))
-        return deleted
+        return cast(int, await self._mutate(self._delete_before(before)))
 
     async def rewrite_items(self, pairs: list[tuple[int, TResponseInputItem]]) -> int:
         """Atomically replace the item numbered ``seq`` for each ``(seq, item)``, skipping
@@ -469,8 +443,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         if not payloads:
             return 0
         self._check_open()
-        replaced: int = await self._mutate(self._rewrite(list(zip(seqs, payloads, strict=True))))
-        return replaced
+        return cast(int, await self._mutate(self._rewrite(list(zip(seqs, payloads, strict=True)))))
 
     # -- full-text search (capability) ----------------------------------------------------------
 
@@ -493,12 +466,9 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         if not words or limit <= 0:
             return []
         self._check_open()
-        out: list[tuple[int, TResponseInputItem, float]] = []
-        for seq, payload, score in await self._search_text(words, limit, equal_, between_):
-            item = self._decode(payload, seq)
-            if item is not None:
-                out.append((seq, item, score))
-        return out
+        hits = await self._search_text(words, limit, equal_, between_)
+        decoded = [(seq, self._decode(payload, seq), score) for seq, payload, score in hits]
+        return [hit for hit in decoded if hit[1] is not None]
 
     # -- writes at given numbers (capability) ---------------------------------------------------
 
@@ -536,8 +506,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     # -- the session family (capability) -------------------------------------------------------
 
     def sibling(self, session_id: str) -> Self:
-        """A session of this store and connection for ``session_id``, default settings
-        (for side data use ``core.family.side_store``)."""
+        """A session on this connection for ``session_id``, default settings."""
         self._check_open()
         session_id = validate_session_id(session_id, internal=True)
         return type(self)(  # type: ignore[call-arg]
@@ -553,8 +522,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         self._check_open()
         if self._family is None:
             self._family = Family(self._open_member)
-        member: Self = self._family.member(purpose)  # type: ignore[assignment]
-        return member
+        return cast("Self", self._family.member(purpose))
 
     def _open_member(self, purpose: str) -> Self:
         member = self.sibling(derive_sibling_id(self.session_id, purpose))
@@ -568,8 +536,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
 
     @property
     def unlisted(self) -> tuple[BaseSession, str] | None:
-        """``(registry, purpose)`` until this side store is listed in its family's registry
-        (before its first write, or by a family write calling :meth:`listed`); else None."""
+        """``(registry, purpose)`` until this side store is listed in its family's registry,
+        then None."""
         if self._registration is None:
             return None
         owner, purpose = self._registration
@@ -580,10 +548,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         self._registration = None
 
     async def _register(self) -> None:
-        """List this side store in its family's registry (once per object, before a write)."""
-        assert self._registration is not None
-        owner, purpose = self._registration
-        registry = owner.side_store(REGISTRY)
+        registry, purpose = cast("tuple[BaseSession, str]", self.unlisted)
         if purpose not in purposes_in(await registry.get_items()):
             await registry.add_items([{"purpose": purpose}])  # type: ignore[list-item]
         self._registration = None
@@ -596,11 +561,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         return self._closed
 
     def close(self) -> Closing:
-        """Release this session's resources; idempotent; later use raises SessionClosedError.
-
-        Call it bare (as the SDK's sync ``SQLiteSession.close()``: the release finishes in the
-        background) or await it. A client or engine the caller passed in stays open.
-        """
+        """Release this session's resources (idempotent); call it bare (the release finishes
+        in the background) or await it. A client or engine the caller passed in stays open."""
         if self._closing is None:
             self._closing = Closing(None if self._closed_at_once() else self._release())
         return self._closing
@@ -624,7 +586,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         return False
 
     def _release_at_once(self) -> bool:
-        """Release without I/O (a share others still use); True when done. Default False."""
+        """Release without I/O (a share others still use); True when done."""
         return False
 
     async def _close_owned(self) -> None:
@@ -713,8 +675,7 @@ def keeps_write_path(session: object, *methods: str) -> bool:
 async def pop_checked_of(session: Session, check: Callable[[Any], Any]) -> Any:
     """``session.pop_checked(check)``, or :func:`pop_checked_by_api` without CHECKED_POP."""
     if supports(session, Capability.CHECKED_POP):
-        checked: SupportsCheckedPop = session  # type: ignore[assignment]
-        return await checked.pop_checked(check)
+        return await cast("SupportsCheckedPop", session).pop_checked(check)
     return await pop_checked_by_api(session, check)
 
 
@@ -739,14 +700,7 @@ async def pop_checked_by_api(session: Any, check: Callable[[Any], Any]) -> Any:
 
 
 __all__ = [
-    "STORE_CAPABILITIES",
-    "BaseSession",
-    "InvalidItemError",
-    "Row",
-    "StoreOptions",
-    "check_before",
-    "keeps_write_path",
-    "pop_checked_by_api",
-    "pop_checked_of",
+    "STORE_CAPABILITIES", "BaseSession", "InvalidItemError", "Row", "StoreOptions",
+    "check_before", "keeps_write_path", "pop_checked_by_api", "pop_checked_of",
     "short_page_is_start",
 ]

@@ -1,10 +1,6 @@
-"""What a session declares it can do beyond the SDK's four methods.
-
-Every session carries ``capabilities``, a small frozenset of :class:`Capability` (a class
-attribute on backends, derived from the inner session by wrappers). Layers ask :func:`supports`
-and never probe methods or types: a foreign session declares nothing. The ``Supports*``
-protocols type the methods that come with each capability.
-"""
+"""What a session declares it can do beyond the SDK's four methods: ``capabilities``, a
+frozenset of :class:`Capability` that layers test with :func:`supports` (never by probing
+methods; a foreign session declares nothing). ``Supports*`` type each capability's methods."""
 
 from __future__ import annotations
 
@@ -48,11 +44,8 @@ NO_CAPABILITIES: frozenset[Capability] = frozenset()
 
 
 def capabilities_of(session: object) -> frozenset[Capability]:
-    """Return what ``session`` declares (empty when nothing).
-
-    Only the instance's or its class's own ``capabilities`` counts: a proxy forwarding unknown
-    attributes (the SDK's EncryptedSession) does not inherit its inner session's.
-    """
+    """Return what ``session`` declares (empty when nothing): its instance's or class's own
+    ``capabilities``, never one a proxy forwards from its inner session."""
     try:
         caps: Any = vars(session).get("capabilities")
     except TypeError:  # no __dict__ (slots)
@@ -130,12 +123,11 @@ class SupportsSequencedWrite(Protocol):
         created_at: datetime | None = None,
         updated_at: datetime | None = None,
     ) -> None:
-        """Store each ``(seq, item)`` at ``seq`` (positive, increasing) in one atomic step into
-        this empty session with these times (now when None); later appends number above.
+        """Atomically store each ``(seq, item)`` at ``seq`` (positive, increasing) into this
+        empty session with these times (now when None); later appends number above.
 
         Raises:
-            SequenceConflictError: the session holds items or a number is taken (nothing
-                written).
+            SequenceConflictError: the session holds items or a number is taken.
         """
 
 
@@ -229,18 +221,8 @@ class SupportsFamily(Protocol):
 
 
 __all__ = [
-    "Capability",
-    "NO_CAPABILITIES",
-    "Read",
-    "SupportsCheckedPop",
-    "SupportsFamily",
-    "SupportsFamilyBatch",
-    "SupportsGuardedWrite",
-    "SupportsNativeExpiry",
-    "SupportsRangeDelete",
-    "SupportsRewrite",
-    "SupportsSequencedItems",
-    "SupportsSequencedWrite",
-    "capabilities_of",
+    "NO_CAPABILITIES", "Capability", "Read", "SupportsCheckedPop", "SupportsFamily",
+    "SupportsFamilyBatch", "SupportsGuardedWrite", "SupportsNativeExpiry", "SupportsRangeDelete",
+    "SupportsRewrite", "SupportsSequencedItems", "SupportsSequencedWrite", "capabilities_of",
     "supports",
 ]

@@ -14,11 +14,9 @@ _pending: set[asyncio.Future[None]] = set()
 
 
 class Closing(Coroutine[Any, Any, None]):
-    """A started release of a session's resources, returned by ``close()``.
-
-    In a running loop the release is a task (awaiting this waits for it and raises its error);
-    without one it runs at once, as the SDK's sync ``close()``. A ``Coroutine``, so
-    ``asyncio.run(session.close())`` works and an unawaited one warns nothing.
+    """A started release, returned by ``close()``: a task in a running loop (awaiting this
+    waits for it and raises its error), else run at once as the SDK's sync ``close()``. A
+    ``Coroutine``, so ``asyncio.run(session.close())`` works and an unawaited one warns nothing.
     """
 
     def __init__(

@@ -43,8 +43,7 @@ loads: Callable[[str | bytes], Any] = _orjson.loads if _orjson is not None else 
 
 
 MAX_DEPTH = 254
-"""Deepest nesting of objects and arrays accepted in an item (orjson's own limit; the same on
-both encoder paths, and far below the interpreter's recursion limit)."""
+"""Deepest nesting of objects and arrays accepted in an item (orjson's limit, on both paths)."""
 
 def _render(path: Any) -> str:
     keys: list[str] = []
@@ -59,12 +58,8 @@ _CONTAINERS = frozenset({dict, list, tuple})
 
 
 def _find_problem(value: Any, path: str) -> str | None:
-    """Describe the first non-JSON part of ``value``, or return None.
-
-    JSON types (subclasses included): dict with str keys, list, tuple, str, 64-bit int, bool,
-    finite float, None; anything else is refused, as ``json.dumps`` does. Iterative, so deep
-    nesting is reported, not a RecursionError.
-    """
+    """Describe the first part of ``value`` that ``json.dumps`` refuses or that is no 64-bit
+    int or finite float, or return None (iterative: deep nesting is reported, not raised)."""
     stack: list[tuple[Any, Any, int]] = [(value, path, 1)]
     pop, push = stack.pop, stack.append
     plain, containers = _PLAIN, _CONTAINERS
@@ -112,13 +107,9 @@ _DICT = {dict}
 
 def _orjson_wrote_json(items: Sequence[Any], data: list[bytes]) -> bool:
     """True when ``data``, orjson's texts for the dicts ``items``, are what ``json.dumps``
-    would write.
-
-    Beyond what orjson refuses itself, it writes non-JSON types (UUID, Enum, datetime...) and
-    turns NaN and infinities into ``null``: so every value must be of an exact JSON type and,
-    with floats, the texts hold no more ``null`` than the items hold None. ``gc.get_referents``
-    lists a whole level of the batch in one C call.
-    """
+    would write: every value of an exact JSON type (orjson writes UUID, datetime...) and, with
+    floats, no more ``null`` than None values (orjson writes NaN as ``null``). One C call
+    (``gc.get_referents``) per level of the batch."""
     level: Sequence[Any] = items
     nones, floats = 0, False
     while level:

@@ -1,8 +1,5 @@
-"""The distribution's name and the ``pip install`` hint for optional parts.
-
-The package imports as ``agent_sessions`` but is published as ``agent-sessions-store``: the
-name ``agent-sessions`` on the package index belongs to an unrelated project.
-"""
+"""The distribution's name (``agent-sessions-store``: ``agent-sessions`` on the package index
+is an unrelated project) and the ``pip install`` hint for optional parts."""
 
 from __future__ import annotations
 
@@ -17,12 +14,10 @@ DISTRIBUTION = "agent-sessions-store"
 
 def install_hint(extra: str | None = None) -> str:
     """Return the ``pip install`` command for ``extra`` (the core when None)."""
-    if extra is None:
-        return f'pip install "{DISTRIBUTION}"'
-    return f'pip install "{DISTRIBUTION}[{extra}]"'
+    return f'pip install "{DISTRIBUTION}{"" if extra is None else f"[{extra}]"}"'
 
 
-def missing(feature: str, extra: str, exc: ImportError) -> MissingDependencyError:
+def missing(feature: str, extra: str | None, exc: ImportError) -> MissingDependencyError:
     """Return the error for ``feature`` needing the ``extra`` whose import raised ``exc``."""
     name = exc.name or str(exc)
     return MissingDependencyError(
@@ -32,7 +27,7 @@ def missing(feature: str, extra: str, exc: ImportError) -> MissingDependencyErro
     )
 
 
-def require(module: str, feature: str, extra: str) -> ModuleType:
+def require(module: str, feature: str, extra: str | None) -> ModuleType:
     """Import ``module`` or raise MissingDependencyError naming ``extra``."""
     try:
         return importlib.import_module(module)

@@ -1,16 +1,13 @@
-"""The session family: a user's session plus the side stores that layers keep for it.
-
-A layer asks :func:`side_store` for side storage (branch log, usage, compaction records): same
-backend and connection, a derived id, default settings, closed with the session that opened
-it. Every side store ever written is listed in the family's registry (itself a side store), so
-family-wide operations (key rotation, erase) reach members this process never opened.
-"""
+"""The session family: a user's session plus the side stores layers keep for it (same
+connection, a derived id, default settings, closed with their opener). The family's registry
+(itself a side store) lists every side store ever written, so erase and key rotation reach
+them all."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .capabilities import Capability, SupportsFamily, supports
 
@@ -25,8 +22,7 @@ def side_store(session: Session, purpose: str) -> Session:
     """Return the side store for ``purpose`` (e.g. ``"branches"``) in ``session``'s family.
 
     Raises:
-        TypeError: ``session`` keeps no family (a session from outside this package); the
-            message says what to do.
+        TypeError: ``session`` keeps no family (a session from outside this package).
     """
     if not supports(session, Capability.FAMILY):
         raise TypeError(
@@ -34,8 +30,7 @@ def side_store(session: Session, purpose: str) -> Session:
             "Capability.FAMILY); wrap one of agent_sessions' backends, or pass "
             "sibling_factory= to the layer"
         )
-    family_session: SupportsFamily = session  # type: ignore[assignment]
-    return family_session.side_store(purpose)
+    return cast("SupportsFamily", session).side_store(purpose)
 
 
 async def member_purposes(session: Session) -> list[str]:
@@ -43,8 +38,7 @@ async def member_purposes(session: Session) -> list[str]:
     object or process), oldest first; ``[]`` for a session without a family."""
     if not supports(session, Capability.FAMILY):
         return []
-    purposes: list[str] = await session.family_purposes()  # type: ignore[attr-defined]
-    return purposes
+    return cast("list[str]", await session.family_purposes())  # type: ignore[attr-defined]
 
 
 async def close_quietly(session: Session) -> None:
@@ -117,12 +111,6 @@ class Family:
 
 
 __all__ = [
-    "REGISTRY",
-    "Family",
-    "close_at_once",
-    "close_owned",
-    "close_quietly",
-    "member_purposes",
-    "purposes_in",
-    "side_store",
+    "REGISTRY", "Family", "close_at_once", "close_owned", "close_quietly", "member_purposes",
+    "purposes_in", "side_store",
 ]

@@ -46,11 +46,8 @@ def validate_session_id(session_id: Any, *, internal: bool = False) -> str:
 
 
 def derive_sibling_id(session_id: str, purpose: str) -> str:
-    """Return the id of ``session_id``'s side store for ``purpose`` (e.g. ``"branches"``).
-
-    The mapping is injective: ``purpose`` holds no separator, so the parent id and purpose can be
-    read back, and the result starts with :data:`SIBLING_MARK`, which user ids cannot.
-    """
+    """Return the id of ``session_id``'s side store for ``purpose`` (e.g. ``"branches"``):
+    injective (``purpose`` holds no separator), starting with :data:`SIBLING_MARK`."""
     if not purpose or SIBLING_MARK in purpose or "\x00" in purpose or len(purpose) > 64:
         raise ValueError(f"invalid sibling purpose {purpose!r}")
     return validate_session_id(f"{SIBLING_MARK}{purpose}{SIBLING_MARK}{session_id}", internal=True)

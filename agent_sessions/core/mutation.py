@@ -22,12 +22,9 @@ async def _wait_for(awaitable: Awaitable[T]) -> T:
 
 
 async def finish(awaitable: Awaitable[T]) -> tuple[T, asyncio.CancelledError | None]:
-    """Await ``awaitable`` to its end even if the caller is cancelled meanwhile.
-
-    Returns its result and the cancellation that arrived meanwhile (None if none), for the
-    caller to raise once it has dealt with the result. An error of ``awaitable`` is raised as is,
-    or, when a cancellation arrived, the cancellation is raised from it.
-    """
+    """Await ``awaitable`` to its end even if the caller is cancelled meanwhile; return its
+    result and that cancellation (or None) for the caller to raise. Its error is raised as is,
+    or after a cancellation, the cancellation from it."""
     # Awaited directly (not through asyncio.wait or shield): one loop turn and a waiter fewer.
     coro = awaitable if asyncio.iscoroutine(awaitable) else _wait_for(awaitable)
     task: asyncio.Task[T] = _Unstoppable(coro)
@@ -44,11 +41,8 @@ async def finish(awaitable: Awaitable[T]) -> tuple[T, asyncio.CancelledError | N
 
 
 async def run_to_completion(awaitable: Awaitable[T]) -> T:
-    """Await ``awaitable`` to its end, then re-raise any cancellation that arrived meanwhile.
-
-    A cancelled caller thus never leaves a batch half-sent: the write either had not started or
-    is fully finished (its outcome is then discarded in favour of ``CancelledError``).
-    """
+    """Await ``awaitable`` to its end, then re-raise a cancellation that arrived meanwhile:
+    a cancelled caller never leaves a batch half-sent."""
     result, cancelled = await finish(awaitable)
     if cancelled is not None:
         raise cancelled

@@ -1,9 +1,6 @@
-"""Constructor options: a misspelt keyword names the valid ones instead of a bare TypeError.
-
-``OptionsChecked`` does it for every class built on it (backends and wrappers), from the
-constructor signatures alone: a constructor that forwards ``**options`` to its base accepts
-the base's options too. ``explicit_options`` does it for a factory function.
-"""
+"""A misspelt constructor keyword names the valid options instead of a bare TypeError: for
+classes built on ``OptionsChecked`` (read from the signatures along ``**options`` forwarding)
+and for factories decorated with ``explicit_options``."""
 
 from __future__ import annotations
 

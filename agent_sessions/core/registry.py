@@ -1,19 +1,17 @@
-"""``open_session(url, session_id)`` and ``open_store(url)``: one entry point for every
-backend, by URL scheme."""
+"""``open_session(url, session_id)`` and ``open_store(url)``: every backend by URL scheme."""
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 from urllib.parse import urlsplit
 
 from agents.memory.session import Session, SessionABC
 
 from ..errors import MissingDependencyError, UnknownSchemeError
-from .extras import install_hint
+from .extras import install_hint, missing, require
 from .family import close_quietly
 
 Opener = Callable[..., Session | Awaitable[Session]]
@@ -46,22 +44,6 @@ def register_scheme(
 def registered_schemes() -> list[str]:
     """Return the registered URL schemes, sorted."""
     return sorted(_SCHEMES)
-
-
-def _resolve(scheme: str, entry: _Entry, target: str | Callable[..., Any] | None = None) -> Any:
-    target = entry.target if target is None else target
-    if callable(target):
-        return target
-    module_name, _, attr = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"the {scheme}:// backend needs the package {exc.name or str(exc)!r}, which is not "
-            f"installed; install it with: {install_hint(entry.extra)}",
-            name=exc.name,
-        ) from exc
-    return getattr(module, attr)
 
 
 @runtime_checkable
@@ -131,10 +113,8 @@ async def open_session(url: str, session_id: str, **options: Any) -> ClosableSes
         MissingDependencyError: the backend's optional driver is not installed.
     """
     scheme, entry = _lookup(url, "open_session")
-    result = await _call(scheme, entry, _resolve(scheme, entry), url, session_id, **options)
-    if isinstance(result, ClosableSession):
-        return result
-    return _Closable(result)
+    result = await _call(scheme, entry, entry.target, url, session_id, **options)
+    return result if isinstance(result, ClosableSession) else _Closable(result)
 
 
 def _lookup(url: str, caller: str) -> tuple[str, _Entry]:
@@ -152,22 +132,19 @@ def _lookup(url: str, caller: str) -> tuple[str, _Entry]:
     return scheme, entry
 
 
-async def _call(
-    scheme: str, entry: _Entry, opener: Callable[..., Any], *args: Any, **options: Any
-) -> Any:
-    """``opener(*args, **options)``, awaited if need be; a missing driver is named."""
+async def _call(scheme: str, entry: _Entry, opener: Any, *args: Any, **options: Any) -> Any:
+    """``opener(*args, **options)`` (a ``"module:function"`` imported first), awaited if need
+    be; a missing driver is named with its pip extra."""
+    if isinstance(opener, str):
+        module, _, attr = opener.partition(":")
+        opener = getattr(require(module, f"the {scheme}:// backend", entry.extra), attr)
     try:
         result = opener(*args, **options)
         return await result if isinstance(result, Awaitable) else result
     except ImportError as exc:  # a driver imported on first use (e.g. by the SDK's classes)
         if isinstance(exc, MissingDependencyError) or entry.extra is None:
             raise
-        what = f"the package {exc.name!r}" if exc.name else "a package"
-        raise MissingDependencyError(
-            f"the {scheme}:// backend needs {what} that is not installed ({exc}); install it "
-            f"with: {install_hint(entry.extra)}",
-            name=exc.name,
-        ) from exc
+        raise missing(f"the {scheme}:// backend", entry.extra, exc) from exc
 
 
 @runtime_checkable
@@ -197,8 +174,7 @@ async def open_store(url: str, **options: Any) -> Store:
     scheme, entry = _lookup(url, "open_store")
     if entry.store is None:
         raise UnknownSchemeError(f"the {scheme}:// backend has no store; use open_session")
-    store: Store = await _call(scheme, entry, _resolve(scheme, entry, entry.store), url, **options)
-    return store
+    return cast(Store, await _call(scheme, entry, entry.store, url, **options))
 
 
 # The backends, and the Agents SDK's own layouts opened in place (``sdk+`` + the same scheme,

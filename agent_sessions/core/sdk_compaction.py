@@ -1,10 +1,6 @@
-"""The SDK's compaction hooks on this package's backends.
-
-``OpenAIResponsesCompactionSession`` looks for ``_get_compaction_snapshot`` and
-``_atomic_replace_items`` on the session it wraps (without them it skips compaction under a
-short ``session_settings.limit`` and replaces by a non-atomic clear + add). A backend gets both
-by implementing ``_replace_rows``.
-"""
+"""The hooks ``OpenAIResponsesCompactionSession`` looks for (``_get_compaction_snapshot``,
+``_atomic_replace_items``; without them it skips compaction under a short limit and replaces
+by clear + add), given to a backend that implements ``_replace_rows``."""
 
 from __future__ import annotations
 

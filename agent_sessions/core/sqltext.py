@@ -1,11 +1,6 @@
-"""SQL text shared by the catalogs of the SQL layouts: a sessions table (``session_id``,
-``created_at``, ``updated_at``) beside a messages table keyed by ``session_id``.
-
-That shape is shared by this package's SQLite and SQLAlchemy schemas and by the Agents SDK's
-``SQLiteSession`` and ``SQLAlchemySession`` tables, so one set of statements serves all four.
-Prefixes are matched with ``substr`` (SQLite's ``LIKE`` ignores case), bounded below by the
-prefix itself so the primary key index narrows the scan.
-"""
+"""Catalog SQL for every SQL layout (ours and the SDK's, SQLite and SQLAlchemy): a sessions
+table (``session_id``, ``created_at``, ``updated_at``) beside a messages table. Prefixes match
+with ``substr`` (SQLite's ``LIKE`` ignores case), bounded below so the primary key narrows."""
 
 from __future__ import annotations
 

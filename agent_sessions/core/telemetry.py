@@ -1,9 +1,6 @@
-"""Optional OpenTelemetry spans for every storage operation (the ``otel`` extra).
-
-``BaseSession``'s storage methods pass through :func:`traced`, which costs one variable check
-until ``instrument()``; then a task's outermost call runs in a span ``"{operation} {system}"``.
-Attributes, and what a span never carries, are in docs/observability.md.
-"""
+"""Optional OpenTelemetry spans (the ``otel`` extra): after ``instrument()``, a task's outermost
+storage call runs in a span ``"{operation} {system}"`` (docs/observability.md); before, the
+:func:`traced` seam costs one variable check."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Moving conversations between stores: copy, export and import (JSON lines), resumable.
-
-Stored items are copied unchanged with their side stores, numbers and times (atomically where
-the destination declares SEQUENCED_WRITE; a destination without it numbers anew and refuses
-side stores unless ``renumber=True``). Each session is read whole and checked by its count::
+"""Copy, export and import (JSON lines) sessions between stores, resumable: items unchanged
+with their side stores, numbers and times (a destination without SEQUENCED_WRITE numbers anew
+and refuses side stores unless ``renumber=True``); each session is checked by its count::
 
     result = await copy_store("sqlite:///app.db", "postgresql+asyncpg://u:pw@db/app")
 """
@@ -175,10 +173,8 @@ async def write_session(
     created_at: datetime | None = None, updated_at: datetime | None = None,
 ) -> int:
     """Make ``dst`` hold exactly ``items``; return how many were written (0: already did).
-
-    With ``seqs`` and SEQUENCED_WRITE, written whole at those numbers and times in one step;
-    else appended in batches after the prefix already there. Other content is cleared when
-    ``replace``.
+    With ``seqs`` and SEQUENCED_WRITE, written whole at those numbers and times in one step,
+    else appended in batches after the prefix already there; ``replace`` clears other content.
 
     Raises:
         TransferConflictError: ``dst`` holds other items (nothing written).
@@ -198,9 +194,9 @@ async def write_session(
         if have:
             await dst.clear_session()
         await dst.write_sequenced_items(wanted, created_at=created_at, updated_at=updated_at)
-        written = len(items)
         if progress is not None:
-            progress(sid, written)
+            progress(sid, len(items))
+        have = 0
     else:
         if have and (have > len(items) or await dst.get_items(have) != items[:have]):
             if not replace:
@@ -212,14 +208,13 @@ async def write_session(
             await dst.add_items(chunk)
             if progress is not None:
                 progress(sid, start + len(chunk))
-        written = len(items) - have
     final = await _count(dst)
     if final != len(items):
         raise BackendDataError(
             f"session {sid!r}: the destination holds {final} item(s) after the copy, the "
             f"source {len(items)}; another writer may be using it. Run the copy again"
         )
-    return written
+    return len(items) - have
 
 
 def _conflict(sid: str, have: int) -> TransferConflictError:
@@ -257,7 +252,7 @@ async def _write(
     store: Store, data: SessionData, report: TransferReport, on_session: OnSession | None,
     *, needs_numbers: bool, **options: Any,
 ) -> int:
-    """``write_session`` of ``data``, counted; appended instead when its numbers are taken
+    """``write_session`` of ``data``, counted; appended when its numbers are taken elsewhere
     and no side store points into it."""
     sid, seqs = data.session_id, data.seqs
     options.update(created_at=data.created_at, updated_at=data.updated_at)
@@ -298,10 +293,8 @@ async def _write_family(
     on_session: OnSession | None, renumber: bool, **options: Any,
 ) -> None:
     """Write a family; when a member's numbers are refused, clear what it wrote."""
-    side_ids = [d.session_id for d in family if is_side_store(d.session_id)]
-    if not _numbering_check(store, side_ids, renumber):
-        family = [d for d in family if not is_side_store(d.session_id)]
-        report.side_stores_left += len(side_ids)
+    kept = set(_writable(store, [d.session_id for d in family], renumber, report))
+    family = [d for d in family if d.session_id in kept]
     fresh: list[str] = []
     try:
         for data in family:
@@ -316,13 +309,18 @@ async def _write_family(
         raise
 
 
-def _numbering_check(dst: Store, side_ids: list[str], renumber: bool) -> bool:
-    """Whether side stores can be written to ``dst``; raise unless ``renumber`` accepts
-    leaving them behind."""
+def _writable(dst: Store, ids: list[str], renumber: bool, report: TransferReport) -> list[str]:
+    """``ids`` without side stores (counted as left) when ``dst`` renumbers and ``renumber``.
+
+    Raises:
+        RenumberingError: ``dst`` renumbers, side stores exist and not ``renumber``.
+    """
+    side_ids = [sid for sid in ids if is_side_store(sid)]
     if dst.keeps_numbers or not side_ids:
-        return True
+        return ids
     if renumber:
-        return False
+        report.side_stores_left += len(side_ids)
+        return [sid for sid in ids if not is_side_store(sid)]
     roots = sorted({family_root(sid) for sid in side_ids})
     raise RenumberingError(
         f"the destination {redacted(dst.url)} numbers items anew (it cannot write at given "
@@ -354,10 +352,7 @@ async def copy_store(
     async with await Store.open(src_url, src_options, read_only=True) as src:
         async with await Store.open(dst_url, dst_options) as dst:
             todo = await _todo(src, session_ids, prefix, side_stores)
-            side_ids = [sid for sid in todo if is_side_store(sid)]
-            if not _numbering_check(dst, side_ids, renumber):
-                todo = [sid for sid in todo if not is_side_store(sid)]
-                report.side_stores_left = len(side_ids)
+            todo = _writable(dst, todo, renumber, report)
             if plan is not None:
                 plan(todo)
             for _, family in groupby(todo, family_root):
@@ -394,21 +389,15 @@ async def export_store(
         out.write(json.dumps({"format": EXPORT_FORMAT}) + "\n")
         for sid in todo:
             data = await _read(src, sid)
-            records: list[dict[str, Any]] = [
-                {"session_id": sid, "item": item} for item in data.items
-            ]
+            records: list[dict[str, Any]] = [{"session_id": sid, "item": i} for i in data.items]
             for record, seq in zip(records, data.seqs or (), strict=False):
                 record["seq"] = seq
             if data.items:
-                records.insert(0, {"session_id": sid, "created_at": _iso(data.created_at),
-                                   "updated_at": _iso(data.updated_at)})
+                created, updated = (w and w.isoformat() for w in (data.created_at, data.updated_at))
+                records.insert(0, {"session_id": sid, "created_at": created, "updated_at": updated})
             out.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
             _tally(report, sid, len(data.items), len(data.items), on_session)
     return report
-
-
-def _iso(when: datetime | None) -> str | None:
-    return None if when is None else when.isoformat()
 
 
 def _time(value: Any, number: int, name: str) -> datetime | None:
