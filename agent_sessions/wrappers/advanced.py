@@ -13,24 +13,15 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .branching import BranchingSession
-from .branching.usage_log import (
-    UsageKey,
-    UsageLog,
-    numbered,
-    record_branches,
-    session_usage,
-    tool_usage,
-    turn_numbers,
-    turn_usage,
-)
+from .branching.usage_log import UsageLog, UsageQueries
+from .branching.view import Lineage
 from .foreign import SiblingFactory
 
 if TYPE_CHECKING:
     from agents.memory import Session, SessionSettings
-    from agents.result import RunResult, RunResultBase
 
 
-class AdvancedSession(BranchingSession):
+class AdvancedSession(UsageQueries, BranchingSession):
     """Conversation branching and usage analytics (per branch) over any Session.
 
     Args:
@@ -88,67 +79,14 @@ class AdvancedSession(BranchingSession):
         self._usage = UsageLog(lambda: self.side_store("usage"))
 
     async def _after_delete(self, branch: str) -> None:
-        await self._usage.drop_branch(branch)
+        await self._usage.add({"b": branch, "drop_branch": True})
 
     async def _after_clear(self) -> None:
         await self._usage.clear()
 
-    async def store_run_usage(self, result: RunResult | RunResultBase) -> None:
-        """Store the usage of ``result`` for the current turn of the current branch.
-
-        Call after ``Runner.run``. A later call for the same turn replaces the earlier one.
-        Failures are logged, never raised (as the SDK's).
-        """
-        try:
-            usage = result.context_wrapper.usage
-            if usage is None:
-                return
-            async with self._lock:
-                _, branch, lineage = await self._current()
-                position = await self._view.newest_user(lineage)
-                if position is None:
-                    self._logger.debug("Skipping usage store: no turn on branch %r", branch)
-                    return
-                await self._usage.store(branch, usage, position)
-        except Exception as exc:  # the SDK's contract: usage never breaks a conversation
-            self._logger.error("Failed to store session usage: %s", exc, exc_info=True)
-
-    async def get_session_usage(self, branch_id: str | None = None) -> dict[str, int] | None:
-        """Return ``{"requests", "input_tokens", "output_tokens", "total_tokens",
-        "total_turns"}`` over the turns ``get_turn_usage`` lists for every branch (or for
-        ``branch_id``), or None when there are none (usage of turns whose user message
-        expired is not counted)."""
-        return session_usage(await self._numbered(branch_id or None), branch_id)
-
-    async def get_turn_usage(
-        self, user_turn_number: int | None = None, branch_id: str | None = None
-    ) -> list[dict[str, Any]] | dict[str, Any]:
-        """Return one turn's usage with token details (``{}`` when none), or every turn's of
-        the branch (current when None), ordered by turn."""
-        if branch_id is None:
-            async with self._lock:
-                branch_id = (await self._log.sync()).current
-        return turn_usage(await self._numbered(branch_id), branch_id, user_turn_number)
-
-    async def _numbered(self, branch_id: str | None) -> dict[UsageKey, dict[str, Any]]:
-        """The current records (of ``branch_id``'s, when given), by (branch, turn number):
-        each branch's records are numbered by that branch's own view."""
-        records = await self._usage.records()
-        numbers = {}
-        wanted = record_branches(records, branch_id)
-        if wanted:
-            async with self._lock:
-                state = await self._log.sync()
-                for name in sorted(wanted):
-                    branch = state.branches.get(name)
-                    if branch is not None:
-                        numbers[name] = await turn_numbers(self._view, branch.lineage)
-        return numbered(records, numbers)
-
-    async def get_tool_usage(self, branch_id: str | None = None) -> list[tuple[str, int, int]]:
-        """Return ``(tool_name, usage_count, turn_number)`` for the tools called in a branch
-        (current when None), by turn."""
-        return tool_usage(await self._structure(branch_id))
+    async def _branches(self) -> tuple[str, dict[str, Lineage]]:
+        state = await self._log.sync()
+        return state.current, {name: b.lineage for name, b in state.branches.items()}
 
     @property
     def _current_branch_id(self) -> str:
