@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from ...core.codec import dumps, loads
@@ -22,50 +23,43 @@ Segment = tuple[str, "int | None"]
 FROZEN_TAIL = 64
 """How many of the newest items below a fork point a view keeps in memory per segment."""
 Lineage = tuple[Segment, ...]
+_SEQ = itemgetter(0)
 
 
 @dataclass
 class Scan:
-    """The structure of one storage's items up to sequence number ``through``."""
+    """The structure of one storage's items up to sequence number ``through``: ``items`` holds
+    ``(seq, message type, tool name)`` of each, ``users`` ``(seq, content)`` of each user
+    message."""
 
     through: int = 0
-    seqs: list[int] = field(default_factory=list)
-    kinds: list[str] = field(default_factory=list)
-    tools: list[str | None] = field(default_factory=list)
-    user_seqs: list[int] = field(default_factory=list)
-    user_contents: list[Any] = field(default_factory=list)
+    items: list[tuple[int, str, str | None]] = field(default_factory=list)
+    users: list[tuple[int, Any]] = field(default_factory=list)
 
     def add(self, rows: list[tuple[int, Any]]) -> None:
         for seq, item in rows:
-            self.seqs.append(seq)
-            self.kinds.append(classify_message_type(item))
-            self.tools.append(extract_tool_name(item))
+            self.items.append((seq, classify_message_type(item), extract_tool_name(item)))
             if is_user_message(item):
-                self.user_seqs.append(seq)
-                self.user_contents.append(item.get("content", ""))
+                self.users.append((seq, item.get("content", "")))
             self.through = max(self.through, seq)
+
+    def _keep_below(self, bound: int) -> None:
+        del self.items[self.items_below(bound) :], self.users[self.users_below(bound) :]
 
     def drop_last(self, seq: int) -> bool:
         """Forget the newest item if it is ``seq`` (it was popped); return whether it was."""
-        if not self.seqs or self.seqs[-1] != seq:
+        if not self.items or self.items[-1][0] != seq:
             return False
-        self.seqs.pop()
-        self.kinds.pop()
-        self.tools.pop()
-        if self.user_seqs and self.user_seqs[-1] == seq:
-            self.user_seqs.pop()
-            self.user_contents.pop()
+        self._keep_below(seq)
         return True
 
     def cut(self, newest: int | None) -> bool:
         """Forget the items after ``newest`` (they were popped: pops take the newest first, so
         the items up to a surviving one are intact); False when ``newest`` is not known here."""
-        k = bisect_left(self.seqs, newest) if newest is not None else 0
-        if newest is None or k == len(self.seqs) or self.seqs[k] != newest:
+        k = self.items_below(newest) if newest is not None else 0
+        if newest is None or k == len(self.items) or self.items[k][0] != newest:
             return False
-        users = bisect_left(self.user_seqs, newest + 1)
-        del self.seqs[k + 1 :], self.kinds[k + 1 :], self.tools[k + 1 :]
-        del self.user_seqs[users:], self.user_contents[users:]
+        self._keep_below(newest + 1)
         self.through = newest
         return True
 
@@ -73,16 +67,14 @@ class Scan:
         """Forget the oldest ``n`` items (they expired)."""
         if n <= 0:
             return
-        oldest_kept = self.seqs[n] if n < len(self.seqs) else self.through + 1
-        users = bisect_left(self.user_seqs, oldest_kept)
-        del self.seqs[:n], self.kinds[:n], self.tools[:n]
-        del self.user_seqs[:users], self.user_contents[:users]
+        oldest_kept = self.items[n][0] if n < len(self.items) else self.through + 1
+        del self.items[:n], self.users[: self.users_below(oldest_kept)]
 
     def items_below(self, before: int | None) -> int:
-        return len(self.seqs) if before is None else bisect_left(self.seqs, before)
+        return len(self.items) if before is None else bisect_left(self.items, before, key=_SEQ)
 
     def users_below(self, before: int | None) -> int:
-        return len(self.user_seqs) if before is None else bisect_left(self.user_seqs, before)
+        return len(self.users) if before is None else bisect_left(self.users, before, key=_SEQ)
 
 
 @dataclass
@@ -197,7 +189,7 @@ class View:
             known = cached.items_below(upto)
             newest = await read_rows(session, 1, before=upto)
             top = newest[0][0] if newest else None
-            if top != (cached.seqs[known - 1] if known else None) and not cached.cut(top):
+            if top != (cached.items[known - 1][0] if known else None) and not cached.cut(top):
                 cached = None  # cleared (or expired) below what the scan knows: rebuild
             else:  # (after a cut, nothing lies between `top` and `upto`: still covered)
                 if self._expires(key):
@@ -272,8 +264,7 @@ class View:
             scan = await self.scan(key, before)
             users = scan.users_below(before)
             if number <= seen + users:
-                k = number - seen - 1
-                return Turn(number, index, scan.user_seqs[k], scan.user_contents[k])
+                return Turn(number, index, *scan.users[number - seen - 1])
             seen += users
         return None
 
@@ -282,8 +273,8 @@ class View:
         out: list[Turn] = []
         scans = await self.scans(lineage)
         for index, ((_, before), scan) in enumerate(zip(lineage, scans, strict=True)):
-            for k in range(scan.users_below(before)):
-                out.append(Turn(len(out) + 1, index, scan.user_seqs[k], scan.user_contents[k]))
+            for seq, content in scan.users[: scan.users_below(before)]:
+                out.append(Turn(len(out) + 1, index, seq, content))
         return out
 
     async def newest_user(self, lineage: Lineage) -> tuple[str, int] | None:
@@ -310,18 +301,15 @@ class View:
         out: list[tuple[int, str, str | None]] = []
         turn = 0
         for (_, before), scan in zip(lineage, await self.scans(lineage), strict=False):
-            for i in range(scan.items_below(before)):
-                if scan.kinds[i] == "user":
-                    turn += 1
-                out.append((turn, scan.kinds[i], scan.tools[i]))
+            for _, kind, tool in scan.items[: scan.items_below(before)]:
+                turn += kind == "user"
+                out.append((turn, kind, tool))
         return out
 
 
 async def _drop_expired(session: Any, scan: Scan) -> None:
     """Forget the scan's oldest items that expired since it was made (see ``first_visible``)."""
-    seqs = scan.seqs
-
     async def seq_at(i: int) -> int:
-        return seqs[i]
+        return scan.items[i][0]
 
-    scan.drop_first(await first_visible(session, seq_at, len(seqs)))
+    scan.drop_first(await first_visible(session, seq_at, len(scan.items)))
