@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from .branching import BranchingSession
 from .branching.usage_log import UsageLog, UsageQueries
-from .branching.view import Lineage
 from .foreign import SiblingFactory
 
 if TYPE_CHECKING:
     from agents.memory import Session, SessionSettings
 
 
-class AdvancedSession(UsageQueries, BranchingSession):
+class AdvancedSession(BranchingSession, UsageQueries):
     """Conversation branching and usage analytics (per branch) over any Session.
 
     Args:
@@ -83,10 +82,6 @@ class AdvancedSession(UsageQueries, BranchingSession):
 
     async def _after_clear(self) -> None:
         await self._usage.clear()
-
-    async def _branches(self) -> tuple[str, dict[str, Lineage]]:
-        state = await self._log.sync()
-        return state.current, {name: b.lineage for name, b in state.branches.items()}
 
     @property
     def _current_branch_id(self) -> str:

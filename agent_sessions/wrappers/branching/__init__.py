@@ -13,7 +13,8 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agents import _debug
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.memory import Session
 
+T = TypeVar("T")
 
 class BranchingSession(SessionWrapper):
     """A session whose history can branch at any user turn; the SDK's branching API.
@@ -156,7 +158,7 @@ class BranchingSession(SessionWrapper):
                     return None
                 index, seq, item = found
                 key = lineage[index][0]
-                if index == len(lineage) - 1 and not state.depended_on(key, seq, besides=name):
+                if index == len(lineage) - 1 and not state.shares(key, seq, besides=name):
                     popped = await self._storages.storage(key).pop_item()
                     if popped is None:
                         state, name, lineage = await self._current()
@@ -356,7 +358,7 @@ class BranchingSession(SessionWrapper):
             if state.deleted_by.get(branch_id) != op_id:  # another object deleted it first
                 raise BranchNotFoundError(f"Branch '{branch_id}' does not exist")
             await self._after_delete(branch_id)
-            gone = {k for k, _ in branch.lineage if k != MAIN and not state.referenced(k)}
+            gone = {k for k, _ in branch.lineage if k != MAIN and not state.shares(k)}
             for key in sorted(gone):
                 await self._storages.storage(key).clear_session()
             await self._view.clear_indexes(gone)
@@ -413,9 +415,6 @@ class BranchingSession(SessionWrapper):
         return turns
 
     async def _turn_dicts(self, branch_id: str | None) -> list[dict[str, Any]]:
-        async with self._lock:
-            lineage = self._lineage(await self._log.sync(), branch_id)
-            turns = await self._view.turns(lineage) if lineage is not None else []
         return [
             {
                 "turn": t.number,
@@ -424,13 +423,25 @@ class BranchingSession(SessionWrapper):
                 "timestamp": None,
                 "can_branch": True,
             }
-            for t in turns
+            for t in await self._on_branch(branch_id, self._view.turns)
         ]
 
     async def _structure(self, branch_id: str | None) -> list[tuple[int, str, str | None]]:
+        return await self._on_branch(branch_id, self._view.structure)
+
+    async def _on_branch(
+        self, branch_id: str | None, read: Callable[[Lineage], Awaitable[list[T]]]
+    ) -> list[T]:
+        """``read`` of a branch's lineage (current when None; ``[]`` for an unknown branch)."""
         async with self._lock:
-            lineage = self._lineage(await self._log.sync(), branch_id)
-            return await self._view.structure(lineage) if lineage is not None else []
+            current, lineages = await self._branches()
+            lineage = lineages.get(current if branch_id is None else branch_id)
+            return await read(lineage) if lineage is not None else []
+
+    async def _branches(self) -> tuple[str, dict[str, Lineage]]:
+        """The current branch and every branch's lineage (called with ``_lock`` held)."""
+        state = await self._log.sync()
+        return state.current, {name: b.lineage for name, b in state.branches.items()}
 
 
 def _auto_name(state: BranchState, turn_number: int) -> str:
