@@ -1,14 +1,9 @@
-"""Branch metadata as an append-only log of operations in a sibling session.
+"""Branch metadata as an append-only log of operations in a side store.
 
-Every change (create, switch, move a fork point, delete, reset) is one appended JSON item; the
-state is the fold of the log in commit order. Appends are atomic and ordered by the backend, so
-concurrent writers (other objects, other processes) never lose each other's changes, and a
-conflict (two creates of one name) is decided by log order: the first wins. A session object
-keeps the folded state and reads only the records after the last one it applied.
-
-Every :data:`CHECKPOINT_EVERY` records a writer appends a checkpoint: the folded state up to a
-record number. A new object reads the newest :data:`PAGE` records and folds from the newest
-checkpoint among them, so its cost does not grow with the number of branch operations ever made.
+Every change (create, switch, move a fork point, delete, reset) is one appended record; the state
+is the fold of the log in commit order, so concurrent writers never lose each other's changes and
+a conflict is decided by log order. Every :data:`CHECKPOINT_EVERY` records a writer appends a
+checkpoint, so a new object folds from the newest :data:`PAGE` records (docs/branching.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The compaction view as last read, kept up to date by reading only the items written since.
 
-The Runner asks the compaction trigger after every turn. Re-reading and re-estimating the whole
-view each time made that hook O(history); this keeps the view's items, non-user items and token
-total, and each check reads the newest known item plus anything after it. The newest known item
-is the proof nothing changed underneath: pops remove the newest item first and sequence numbers
-are not reused, so if it is still stored (same number, same content) every older known item is
-too. Anything else (a pop, a clear, another compaction record, an expiring layer inside, a
-session without sequence numbers) means a full read, as before.
+The newest known item still being stored (same number, same content) proves every older known
+item is too (pops take the newest first; numbers are never reused); anything else means a full
+read. See docs/compaction.md.
 """
 
 from __future__ import annotations
