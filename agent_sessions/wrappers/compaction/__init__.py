@@ -22,6 +22,7 @@ from agents.memory import SessionSettings
 from ...core.capabilities import Capability, SupportsGuardedWrite, supports
 from ...core.closing import Closing
 from ...core.codec import decode_item, encode_batch
+from ...core.options import check_int
 from ..base import SessionWrapper
 from ..branching.store import read_family, read_rows
 from ..foreign import expiring_layer, sequenced
@@ -123,8 +124,7 @@ class CompactionSession(SessionWrapper):
         token_estimator: TokenEstimator | None = None,
         session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
-        if not isinstance(keep_last, int) or keep_last < 0:
-            raise ValueError(f"keep_last must be an int >= 0, got {keep_last!r}")
+        check_int("keep_last", keep_last)
         summarizer = summarizer if summarizer is not None else ExtractiveSummarizer()
         if not callable(getattr(summarizer, "summarize", None)):
             raise TypeError("summarizer must have an async summarize(items, previous_summary=)")
@@ -149,15 +149,11 @@ class CompactionSession(SessionWrapper):
         self._clears = 0
         self._running: RunningView | None = None
         self._record_seen: Any = _UNREAD
-        """The record ``get_items`` read since the last check (the Runner's turn reads the
-        view, then writes, then calls the hook: the check reuses that read, once)."""
+        """The record ``get_items`` read since the last check (which reuses it once)."""
         self._appended: tuple[RunningView, list[tuple[int, TResponseInputItem]]] | None = None
-        """(view, pairs): since ``view`` was last refreshed, every inner write was this
-        object's and went through ``_append_known``, which appends only while the inner
-        session's newest item is the one this object expects (checked by the store in the
-        same atomic step). So ``view`` plus ``pairs`` was the whole tail at this object's last
-        write, and a check right after it needs no read. Valid while ``view`` is
-        ``_running``; None: unknown, the check reads."""
+        """(view, pairs): every inner write since ``view`` was refreshed was a guarded
+        ``_append_known`` of ``pairs``, so both are the whole tail and the next check needs no
+        read. Valid while ``view`` is ``_running``; None: the check reads."""
         # Expiry removes items without a pop, which the incremental check cannot notice.
         self._incremental = expiring_layer(self.inner) is None
         self._summary_tokens: tuple[str, int] | None = None
@@ -250,9 +246,8 @@ class CompactionSession(SessionWrapper):
                     return popped  # type: ignore[no-any-return]
 
     async def _pop_read(self, item: TResponseInputItem) -> Any:
-        """Pop the inner session's newest item if it is still ``item`` (just read): the item,
-        or _UNREAD when another object popped meanwhile (read again). Without CHECKED_POP,
-        pop whatever is newest."""
+        """Pop the newest item if it is still ``item`` (without CHECKED_POP: whatever is
+        newest); _UNREAD when another object popped meanwhile."""
         if not supports(self.inner, Capability.CHECKED_POP):
             return await self.inner.pop_item()
         checked: Any = self.inner
@@ -263,10 +258,8 @@ class CompactionSession(SessionWrapper):
         return _UNREAD if popped is None else popped
 
     async def _pop_guarded(self) -> TResponseInputItem | None:
-        """``pop_item`` where the store pops guarded by the records' newest number: the inner
-        session's newest item is popped only while the record it was chosen under is still
-        in force (a concurrent compaction makes the store decline, and the pop reads again).
-        With no records last seen (a fresh object guesses so), one round trip."""
+        """``pop_item`` guarded by the records' newest number: the store pops only while the
+        record the item was chosen under is in force (else the pop reads again)."""
         guarded: SupportsGuardedWrite = self.inner  # type: ignore[assignment]
         tried: Any = _UNREAD
         if self._records_newest is None:
@@ -299,8 +292,7 @@ class CompactionSession(SessionWrapper):
             tried = state
 
     async def _pop_summary(self, record: CompactionRecord) -> TResponseInputItem | None:
-        """Pop the last summary item of ``record`` (no inner item is left after its boundary)
-        by committing a record without it."""
+        """Pop ``record``'s last summary item by committing a record without it."""
         if not record.summary:
             return None
         popped = record.summary[-1]
@@ -435,26 +427,18 @@ class CompactionSession(SessionWrapper):
         return [self._record_of(item) for item in await self._sibling.get_items()]
 
     async def prune_archive(self, *, keep_compactions: int = 0) -> int:
-        """Delete archived originals from the store; return how many were deleted.
+        """Delete the originals archived by all compactions but the newest ``keep_compactions``
+        in one atomic range delete; return how many were deleted.
 
-        Deletes the originals archived by all compactions but the newest ``keep_compactions``
-        (by default every archived original) with one atomic range delete below a sequence
-        number: the view, the records and items written meanwhile are never touched, and a
-        crash leaves the archive either whole or pruned. Records stay (``archived`` still
-        counts pruned originals). Returns 0 when there are no more compactions than
-        ``keep_compactions``.
+        The view, the records (``archived`` still counts pruned items) and items written
+        meanwhile are never touched.
 
         Raises:
             ValueError: ``keep_compactions`` is not an int >= 0.
             NotImplementedError: the inner session lacks sequenced items or range deletion.
         """
         self._check_open()
-        if (
-            isinstance(keep_compactions, bool)
-            or not isinstance(keep_compactions, int)
-            or keep_compactions < 0
-        ):
-            raise ValueError(f"keep_compactions must be an int >= 0, got {keep_compactions!r}")
+        check_int("keep_compactions", keep_compactions)
         inner = self.inner
         if not supports(inner, Capability.RANGE_DELETE):
             raise NotImplementedError(
@@ -530,8 +514,7 @@ class CompactionSession(SessionWrapper):
     async def _record_and_latest(
         self, limit: int
     ) -> tuple[CompactionRecord | None, list[tuple[int, TResponseInputItem]]]:
-        """The record in force and the inner session's latest ``limit`` (seq, item) pairs,
-        in one round trip where the store serves both."""
+        """The record in force and the inner session's latest ``limit`` (seq, item) pairs."""
         if not supports(self.inner, Capability.FAMILY_BATCH):
             record, pairs = await asyncio.gather(
                 self._latest_record(), read_rows(self.inner, limit)
@@ -545,10 +528,9 @@ class CompactionSession(SessionWrapper):
         return self._record_of(rows[-1][1]), pairs
 
     async def _append_known(self, items: list[TResponseInputItem]) -> bool:
-        """Append ``items`` to the inner session only if its newest item is the newest this
-        object knows of (one atomic step in the store), and remember them for the next check.
-        False: nothing was written (no view known, a store that cannot guard an append, or
-        another writer changed the session): write the usual way, and the check reads."""
+        """Append ``items`` only while the inner session's newest item is the one this object
+        knows (one atomic step), and remember them for the next check; False: nothing was
+        written."""
         state, inner = self._appended, self.inner
         if (
             state is None or state[0] is not self._running or not state[0].seqs
@@ -577,7 +559,6 @@ class CompactionSession(SessionWrapper):
 
     def _record_of(self, item: Any) -> CompactionRecord:
         return CompactionRecord.from_item(item, f"compaction records of {self.session_id!r}")
-
 
     async def _read_tail(
         self, record: CompactionRecord | None, limit: int | None = None
@@ -674,7 +655,6 @@ class CompactionSession(SessionWrapper):
         kept = len(tail) - len(covered)
         logger.debug("compacted %r: %d archived, %d kept", self.session_id, len(covered), kept)
         return CompactionResult(new_record, len(covered), kept, tokens)
-
 
     async def _decide(
         self, record: CompactionRecord | None, response_id: str | None, *, incremental: bool

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.options import check_int
 from .plan import turn_ages
 
 MARKER = "[micro-compacted: {omitted} of {size} characters omitted; the full item is kept]"
@@ -39,12 +40,10 @@ class MicroCompaction:
     tail: int = 400
 
     def __post_init__(self) -> None:
-        for name in ("keep_turns", "head", "tail", "max_chars"):
-            value = getattr(self, name)
-            low = self.head + self.tail if name == "max_chars" else 0
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                least = f"head + tail ({low})" if name == "max_chars" else "0"
-                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+        for name in ("keep_turns", "head", "tail"):
+            check_int(name, getattr(self, name))
+        low = self.head + self.tail
+        check_int("max_chars", self.max_chars, low, least_text=f"head + tail ({low})")
 
     def shorten_text(self, text: str) -> str:
         """Return ``text``, or its head and tail around the marker when it is too long."""

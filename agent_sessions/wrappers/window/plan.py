@@ -17,16 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.options import check_int
 from ..compaction.boundary import _is_user_message as is_user_message
 from ..compaction.boundary import _pair_key
-
-
-def _check_bound(name: str, value: int | None) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -42,8 +35,9 @@ class WindowBudget:
     max_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        _check_bound("max_turns", self.max_turns)
-        _check_bound("max_tokens", self.max_tokens)
+        for name in ("max_turns", "max_tokens"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), 1, least_text="1 or None")
 
     @property
     def bounded(self) -> bool:

@@ -6,6 +6,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from ...core.capabilities import Capability, supports
+from ...core.options import check_int
 from ..base import SessionWrapper
 from ..compaction.boundary import _is_user_message as is_user_message
 from ..compaction.tokens import TokenEstimator
@@ -68,10 +69,7 @@ class WindowSession(SessionWrapper):
         self.budget = WindowBudget(max_turns=max_turns, max_tokens=max_tokens)
         if micro_compaction is not None and not isinstance(micro_compaction, MicroCompaction):
             raise TypeError(f"micro_compaction must be a MicroCompaction, got {micro_compaction!r}")
-        if isinstance(reserve_tokens, bool) or not isinstance(reserve_tokens, int) or (
-            reserve_tokens < 0
-        ):
-            raise ValueError(f"reserve_tokens must be an int >= 0, got {reserve_tokens!r}")
+        check_int("reserve_tokens", reserve_tokens)
         self.micro_compaction = micro_compaction
         self.reserve_tokens = reserve_tokens
         self.tokens = ItemTokens(token_estimator)
