@@ -13,7 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .branching import BranchingSession
-from .branching.usage_log import UsageLog, UsageQueries
+from .branching.usage_log import UsageQueries
 from .foreign import SiblingFactory
 
 if TYPE_CHECKING:
@@ -75,13 +75,12 @@ class AdvancedSession(BranchingSession, UsageQueries):
             )
         self.create_tables = create_tables
         super().__init__(inner, sibling_factory=sibling_factory, logger=logger)
-        self._usage = UsageLog(lambda: self.side_store("usage"))
 
     async def _after_delete(self, branch: str) -> None:
-        await self._usage.add({"b": branch, "drop_branch": True})
+        await self.side_store("usage").add_items([{"b": branch, "drop_branch": True}])  # type: ignore[list-item]
 
     async def _after_clear(self) -> None:
-        await self._usage.clear()
+        await self.side_store("usage").clear_session()
 
     @property
     def _current_branch_id(self) -> str:

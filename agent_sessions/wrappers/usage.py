@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .base import SessionWrapper
 from .branching.log import MAIN_LINEAGE
 from .branching.store import MAIN, Storages, read_rows
-from .branching.usage_log import UsageLog, UsageQueries
+from .branching.usage_log import UsageQueries
 from .branching.view import Lineage, View
 from .foreign import SiblingFactory, sequenced
 
@@ -44,7 +44,6 @@ class UsageTrackingSession(UsageQueries, SessionWrapper):
     ) -> None:
         super().__init__(inner, sibling_factory=sibling_factory)
         self._view = View(Storages(self.inner, self.side_store))
-        self._usage = UsageLog(lambda: self.side_store("usage"))
         self._lock = asyncio.Lock()
         self._logger = logger if logger is not None else logging.getLogger("agent_sessions")
 
@@ -61,7 +60,7 @@ class UsageTrackingSession(UsageQueries, SessionWrapper):
     async def clear_session(self) -> None:
         """Delete the conversation and its usage records."""
         await self.inner.clear_session()
-        await self._usage.clear()
+        await self.side_store("usage").clear_session()
 
     async def _branches(self) -> tuple[str, dict[str, Lineage]]:
         return MAIN, {MAIN: MAIN_LINEAGE}

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agents.memory import Session
 
 from .items import TOOL_CALL_TYPES
-from .store import MAIN, read_rows
+from .store import read_rows
 from .view import Lineage, View
 
 if TYPE_CHECKING:
@@ -58,48 +58,36 @@ def _turn_fields(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class UsageLog:
-    """Usage records in the session ``open_session()`` returns, opened on first use (most
-    requests of a web handler's new object never touch usage)."""
-
-    def __init__(self, open_session: Callable[[], Session]) -> None:
-        self._open = open_session
-
-    async def add(self, record: dict[str, Any]) -> None:
-        await self._open().add_items([record])  # type: ignore[list-item]
-
-    async def clear(self) -> None:
-        await self._open().clear_session()
-
-    async def records(self) -> list[dict[str, Any]]:
-        """Return the current record of every turn, in storing order."""
-        out: dict[tuple[Any, ...], dict[str, Any]] = {}
-        for _, record in await read_rows(self._open()):
-            if not isinstance(record, dict) or not isinstance(record.get("b"), str):
-                continue
-            branch = record["b"]
-            if record.get("drop_branch"):
-                for gone in [k for k in out if k[1] == branch]:
-                    del out[gone]
-                continue
-            position = _position(record)
-            if position is None:
-                continue
-            key = (branch, *position)
-            out.pop(key, None)
-            if not record.get("drop"):
-                out[key] = record
-        return list(out.values())
+async def _records(log: Session) -> list[dict[str, Any]]:
+    """Return the current record of every turn in usage side store ``log``, in storing order."""
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for _, record in await read_rows(log):
+        if not isinstance(record, dict) or not isinstance(record.get("b"), str):
+            continue
+        branch = record["b"]
+        if record.get("drop_branch"):
+            for gone in [k for k in out if k[1] == branch]:
+                del out[gone]
+            continue
+        position = _position(record)
+        if position is None:
+            continue
+        key = (branch, *position)
+        out.pop(key, None)
+        if not record.get("drop"):
+            out[key] = record
+    return list(out.values())
 
 
 class UsageQueries:
     """The SDK's usage methods (``AdvancedSQLiteSession``'s names, arguments and return
-    shapes), for a layer that keeps a view of its branches and a :class:`UsageLog`."""
+    shapes), for a layer with a view of its branches; records live in side store ``usage``
+    (opened on first use: most requests of a web handler's new object never touch usage)."""
 
     _view: View
-    _usage: UsageLog
     _lock: asyncio.Lock
     _logger: logging.Logger
+    side_store: Callable[[str], Session]
 
     async def _branches(self) -> tuple[str, dict[str, Lineage]]:
         """The current branch and every branch's lineage (called with ``_lock`` held)."""
@@ -121,13 +109,13 @@ class UsageQueries:
                 if position is None:
                     self._logger.debug("Skipping usage store: no user turn on %r yet", branch)
                     return
-                await self._usage.add(
-                    {
+                await self.side_store("usage").add_items(
+                    [{
                         "b": branch,
                         "p": list(position),
                         **{name: getattr(usage, name) or 0 for name in _TOTALS},
                         **{name: _details(getattr(usage, name, None)) for name in _DETAILS},
-                    }
+                    }]  # type: ignore[list-item]
                 )
         except Exception as exc:  # the SDK's contract: usage never breaks a conversation
             self._logger.error("Failed to store session usage: %s", exc, exc_info=True)
@@ -162,7 +150,7 @@ class UsageQueries:
     async def _numbered(self, branch_id: str | None) -> dict[UsageKey, dict[str, Any]]:
         """The current records (``branch_id``'s, when given) by (branch, turn number), in
         storing order; a record whose user message is not visible in its branch is left out."""
-        records = await self._usage.records()
+        records = await _records(self.side_store("usage"))
         wanted = {r["b"] for r in records if branch_id is None or r["b"] == branch_id}
         numbers: dict[str, dict[Position, int]] = {}
         if wanted:
@@ -209,4 +197,4 @@ class UsageQueries:
         return [(name, count, turn) for (name, turn), count in ordered]
 
 
-__all__ = ["MAIN", "UsageLog", "UsageQueries"]
+__all__ = ["UsageQueries"]
