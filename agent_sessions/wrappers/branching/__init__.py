@@ -290,15 +290,11 @@ class BranchingSession(SessionWrapper):
                 raise BranchError(
                     f"Branch ID '{name}' has already been used. Choose a new branch ID."
                 )
-        if _debug.DONT_LOG_MODEL_DATA:  # the SDK's switch for logging conversation content
-            self._logger.debug(
-                "Created branch '%s' from turn %s in '%s'", name, turn_number, source
-            )
-        else:
-            self._logger.debug(
-                "Created branch '%s' from turn %s ('%s') in '%s'",
-                name, turn_number, content_preview(turn.content, 50), source,
-            )
+        # DONT_LOG_MODEL_DATA: the SDK's switch for logging conversation content
+        shown = "" if _debug.DONT_LOG_MODEL_DATA else f" ('{content_preview(turn.content, 50)}')"
+        self._logger.debug(
+            "Created branch '%s' from turn %s%s in '%s'", name, turn_number, shown, source
+        )
         return name
 
     async def create_branch_from_content(
@@ -388,10 +384,7 @@ class BranchingSession(SessionWrapper):
         """Return the user turns of a branch (current when None; ``[]`` when unknown):
         ``{"turn", "content"`` (cut to 100 characters), ``"full_content", "timestamp"``
         (None: items carry no time), ``"can_branch"}``."""
-        return [
-            {**turn, "content": content_preview(turn["full_content"], 100)}
-            for turn in await self._turn_dicts(branch_id)
-        ]
+        return await self._turn_dicts(branch_id, 100)
 
     async def find_turns_by_content(
         self, search_term: str, branch_id: str | None = None
@@ -414,11 +407,13 @@ class BranchingSession(SessionWrapper):
             turns.setdefault(turn, []).append({"type": kind, "tool_name": tool})
         return turns
 
-    async def _turn_dicts(self, branch_id: str | None) -> list[dict[str, Any]]:
+    async def _turn_dicts(
+        self, branch_id: str | None, cut: int | None = None
+    ) -> list[dict[str, Any]]:
         return [
             {
                 "turn": t.number,
-                "content": content_preview(t.content),
+                "content": content_preview(t.content, cut),
                 "full_content": t.content,
                 "timestamp": None,
                 "can_branch": True,
