@@ -188,11 +188,8 @@ class BranchLog:
         self._on_reset = on_reset
 
     async def sync(self) -> BranchState:
-        """Apply the records appended since the last sync (by anyone); return the state.
-
-        The last applied record is read again: when it is gone (the log expired or was
-        erased with its family), the state is folded afresh from what the log still holds,
-        so this object shows what a new one would."""
+        """Apply the records appended since the last sync (by anyone); return the state. When
+        the last applied record is gone (expired, erased), fold afresh as a new object would."""
         if not self.applied:
             return await self._fold_fresh(await read_rows(self.session, PAGE))
         return await self._apply(await read_rows(self.session, after=self._after()))
@@ -209,10 +206,8 @@ class BranchLog:
         return state, rows
 
     def may_be_empty(self) -> bool:
-        """Whether a log this object has not read yet may hold no record: False once this
-        process saw it hold one. An object that has not read the log can act on the empty
-        log's state only under a guard that the log is still empty; when it is known not
-        to be, trying that costs a round trip for nothing."""
+        """Whether a log this object has not read yet may hold no record (False once this
+        process saw it hold one: then guarding on an empty log is a wasted round trip)."""
         key = self._key()
         return key is None or key not in _WRITTEN
 

@@ -88,12 +88,8 @@ class Turn:
 
 
 class View:
-    """Reads views over :class:`Storages` and caches per-storage scans.
-
-    A cached scan is checked with one single-row read before use (another session object may
-    have popped or appended), then extended with the items after it, so a warm scan costs
-    O(new items).
-    """
+    """Reads views over :class:`Storages`; per-storage scans are cached, checked with one
+    single-row read before use and extended with the items after them (O(new items))."""
 
     def __init__(self, storages: Storages) -> None:
         self.storages = storages
@@ -151,12 +147,8 @@ class View:
         return out
 
     async def _frozen_rows(self, key: str, before: int, want: int) -> list[tuple[int, Any]]:
-        """The latest ``want`` (<= FROZEN_TAIL) rows of storage ``key`` below ``before``.
-
-        Items below a fork point never change (pops hide them instead of deleting them, and a
-        clear resets every cache), so the newest few are kept after the first read: a branch
-        read that reaches into its parent costs no extra round trip.
-        """
+        """The latest ``want`` (<= FROZEN_TAIL) rows of storage ``key`` below ``before``,
+        cached: items below a fork point never change (pops hide them; a clear resets caches)."""
         cached = self._frozen.get((key, before))
         if cached is None or (len(cached[1]) < want and not cached[0]):
             rows = await read_rows(self.storages.storage(key), FROZEN_TAIL, before=before)
@@ -224,10 +216,8 @@ class View:
             self._indexes.pop(key, None)
 
     async def turn(self, lineage: Lineage, number: int) -> Turn | None:
-        """Return user turn ``number`` (from 1) of the view, or None.
-
-        Uses each storage's persistent turn index (O(items since it was last caught up)),
-        and a scan for storages that cannot have one."""
+        """Return user turn ``number`` (from 1) of the view, or None (from the storages' turn
+        indexes; a scan for storages that cannot have one)."""
         if number < 1:
             return None
         for _ in range(2):
@@ -278,11 +268,8 @@ class View:
         return out
 
     async def newest_user(self, lineage: Lineage) -> tuple[str, int] | None:
-        """Return ``(storage key, seq)`` of the view's newest user message, or None.
-
-        Reads backwards from the newest item in growing pages, so it costs O(items of the
-        newest turn), not O(history), and needs no scan.
-        """
+        """Return ``(storage key, seq)`` of the view's newest user message, or None; reads
+        backwards in growing pages (O(items of the newest turn))."""
         for key, before in reversed(lineage):
             storage = self.storages.storage(key)
             page, cursor = 8, before

@@ -19,9 +19,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class RunningView:
-    """A record's summary followed by the inner items after its boundary, with the token
-    counts of those inner items. The lists are handed to the trigger as they are (copying
-    them would make every check O(history) again)."""
+    """A record's summary, then the inner items after its boundary with their token counts
+    (handed to the trigger uncopied: a copy would make every check O(history))."""
 
     record_id: str | None
     generation: int

@@ -1,10 +1,5 @@
-"""Summarizers: turn an old part of a history into a few input items that stand for it.
-
-All follow :class:`Summarizer`: one coroutine that gets the items to replace and the summary
-they extend (from an earlier compaction, possibly empty) and returns the replacement items.
-Those are stored and later sent to the model as input, so they must be valid Responses input
-items, e.g. ``{"role": "developer", "content": "..."}``.
-"""
+"""Summarizers (:class:`Summarizer`): turn an old part of a history and the summary it extends
+into a few valid Responses input items that stand for it, e.g. ``{"role": "developer", ...}``."""
 
 from __future__ import annotations
 

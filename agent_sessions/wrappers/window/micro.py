@@ -1,14 +1,8 @@
 """Micro-compaction: long texts of older turns shown shortened, without a model.
 
-A text longer than ``max_chars`` in an item older than ``keep_turns`` turns is shown as its first
-``head`` and last ``tail`` characters around a marker naming the original size, e.g.
-``"...[micro-compacted: 18000 of 20000 characters omitted; the full item is kept]..."``. Only the
-copy handed to the reader changes; the stored item is untouched. Deterministic: the same item at
-the same age is always shown the same way.
-
-Shortened: tool outputs (``*_output`` items with text output) and message texts (string content
-or ``text`` parts). Left whole: tool-call arguments (they must stay valid JSON), reasoning,
-compaction items, images and files.
+Only the copy handed to the reader changes, deterministically. Shortened: tool outputs and
+message texts; left whole: tool-call arguments (they must stay valid JSON), reasoning, compaction
+items, images and files.
 """
 
 from __future__ import annotations

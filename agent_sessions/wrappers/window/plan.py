@@ -1,14 +1,8 @@
-"""Where the model's view of a history starts: the pure planning shared by the window layer and
-the ``session_input_callback`` factory.
+"""Where the model's view of a history starts (shared by ``WindowSession`` and the callback).
 
-The view is always a suffix ``items[s:]`` of the history. A start ``s`` is *valid* when
-
-* every output in ``items[s:]`` has its call in ``items[s:]`` (tool calls of every kind, handoffs,
-  MCP approval requests and their responses; matched as in compaction), and
-* ``items[s - 1]`` is not a reasoning item (reasoning belongs to the item after it).
-
-An empty view (``s == len(items)``) is always valid. A call whose output is not written yet does
-not block a start: it stays in the view, and its output will follow it.
+The view is a suffix ``items[s:]``; a start ``s`` is *valid* when every output in the view has
+its call in it (paired as in compaction) and ``items[s - 1]`` is not a reasoning item. An empty
+view is always valid; a call still awaiting its output does not block a start.
 """
 
 from __future__ import annotations
