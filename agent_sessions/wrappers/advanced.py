@@ -88,21 +88,13 @@ class AdvancedSession(BranchingSession, UsageQueries):
         code written against it reads)."""
         return self._log.state.current
 
-    # The SDK's attribute names, read from the inner session when it has them.
-    @property
-    def db_path(self) -> Any:
-        """The inner session's database path (``None`` when it has none)."""
-        return getattr(self.inner, "db_path", None)
-
-    @property
-    def sessions_table(self) -> str | None:
-        """The inner session's sessions table name (``None`` when it has none)."""
-        return getattr(self.inner, "sessions_table", None)
-
-    @property
-    def messages_table(self) -> str | None:
-        """The inner session's messages table name (``None`` when it has none)."""
-        return getattr(self.inner, "messages_table", None)
+    # The SDK's attribute names, read from the inner session (None when it has none).
+    db_path = property(lambda self: getattr(self.inner, "db_path", None))
+    """The inner session's database path."""
+    sessions_table = property(lambda self: getattr(self.inner, "sessions_table", None))
+    """The inner session's sessions table name."""
+    messages_table = property(lambda self: getattr(self.inner, "messages_table", None))
+    """The inner session's messages table name."""
 
 
 AdvancedSQLiteSession = AdvancedSession

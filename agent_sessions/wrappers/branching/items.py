@@ -31,11 +31,8 @@ def is_user_message(item: Any) -> bool:
 def classify_message_type(item: Any) -> str:
     """Return ``user``, ``assistant``, the item's ``type``, or ``other``."""
     if isinstance(item, dict):
-        role = item.get("role")
-        if role == "user":
-            return "user"
-        if role == "assistant":
-            return "assistant"
+        if item.get("role") in ("user", "assistant"):
+            return str(item["role"])
         if item.get("type"):
             return str(item.get("type"))
     return "other"

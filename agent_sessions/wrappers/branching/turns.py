@@ -51,11 +51,6 @@ class TurnIndex:
         self._heads = 0
         self._cache: dict[int, list[int]] = {}
 
-    @property
-    def total(self) -> int:
-        """Visible user messages of the storage as of the last ``sync``."""
-        return len(self.blocks) * BLOCK + len(self.tail) - self.skip
-
     async def sync(self) -> None:
         """Bring the index in step with the storage (reading only what changed), persist it
         when it changed, and find the expired prefix."""
@@ -193,7 +188,7 @@ class TurnIndex:
     async def users_below(self, before: int | None) -> int:
         """How many visible user messages have a sequence number below ``before``."""
         if before is None:
-            return self.total
+            return len(self.blocks) * BLOCK + len(self.tail) - self.skip
         full = bisect_left([last for _, _, last in self.blocks], before)
         count = full * BLOCK
         if full < len(self.blocks):
