@@ -184,24 +184,20 @@ class CompactionSession(SessionWrapper):
         limit = self.resolve_limit(limit)
         if limit is not None and limit <= 0:
             return []
-        if limit is not None:
-            # Both reads at once (one wait instead of two): the newest ``limit`` items after
-            # the boundary are the newest ``limit`` items less those at or below it.
-            record, pairs = await self._record_and_latest(limit)
-            self._record_seen = record
-            if record is None:
-                return [item for _, item in pairs]
-            tail = [item for seq, item in pairs if seq > record.boundary]
-        else:
+        if limit is None:
             record = await self._latest_record()
             if record is None:
-                return await self.inner.get_items(limit)
-            tail = [item for _, item in await self._read_tail(record, limit)]
-        summary = list(record.summary)
-        if limit is not None:
-            room = max(0, limit - len(tail))
-            summary = summary[max(0, len(summary) - room) :] if room else []
-        return summary + tail
+                return await self.inner.get_items(None)
+            return list(record.summary) + [item for _, item in await self._read_tail(record)]
+        # Both reads at once (one wait instead of two): the newest ``limit`` items after the
+        # boundary are the newest ``limit`` items less those at or below it.
+        record, pairs = await self._record_and_latest(limit)
+        self._record_seen = record
+        if record is None:
+            return [item for _, item in pairs]
+        tail = [item for seq, item in pairs if seq > record.boundary]
+        room = limit - len(tail)
+        return (list(record.summary[-room:]) if room > 0 else []) + tail
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` to the inner session (always after any compaction boundary)."""
