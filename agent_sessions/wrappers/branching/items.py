@@ -44,16 +44,10 @@ def extract_tool_name(item: Any) -> str | None:
         return None
     item_type = item.get("type")
     if item_type in {"mcp_call", "mcp_approval_request"} and "server_label" in item:
-        server_label, name = item.get("server_label"), item.get("name")
-        if name and server_label:
-            return f"{server_label}.{name}"
-        if server_label:
-            return str(server_label)
-        return str(name) if name else None
+        parts = (item.get("server_label"), item.get("name"))
+        return ".".join(str(part) for part in parts if part) or None
     if item_type in _TYPE_NAMED_TOOLS:
-        return "tool_search" if item_type in {"tool_search_call", "tool_search_output"} else str(
-            item_type
-        )
+        return "tool_search" if item_type.startswith("tool_search_") else str(item_type)
     if "name" in item:
         name, namespace = item.get("name"), item.get("namespace")
         if name is None:

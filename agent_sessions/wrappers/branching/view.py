@@ -101,12 +101,9 @@ class View:
     def _expires(self, key: str) -> bool:
         """Whether storage ``key``'s oldest items vanish from reads on their own (a
         TTLSession in its stack): then rows cached below a fork point or in a scan expire too."""
-        known = self._expiring.get(key)
-        if known is None:
-            known = self._expiring[key] = (
-                expiring_layer(self.storages.storage(key)) is not None
-            )
-        return known
+        if key not in self._expiring:
+            self._expiring[key] = expiring_layer(self.storages.storage(key)) is not None
+        return self._expiring[key]
 
     def forget(self) -> None:
         """Drop every cache (the storages were cleared)."""

@@ -133,9 +133,7 @@ class CompactionSession(SessionWrapper):
         )
         self.summarizer = summarizer
         self.should_trigger_compaction: CompactionTrigger = (
-            should_trigger_compaction
-            if should_trigger_compaction is not None
-            else token_threshold_trigger(DEFAULT_TRIGGER_TOKENS)
+            should_trigger_compaction or token_threshold_trigger(DEFAULT_TRIGGER_TOKENS)
         )
         self.keep_last = keep_last
         self.background = background

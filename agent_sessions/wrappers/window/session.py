@@ -33,10 +33,9 @@ class WindowSession(SessionWrapper):
     it does not). Writes, ``pop_item`` and ``clear_session`` go to ``inner`` unchanged; nothing
     stored is ever rewritten (``get_full_items`` reads the originals).
 
-    The history is read newest first, by sequence number when ``inner`` has them, else by
-    re-reading a growing ``get_items(k)``; a read stops as soon as the budget is decided, so a
-    window costs about what it shows. Over a ``CompactionSession`` the summary is kept in front
-    of the window and counts against ``max_tokens`` (when it alone exceeds it, it is left out).
+    The history is read newest first and only until the window is decided, so a window costs
+    about what it shows. Over a ``CompactionSession`` the summary is kept in front of the window
+    and counts against ``max_tokens`` (when it alone exceeds it, it is left out).
 
     Args:
         inner: any Session.
