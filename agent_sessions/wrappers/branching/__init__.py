@@ -167,11 +167,9 @@ class BranchingSession(SessionWrapper):
                     return popped
                 tail = (uuid.uuid4().hex, None) if index == len(lineage) - 1 else lineage[-1]
                 moved = (*lineage[:index], (key, seq), tail)
-                op_id = uuid.uuid4().hex
-                state = await self._log.append(
+                state, op_id = await self._log.append_op(
                     {
                         "op": "lineage",
-                        "id": op_id,
                         "name": name,
                         "from": encode_lineage(lineage),
                         "lineage": encode_lineage(moved),
@@ -273,11 +271,9 @@ class BranchingSession(SessionWrapper):
                 (lineage[turn.segment][0], turn.seq),
                 (uuid.uuid4().hex, None),
             )
-            op_id = uuid.uuid4().hex
-            state = await self._log.append(
+            state, op_id = await self._log.append_op(
                 {
                     "op": "create",
-                    "id": op_id,
                     "name": name,
                     "parent": source,
                     "turn": turn_number,
@@ -349,8 +345,7 @@ class BranchingSession(SessionWrapper):
             branch = state.branches.get(branch_id)
             if branch is None:
                 raise BranchNotFoundError(f"Branch '{branch_id}' does not exist")
-            op_id = uuid.uuid4().hex
-            state = await self._log.append({"op": "delete", "id": op_id, "name": branch_id})
+            state, op_id = await self._log.append_op({"op": "delete", "name": branch_id})
             if state.deleted_by.get(branch_id) != op_id:  # another object deleted it first
                 raise BranchNotFoundError(f"Branch '{branch_id}' does not exist")
             await self._after_delete(branch_id)

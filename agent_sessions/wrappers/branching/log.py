@@ -9,6 +9,7 @@ checkpoint, so a new object folds from the newest :data:`PAGE` records (docs/bra
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -276,6 +277,11 @@ class BranchLog:
             await self.session.add_items([state.to_record(self.applied)])  # type: ignore[list-item]
             self._uncovered = 0
         return state
+
+    async def append_op(self, record: dict[str, Any]) -> tuple[BranchState, str]:
+        """``append`` ``record`` with a new ``id``; return the state and the id."""
+        op_id = uuid.uuid4().hex
+        return await self.append({**record, "id": op_id}), op_id
 
 
 def _newest_checkpoint(rows: list[tuple[int, Any]]) -> tuple[BranchState, int] | None:

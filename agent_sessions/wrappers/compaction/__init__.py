@@ -290,17 +290,10 @@ class CompactionSession(SessionWrapper):
         if not record.summary:
             return None
         popped = record.summary[-1]
-        await self._sibling.add_items(
-            [
-                CompactionRecord(
-                    boundary=record.boundary,
-                    summary=list(record.summary[:-1]),
-                    archived=record.archived,
-                    summarizer=record.summarizer,
-                    reason="pop",
-                ).to_item()  # type: ignore[list-item]
-            ]
+        shorter = CompactionRecord(
+            record.boundary, list(record.summary[:-1]), record.archived, record.summarizer, "pop"
         )
+        await self._sibling.add_items([shorter.to_item()])  # type: ignore[list-item]
         return popped
 
     async def clear_session(self) -> None:
