@@ -1,10 +1,5 @@
-"""``AdvancedSession``: branching plus usage per branch over any Session.
-
-The drop-in replacement for the Agents SDK's ``AdvancedSQLiteSession``: the same methods,
-arguments, return shapes and errors. It takes any Session (``AdvancedSession(inner)``) or, the
-SDK's way, ``session_id=`` and ``db_path=`` for one over this package's ``SQLiteSession``;
-``AdvancedSQLiteSession`` is the same class under the SDK's name.
-"""
+"""``AdvancedSession`` (also named ``AdvancedSQLiteSession``): the SDK's ``AdvancedSQLiteSession``
+API (branching plus usage per branch) over any Session."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""How branching and usage read items: message type, tool name, user turns, content search.
-
-The rules are the Agents SDK's ``AdvancedSQLiteSession`` ones, so turn numbers, tool names and
-search results agree with it.
-"""
+"""How branching and usage read items (message type, tool name, user turns, content search), by
+the rules of the SDK's ``AdvancedSQLiteSession``, so turn numbers and tool names agree with it."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
-"""Usage records kept as JSON items in a side store, and the SDK's usage queries over them.
+"""Usage records in the side store ``usage``, and the SDK's usage queries over them.
 
-A record belongs to one turn of one branch and names the turn by the sequence number of its user
-message, ``"p": [storage key, seq]``; the turn's number is worked out when usage is read, from
-the branch's current view. So expiry never moves a record to another turn, and a record whose
-user message is no longer visible is left out. The latest record of a turn wins (the SDK's
-``INSERT OR REPLACE``); a popped user message takes its turn's usage with it (its number is never
-visible again); a drop record removes a deleted branch's usage.
+A record names its turn by the sequence number of the turn's user message; the turn number is
+worked out on read from the branch's current view, so expiry never moves a record to another
+turn. The latest record of a turn wins (the SDK's ``INSERT OR REPLACE``); a popped user message
+takes its turn's usage with it; a drop record removes a deleted branch's usage.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""A branch's view: segments of storages read newest-first, and a cached scan of their structure.
-
-A lineage is a tuple of segments ``(storage key, before)``: the items of that storage with a
-sequence number below ``before`` (all of them when None; only the last segment is open). A
-branch's items are the concatenation of its segments, so a branch shares its parent's items
-instead of copying them.
-"""
+"""A branch's view: a lineage of segments ``(storage key, before)``, each the items of that
+storage below sequence number ``before`` (all when None; only the last is open), read newest
+first, with a cached scan of their structure."""
 
 from __future__ import annotations
 
