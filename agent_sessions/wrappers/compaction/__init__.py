@@ -141,9 +141,7 @@ class CompactionSession(SessionWrapper):
         self.token_estimator = token_estimator if token_estimator is not None else TokenEstimator()
         self._records_newest: int | None = None
         """The records' newest sequence number as last read by a pop (None: no records)."""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._mutation_lock: asyncio.Lock | None = None
-        self._compaction_lock: asyncio.Lock | None = None
+        self._lock_set: tuple[asyncio.AbstractEventLoop, asyncio.Lock, asyncio.Lock] | None = None
         self._clears = 0
         self._running: RunningView | None = None
         self._record_seen: Any = _UNREAD
@@ -492,11 +490,9 @@ class CompactionSession(SessionWrapper):
     def _locks(self) -> tuple[asyncio.Lock, asyncio.Lock]:
         """(mutation lock, compaction lock), made for the running event loop."""
         loop = asyncio.get_running_loop()
-        if self._loop is not loop or self._mutation_lock is None or self._compaction_lock is None:
-            self._loop = loop
-            self._mutation_lock = asyncio.Lock()
-            self._compaction_lock = asyncio.Lock()
-        return self._mutation_lock, self._compaction_lock
+        if self._lock_set is None or self._lock_set[0] is not loop:
+            self._lock_set = (loop, asyncio.Lock(), asyncio.Lock())
+        return self._lock_set[1], self._lock_set[2]
 
     async def _record_and_latest(
         self, limit: int
