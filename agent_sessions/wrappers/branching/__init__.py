@@ -64,8 +64,6 @@ class BranchingSession(SessionWrapper):
         self._lock = asyncio.Lock()
         self._logger = logger if logger is not None else logging.getLogger("agent_sessions")
 
-    # -- helpers -------------------------------------------------------------------------------
-
     @staticmethod
     def _lineage(state: BranchState, branch_id: str | None) -> Lineage | None:
         branch = state.branches.get(state.current if branch_id is None else branch_id)
@@ -74,8 +72,6 @@ class BranchingSession(SessionWrapper):
     async def _current(self) -> tuple[BranchState, str, Lineage]:
         state = await self._log.sync()
         return state, state.current, state.branches[state.current].lineage
-
-    # -- the Session API on the current branch -------------------------------------------------
 
     async def get_items(
         self, limit: int | None = None, branch_id: str | None = None
@@ -235,8 +231,6 @@ class BranchingSession(SessionWrapper):
 
     async def _after_clear(self) -> None:
         """Called when the session is being cleared, before the branches are reset."""
-
-    # -- branches --------------------------------------------------------------------------------
 
     async def create_branch_from_turn(
         self, turn_number: int, branch_name: str | None = None

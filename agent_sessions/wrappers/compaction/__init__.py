@@ -172,8 +172,6 @@ class CompactionSession(SessionWrapper):
             self._sibling, Capability.SEQUENCED
         )
 
-    # -- the Session API ---------------------------------------------------------------------
-
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items of the view (summary, then newer items)."""
         self._check_open()
@@ -306,8 +304,6 @@ class CompactionSession(SessionWrapper):
             await self._sibling.clear_session()
             await self.inner.clear_session()
 
-    # -- compaction ------------------------------------------------------------------------------
-
     async def run_compaction(self, args: OpenAIResponsesCompactionArgs | None = None) -> None:
         """The SDK's hook, called by the Runner after each turn's write.
 
@@ -362,8 +358,6 @@ class CompactionSession(SessionWrapper):
     def compaction_pending(self) -> bool:
         """Whether a background compaction is running or queued."""
         return self._task is not None and not self._task.done()
-
-    # -- archive -------------------------------------------------------------------------------
 
     async def get_archived_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the original items the summary stands for (the latest ``limit``), oldest
@@ -461,8 +455,6 @@ class CompactionSession(SessionWrapper):
             return summary, []
         return summary, [item for _, item in await self._read_tail(record, limit)]
 
-    # -- lifecycle -------------------------------------------------------------------------------
-
     def close(self, *, cancel_pending: bool = False) -> Closing:
         """Finish (or, with ``cancel_pending``, cancel) a background compaction, then close the
         record session and the inner session. Idempotent; works called bare or awaited."""
@@ -484,8 +476,6 @@ class CompactionSession(SessionWrapper):
 
     def __repr__(self) -> str:
         return f"CompactionSession({self.inner!r}, summarizer={self.summarizer!r})"
-
-    # -- internals -------------------------------------------------------------------------------
 
     def _locks(self) -> tuple[asyncio.Lock, asyncio.Lock]:
         """(mutation lock, compaction lock), made for the running event loop."""

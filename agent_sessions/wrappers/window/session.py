@@ -80,8 +80,6 @@ class WindowSession(SessionWrapper):
             self.run_compaction = run_compaction
         self._page = _FIRST_PAGE
 
-    # -- the Session API ---------------------------------------------------------------------
-
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items of the view (all of it when None)."""
         limit = self.resolve_limit(limit)
@@ -92,8 +90,6 @@ class WindowSession(SessionWrapper):
             return self._shown(items, 0)
         view = await self.get_window()
         return view if limit is None else view[-limit:]
-
-    # -- reads -----------------------------------------------------------------------------------
 
     async def get_full_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the latest ``limit`` stored items as stored: no window, nothing shortened."""
@@ -109,8 +105,6 @@ class WindowSession(SessionWrapper):
     def wrap_member(self, member: Session) -> Session:
         """Side stores are read whole: they are not windowed."""
         return member
-
-    # -- internals -------------------------------------------------------------------------------
 
     def _shown(self, items: list[TResponseInputItem], later_users: int) -> list[TResponseInputItem]:
         micro = self.micro_compaction
