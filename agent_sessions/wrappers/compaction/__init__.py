@@ -203,15 +203,7 @@ class CompactionSession(SessionWrapper):
         if self.background:
             await self.run_compaction()
             return
-        try:
-            await self.compact(force=False)
-        except Exception as exc:
-            self.last_error = exc
-            logger.warning(
-                "compaction after a write to %r failed; the history is unchanged",
-                self.session_id,
-                exc_info=True,
-            )
+        await self._compact_or_log("compaction after a write to", force=False, response_id=None)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item of the view.
@@ -539,19 +531,19 @@ class CompactionSession(SessionWrapper):
         """The inner items after the record's boundary, with their sequence numbers."""
         return await read_rows(self.inner, limit, after=record.boundary if record else None)
 
+    async def _compact_or_log(self, what: str, force: bool, response_id: str | None) -> None:
+        """``compact``, logging a failure and keeping it in ``last_error`` instead of raising."""
+        try:
+            await self.compact(force=force, response_id=response_id)
+        except Exception as exc:
+            self.last_error = exc
+            logger.warning(
+                "%s %r failed; the history is unchanged", what, self.session_id, exc_info=True
+            )
+
     async def _background(self, force: bool, response_id: str | None) -> None:
         while True:
-            try:
-                await self.compact(force=force, response_id=response_id)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.last_error = exc
-                logger.warning(
-                    "background compaction of %r failed; the history is unchanged",
-                    self.session_id,
-                    exc_info=True,
-                )
+            await self._compact_or_log("background compaction of", force, response_id)
             if self._queued is None or self._closed:
                 return
             force, response_id = self._queued
