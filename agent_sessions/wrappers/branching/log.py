@@ -193,14 +193,14 @@ class BranchLog:
         the last applied record is gone (expired, erased), fold afresh as a new object would."""
         if not self.applied:
             return await self._fold_fresh(await read_rows(self.session, PAGE))
-        return await self._apply(await read_rows(self.session, after=self._after()))
+        return await self._apply(await read_rows(self.session, after=self.applied - 1))
 
     async def sync_with(self, reads: list[Read]) -> tuple[BranchState, list[list[Any]]]:
         """``sync`` and the rows of ``reads`` (see :func:`read_family`), read together: one
         round trip when the store serves family reads at once."""
         fresh = not self.applied
         log_read: Read = (self.session, PAGE, None, None) if fresh else (
-            self.session, None, self._after(), None
+            self.session, None, self.applied - 1, None
         )
         log_rows, *rows = await read_family([log_read, *reads])
         state = await (self._fold_fresh(log_rows) if fresh else self._apply(log_rows))
@@ -223,9 +223,6 @@ class BranchLog:
             if len(_WRITTEN) >= _WRITTEN_MAX:
                 del _WRITTEN[next(iter(_WRITTEN))]
             _WRITTEN[key] = None
-
-    def _after(self) -> int | None:
-        return self.applied - 1 if self.applied else None
 
     async def _apply(self, rows: list[tuple[int, Any]]) -> BranchState:
         if self.applied:

@@ -179,7 +179,7 @@ class TurnIndex:
 
     async def seq_at(self, k: int) -> int:
         """The sequence number of the ``k``-th indexed user message (from 0, expired ones
-        included)."""
+        included: the ``k``-th visible one is ``seq_at(k + skip)``)."""
         b, i = divmod(k, BLOCK)
         if b < len(self.blocks):
             return (await self._block(self.blocks[b][0]))[i]
@@ -196,10 +196,6 @@ class TurnIndex:
         else:
             count += bisect_left(self.tail, before)
         return max(0, count - self.skip)
-
-    async def user(self, k: int) -> int:
-        """The sequence number of the ``k``-th visible user message (from 0)."""
-        return await self.seq_at(k + self.skip)
 
     async def _expired(self) -> int:
         """How many of the oldest indexed user messages are no longer visible (expiry hides a

@@ -232,7 +232,7 @@ class View:
             await index.sync()
             users = await index.users_below(before)
             if number <= seen + users:
-                seq = await index.user(number - seen - 1)
+                seq = await index.seq_at(number - seen - 1 + index.skip)
                 # The item itself, read back: the index can only point at a user message.
                 rows = await read_rows(index.storage, 1, before=seq + 1)
                 if not rows or rows[0][0] != seq or not is_user_message(rows[0][1]):
