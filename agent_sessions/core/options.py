@@ -75,4 +75,10 @@ class OptionsChecked:
             setattr(cls, "__init__", _checked(init, cls.__qualname__, chain))  # noqa: B010
 
 
-__all__ = ["OptionsChecked", "explicit_options"]
+def check_int(name: str, value: object, least: int = 0, *, least_text: str = "") -> None:
+    """Raise ValueError unless ``value`` is an int (not a bool) >= ``least``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be an int >= {least_text or least}, got {value!r}")
+
+
+__all__ = ["OptionsChecked", "check_int", "explicit_options"]

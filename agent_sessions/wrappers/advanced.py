@@ -1,10 +1,5 @@
-"""``AdvancedSession``: branching plus usage per branch over any Session.
-
-The drop-in replacement for the Agents SDK's ``AdvancedSQLiteSession``: the same methods,
-arguments, return shapes and errors. It takes any Session (``AdvancedSession(inner)``) or, the
-SDK's way, ``session_id=`` and ``db_path=`` for one over this package's ``SQLiteSession``;
-``AdvancedSQLiteSession`` is the same class under the SDK's name.
-"""
+"""``AdvancedSession`` (also named ``AdvancedSQLiteSession``): the SDK's ``AdvancedSQLiteSession``
+API (branching plus usage per branch) over any Session."""
 
 from __future__ import annotations
 
@@ -13,24 +8,14 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .branching import BranchingSession
-from .branching.usage_log import (
-    UsageKey,
-    UsageLog,
-    numbered,
-    record_branches,
-    session_usage,
-    tool_usage,
-    turn_numbers,
-    turn_usage,
-)
+from .branching.usage_log import UsageQueries
 from .foreign import SiblingFactory
 
 if TYPE_CHECKING:
     from agents.memory import Session, SessionSettings
-    from agents.result import RunResult, RunResultBase
 
 
-class AdvancedSession(BranchingSession):
+class AdvancedSession(BranchingSession, UsageQueries):
     """Conversation branching and usage analytics (per branch) over any Session.
 
     Args:
@@ -85,70 +70,12 @@ class AdvancedSession(BranchingSession):
             )
         self.create_tables = create_tables
         super().__init__(inner, sibling_factory=sibling_factory, logger=logger)
-        self._usage = UsageLog(lambda: self.side_store("usage"))
 
     async def _after_delete(self, branch: str) -> None:
-        await self._usage.drop_branch(branch)
+        await self.side_store("usage").add_items([{"b": branch, "drop_branch": True}])  # type: ignore[list-item]
 
     async def _after_clear(self) -> None:
-        await self._usage.clear()
-
-    async def store_run_usage(self, result: RunResult | RunResultBase) -> None:
-        """Store the usage of ``result`` for the current turn of the current branch.
-
-        Call after ``Runner.run``. A later call for the same turn replaces the earlier one.
-        Failures are logged, never raised (as the SDK's).
-        """
-        try:
-            usage = result.context_wrapper.usage
-            if usage is None:
-                return
-            async with self._lock:
-                _, branch, lineage = await self._current()
-                position = await self._view.newest_user(lineage)
-                if position is None:
-                    self._logger.debug("Skipping usage store: no turn on branch %r", branch)
-                    return
-                await self._usage.store(branch, usage, position)
-        except Exception as exc:  # the SDK's contract: usage never breaks a conversation
-            self._logger.error("Failed to store session usage: %s", exc, exc_info=True)
-
-    async def get_session_usage(self, branch_id: str | None = None) -> dict[str, int] | None:
-        """Return ``{"requests", "input_tokens", "output_tokens", "total_tokens",
-        "total_turns"}`` over the turns ``get_turn_usage`` lists for every branch (or for
-        ``branch_id``), or None when there are none (usage of turns whose user message
-        expired is not counted)."""
-        return session_usage(await self._numbered(branch_id or None), branch_id)
-
-    async def get_turn_usage(
-        self, user_turn_number: int | None = None, branch_id: str | None = None
-    ) -> list[dict[str, Any]] | dict[str, Any]:
-        """Return one turn's usage with token details (``{}`` when none), or every turn's of
-        the branch (current when None), ordered by turn."""
-        if branch_id is None:
-            async with self._lock:
-                branch_id = (await self._log.sync()).current
-        return turn_usage(await self._numbered(branch_id), branch_id, user_turn_number)
-
-    async def _numbered(self, branch_id: str | None) -> dict[UsageKey, dict[str, Any]]:
-        """The current records (of ``branch_id``'s, when given), by (branch, turn number):
-        each branch's records are numbered by that branch's own view."""
-        records = await self._usage.records()
-        numbers = {}
-        wanted = record_branches(records, branch_id)
-        if wanted:
-            async with self._lock:
-                state = await self._log.sync()
-                for name in sorted(wanted):
-                    branch = state.branches.get(name)
-                    if branch is not None:
-                        numbers[name] = await turn_numbers(self._view, branch.lineage)
-        return numbered(records, numbers)
-
-    async def get_tool_usage(self, branch_id: str | None = None) -> list[tuple[str, int, int]]:
-        """Return ``(tool_name, usage_count, turn_number)`` for the tools called in a branch
-        (current when None), by turn."""
-        return tool_usage(await self._structure(branch_id))
+        await self.side_store("usage").clear_session()
 
     @property
     def _current_branch_id(self) -> str:
@@ -156,21 +83,13 @@ class AdvancedSession(BranchingSession):
         code written against it reads)."""
         return self._log.state.current
 
-    # The SDK's attribute names, read from the inner session when it has them.
-    @property
-    def db_path(self) -> Any:
-        """The inner session's database path (``None`` when it has none)."""
-        return getattr(self.inner, "db_path", None)
-
-    @property
-    def sessions_table(self) -> str | None:
-        """The inner session's sessions table name (``None`` when it has none)."""
-        return getattr(self.inner, "sessions_table", None)
-
-    @property
-    def messages_table(self) -> str | None:
-        """The inner session's messages table name (``None`` when it has none)."""
-        return getattr(self.inner, "messages_table", None)
+    # The SDK's attribute names, read from the inner session (None when it has none).
+    db_path = property(lambda self: getattr(self.inner, "db_path", None))
+    """The inner session's database path."""
+    sessions_table = property(lambda self: getattr(self.inner, "sessions_table", None))
+    """The inner session's sessions table name."""
+    messages_table = property(lambda self: getattr(self.inner, "messages_table", None))
+    """The inner session's messages table name."""
 
 
 AdvancedSQLiteSession = AdvancedSession

@@ -13,7 +13,8 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agents import _debug
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.memory import Session
 
+T = TypeVar("T")
 
 class BranchingSession(SessionWrapper):
     """A session whose history can branch at any user turn; the SDK's branching API.
@@ -62,8 +64,6 @@ class BranchingSession(SessionWrapper):
         self._lock = asyncio.Lock()
         self._logger = logger if logger is not None else logging.getLogger("agent_sessions")
 
-    # -- helpers -------------------------------------------------------------------------------
-
     @staticmethod
     def _lineage(state: BranchState, branch_id: str | None) -> Lineage | None:
         branch = state.branches.get(state.current if branch_id is None else branch_id)
@@ -72,8 +72,6 @@ class BranchingSession(SessionWrapper):
     async def _current(self) -> tuple[BranchState, str, Lineage]:
         state = await self._log.sync()
         return state, state.current, state.branches[state.current].lineage
-
-    # -- the Session API on the current branch -------------------------------------------------
 
     async def get_items(
         self, limit: int | None = None, branch_id: str | None = None
@@ -156,7 +154,7 @@ class BranchingSession(SessionWrapper):
                     return None
                 index, seq, item = found
                 key = lineage[index][0]
-                if index == len(lineage) - 1 and not state.depended_on(key, seq, besides=name):
+                if index == len(lineage) - 1 and not state.shares(key, seq, besides=name):
                     popped = await self._storages.storage(key).pop_item()
                     if popped is None:
                         state, name, lineage = await self._current()
@@ -165,11 +163,9 @@ class BranchingSession(SessionWrapper):
                     return popped
                 tail = (uuid.uuid4().hex, None) if index == len(lineage) - 1 else lineage[-1]
                 moved = (*lineage[:index], (key, seq), tail)
-                op_id = uuid.uuid4().hex
-                state = await self._log.append(
+                state, op_id = await self._log.append_op(
                     {
                         "op": "lineage",
-                        "id": op_id,
                         "name": name,
                         "from": encode_lineage(lineage),
                         "lineage": encode_lineage(moved),
@@ -236,8 +232,6 @@ class BranchingSession(SessionWrapper):
     async def _after_clear(self) -> None:
         """Called when the session is being cleared, before the branches are reset."""
 
-    # -- branches --------------------------------------------------------------------------------
-
     async def create_branch_from_turn(
         self, turn_number: int, branch_name: str | None = None
     ) -> str:
@@ -271,11 +265,9 @@ class BranchingSession(SessionWrapper):
                 (lineage[turn.segment][0], turn.seq),
                 (uuid.uuid4().hex, None),
             )
-            op_id = uuid.uuid4().hex
-            state = await self._log.append(
+            state, op_id = await self._log.append_op(
                 {
                     "op": "create",
-                    "id": op_id,
                     "name": name,
                     "parent": source,
                     "turn": turn_number,
@@ -288,15 +280,11 @@ class BranchingSession(SessionWrapper):
                 raise BranchError(
                     f"Branch ID '{name}' has already been used. Choose a new branch ID."
                 )
-        if _debug.DONT_LOG_MODEL_DATA:  # the SDK's switch for logging conversation content
-            self._logger.debug(
-                "Created branch '%s' from turn %s in '%s'", name, turn_number, source
-            )
-        else:
-            self._logger.debug(
-                "Created branch '%s' from turn %s ('%s') in '%s'",
-                name, turn_number, content_preview(turn.content, 50), source,
-            )
+        # DONT_LOG_MODEL_DATA: the SDK's switch for logging conversation content
+        shown = "" if _debug.DONT_LOG_MODEL_DATA else f" ('{content_preview(turn.content, 50)}')"
+        self._logger.debug(
+            "Created branch '%s' from turn %s%s in '%s'", name, turn_number, shown, source
+        )
         return name
 
     async def create_branch_from_content(
@@ -351,12 +339,11 @@ class BranchingSession(SessionWrapper):
             branch = state.branches.get(branch_id)
             if branch is None:
                 raise BranchNotFoundError(f"Branch '{branch_id}' does not exist")
-            op_id = uuid.uuid4().hex
-            state = await self._log.append({"op": "delete", "id": op_id, "name": branch_id})
+            state, op_id = await self._log.append_op({"op": "delete", "name": branch_id})
             if state.deleted_by.get(branch_id) != op_id:  # another object deleted it first
                 raise BranchNotFoundError(f"Branch '{branch_id}' does not exist")
             await self._after_delete(branch_id)
-            gone = {k for k, _ in branch.lineage if k != MAIN and not state.referenced(k)}
+            gone = {k for k, _ in branch.lineage if k != MAIN and not state.shares(k)}
             for key in sorted(gone):
                 await self._storages.storage(key).clear_session()
             await self._view.clear_indexes(gone)
@@ -386,10 +373,7 @@ class BranchingSession(SessionWrapper):
         """Return the user turns of a branch (current when None; ``[]`` when unknown):
         ``{"turn", "content"`` (cut to 100 characters), ``"full_content", "timestamp"``
         (None: items carry no time), ``"can_branch"}``."""
-        return [
-            {**turn, "content": content_preview(turn["full_content"], 100)}
-            for turn in await self._turn_dicts(branch_id)
-        ]
+        return await self._turn_dicts(branch_id, 100)
 
     async def find_turns_by_content(
         self, search_term: str, branch_id: str | None = None
@@ -412,25 +396,36 @@ class BranchingSession(SessionWrapper):
             turns.setdefault(turn, []).append({"type": kind, "tool_name": tool})
         return turns
 
-    async def _turn_dicts(self, branch_id: str | None) -> list[dict[str, Any]]:
-        async with self._lock:
-            lineage = self._lineage(await self._log.sync(), branch_id)
-            turns = await self._view.turns(lineage) if lineage is not None else []
+    async def _turn_dicts(
+        self, branch_id: str | None, cut: int | None = None
+    ) -> list[dict[str, Any]]:
         return [
             {
                 "turn": t.number,
-                "content": content_preview(t.content),
+                "content": content_preview(t.content, cut),
                 "full_content": t.content,
                 "timestamp": None,
                 "can_branch": True,
             }
-            for t in turns
+            for t in await self._on_branch(branch_id, self._view.turns)
         ]
 
     async def _structure(self, branch_id: str | None) -> list[tuple[int, str, str | None]]:
+        return await self._on_branch(branch_id, self._view.structure)
+
+    async def _on_branch(
+        self, branch_id: str | None, read: Callable[[Lineage], Awaitable[list[T]]]
+    ) -> list[T]:
+        """``read`` of a branch's lineage (current when None; ``[]`` for an unknown branch)."""
         async with self._lock:
-            lineage = self._lineage(await self._log.sync(), branch_id)
-            return await self._view.structure(lineage) if lineage is not None else []
+            current, lineages = await self._branches()
+            lineage = lineages.get(current if branch_id is None else branch_id)
+            return await read(lineage) if lineage is not None else []
+
+    async def _branches(self) -> tuple[str, dict[str, Lineage]]:
+        """The current branch and every branch's lineage (called with ``_lock`` held)."""
+        state = await self._log.sync()
+        return state.current, {name: b.lineage for name, b in state.branches.items()}
 
 
 def _auto_name(state: BranchState, turn_number: int) -> str:

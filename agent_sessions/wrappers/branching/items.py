@@ -1,8 +1,5 @@
-"""How branching and usage read items: message type, tool name, user turns, content search.
-
-The rules are the Agents SDK's ``AdvancedSQLiteSession`` ones, so turn numbers, tool names and
-search results agree with it.
-"""
+"""How branching and usage read items (message type, tool name, user turns, content search), by
+the rules of the SDK's ``AdvancedSQLiteSession``, so turn numbers and tool names agree with it."""
 
 from __future__ import annotations
 
@@ -31,11 +28,8 @@ def is_user_message(item: Any) -> bool:
 def classify_message_type(item: Any) -> str:
     """Return ``user``, ``assistant``, the item's ``type``, or ``other``."""
     if isinstance(item, dict):
-        role = item.get("role")
-        if role == "user":
-            return "user"
-        if role == "assistant":
-            return "assistant"
+        if item.get("role") in ("user", "assistant"):
+            return str(item["role"])
         if item.get("type"):
             return str(item.get("type"))
     return "other"
@@ -47,16 +41,10 @@ def extract_tool_name(item: Any) -> str | None:
         return None
     item_type = item.get("type")
     if item_type in {"mcp_call", "mcp_approval_request"} and "server_label" in item:
-        server_label, name = item.get("server_label"), item.get("name")
-        if name and server_label:
-            return f"{server_label}.{name}"
-        if server_label:
-            return str(server_label)
-        return str(name) if name else None
+        parts = (item.get("server_label"), item.get("name"))
+        return ".".join(str(part) for part in parts if part) or None
     if item_type in _TYPE_NAMED_TOOLS:
-        return "tool_search" if item_type in {"tool_search_call", "tool_search_output"} else str(
-            item_type
-        )
+        return "tool_search" if item_type.startswith("tool_search_") else str(item_type)
     if "name" in item:
         name, namespace = item.get("name"), item.get("namespace")
         if name is None:

@@ -1,19 +1,15 @@
-"""Branch metadata as an append-only log of operations in a sibling session.
+"""Branch metadata as an append-only log of operations in a side store.
 
-Every change (create, switch, move a fork point, delete, reset) is one appended JSON item; the
-state is the fold of the log in commit order. Appends are atomic and ordered by the backend, so
-concurrent writers (other objects, other processes) never lose each other's changes, and a
-conflict (two creates of one name) is decided by log order: the first wins. A session object
-keeps the folded state and reads only the records after the last one it applied.
-
-Every :data:`CHECKPOINT_EVERY` records a writer appends a checkpoint: the folded state up to a
-record number. A new object reads the newest :data:`PAGE` records and folds from the newest
-checkpoint among them, so its cost does not grow with the number of branch operations ever made.
+Every change (create, switch, move a fork point, delete, reset) is one appended record; the state
+is the fold of the log in commit order, so concurrent writers never lose each other's changes and
+a conflict is decided by log order. Every :data:`CHECKPOINT_EVERY` records a writer appends a
+checkpoint, so a new object folds from the newest :data:`PAGE` records (docs/branching.md).
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -166,22 +162,13 @@ class BranchState:
         else:
             logger.warning("branch log: unknown record ignored: %r", record)
 
-    def depended_on(self, key: str, seq: int, *, besides: str) -> bool:
-        """Whether a branch other than ``besides`` sees item ``seq`` of storage ``key``."""
+    def shares(self, key: str, seq: int | None = None, *, besides: str | None = None) -> bool:
+        """Whether a branch other than ``besides`` reads storage ``key`` (sees its item
+        ``seq``, when given)."""
         return any(
-            k == key and (before is None or seq < before)
+            k == key and (seq is None or before is None or seq < before)
             for name, b in self.branches.items() if name != besides for k, before in b.lineage
         )
-
-
-    def shares(self, key: str, *, besides: str) -> bool:
-        """Whether a branch other than ``besides`` reads storage ``key``."""
-        return any(
-            key == k for name, b in self.branches.items() if name != besides for k, _ in b.lineage
-        )
-
-    def referenced(self, key: str) -> bool:
-        return any(key == k for b in self.branches.values() for k, _ in b.lineage)
 
 
 _WRITTEN: dict[Any, None] = {}
@@ -195,37 +182,33 @@ class BranchLog:
     def __init__(self, session: Session, on_reset: Callable[[], None] | None = None) -> None:
         self.session = session
         self.state = BranchState()
-        self._applied = 0
+        self.applied = 0
+        """The number of the newest record applied (0: none)."""
         self._uncovered = 0
         """Records applied since the newest checkpoint seen (all of them when none)."""
         self._on_reset = on_reset
 
     async def sync(self) -> BranchState:
-        """Apply the records appended since the last sync (by anyone); return the state.
-
-        The last applied record is read again: when it is gone (the log expired or was
-        erased with its family), the state is folded afresh from what the log still holds,
-        so this object shows what a new one would."""
-        if not self._applied:
+        """Apply the records appended since the last sync (by anyone); return the state. When
+        the last applied record is gone (expired, erased), fold afresh as a new object would."""
+        if not self.applied:
             return await self._fold_fresh(await read_rows(self.session, PAGE))
-        return await self._apply(await read_rows(self.session, after=self._after()))
+        return await self._apply(await read_rows(self.session, after=self.applied - 1))
 
     async def sync_with(self, reads: list[Read]) -> tuple[BranchState, list[list[Any]]]:
         """``sync`` and the rows of ``reads`` (see :func:`read_family`), read together: one
         round trip when the store serves family reads at once."""
-        fresh = not self._applied
+        fresh = not self.applied
         log_read: Read = (self.session, PAGE, None, None) if fresh else (
-            self.session, None, self._after(), None
+            self.session, None, self.applied - 1, None
         )
         log_rows, *rows = await read_family([log_read, *reads])
         state = await (self._fold_fresh(log_rows) if fresh else self._apply(log_rows))
         return state, rows
 
     def may_be_empty(self) -> bool:
-        """Whether a log this object has not read yet may hold no record: False once this
-        process saw it hold one. An object that has not read the log can act on the empty
-        log's state only under a guard that the log is still empty; when it is known not
-        to be, trying that costs a round trip for nothing."""
+        """Whether a log this object has not read yet may hold no record (False once this
+        process saw it hold one: then guarding on an empty log is a wasted round trip)."""
         key = self._key()
         return key is None or key not in _WRITTEN
 
@@ -241,21 +224,13 @@ class BranchLog:
                 del _WRITTEN[next(iter(_WRITTEN))]
             _WRITTEN[key] = None
 
-    @property
-    def applied(self) -> int:
-        """The number of the newest record applied (0: none)."""
-        return self._applied
-
-    def _after(self) -> int | None:
-        return self._applied - 1 if self._applied else None
-
     async def _apply(self, rows: list[tuple[int, Any]]) -> BranchState:
-        if self._applied:
-            if rows and rows[0][0] == self._applied:
+        if self.applied:
+            if rows and rows[0][0] == self.applied:
                 rows = rows[1:]
             else:
                 self.state = BranchState()
-                self._applied = self._uncovered = 0
+                self.applied = self._uncovered = 0
                 if self._on_reset is not None:
                     self._on_reset()
                 return await self._fold_fresh(await read_rows(self.session, PAGE))
@@ -274,17 +249,17 @@ class BranchLog:
             state, upto = found
             if len(rows) >= PAGE and rows[0][0] > upto + 1:  # records after it fell off the page
                 rows = await read_rows(self.session, after=upto)
-            self.state, self._applied, self._uncovered = state, upto, 0
+            self.state, self.applied, self._uncovered = state, upto, 0
             rows = [row for row in rows if row[0] > upto]
         self._fold(rows)
         return self.state
 
     def _fold(self, rows: list[tuple[int, Any]]) -> None:
-        if rows and not self._applied:
+        if rows and not self.applied:
             self._note_written()
         for seq, record in rows:
             self.state.apply(record)
-            self._applied = max(self._applied, seq)
+            self.applied = max(self.applied, seq)
             op = record.get("op") if isinstance(record, dict) else None
             self._uncovered = 0 if op == "checkpoint" else self._uncovered + 1
             if op == "reset" and self._on_reset is not None:
@@ -296,9 +271,14 @@ class BranchLog:
         await self.session.add_items([record])  # type: ignore[list-item]
         state = await self.sync()
         if self._uncovered >= CHECKPOINT_EVERY:
-            await self.session.add_items([state.to_record(self._applied)])  # type: ignore[list-item]
+            await self.session.add_items([state.to_record(self.applied)])  # type: ignore[list-item]
             self._uncovered = 0
         return state
+
+    async def append_op(self, record: dict[str, Any]) -> tuple[BranchState, str]:
+        """``append`` ``record`` with a new ``id``; return the state and the id."""
+        op_id = uuid.uuid4().hex
+        return await self.append({**record, "id": op_id}), op_id
 
 
 def _newest_checkpoint(rows: list[tuple[int, Any]]) -> tuple[BranchState, int] | None:

@@ -1,10 +1,5 @@
-"""Side storage for the branching and usage layers: the inner session's family, ranged reads.
-
-Everything lives in the inner session's own backend: the ``main`` storage is the inner session
-itself, other storages are side stores of the layer's family (``SessionWrapper.side_store``).
-Every storage has sequence numbers: a foreign session enters through ``ForeignSession`` (see
-``foreign.sequenced``), so reads cost O(result) on this package's backends.
-"""
+"""The storages of a branching or usage layer: ``main`` is the inner session, the others are side
+stores of its family; all have sequence numbers, so ranged reads cost O(result)."""
 
 from __future__ import annotations
 

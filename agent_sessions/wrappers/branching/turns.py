@@ -1,26 +1,9 @@
 """A persistent index of one storage's user messages, so turn ``N`` is found without a scan.
 
-The index lives in the family side store ``turns.<storage key>`` as two kinds of record:
-
-- a block ``{"block": [seq, ...]}``: ``BLOCK`` consecutive user-message sequence numbers, never
-  changed once written;
-- a head ``{"through": T, "blocks": [[record seq, first, last], ...], "tail": [seq, ...]}``: every
-  user message of the storage up to item ``T`` is in the listed blocks, then the tail.
-
-Reading turn ``k`` costs the newest head, one block and a validation read, whatever the length of
-the history. The index is written only when someone asks for a turn (never on the write path),
-so it may lag the history: it is checked before use and caught up in O(new items):
-
-- item ``T`` still present means no item at or below ``T`` was popped or cleared (pops take the
-  newest item; numbers are never reused), so the indexed seqs are still exactly the user
-  messages up to ``T``; items after ``T`` are read and appended;
-- item ``T`` gone: the newest item below it marks how far pops reached, and the index is cut
-  there; nothing below it means a clear (or expiry of everything), and the index restarts;
-- under expiry (a TTL layer), the expired prefix of indexed messages is found by binary search.
-
-A missing block (the store was cleared, compacted by another object, or expired) makes the
-index restart from a full read. Only storages whose numbers are never reused get an index
-(``ForeignSession`` may renumber after a clear); the caller scans the others.
+Kept in the side store ``turns.<storage key>`` as sealed blocks of ``BLOCK`` user-message
+sequence numbers plus a head (``through``, the blocks, a tail). It is written only when a turn is
+asked for, checked against the storage before use and caught up in O(new items); a missing block
+makes it restart. Design and guarantees: docs/branching.md, "Turn positions".
 """
 
 from __future__ import annotations
@@ -67,11 +50,6 @@ class TurnIndex:
         """How many of the oldest indexed user messages expired (0 without expiry)."""
         self._heads = 0
         self._cache: dict[int, list[int]] = {}
-
-    @property
-    def total(self) -> int:
-        """Visible user messages of the storage as of the last ``sync``."""
-        return len(self.blocks) * BLOCK + len(self.tail) - self.skip
 
     async def sync(self) -> None:
         """Bring the index in step with the storage (reading only what changed), persist it
@@ -201,7 +179,7 @@ class TurnIndex:
 
     async def seq_at(self, k: int) -> int:
         """The sequence number of the ``k``-th indexed user message (from 0, expired ones
-        included)."""
+        included: the ``k``-th visible one is ``seq_at(k + skip)``)."""
         b, i = divmod(k, BLOCK)
         if b < len(self.blocks):
             return (await self._block(self.blocks[b][0]))[i]
@@ -210,7 +188,7 @@ class TurnIndex:
     async def users_below(self, before: int | None) -> int:
         """How many visible user messages have a sequence number below ``before``."""
         if before is None:
-            return self.total
+            return len(self.blocks) * BLOCK + len(self.tail) - self.skip
         full = bisect_left([last for _, _, last in self.blocks], before)
         count = full * BLOCK
         if full < len(self.blocks):
@@ -218,10 +196,6 @@ class TurnIndex:
         else:
             count += bisect_left(self.tail, before)
         return max(0, count - self.skip)
-
-    async def user(self, k: int) -> int:
-        """The sequence number of the ``k``-th visible user message (from 0)."""
-        return await self.seq_at(k + self.skip)
 
     async def _expired(self) -> int:
         """How many of the oldest indexed user messages are no longer visible (expiry hides a

@@ -1,15 +1,12 @@
-"""A branch's view: segments of storages read newest-first, and a cached scan of their structure.
-
-A lineage is a tuple of segments ``(storage key, before)``: the items of that storage with a
-sequence number below ``before`` (all of them when None; only the last segment is open). A
-branch's items are the concatenation of its segments, so a branch shares its parent's items
-instead of copying them.
-"""
+"""A branch's view: a lineage of segments ``(storage key, before)``, each the items of that
+storage below sequence number ``before`` (all when None; only the last is open), read newest
+first, with a cached scan of their structure."""
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from ...core.codec import dumps, loads
@@ -22,50 +19,43 @@ Segment = tuple[str, "int | None"]
 FROZEN_TAIL = 64
 """How many of the newest items below a fork point a view keeps in memory per segment."""
 Lineage = tuple[Segment, ...]
+_SEQ = itemgetter(0)
 
 
 @dataclass
 class Scan:
-    """The structure of one storage's items up to sequence number ``through``."""
+    """The structure of one storage's items up to sequence number ``through``: ``items`` holds
+    ``(seq, message type, tool name)`` of each, ``users`` ``(seq, content)`` of each user
+    message."""
 
     through: int = 0
-    seqs: list[int] = field(default_factory=list)
-    kinds: list[str] = field(default_factory=list)
-    tools: list[str | None] = field(default_factory=list)
-    user_seqs: list[int] = field(default_factory=list)
-    user_contents: list[Any] = field(default_factory=list)
+    items: list[tuple[int, str, str | None]] = field(default_factory=list)
+    users: list[tuple[int, Any]] = field(default_factory=list)
 
     def add(self, rows: list[tuple[int, Any]]) -> None:
         for seq, item in rows:
-            self.seqs.append(seq)
-            self.kinds.append(classify_message_type(item))
-            self.tools.append(extract_tool_name(item))
+            self.items.append((seq, classify_message_type(item), extract_tool_name(item)))
             if is_user_message(item):
-                self.user_seqs.append(seq)
-                self.user_contents.append(item.get("content", ""))
+                self.users.append((seq, item.get("content", "")))
             self.through = max(self.through, seq)
+
+    def _keep_below(self, bound: int) -> None:
+        del self.items[self.items_below(bound) :], self.users[self.users_below(bound) :]
 
     def drop_last(self, seq: int) -> bool:
         """Forget the newest item if it is ``seq`` (it was popped); return whether it was."""
-        if not self.seqs or self.seqs[-1] != seq:
+        if not self.items or self.items[-1][0] != seq:
             return False
-        self.seqs.pop()
-        self.kinds.pop()
-        self.tools.pop()
-        if self.user_seqs and self.user_seqs[-1] == seq:
-            self.user_seqs.pop()
-            self.user_contents.pop()
+        self._keep_below(seq)
         return True
 
     def cut(self, newest: int | None) -> bool:
         """Forget the items after ``newest`` (they were popped: pops take the newest first, so
         the items up to a surviving one are intact); False when ``newest`` is not known here."""
-        k = bisect_left(self.seqs, newest) if newest is not None else 0
-        if newest is None or k == len(self.seqs) or self.seqs[k] != newest:
+        k = self.items_below(newest) if newest is not None else 0
+        if newest is None or k == len(self.items) or self.items[k][0] != newest:
             return False
-        users = bisect_left(self.user_seqs, newest + 1)
-        del self.seqs[k + 1 :], self.kinds[k + 1 :], self.tools[k + 1 :]
-        del self.user_seqs[users:], self.user_contents[users:]
+        self._keep_below(newest + 1)
         self.through = newest
         return True
 
@@ -73,16 +63,14 @@ class Scan:
         """Forget the oldest ``n`` items (they expired)."""
         if n <= 0:
             return
-        oldest_kept = self.seqs[n] if n < len(self.seqs) else self.through + 1
-        users = bisect_left(self.user_seqs, oldest_kept)
-        del self.seqs[:n], self.kinds[:n], self.tools[:n]
-        del self.user_seqs[:users], self.user_contents[:users]
+        oldest_kept = self.items[n][0] if n < len(self.items) else self.through + 1
+        del self.items[:n], self.users[: self.users_below(oldest_kept)]
 
     def items_below(self, before: int | None) -> int:
-        return len(self.seqs) if before is None else bisect_left(self.seqs, before)
+        return len(self.items) if before is None else bisect_left(self.items, before, key=_SEQ)
 
     def users_below(self, before: int | None) -> int:
-        return len(self.user_seqs) if before is None else bisect_left(self.user_seqs, before)
+        return len(self.users) if before is None else bisect_left(self.users, before, key=_SEQ)
 
 
 @dataclass
@@ -96,12 +84,8 @@ class Turn:
 
 
 class View:
-    """Reads views over :class:`Storages` and caches per-storage scans.
-
-    A cached scan is checked with one single-row read before use (another session object may
-    have popped or appended), then extended with the items after it, so a warm scan costs
-    O(new items).
-    """
+    """Reads views over :class:`Storages`; per-storage scans are cached, checked with one
+    single-row read before use and extended with the items after them (O(new items))."""
 
     def __init__(self, storages: Storages) -> None:
         self.storages = storages
@@ -113,12 +97,9 @@ class View:
     def _expires(self, key: str) -> bool:
         """Whether storage ``key``'s oldest items vanish from reads on their own (a
         TTLSession in its stack): then rows cached below a fork point or in a scan expire too."""
-        known = self._expiring.get(key)
-        if known is None:
-            known = self._expiring[key] = (
-                expiring_layer(self.storages.storage(key)) is not None
-            )
-        return known
+        if key not in self._expiring:
+            self._expiring[key] = expiring_layer(self.storages.storage(key)) is not None
+        return self._expiring[key]
 
     def forget(self) -> None:
         """Drop every cache (the storages were cleared)."""
@@ -159,12 +140,8 @@ class View:
         return out
 
     async def _frozen_rows(self, key: str, before: int, want: int) -> list[tuple[int, Any]]:
-        """The latest ``want`` (<= FROZEN_TAIL) rows of storage ``key`` below ``before``.
-
-        Items below a fork point never change (pops hide them instead of deleting them, and a
-        clear resets every cache), so the newest few are kept after the first read: a branch
-        read that reaches into its parent costs no extra round trip.
-        """
+        """The latest ``want`` (<= FROZEN_TAIL) rows of storage ``key`` below ``before``,
+        cached: items below a fork point never change (pops hide them; a clear resets caches)."""
         cached = self._frozen.get((key, before))
         if cached is None or (len(cached[1]) < want and not cached[0]):
             rows = await read_rows(self.storages.storage(key), FROZEN_TAIL, before=before)
@@ -197,7 +174,7 @@ class View:
             known = cached.items_below(upto)
             newest = await read_rows(session, 1, before=upto)
             top = newest[0][0] if newest else None
-            if top != (cached.seqs[known - 1] if known else None) and not cached.cut(top):
+            if top != (cached.items[known - 1][0] if known else None) and not cached.cut(top):
                 cached = None  # cleared (or expired) below what the scan knows: rebuild
             else:  # (after a cut, nothing lies between `top` and `upto`: still covered)
                 if self._expires(key):
@@ -232,10 +209,8 @@ class View:
             self._indexes.pop(key, None)
 
     async def turn(self, lineage: Lineage, number: int) -> Turn | None:
-        """Return user turn ``number`` (from 1) of the view, or None.
-
-        Uses each storage's persistent turn index (O(items since it was last caught up)),
-        and a scan for storages that cannot have one."""
+        """Return user turn ``number`` (from 1) of the view, or None (from the storages' turn
+        indexes; a scan for storages that cannot have one)."""
         if number < 1:
             return None
         for _ in range(2):
@@ -257,7 +232,7 @@ class View:
             await index.sync()
             users = await index.users_below(before)
             if number <= seen + users:
-                seq = await index.user(number - seen - 1)
+                seq = await index.seq_at(number - seen - 1 + index.skip)
                 # The item itself, read back: the index can only point at a user message.
                 rows = await read_rows(index.storage, 1, before=seq + 1)
                 if not rows or rows[0][0] != seq or not is_user_message(rows[0][1]):
@@ -272,8 +247,7 @@ class View:
             scan = await self.scan(key, before)
             users = scan.users_below(before)
             if number <= seen + users:
-                k = number - seen - 1
-                return Turn(number, index, scan.user_seqs[k], scan.user_contents[k])
+                return Turn(number, index, *scan.users[number - seen - 1])
             seen += users
         return None
 
@@ -282,16 +256,13 @@ class View:
         out: list[Turn] = []
         scans = await self.scans(lineage)
         for index, ((_, before), scan) in enumerate(zip(lineage, scans, strict=True)):
-            for k in range(scan.users_below(before)):
-                out.append(Turn(len(out) + 1, index, scan.user_seqs[k], scan.user_contents[k]))
+            for seq, content in scan.users[: scan.users_below(before)]:
+                out.append(Turn(len(out) + 1, index, seq, content))
         return out
 
     async def newest_user(self, lineage: Lineage) -> tuple[str, int] | None:
-        """Return ``(storage key, seq)`` of the view's newest user message, or None.
-
-        Reads backwards from the newest item in growing pages, so it costs O(items of the
-        newest turn), not O(history), and needs no scan.
-        """
+        """Return ``(storage key, seq)`` of the view's newest user message, or None; reads
+        backwards in growing pages (O(items of the newest turn))."""
         for key, before in reversed(lineage):
             storage = self.storages.storage(key)
             page, cursor = 8, before
@@ -310,18 +281,15 @@ class View:
         out: list[tuple[int, str, str | None]] = []
         turn = 0
         for (_, before), scan in zip(lineage, await self.scans(lineage), strict=False):
-            for i in range(scan.items_below(before)):
-                if scan.kinds[i] == "user":
-                    turn += 1
-                out.append((turn, scan.kinds[i], scan.tools[i]))
+            for _, kind, tool in scan.items[: scan.items_below(before)]:
+                turn += kind == "user"
+                out.append((turn, kind, tool))
         return out
 
 
 async def _drop_expired(session: Any, scan: Scan) -> None:
     """Forget the scan's oldest items that expired since it was made (see ``first_visible``)."""
-    seqs = scan.seqs
-
     async def seq_at(i: int) -> int:
-        return seqs[i]
+        return scan.items[i][0]
 
-    scan.drop_first(await first_visible(session, seq_at, len(seqs)))
+    scan.drop_first(await first_visible(session, seq_at, len(scan.items)))

@@ -22,6 +22,7 @@ from agents.memory import SessionSettings
 from ...core.capabilities import Capability, SupportsGuardedWrite, supports
 from ...core.closing import Closing
 from ...core.codec import decode_item, encode_batch
+from ...core.options import check_int
 from ..base import SessionWrapper
 from ..branching.store import read_family, read_rows
 from ..foreign import expiring_layer, sequenced
@@ -123,8 +124,7 @@ class CompactionSession(SessionWrapper):
         token_estimator: TokenEstimator | None = None,
         session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
-        if not isinstance(keep_last, int) or keep_last < 0:
-            raise ValueError(f"keep_last must be an int >= 0, got {keep_last!r}")
+        check_int("keep_last", keep_last)
         summarizer = summarizer if summarizer is not None else ExtractiveSummarizer()
         if not callable(getattr(summarizer, "summarize", None)):
             raise TypeError("summarizer must have an async summarize(items, previous_summary=)")
@@ -133,9 +133,7 @@ class CompactionSession(SessionWrapper):
         )
         self.summarizer = summarizer
         self.should_trigger_compaction: CompactionTrigger = (
-            should_trigger_compaction
-            if should_trigger_compaction is not None
-            else token_threshold_trigger(DEFAULT_TRIGGER_TOKENS)
+            should_trigger_compaction or token_threshold_trigger(DEFAULT_TRIGGER_TOKENS)
         )
         self.keep_last = keep_last
         self.background = background
@@ -143,21 +141,15 @@ class CompactionSession(SessionWrapper):
         self.token_estimator = token_estimator if token_estimator is not None else TokenEstimator()
         self._records_newest: int | None = None
         """The records' newest sequence number as last read by a pop (None: no records)."""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._mutation_lock: asyncio.Lock | None = None
-        self._compaction_lock: asyncio.Lock | None = None
+        self._lock_set: tuple[asyncio.AbstractEventLoop, asyncio.Lock, asyncio.Lock] | None = None
         self._clears = 0
         self._running: RunningView | None = None
         self._record_seen: Any = _UNREAD
-        """The record ``get_items`` read since the last check (the Runner's turn reads the
-        view, then writes, then calls the hook: the check reuses that read, once)."""
+        """The record ``get_items`` read since the last check (which reuses it once)."""
         self._appended: tuple[RunningView, list[tuple[int, TResponseInputItem]]] | None = None
-        """(view, pairs): since ``view`` was last refreshed, every inner write was this
-        object's and went through ``_append_known``, which appends only while the inner
-        session's newest item is the one this object expects (checked by the store in the
-        same atomic step). So ``view`` plus ``pairs`` was the whole tail at this object's last
-        write, and a check right after it needs no read. Valid while ``view`` is
-        ``_running``; None: unknown, the check reads."""
+        """(view, pairs): every inner write since ``view`` was refreshed was a guarded
+        ``_append_known`` of ``pairs``, so both are the whole tail and the next check needs no
+        read. Valid while ``view`` is ``_running``; None: the check reads."""
         # Expiry removes items without a pop, which the incremental check cannot notice.
         self._incremental = expiring_layer(self.inner) is None
         self._summary_tokens: tuple[str, int] | None = None
@@ -180,32 +172,26 @@ class CompactionSession(SessionWrapper):
             self._sibling, Capability.SEQUENCED
         )
 
-    # -- the Session API ---------------------------------------------------------------------
-
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items of the view (summary, then newer items)."""
         self._check_open()
         limit = self.resolve_limit(limit)
         if limit is not None and limit <= 0:
             return []
-        if limit is not None:
-            # Both reads at once (one wait instead of two): the newest ``limit`` items after
-            # the boundary are the newest ``limit`` items less those at or below it.
-            record, pairs = await self._record_and_latest(limit)
-            self._record_seen = record
-            if record is None:
-                return [item for _, item in pairs]
-            tail = [item for seq, item in pairs if seq > record.boundary]
-        else:
+        if limit is None:
             record = await self._latest_record()
             if record is None:
-                return await self.inner.get_items(limit)
-            tail = [item for _, item in await self._read_tail(record, limit)]
-        summary = list(record.summary)
-        if limit is not None:
-            room = max(0, limit - len(tail))
-            summary = summary[max(0, len(summary) - room) :] if room else []
-        return summary + tail
+                return await self.inner.get_items(None)
+            return list(record.summary) + [item for _, item in await self._read_tail(record)]
+        # Both reads at once (one wait instead of two): the newest ``limit`` items after the
+        # boundary are the newest ``limit`` items less those at or below it.
+        record, pairs = await self._record_and_latest(limit)
+        self._record_seen = record
+        if record is None:
+            return [item for _, item in pairs]
+        tail = [item for seq, item in pairs if seq > record.boundary]
+        room = limit - len(tail)
+        return (list(record.summary[-room:]) if room > 0 else []) + tail
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` to the inner session (always after any compaction boundary)."""
@@ -217,15 +203,7 @@ class CompactionSession(SessionWrapper):
         if self.background:
             await self.run_compaction()
             return
-        try:
-            await self.compact(force=False)
-        except Exception as exc:
-            self.last_error = exc
-            logger.warning(
-                "compaction after a write to %r failed; the history is unchanged",
-                self.session_id,
-                exc_info=True,
-            )
+        await self._compact_or_log("compaction after a write to", force=False, response_id=None)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item of the view.
@@ -250,9 +228,8 @@ class CompactionSession(SessionWrapper):
                     return popped  # type: ignore[no-any-return]
 
     async def _pop_read(self, item: TResponseInputItem) -> Any:
-        """Pop the inner session's newest item if it is still ``item`` (just read): the item,
-        or _UNREAD when another object popped meanwhile (read again). Without CHECKED_POP,
-        pop whatever is newest."""
+        """Pop the newest item if it is still ``item`` (without CHECKED_POP: whatever is
+        newest); _UNREAD when another object popped meanwhile."""
         if not supports(self.inner, Capability.CHECKED_POP):
             return await self.inner.pop_item()
         checked: Any = self.inner
@@ -263,10 +240,8 @@ class CompactionSession(SessionWrapper):
         return _UNREAD if popped is None else popped
 
     async def _pop_guarded(self) -> TResponseInputItem | None:
-        """``pop_item`` where the store pops guarded by the records' newest number: the inner
-        session's newest item is popped only while the record it was chosen under is still
-        in force (a concurrent compaction makes the store decline, and the pop reads again).
-        With no records last seen (a fresh object guesses so), one round trip."""
+        """``pop_item`` guarded by the records' newest number: the store pops only while the
+        record the item was chosen under is in force (else the pop reads again)."""
         guarded: SupportsGuardedWrite = self.inner  # type: ignore[assignment]
         tried: Any = _UNREAD
         if self._records_newest is None:
@@ -299,22 +274,14 @@ class CompactionSession(SessionWrapper):
             tried = state
 
     async def _pop_summary(self, record: CompactionRecord) -> TResponseInputItem | None:
-        """Pop the last summary item of ``record`` (no inner item is left after its boundary)
-        by committing a record without it."""
+        """Pop ``record``'s last summary item by committing a record without it."""
         if not record.summary:
             return None
         popped = record.summary[-1]
-        await self._sibling.add_items(
-            [
-                CompactionRecord(
-                    boundary=record.boundary,
-                    summary=list(record.summary[:-1]),
-                    archived=record.archived,
-                    summarizer=record.summarizer,
-                    reason="pop",
-                ).to_item()  # type: ignore[list-item]
-            ]
+        shorter = CompactionRecord(
+            record.boundary, list(record.summary[:-1]), record.archived, record.summarizer, "pop"
         )
+        await self._sibling.add_items([shorter.to_item()])  # type: ignore[list-item]
         return popped
 
     async def clear_session(self) -> None:
@@ -328,8 +295,6 @@ class CompactionSession(SessionWrapper):
             # rather than a stale boundary over a renumbered inner session.
             await self._sibling.clear_session()
             await self.inner.clear_session()
-
-    # -- compaction ------------------------------------------------------------------------------
 
     async def run_compaction(self, args: OpenAIResponsesCompactionArgs | None = None) -> None:
         """The SDK's hook, called by the Runner after each turn's write.
@@ -386,8 +351,6 @@ class CompactionSession(SessionWrapper):
         """Whether a background compaction is running or queued."""
         return self._task is not None and not self._task.done()
 
-    # -- archive -------------------------------------------------------------------------------
-
     async def get_archived_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the original items the summary stands for (the latest ``limit``), oldest
         first."""
@@ -435,26 +398,18 @@ class CompactionSession(SessionWrapper):
         return [self._record_of(item) for item in await self._sibling.get_items()]
 
     async def prune_archive(self, *, keep_compactions: int = 0) -> int:
-        """Delete archived originals from the store; return how many were deleted.
+        """Delete the originals archived by all compactions but the newest ``keep_compactions``
+        in one atomic range delete; return how many were deleted.
 
-        Deletes the originals archived by all compactions but the newest ``keep_compactions``
-        (by default every archived original) with one atomic range delete below a sequence
-        number: the view, the records and items written meanwhile are never touched, and a
-        crash leaves the archive either whole or pruned. Records stay (``archived`` still
-        counts pruned originals). Returns 0 when there are no more compactions than
-        ``keep_compactions``.
+        The view, the records (``archived`` still counts pruned items) and items written
+        meanwhile are never touched.
 
         Raises:
             ValueError: ``keep_compactions`` is not an int >= 0.
             NotImplementedError: the inner session lacks sequenced items or range deletion.
         """
         self._check_open()
-        if (
-            isinstance(keep_compactions, bool)
-            or not isinstance(keep_compactions, int)
-            or keep_compactions < 0
-        ):
-            raise ValueError(f"keep_compactions must be an int >= 0, got {keep_compactions!r}")
+        check_int("keep_compactions", keep_compactions)
         inner = self.inner
         if not supports(inner, Capability.RANGE_DELETE):
             raise NotImplementedError(
@@ -492,8 +447,6 @@ class CompactionSession(SessionWrapper):
             return summary, []
         return summary, [item for _, item in await self._read_tail(record, limit)]
 
-    # -- lifecycle -------------------------------------------------------------------------------
-
     def close(self, *, cancel_pending: bool = False) -> Closing:
         """Finish (or, with ``cancel_pending``, cancel) a background compaction, then close the
         record session and the inner session. Idempotent; works called bare or awaited."""
@@ -516,22 +469,17 @@ class CompactionSession(SessionWrapper):
     def __repr__(self) -> str:
         return f"CompactionSession({self.inner!r}, summarizer={self.summarizer!r})"
 
-    # -- internals -------------------------------------------------------------------------------
-
     def _locks(self) -> tuple[asyncio.Lock, asyncio.Lock]:
         """(mutation lock, compaction lock), made for the running event loop."""
         loop = asyncio.get_running_loop()
-        if self._loop is not loop or self._mutation_lock is None or self._compaction_lock is None:
-            self._loop = loop
-            self._mutation_lock = asyncio.Lock()
-            self._compaction_lock = asyncio.Lock()
-        return self._mutation_lock, self._compaction_lock
+        if self._lock_set is None or self._lock_set[0] is not loop:
+            self._lock_set = (loop, asyncio.Lock(), asyncio.Lock())
+        return self._lock_set[1], self._lock_set[2]
 
     async def _record_and_latest(
         self, limit: int
     ) -> tuple[CompactionRecord | None, list[tuple[int, TResponseInputItem]]]:
-        """The record in force and the inner session's latest ``limit`` (seq, item) pairs,
-        in one round trip where the store serves both."""
+        """The record in force and the inner session's latest ``limit`` (seq, item) pairs."""
         if not supports(self.inner, Capability.FAMILY_BATCH):
             record, pairs = await asyncio.gather(
                 self._latest_record(), read_rows(self.inner, limit)
@@ -545,10 +493,9 @@ class CompactionSession(SessionWrapper):
         return self._record_of(rows[-1][1]), pairs
 
     async def _append_known(self, items: list[TResponseInputItem]) -> bool:
-        """Append ``items`` to the inner session only if its newest item is the newest this
-        object knows of (one atomic step in the store), and remember them for the next check.
-        False: nothing was written (no view known, a store that cannot guard an append, or
-        another writer changed the session): write the usual way, and the check reads."""
+        """Append ``items`` only while the inner session's newest item is the one this object
+        knows (one atomic step), and remember them for the next check; False: nothing was
+        written."""
         state, inner = self._appended, self.inner
         if (
             state is None or state[0] is not self._running or not state[0].seqs
@@ -578,26 +525,25 @@ class CompactionSession(SessionWrapper):
     def _record_of(self, item: Any) -> CompactionRecord:
         return CompactionRecord.from_item(item, f"compaction records of {self.session_id!r}")
 
-
     async def _read_tail(
         self, record: CompactionRecord | None, limit: int | None = None
     ) -> list[tuple[int, TResponseInputItem]]:
         """The inner items after the record's boundary, with their sequence numbers."""
         return await read_rows(self.inner, limit, after=record.boundary if record else None)
 
+    async def _compact_or_log(self, what: str, force: bool, response_id: str | None) -> None:
+        """``compact``, logging a failure and keeping it in ``last_error`` instead of raising."""
+        try:
+            await self.compact(force=force, response_id=response_id)
+        except Exception as exc:
+            self.last_error = exc
+            logger.warning(
+                "%s %r failed; the history is unchanged", what, self.session_id, exc_info=True
+            )
+
     async def _background(self, force: bool, response_id: str | None) -> None:
         while True:
-            try:
-                await self.compact(force=force, response_id=response_id)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.last_error = exc
-                logger.warning(
-                    "background compaction of %r failed; the history is unchanged",
-                    self.session_id,
-                    exc_info=True,
-                )
+            await self._compact_or_log("background compaction of", force, response_id)
             if self._queued is None or self._closed:
                 return
             force, response_id = self._queued
@@ -674,7 +620,6 @@ class CompactionSession(SessionWrapper):
         kept = len(tail) - len(covered)
         logger.debug("compacted %r: %d archived, %d kept", self.session_id, len(covered), kept)
         return CompactionResult(new_record, len(covered), kept, tokens)
-
 
     async def _decide(
         self, record: CompactionRecord | None, response_id: str | None, *, incremental: bool

@@ -1,14 +1,9 @@
 """Where a history may be cut so the kept part is still valid model input.
 
-A cut at index ``c`` summarises ``items[:c]`` and keeps ``items[c:]``. It is safe when
-
-* no tool call and its output lie on different sides (matched by ``call_id``; this covers
-  function, custom, computer, shell, apply-patch, local-shell and tool-search calls, and handoffs,
-  which the SDK stores as a function call plus its output), nor an MCP approval request and its
-  response;
-* no call whose output has not been written yet lies before it (the output will arrive later,
-  after the cut, and would be orphaned);
-* the item just before it is not a reasoning item (reasoning belongs to the item that follows).
+A cut at ``c`` summarises ``items[:c]`` and keeps ``items[c:]``. It is safe when no call and its
+output (by ``call_id``: every tool-call kind, and handoffs), nor an MCP approval request and its
+response, lie on different sides; no call before it still awaits its output; and the item just
+before it is not a reasoning item (reasoning belongs to the item that follows).
 """
 
 from __future__ import annotations

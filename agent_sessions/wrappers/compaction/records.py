@@ -1,9 +1,5 @@
-"""The compaction record: what one committed compaction says about the view.
-
-Records are appended to a side session (the "compaction sibling"); the newest one is in force.
-The originals are never rewritten: the view is ``record.summary`` followed by the inner items
-after ``record.boundary``.
-"""
+"""The compaction record: the newest one in the side store is in force, and the view is its
+``summary`` followed by the inner items after its ``boundary``."""
 
 from __future__ import annotations
 

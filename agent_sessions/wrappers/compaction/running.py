@@ -1,12 +1,8 @@
 """The compaction view as last read, kept up to date by reading only the items written since.
 
-The Runner asks the compaction trigger after every turn. Re-reading and re-estimating the whole
-view each time made that hook O(history); this keeps the view's items, non-user items and token
-total, and each check reads the newest known item plus anything after it. The newest known item
-is the proof nothing changed underneath: pops remove the newest item first and sequence numbers
-are not reused, so if it is still stored (same number, same content) every older known item is
-too. Anything else (a pop, a clear, another compaction record, an expiring layer inside, a
-session without sequence numbers) means a full read, as before.
+The newest known item still being stored (same number, same content) proves every older known
+item is too (pops take the newest first; numbers are never reused); anything else means a full
+read. See docs/compaction.md.
 """
 
 from __future__ import annotations
@@ -23,9 +19,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class RunningView:
-    """A record's summary followed by the inner items after its boundary, with the token
-    counts of those inner items. The lists are handed to the trigger as they are (copying
-    them would make every check O(history) again)."""
+    """A record's summary, then the inner items after its boundary with their token counts
+    (handed to the trigger uncopied: a copy would make every check O(history))."""
 
     record_id: str | None
     generation: int
@@ -53,19 +48,24 @@ class RunningView:
         ) >= len(self.seqs)
 
     async def extend(
-        self, pairs: list[tuple[int, TResponseInputItem]], estimator: TokenEstimator
+        self,
+        pairs: list[tuple[int, TResponseInputItem]],
+        estimator: TokenEstimator,
+        known: dict[int, int] | None = None,
     ) -> None:
-        """Append newly read ``(seq, item)`` pairs, counting only their tokens."""
+        """Append newly read ``(seq, item)`` pairs, counting the tokens of those whose count
+        ``known`` (by sequence number) lacks."""
         if not pairs:
             return
-        counts = await estimator.count_items([item for _, item in pairs])
-        for (seq, item), count in zip(pairs, counts, strict=True):
+        known = known or {}
+        fresh = iter(await estimator.count_items([i for seq, i in pairs if seq not in known]))
+        for seq, item in pairs:
             self.seqs.append(seq)
             self.view.append(item)
-            self.counts.append(count)
+            self.counts.append(known[seq] if seq in known else next(fresh))
+            self.tokens += self.counts[-1]
             if not _user_or_compaction(item):
                 self.candidates.append(item)
-        self.tokens += sum(counts)
 
 
 async def refresh(
@@ -98,23 +98,10 @@ async def refresh(
         if pairs and pairs[0][0] == newest and pairs[0][1] == known.view[-1]:
             await known.extend(pairs[1:], estimator)
             return known
-    pairs = await _read(inner, boundary)
     fresh = RunningView(record_id, generation, view=list(summary))
     fresh.candidates = [item for item in summary if not _user_or_compaction(item)]
-    if known is not None and known.seqs:
-        cached = dict(zip(known.seqs, known.counts, strict=True))
-        missing = [pair for pair in pairs if pair[0] not in cached]
-        new_counts = await estimator.count_items([item for _, item in missing])
-        cached.update((seq, n) for (seq, _), n in zip(missing, new_counts, strict=True))
-        for seq, item in pairs:
-            fresh.seqs.append(seq)
-            fresh.view.append(item)
-            fresh.counts.append(cached[seq])
-            if not _user_or_compaction(item):
-                fresh.candidates.append(item)
-        fresh.tokens = sum(fresh.counts)
-    else:
-        await fresh.extend(pairs, estimator)
+    cached = dict(zip(known.seqs, known.counts, strict=True)) if known is not None else None
+    await fresh.extend(await _read(inner, boundary), estimator, cached)
     return fresh
 
 

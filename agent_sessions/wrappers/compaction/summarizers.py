@@ -1,14 +1,8 @@
-"""Summarizers: turn an old part of a history into a few input items that stand for it.
-
-All follow :class:`Summarizer`: one coroutine that gets the items to replace and the summary
-they extend (from an earlier compaction, possibly empty) and returns the replacement items.
-Those are stored and later sent to the model as input, so they must be valid Responses input
-items, e.g. ``{"role": "developer", "content": "..."}``.
-"""
+"""Summarizers (:class:`Summarizer`): turn an old part of a history and the summary it extends
+into a few valid Responses input items that stand for it, e.g. ``{"role": "developer", ...}``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from .text import item_line, item_text
@@ -58,18 +52,6 @@ def summary_message(text: str, role: SummaryRole) -> TResponseInputItem:
 
 def _strip_header(text: str) -> str:
     return text[len(SUMMARY_HEADER) :].lstrip("\n") if text.startswith(SUMMARY_HEADER) else text
-
-
-def transcript(
-    items: Sequence[Any], previous_summary: Sequence[Any], *, max_chars_per_item: int | None
-) -> str:
-    """Render the summary so far and ``items`` as plain text lines."""
-    lines = []
-    earlier = "\n".join(_strip_header(item_text(i)) for i in previous_summary).strip()
-    if earlier:
-        lines.append(f"Summary so far:\n{earlier}\n\nNew messages:")
-    lines.extend(item_line(item, max_chars_per_item) for item in items)
-    return "\n".join(line for line in lines if line)
 
 
 class ExtractiveSummarizer:
@@ -165,7 +147,11 @@ class AgentSummarizer:
         """Run the agent on a transcript of the items; its final output is the summary."""
         from agents import Runner
 
-        text = transcript(items, previous_summary, max_chars_per_item=self.max_chars_per_item)
+        lines = [item_line(item, self.max_chars_per_item) for item in items]
+        earlier = "\n".join(_strip_header(item_text(i)) for i in previous_summary).strip()
+        if earlier:
+            lines.insert(0, f"Summary so far:\n{earlier}\n\nNew messages:")
+        text = "\n".join(line for line in lines if line)
         if self.run_config is None:
             from agents import RunConfig
 
@@ -228,7 +214,11 @@ class ResponsesCompactionSummarizer:
         if self.instructions is not None:
             kwargs["instructions"] = self.instructions
         compacted = await self.client.responses.compact(**kwargs)
-        output = [_as_dict(item) for item in (compacted.output or [])]
+        output = [
+            dict(item) if isinstance(item, dict)
+            else item.model_dump(exclude_unset=True, warnings=False)
+            for item in (compacted.output or [])
+        ]
         if not output:
             raise ValueError("responses.compact returned no output items")
         if not any(item.get("type") == "reasoning" for item in output):
@@ -238,10 +228,3 @@ class ResponsesCompactionSummarizer:
                 if item.get("role") == "assistant":
                     item.pop("id", None)
         return output  # type: ignore[return-value]
-
-
-def _as_dict(item: Any) -> dict[str, Any]:
-    if isinstance(item, dict):
-        return dict(item)
-    data: dict[str, Any] = item.model_dump(exclude_unset=True, warnings=False)
-    return data

@@ -51,11 +51,6 @@ def _start_loading(name: str) -> Future[Any]:
         return future
 
 
-def chars_estimate(text: str) -> int:
-    """The fallback estimate: ``ceil(len(text) / 4)``."""
-    return math.ceil(len(text) / 4)
-
-
 class TokenEstimator:
     """Estimates the tokens of a list of items.
 
@@ -117,7 +112,7 @@ class TokenEstimator:
         """Tokens of ``text`` with the current method."""
         if self._encoding is not None:
             return len(self._encoding.encode(text, disallowed_special=()))
-        return chars_estimate(text)
+        return math.ceil(len(text) / 4)  # the fallback: characters / 4
 
     def count_item(self, item: Any) -> int:
         """Tokens of one item, framing included."""

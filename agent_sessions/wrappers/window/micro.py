@@ -1,14 +1,8 @@
 """Micro-compaction: long texts of older turns shown shortened, without a model.
 
-A text longer than ``max_chars`` in an item older than ``keep_turns`` turns is shown as its first
-``head`` and last ``tail`` characters around a marker naming the original size, e.g.
-``"...[micro-compacted: 18000 of 20000 characters omitted; the full item is kept]..."``. Only the
-copy handed to the reader changes; the stored item is untouched. Deterministic: the same item at
-the same age is always shown the same way.
-
-Shortened: tool outputs (``*_output`` items with text output) and message texts (string content
-or ``text`` parts). Left whole: tool-call arguments (they must stay valid JSON), reasoning,
-compaction items, images and files.
+Only the copy handed to the reader changes, deterministically. Shortened: tool outputs and
+message texts; left whole: tool-call arguments (they must stay valid JSON), reasoning, compaction
+items, images and files.
 """
 
 from __future__ import annotations
@@ -17,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.options import check_int
 from .plan import turn_ages
 
 MARKER = "[micro-compacted: {omitted} of {size} characters omitted; the full item is kept]"
@@ -39,12 +34,10 @@ class MicroCompaction:
     tail: int = 400
 
     def __post_init__(self) -> None:
-        for name in ("keep_turns", "head", "tail", "max_chars"):
-            value = getattr(self, name)
-            low = self.head + self.tail if name == "max_chars" else 0
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                least = f"head + tail ({low})" if name == "max_chars" else "0"
-                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+        for name in ("keep_turns", "head", "tail"):
+            check_int(name, getattr(self, name))
+        low = self.head + self.tail
+        check_int("max_chars", self.max_chars, low, least_text=f"head + tail ({low})")
 
     def shorten_text(self, text: str) -> str:
         """Return ``text``, or its head and tail around the marker when it is too long."""

@@ -1,14 +1,8 @@
-"""Where the model's view of a history starts: the pure planning shared by the window layer and
-the ``session_input_callback`` factory.
+"""Where the model's view of a history starts (shared by ``WindowSession`` and the callback).
 
-The view is always a suffix ``items[s:]`` of the history. A start ``s`` is *valid* when
-
-* every output in ``items[s:]`` has its call in ``items[s:]`` (tool calls of every kind, handoffs,
-  MCP approval requests and their responses; matched as in compaction), and
-* ``items[s - 1]`` is not a reasoning item (reasoning belongs to the item after it).
-
-An empty view (``s == len(items)``) is always valid. A call whose output is not written yet does
-not block a start: it stays in the view, and its output will follow it.
+The view is a suffix ``items[s:]``; a start ``s`` is *valid* when every output in the view has
+its call in it (paired as in compaction) and ``items[s - 1]`` is not a reasoning item. An empty
+view is always valid; a call still awaiting its output does not block a start.
 """
 
 from __future__ import annotations
@@ -17,16 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.options import check_int
 from ..compaction.boundary import _is_user_message as is_user_message
 from ..compaction.boundary import _pair_key
-
-
-def _check_bound(name: str, value: int | None) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -42,8 +29,9 @@ class WindowBudget:
     max_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        _check_bound("max_turns", self.max_turns)
-        _check_bound("max_tokens", self.max_tokens)
+        for name in ("max_turns", "max_tokens"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), 1, least_text="1 or None")
 
     @property
     def bounded(self) -> bool:

@@ -6,6 +6,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from ...core.capabilities import Capability, supports
+from ...core.options import check_int
 from ..base import SessionWrapper
 from ..compaction.boundary import _is_user_message as is_user_message
 from ..compaction.tokens import TokenEstimator
@@ -32,10 +33,9 @@ class WindowSession(SessionWrapper):
     it does not). Writes, ``pop_item`` and ``clear_session`` go to ``inner`` unchanged; nothing
     stored is ever rewritten (``get_full_items`` reads the originals).
 
-    The history is read newest first, by sequence number when ``inner`` has them, else by
-    re-reading a growing ``get_items(k)``; a read stops as soon as the budget is decided, so a
-    window costs about what it shows. Over a ``CompactionSession`` the summary is kept in front
-    of the window and counts against ``max_tokens`` (when it alone exceeds it, it is left out).
+    The history is read newest first and only until the window is decided, so a window costs
+    about what it shows. Over a ``CompactionSession`` the summary is kept in front of the window
+    and counts against ``max_tokens`` (when it alone exceeds it, it is left out).
 
     Args:
         inner: any Session.
@@ -68,10 +68,7 @@ class WindowSession(SessionWrapper):
         self.budget = WindowBudget(max_turns=max_turns, max_tokens=max_tokens)
         if micro_compaction is not None and not isinstance(micro_compaction, MicroCompaction):
             raise TypeError(f"micro_compaction must be a MicroCompaction, got {micro_compaction!r}")
-        if isinstance(reserve_tokens, bool) or not isinstance(reserve_tokens, int) or (
-            reserve_tokens < 0
-        ):
-            raise ValueError(f"reserve_tokens must be an int >= 0, got {reserve_tokens!r}")
+        check_int("reserve_tokens", reserve_tokens)
         self.micro_compaction = micro_compaction
         self.reserve_tokens = reserve_tokens
         self.tokens = ItemTokens(token_estimator)
@@ -83,8 +80,6 @@ class WindowSession(SessionWrapper):
             self.run_compaction = run_compaction
         self._page = _FIRST_PAGE
 
-    # -- the Session API ---------------------------------------------------------------------
-
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items of the view (all of it when None)."""
         limit = self.resolve_limit(limit)
@@ -95,8 +90,6 @@ class WindowSession(SessionWrapper):
             return self._shown(items, 0)
         view = await self.get_window()
         return view if limit is None else view[-limit:]
-
-    # -- reads -----------------------------------------------------------------------------------
 
     async def get_full_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the latest ``limit`` stored items as stored: no window, nothing shortened."""
@@ -112,8 +105,6 @@ class WindowSession(SessionWrapper):
     def wrap_member(self, member: Session) -> Session:
         """Side stores are read whole: they are not windowed."""
         return member
-
-    # -- internals -------------------------------------------------------------------------------
 
     def _shown(self, items: list[TResponseInputItem], later_users: int) -> list[TResponseInputItem]:
         micro = self.micro_compaction
