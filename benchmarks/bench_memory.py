@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.harness import purge, run_prefix
 
 SESSIONS = 1000
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REDIS_URL = os.environ.get("AGENT_SESSIONS_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
@@ -76,7 +77,7 @@ async def child(contender: str, workdir: str, run: str) -> dict[str, Any]:
     return {"contender": contender, "kib": after - before}
 
 
-def collect() -> list[dict[str, Any]]:
+async def collect() -> list[dict[str, Any]]:
     workdir = tempfile.mkdtemp(prefix="bench-memory-")
     run = run_prefix("memory")
     found: list[dict[str, Any]] = []
@@ -87,11 +88,12 @@ def collect() -> list[dict[str, Any]]:
             "ours RedisSession",
             "SDK RedisSession",
         ):
-            done = subprocess.run(
+            done = await asyncio.to_thread(
+                subprocess.run,
                 [sys.executable, __file__, "--child", contender, workdir, run],
                 capture_output=True,
                 text=True,
-                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                cwd=ROOT,
             )
             if done.returncode != 0:
                 error = done.stderr.strip().splitlines()[-1]
@@ -100,7 +102,7 @@ def collect() -> list[dict[str, Any]]:
                 found.append(json.loads(done.stdout.strip().splitlines()[-1]))
     finally:
         try:
-            asyncio.run(purge(run, redis_url=REDIS_URL))
+            await purge(run, redis_url=REDIS_URL)
         except OSError as exc:  # no Redis here: the children wrote nothing to it
             print(f"Redis clean-up skipped: {exc}", file=sys.stderr)
     return found
@@ -118,4 +120,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "--child":
         print(json.dumps(asyncio.run(child(sys.argv[2], sys.argv[3], sys.argv[4]))))
     else:
-        print("\n".join(table(collect())))
+        print("\n".join(table(asyncio.run(collect()))))

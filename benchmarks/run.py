@@ -76,7 +76,7 @@ async def run(quick: bool, parts: list[str]) -> tuple[list[Result], list[str], l
     if "compaction" in parts:
         results += await bench_compaction.collect(quick)
     if "memory" in parts:
-        rows = bench_memory.collect()
+        rows = await bench_memory.collect()
         extra.append(
             "Memory: "
             + "; ".join(

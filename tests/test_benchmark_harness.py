@@ -74,3 +74,20 @@ def test_the_chart_is_a_grid_readable_at_page_width(tmp_path: Path) -> None:
     chart(rows, str(tmp_path / "chart.png"))
     width, height = struct.unpack(">II", (tmp_path / "chart.png").read_bytes()[16:24])
     assert width <= 1000 < height
+
+
+@pytest.mark.asyncio
+async def test_the_memory_part_runs_inside_the_runs_event_loop() -> None:
+    """``benchmarks/run.py`` awaits each part in one event loop; the memory part once started
+    its own (``asyncio.run``) and failed there, so ``make bench`` failed."""
+    from benchmarks import bench_memory
+    from tests.servers import require_server
+
+    require_server("Redis", "127.0.0.1", 6379)
+    rows = await bench_memory.collect()
+    assert [r["contender"] for r in rows if "kib" in r] == [
+        "ours SQLiteSession",
+        "SDK SQLiteSession",
+        "ours RedisSession",
+        "SDK RedisSession",
+    ], rows
