@@ -230,43 +230,6 @@ class GuardedWriteConformance(ConformanceBase):
         else:
             assert item is None and texts(await s.get_items()) == ["a", "b"]
 
-    async def test_concurrent_guarded_writes_are_compare_and_set(self) -> None:
-        s = await self.new_session(Capability.SEQUENCED, Capability.GUARDED_WRITE)
-
-        async def newest() -> int | None:
-            last = await s.get_sequenced_items(1)
-            return last[-1][0] if last else None
-
-        appended: list[tuple[int | None, list[int]]] = []
-
-        async def appender(task: int) -> None:
-            for k in range(4):
-                seq = await newest()
-                written = await s.append_if_newest(s, seq, [msg(f"{task}:{k}")])
-                if written is not None:
-                    appended.append((seq, written))
-
-        await asyncio.gather(*(appender(t) for t in range(8)))
-        items = dict(await s.get_sequenced_items())
-        order = list(items)
-        for seq, written in appended:
-            at = order.index(written[0])
-            assert (order[at - 1] if at else None) == seq, "appended after the newest changed"
-        popped: list[int] = []
-
-        async def popper() -> None:
-            for _ in range(4):
-                seq = await newest()
-                done, item = await s.pop_if_newest(s, seq)
-                if done and seq is not None:
-                    assert item == items[seq], "popped after the newest changed"
-                    popped.append(seq)
-
-        await asyncio.gather(*(popper() for _ in range(8)))
-        assert len(popped) == len(set(popped)), "an item was popped twice"
-        left = [seq for seq, _ in await s.get_sequenced_items()]
-        assert sorted(left + popped) == order
-
     async def test_guarded_writes_race_plain_appends_to_the_guard(self) -> None:
         s = await self.new_session(Capability.SEQUENCED, Capability.GUARDED_WRITE)
         rivals: dict[int, Any] = {}  # what the plain appends wrote, by number
