@@ -421,6 +421,21 @@ class MySQLDialect(SqlDialect):
             used += size
         return chunks
 
+    async def _bump_and_insert(
+        self, cur: Any, session_id: str, payloads: list[str], chunks: list[list[int]]
+    ) -> int:
+        """In the caller's transaction: advance the counter, insert ``payloads`` numbered
+        from it, one INSERT per chunk (``_chunks``); the last number."""
+        n = len(payloads)
+        await cur.execute(self._bump, (session_id, n, n))
+        last = int(cur.lastrowid)
+        for chunk in chunks:
+            args: list[Any] = []
+            for i in chunk:
+                args += (session_id, last - n + 1 + i, payloads[i])
+            await cur.execute(self._insert + ",".join(["(%s,%s,%s)"] * len(chunk)), args)
+        return last
+
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
         n = len(payloads)
         chunks = self._chunks(session_id, payloads)
@@ -442,14 +457,7 @@ class MySQLDialect(SqlDialect):
                 return last
             if conn.get_autocommit():
                 await conn.begin()
-            await cur.execute(self._bump, (session_id, n, n))
-            last = int(cur.lastrowid)
-            first = last - n + 1
-            for chunk in chunks:
-                args = []
-                for i in chunk:
-                    args += (session_id, first + i, payloads[i])
-                await cur.execute(self._insert + ",".join(["(%s,%s,%s)"] * len(chunk)), args)
+            last = await self._bump_and_insert(cur, session_id, payloads, chunks)
             await conn.commit()
         return last
 
@@ -469,25 +477,19 @@ class MySQLDialect(SqlDialect):
     async def append_if_newest(
         self, conn: Any, session_id: str, payloads: list[str], guard: str, seq: int | None
     ) -> int | None:
-        n = len(payloads)
+        chunks = self._chunks(session_id, payloads)  # too large: raises before any I/O
         async with conn.cursor() as cur:
             try:
                 [newest] = await self._lock_guard_then(cur, guard)
                 if (newest and newest[0]) != seq:
                     await conn.rollback()
                     return None
-                await cur.execute(self._bump, (session_id, n, n))
-                first = int(cur.lastrowid) - n + 1
-                for chunk in self._chunks(session_id, payloads):
-                    args: list[Any] = []
-                    for i in chunk:
-                        args += (session_id, first + i, payloads[i])
-                    await cur.execute(self._insert + ",".join(["(%s,%s,%s)"] * len(chunk)), args)
+                last = await self._bump_and_insert(cur, session_id, payloads, chunks)
             except BaseException:
                 await conn.rollback()
                 raise
             await conn.commit()
-        return first + n - 1
+        return last
 
     async def pop_if_newest(
         self, conn: Any, session_id: str, guard: str, seq: int | None, newest: int | None
