@@ -189,6 +189,24 @@ async def test_the_raw_store_holds_no_plaintext(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
+async def test_an_envelope_written_by_an_earlier_version_still_opens() -> None:
+    # Sealed outside the package (cryptography's HKDF and AESGCM): pins the stored format
+    # and the key derivation, so stored histories stay readable whatever computes them.
+    envelope = {
+        "type": "agent_sessions.enc", "v": 1, "kid": "default", "t": 1_700_000_000,
+        "n": "AAECAwQFBgcICQoL",
+        "c": "t535MiAa6O0FSUBzLUbakKAtOfANCeboZeTQ7RHJMyUAUwphMHgt3Lx0oV7xMON4PgM=",
+    }
+    inner = InMemorySession("golden")
+    await inner.add_items([envelope])  # type: ignore[list-item]
+    key = "a2tra2tra2tra2tra2tra2tra2tra2tra2tra2tra2s="
+    assert await EncryptedSession(inner, encryption_key=key).get_items() == [msg("héllo")]
+    wrong = EncryptedSession(InMemorySession("golden"), encryption_key=KEY)
+    await wrong.inner.add_items([envelope])  # type: ignore[list-item]
+    assert await wrong.get_items() == []
+
+
+@pytest.mark.asyncio
 async def test_equal_items_get_distinct_nonces_and_ciphertexts() -> None:
     inner = InMemorySession(sid(), store=InMemoryStore())
     s = EncryptedSession(inner, encryption_key=KEY)
@@ -296,7 +314,7 @@ async def test_no_object_reads_plaintext_another_object_opened() -> None:
         return binascii.a2b_base64(data)
 
     reader = EncryptedSession(inner, encryption_key=KEY)  # same session, same key
-    with patch(f"{EncryptedSession.__module__}.a2b_base64", side_effect=counting):
+    with patch(f"{EncryptedSession.__module__}._b64decode", side_effect=counting):
         assert texts(await reader.get_items()) == [str(i) for i in range(5)]
     assert calls == 10, "each envelope is authenticated again (nonce and ciphertext)"
 
