@@ -125,3 +125,25 @@ def test_a_session_collected_before_its_first_use_leaves_the_file_usable(tmp_pat
     assert len(asyncio.run(run())) == 1
     _collect_and_join(_workers(os.path.realpath(path)))
     assert _open_files(tmp_path) == []
+
+
+def test_one_file_by_any_path_shares_one_worker_also_after_a_close(tmp_path: Path) -> None:
+    real = tmp_path / "real.db"
+    (tmp_path / "link.db").symlink_to(real)
+
+    async def use() -> None:
+        for round_ in range(2):  # the second round reopens the file the first one closed
+            by_real = SQLiteSession("s", str(real))
+            by_link = SQLiteSession("s", str(tmp_path / "link.db"))
+            again = SQLiteSession("s", str(real))
+            assert by_real.store is by_link.store is again.store
+            await by_link.add_items([_msg(str(round_))])
+            assert len(await again.get_items()) == round_ + 1
+            for session in (by_real, by_link, again):
+                await session.close()
+            assert by_real.store.closed
+
+    asyncio.run(use())
+    workers = _workers(os.path.realpath(real))
+    _collect_and_join(workers)
+    assert not any(t.is_alive() for t in workers)
