@@ -12,6 +12,7 @@ stops the worker and closes the file. The schema is the Agents SDK's, so either 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import queue
 import sqlite3
@@ -71,7 +72,7 @@ _ROWS_PER_INSERT = 400
 
 
 class _Schema:
-    """SQL text for one pair of tables, built once."""
+    """SQL text for one pair of tables, built once per process (``_schema``)."""
 
     def __init__(self, sessions: str, messages: str) -> None:
         s, m = sqlite_table_name(sessions, "sessions_table"), sqlite_table_name(
@@ -221,6 +222,11 @@ _STOP = object()
 _RELEASE = object()  # queued by a collected session's finalizer: one hold to give back
 
 
+@functools.lru_cache(maxsize=64)
+def _schema(sessions: str, messages: str) -> _Schema:
+    return _Schema(sessions, messages)
+
+
 class SQLiteStore:
     """One SQLite file with one set of settings: its ``sqlite3`` connection, owned by one
     worker thread, and the tables created there. Shared by every session of that file and
@@ -256,6 +262,7 @@ class SQLiteStore:
     def acquire(cls, path: str, busy_timeout: float, synchronous: str) -> SQLiteStore:
         """The shared store of ``path`` and these settings, one user more (a private one for
         ``":memory:"``)."""
+        store: SQLiteStore | None
         if path == ":memory:":
             store = cls((f":memory:{id(object())}", busy_timeout, synchronous), path,
                         busy_timeout, synchronous)
@@ -554,7 +561,7 @@ class SQLiteSession(BaseSession):
         if db_path is not None:
             path = db_path
         _check_settings(busy_timeout, synchronous)
-        self.schema = _Schema(sessions_table, messages_table)
+        self.schema = _schema(sessions_table, messages_table)
         self.sessions_table, self.messages_table = self.schema.key
         self.path = str(path)
         self.store = _store or SQLiteStore.acquire(self.path, busy_timeout, synchronous.upper())
