@@ -224,10 +224,15 @@ class SessionWrapper(OptionsChecked, SessionABC):
         ``core.family.close_at_once``); True when done. Otherwise ``_release`` does the rest."""
         self._closed = True
         return (
-            type(self)._release is SessionWrapper._release  # else a layer's own release runs
+            self._idle()
             and (self._family is None or self._family.close_at_once())
             and close_at_once(self.inner)
         )
+
+    def _idle(self) -> bool:
+        """Whether this layer has nothing of its own to finish when closing (its own
+        ``_release`` would run otherwise)."""
+        return type(self)._release is SessionWrapper._release
 
     def _close_at_once(self) -> bool:
         """``close_at_once``'s hook: ``close()`` if it needs no I/O; True when closed so (or

@@ -453,6 +453,9 @@ class CompactionSession(SessionWrapper):
         self._cancel_pending = cancel_pending
         return super().close()
 
+    def _idle(self) -> bool:
+        return self._task is None or self._task.done()
+
     async def _release(self) -> None:
         task = self._task
         if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():
