@@ -15,10 +15,11 @@ from ...core.base import short_page_is_start
 from ...core.capabilities import Capability, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ...core.mutation import run_to_completion
+from ...core.options import check_int
 from ...errors import BackendUnavailableError
 from ..base import SessionWrapper, check_max_item_bytes
 from .markers import batch_of, stamp, strip, strip_all
-from .policy import BreakerState, CircuitBreaker, RetryPolicy, check_bound
+from .policy import BreakerState, CircuitBreaker, RetryPolicy
 from .spool import SessionLock, Spool, SpooledBatch, SpoolUnreadableError
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ class ResilientSession(SessionWrapper):
         mirror_items: int = 2000, max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
     ) -> None:
         super().__init__(inner)
-        check_bound("mirror_items", mirror_items, 0, integer=True)
+        check_int("mirror_items", mirror_items)
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
         self._owns_spool = not isinstance(spool, Spool)
         self.spool = spool if isinstance(spool, Spool) else Spool(spool)
@@ -135,8 +136,6 @@ class ResilientSession(SessionWrapper):
         self._mirror: list[TResponseInputItem] | None = None
         self._mirror_complete = False
         self._turn: _Turn | None = None
-
-    # -- status ----------------------------------------------------------------------------------
 
     @property
     def status(self) -> ResilienceStatus:
@@ -153,8 +152,6 @@ class ResilientSession(SessionWrapper):
         what other writers of the session spooled."""
         await self._spooled_count()
         return self.status
-
-    # -- the Session API ---------------------------------------------------------------------
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Write ``items`` as one batch to the primary, or to the spool while it is down."""
@@ -272,8 +269,6 @@ class ResilientSession(SessionWrapper):
             self._mirror, self._mirror_complete = [], True
             self._set_state("healthy", "the session was cleared")
 
-    # -- replay ----------------------------------------------------------------------------------
-
     async def replay(self) -> int:
         """Write the spooled batches into the primary, in order, exactly once; return how many
         were written (0 when another replay of this spool is running or the primary is down)."""
@@ -316,8 +311,6 @@ class ResilientSession(SessionWrapper):
                 return done
             self._set_state("healthy", f"replayed {done} batches; the spool is empty")
             return done
-
-    # -- the primary -----------------------------------------------------------------------------
 
     def _add_once(
         self, stamped: list[Any], batch_id: str, anchor: str | None
@@ -400,8 +393,6 @@ class ResilientSession(SessionWrapper):
             self.breaker.record_success()
             return result
 
-    # -- the spool -------------------------------------------------------------------------------
-
     async def _spooled_count(self) -> int:
         """Batches spooled for the session: cached while the spool's version is unchanged
         (no I/O), else read in a worker thread. An unreadable spool counts as empty (logged):
@@ -446,8 +437,6 @@ class ResilientSession(SessionWrapper):
         if self._state != "degraded":
             self._set_state("degraded", f"writes go to the spool ({self._last_error})")
 
-    # -- the mirror (reads while the primary is down) --------------------------------------------
-
     def _remember(self, items: list[TResponseInputItem], limit: int | None) -> None:
         complete = limit is None or len(items) < limit
         mirror = self._mirror
@@ -479,8 +468,6 @@ class ResilientSession(SessionWrapper):
                 len(mirror),
             )
         return list(mirror if limit is None else mirror[len(mirror) - limit :] if limit else [])
-
-    # -- plumbing --------------------------------------------------------------------------------
 
     def _set_state(self, state: State, why: str) -> None:
         if state == self._state:
