@@ -11,13 +11,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from ...core.base import short_page_is_start
 from ...core.capabilities import Capability, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ...core.mutation import run_to_completion
 from ...core.options import check_int
 from ...errors import BackendUnavailableError
 from ..base import SessionWrapper, check_max_item_bytes
+from ..window.pages import MAX_PAGE, SequencedPages
 from .markers import batch_of, stamp, strip, strip_all
 from .policy import BreakerState, CircuitBreaker, RetryPolicy
 from .spool import SessionLock, Spool, SpooledBatch, SpoolUnreadableError
@@ -31,7 +31,6 @@ logger = logging.getLogger("agent_sessions.resilient")
 T = TypeVar("T")
 State = Literal["healthy", "degraded", "replaying"]
 _FIRST_PAGE = 64
-_MAX_PAGE = 4096
 
 
 @dataclass(frozen=True)
@@ -332,21 +331,18 @@ class ResilientSession(SessionWrapper):
         looked for from the newest item back to its anchor (or the start of the history)."""
         pending = dict(anchors)
         found: set[str] = set()
+        pages = SequencedPages(self.inner, _FIRST_PAGE) if self._sequenced else None
         size = _FIRST_PAGE
-        before: int | None = None
         seen = 0
         while True:
-            if self._sequenced:
-                pairs = await self.inner.get_sequenced_items(size, before=before)  # type: ignore[attr-defined]
-                page = [item for _, item in pairs]
-                if pairs:
-                    before = pairs[0][0]
-                end = not pairs or (short_page_is_start(self.inner) and len(pairs) < size)
+            if pages is not None:
+                page, end = await pages.older()
             else:
                 got = await self.inner.get_items(seen + size)
                 page = got[: len(got) - seen]
                 end = len(got) < seen + size
                 seen = len(got)
+                size = min(size * 2, MAX_PAGE)
             for item in reversed(page):
                 batch = batch_of(item)
                 if batch is None:
@@ -361,7 +357,6 @@ class ResilientSession(SessionWrapper):
                     return found
             if end:
                 return found
-            size = min(size * 2, _MAX_PAGE)
 
     async def _read_primary(self, limit: int | None) -> list[TResponseInputItem]:
         if limit is not None and limit <= 0:
