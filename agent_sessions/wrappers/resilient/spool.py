@@ -239,12 +239,8 @@ class Spool:
                 if not write:
                     return body(conn)  # WAL: a read never waits for a writer
                 conn.execute("BEGIN IMMEDIATE")
-                try:
+                with conn:  # COMMIT, or ROLLBACK when ``body`` raises
                     result = body(conn)
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
                 if getattr(exc, "sqlite_errorname", None) not in _CORRUPT:
                     raise
