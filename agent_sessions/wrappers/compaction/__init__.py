@@ -487,9 +487,7 @@ class CompactionSession(SessionWrapper):
         rows, pairs = await read_family(
             [(self._sibling, 1, None, None), (self.inner, limit, None, None)]
         )
-        if not rows:
-            return None, pairs
-        return self._record_of(rows[-1][1]), pairs
+        return (self._record_of(rows[-1][1]) if rows else None), pairs
 
     async def _append_known(self, items: list[TResponseInputItem]) -> bool:
         """Append ``items`` only while the inner session's newest item is the one this object
