@@ -359,8 +359,7 @@ class ResilientSession(SessionWrapper):
                 return found
 
     async def _read_primary(self, limit: int | None) -> list[TResponseInputItem]:
-        if limit is not None and limit <= 0:
-            return []
+        """The primary's latest ``limit`` (None or > 0) items, remembered in the mirror."""
         items = strip_all(await self._call(lambda: self.inner.get_items(limit)))
         self._remember(items, limit)
         return items
