@@ -15,8 +15,10 @@ BreakerState = Literal["closed", "open", "half-open"]
 
 def check_number(name: str, value: object, *, positive: bool = False) -> None:
     """Raise ValueError unless ``value`` is a number >= 0 (> 0 when ``positive``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-        value > 0 if positive else value >= 0
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (value > 0 if positive else value >= 0)
     ):
         raise ValueError(f"{name} must be a number {'>' if positive else '>='} 0, got {value!r}")
 
