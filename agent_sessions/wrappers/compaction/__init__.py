@@ -182,7 +182,8 @@ class CompactionSession(SessionWrapper):
             record = await self._latest_record()
             if record is None:
                 return await self.inner.get_items(None)
-            return list(record.summary) + [item for _, item in await self._read_tail(record)]
+            rows = await read_rows(self.inner, after=record.boundary)
+            return list(record.summary) + [item for _, item in rows]
         # Both reads at once (one wait instead of two): the newest ``limit`` items after the
         # boundary are the newest ``limit`` items less those at or below it.
         record, pairs = await self._record_and_latest(limit)
@@ -220,7 +221,7 @@ class CompactionSession(SessionWrapper):
                 record = await self._latest_record()
                 if record is None:
                     return await self.inner.pop_item()
-                tail = await self._read_tail(record, 1)
+                tail = await read_rows(self.inner, 1, after=record.boundary)
                 if not tail:
                     return await self._pop_summary(record)
                 popped = await self._pop_read(tail[-1][1])
@@ -360,9 +361,7 @@ class CompactionSession(SessionWrapper):
         record = await self._latest_record()
         if record is None:
             return []
-        pairs = await self.inner.get_sequenced_items(  # type: ignore[attr-defined]
-            limit, before=record.boundary + 1
-        )
+        pairs = await read_rows(self.inner, limit, before=record.boundary + 1)
         return [item for _, item in pairs]
 
     async def search_archive(
@@ -380,9 +379,7 @@ class CompactionSession(SessionWrapper):
         found: list[TResponseInputItem] = []
         before = record.boundary + 1
         while True:
-            page = await self.inner.get_sequenced_items(  # type: ignore[attr-defined]
-                _SEARCH_PAGE, before=before
-            )
+            page = await read_rows(self.inner, _SEARCH_PAGE, before=before)
             if not page:  # only an empty page ends it: reads leave unreadable items out
                 return found[::-1]
             for _, item in reversed(page):
@@ -443,9 +440,8 @@ class CompactionSession(SessionWrapper):
         self._check_open()
         record = await self._latest_record()
         summary = list(record.summary) if record is not None else []
-        if limit is not None and limit <= 0:
-            return summary, []
-        return summary, [item for _, item in await self._read_tail(record, limit)]
+        tail = await read_rows(self.inner, limit, after=record.boundary if record else None)
+        return summary, [item for _, item in tail]
 
     def close(self, *, cancel_pending: bool = False) -> Closing:
         """Finish (or, with ``cancel_pending``, cancel) a background compaction, then close the
@@ -491,9 +487,7 @@ class CompactionSession(SessionWrapper):
         rows, pairs = await read_family(
             [(self._sibling, 1, None, None), (self.inner, limit, None, None)]
         )
-        if not rows:
-            return None, pairs
-        return self._record_of(rows[-1][1]), pairs
+        return (self._record_of(rows[-1][1]) if rows else None), pairs
 
     async def _append_known(self, items: list[TResponseInputItem]) -> bool:
         """Append ``items`` only while the inner session's newest item is the one this object
@@ -527,12 +521,6 @@ class CompactionSession(SessionWrapper):
 
     def _record_of(self, item: Any) -> CompactionRecord:
         return CompactionRecord.from_item(item, f"compaction records of {self.session_id!r}")
-
-    async def _read_tail(
-        self, record: CompactionRecord | None, limit: int | None = None
-    ) -> list[tuple[int, TResponseInputItem]]:
-        """The inner items after the record's boundary, with their sequence numbers."""
-        return await read_rows(self.inner, limit, after=record.boundary if record else None)
 
     async def _compact_or_log(self, what: str, force: bool, response_id: str | None) -> None:
         """``compact``, logging a failure and keeping it in ``last_error`` instead of raising."""

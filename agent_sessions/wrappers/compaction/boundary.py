@@ -51,6 +51,11 @@ def _is_user_message(item: Any) -> bool:
     )
 
 
+def after_reasoning(items: Sequence[Any], c: int) -> bool:
+    """Whether the item before position ``c`` is a reasoning item."""
+    return c > 0 and isinstance(items[c - 1], dict) and items[c - 1].get("type") == "reasoning"
+
+
 def safe_cuts(items: Sequence[Any]) -> list[bool]:
     """Return ``ok`` with ``ok[c]`` (0 <= c <= len(items)) True when cutting at ``c`` is safe."""
     n = len(items)
@@ -77,10 +82,7 @@ def safe_cuts(items: Sequence[Any]) -> list[bool]:
     depth = 0
     for c in range(n + 1):
         depth += delta[c]
-        reasoning_before = (
-            c > 0 and isinstance(items[c - 1], dict) and (items[c - 1].get("type") == "reasoning")
-        )
-        ok.append(depth == 0 and not reasoning_before)
+        ok.append(depth == 0 and not after_reasoning(items, c))
     return ok
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..branching.store import read_rows
 from .tokens import TokenEstimator
 
 if TYPE_CHECKING:
@@ -87,29 +88,22 @@ async def refresh(
         generation,
     ):
         if not known.seqs:
-            await known.extend(await _read(inner, boundary), estimator)
+            await known.extend(await read_rows(inner, after=boundary), estimator)
             return known
         newest = known.seqs[-1]
         prefetched, known.prefetched = known.prefetched, None
         if prefetched is not None and prefetched[0] == newest - 1:
             pairs = prefetched[1]
         else:
-            pairs = await _read(inner, newest - 1)
+            pairs = await read_rows(inner, after=newest - 1)
         if pairs and pairs[0][0] == newest and pairs[0][1] == known.view[-1]:
             await known.extend(pairs[1:], estimator)
             return known
     fresh = RunningView(record_id, generation, view=list(summary))
     fresh.candidates = [item for item in summary if not _user_or_compaction(item)]
     cached = dict(zip(known.seqs, known.counts, strict=True)) if known is not None else None
-    await fresh.extend(await _read(inner, boundary), estimator, cached)
+    await fresh.extend(await read_rows(inner, after=boundary), estimator, cached)
     return fresh
-
-
-async def _read(inner: Session, after: int | None) -> list[tuple[int, TResponseInputItem]]:
-    pairs: list[tuple[int, TResponseInputItem]] = await inner.get_sequenced_items(  # type: ignore[attr-defined]
-        None, after=after
-    )
-    return pairs
 
 
 def _user_or_compaction(item: Any) -> bool:

@@ -3,6 +3,8 @@ into a few valid Responses input items that stand for it, e.g. ``{"role": "devel
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from .text import item_line, item_text
@@ -90,14 +92,9 @@ class ExtractiveSummarizer:
         for old in previous_summary:
             lines.extend(ln for ln in _strip_header(item_text(old)).splitlines() if ln.strip())
         lines.extend(line for item in items if (line := item_line(item, self.max_chars_per_item)))
-        kept: list[str] = []
-        size = 0
-        for line in reversed(lines):
-            if size + len(line) + 1 > self.max_chars - 40:
-                break
-            kept.append(line)
-            size += len(line) + 1
-        kept.reverse()
+        # The newest lines whose sizes (a newline each) add up to at most max_chars - 40.
+        sizes = list(accumulate(len(line) + 1 for line in reversed(lines)))
+        kept = lines[len(lines) - bisect_right(sizes, self.max_chars - 40) :]
         dropped = len(lines) - len(kept)
         if dropped:
             kept.insert(0, f"({dropped} older lines omitted)")

@@ -8,22 +8,19 @@ from typing import Any
 from ...core.codec import dumps
 
 
+def _part_text(part: Any) -> str | None:
+    """A content part's text (else its refusal), or None when it has neither."""
+    if isinstance(part, dict):
+        part = part.get("text") if isinstance(part.get("text"), str) else part.get("refusal")
+    return part if isinstance(part, str) else None
+
+
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict):
-                text = part.get("text")
-                if isinstance(text, str):
-                    parts.append(text)
-                elif isinstance(part.get("refusal"), str):
-                    parts.append(part["refusal"])
-            elif isinstance(part, str):
-                parts.append(part)
-        return "\n".join(parts)
-    return ""
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(text for text in map(_part_text, content) if text is not None)
 
 
 def item_text(item: Any) -> str:

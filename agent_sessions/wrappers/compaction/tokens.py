@@ -121,11 +121,11 @@ class TokenEstimator:
     async def count_items(self, items: Sequence[Any]) -> list[int]:
         """Per-item token counts; large inputs are tokenized in a worker thread."""
         await self.ensure_loaded()
-        if self._encoding is None:
-            return [self.count_item(item) for item in items]
         texts = [item_text(item) for item in items]
-        if sum(len(t) for t in texts) < _OFF_LOOP_CHARS:
+
+        def count() -> list[int]:
             return [self.count_text(t) + PER_ITEM_OVERHEAD for t in texts]
-        return await asyncio.to_thread(
-            lambda: [self.count_text(t) + PER_ITEM_OVERHEAD for t in texts]
-        )
+
+        if self._encoding is None or sum(map(len, texts)) < _OFF_LOOP_CHARS:
+            return count()
+        return await asyncio.to_thread(count)

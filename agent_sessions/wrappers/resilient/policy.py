@@ -8,18 +8,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from ...core.options import check_int
+
 BreakerState = Literal["closed", "open", "half-open"]
 
 
-def check_bound(name: str, value: object, low: float, *, integer: bool = False,
-                strict: bool = False) -> None:
-    """Raise ValueError unless ``value`` is a number (an int when ``integer``) >= ``low``
-    (> ``low`` when ``strict``)."""
-    kind = "an int" if integer else "a number"
-    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)) or not (
-        value > low if strict else value >= low
+def check_number(name: str, value: object, *, positive: bool = False) -> None:
+    """Raise ValueError unless ``value`` is a number >= 0 (> 0 when ``positive``)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (value > 0 if positive else value >= 0)
     ):
-        raise ValueError(f"{name} must be {kind} {'>' if strict else '>='} {low}, got {value!r}")
+        raise ValueError(f"{name} must be a number {'>' if positive else '>='} 0, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,10 @@ class RetryPolicy:
     total_timeout: float = 5.0
 
     def __post_init__(self) -> None:
-        check_bound("attempts", self.attempts, 1, integer=True)
-        check_bound("base_delay", self.base_delay, 0)
-        check_bound("max_delay", self.max_delay, 0)
-        check_bound("total_timeout", self.total_timeout, 0, strict=True)
+        check_int("attempts", self.attempts, 1)
+        check_number("base_delay", self.base_delay)
+        check_number("max_delay", self.max_delay)
+        check_number("total_timeout", self.total_timeout, positive=True)
 
     def backoffs(self, rng: random.Random | None = None) -> Iterator[float]:
         """The waits between attempts (``attempts - 1`` of them)."""
@@ -68,8 +69,8 @@ class CircuitBreaker:
         self, failure_threshold: int = 1, reset_timeout: float = 5.0, *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        check_bound("failure_threshold", failure_threshold, 1, integer=True)
-        check_bound("reset_timeout", reset_timeout, 0)
+        check_int("failure_threshold", failure_threshold, 1)
+        check_number("reset_timeout", reset_timeout)
         self.failure_threshold = failure_threshold
         self.reset_timeout = reset_timeout
         self._clock = clock

@@ -11,14 +11,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from ...core.base import short_page_is_start
 from ...core.capabilities import Capability, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_batch
 from ...core.mutation import run_to_completion
+from ...core.options import check_int
 from ...errors import BackendUnavailableError
 from ..base import SessionWrapper, check_max_item_bytes
+from ..window.pages import MAX_PAGE, SequencedPages
 from .markers import batch_of, stamp, strip, strip_all
-from .policy import BreakerState, CircuitBreaker, RetryPolicy, check_bound
+from .policy import BreakerState, CircuitBreaker, RetryPolicy
 from .spool import SessionLock, Spool, SpooledBatch, SpoolUnreadableError
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ logger = logging.getLogger("agent_sessions.resilient")
 T = TypeVar("T")
 State = Literal["healthy", "degraded", "replaying"]
 _FIRST_PAGE = 64
-_MAX_PAGE = 4096
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class ResilientSession(SessionWrapper):
         mirror_items: int = 2000, max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
     ) -> None:
         super().__init__(inner)
-        check_bound("mirror_items", mirror_items, 0, integer=True)
+        check_int("mirror_items", mirror_items)
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
         self._owns_spool = not isinstance(spool, Spool)
         self.spool = spool if isinstance(spool, Spool) else Spool(spool)
@@ -135,8 +135,6 @@ class ResilientSession(SessionWrapper):
         self._mirror: list[TResponseInputItem] | None = None
         self._mirror_complete = False
         self._turn: _Turn | None = None
-
-    # -- status ----------------------------------------------------------------------------------
 
     @property
     def status(self) -> ResilienceStatus:
@@ -153,8 +151,6 @@ class ResilientSession(SessionWrapper):
         what other writers of the session spooled."""
         await self._spooled_count()
         return self.status
-
-    # -- the Session API ---------------------------------------------------------------------
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Write ``items`` as one batch to the primary, or to the spool while it is down."""
@@ -272,8 +268,6 @@ class ResilientSession(SessionWrapper):
             self._mirror, self._mirror_complete = [], True
             self._set_state("healthy", "the session was cleared")
 
-    # -- replay ----------------------------------------------------------------------------------
-
     async def replay(self) -> int:
         """Write the spooled batches into the primary, in order, exactly once; return how many
         were written (0 when another replay of this spool is running or the primary is down)."""
@@ -317,8 +311,6 @@ class ResilientSession(SessionWrapper):
             self._set_state("healthy", f"replayed {done} batches; the spool is empty")
             return done
 
-    # -- the primary -----------------------------------------------------------------------------
-
     def _add_once(
         self, stamped: list[Any], batch_id: str, anchor: str | None
     ) -> Callable[[], Awaitable[None]]:
@@ -339,21 +331,18 @@ class ResilientSession(SessionWrapper):
         looked for from the newest item back to its anchor (or the start of the history)."""
         pending = dict(anchors)
         found: set[str] = set()
+        pages = SequencedPages(self.inner, _FIRST_PAGE) if self._sequenced else None
         size = _FIRST_PAGE
-        before: int | None = None
         seen = 0
         while True:
-            if self._sequenced:
-                pairs = await self.inner.get_sequenced_items(size, before=before)  # type: ignore[attr-defined]
-                page = [item for _, item in pairs]
-                if pairs:
-                    before = pairs[0][0]
-                end = not pairs or (short_page_is_start(self.inner) and len(pairs) < size)
+            if pages is not None:
+                page, end = await pages.older()
             else:
                 got = await self.inner.get_items(seen + size)
                 page = got[: len(got) - seen]
                 end = len(got) < seen + size
                 seen = len(got)
+                size = min(size * 2, MAX_PAGE)
             for item in reversed(page):
                 batch = batch_of(item)
                 if batch is None:
@@ -368,11 +357,9 @@ class ResilientSession(SessionWrapper):
                     return found
             if end:
                 return found
-            size = min(size * 2, _MAX_PAGE)
 
     async def _read_primary(self, limit: int | None) -> list[TResponseInputItem]:
-        if limit is not None and limit <= 0:
-            return []
+        """The primary's latest ``limit`` (None or > 0) items, remembered in the mirror."""
         items = strip_all(await self._call(lambda: self.inner.get_items(limit)))
         self._remember(items, limit)
         return items
@@ -399,8 +386,6 @@ class ResilientSession(SessionWrapper):
                 continue
             self.breaker.record_success()
             return result
-
-    # -- the spool -------------------------------------------------------------------------------
 
     async def _spooled_count(self) -> int:
         """Batches spooled for the session: cached while the spool's version is unchanged
@@ -446,8 +431,6 @@ class ResilientSession(SessionWrapper):
         if self._state != "degraded":
             self._set_state("degraded", f"writes go to the spool ({self._last_error})")
 
-    # -- the mirror (reads while the primary is down) --------------------------------------------
-
     def _remember(self, items: list[TResponseInputItem], limit: int | None) -> None:
         complete = limit is None or len(items) < limit
         mirror = self._mirror
@@ -479,8 +462,6 @@ class ResilientSession(SessionWrapper):
                 len(mirror),
             )
         return list(mirror if limit is None else mirror[len(mirror) - limit :] if limit else [])
-
-    # -- plumbing --------------------------------------------------------------------------------
 
     def _set_state(self, state: State, why: str) -> None:
         if state == self._state:

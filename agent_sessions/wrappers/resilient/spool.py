@@ -82,26 +82,22 @@ class SessionLock:
 
     def try_acquire(self) -> bool:
         """Take the lock if it is free at once (never waits)."""
-        if not self._thread_lock.acquire(blocking=False):
-            return False
-        try:
-            if self._try_os_lock():
-                return True
-        except BaseException:
-            self._thread_lock.release()
-            raise
-        self._thread_lock.release()
-        return False
+        return self._thread_lock.acquire(blocking=False) and self._os_lock_or_release(None)
 
     def _acquire_waiting(self, abandoned: threading.Event) -> bool:
         """Take the lock, waiting (in a worker thread) until it is free or ``abandoned``."""
         while not self._thread_lock.acquire(timeout=0.05):
             if abandoned.is_set():
                 return False
+        return self._os_lock_or_release(abandoned)
+
+    def _os_lock_or_release(self, abandoned: threading.Event | None) -> bool:
+        """Holding the thread lock, take the OS lock, polling until ``abandoned`` (None: no
+        wait); release the thread lock unless both are held."""
         delay = 0.001
         try:  # another process holds it: fcntl cannot wait with a timeout, so poll
             while not self._try_os_lock():
-                if abandoned.is_set():
+                if abandoned is None or abandoned.is_set():
                     self._thread_lock.release()
                     return False
                 time.sleep(delay)
@@ -243,12 +239,8 @@ class Spool:
                 if not write:
                     return body(conn)  # WAL: a read never waits for a writer
                 conn.execute("BEGIN IMMEDIATE")
-                try:
+                with conn:  # COMMIT, or ROLLBACK when ``body`` raises
                     result = body(conn)
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
                 if getattr(exc, "sqlite_errorname", None) not in _CORRUPT:
                     raise
@@ -271,8 +263,6 @@ class Spool:
             return None if version is None else version[:8]
         except ValueError:  # closed meanwhile by another thread
             return None
-
-    # -- writes --------------------------------------------------------------------------------
 
     def _write(self, statement: str, parameters: tuple[Any, ...]) -> None:
         self._run(lambda conn: conn.execute(statement, parameters), write=True)
@@ -339,8 +329,6 @@ class Spool:
         """Drop every spooled batch of the session."""
         self._write("DELETE FROM spool_batches WHERE session_id = ?", (session_id,))
 
-    # -- reads ---------------------------------------------------------------------------------
-
     def _read(self, statement: str, parameters: tuple[Any, ...]) -> list[Any]:
         return self._run(lambda conn: conn.execute(statement, parameters).fetchall(), write=False)
 
@@ -378,8 +366,6 @@ class Spool:
                 self._known.clear()
             self._known[session_id] = version, counts
         return counts
-
-    # -- locks ---------------------------------------------------------------------------------
 
     def session_lock(self, session_id: str) -> SessionLock:
         """The lock that serialises the calls of ``session_id`` through this file (the same

@@ -70,9 +70,8 @@ class MicroCompaction:
         if isinstance(value, str):
             short: Any = self.shorten_text(value)
         elif isinstance(value, list):
-            short = [self._shorten_part(part) for part in value]
-            if all(a is b for a, b in zip(short, value, strict=True)):
-                return item
+            parts = [self._shorten_part(part) for part in value]
+            short = value if all(a is b for a, b in zip(parts, value, strict=True)) else parts
         else:
             return item
         return item if short is value else {**item, field: short}

@@ -13,7 +13,7 @@ from typing import Any
 
 from ...core.options import check_int
 from ..compaction.boundary import _is_user_message as is_user_message
-from ..compaction.boundary import _pair_key
+from ..compaction.boundary import _pair_key, after_reasoning
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,7 @@ def valid_starts(items: Sequence[Any]) -> list[bool]:
     depth = 0
     for s in range(n + 1):
         depth += delta[s]
-        reasoning_before = 0 < s < n and isinstance(items[s - 1], dict) and (
-            items[s - 1].get("type") == "reasoning"
-        )
-        ok.append(s == n or (depth == 0 and not reasoning_before))
+        ok.append(s == n or (depth == 0 and not after_reasoning(items, s)))
     return ok
 
 
@@ -85,7 +82,7 @@ def plan_start(
     the end; the oldest item whose suffix fits ``max_tokens - reserved_tokens``).
     """
     n = len(items)
-    earliest: int | None = None
+    earliest = 0
     users = 0
     total = reserved_tokens
     if budget.max_tokens is not None and total > budget.max_tokens:
@@ -100,12 +97,8 @@ def plan_start(
             if budget.max_turns is not None and users >= budget.max_turns:
                 earliest = i
                 break
-    if earliest is None:
-        if not complete:
-            return None
-        earliest = 0
     if earliest == 0 and not complete:
-        return None  # whether the older item is reasoning decides if 0 is valid here
+        return None  # older items decide (more may fit; a reasoning one makes 0 invalid)
     ok = valid_starts(items)
     return next(s for s in range(earliest, n + 1) if ok[s])
 

@@ -102,10 +102,6 @@ class WindowSession(SessionWrapper):
                 return await self._window()
         return await self._window()
 
-    def wrap_member(self, member: Session) -> Session:
-        """Side stores are read whole: they are not windowed."""
-        return member
-
     def _shown(self, items: list[TResponseInputItem], later_users: int) -> list[TResponseInputItem]:
         micro = self.micro_compaction
         return list(items) if micro is None else micro.shorten_all(items, later_users)
