@@ -364,15 +364,21 @@ class EncryptedSession(SessionWrapper):
     def _open(self, envelope: Any, remember: bool = True) -> Any:
         """Return the item inside ``envelope`` or raise _Unreadable (``remember``: add it to
         the plaintext cache)."""
-        return _item(self._plaintext(envelope, remember))
+        plain = self._hits([envelope])[0]
+        return _item(plain if plain is not None else self._plaintext(envelope, remember))
 
-    def _plaintext(self, envelope: Any, remember: bool = True) -> bytes:
-        """The authenticated plaintext of a live ``envelope`` (from the cache when this object
-        holds a byte-identical envelope), or raise _Unreadable."""
+    def _hits(self, envelopes: list[Any]) -> list[bytes | None]:
+        """The cached plaintext of each live envelope byte-identical to one this object wrote
+        or opened (each Runner turn re-reads the history); None where there is none."""
         cache = self._plain
-        if cache is not None:
-            try:  # the hot path first: a byte-identical envelope this object opened or wrote
-                hit = cache.entries.get(envelope["n"])
+        if cache is None:
+            return [None] * len(envelopes)
+        entries, plains = cache.entries, []
+        oldest = None if self._lifetime is None else time.time() - self._lifetime
+        for envelope in envelopes:
+            plain = None
+            try:
+                hit = entries.get(envelope["n"])
                 if (
                     hit is not None
                     and type(envelope) is dict
@@ -381,11 +387,16 @@ class EncryptedSession(SessionWrapper):
                     and hit[3] == envelope["t"]
                     and envelope["type"] == ENC_TYPE
                     and envelope["v"] == ENVELOPE_VERSION
+                    and (oldest is None or hit[3] is None or hit[3] >= oldest)
                 ):
-                    self._check_age(hit[3])
-                    return hit[2]
+                    plain = hit[2]
             except (TypeError, KeyError):  # not a dict, a field missing or unhashable
                 pass
+            plains.append(plain)
+        return plains
+
+    def _plaintext(self, envelope: Any, remember: bool = True) -> bytes:
+        """Decrypt ``envelope``: its authenticated plaintext if live, else raise _Unreadable."""
         n, c, t, kid = _fields(envelope)
         entry = self._ciphers.get(kid) if type(kid) is str else None
         if entry is None:
@@ -407,14 +418,11 @@ class EncryptedSession(SessionWrapper):
             raise _Unreadable(
                 "authentication failed (wrong key, altered bytes, or copied from another session)"
             ) from None
-        if remember and cache is not None:
-            cache.add(n, kid, c, plain, t)  # type: ignore[arg-type]
-        self._check_age(t)
-        return plain
-
-    def _check_age(self, t: int | None) -> None:
+        if remember and self._plain is not None:
+            self._plain.add(n, kid, c, plain, t)
         if t is not None and self._lifetime is not None and time.time() - t > self._lifetime:
             raise _Expired("it is older than ttl")
+        return plain
 
     def _unreadable(self, reason: _Unreadable) -> None:
         if isinstance(reason, _Expired):
@@ -427,11 +435,14 @@ class EncryptedSession(SessionWrapper):
     def _open_all(self, envelopes: list[Any]) -> list[TResponseInputItem]:
         """The items of the readable ``envelopes``, their JSON decoded in one call."""
         plains: list[bytes] = []
-        for envelope in envelopes:
-            try:
-                plains.append(self._plaintext(envelope))
-            except _Unreadable as reason:
-                self._unreadable(reason)
+        for envelope, plain in zip(envelopes, self._hits(envelopes), strict=True):
+            if plain is None:
+                try:
+                    plain = self._plaintext(envelope)
+                except _Unreadable as reason:
+                    self._unreadable(reason)
+                    continue
+            plains.append(plain)
         try:
             items = loads(b"[%b]" % b",".join(plains))
             if all(type(item) is dict for item in items):
