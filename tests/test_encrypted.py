@@ -189,21 +189,38 @@ async def test_the_raw_store_holds_no_plaintext(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_an_envelope_written_by_an_earlier_version_still_opens() -> None:
+@pytest.mark.parametrize("base64", ["pybase64", "binascii"])
+async def test_an_envelope_written_by_an_earlier_version_still_opens(
+    base64: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Sealed outside the package (cryptography's HKDF and AESGCM): pins the stored format
-    # and the key derivation, so stored histories stay readable whatever computes them.
+    # and the key derivation, so stored histories stay readable whatever computes them, with
+    # the fast extra's base64 or without it.
+    if base64 == "binascii":
+        import binascii
+        import functools
+
+        module = EncryptedSession.__module__
+        monkeypatch.setattr(f"{module}._b64decode", binascii.a2b_base64)
+        monkeypatch.setattr(
+            f"{module}._b64encode", functools.partial(binascii.b2a_base64, newline=False)
+        )
     envelope = {
         "type": "agent_sessions.enc", "v": 1, "kid": "default", "t": 1_700_000_000,
         "n": "AAECAwQFBgcICQoL",
         "c": "t535MiAa6O0FSUBzLUbakKAtOfANCeboZeTQ7RHJMyUAUwphMHgt3Lx0oV7xMON4PgM=",
     }
-    inner = InMemorySession("golden")
+    inner = InMemorySession("golden", store=InMemoryStore())
     await inner.add_items([envelope])  # type: ignore[list-item]
     key = "a2tra2tra2tra2tra2tra2tra2tra2tra2tra2tra2s="
     assert await EncryptedSession(inner, encryption_key=key).get_items() == [msg("héllo")]
-    wrong = EncryptedSession(InMemorySession("golden"), encryption_key=KEY)
+    wrong = EncryptedSession(InMemorySession("golden", store=InMemoryStore()), encryption_key=KEY)
     await wrong.inner.add_items([envelope])  # type: ignore[list-item]
     assert await wrong.get_items() == []
+    sealed = EncryptedSession(InMemorySession("golden", store=InMemoryStore()), encryption_key=key)
+    await sealed.add_items([msg("round trip")])
+    fresh = EncryptedSession(sealed.inner, encryption_key=key)  # no cache: decodes base64
+    assert await fresh.get_items() == [msg("round trip")]
 
 
 @pytest.mark.asyncio
