@@ -106,13 +106,12 @@ class Numbering:
 
     def below(self, bound: int) -> int:
         """How many items have a number below ``bound``."""
-        count = 0
-        for index, (first_pos, first_seq) in enumerate(self.runs):
-            end = self.runs[index + 1][0] if index + 1 < len(self.runs) else self.n + 1
-            if bound <= first_seq:
-                break
-            count += min(end - first_pos, bound - first_seq)
-        return count
+        ends = [pos for pos, _ in self.runs[1:]] + [self.n + 1]
+        return sum(
+            min(end - pos, bound - seq)
+            for (pos, seq), end in zip(self.runs, ends, strict=False)
+            if seq < bound
+        )
 
     def added(self, k: int) -> list[int]:
         if k and not (self.n and self.seq_at(self.n) == self.high):
