@@ -410,8 +410,7 @@ class BranchingSession(SessionWrapper):
     ) -> list[T]:
         """``read`` of a branch's lineage (current when None; ``[]`` for an unknown branch)."""
         async with self._lock:
-            current, lineages = await self._branches()
-            lineage = lineages.get(current if branch_id is None else branch_id)
+            lineage = self._lineage(await self._log.sync(), branch_id)
             return await read(lineage) if lineage is not None else []
 
     async def _branches(self) -> tuple[str, dict[str, Lineage]]:
