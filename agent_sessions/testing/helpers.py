@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Iterable
 from typing import Any
 
@@ -37,9 +38,7 @@ def texts(items: Iterable[Any]) -> list[str]:
 def model_input_texts(model: ScriptedModel, call: int = -1) -> list[str]:
     """Return the message texts the model saw on call number ``call``."""
     seen = model.calls[call].input
-    if isinstance(seen, str):
-        return [seen]
-    return texts(seen)
+    return [seen] if isinstance(seen, str) else texts(seen)
 
 
 async def cancel_after(awaitable: Awaitable[Any], steps: int) -> None:
@@ -49,7 +48,5 @@ async def cancel_after(awaitable: Awaitable[Any], steps: int) -> None:
     for _ in range(steps):
         await asyncio.sleep(0)
     task.cancel()
-    try:
+    with contextlib.suppress(asyncio.CancelledError):
         await task
-    except asyncio.CancelledError:
-        pass

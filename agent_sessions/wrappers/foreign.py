@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 import json
 import uuid
 import weakref
@@ -26,6 +25,7 @@ from agents.memory import Session
 
 from ..core.capabilities import Capability, supports
 from ..core.codec import encode_batch
+from ..core.family import close_quietly
 from .base import SessionWrapper
 
 if TYPE_CHECKING:
@@ -106,13 +106,12 @@ class Numbering:
 
     def below(self, bound: int) -> int:
         """How many items have a number below ``bound``."""
-        count = 0
-        for index, (first_pos, first_seq) in enumerate(self.runs):
-            end = self.runs[index + 1][0] if index + 1 < len(self.runs) else self.n + 1
-            if bound <= first_seq:
-                break
-            count += min(end - first_pos, bound - first_seq)
-        return count
+        ends = [pos for pos, _ in self.runs[1:]] + [self.n + 1]
+        return sum(
+            min(end - pos, bound - seq)
+            for (pos, seq), end in zip(self.runs, ends, strict=False)
+            if seq < bound
+        )
 
     def added(self, k: int) -> list[int]:
         if k and not (self.n and self.seq_at(self.n) == self.high):
@@ -202,11 +201,9 @@ class ForeignSession(SessionWrapper):
         return sequenced(member, self._factory)
 
     def _lock(self) -> asyncio.Lock:
-        locks = _LOCKS.setdefault(asyncio.get_running_loop(), {})
-        lock = locks.get(self._key)
-        if lock is None:
-            lock = locks[self._key] = asyncio.Lock()
-        return lock
+        return _LOCKS.setdefault(asyncio.get_running_loop(), {}).setdefault(
+            self._key, asyncio.Lock()
+        )
 
     # -- the numbering -------------------------------------------------------------------------
 
@@ -404,11 +401,7 @@ class ForeignSession(SessionWrapper):
 
     async def _release(self) -> None:
         """Close the numbering log, then the side stores and the foreign session."""
-        close = getattr(self._log, "close", None)
-        if close is not None:
-            result = close()
-            if inspect.isawaitable(result):
-                await result
+        await close_quietly(self._log)
         await super()._release()
 
 

@@ -209,7 +209,6 @@ class BranchingSession(SessionWrapper):
         _, item = await guarded.pop_if_newest(self._log.session, self._log.applied or None)
         return item  # type: ignore[no-any-return]  # None: an undecodable one was dropped
 
-
     async def clear_session(self) -> None:
         """Delete every branch and all their items, and make ``main`` current again.
 
@@ -256,9 +255,7 @@ class BranchingSession(SessionWrapper):
                     f"Turn {turn_number} does not contain a user message in branch '{source}'"
                 )
             if branch_name is not None and branch_name in state.used:
-                raise BranchError(
-                    f"Branch ID '{branch_name}' has already been used. Choose a new branch ID."
-                )
+                raise _used(branch_name)
             name = branch_name if branch_name is not None else _auto_name(state, turn_number)
             forked = (
                 *lineage[: turn.segment],
@@ -277,9 +274,7 @@ class BranchingSession(SessionWrapper):
             )
             created = state.branches.get(name)
             if created is None or created.op_id != op_id:
-                raise BranchError(
-                    f"Branch ID '{name}' has already been used. Choose a new branch ID."
-                )
+                raise _used(name)
         # DONT_LOG_MODEL_DATA: the SDK's switch for logging conversation content
         shown = "" if _debug.DONT_LOG_MODEL_DATA else f" ('{content_preview(turn.content, 50)}')"
         self._logger.debug(
@@ -392,7 +387,7 @@ class BranchingSession(SessionWrapper):
         """Return ``{turn: [{"type", "tool_name"}, ...]}`` for every item of a branch (items
         before the first user message are turn 0)."""
         turns: dict[int, list[dict[str, str | None]]] = {}
-        for turn, kind, tool in await self._structure(branch_id):
+        for turn, kind, tool in await self._on_branch(branch_id, self._view.structure):
             turns.setdefault(turn, []).append({"type": kind, "tool_name": tool})
         return turns
 
@@ -410,22 +405,22 @@ class BranchingSession(SessionWrapper):
             for t in await self._on_branch(branch_id, self._view.turns)
         ]
 
-    async def _structure(self, branch_id: str | None) -> list[tuple[int, str, str | None]]:
-        return await self._on_branch(branch_id, self._view.structure)
-
     async def _on_branch(
         self, branch_id: str | None, read: Callable[[Lineage], Awaitable[list[T]]]
     ) -> list[T]:
         """``read`` of a branch's lineage (current when None; ``[]`` for an unknown branch)."""
         async with self._lock:
-            current, lineages = await self._branches()
-            lineage = lineages.get(current if branch_id is None else branch_id)
+            lineage = self._lineage(await self._log.sync(), branch_id)
             return await read(lineage) if lineage is not None else []
 
     async def _branches(self) -> tuple[str, dict[str, Lineage]]:
         """The current branch and every branch's lineage (called with ``_lock`` held)."""
         state = await self._log.sync()
         return state.current, {name: b.lineage for name, b in state.branches.items()}
+
+
+def _used(name: str) -> BranchError:
+    return BranchError(f"Branch ID '{name}' has already been used. Choose a new branch ID.")
 
 
 def _auto_name(state: BranchState, turn_number: int) -> str:

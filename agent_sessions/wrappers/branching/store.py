@@ -4,7 +4,7 @@ stores of its family; all have sequence numbers, so ranged reads cost O(result).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from agents.memory import Session
@@ -33,6 +33,19 @@ async def read_rows(
         return []
     seq_session: SupportsSequencedItems = session  # type: ignore[assignment]
     return await seq_session.get_sequenced_items(limit, after=after, before=before)
+
+
+async def newest_first(
+    session: Session, page: int, cap: int, before: int | None = None
+) -> AsyncIterator[tuple[int, Any]]:
+    """``(seq, item)`` below ``before``, newest first, read in pages growing up to ``cap``."""
+    while True:
+        rows = await read_rows(session, page, before=before)
+        for row in reversed(rows):
+            yield row
+        if len(rows) < page:
+            return
+        page, before = min(page * 4, cap), rows[0][0]
 
 
 async def first_visible(session: Session, seq_at: Callable[[int], Awaitable[int]], n: int) -> int:

@@ -16,7 +16,7 @@ from agents.memory import Session
 from ...core.capabilities import Capability, supports
 from ..foreign import ForeignSession, layers
 from .items import is_user_message
-from .store import first_visible, read_rows
+from .store import first_visible, newest_first, read_rows
 
 BLOCK = 256
 """User messages per sealed block."""
@@ -98,16 +98,10 @@ class TurnIndex:
     async def _load(self) -> None:
         """Take the newest head of the store (none: an empty index)."""
         self._loaded = True
-        page, before = 4, None
-        while True:
-            rows = await read_rows(self.store, page, before=before)
-            for _, record in reversed(rows):
-                if isinstance(record, dict) and isinstance(record.get("through"), int):
-                    self._adopt(record)
-                    return
-            if len(rows) < page:
+        async for _, record in newest_first(self.store, 4, 256):
+            if isinstance(record, dict) and isinstance(record.get("through"), int):
+                self._adopt(record)
                 return
-            page, before = min(page * 4, 256), rows[0][0]
 
     def _adopt(self, head: dict[str, Any]) -> None:
         blocks, tail = head.get("blocks"), head.get("tail")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from agents.memory import Session
@@ -86,10 +86,7 @@ class UsageQueries:
     _lock: asyncio.Lock
     _logger: logging.Logger
     side_store: Callable[[str], Session]
-
-    async def _branches(self) -> tuple[str, dict[str, Lineage]]:
-        """The current branch and every branch's lineage (called with ``_lock`` held)."""
-        raise NotImplementedError
+    _branches: Callable[[], Awaitable[tuple[str, dict[str, Lineage]]]]
 
     async def store_run_usage(self, result: RunResult | RunResultBase) -> None:
         """Store the usage of ``result`` for the latest user turn of the current branch.

@@ -12,7 +12,7 @@ from typing import Any
 from ...core.codec import dumps, loads
 from ..foreign import expiring_layer
 from .items import classify_message_type, extract_tool_name, is_user_message
-from .store import Storages, first_visible, read_rows
+from .store import Storages, first_visible, newest_first, read_rows
 from .turns import IndexBroken, TurnIndex, indexable
 
 Segment = tuple[str, "int | None"]
@@ -264,16 +264,9 @@ class View:
         """Return ``(storage key, seq)`` of the view's newest user message, or None; reads
         backwards in growing pages (O(items of the newest turn))."""
         for key, before in reversed(lineage):
-            storage = self.storages.storage(key)
-            page, cursor = 8, before
-            while True:
-                rows = await read_rows(storage, page, before=cursor)
-                for seq, item in reversed(rows):
-                    if is_user_message(item):
-                        return key, seq
-                if len(rows) < page:
-                    break
-                page, cursor = min(page * 4, 512), rows[0][0]
+            async for seq, item in newest_first(self.storages.storage(key), 8, 512, before):
+                if is_user_message(item):
+                    return key, seq
         return None
 
     async def structure(self, lineage: Lineage) -> list[tuple[int, str, str | None]]:
