@@ -191,3 +191,26 @@ def test_expiring_or_unopenable_foreign_sessions_are_refused(tmp_path: Path) -> 
     ours = InMemorySession("y")
     assert sequenced(ours) is ours, "a session with numbers of its own is used as it is"
     sdk.close()
+
+
+@pytest.mark.asyncio
+async def test_locks_of_sessions_no_longer_in_use_are_not_kept(tmp_path: Path) -> None:
+    import asyncio
+    import gc
+
+    from agent_sessions.wrappers import foreign
+
+    kept = _foreign(tmp_path)
+    twin = _foreign(tmp_path, kept.session_id)
+    await kept.add_items([msg("a")])
+    for i in range(50):  # a server seeing many conversations, one object each
+        s = _foreign(tmp_path, f"many-{i}")
+        await s.add_items([msg(str(i))])
+        await s.close()
+    del s
+    gc.collect()
+    locks = foreign._LOCKS[asyncio.get_running_loop()]
+    assert set(locks) == {kept._key}, "only the live object's lock is kept"
+    assert twin._lock() is kept._lock(), "objects of one session share its lock"
+    await twin.close()
+    await kept.close()

@@ -140,8 +140,10 @@ class Numbering:
         return cls(int(n), int(high), [(int(p), int(s)) for p, s in runs])
 
 
-_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, ...], asyncio.Lock]]
-_LOCKS = weakref.WeakKeyDictionary()
+_Locks = weakref.WeakValueDictionary[tuple[str, ...], asyncio.Lock]
+_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Locks] = weakref.WeakKeyDictionary()
+"""Per loop, the lock of each session in use: an entry lives while an object holds its lock
+(a server seeing many sessions does not keep one lock per id it ever saw)."""
 
 
 def _store_key(session: Session) -> tuple[str, ...]:
@@ -201,9 +203,9 @@ class ForeignSession(SessionWrapper):
         return sequenced(member, self._factory)
 
     def _lock(self) -> asyncio.Lock:
-        return _LOCKS.setdefault(asyncio.get_running_loop(), {}).setdefault(
-            self._key, asyncio.Lock()
-        )
+        locks = _LOCKS.setdefault(asyncio.get_running_loop(), weakref.WeakValueDictionary())
+        self._held = locks.setdefault(self._key, asyncio.Lock())
+        return self._held
 
     # -- the numbering -------------------------------------------------------------------------
 
