@@ -9,7 +9,7 @@ and after errors.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -108,6 +108,15 @@ async def _one(conn: Any, sql: str, args: Any) -> Any:
     row = await cur.fetchone()
     await cur.close()
     return row
+
+
+async def _changed(statement: Awaitable[Any]) -> int:
+    """How many rows ``statement`` changed (summed over an ``executemany``), its cursor
+    closed."""
+    cur = await statement
+    changed = int(cur.rowcount)
+    await cur.close()
+    return changed
 
 
 async def _execute_all(conn: Any, statements: list[str]) -> None:
@@ -392,24 +401,15 @@ class SqliteDialect(SqlDialect):
         return bool(await self._write(conn, run))
 
     async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
-        async def run() -> int:
-            cur = await conn.execute(self._delete_before, (session_id, before))
-            deleted = int(cur.rowcount)
-            await cur.close()
-            return deleted
-
-        return int(await self._write(conn, run))
+        args = (session_id, before)
+        return int(
+            await self._write(conn, lambda: _changed(conn.execute(self._delete_before, args)))
+        )
 
     async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
         sql = f"UPDATE {self.t.messages} SET message_data = ? WHERE session_id = ? AND seq = ?"
-
-        async def run() -> int:
-            cur = await conn.executemany(sql, [(p, session_id, seq) for seq, p in rows])
-            replaced = int(cur.rowcount)  # summed over the rows
-            await cur.close()
-            return replaced
-
-        return int(await self._write(conn, run))
+        args = [(p, session_id, seq) for seq, p in rows]
+        return int(await self._write(conn, lambda: _changed(conn.executemany(sql, args))))
 
     async def write_at(
         self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
