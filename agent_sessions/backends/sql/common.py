@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -388,17 +389,6 @@ def check_version(t: Tables, version: Any) -> None:
         )
 
 
-def prunable_end(rows: list[Row], prune: Callable[[str], bool]) -> int | None:
-    """Return the sequence number of the last of the oldest ``rows`` that ``prune`` accepts
-    (stopping at the first it refuses), or None."""
-    end = None
-    for seq, text in rows:
-        if not prune(text):
-            break
-        end = seq
-    return end
-
-
 async def delete_for_swap(
     fetch: Callable[[str, tuple[Any, ...]], Awaitable[list[Row]]],
     execute: Callable[[str, tuple[Any, ...]], Awaitable[object]],
@@ -435,8 +425,9 @@ async def delete_for_swap(
             f"SELECT seq, message_data {where} AND seq < {b} ORDER BY {', '.join(order)}",
             (session_id, first),
         )
-        end = prunable_end(older, prune)
-        if end is not None:
-            await execute(f"DELETE {where} AND seq <= {b}", (session_id, end))
+        # the oldest rows up to the first that ``prune`` refuses
+        pruned = list(itertools.takewhile(lambda row: prune(row[1]), older))
+        if pruned:
+            await execute(f"DELETE {where} AND seq <= {b}", (session_id, pruned[-1][0]))
     await execute(f"DELETE {where} AND seq >= {b}", (session_id, first))
     return True

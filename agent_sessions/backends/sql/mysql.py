@@ -20,7 +20,8 @@ autocommit and READ COMMITTED, which saves a round trip per read and avoids gap-
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -144,6 +145,19 @@ def _code(exc: BaseException) -> int | None:
     return args[0] if args and isinstance(args[0], int) else None
 
 
+@contextlib.asynccontextmanager
+async def _store_lock(cur: Any, t: Tables) -> AsyncIterator[None]:
+    """Hold the server-wide named lock of these tables (DDL, safe across processes)."""
+    name = f"agent_sessions:{t.lock_key():x}"
+    await cur.execute("SELECT GET_LOCK(%s, 60)", (name,))
+    await cur.fetchall()
+    try:
+        yield
+    finally:
+        await cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
+        await cur.fetchall()
+
+
 class MySQLDialect(SqlDialect):
     """SQL for MariaDB 10.5+ (and MySQL 8, through the locking pop)."""
 
@@ -200,16 +214,10 @@ class MySQLDialect(SqlDialect):
                 )
             version = await self._version(cur, create)
             if version is None and create:
-                name = f"agent_sessions:{t.lock_key():x}"
-                await cur.execute("SELECT GET_LOCK(%s, 60)", (name,))
-                await cur.fetchall()
-                try:
+                async with _store_lock(cur, t):
                     for statement in create_statements(t, self.mariadb):
                         await cur.execute(statement)
                     await conn.commit()
-                finally:
-                    await cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
-                    await cur.fetchall()
                 version = await self._version(cur, False)
             check_version(t, version)
             await cur.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE 1 = 0")
@@ -234,41 +242,36 @@ class MySQLDialect(SqlDialect):
                     "it when the session has create_tables=True, or run the statements of "
                     "agent_sessions.backends.sql.mysql.text_statements() once"
                 )
-            name = f"agent_sessions:{t.lock_key():x}"
-            await cur.execute("SELECT GET_LOCK(%s, 60)", (name,))
-            await cur.fetchall()
-            try:
-                if not await self._text_present(cur):
-                    await cur.execute(
-                        "SELECT trigger_name FROM information_schema.triggers "
-                        "WHERE trigger_schema = DATABASE() AND event_object_table = %s",
-                        (t.messages,),
-                    )
-                    existing = {str(r[0]) for r in await cur.fetchall()}
-                    await cur.execute("SET SESSION innodb_ft_enable_stopword = OFF")
-                    try:
-                        for statement in text_statements(t, self.mariadb):
-                            if statement.startswith("DROP TRIGGER IF EXISTS ") and (
-                                statement.rsplit(" ", 1)[-1] not in existing
-                            ):
-                                continue  # the driver would print the server's warning
-                            await cur.execute(statement)
-                    finally:
-                        await cur.execute("SET SESSION innodb_ft_enable_stopword = DEFAULT")
-                await conn.commit()
-            except Exception as exc:
-                if any(_code(e) in _DENIED for e in causes(exc)):
-                    raise BackendDataError(
-                        f"cannot create the full-text index of {t.messages} ({exc}): the user "
-                        "needs the CREATE, REFERENCES, INDEX and TRIGGER privileges once (and "
-                        "SUPER, or log_bin_trust_function_creators=1, where binary logging is "
-                        "on); run agent_sessions.backends.sql.mysql.text_statements() as such "
-                        "a user"
-                    ) from exc
-                raise
-            finally:
-                await cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
-                await cur.fetchall()
+            async with _store_lock(cur, t):
+                try:
+                    if not await self._text_present(cur):
+                        await cur.execute(
+                            "SELECT trigger_name FROM information_schema.triggers "
+                            "WHERE trigger_schema = DATABASE() AND event_object_table = %s",
+                            (t.messages,),
+                        )
+                        existing = {str(r[0]) for r in await cur.fetchall()}
+                        await cur.execute("SET SESSION innodb_ft_enable_stopword = OFF")
+                        try:
+                            for statement in text_statements(t, self.mariadb):
+                                if statement.startswith("DROP TRIGGER IF EXISTS ") and (
+                                    statement.rsplit(" ", 1)[-1] not in existing
+                                ):
+                                    continue  # the driver would print the server's warning
+                                await cur.execute(statement)
+                        finally:
+                            await cur.execute("SET SESSION innodb_ft_enable_stopword = DEFAULT")
+                    await conn.commit()
+                except Exception as exc:
+                    if any(_code(e) in _DENIED for e in causes(exc)):
+                        raise BackendDataError(
+                            f"cannot create the full-text index of {t.messages} ({exc}): the "
+                            "user needs the CREATE, REFERENCES, INDEX and TRIGGER privileges "
+                            "once (and SUPER, or log_bin_trust_function_creators=1, where "
+                            "binary logging is on); run "
+                            "agent_sessions.backends.sql.mysql.text_statements() as such a user"
+                        ) from exc
+                    raise
 
     async def drop_text(self, conn: Any) -> None:
         x = TextTables.of(self.t)
@@ -372,7 +375,7 @@ class MySQLDialect(SqlDialect):
             await cur.execute(
                 "SELECT r.ok, s.seq, s.message_data, s.score FROM "
                 f"(SELECT EXISTS (SELECT 1 FROM {x.registry} WHERE session_id = %s "
-            "AND ready) AS ok) r "
+                "AND ready) AS ok) r "
                 f"LEFT JOIN (SELECT h.seq, m.message_data, h.score FROM (SELECT i.seq, {against} "
                 f"AS score FROM {x.index} i {join} WHERE i.session_id = %s AND {against}{where} "
                 "ORDER BY score DESC, i.seq LIMIT %s) h "
@@ -429,27 +432,37 @@ class MySQLDialect(SqlDialect):
         n = len(payloads)
         await cur.execute(self._bump, (session_id, n, n))
         last = int(cur.lastrowid)
+        rows = [(last - n + 1 + i, p) for i, p in enumerate(payloads)]
+        await self._insert_rows(cur, session_id, rows, chunks)
+        return last
+
+    async def _insert_rows(
+        self, cur: Any, session_id: str, rows: list[Row], chunks: list[list[int]]
+    ) -> None:
+        """Insert ``rows`` ``(seq, payload)``, one INSERT per chunk of their indexes."""
         for chunk in chunks:
             args: list[Any] = []
             for i in chunk:
-                args += (session_id, last - n + 1 + i, payloads[i])
+                args += (session_id, *rows[i])
             await cur.execute(self._insert + ",".join(["(%s,%s,%s)"] * len(chunk)), args)
-        return last
+
+    def _one_trip(self, session_id: str, payloads: list[str]) -> tuple[str, list[Any]]:
+        """The counter's bump and the batch's INSERT as one ``;``-joined text, and their
+        parameters: the server numbers the items from the counter the bump just set."""
+        n = len(payloads)
+        values = ",".join(f"(%s,LAST_INSERT_ID()-{n - 1 - i},%s)" for i in range(n))
+        args: list[Any] = [session_id, n, n]
+        for p in payloads:
+            args += (session_id, p)
+        return f"{self._bump};{self._insert}{values}", args
 
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
-        n = len(payloads)
         chunks = self._chunks(session_id, payloads)
         async with conn.cursor() as cur:
             if len(chunks) == 1:
-                # One round trip: both drivers enable multi-statements; the items' numbers are
-                # computed by the server from the counter the first INSERT just set.
-                values = ",".join(f"(%s,LAST_INSERT_ID()-{n - 1 - i},%s)" for i in range(n))
-                args: list[Any] = [session_id, n, n]
-                for p in payloads:
-                    args += (session_id, p)
-                await cur.execute(
-                    f"START TRANSACTION;{self._bump};{self._insert}{values};COMMIT", args
-                )
+                # One round trip: both drivers enable multi-statements.
+                sql, args = self._one_trip(session_id, payloads)
+                await cur.execute(f"START TRANSACTION;{sql};COMMIT", args)
                 await cur.nextset()
                 last = int(cur.lastrowid)
                 while await cur.nextset():
@@ -516,21 +529,15 @@ class MySQLDialect(SqlDialect):
         return True, None if own is None else str(own[1])
 
     async def append_unnumbered(self, conn: Any, session_id: str, payloads: list[str]) -> None:
-        n = len(payloads)
         if not self.mariadb or len(self._chunks(session_id, payloads)) > 1:
             await self.append(conn, session_id, payloads)
             return
         # MariaDB: the transaction as one compound statement, answered by one OK packet after
         # its COMMIT (the multi-statement form answers before and after the commit: two
         # wake-ups and four results to parse). It reports no number, hence only here.
-        values = ",".join(f"(%s,LAST_INSERT_ID()-{n - 1 - i},%s)" for i in range(n))
-        args: list[Any] = [session_id, n, n]
-        for p in payloads:
-            args += (session_id, p)
+        sql, args = self._one_trip(session_id, payloads)
         async with conn.cursor() as cur:
-            await cur.execute(
-                f"{_BLOCK}START TRANSACTION;{self._bump};{self._insert}{values};COMMIT;END", args
-            )
+            await cur.execute(f"{_BLOCK}START TRANSACTION;{sql};COMMIT;END", args)
 
     def abort(self, conn: Any) -> None:
         conn.close()  # closes the socket: a read in progress fails at once
@@ -576,9 +583,7 @@ class MySQLDialect(SqlDialect):
                 await conn.commit()
         return None if row is None else str(row[0])
 
-    async def pop_checked(
-        self, conn: Any, session_id: str, check: Callable[[str], Any]
-    ) -> Any:
+    async def pop_checked(self, conn: Any, session_id: str, check: Callable[[str], Any]) -> Any:
         # The pop's row lock is held across the check: a concurrent pop waits for its outcome.
         async with conn.cursor() as cur:
             try:
@@ -639,13 +644,8 @@ class MySQLDialect(SqlDialect):
                     await conn.rollback()
                     return False
                 if payloads:
-                    n = len(payloads)
-                    await cur.execute(self._bump, (sid, n, n))
-                    last = int(cur.lastrowid)
-                    args: list[Any] = []
-                    for i, p in enumerate(payloads):
-                        args += (sid, last - n + 1 + i, p)
-                    await cur.execute(self._insert + ",".join(["(%s,%s,%s)"] * n), args)
+                    whole = [list(range(len(payloads)))]
+                    await self._bump_and_insert(cur, sid, payloads, whole)
             except BaseException:
                 await conn.rollback()
                 raise
@@ -677,10 +677,10 @@ class MySQLDialect(SqlDialect):
         self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
     ) -> int:
         s, m = self.t.sessions, self.t.messages
-        payloads = [payload for _, payload in rows]
-        chunks = self._chunks(session_id, payloads)
-        times = [datetime.fromtimestamp(t, timezone.utc).replace(tzinfo=None)
-                 for t in (created, updated)]
+        chunks = self._chunks(session_id, [payload for _, payload in rows])
+        times = [
+            datetime.fromtimestamp(t, timezone.utc).replace(tzinfo=None) for t in (created, updated)
+        ]
         async with conn.cursor() as cur:
             if conn.get_autocommit():
                 await conn.begin()
@@ -698,11 +698,7 @@ class MySQLDialect(SqlDialect):
                 if held:
                     await conn.rollback()
                     return int(held)
-                for chunk in chunks:
-                    args: list[Any] = []
-                    for i in chunk:
-                        args += (session_id, rows[i][0], payloads[i])
-                    await cur.execute(self._insert + ",".join(["(%s,%s,%s)"] * len(chunk)), args)
+                await self._insert_rows(cur, session_id, rows, chunks)
                 await conn.commit()
             except BaseException:
                 await conn.rollback()

@@ -251,8 +251,11 @@ def _create_engine(url: str, kwargs: dict[str, Any]) -> AsyncEngine:
         return create_async_engine(url, **kwargs)
     except ImportError as exc:
         driver = make_url(url).get_driver_name()
-        raise missing(f"the URL scheme {make_url(url).drivername}://", _DRIVER_EXTRAS.get(
-            driver, "sqlalchemy"), exc) from exc
+        raise missing(
+            f"the URL scheme {make_url(url).drivername}://",
+            _DRIVER_EXTRAS.get(driver, "sqlalchemy"),
+            exc,
+        ) from exc
 
 
 class _SharedEngine:
@@ -719,12 +722,9 @@ class SQLAlchemySession(BaseSession):
     # -- BaseSession hooks ------------------------------------------------------------------
 
     async def _append(self, payloads: list[str]) -> list[int]:
-        sid = self.session_id
-
-        async def op(d: SqlDialect, conn: Any) -> int:
-            return await d.append(conn, sid, payloads)
-
-        last = await self._run(op, write=True)
+        last = await self._run(
+            lambda d, conn: d.append(conn, self.session_id, payloads), write=True
+        )
         return list(range(last - len(payloads) + 1, last + 1))
 
     def _same_store(self, other: object) -> bool:
@@ -742,11 +742,9 @@ class SQLAlchemySession(BaseSession):
         if not self._same_store(guard):
             return None
         sid, gid = self.session_id, guard.session_id
-
-        async def op(d: SqlDialect, conn: Any) -> int | None:
-            return await d.append_if_newest(conn, sid, payloads, gid, seq)
-
-        last = await self._run(op, write=True)
+        last = await self._run(
+            lambda d, conn: d.append_if_newest(conn, sid, payloads, gid, seq), write=True
+        )
         return None if last is None else list(range(last - len(payloads) + 1, last + 1))
 
     async def _pop_if_newest(
@@ -755,45 +753,29 @@ class SQLAlchemySession(BaseSession):
         if not self._same_store(guard):
             return False, None
         sid, gid = self.session_id, guard.session_id
-
-        async def op(d: SqlDialect, conn: Any) -> tuple[bool, str | None]:
-            return await d.pop_if_newest(conn, sid, gid, seq, newest)
-
-        return await self._run(op, write=True)
+        return await self._run(
+            lambda d, conn: d.pop_if_newest(conn, sid, gid, seq, newest), write=True
+        )
 
     async def _append_unnumbered(self, payloads: list[str]) -> None:
-        sid = self.session_id
-
-        async def op(d: SqlDialect, conn: Any) -> None:
-            await d.append_unnumbered(conn, sid, payloads)
-
-        await self._run(op, write=True)
+        await self._run(
+            lambda d, conn: d.append_unnumbered(conn, self.session_id, payloads), write=True
+        )
 
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:
-        sid = self.session_id
-
-        async def op(d: SqlDialect, conn: Any) -> list[Row]:
-            return await d.load(conn, sid, limit, after, before)
-
-        return await self._run(op, write=False)
+        return await self._run(
+            lambda d, conn: d.load(conn, self.session_id, limit, after, before), write=False
+        )
 
     async def _pop(self) -> str | None:
-        sid = self.session_id
-
-        async def op(d: SqlDialect, conn: Any) -> str | None:
-            return await d.pop(conn, sid)
-
-        return await self._run(op, write=True)
+        return await self._run(lambda d, conn: d.pop(conn, self.session_id), write=True)
 
     async def _pop_row_checked(self, check: Callable[[str], Any]) -> Any:
-        sid = self.session_id
-
-        async def op(d: SqlDialect, conn: Any) -> Any:
-            return await d.pop_checked(conn, sid, check)
-
-        outcome = await self._run(op, write=True)
+        outcome = await self._run(
+            lambda d, conn: d.pop_checked(conn, self.session_id, check), write=True
+        )
         if isinstance(outcome, Refused):
             raise outcome.error
         return outcome
@@ -805,56 +787,35 @@ class SQLAlchemySession(BaseSession):
         prune: Callable[[str], bool] | None,
     ) -> bool:
         """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``)."""
-        sid = self.session_id
-
-        async def op(d: SqlDialect, conn: Any) -> bool:
-            return await d.replace_rows(conn, sid, expected, payloads, prune)
-
-        return await self._run(op, write=True)
+        return await self._run(
+            lambda d, conn: d.replace_rows(conn, self.session_id, expected, payloads, prune),
+            write=True,
+        )
 
     async def _clear(self) -> None:
-        sid = self.session_id
-
-        async def op(d: SqlDialect, conn: Any) -> None:
-            await d.clear(conn, sid)
-
-        await self._run(op, write=True)
+        await self._run(lambda d, conn: d.clear(conn, self.session_id), write=True)
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
-        sid = self.session_id
-
-        async def op(d: SqlDialect, conn: Any) -> int:
-            return await d.count(conn, sid, after, before)
-
-        return await self._run(op, write=False)
+        return await self._run(
+            lambda d, conn: d.count(conn, self.session_id, after, before), write=False
+        )
 
     async def _delete_before(self, before: int) -> int:
-        sid = self.session_id
-
-        async def op(d: SqlDialect, conn: Any) -> int:
-            return await d.delete_before(conn, sid, before)
-
-        return await self._run(op, write=True)
+        return await self._run(
+            lambda d, conn: d.delete_before(conn, self.session_id, before), write=True
+        )
 
     async def _rewrite(self, rows: list[Row]) -> int:
-        sid = self.session_id
-
-        async def op(d: SqlDialect, conn: Any) -> int:
-            return await d.rewrite(conn, sid, rows)
-
-        return await self._run(op, write=True)
+        return await self._run(lambda d, conn: d.rewrite(conn, self.session_id, rows), write=True)
 
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
-        sid = self.session_id
-
-        async def op(d: SqlDialect, conn: Any) -> int:
-            return await d.write_at(conn, sid, rows, created, updated)
-
-        held = await self._run(op, write=True)
+        held = await self._run(
+            lambda d, conn: d.write_at(conn, self.session_id, rows, created, updated), write=True
+        )
         if held:
             raise SequenceConflictError(
-                f"session {sid!r} already holds {held} item(s); write_sequenced_items fills "
-                "an empty session only. Nothing was written"
+                f"session {self.session_id!r} already holds {held} item(s); "
+                "write_sequenced_items fills an empty session only. Nothing was written"
             )
 
     async def _search_text(
@@ -896,12 +857,9 @@ class SQLAlchemySession(BaseSession):
         return found
 
     async def _index_step(self, after: int | None) -> int | None:
-        sid = self.session_id
-
-        async def step(d: SqlDialect, conn: Any) -> int | None:
-            return await d.index_session(conn, sid, after)
-
-        return await self._run(step, write=True)
+        return await self._run(
+            lambda d, conn: d.index_session(conn, self.session_id, after), write=True
+        )
 
     async def drop_text_index(self) -> None:
         """Remove the full-text index of these tables, for every session (its triggers,

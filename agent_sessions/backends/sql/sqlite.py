@@ -9,7 +9,7 @@ and after errors.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -102,6 +102,28 @@ def _text_names(t: Tables) -> list[str]:
     ]
 
 
+async def _one(conn: Any, sql: str, args: Any) -> Any:
+    """The first row of ``sql`` (None when there is none), its cursor closed."""
+    cur = await conn.execute(sql, args)
+    row = await cur.fetchone()
+    await cur.close()
+    return row
+
+
+async def _changed(statement: Awaitable[Any]) -> int:
+    """How many rows ``statement`` changed (summed over an ``executemany``), its cursor
+    closed."""
+    cur = await statement
+    changed = int(cur.rowcount)
+    await cur.close()
+    return changed
+
+
+async def _execute_all(conn: Any, statements: list[str]) -> None:
+    for statement in statements:
+        await conn.execute(statement)
+
+
 def _stamp(epoch: float) -> str:
     """``epoch`` as CURRENT_TIMESTAMP text (UTC)."""
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
@@ -114,6 +136,7 @@ _FILTERS = (
     f"json_extract({_FIELD}) {{op}} {{mark}}",
 )
 """``search_text``'s filter templates (``filter_clause``)."""
+
 
 class SqliteDialect(SqlDialect):
     """SQL for SQLite 3.35+ (``RETURNING``)."""
@@ -136,7 +159,7 @@ class SqliteDialect(SqlDialect):
             f"DELETE FROM {m} WHERE session_id = ? AND seq = (SELECT seq FROM {m} "
             "WHERE session_id = ? ORDER BY seq DESC LIMIT 1) RETURNING message_data"
         )
-        self._clear = [f"DELETE FROM {m} WHERE session_id = ?"]
+        self._clear = f"DELETE FROM {m} WHERE session_id = ?"
         self._delete_before = f"DELETE FROM {m} WHERE session_id = ? AND seq < ?"
 
     async def _write(self, conn: Any, statements: Any) -> Any:
@@ -153,12 +176,7 @@ class SqliteDialect(SqlDialect):
         t = self.t
         version = await self._version(conn, create)
         if version is None and create:
-
-            async def run() -> None:
-                for statement in create_statements(t):
-                    await conn.execute(statement)
-
-            await self._write(conn, run)
+            await self._write(conn, lambda: _execute_all(conn, create_statements(t)))
             version = await self._version(conn, False)
         check_version(t, version)
         await conn.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE 0")
@@ -170,11 +188,8 @@ class SqliteDialect(SqlDialect):
 
         async def present() -> bool:
             marks = ", ".join("?" * len(names))
-            cur = await conn.execute(
-                f"SELECT COUNT(*) FROM sqlite_master WHERE name IN ({marks})", names
-            )
-            (found,) = await cur.fetchone()
-            await cur.close()
+            sql = f"SELECT COUNT(*) FROM sqlite_master WHERE name IN ({marks})"
+            (found,) = await _one(conn, sql, names)
             return int(found) == len(names)
 
         if await present():
@@ -185,13 +200,8 @@ class SqliteDialect(SqlDialect):
                 "when the session has create_tables=True, or run the statements of "
                 "agent_sessions.backends.sql.sqlite.text_statements() once"
             )
-
-        async def run() -> None:
-            for statement in text_statements(t):
-                await conn.execute(statement)
-
         try:
-            await self._write(conn, run)
+            await self._write(conn, lambda: _execute_all(conn, text_statements(t)))
         except sqlite3.OperationalError as exc:
             if "fts5" in str(exc):
                 raise BackendDataError(
@@ -202,41 +212,34 @@ class SqliteDialect(SqlDialect):
 
     async def drop_text(self, conn: Any) -> None:
         names = _text_names(self.t)
-        triggers, tables = names[3:], [names[2], names[1], names[0]]
-
-        async def run() -> None:
-            for name in triggers:  # first: a trigger naming a dropped table fails writes
-                await conn.execute(f"DROP TRIGGER IF EXISTS {name}")
-            for name in tables:
-                await conn.execute(f"DROP TABLE IF EXISTS {name}")
-
-        await self._write(conn, run)
+        # triggers first: a trigger naming a dropped table fails writes
+        drops = [f"DROP TRIGGER IF EXISTS {name}" for name in names[3:]]
+        drops += [f"DROP TABLE IF EXISTS {name}" for name in names[2::-1]]
+        await self._write(conn, lambda: _execute_all(conn, drops))
 
     async def index_session(self, conn: Any, session_id: str, after: int | None) -> int | None:
         t, x = self.t, TextTables.of(self.t)
         last: int | None = None
 
-        async def one(sql: str, args: tuple[Any, ...]) -> Any:
-            cur = await conn.execute(sql, args)
-            row = await cur.fetchone()
-            await cur.close()
-            return None if row is None else row[0]
-
         async def run() -> None:
             nonlocal last
             if after is None:
-                if await one(f"SELECT 1 FROM {t.sessions} WHERE session_id = ?", (session_id,)):
+                if await _one(
+                    conn, f"SELECT 1 FROM {t.sessions} WHERE session_id = ?", (session_id,)
+                ):
                     await conn.execute(
                         f"INSERT OR IGNORE INTO {x.registry} (session_id) VALUES (?)",
                         (session_id,),
                     )
                     last = 0
                 return  # no items: the first search after the first write registers it
-            last = await one(
+            found = await _one(
+                conn,
                 f"SELECT seq FROM {t.messages} WHERE session_id = ? AND seq > ? "
                 f"ORDER BY seq LIMIT 1 OFFSET {BACKFILL_ROWS - 1}",
                 (session_id, after),
             )
+            last = None if found is None else found[0]
             await conn.execute(
                 f"INSERT OR IGNORE INTO {x.index} (session_id, seq, body) SELECT m.session_id, "
                 f"m.seq, json_extract(m.message_data, '$.text') FROM {t.messages} m "
@@ -257,16 +260,13 @@ class SqliteDialect(SqlDialect):
     ) -> list[tuple[int, str, float]] | None:
         t, x = self.t, TextTables.of(self.t)
         fts = x.name("fts")
-        cur = await conn.execute(
-            f"SELECT 1 FROM {x.registry} WHERE session_id = ? AND ready", (session_id,)
-        )
-        registered = await cur.fetchone()
-        await cur.close()
-        if registered is None:
+        sql = f"SELECT 1 FROM {x.registry} WHERE session_id = ? AND ready"
+        if await _one(conn, sql, (session_id,)) is None:
             return None
         # an int beyond 64 bits binds as a float (same order)
-        where, args = filter_clause(filters, _FILTERS, lambda i: "?",
-                                    number=lambda b: b if abs(b) < 2**63 else float(b))
+        where, args = filter_clause(
+            filters, _FILTERS, lambda i: "?", number=lambda b: b if abs(b) < 2**63 else float(b)
+        )
         match = " OR ".join(f'"{w}"' for w in words)
         # bm25() is lower for better matches: the score is its negation.
         cur = await conn.execute(
@@ -293,28 +293,21 @@ class SqliteDialect(SqlDialect):
         row = await cur.fetchone()
         return row[0] if row else None
 
-    async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
+    async def _add(self, conn: Any, session_id: str, payloads: list[str]) -> int:
+        """In the caller's transaction: advance the counter and insert ``payloads`` numbered
+        from it; the last number."""
         n = len(payloads)
+        last = int((await _one(conn, self._bump, (session_id, n)))[0])
+        rows = [(session_id, last - n + 1 + i, p) for i, p in enumerate(payloads)]
+        await conn.executemany(self._insert, rows)
+        return last
 
-        async def run() -> int:
-            cur = await conn.execute(self._bump, (session_id, n))
-            row = await cur.fetchone()
-            await cur.close()
-            last = int(row[0])
-            first = last - n + 1
-            await conn.executemany(
-                self._insert, [(session_id, first + i, p) for i, p in enumerate(payloads)]
-            )
-            return last
-
-        return int(await self._write(conn, run))
+    async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
+        return int(await self._write(conn, lambda: self._add(conn, session_id, payloads)))
 
     async def _newest(self, conn: Any, session_id: str) -> int | None:
-        cur = await conn.execute(
-            f"SELECT max(seq) FROM {self.t.messages} WHERE session_id = ?", (session_id,)
-        )
-        row = await cur.fetchone()
-        await cur.close()
+        sql = f"SELECT max(seq) FROM {self.t.messages} WHERE session_id = ?"
+        row = await _one(conn, sql, (session_id,))
         return None if row[0] is None else int(row[0])
 
     async def append_if_newest(
@@ -323,13 +316,7 @@ class SqliteDialect(SqlDialect):
         async def run() -> int | None:  # BEGIN IMMEDIATE: no other writer until COMMIT
             if await self._newest(conn, guard) != seq:
                 return None
-            n = len(payloads)
-            cur = await conn.execute(self._bump, (session_id, n))
-            last = int((await cur.fetchone())[0])
-            await cur.close()
-            rows = [(session_id, last - n + 1 + i, p) for i, p in enumerate(payloads)]
-            await conn.executemany(self._insert, rows)
-            return last
+            return await self._add(conn, session_id, payloads)
 
         return await self._write(conn, run)  # type: ignore[no-any-return]
 
@@ -371,9 +358,7 @@ class SqliteDialect(SqlDialect):
         value = await self._write(conn, run)
         return None if value is None else str(value)
 
-    async def pop_checked(
-        self, conn: Any, session_id: str, check: Callable[[str], Any]
-    ) -> Any:
+    async def pop_checked(self, conn: Any, session_id: str, check: Callable[[str], Any]) -> Any:
         await conn.execute("BEGIN IMMEDIATE")
         try:
             cur = await conn.execute(self._pop, (session_id, session_id))
@@ -386,11 +371,7 @@ class SqliteDialect(SqlDialect):
         return outcome
 
     async def clear(self, conn: Any, session_id: str) -> None:
-        async def run() -> None:
-            for statement in self._clear:
-                await conn.execute(statement, (session_id,))
-
-        await self._write(conn, run)
+        await self._write(conn, lambda: conn.execute(self._clear, (session_id,)))
 
     async def replace_rows(
         self,
@@ -414,37 +395,21 @@ class SqliteDialect(SqlDialect):
             ):
                 return False
             if payloads:
-                n = len(payloads)
-                cur = await conn.execute(self._bump, (sid, n))
-                row = await cur.fetchone()
-                await cur.close()
-                last = int(row[0])
-                await conn.executemany(
-                    self._insert, [(sid, last - n + 1 + i, p) for i, p in enumerate(payloads)]
-                )
+                await self._add(conn, sid, payloads)
             return True
 
         return bool(await self._write(conn, run))
 
     async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
-        async def run() -> int:
-            cur = await conn.execute(self._delete_before, (session_id, before))
-            deleted = int(cur.rowcount)
-            await cur.close()
-            return deleted
-
-        return int(await self._write(conn, run))
+        args = (session_id, before)
+        return int(
+            await self._write(conn, lambda: _changed(conn.execute(self._delete_before, args)))
+        )
 
     async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
         sql = f"UPDATE {self.t.messages} SET message_data = ? WHERE session_id = ? AND seq = ?"
-
-        async def run() -> int:
-            cur = await conn.executemany(sql, [(p, session_id, seq) for seq, p in rows])
-            replaced = int(cur.rowcount)  # summed over the rows
-            await cur.close()
-            return replaced
-
-        return int(await self._write(conn, run))
+        args = [(p, session_id, seq) for seq, p in rows]
+        return int(await self._write(conn, lambda: _changed(conn.executemany(sql, args))))
 
     async def write_at(
         self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
@@ -453,11 +418,9 @@ class SqliteDialect(SqlDialect):
         stamps = [_stamp(created), _stamp(updated)]
 
         async def run() -> int:
-            cur = await conn.execute(
-                f"SELECT COUNT(*) FROM {m} WHERE session_id = ?", (session_id,)
+            (held,) = await _one(
+                conn, f"SELECT COUNT(*) FROM {m} WHERE session_id = ?", (session_id,)
             )
-            (held,) = await cur.fetchone()
-            await cur.close()
             if held:
                 return int(held)
             await conn.execute(
