@@ -452,8 +452,7 @@ def _pretty(item: Any) -> str:
     elif "output" in item:
         text = str(item["output"])
     else:
-        rest = {k: v for k, v in item.items() if k not in ("role", "type")}
-        text = _json(rest)
+        text = _json({k: v for k, v in item.items() if k not in ("role", "type")})
     return f"{item.get('role') or item.get('type') or 'item'}: {' '.join(text.split())}"
 
 

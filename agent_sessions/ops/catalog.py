@@ -1,11 +1,7 @@
-"""The session catalog: list, inspect and erase the sessions of a store, on every backend.
-
-Sessions come in pages ordered by id with their metadata (no items are read), filtered by id
-prefix and last update. A session is deleted with its *family*: the side stores layers keep for
-it (branch logs, usage, compaction records, rewrite backups, under ids made by
-:func:`agent_sessions.core.ids.derive_sibling_id`), which are never listed as sessions. Each
-backend offers a :class:`~agent_sessions.core.catalog.CatalogStore` through
-``catalog_store()``; this module holds the rules common to all of them::
+"""The session catalog: list (pages by id, no items read), inspect and erase the sessions of
+a store on every backend. A session is deleted with its *family*: the side stores layers keep
+for it (ids from :func:`agent_sessions.core.ids.derive_sibling_id`), never listed as sessions.
+Backends offer a ``CatalogStore`` through ``catalog_store()``; the common rules are here::
 
     catalog = await SessionCatalog.open("sqlite:///app.db")
     page = await catalog.list_sessions(prefix="user-42:", limit=50)
@@ -139,10 +135,8 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
         validate_session_id(session_id, internal=True)
         # The id is the smallest string starting with itself: if it exists, it comes first.
         query = CatalogQuery(limit=5, prefix=session_id, internal=is_side_store(session_id))
-        for info in await self.store.list_page(query):
-            if info.session_id == session_id:
-                return info
-        return None
+        found = await self.store.list_page(query)
+        return next((info for info in found if info.session_id == session_id), None)
 
     async def require(self, session_id: str) -> SessionInfo:
         """Like :meth:`get`, but raise :class:`SessionNotFoundError` for an unknown id."""
@@ -170,9 +164,7 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
         existed = 0
         for start in range(0, len(roots), 500):
             chunk = list(dict.fromkeys(roots[start : start + 500]))
-            side: list[str] = []
-            for sid in chunk:
-                side.extend(await self.family(sid))
+            side = [member for sid in chunk for member in await self.family(sid)]
             if side:
                 await self.store.delete(side)
             existed += await self.store.delete(chunk)

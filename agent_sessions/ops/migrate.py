@@ -81,17 +81,16 @@ class TransferReport:
 
 def _is_sqlalchemy(url: str) -> bool:
     base, _, driver = url.split("://", 1)[0].lower().removeprefix("sdk+").partition("+")
-    sql = base in ("postgres", "postgresql", "mysql", "mariadb")
-    return sql or (base == "sqlite" and bool(driver))
+    return base in ("postgres", "postgresql", "mysql", "mariadb") or (
+        base == "sqlite" and bool(driver)
+    )
 
 
 class Store(AbstractAsyncContextManager["Store"]):
     """One store opened by URL: a catalog plus sessions by id, sharing one connection."""
 
     def __init__(self, url: str, base: Any, catalog: SessionCatalog | None) -> None:
-        self.url = url
-        self.base = base
-        self.catalog = catalog
+        self.url, self.base, self.catalog = url, base, catalog
 
     @classmethod
     async def open(

@@ -266,9 +266,8 @@ class SDKMongoCatalog:
         return self.sessions_name in await self.db.list_collection_names()
 
     async def _count(self, doc: Any) -> int:
-        generation = doc.get("_generation", 0)
-        query: dict[str, Any] = {"session_id": doc["session_id"]}
-        query["generation"] = generation if generation else {"$in": [0, None]}
+        generation = doc.get("_generation") or {"$in": [0, None]}
+        query = {"session_id": doc["session_id"], "generation": generation}
         total = 0
         async for message in self.messages.find(query, {"message_data": 1}):
             data = message.get("message_data")
@@ -283,8 +282,7 @@ class SDKMongoCatalog:
             conditions.append({"session_id": {"$regex": "^" + re.escape(query.prefix)}})
         flt = {"$and": conditions} if conditions else {}
         out: list[SessionInfo] = []
-        cursor = self.sessions.find(flt).sort("session_id", 1)
-        async for doc in cursor:
+        async for doc in self.sessions.find(flt).sort("session_id", 1):
             info = SessionInfo(
                 str(doc["session_id"]), utc(doc.get("created_at")), utc(doc.get("updated_at")),
                 await self._count(doc),
