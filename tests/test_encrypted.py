@@ -725,3 +725,18 @@ async def test_is_encrypted_recognises_stored_envelopes_ours_and_the_sdks() -> N
     assert stored[0].get("__enc__") != 1, "why the SDK's check is not enough"
     odd: list[Any] = [None, "x", [], {"type": "agent_sessions.enc"}]
     assert not any(is_encrypted(x) for x in odd)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "plaintext", ['{"role":"user","content":"x"},{"role":"user","content":"y"}', "[1]", "7", "{"]
+)
+async def test_a_plaintext_that_is_not_one_json_object_is_unreadable(plaintext: str) -> None:
+    # Only a key holder can seal such a plaintext; reads that decode many items in one call
+    # must still give one item per envelope.
+    s, inner = await _stack(encryption_key=KEY)
+    await s.add_items([msg("a")])
+    await inner.add_items([s._seal(plaintext)])
+    await s.add_items([msg("b")])
+    for reader in (s, EncryptedSession(inner, encryption_key=KEY)):  # cached, then decrypted
+        assert texts(await reader.get_items()) == ["a", "b"]

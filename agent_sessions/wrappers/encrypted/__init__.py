@@ -445,7 +445,7 @@ class EncryptedSession(SessionWrapper):
             plains.append(plain)
         try:
             items = loads(b"[%b]" % b",".join(plains))
-            if all(type(item) is dict for item in items):
+            if len(items) == len(plains) and all(type(item) is dict for item in items):
                 return items  # type: ignore[no-any-return]
         except ValueError:
             pass
