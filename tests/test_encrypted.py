@@ -736,7 +736,7 @@ async def test_a_plaintext_that_is_not_one_json_object_is_unreadable(plaintext: 
     # must still give one item per envelope.
     s, inner = await _stack(encryption_key=KEY)
     await s.add_items([msg("a")])
-    await inner.add_items([s._seal(plaintext)])
+    await inner.add_items([s._seal(plaintext)])  # type: ignore[list-item]
     await s.add_items([msg("b")])
     for reader in (s, EncryptedSession(inner, encryption_key=KEY)):  # cached, then decrypted
         assert texts(await reader.get_items()) == ["a", "b"]
