@@ -290,6 +290,26 @@ async def test_auto_names_never_collide(make: Any) -> None:
     await s.close()
 
 
+@pytest.mark.asyncio
+async def test_two_objects_auto_naming_from_one_turn_at_once_never_collide(make: Any) -> None:
+    writer = make()
+    await writer.add_items(turns(2))
+    await writer.close()
+    a, b = make(), make()
+    outcomes = await asyncio.gather(
+        a.create_branch_from_turn(2), b.create_branch_from_turn(2), return_exceptions=True
+    )
+    # The current branch is the session's: the later caller may find it moved (no turn 2
+    # there), but never an auto name it did not choose "already used".
+    names = [o for o in outcomes if isinstance(o, str)]
+    for o in outcomes:
+        assert isinstance(o, str) or "does not contain a user message" in str(o), o
+    assert names and len(set(names)) == len(names)
+    listed = {branch["branch_id"] for branch in await make().list_branches()}
+    assert set(names) <= listed
+    await close_all(a, b)
+
+
 # -- copy-on-write: writes, pops and deletes never reach other branches ---------------------
 
 

@@ -256,25 +256,28 @@ class BranchingSession(SessionWrapper):
                 )
             if branch_name is not None and branch_name in state.used:
                 raise _used(branch_name)
-            name = branch_name if branch_name is not None else _auto_name(state, turn_number)
-            forked = (
-                *lineage[: turn.segment],
-                (lineage[turn.segment][0], turn.seq),
-                (uuid.uuid4().hex, None),
-            )
-            state, op_id = await self._log.append_op(
-                {
-                    "op": "create",
-                    "name": name,
-                    "parent": source,
-                    "turn": turn_number,
-                    "lineage": encode_lineage(forked),
-                    "at": now_text(),
-                }
-            )
-            created = state.branches.get(name)
-            if created is None or created.op_id != op_id:
-                raise _used(name)
+            for attempt in range(8):  # an auto name another object took is picked again
+                name = branch_name if branch_name is not None else _auto_name(state, turn_number)
+                forked = (
+                    *lineage[: turn.segment],
+                    (lineage[turn.segment][0], turn.seq),
+                    (uuid.uuid4().hex, None),
+                )
+                state, op_id = await self._log.append_op(
+                    {
+                        "op": "create",
+                        "name": name,
+                        "parent": source,
+                        "turn": turn_number,
+                        "lineage": encode_lineage(forked),
+                        "at": now_text(),
+                    }
+                )
+                created = state.branches.get(name)
+                if created is not None and created.op_id == op_id:
+                    break
+                if branch_name is not None or attempt == 7:
+                    raise _used(name)
         # DONT_LOG_MODEL_DATA: the SDK's switch for logging conversation content
         shown = "" if _debug.DONT_LOG_MODEL_DATA else f" ('{content_preview(turn.content, 50)}')"
         self._logger.debug(
