@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -136,6 +137,12 @@ def drop_text_statements(t: Tables) -> list[str]:
         f"DROP TRIGGER IF EXISTS {x.name('upd')}",
         f"DROP TABLE IF EXISTS {x.index}, {x.registry}",
     ]
+
+
+@functools.lru_cache(maxsize=64)
+def _numbered_values(n: int) -> str:
+    """The VALUES rows of ``n`` items numbered up to the counter the bump just set."""
+    return ",".join(f"(%s,LAST_INSERT_ID()-{n - 1 - i},%s)" for i in range(n))
 
 
 def _code(exc: BaseException) -> int | None:
@@ -405,6 +412,9 @@ class MySQLDialect(SqlDialect):
         """Split the batch into INSERTs that fit one packet (almost always just one)."""
         budget = self.max_packet - 1024 - len(self._insert)
         per_row = _ROW_OVERHEAD + 8 * len(session_id)
+        # A character takes at most 4 bytes escaped (UTF-8, or a backslash and one byte).
+        if 4 * sum(map(len, payloads)) + per_row * len(payloads) <= budget:
+            return [list(range(len(payloads)))]
         chunks: list[list[int]] = [[]]
         used = 0
         for i, p in enumerate(payloads):
@@ -450,11 +460,10 @@ class MySQLDialect(SqlDialect):
         """The counter's bump and the batch's INSERT as one ``;``-joined text, and their
         parameters: the server numbers the items from the counter the bump just set."""
         n = len(payloads)
-        values = ",".join(f"(%s,LAST_INSERT_ID()-{n - 1 - i},%s)" for i in range(n))
         args: list[Any] = [session_id, n, n]
         for p in payloads:
             args += (session_id, p)
-        return f"{self._bump};{self._insert}{values}", args
+        return f"{self._bump};{self._insert}{_numbered_values(n)}", args
 
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
         chunks = self._chunks(session_id, payloads)
