@@ -135,7 +135,7 @@ async def test_ttl_hides_old_items_one_by_one_and_pop_drains_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [1_000.0]
-    monkeypatch.setattr("agent_sessions.wrappers.encrypted.time.time", lambda: now[0])
+    monkeypatch.setattr("agent_sessions.wrappers.encrypted.session.time.time", lambda: now[0])
     inner = InMemorySession(sid())
     s = EncryptedSession(inner, encryption_key=KEY, ttl=10)
     await s.add_items([msg("old")])
