@@ -198,6 +198,31 @@ async def test_corrupt_row_is_skipped_with_a_warning_or_raised_in_strict_mode(
     await strict.close()
 
 
+@pytest.mark.asyncio
+async def test_a_row_holding_two_objects_is_corrupt_not_two_items(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Reads decode a page in one call; the row must still count as one corrupt row.
+    path = str(tmp_path / "two.db")
+    s = SQLiteSession("x", path)
+    await s.add_items([{"role": "user", "content": str(i)} for i in range(3)])
+    raw = sqlite3.connect(path)
+    raw.execute(
+        """UPDATE agent_messages SET message_data = '{"a":1},{"b":2}' WHERE id = 2"""
+    )
+    raw.commit()
+    raw.close()
+    with caplog.at_level(logging.WARNING, logger="agent_sessions"):
+        assert texts(await s.get_items()) == ["0", "2"]
+        assert [seq for seq, _ in await s.get_sequenced_items()] == [1, 3]
+    assert "does not decode" in caplog.text
+    strict = SQLiteSession("x", path, strict=True)
+    with pytest.raises(CorruptItemError):
+        await strict.get_items()
+    await s.close()
+    await strict.close()
+
+
 @pytest.mark.parametrize("name", ["bad-name", "x; DROP TABLE y", "1abc", "", "a" * 64])
 def test_table_names_must_be_identifiers(name: str) -> None:
     with pytest.raises(ValueError, match="identifier"):
