@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -321,6 +322,22 @@ async def test_mysql_locking_pop_path(opened: list[SQLAlchemySession]) -> None:
         store_dialect.mariadb = True  # type: ignore[attr-defined]
     got = sorted(int(item_text(p)) for p in popped if p is not None)
     assert got == list(range(60))
+
+
+@pytest.mark.asyncio
+async def test_more_concurrent_operations_than_the_pool_holds_close_cleanly(
+    server: tuple[str, str], opened: list[SQLAlchemySession], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Connections the pool does not keep (its overflow) are closed by the async driver,
+    which awaits: returned without a greenlet, each failed with MissingGreenlet, was logged
+    and left its socket to the garbage collector."""
+    s = _open(server, opened)
+    sessions = [s, *(s.sibling(f"{s.session_id}-{i}") for i in range(39))]
+    opened.extend(sessions[1:])
+    with caplog.at_level(logging.ERROR):
+        await asyncio.gather(*(x.add_items([_msg(x.session_id)]) for x in sessions))
+        assert [await x.get_items() for x in sessions] == [[_msg(x.session_id)] for x in sessions]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
 # -- ids, names, schema -------------------------------------------------------------------

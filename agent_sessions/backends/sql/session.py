@@ -29,7 +29,7 @@ try:
     from sqlalchemy import exc as sa_exc
     from sqlalchemy.engine import Engine, make_url
     from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-    from sqlalchemy.pool import PoolProxiedConnection
+    from sqlalchemy.pool import PoolProxiedConnection, QueuePool
     from sqlalchemy.util import greenlet_spawn
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("SQLAlchemySession", "sqlalchemy", _exc) from _exc
@@ -133,10 +133,18 @@ class _Store:
     async def checkin(self, fairy: PoolProxiedConnection) -> None:
         if len(self.idle) < self.keep_idle:
             self.idle.append(fairy)
-        elif self.dialect.checkin_needs_greenlet and self.reset_on_checkin:
-            await greenlet_spawn(fairy.close)
+            return
+        pool = self.engine.sync_engine.pool
+        if (
+            not (self.dialect.checkin_needs_greenlet and self.reset_on_checkin)
+            and isinstance(pool, QueuePool)
+            and pool.checkedin() < pool.size()
+        ):
+            fairy.close()  # into the pool's queue, which has room: no I/O
         else:
-            fairy.close()
+            # A reset, or a pool that closes the connection (full, or one that keeps none):
+            # the async driver's close awaits, which SQLAlchemy runs only inside a greenlet.
+            await greenlet_spawn(fairy.close)
 
     def usable(self, fairy: PoolProxiedConnection) -> bool:
         """Whether ``fairy`` may carry an operation: not known closed, and made after the
