@@ -255,3 +255,57 @@ async def test_erase_takes_every_family_member_a_layer_wrote(backend: Backend) -
         await branching.close()
         await inner.close()  # type: ignore[attr-defined]
         await neighbour.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.asyncio
+async def test_families_of_many_sessions_are_found_in_one_pass(backend: Backend) -> None:
+    """``families`` equals ``family`` per id (nested side stores, ids that end alike, an id
+    with no side store), and erasing many sessions reads the side stores once per chunk
+    instead of once per session."""
+    from agent_sessions.core.catalog import SupportsFamilies
+
+    run = f"fm{uuid.uuid4().hex[:6]}"
+    roots = [f"{run}a", f"{run}ba", f"{run}a\x1eb", f"{run}lone", f"{run}x"]
+    base = await backend.open(roots[0])
+    opened: list[Any] = [base]
+    try:
+        for sid in roots:
+            session = base if sid == roots[0] else base.sibling(sid)  # type: ignore[attr-defined]
+            opened.append(session)
+            await session.add_items([_msg(sid)])
+            if sid.endswith("lone"):
+                continue
+            side = derive_sibling_id(sid, "usage")
+            for member in (side, derive_sibling_id(side, "ttl")):  # a side store's own one
+                opened.append(base.sibling(member))  # type: ignore[attr-defined]
+                await opened[-1].add_items([_msg("side")])
+        catalog = SessionCatalog(base)  # type: ignore[arg-type]
+        assert isinstance(catalog.store, SupportsFamilies)
+        each = {sid: await catalog.family(sid) for sid in roots}
+        assert each.pop(f"{run}lone") == [] and all(len(found) == 2 for found in each.values())
+        each[f"{run}lone"] = []
+        assert await catalog.families(roots) == each
+
+        calls: list[str] = []
+        family_ids, families = catalog.store.family_ids, catalog.store.families
+
+        async def spy_one(session_id: str) -> list[str]:
+            calls.append("family_ids")
+            return await family_ids(session_id)
+
+        async def spy_many(session_ids: Any) -> dict[str, list[str]]:
+            calls.append("families")
+            return await families(session_ids)
+
+        catalog.store.family_ids, catalog.store.families = spy_one, spy_many  # type: ignore[method-assign]
+        assert await catalog.delete_sessions(roots[1:]) == len(roots) - 1
+        assert calls == ["families"]
+        assert await catalog.families(roots) == {
+            roots[0]: each[roots[0]], **{sid: [] for sid in roots[1:]}
+        }
+        for member in [m for sid in roots[1:] for m in each[sid]]:
+            assert await catalog.get(member) is None
+        await catalog.delete_sessions(roots[:1])
+    finally:
+        for session in opened:
+            await session.close()

@@ -87,6 +87,7 @@ async def test_redis_sdk_layout_to_ours_and_back(redis_prefixes: tuple[str, str,
     catalog = SessionCatalog(in_place)
     listed = [(i.session_id, i.item_count) async for i in catalog.iter_sessions()]
     assert listed == [("alice", 5), ("bob:1", 2)]
+    assert await catalog.families(["alice", "bob:1"]) == {"alice": [], "bob:1": []}
     assert all([i.updated_at is not None async for i in catalog.iter_sessions()])
     await in_place.close()
 
@@ -194,6 +195,7 @@ async def test_mongodb_sdk_layout_to_ours_and_back(monkeypatch: pytest.MonkeyPat
     assert [(i.session_id, i.item_count) async for i in catalog.iter_sessions()] == [
         ("m-1", 3), ("m-2", 2)
     ]
+    assert await catalog.families(["m-1", "m-2"]) == {"m-1": [], "m-2": []}
     for sid, items in written.items():
         source = src.session(sid)
         assert await source.get_items() == items

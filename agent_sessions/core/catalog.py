@@ -3,7 +3,7 @@ the page query, the session info, the store protocol and the rules for side-stor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -73,6 +73,26 @@ class CatalogStore(Protocol):
     async def delete(self, session_ids: Sequence[str]) -> int:
         """Delete everything stored under each id (items, counters, metadata); return how many
         of them existed."""
+
+
+@runtime_checkable
+class SupportsFamilies(Protocol):
+    """A catalog store that finds the side stores of many sessions in one pass (optional:
+    without it the catalog asks ``family_ids`` once per session, each a pass over the side
+    stores)."""
+
+    async def families(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Map each of ``session_ids`` to the ids of its side stores, as ``family_ids``."""
+
+
+def group_families(side_ids: Iterable[str], roots: Sequence[str]) -> dict[str, list[str]]:
+    """``side_ids`` grouped under those of ``roots`` that are their family root."""
+    families: dict[str, list[str]] = {root: [] for root in roots}
+    for sid in side_ids:
+        members = families.get(family_root(sid))
+        if members is not None:
+            members.append(sid)
+    return families
 
 
 @runtime_checkable

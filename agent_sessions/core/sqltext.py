@@ -70,6 +70,14 @@ def family_sql(sessions: str, root: str) -> tuple[str, dict[str, Any]]:
     )
 
 
+def side_stores_sql(sessions: str) -> tuple[str, dict[str, Any]]:
+    """The SELECT of every side-store id (an index range: they share their first character)."""
+    return (
+        f"SELECT session_id FROM {sessions} WHERE session_id LIKE :pattern ESCAPE '!'",
+        {"pattern": f"{SIBLING_MARK}%"},
+    )
+
+
 def sqlite_time(when: datetime) -> str:
     # CURRENT_TIMESTAMP text; whole seconds, which the catalog's own check refines.
     return when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")

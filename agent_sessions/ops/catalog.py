@@ -23,6 +23,7 @@ from ..core.catalog import (
     CatalogStore,
     SessionInfo,
     SupportsCatalog,
+    SupportsFamilies,
     family_root,
     is_side_store,
     side_store_kind,
@@ -49,6 +50,11 @@ def _check_time(name: str, value: datetime | None) -> datetime | None:
     if not isinstance(value, datetime):
         raise TypeError(f"{name} must be a datetime, got {type(value).__name__}")
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+def _members(root: str, found: Sequence[str]) -> list[str]:
+    """The side stores among ``found`` whose family root is ``root``, sorted."""
+    return sorted(sid for sid in found if is_side_store(sid) and family_root(sid) == root)
 
 
 class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
@@ -151,8 +157,18 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
     async def family(self, session_id: str) -> list[str]:
         """Return the ids of ``session_id``'s side stores (not the id itself)."""
         validate_session_id(session_id)
-        found = await self.store.family_ids(session_id)
-        return sorted(sid for sid in found if is_side_store(sid) and family_root(sid) == session_id)
+        return _members(session_id, await self.store.family_ids(session_id))
+
+    async def families(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Map each of ``session_ids`` to its side stores' ids (as :meth:`family`): one pass
+        over the store's side stores where the store offers it, not one per session."""
+        if isinstance(session_ids, str):
+            raise TypeError("session_ids must be a list of ids, not one str")
+        roots = list(dict.fromkeys(validate_session_id(sid) for sid in session_ids))
+        if len(roots) > 1 and isinstance(self.store, SupportsFamilies):
+            found = await self.store.families(roots)
+            return {root: _members(root, found.get(root, [])) for root in roots}
+        return {root: await self.family(root) for root in roots}
 
     async def delete_sessions(self, session_ids: Sequence[str]) -> int:
         """Delete each session and its whole family (every side store of every layer); return
@@ -164,7 +180,7 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
         existed = 0
         for start in range(0, len(roots), 500):
             chunk = list(dict.fromkeys(roots[start : start + 500]))
-            side = [member for sid in chunk for member in await self.family(sid)]
+            side = [member for family in (await self.families(chunk)).values() for member in family]
             if side:
                 await self.store.delete(side)
             existed += await self.store.delete(chunk)

@@ -234,7 +234,8 @@ async def _todo(
         roots = [info.session_id async for info in listed]
     if not side_stores or store.catalog is None:
         return roots
-    return [m for sid in roots for m in [sid, *await store.catalog.family(sid)]]
+    families = await store.catalog.families(roots)
+    return [m for sid in roots for m in [sid, *families[sid]]]
 
 
 async def _read(store: Store, sid: str) -> SessionData:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..core.catalog import CatalogQuery, SessionInfo, family_root, utc
+from ..core.catalog import CatalogQuery, SessionInfo, group_families, utc
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -174,7 +174,10 @@ class SDKRedisCatalog:
         return SessionInfo(session_id, utc(created), utc(updated), int(count))
 
     async def family_ids(self, session_id: str) -> list[str]:
-        return [sid for sid, _ in await self._all() if family_root(sid) == session_id]
+        return (await self.families([session_id]))[session_id]
+
+    async def families(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
+        return group_families((sid for sid, _ in await self._all()), session_ids)
 
     async def delete(self, session_ids: Sequence[str]) -> int:
         existed = 0
@@ -294,8 +297,11 @@ class SDKMongoCatalog:
         return out
 
     async def family_ids(self, session_id: str) -> list[str]:
+        return (await self.families([session_id]))[session_id]
+
+    async def families(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
         found = [str(d["session_id"]) async for d in self.sessions.find({}, {"session_id": 1})]
-        return [sid for sid in found if family_root(sid) == session_id]
+        return group_families(found, session_ids)
 
     async def delete(self, session_ids: Sequence[str]) -> int:
         ids = list(session_ids)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ...core.bm25 import BM25Index
 from ...core.capabilities import Capability
-from ...core.catalog import CatalogQuery, SessionInfo, family_root, utc
+from ...core.catalog import CatalogQuery, SessionInfo, group_families, utc
 from ...core.codec import decode_item
 from ...core.textsearch import Between, Equal, item_text, passes
 from ...errors import SequenceConflictError
@@ -126,8 +126,11 @@ class MemoryCatalog:
         return [info for info in infos if query.matches(info)][: query.limit]
 
     async def family_ids(self, session_id: str) -> list[str]:
+        return (await self.families([session_id]))[session_id]
+
+    async def families(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
         with self.store.lock:
-            return [sid for sid in self.store.sessions if family_root(sid) == session_id]
+            return group_families(list(self.store.sessions), session_ids)
 
     async def delete(self, session_ids: Sequence[str]) -> int:
         with self.store.lock:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from ...core.catalog import CatalogQuery, SessionInfo, family_root, utc
+from ...core.catalog import CatalogQuery, SessionInfo, family_root, group_families, utc
 from ...core.ids import SIBLING_MARK
 from .driver import to_list, translated
 
@@ -80,6 +80,13 @@ class MongoCatalog:
                 self.counters.find({"_id": {"$regex": pattern, "$options": "s"}}, {"_id": 1})
             )
         return [str(d["_id"]) for d in docs if family_root(str(d["_id"])) == session_id]
+
+    async def families(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
+        async with translated("listing side stores"):
+            docs = await to_list(
+                self.counters.find({"_id": {"$regex": f"^{SIBLING_MARK}"}}, {"_id": 1})
+            )
+        return group_families((str(d["_id"]) for d in docs), session_ids)
 
     async def delete(self, session_ids: Sequence[str]) -> int:
         ids = list(session_ids)

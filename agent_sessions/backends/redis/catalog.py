@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ...core.catalog import CatalogQuery, SessionInfo, family_root, utc
+from ...core.catalog import CatalogQuery, SessionInfo, family_root, group_families, utc
 from ...core.ids import SIBLING_MARK
 from .layout import escape_session_id, session_keys, unescape_session_id
 
@@ -86,6 +86,9 @@ class RedisCatalog:
         tail = glob_escape(escape_session_id(SIBLING_MARK + session_id))
         ids = await self._ids(f"{SIBLING_MARK}*{tail}")
         return [sid for sid in ids if family_root(sid) == session_id]
+
+    async def families(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
+        return group_families(await self._ids(f"{SIBLING_MARK}*"), session_ids)
 
     async def delete(self, session_ids: Sequence[str]) -> int:
         client = self.client

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ...core.catalog import CatalogQuery, SessionInfo
-from ...core.sqltext import family_sql, page_sql, rows_to_infos, sqlite_time
+from ...core.catalog import CatalogQuery, SessionInfo, group_families
+from ...core.sqltext import family_sql, page_sql, rows_to_infos, side_stores_sql, sqlite_time
 from ...errors import BackendUnavailableError
 
 if TYPE_CHECKING:
@@ -88,6 +88,10 @@ class EngineCatalog:
     async def family_ids(self, session_id: str) -> list[str]:
         sql, params = family_sql(self.sessions, session_id)
         return [str(r[0]) for r in await self._fetch(sql, params)]
+
+    async def families(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
+        rows = await self._fetch(*side_stores_sql(self.sessions))
+        return group_families((str(r[0]) for r in rows), session_ids)
 
     async def delete(self, session_ids: Sequence[str]) -> int:
         from sqlalchemy import bindparam, text

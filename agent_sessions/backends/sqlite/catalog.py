@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ...core.catalog import CatalogQuery, SessionInfo
-from ...core.sqltext import family_sql, page_sql, rows_to_infos, sqlite_time
+from ...core.catalog import CatalogQuery, SessionInfo, group_families
+from ...core.sqltext import family_sql, page_sql, rows_to_infos, side_stores_sql, sqlite_time
 
 
 class SQLiteFileCatalog:
@@ -47,20 +47,22 @@ class SQLiteFileCatalog:
         return await asyncio.to_thread(probe)
 
     async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
-        sql, params = page_sql(self.sessions, self.messages, query, sqlite_time)
-
-        def run(raw: sqlite3.Connection) -> list[Any]:
-            return raw.execute(sql, params).fetchall()
-
-        return rows_to_infos(await self.session._run(run))
+        return rows_to_infos(
+            await self._rows(*page_sql(self.sessions, self.messages, query, sqlite_time))
+        )
 
     async def family_ids(self, session_id: str) -> list[str]:
-        sql, params = family_sql(self.sessions, session_id)
+        return [str(r[0]) for r in await self._rows(*family_sql(self.sessions, session_id))]
 
+    async def families(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
+        rows = await self._rows(*side_stores_sql(self.sessions))
+        return group_families((str(r[0]) for r in rows), session_ids)
+
+    async def _rows(self, sql: str, params: dict[str, Any]) -> list[Any]:
         def run(raw: sqlite3.Connection) -> list[Any]:
             return raw.execute(sql, params).fetchall()
 
-        return [str(r[0]) for r in await self.session._run(run)]
+        return await self.session._run(run)  # type: ignore[no-any-return]
 
     async def delete(self, session_ids: Sequence[str]) -> int:
         ids = list(session_ids)
