@@ -309,3 +309,48 @@ async def test_families_of_many_sessions_are_found_in_one_pass(backend: Backend)
     finally:
         for session in opened:
             await session.close()
+
+
+@pytest.mark.asyncio
+async def test_get_reads_one_session_without_a_listing_where_the_store_can(
+    backend: Backend,
+) -> None:
+    """``get`` answers what a listing by prefix would (a session, a side store, a missing id,
+    an id that only prefixes others); a store offering ``infos`` (Redis, whose listing is a
+    SCAN of the whole keyspace) answers without listing, so copying N sessions is not N
+    passes over the store."""
+    from agent_sessions.core.catalog import CatalogQuery, SupportsInfos
+
+    run = f"gi{uuid.uuid4().hex[:6]}"
+    base = await backend.open(f"{run}ab")
+    side = base.sibling(derive_sibling_id(f"{run}ab", "usage"))  # type: ignore[attr-defined]
+    try:
+        await base.add_items([_msg("1"), _msg("2")])
+        await side.add_items([_msg("s")])
+        catalog = SessionCatalog(base)  # type: ignore[arg-type]
+        listed = {
+            i.session_id: i
+            for i in await catalog.store.list_page(
+                CatalogQuery(limit=10, prefix=run, internal=True)
+            )
+        }
+        listed.update(
+            {i.session_id: i for i in await catalog.store.list_page(
+                CatalogQuery(limit=10, prefix=side.session_id, internal=True)
+            )}
+        )
+        if isinstance(catalog.store, SupportsInfos):
+
+            async def no_listing(query: Any) -> Any:
+                raise AssertionError("get listed the store")
+
+            catalog.store.list_page = no_listing  # type: ignore[method-assign]
+        ab = await catalog.get(f"{run}ab")
+        assert ab is not None and ab == listed[f"{run}ab"] and ab.item_count == 2
+        assert await catalog.get(side.session_id) == listed[side.session_id]
+        assert await catalog.get(f"{run}a") is None  # only a prefix of a stored id
+        assert await catalog.get(f"{run}missing") is None
+    finally:
+        await SessionCatalog(base).delete_sessions([f"{run}ab"])  # type: ignore[arg-type]
+        await side.close()
+        await base.close()  # type: ignore[attr-defined]

@@ -85,6 +85,15 @@ class SupportsFamilies(Protocol):
         """Map each of ``session_ids`` to the ids of its side stores, as ``family_ids``."""
 
 
+@runtime_checkable
+class SupportsInfos(Protocol):
+    """A catalog store that reads sessions by id without a listing (optional: for a store
+    whose listing by prefix passes over the whole store, such as Redis's SCAN)."""
+
+    async def infos(self, session_ids: Sequence[str]) -> dict[str, SessionInfo]:
+        """The info of each of ``session_ids`` the store holds (the others are left out)."""
+
+
 def group_families(side_ids: Iterable[str], roots: Sequence[str]) -> dict[str, list[str]]:
     """``side_ids`` grouped under those of ``roots`` that are their family root."""
     families: dict[str, list[str]] = {root: [] for root in roots}

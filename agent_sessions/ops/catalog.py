@@ -24,6 +24,7 @@ from ..core.catalog import (
     SessionInfo,
     SupportsCatalog,
     SupportsFamilies,
+    SupportsInfos,
     family_root,
     is_side_store,
     side_store_kind,
@@ -139,6 +140,8 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
     async def get(self, session_id: str) -> SessionInfo | None:
         """Return the info of ``session_id``, or None when the store has no such session."""
         validate_session_id(session_id, internal=True)
+        if isinstance(self.store, SupportsInfos):
+            return (await self.store.infos([session_id])).get(session_id)
         # The id is the smallest string starting with itself: if it exists, it comes first.
         query = CatalogQuery(limit=5, prefix=session_id, internal=is_side_store(session_id))
         found = await self.store.list_page(query)

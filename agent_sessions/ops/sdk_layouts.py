@@ -162,6 +162,12 @@ class SDKRedisCatalog:
                 break
         return out[: query.limit]
 
+    async def infos(self, session_ids: Sequence[str]) -> dict[str, SessionInfo]:
+        found = await asyncio.gather(
+            *(self._info(sid, f"{self.prefix}:{sid}") for sid in session_ids)
+        )
+        return {info.session_id: info for info in found if info is not None}
+
     async def _info(self, session_id: str, key: str) -> SessionInfo | None:
         """The session's info, or None for a hash without the SDK's ``session_id`` field (e.g.
         this package's ``P:{id}:meta`` under the same prefix)."""

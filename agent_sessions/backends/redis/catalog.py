@@ -50,16 +50,20 @@ class RedisCatalog:
         ids: list[str] = await self.call(scan, reads=True)
         return ids
 
-    async def _info(self, session_id: str) -> SessionInfo:
+    async def _info(self, session_id: str) -> SessionInfo | None:
+        """The session's info; None when it has no metadata (it is not stored)."""
         client = self.client
         items, meta = session_keys(self.prefix, session_id)
 
-        async def read() -> tuple[Any, Any]:
+        async def read() -> tuple[Any, Any, Any]:
             return await asyncio.gather(
-                client.hmget(meta, "created_ms", "updated_ms"), client.zcard(items)
+                client.exists(meta), client.hmget(meta, "created_ms", "updated_ms"),
+                client.zcard(items),
             )
 
-        (created, updated), count = await self.call(read, reads=True)
+        exists, (created, updated), count = await self.call(read, reads=True)
+        if not exists:
+            return None
         return SessionInfo(
             session_id,
             None if created is None else utc(int(created) / 1000),
@@ -77,10 +81,14 @@ class RedisCatalog:
         for start in range(0, len(candidates), query.limit):
             chunk = candidates[start : start + query.limit]
             infos = await asyncio.gather(*(self._info(sid) for sid in chunk))
-            out.extend(i for i in infos if query.matches(i))
+            out.extend(i for i in infos if i is not None and query.matches(i))
             if len(out) >= query.limit:
                 break
         return out[: query.limit]
+
+    async def infos(self, session_ids: Sequence[str]) -> dict[str, SessionInfo]:
+        found = await asyncio.gather(*(self._info(sid) for sid in session_ids))
+        return {info.session_id: info for info in found if info is not None}
 
     async def family_ids(self, session_id: str) -> list[str]:
         tail = glob_escape(escape_session_id(SIBLING_MARK + session_id))
