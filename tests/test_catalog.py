@@ -354,3 +354,45 @@ async def test_get_reads_one_session_without_a_listing_where_the_store_can(
         await SessionCatalog(base).delete_sessions([f"{run}ab"])  # type: ignore[arg-type]
         await side.close()
         await base.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.asyncio
+async def test_paging_through_redis_scans_the_keyspace_once_per_listing() -> None:
+    """Redis lists by SCAN, which has no order: a listing's pages reuse the ids its first page
+    found instead of scanning every key again for each page; a new listing scans again."""
+    backend = next(b for b in BACKENDS if b.name == "redis")
+    if backend.needs is not None:
+        backend.needs()
+    run = f"ps{uuid.uuid4().hex[:6]}"
+    ids = [f"{run}{i:02d}" for i in range(10)]
+    base = await backend.open(ids[0])
+    opened: list[Any] = [base]
+    try:
+        for sid in ids:
+            session = base if sid == ids[0] else base.sibling(sid)  # type: ignore[attr-defined]
+            opened.append(session)
+            await session.add_items([_msg(sid)])
+        catalog = SessionCatalog(base)  # type: ignore[arg-type]
+        client = catalog.store.client  # type: ignore[attr-defined]
+        scans: list[Any] = []
+        scan_iter = client.scan_iter
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            scans.append(kwargs.get("match"))
+            return scan_iter(*args, **kwargs)
+
+        client.scan_iter = counted
+        try:
+            listed = [i.session_id async for i in catalog.iter_sessions(prefix=run, page_size=3)]
+            assert listed == ids and len(scans) == 1
+            late = base.sibling(f"{run}99")  # type: ignore[attr-defined]
+            opened.append(late)
+            await late.add_items([_msg("late")])
+            again = [i.session_id async for i in catalog.iter_sessions(prefix=run, page_size=4)]
+            assert again == [*ids, f"{run}99"] and len(scans) == 2
+        finally:
+            client.scan_iter = scan_iter
+        await catalog.delete_sessions([*ids, f"{run}99"])
+    finally:
+        for session in opened:
+            await session.close()

@@ -3,7 +3,9 @@ the page query, the session info, the store protocol and the rules for side-stor
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import asyncio
+from bisect import bisect_right
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import suppress
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -92,6 +94,42 @@ class SupportsInfos(Protocol):
 
     async def infos(self, session_ids: Sequence[str]) -> dict[str, SessionInfo]:
         """The info of each of ``session_ids`` the store holds (the others are left out)."""
+
+
+class ScanListing:
+    """Pages of a listing whose ids come in no order (Redis's SCAN). The sorted ids are taken
+    at a listing's first page and reused by the page that continues it (``after`` is the last
+    id the previous page returned), so paging through N sessions is one pass over the store,
+    not one per page. As with SCAN itself, a session added meanwhile may be missed; one
+    deleted meanwhile (``info`` gives None) is left out."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[str, list[str]]] = {}
+
+    async def page(
+        self,
+        query: CatalogQuery,
+        pattern: str,
+        scan: Callable[[], Awaitable[Iterable[str]]],
+        info: Callable[[str], Awaitable[SessionInfo | None]],
+    ) -> list[SessionInfo]:
+        """The page ``query`` selects among the ids ``scan`` finds for ``pattern``."""
+        kept = self._kept.pop(pattern, None)
+        if kept is not None and query.after is not None and query.after == kept[0]:
+            ids = kept[1]
+        else:
+            ids = sorted(set(await scan()))
+        start = 0 if query.after is None else bisect_right(ids, query.after)
+        out: list[SessionInfo] = []
+        while start < len(ids) and len(out) < query.limit:
+            chunk = ids[start : start + query.limit]
+            start += len(chunk)
+            found = await asyncio.gather(*(info(sid) for sid in chunk))
+            out.extend(i for i in found if i is not None and query.matches(i))
+        out = out[: query.limit]
+        if len(out) == query.limit:
+            self._kept[pattern] = (out[-1].session_id, ids)
+        return out
 
 
 def group_families(side_ids: Iterable[str], roots: Sequence[str]) -> dict[str, list[str]]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..core.catalog import CatalogQuery, SessionInfo, group_families, utc
+from ..core.catalog import CatalogQuery, ScanListing, SessionInfo, group_families, utc
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -133,44 +133,32 @@ class SDKRedisCatalog:
 
     def __init__(self, client: Any, key_prefix: str) -> None:
         self.client, self.prefix = client, key_prefix
+        self._listing = ScanListing()
 
     async def exists(self) -> bool:
         await self.client.ping()
         return True
 
-    async def _all(self) -> list[tuple[str, str]]:
-        """(session id, hash key) of every session under the prefix."""
-        found: list[tuple[str, str]] = []
+    async def _all(self) -> list[str]:
+        """The id of every session under the prefix (its hash is ``P:<id>``)."""
+        found: list[str] = []
         pattern = f"{_glob_escape(self.prefix)}:*"
         start = len(self.prefix) + 1
         async for raw in self.client.scan_iter(match=pattern, count=1000, _type="hash"):
-            key = raw.decode() if isinstance(raw, bytes) else raw
-            found.append((key[start:], key))
+            found.append((raw.decode() if isinstance(raw, bytes) else raw)[start:])
         return found
 
     async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
-        candidates = sorted(
-            (sid, key) for sid, key in await self._all()
-            if query.after is None or sid > query.after
-        )
-        out: list[SessionInfo] = []
-        for begin in range(0, len(candidates), query.limit):
-            chunk = candidates[begin : begin + query.limit]
-            infos = await asyncio.gather(*(self._info(sid, key) for sid, key in chunk))
-            out.extend(info for info in infos if info is not None and query.matches(info))
-            if len(out) >= query.limit:
-                break
-        return out[: query.limit]
+        return await self._listing.page(query, "", self._all, self._info)
 
     async def infos(self, session_ids: Sequence[str]) -> dict[str, SessionInfo]:
-        found = await asyncio.gather(
-            *(self._info(sid, f"{self.prefix}:{sid}") for sid in session_ids)
-        )
+        found = await asyncio.gather(*(self._info(sid) for sid in session_ids))
         return {info.session_id: info for info in found if info is not None}
 
-    async def _info(self, session_id: str, key: str) -> SessionInfo | None:
+    async def _info(self, session_id: str) -> SessionInfo | None:
         """The session's info, or None for a hash without the SDK's ``session_id`` field (e.g.
         this package's ``P:{id}:meta`` under the same prefix)."""
+        key = f"{self.prefix}:{session_id}"
         (sid, created, updated), count = await asyncio.gather(
             self.client.hmget(key, "session_id", "created_at", "updated_at"),
             self.client.llen(f"{key}:messages"),
@@ -183,7 +171,7 @@ class SDKRedisCatalog:
         return (await self.families([session_id]))[session_id]
 
     async def families(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
-        return group_families((sid for sid, _ in await self._all()), session_ids)
+        return group_families(await self._all(), session_ids)
 
     async def delete(self, session_ids: Sequence[str]) -> int:
         existed = 0

@@ -10,7 +10,14 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ...core.catalog import CatalogQuery, SessionInfo, family_root, group_families, utc
+from ...core.catalog import (
+    CatalogQuery,
+    ScanListing,
+    SessionInfo,
+    family_root,
+    group_families,
+    utc,
+)
 from ...core.ids import SIBLING_MARK
 from .layout import escape_session_id, session_keys, unescape_session_id
 
@@ -29,6 +36,7 @@ class RedisCatalog:
         self.call = call  # the session's: runs a command, its errors translated
         self.client = client
         self.prefix = prefix
+        self._listing = ScanListing()
 
     async def exists(self) -> bool:
         await self.call(self.client.ping, reads=True)  # nothing to create: reaching it is enough
@@ -75,16 +83,7 @@ class RedisCatalog:
         tag = glob_escape(escape_session_id(query.prefix or "")) + "*"
         if not query.internal and not query.prefix:
             tag = f"[^{SIBLING_MARK}]*"
-        ids = sorted(set(await self._ids(tag)))
-        candidates = [sid for sid in ids if query.after is None or sid > query.after]
-        out: list[SessionInfo] = []
-        for start in range(0, len(candidates), query.limit):
-            chunk = candidates[start : start + query.limit]
-            infos = await asyncio.gather(*(self._info(sid) for sid in chunk))
-            out.extend(i for i in infos if i is not None and query.matches(i))
-            if len(out) >= query.limit:
-                break
-        return out[: query.limit]
+        return await self._listing.page(query, tag, lambda: self._ids(tag), self._info)
 
     async def infos(self, session_ids: Sequence[str]) -> dict[str, SessionInfo]:
         found = await asyncio.gather(*(self._info(sid) for sid in session_ids))
