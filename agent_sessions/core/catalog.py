@@ -3,7 +3,6 @@ the page query, the session info, the store protocol and the rules for side-stor
 
 from __future__ import annotations
 
-import asyncio
 from bisect import bisect_right
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import suppress
@@ -101,7 +100,7 @@ class ScanListing:
     at a listing's first page and reused by the page that continues it (``after`` is the last
     id the previous page returned), so paging through N sessions is one pass over the store,
     not one per page. As with SCAN itself, a session added meanwhile may be missed; one
-    deleted meanwhile (``info`` gives None) is left out."""
+    deleted meanwhile is left out."""
 
     def __init__(self) -> None:
         self._kept: dict[str, tuple[str, list[str]]] = {}
@@ -111,9 +110,10 @@ class ScanListing:
         query: CatalogQuery,
         pattern: str,
         scan: Callable[[], Awaitable[Iterable[str]]],
-        info: Callable[[str], Awaitable[SessionInfo | None]],
+        infos: Callable[[list[str]], Awaitable[list[SessionInfo | None]]],
     ) -> list[SessionInfo]:
-        """The page ``query`` selects among the ids ``scan`` finds for ``pattern``."""
+        """The page ``query`` selects among the ids ``scan`` finds for ``pattern``; ``infos``
+        reads a chunk of them (None for one that is gone)."""
         kept = self._kept.pop(pattern, None)
         if kept is not None and query.after is not None and query.after == kept[0]:
             ids = kept[1]
@@ -124,8 +124,7 @@ class ScanListing:
         while start < len(ids) and len(out) < query.limit:
             chunk = ids[start : start + query.limit]
             start += len(chunk)
-            found = await asyncio.gather(*(info(sid) for sid in chunk))
-            out.extend(i for i in found if i is not None and query.matches(i))
+            out.extend(i for i in await infos(chunk) if i is not None and query.matches(i))
         out = out[: query.limit]
         if len(out) == query.limit:
             self._kept[pattern] = (out[-1].session_id, ids)

@@ -149,23 +149,28 @@ class SDKRedisCatalog:
         return found
 
     async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
-        return await self._listing.page(query, "", self._all, self._info)
+        return await self._listing.page(query, "", self._all, self._infos)
 
     async def infos(self, session_ids: Sequence[str]) -> dict[str, SessionInfo]:
-        found = await asyncio.gather(*(self._info(sid) for sid in session_ids))
+        found = await self._infos(list(session_ids))
         return {info.session_id: info for info in found if info is not None}
 
-    async def _info(self, session_id: str) -> SessionInfo | None:
-        """The session's info, or None for a hash without the SDK's ``session_id`` field (e.g.
-        this package's ``P:{id}:meta`` under the same prefix)."""
-        key = f"{self.prefix}:{session_id}"
-        (sid, created, updated), count = await asyncio.gather(
-            self.client.hmget(key, "session_id", "created_at", "updated_at"),
-            self.client.llen(f"{key}:messages"),
-        )
-        if (sid.decode() if isinstance(sid, bytes) else sid) != session_id:
-            return None
-        return SessionInfo(session_id, utc(created), utc(updated), int(count))
+    async def _infos(self, session_ids: list[str]) -> list[SessionInfo | None]:
+        """Each session's info, or None for a hash without the SDK's ``session_id`` field
+        (e.g. this package's ``P:{id}:meta`` under the same prefix); one pipeline."""
+        pipe = self.client.pipeline(transaction=False)
+        for sid in session_ids:
+            key = f"{self.prefix}:{sid}"
+            pipe.hmget(key, "session_id", "created_at", "updated_at").llen(f"{key}:messages")
+        replies = await pipe.execute()
+        out: list[SessionInfo | None] = []
+        for i, session_id in enumerate(session_ids):
+            (sid, created, updated), count = replies[2 * i : 2 * i + 2]
+            if (sid.decode() if isinstance(sid, bytes) else sid) != session_id:
+                out.append(None)
+                continue
+            out.append(SessionInfo(session_id, utc(created), utc(updated), int(count)))
+        return out
 
     async def family_ids(self, session_id: str) -> list[str]:
         return (await self.families([session_id]))[session_id]

@@ -58,35 +58,37 @@ class RedisCatalog:
         ids: list[str] = await self.call(scan, reads=True)
         return ids
 
-    async def _info(self, session_id: str) -> SessionInfo | None:
-        """The session's info; None when it has no metadata (it is not stored)."""
-        client = self.client
-        items, meta = session_keys(self.prefix, session_id)
+    async def _infos(self, session_ids: list[str]) -> list[SessionInfo | None]:
+        """Each session's info (None for one without metadata: it is not stored), read in
+        one pipeline (one round trip per node)."""
 
-        async def read() -> tuple[Any, Any, Any]:
-            return await asyncio.gather(
-                client.exists(meta), client.hmget(meta, "created_ms", "updated_ms"),
-                client.zcard(items),
-            )
+        async def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for sid in session_ids:
+                items, meta = session_keys(self.prefix, sid)
+                pipe.exists(meta).hmget(meta, "created_ms", "updated_ms").zcard(items)
+            return list(await pipe.execute())
 
-        exists, (created, updated), count = await self.call(read, reads=True)
-        if not exists:
-            return None
-        return SessionInfo(
-            session_id,
-            None if created is None else utc(int(created) / 1000),
-            None if updated is None else utc(int(updated) / 1000),
-            int(count),
-        )
+        replies = await self.call(read, reads=True)
+        out: list[SessionInfo | None] = []
+        for i, sid in enumerate(session_ids):
+            exists, (created, updated), count = replies[3 * i : 3 * i + 3]
+            out.append(None if not exists else SessionInfo(
+                sid,
+                None if created is None else utc(int(created) / 1000),
+                None if updated is None else utc(int(updated) / 1000),
+                int(count),
+            ))
+        return out
 
     async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
         tag = glob_escape(escape_session_id(query.prefix or "")) + "*"
         if not query.internal and not query.prefix:
             tag = f"[^{SIBLING_MARK}]*"
-        return await self._listing.page(query, tag, lambda: self._ids(tag), self._info)
+        return await self._listing.page(query, tag, lambda: self._ids(tag), self._infos)
 
     async def infos(self, session_ids: Sequence[str]) -> dict[str, SessionInfo]:
-        found = await asyncio.gather(*(self._info(sid) for sid in session_ids))
+        found = await self._infos(list(session_ids))
         return {info.session_id: info for info in found if info is not None}
 
     async def family_ids(self, session_id: str) -> list[str]:
