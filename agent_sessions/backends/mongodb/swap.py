@@ -50,8 +50,7 @@ async def plan(
     rows: list[Row] = []
     used: list[Any] = []
     for doc in docs:
-        chunk = session.rows_of(doc, None, None, k - len(rows))
-        rows[:0] = chunk
+        rows[:0] = session.rows_of(doc, None, None, k - len(rows))
         used.append(doc)
         if len(rows) >= k:
             break
@@ -111,9 +110,8 @@ async def _pruned(
 
 async def finish_pending(session: Batches) -> None:
     """Finish every swap of this session still pending (a partial index finds them)."""
-    messages = session.messages
     markers = await to_list(
-        messages.find(
+        session.messages.find(
             {"session_id": session.session_id, SWAP: {"$exists": True}},
             {"_id": 1, "seq": 1, SWAP: 1},
         ).sort("seq", 1)
