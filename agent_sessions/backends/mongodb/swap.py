@@ -39,11 +39,10 @@ async def plan(
     """The ``swap`` deleting the newest rows if they are exactly ``expected``, and the oldest
     rows ``prune`` accepts before them; None when the newest rows differ."""
     await finish_pending(session)  # else replaced rows still stored would be planned over
-    messages, sid = session.messages, session.session_id
-    live = {"session_id": sid, "n": {"$gt": 0}}
+    live = {"session_id": session.session_id, "n": {"$gt": 0}}
     k = len(expected)
     docs = await to_list(
-        messages.find(live, {"_id": 1, "seq": 1, "n": 1, "items": {"$slice": -k}})
+        session.messages.find(live, {"_id": 1, "seq": 1, "n": 1, "items": {"$slice": -k}})
         .sort("seq", -1)
         .limit(k)
     )
