@@ -55,14 +55,10 @@ class MongoCatalog:
                 .limit(query.limit)
             )
             ids = [d["_id"] for d in docs]
-            counts: dict[str, int] = {}
-            if ids:
-                pipeline = [
-                    {"$match": {"session_id": {"$in": ids}, "n": {"$gt": 0}}},
-                    {"$group": {"_id": "$session_id", "total": {"$sum": "$n"}}},
-                ]
-                for row in await to_list(self.messages.aggregate(pipeline)):
-                    counts[row["_id"]] = int(row["total"])
+            match = {"$match": {"session_id": {"$in": ids}, "n": {"$gt": 0}}}
+            group = {"$group": {"_id": "$session_id", "total": {"$sum": "$n"}}}
+            totals = await to_list(self.messages.aggregate([match, group])) if ids else []
+            counts = {row["_id"]: int(row["total"]) for row in totals}
         return [
             SessionInfo(
                 str(d["_id"]),
