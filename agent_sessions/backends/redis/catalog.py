@@ -97,9 +97,8 @@ class RedisCatalog:
     async def delete(self, session_ids: Sequence[str]) -> int:
         existed = 0
         for start in range(0, len(session_ids), 100):
-            chunk = session_ids[start : start + 100]
 
-            async def drop(ids: Sequence[str] = chunk) -> list[Any]:
+            async def drop(ids: Sequence[str] = session_ids[start : start + 100]) -> list[Any]:
                 # Both keys of a session share its hash tag: one DEL per session, cluster-safe.
                 return await asyncio.gather(
                     *(self.client.delete(*session_keys(self.prefix, sid)) for sid in ids)
