@@ -589,9 +589,7 @@ class MongoDBSession(BaseSession):
             if after is not None and (limit is None or len(rows) < limit):
                 # The batch that starts at or before ``after`` may still hold later items.
                 straddler = await self.messages.find_one(
-                    {**self._base_filter(), "seq": {"$lte": after}},
-                    projection,
-                    sort=[("seq", -1)],
+                    {**self._base_filter(), "seq": {"$lte": after}}, projection, sort=[("seq", -1)]
                 )
                 if straddler is not None:
                     rows[:0] = self.rows_of(straddler, after, before)
@@ -749,10 +747,7 @@ class MongoDBSession(BaseSession):
         )
 
     async def _replace_rows(
-        self,
-        expected: list[Row] | None,
-        payloads: list[str],
-        prune: Callable[[str], bool] | None,
+        self, expected: list[Row] | None, payloads: list[str], prune: Callable[[str], bool] | None
     ) -> bool:
         """The SDK compaction hook's swap (see ``swap``)."""
         await self._ensure_indexes()

@@ -10,14 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ...core.catalog import (
-    CatalogQuery,
-    ScanListing,
-    SessionInfo,
-    family_root,
-    group_families,
-    utc,
-)
+from ...core.catalog import CatalogQuery, ScanListing, SessionInfo, family_root, group_families, utc
 from ...core.ids import SIBLING_MARK
 from .layout import escape_session_id, session_keys, unescape_session_id
 

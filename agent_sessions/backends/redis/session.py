@@ -519,10 +519,7 @@ class RedisSession(BaseSession):
         return int(await self._call(layout.REWRITE, self._client, self.keys, *_pairs(rows)))
 
     async def _replace_rows(
-        self,
-        expected: list[Row] | None,
-        payloads: list[str],
-        prune: Callable[[str], bool] | None,
+        self, expected: list[Row] | None, payloads: list[str], prune: Callable[[str], bool] | None
     ) -> bool:
         """The SDK compaction hook's swap: one script, which changes nothing if the members
         shown moved."""
