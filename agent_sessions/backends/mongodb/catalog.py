@@ -55,14 +55,10 @@ class MongoCatalog:
                 .limit(query.limit)
             )
             ids = [d["_id"] for d in docs]
-            counts: dict[str, int] = {}
-            if ids:
-                pipeline = [
-                    {"$match": {"session_id": {"$in": ids}, "n": {"$gt": 0}}},
-                    {"$group": {"_id": "$session_id", "total": {"$sum": "$n"}}},
-                ]
-                for row in await to_list(self.messages.aggregate(pipeline)):
-                    counts[row["_id"]] = int(row["total"])
+            match = {"$match": {"session_id": {"$in": ids}, "n": {"$gt": 0}}}
+            group = {"$group": {"_id": "$session_id", "total": {"$sum": "$n"}}}
+            totals = await to_list(self.messages.aggregate([match, group])) if ids else []
+            counts = {row["_id"]: int(row["total"]) for row in totals}
         return [
             SessionInfo(
                 str(d["_id"]),
@@ -73,20 +69,19 @@ class MongoCatalog:
             for d in docs
         ]
 
+    async def _side_ids(self, match: dict[str, Any]) -> list[str]:
+        """The ids of the side stores whose ``_id`` matches ``match``."""
+        async with translated("listing side stores"):
+            docs = await to_list(self.counters.find({"_id": match}, {"_id": 1}))
+        return [str(d["_id"]) for d in docs]
+
     async def family_ids(self, session_id: str) -> list[str]:
         pattern = f"^{SIBLING_MARK}.*{SIBLING_MARK}{re.escape(session_id)}$"
-        async with translated("listing side stores"):
-            docs = await to_list(
-                self.counters.find({"_id": {"$regex": pattern, "$options": "s"}}, {"_id": 1})
-            )
-        return [str(d["_id"]) for d in docs if family_root(str(d["_id"])) == session_id]
+        ids = await self._side_ids({"$regex": pattern, "$options": "s"})
+        return [sid for sid in ids if family_root(sid) == session_id]
 
     async def families(self, session_ids: Sequence[str]) -> dict[str, list[str]]:
-        async with translated("listing side stores"):
-            docs = await to_list(
-                self.counters.find({"_id": {"$regex": f"^{SIBLING_MARK}"}}, {"_id": 1})
-            )
-        return group_families((str(d["_id"]) for d in docs), session_ids)
+        return group_families(await self._side_ids({"$regex": f"^{SIBLING_MARK}"}), session_ids)
 
     async def delete(self, session_ids: Sequence[str]) -> int:
         ids = list(session_ids)

@@ -32,8 +32,11 @@ async def translated(what: str) -> AsyncIterator[None]:
         ) from exc
 
 
+async def settled(value: Any) -> Any:
+    """``value``, awaited if it is awaitable: PyMongo returns coroutines where Motor may not."""
+    return await value if inspect.isawaitable(value) else value
+
+
 async def to_list(cursor: Any) -> list[Any]:
     """Every document of ``cursor`` (PyMongo's ``aggregate`` returns a coroutine of one)."""
-    if inspect.isawaitable(cursor):
-        cursor = await cursor
-    return [doc async for doc in cursor]
+    return [doc async for doc in await settled(cursor)]

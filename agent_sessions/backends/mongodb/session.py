@@ -42,7 +42,7 @@ from ...errors import (
     SequenceConflictError,
 )
 from . import swap as swaps
-from .driver import to_list, translated
+from .driver import settled, to_list, translated
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -171,9 +171,7 @@ class MongoDBStore:
     async def close_client(self) -> None:
         """Close the owned client; may be called again after it failed."""
         self.close_pending = True
-        result = self.client.close()  # a coroutine on PyMongo, plain on Motor
-        if inspect.isawaitable(result):
-            await result
+        await settled(self.client.close())  # a coroutine on PyMongo, plain on Motor
         self.close_pending = False
 
     async def ensure_indexes(self, key: _IndexKey, create: Callable[[], Awaitable[None]]) -> None:
@@ -396,8 +394,7 @@ class MongoDBSession(BaseSession):
         for result in await asyncio.gather(*updates, return_exceptions=True):
             if isinstance(result, BaseException):
                 raise result
-        if "$unset" in expiry:
-            self._unset_expiry = False
+        self._unset_expiry = self._unset_expiry and "$unset" not in expiry
 
     async def _append(self, payloads: list[str], swap: dict[str, Any] | None = None) -> list[int]:
         """Store ``payloads`` as one batch document (with ``swap``: committing it)."""
@@ -433,8 +430,7 @@ class MongoDBSession(BaseSession):
                 if (exc.details or {}).get("nInserted") != 1:
                     raise
                 self._warn("batch stored, but refreshing older expiries failed", exc)
-        if "$unset" in expiry:
-            self._unset_expiry = False
+        self._unset_expiry = self._unset_expiry and "$unset" not in expiry
         return list(range(first, first + n))
 
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
@@ -483,8 +479,7 @@ class MongoDBSession(BaseSession):
                 if _is_duplicate(exc):
                     raise self._foreign(_TAKEN) from exc
                 raise
-        if "$unset" in expiry:
-            self._unset_expiry = False
+        self._unset_expiry = self._unset_expiry and "$unset" not in expiry
 
     async def _reserve(self, n: int, expiry: dict[str, Any]) -> int:
         """Take ``n`` numbers from the counter; the last of them."""
@@ -589,16 +584,12 @@ class MongoDBSession(BaseSession):
                     if limit is not None and got >= limit:
                         break
             finally:
-                closing = cursor.close()  # a coroutine on PyMongo, a future on Motor
-                if inspect.isawaitable(closing):
-                    await closing
+                await settled(cursor.close())  # a coroutine on PyMongo, a future on Motor
             rows = [row for chunk in (chunks if limit is None else chunks[::-1]) for row in chunk]
             if after is not None and (limit is None or len(rows) < limit):
                 # The batch that starts at or before ``after`` may still hold later items.
                 straddler = await self.messages.find_one(
-                    {**self._base_filter(), "seq": {"$lte": after}},
-                    projection,
-                    sort=[("seq", -1)],
+                    {**self._base_filter(), "seq": {"$lte": after}}, projection, sort=[("seq", -1)]
                 )
                 if straddler is not None:
                     rows[:0] = self.rows_of(straddler, after, before)
@@ -756,10 +747,7 @@ class MongoDBSession(BaseSession):
         )
 
     async def _replace_rows(
-        self,
-        expected: list[Row] | None,
-        payloads: list[str],
-        prune: Callable[[str], bool] | None,
+        self, expected: list[Row] | None, payloads: list[str], prune: Callable[[str], bool] | None
     ) -> bool:
         """The SDK compaction hook's swap (see ``swap``)."""
         await self._ensure_indexes()

@@ -39,19 +39,17 @@ async def plan(
     """The ``swap`` deleting the newest rows if they are exactly ``expected``, and the oldest
     rows ``prune`` accepts before them; None when the newest rows differ."""
     await finish_pending(session)  # else replaced rows still stored would be planned over
-    messages, sid = session.messages, session.session_id
-    live = {"session_id": sid, "n": {"$gt": 0}}
+    live = {"session_id": session.session_id, "n": {"$gt": 0}}
     k = len(expected)
     docs = await to_list(
-        messages.find(live, {"_id": 1, "seq": 1, "n": 1, "items": {"$slice": -k}})
+        session.messages.find(live, {"_id": 1, "seq": 1, "n": 1, "items": {"$slice": -k}})
         .sort("seq", -1)
         .limit(k)
     )
     rows: list[Row] = []
     used: list[Any] = []
     for doc in docs:
-        chunk = session.rows_of(doc, None, None, k - len(rows))
-        rows[:0] = chunk
+        rows[:0] = session.rows_of(doc, None, None, k - len(rows))
         used.append(doc)
         if len(rows) >= k:
             break
@@ -111,9 +109,8 @@ async def _pruned(
 
 async def finish_pending(session: Batches) -> None:
     """Finish every swap of this session still pending (a partial index finds them)."""
-    messages = session.messages
     markers = await to_list(
-        messages.find(
+        session.messages.find(
             {"session_id": session.session_id, SWAP: {"$exists": True}},
             {"_id": 1, "seq": 1, SWAP: 1},
         ).sort("seq", 1)

@@ -10,14 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ...core.catalog import (
-    CatalogQuery,
-    ScanListing,
-    SessionInfo,
-    family_root,
-    group_families,
-    utc,
-)
+from ...core.catalog import CatalogQuery, ScanListing, SessionInfo, family_root, group_families, utc
 from ...core.ids import SIBLING_MARK
 from .layout import escape_session_id, session_keys, unescape_session_id
 
@@ -44,13 +37,12 @@ class RedisCatalog:
 
     async def _ids(self, tag_pattern: str) -> list[str]:
         """Return the session ids whose meta key matches ``P:{<tag_pattern>}:meta``."""
-        client = self.client
         pattern = f"{glob_escape(self.prefix)}:{{{tag_pattern}{_META}"
         start = len(self.prefix) + 2
 
         async def scan() -> list[str]:
             found: list[str] = []
-            async for key in client.scan_iter(match=pattern, count=1000):
+            async for key in self.client.scan_iter(match=pattern, count=1000):
                 text = key.decode() if isinstance(key, bytes) else key
                 found.append(unescape_session_id(text[start : -len(_META)]))
             return found
@@ -72,13 +64,9 @@ class RedisCatalog:
         replies = await self.call(read, reads=True)
         out: list[SessionInfo | None] = []
         for i, sid in enumerate(session_ids):
-            exists, (created, updated), count = replies[3 * i : 3 * i + 3]
-            out.append(None if not exists else SessionInfo(
-                sid,
-                None if created is None else utc(int(created) / 1000),
-                None if updated is None else utc(int(updated) / 1000),
-                int(count),
-            ))
+            exists, times, count = replies[3 * i : 3 * i + 3]
+            created, updated = (None if t is None else utc(int(t) / 1000) for t in times)
+            out.append(SessionInfo(sid, created, updated, int(count)) if exists else None)
         return out
 
     async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
@@ -100,15 +88,13 @@ class RedisCatalog:
         return group_families(await self._ids(f"{SIBLING_MARK}*"), session_ids)
 
     async def delete(self, session_ids: Sequence[str]) -> int:
-        client = self.client
         existed = 0
         for start in range(0, len(session_ids), 100):
-            chunk = session_ids[start : start + 100]
 
-            async def drop(ids: Sequence[str] = chunk) -> list[Any]:
+            async def drop(ids: Sequence[str] = session_ids[start : start + 100]) -> list[Any]:
                 # Both keys of a session share its hash tag: one DEL per session, cluster-safe.
                 return await asyncio.gather(
-                    *(client.delete(*session_keys(self.prefix, sid)) for sid in ids)
+                    *(self.client.delete(*session_keys(self.prefix, sid)) for sid in ids)
                 )
 
             existed += sum(1 for n in await self.call(drop) if int(n) > 0)

@@ -113,10 +113,9 @@ class Script:
 
 
 # prepare(): the last number used and whether there was no counter (or an error reply), having
-# set meta's expiry;
-# without a counter the highest score decides, so numbers are never reused. With one the items
-# key is read only before the expiry check writes (else the first ZADD checks its type), so
-# the common append makes four calls: HGET, TIME, ZADD, HSET.
+# set meta's expiry; without a counter the highest score decides, so numbers are never reused.
+# With one the items key is read only before the expiry check writes (else the first ZADD
+# checks its type), so the common append makes four calls: HGET, TIME, ZADD, HSET.
 # write(): ARGV[first .. first + n - 1] as items ``last + 1`` on, with counter, times and
 # expiry; returns the last number.
 _WRITE = """

@@ -79,6 +79,11 @@ def _member(seq: int, text: str | bytes) -> str | bytes:
     return f"{seq}:{text}" if isinstance(text, str) else b"%d:%s" % (seq, text)
 
 
+def _pairs(rows: list[Row]) -> list[str]:
+    """seq1, json1, seq2, json2, ... as WRITE_AT and REWRITE take them."""
+    return [part for seq, payload in rows for part in (str(seq), payload)]
+
+
 def _bounds(after: int | None, before: int | None) -> tuple[str, str]:
     """The exclusive score range (after, before) as ZRANGEBYSCORE takes it."""
     return (
@@ -442,10 +447,8 @@ class RedisSession(BaseSession):
     ) -> list[int] | None:
         if not self._near(guard):
             return None
-        keys = (*self.keys, guard.keys[0])
-        last = await self._script(
-            layout.APPEND_IF_NEWEST, "" if seq is None else str(seq), *payloads, keys=keys
-        )
+        expected = "" if seq is None else str(seq)
+        last = await self._script(layout.APPEND_IF_NEWEST, expected, *payloads, guard=guard)
         return None if int(last) < 0 else self._appended(payloads, last)
 
     async def _pop_if_newest(
@@ -453,11 +456,9 @@ class RedisSession(BaseSession):
     ) -> tuple[bool, Any]:
         if not self._near(guard):
             return False, None
-        keys = (*self.keys, guard.keys[0])
-        own = "*" if newest is None else str(newest)
         self._note_newest(None)
-        expected = "" if seq is None else str(seq)
-        reply = await self._script(layout.POP_IF_NEWEST, expected, own, keys=keys)
+        expected, own = "" if seq is None else str(seq), "*" if newest is None else str(newest)
+        reply = await self._script(layout.POP_IF_NEWEST, expected, own, guard=guard)
         if not int(reply[0]):
             return False, None
         return True, None if len(reply) < 2 or reply[1] is None else self._rows([reply[1]])[0][1]
@@ -505,12 +506,8 @@ class RedisSession(BaseSession):
         )
 
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
-        pairs = [part for seq, payload in rows for part in (str(seq), payload)]
-        held = int(
-            await self._script(
-                layout.WRITE_AT, round(created * 1000), round(updated * 1000), *pairs
-            )
-        )
+        times = round(created * 1000), round(updated * 1000)
+        held = int(await self._script(layout.WRITE_AT, *times, *_pairs(rows)))
         if held:
             raise SequenceConflictError(
                 f"session {self.session_id!r} already holds {held} item(s); "
@@ -519,37 +516,27 @@ class RedisSession(BaseSession):
         self._note_newest(None)
 
     async def _rewrite(self, rows: list[Row]) -> int:
-        pairs = [part for seq, payload in rows for part in (str(seq), payload)]
-        return int(await self._call(layout.REWRITE, self._client, self.keys, *pairs))
+        return int(await self._call(layout.REWRITE, self._client, self.keys, *_pairs(rows)))
 
     async def _replace_rows(
-        self,
-        expected: list[Row] | None,
-        payloads: list[str],
-        prune: Callable[[str], bool] | None,
+        self, expected: list[Row] | None, payloads: list[str], prune: Callable[[str], bool] | None
     ) -> bool:
         """The SDK compaction hook's swap: one script, which changes nothing if the members
         shown moved."""
-        if expected is None:
-            return int(await self._script(layout.REPLACE, -1, 0, *payloads)) >= 0
-        pruned = [] if prune is None else await self._prunable(expected[0][0], prune)
-        shown = [_member(seq, text) for seq, text in expected]
-        answer = await self._script(
-            layout.REPLACE, len(expected), len(pruned), *shown, *pruned, *payloads
-        )
-        return int(answer) >= 0
+        head: list[Any] = [-1, 0]  # replace all
+        if expected is not None:
+            pruned = [] if prune is None else await self._prunable(expected[0][0], prune)
+            shown = [_member(seq, text) for seq, text in expected]
+            head = [len(expected), len(pruned), *shown, *pruned]
+        return int(await self._script(layout.REPLACE, *head, *payloads)) >= 0
 
     async def _prunable(self, before: int, prune: Callable[[str], bool]) -> list[Any]:
         """The oldest members below ``before`` for which ``prune`` holds, up to the first not."""
         out: list[Any] = []
+        below = _bounds(None, before)
         while True:
             members = await self._call(
-                self._client.zrangebyscore,
-                self.keys[0],
-                "-inf",
-                f"({before}",
-                start=len(out),
-                num=200,
+                self._client.zrangebyscore, self.keys[0], *below, start=len(out), num=200
             )
             for (_, text), member in zip(self._rows(members), members, strict=True):
                 if not prune(text if isinstance(text, str) else text.decode()):
@@ -597,9 +584,11 @@ class RedisSession(BaseSession):
     def _rows(self, members: list[Any]) -> list[Row]:
         return _parse_rows(members, self.keys[0], self.key_prefix)
 
-    def _script(self, script: Any, *args: Any, keys: tuple[str, ...] | None = None) -> Any:
-        """Run ``script`` on this session's keys (or ``keys``) with the expiry as ARGV[1]."""
-        return self._call(script, self._client, keys or self.keys, self.ttl_ms, *args)
+    def _script(self, script: Any, *args: Any, guard: RedisSession | None = None) -> Any:
+        """Run ``script`` on this session's keys (and ``guard``'s items key) with the expiry
+        as ARGV[1]."""
+        keys = self.keys if guard is None else (*self.keys, guard.keys[0])
+        return self._call(script, self._client, keys, self.ttl_ms, *args)
 
     async def _call(
         self, command: Callable[..., Awaitable[T]], *args: Any, reads: bool = False, **kwargs: Any
