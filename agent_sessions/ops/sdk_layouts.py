@@ -1,10 +1,7 @@
-"""The Agents SDK's own storage layouts, opened in place through ``sdk+`` URLs (the schemes
-are listed in docs/sdk-layouts.md).
-
-``open_session("sdk+redis://host:6379/0", "user-1")`` wraps the SDK's own ``RedisSession``
-(``.sdk``, with the SDK's defaults) and adds what the catalog and the CLI need: ``sibling()``
-sharing one client or engine, ``catalog_store()`` and ``close()``. These sessions behave as the
-SDK's classes do (no declared capabilities).
+"""The Agents SDK's own storage layouts, opened in place through ``sdk+`` URLs (schemes in
+docs/sdk-layouts.md): ``open_session("sdk+redis://host:6379/0", "user-1")`` wraps the SDK's own
+``RedisSession`` (with the SDK's defaults) in an ``SDKLayoutSession``, which behaves as the SDK's
+classes do (no declared capabilities).
 """
 
 from __future__ import annotations
