@@ -381,7 +381,10 @@ def show(
         typer.echo(_pretty(item) if pretty else _json(item))
 
 
-def _ttl_session(inner: Any, expiry: tuple[float | None, float | None, bool]) -> Any:
+_Expiry = tuple[float | None, float | None, bool]  # the app's (ttl, item_ttl, absolute)
+
+
+def _ttl_session(inner: Any, expiry: _Expiry) -> Any:
     """``inner`` under TTLSession with the app's ``(ttl, item_ttl, absolute)``."""
     from ..wrappers.ttl import TTLSession
 
@@ -389,9 +392,7 @@ def _ttl_session(inner: Any, expiry: tuple[float | None, float | None, bool]) ->
     return TTLSession(inner, ttl=ttl, sliding=not absolute, item_ttl=item_ttl)
 
 
-async def _layers(
-    session: Any, sid: str, key: str | None, expiry: tuple[float | None, float | None, bool]
-) -> Any:
+async def _layers(session: Any, sid: str, key: str | None, expiry: _Expiry) -> Any:
     """``session`` under TTLSession and EncryptedSession as its newest envelope says."""
     from ..wrappers.ttl import TTL_TYPE
 
