@@ -148,8 +148,7 @@ class SDKRedisCatalog:
         return await self._listing.page(query, "", self._all, self._infos)
 
     async def infos(self, session_ids: Sequence[str]) -> dict[str, SessionInfo]:
-        found = await self._infos(list(session_ids))
-        return {info.session_id: info for info in found if info is not None}
+        return {i.session_id: i for i in await self._infos(list(session_ids)) if i is not None}
 
     async def _infos(self, session_ids: list[str]) -> list[SessionInfo | None]:
         """Each session's info, or None for a hash without the SDK's ``session_id`` field
