@@ -381,7 +381,10 @@ def show(
         typer.echo(_pretty(item) if pretty else _json(item))
 
 
-def _ttl_session(inner: Any, expiry: tuple[float | None, float | None, bool]) -> Any:
+_Expiry = tuple[float | None, float | None, bool]  # the app's (ttl, item_ttl, absolute)
+
+
+def _ttl_session(inner: Any, expiry: _Expiry) -> Any:
     """``inner`` under TTLSession with the app's ``(ttl, item_ttl, absolute)``."""
     from ..wrappers.ttl import TTLSession
 
@@ -389,9 +392,7 @@ def _ttl_session(inner: Any, expiry: tuple[float | None, float | None, bool]) ->
     return TTLSession(inner, ttl=ttl, sliding=not absolute, item_ttl=item_ttl)
 
 
-async def _layers(
-    session: Any, sid: str, key: str | None, expiry: tuple[float | None, float | None, bool]
-) -> Any:
+async def _layers(session: Any, sid: str, key: str | None, expiry: _Expiry) -> Any:
     """``session`` under TTLSession and EncryptedSession as its newest envelope says."""
     from ..wrappers.ttl import TTL_TYPE
 
@@ -581,8 +582,7 @@ def import_sessions(
     from ..ops.migrate import import_store
 
     options = _parse_options(option)
-    if replace:
-        _confirm(f"Overwrite sessions in {url} that hold other items?", yes)
+    _confirm(f"Overwrite sessions in {url} that hold other items?", yes or not replace)
     with nullcontext(sys.stdin) if file == "-" else _open(file, "r", f"read {file}") as lines:
         report = _metered("importing", quiet, lambda meter: import_store(
             url, lines if file == "-" else meter.reading(lines, os.fstat(lines.fileno()).st_size),
@@ -659,8 +659,7 @@ def copy(
             "would change nothing or, with --replace, erase what it reads. Name another "
             "destination (or other options such as -o key_prefix=...)"
         )
-    if replace:
-        _confirm(f"Overwrite sessions in {dst_url} that hold other items?", yes)
+    _confirm(f"Overwrite sessions in {dst_url} that hold other items?", yes or not replace)
 
     from ..ops.migrate import copy_store
 
@@ -709,11 +708,8 @@ def delete(
         ids = await _chosen(store, session_ids, prefix)
         if not ids:
             return 0
-        _confirm(
-            f"Erase {len(ids)} session(s) ({_names(ids)}) and their side stores from "
-            f"{url}?",
-            yes,
-        )
+        _confirm(f"Erase {len(ids)} session(s) ({_names(ids)}) and their side stores from {url}?",
+                 yes)
         deleted = 0
         _INTERRUPTED.append(lambda: (
             f"erased {deleted} of {len(ids)} session(s) before the interruption; run the "
@@ -724,8 +720,8 @@ def delete(
         return deleted
 
     deleted = _in_store(url, option, erase)
-    text = f"deleted {deleted} session(s) with their side stores"
-    typer.echo(_json({"deleted": deleted}) if as_json else text)
+    typer.echo(_json({"deleted": deleted}) if as_json else
+               f"deleted {deleted} session(s) with their side stores")
 
 
 async def _ttl_skip_reason(store: Any, sid: str, family_clock: bool) -> str | None:
@@ -773,7 +769,6 @@ def purge(
         raise typer.BadParameter(
             "purge needs --ttl and/or --item-ttl, the values the app uses", param_hint="--ttl"
         )
-    expiry = (ttl, item_ttl, absolute)
     plan: dict[str, int] = {}  # the purge's sessions: how many items would go
     done: dict[str, int] = {}
     _INTERRUPTED.append(lambda: (
@@ -794,7 +789,7 @@ def purge(
             emptied = []
             for sid in plan:
                 async with store.opened(sid) as inner:
-                    session = _ttl_session(inner, expiry)
+                    session = _ttl_session(inner, (ttl, item_ttl, absolute))
                     counts[sid] = await session.purge_expired(dry_run=dry)
                     if counts[sid] and not await (
                         session.get_items(1) if dry else inner.count_items()  # nothing left

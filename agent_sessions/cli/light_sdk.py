@@ -50,9 +50,7 @@ class _Attach(importlib.abc.MetaPathFinder):
 class _Refuse(importlib.abc.MetaPathFinder):
     """Stops an early-loaded module from importing the SDK package (a circular import)."""
 
-    def find_spec(
-        self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(self, name: str, *_: object) -> None:
         if name == "agents":
             raise ImportError("needs the whole SDK")
         return None

@@ -180,7 +180,7 @@ async def write_session(
         InvalidItemError: an item cannot be stored (nothing written).
         BackendDataError: the item count differs afterwards.
     """
-    sid = dst.session_id
+    sid, progress = dst.session_id, progress or (lambda sid, written: None)
     encode_batch(items, getattr(dst, "max_item_bytes", DEFAULT_MAX_ITEM_BYTES))
     have = await _count(dst)
     if seqs is not None and supports(dst, Capability.SEQUENCED_WRITE):
@@ -193,8 +193,7 @@ async def write_session(
         if have:
             await dst.clear_session()
         await dst.write_sequenced_items(wanted, created_at=created_at, updated_at=updated_at)
-        if progress is not None:
-            progress(sid, len(items))
+        progress(sid, len(items))
         have = 0
     else:
         if have and (have > len(items) or await dst.get_items(have) != items[:have]):
@@ -205,8 +204,7 @@ async def write_session(
         for start in range(have, len(items), batch):
             chunk = items[start : start + batch]
             await dst.add_items(chunk)
-            if progress is not None:
-                progress(sid, start + len(chunk))
+            progress(sid, start + len(chunk))
     final = await _count(dst)
     if final != len(items):
         raise BackendDataError(

@@ -1,10 +1,7 @@
-"""The Agents SDK's own storage layouts, opened in place through ``sdk+`` URLs (the schemes
-are listed in docs/sdk-layouts.md).
-
-``open_session("sdk+redis://host:6379/0", "user-1")`` wraps the SDK's own ``RedisSession``
-(``.sdk``, with the SDK's defaults) and adds what the catalog and the CLI need: ``sibling()``
-sharing one client or engine, ``catalog_store()`` and ``close()``. These sessions behave as the
-SDK's classes do (no declared capabilities).
+"""The Agents SDK's own storage layouts, opened in place through ``sdk+`` URLs (schemes in
+docs/sdk-layouts.md): ``open_session("sdk+redis://host:6379/0", "user-1")`` wraps the SDK's own
+``RedisSession`` (with the SDK's defaults) in an ``SDKLayoutSession``, which behaves as the SDK's
+classes do (no declared capabilities).
 """
 
 from __future__ import annotations
@@ -47,9 +44,7 @@ class SDKLayoutSession(AbstractAsyncContextManager["SDKLayoutSession"]):
     ``close`` are added for the catalog, migrations and the CLI."""
 
     def __init__(self, sdk: SessionABC, layout: _Layout) -> None:
-        self.sdk = sdk
-        self.session_id = sdk.session_id
-        self.session_settings = sdk.session_settings
+        self.sdk, self.session_id, self.session_settings = sdk, sdk.session_id, sdk.session_settings
         self._layout, self._closed = layout, False
         layout.users += 1
 
@@ -126,6 +121,10 @@ def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
+def _text(raw: Any) -> Any:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
 class SDKRedisCatalog:
     """The catalog of the SDK's Redis layout: per session a hash ``P:<id>`` (``session_id`` and
     times in Unix seconds), a list ``P:<id>:messages`` and a counter ``P:<id>:counter``; found
@@ -141,19 +140,15 @@ class SDKRedisCatalog:
 
     async def _all(self) -> list[str]:
         """The id of every session under the prefix (its hash is ``P:<id>``)."""
-        found: list[str] = []
         pattern = f"{_glob_escape(self.prefix)}:*"
-        start = len(self.prefix) + 1
-        async for raw in self.client.scan_iter(match=pattern, count=1000, _type="hash"):
-            found.append((raw.decode() if isinstance(raw, bytes) else raw)[start:])
-        return found
+        keys = self.client.scan_iter(match=pattern, count=1000, _type="hash")
+        return [_text(raw)[len(self.prefix) + 1 :] async for raw in keys]
 
     async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
         return await self._listing.page(query, "", self._all, self._infos)
 
     async def infos(self, session_ids: Sequence[str]) -> dict[str, SessionInfo]:
-        found = await self._infos(list(session_ids))
-        return {info.session_id: info for info in found if info is not None}
+        return {i.session_id: i for i in await self._infos(list(session_ids)) if i is not None}
 
     async def _infos(self, session_ids: list[str]) -> list[SessionInfo | None]:
         """Each session's info, or None for a hash without the SDK's ``session_id`` field
@@ -163,14 +158,12 @@ class SDKRedisCatalog:
             key = f"{self.prefix}:{sid}"
             pipe.hmget(key, "session_id", "created_at", "updated_at").llen(f"{key}:messages")
         replies = await pipe.execute()
-        out: list[SessionInfo | None] = []
-        for i, session_id in enumerate(session_ids):
-            (sid, created, updated), count = replies[2 * i : 2 * i + 2]
-            if (sid.decode() if isinstance(sid, bytes) else sid) != session_id:
-                out.append(None)
-                continue
-            out.append(SessionInfo(session_id, utc(created), utc(updated), int(count)))
-        return out
+        return [
+            SessionInfo(session_id, utc(created), utc(updated), int(count))
+            if _text(sid) == session_id else None
+            for session_id, (sid, created, updated), count
+            in zip(session_ids, replies[::2], replies[1::2], strict=True)
+        ]
 
     async def family_ids(self, session_id: str) -> list[str]:
         return (await self.families([session_id]))[session_id]
