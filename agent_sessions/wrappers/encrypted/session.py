@@ -318,9 +318,8 @@ class EncryptedSession(SessionWrapper):
         if max_item_bytes is None:
             inner_cap = getattr(inner, "max_item_bytes", None)
             max_item_bytes = DEFAULT_MAX_ITEM_BYTES
-            if isinstance(inner_cap, int):
-                longest_kid = max(len(kid) for kid in self._keys)
-                b64_budget = inner_cap - _ENVELOPE_FIXED - longest_kid - 16
+            if isinstance(inner_cap, int):  # the base64 left once the envelope and kid are in
+                b64_budget = inner_cap - _ENVELOPE_FIXED - max(map(len, self._keys)) - 16
                 max_item_bytes = max(1, (b64_budget // 4) * 3 - _TAG_BYTES)
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
 
@@ -632,10 +631,8 @@ class EncryptedSession(SessionWrapper):
         def expired(envelope: Any) -> bool:
             try:
                 self._open(envelope)
-            except _Expired:
-                return True
-            except _Unreadable:
-                pass
+            except _Unreadable as reason:
+                return isinstance(reason, _Expired)
             return False
 
         raw = await reader(limit, prune_prefix=expired)
@@ -694,14 +691,13 @@ class EncryptedSession(SessionWrapper):
 
     async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
         """Return how many stored items have after < seq < before (unreadable ones too)."""
-        inner = self._inner(Capability.SEQUENCED)
-        return await inner.count_items(after=after, before=before)  # type: ignore[no-any-return]
+        count: int = await self._inner(Capability.SEQUENCED).count_items(after=after, before=before)
+        return count
 
     async def delete_items(self, *, before: int) -> int:
         """Atomically delete the stored items with seq < ``before`` (unreadable ones too);
         return how many were deleted (RANGE_DELETE)."""
-        inner = self._inner(Capability.RANGE_DELETE)
-        return await inner.delete_items(before=before)  # type: ignore[no-any-return]
+        return await self._inner(Capability.RANGE_DELETE).delete_items(before=before)  # type: ignore[no-any-return]
 
     async def rewrite_items(self, pairs: list[tuple[int, TResponseInputItem]]) -> int:
         """Encrypt each ``(seq, item)`` under the active key and replace stored item ``seq``
@@ -765,12 +761,8 @@ class EncryptedSession(SessionWrapper):
                             f"{seq} is unreadable: {reason}; pass drop_unreadable=True to "
                             "leave such items as they are, or add their key to the keyring"
                         ) from None
-                    logger.warning(
-                        "EncryptedSession %r: item %d stays unreadable: %s",
-                        self.session_id,
-                        seq,
-                        reason,
-                    )
+                    message = "EncryptedSession %r: item %d stays unreadable: %s"
+                    logger.warning(message, self.session_id, seq, reason)
                     continue
                 if envelope["kid"] != self.active_key_id:
                     plan.append((seq, self._seal(dumps(item), envelope.get("t"))))
