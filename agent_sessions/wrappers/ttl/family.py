@@ -74,9 +74,7 @@ class Lifecycle:
         names the family's location without opening it (else the store's ``store_key()``)."""
         self._open = store
         self._store: Session | None = None
-        self.ttl = ttl
-        self.sliding = sliding
-        self.clock_skew = clock_skew
+        self.ttl, self.sliding, self.clock_skew = ttl, sliding, clock_skew
         if where is None:
             where = getattr(self.store, "store_key", None)
         self._key: Hashable | None = where() if callable(where) else None
