@@ -353,9 +353,8 @@ class EncryptedSession(SessionWrapper):
             t = int(time.time())
         nonce = os.urandom(_NONCE_BYTES)
         plain = text.encode("utf-8")
-        sealed = cipher.encrypt(nonce, plain, b"%b\x00t%d" % (aad, t))
         n = _b64encode(nonce).decode("ascii")
-        c = _b64encode(sealed).decode("ascii")
+        c = _b64encode(cipher.encrypt(nonce, plain, b"%b\x00t%d" % (aad, t))).decode("ascii")
         if self._plain is not None:
             self._plain.add(n, kid, c, plain, t)
         return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "t": t, "n": n, "c": c}
@@ -691,8 +690,7 @@ class EncryptedSession(SessionWrapper):
 
     async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
         """Return how many stored items have after < seq < before (unreadable ones too)."""
-        count: int = await self._inner(Capability.SEQUENCED).count_items(after=after, before=before)
-        return count
+        return await self._inner(Capability.SEQUENCED).count_items(after=after, before=before)  # type: ignore[no-any-return]
 
     async def delete_items(self, *, before: int) -> int:
         """Atomically delete the stored items with seq < ``before`` (unreadable ones too);

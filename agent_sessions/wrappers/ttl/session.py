@@ -120,11 +120,8 @@ class TTLSession(SessionWrapper):
         self.item_ttl = seconds(item_ttl, "item_ttl")
         if self.ttl is None and self.item_ttl is None:
             raise ValueError("TTLSession needs ttl= (session lifetime) and/or item_ttl=")
-        if (
-            isinstance(clock_skew, bool)
-            or not isinstance(clock_skew, (int, float))
-            or not (math.isfinite(clock_skew) and clock_skew >= 0)
-        ):
+        number = isinstance(clock_skew, (int, float)) and not isinstance(clock_skew, bool)
+        if not (number and math.isfinite(clock_skew) and clock_skew >= 0):
             raise ValueError(f"clock_skew must be >= 0 seconds, got {clock_skew!r}")
         self.sliding = bool(sliding)
         self.clock = clock
@@ -344,8 +341,7 @@ class TTLSession(SessionWrapper):
     async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
         """Return how many live items have after < seq < before."""
         inner = self._inner(Capability.SEQUENCED)
-        count: int = await inner.count_items(after=await self._live_after(after), before=before)
-        return count
+        return await inner.count_items(after=await self._live_after(after), before=before)  # type: ignore[no-any-return]
 
     async def _live_after(self, after: int | None) -> int:
         """``after`` raised to the newest dead item's number."""
