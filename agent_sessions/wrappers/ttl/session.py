@@ -489,7 +489,6 @@ class TTLSession(SessionWrapper):
         return purged
 
 
-
 def _limit(session: object) -> int:
     """The largest item ``session`` accepts (the default for a session that does not say)."""
     limit = getattr(session, "max_item_bytes", DEFAULT_MAX_ITEM_BYTES)
