@@ -233,11 +233,10 @@ class EncryptedSession(SessionWrapper):
             unbounded): ``get_items`` reads growing windows until it has ``limit`` readable
             items, and raises RuntimeError when the budget runs out first (and ValueError for
             a negative limit, before reading).
-        cache_bytes: plaintext this object keeps of items it wrote or opened, so its next read
-            of the same envelope skips base64 and AES (each Runner turn re-reads the history).
-            It belongs to this object alone (no other object, session or key sees it); an
-            entry is used only for a byte-identical envelope. ``clear_session`` empties it.
-            0: none.
+        cache_bytes: plaintext kept of items this object wrote or opened, so re-reading the
+            same envelope (each Runner turn re-reads the history) skips base64 and AES. Private
+            to this object (no other object, session or key sees it), used only for a
+            byte-identical envelope, emptied by ``clear_session``. 0: none.
 
     Passes on the inner's sequence numbers (one per stored item), range delete, rewrite,
     native expiry and family. Unreadable items (wrong or unknown key, altered bytes, copied
