@@ -52,11 +52,9 @@ class AdvancedSession(BranchingSession, UsageQueries):
                 )
             from ..backends.sqlite import SQLiteSession
 
+            path = ":memory:" if db_path is None else db_path
             inner = SQLiteSession(
-                session_id,
-                ":memory:" if db_path is None else db_path,
-                session_settings=session_settings,
-                **sqlite_options,
+                session_id, path, session_settings=session_settings, **sqlite_options
             )
         elif db_path is not None or sqlite_options or session_settings is not None:
             raise TypeError(

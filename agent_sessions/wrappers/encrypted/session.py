@@ -233,11 +233,10 @@ class EncryptedSession(SessionWrapper):
             unbounded): ``get_items`` reads growing windows until it has ``limit`` readable
             items, and raises RuntimeError when the budget runs out first (and ValueError for
             a negative limit, before reading).
-        cache_bytes: plaintext this object keeps of items it wrote or opened, so its next read
-            of the same envelope skips base64 and AES (each Runner turn re-reads the history).
-            It belongs to this object alone (no other object, session or key sees it); an
-            entry is used only for a byte-identical envelope. ``clear_session`` empties it.
-            0: none.
+        cache_bytes: plaintext kept of items this object wrote or opened, so re-reading the
+            same envelope (each Runner turn re-reads the history) skips base64 and AES. Private
+            to this object (no other object, session or key sees it), used only for a
+            byte-identical envelope, emptied by ``clear_session``. 0: none.
 
     Passes on the inner's sequence numbers (one per stored item), range delete, rewrite,
     native expiry and family. Unreadable items (wrong or unknown key, altered bytes, copied
@@ -318,9 +317,8 @@ class EncryptedSession(SessionWrapper):
         if max_item_bytes is None:
             inner_cap = getattr(inner, "max_item_bytes", None)
             max_item_bytes = DEFAULT_MAX_ITEM_BYTES
-            if isinstance(inner_cap, int):
-                longest_kid = max(len(kid) for kid in self._keys)
-                b64_budget = inner_cap - _ENVELOPE_FIXED - longest_kid - 16
+            if isinstance(inner_cap, int):  # the base64 left once the envelope and kid are in
+                b64_budget = inner_cap - _ENVELOPE_FIXED - max(map(len, self._keys)) - 16
                 max_item_bytes = max(1, (b64_budget // 4) * 3 - _TAG_BYTES)
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
 
@@ -354,9 +352,8 @@ class EncryptedSession(SessionWrapper):
             t = int(time.time())
         nonce = os.urandom(_NONCE_BYTES)
         plain = text.encode("utf-8")
-        sealed = cipher.encrypt(nonce, plain, b"%b\x00t%d" % (aad, t))
         n = _b64encode(nonce).decode("ascii")
-        c = _b64encode(sealed).decode("ascii")
+        c = _b64encode(cipher.encrypt(nonce, plain, b"%b\x00t%d" % (aad, t))).decode("ascii")
         if self._plain is not None:
             self._plain.add(n, kid, c, plain, t)
         return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "t": t, "n": n, "c": c}
@@ -632,10 +629,8 @@ class EncryptedSession(SessionWrapper):
         def expired(envelope: Any) -> bool:
             try:
                 self._open(envelope)
-            except _Expired:
-                return True
-            except _Unreadable:
-                pass
+            except _Unreadable as reason:
+                return isinstance(reason, _Expired)
             return False
 
         raw = await reader(limit, prune_prefix=expired)
@@ -694,14 +689,12 @@ class EncryptedSession(SessionWrapper):
 
     async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
         """Return how many stored items have after < seq < before (unreadable ones too)."""
-        inner = self._inner(Capability.SEQUENCED)
-        return await inner.count_items(after=after, before=before)  # type: ignore[no-any-return]
+        return await self._inner(Capability.SEQUENCED).count_items(after=after, before=before)  # type: ignore[no-any-return]
 
     async def delete_items(self, *, before: int) -> int:
         """Atomically delete the stored items with seq < ``before`` (unreadable ones too);
         return how many were deleted (RANGE_DELETE)."""
-        inner = self._inner(Capability.RANGE_DELETE)
-        return await inner.delete_items(before=before)  # type: ignore[no-any-return]
+        return await self._inner(Capability.RANGE_DELETE).delete_items(before=before)  # type: ignore[no-any-return]
 
     async def rewrite_items(self, pairs: list[tuple[int, TResponseInputItem]]) -> int:
         """Encrypt each ``(seq, item)`` under the active key and replace stored item ``seq``
@@ -765,12 +758,8 @@ class EncryptedSession(SessionWrapper):
                             f"{seq} is unreadable: {reason}; pass drop_unreadable=True to "
                             "leave such items as they are, or add their key to the keyring"
                         ) from None
-                    logger.warning(
-                        "EncryptedSession %r: item %d stays unreadable: %s",
-                        self.session_id,
-                        seq,
-                        reason,
-                    )
+                    message = "EncryptedSession %r: item %d stays unreadable: %s"
+                    logger.warning(message, self.session_id, seq, reason)
                     continue
                 if envelope["kid"] != self.active_key_id:
                     plan.append((seq, self._seal(dumps(item), envelope.get("t"))))

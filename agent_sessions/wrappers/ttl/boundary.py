@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from bisect import bisect_left
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any
 
 _TAIL = 8
@@ -100,10 +101,9 @@ class Boundary:
 
     async def _rebuild(self, inner: Any, now: float) -> None:
         self._reset_to(0)
-        dead, live = await newest_dead_by_scan(
+        self.floor, live = await newest_dead_by_scan(
             inner, lambda envelope, newer_t: self._dead(envelope, newer_t, now), now
         )
-        self.floor = dead
         self._extend(live)
         self.built = True
 
@@ -175,8 +175,4 @@ def _push_min(mins: list[float], value: float) -> None:
 
 
 def _suffix_min(values: list[float]) -> list[float]:
-    out = list(values)
-    for i in range(len(out) - 2, -1, -1):
-        if out[i + 1] < out[i]:
-            out[i] = out[i + 1]
-    return out
+    return list(accumulate(reversed(values), min))[::-1]

@@ -74,9 +74,7 @@ class Lifecycle:
         names the family's location without opening it (else the store's ``store_key()``)."""
         self._open = store
         self._store: Session | None = None
-        self.ttl = ttl
-        self.sliding = sliding
-        self.clock_skew = clock_skew
+        self.ttl, self.sliding, self.clock_skew = ttl, sliding, clock_skew
         if where is None:
             where = getattr(self.store, "store_key", None)
         self._key: Hashable | None = where() if callable(where) else None
@@ -151,11 +149,8 @@ class Lifecycle:
         """After the record of ``state`` was stored (as number ``seq``, when known): trim the
         older records now and then, push native expiry to the family's members at least every
         ``ttl / 2`` (by this process, for a store that names its location), remember it."""
-        if (
-            seq is not None
-            and seq % _TRIM_EVERY == 0
-            and supports(self.store, Capability.RANGE_DELETE)
-        ):
+        trim = seq is not None and seq % _TRIM_EVERY == 0
+        if trim and supports(self.store, Capability.RANGE_DELETE):
             await self.store.delete_items(before=seq)  # type: ignore[attr-defined]
         if self._refresh is not None:
             now, key = state.t, self._key

@@ -120,22 +120,17 @@ class TTLSession(SessionWrapper):
         self.item_ttl = seconds(item_ttl, "item_ttl")
         if self.ttl is None and self.item_ttl is None:
             raise ValueError("TTLSession needs ttl= (session lifetime) and/or item_ttl=")
-        if (
-            isinstance(clock_skew, bool)
-            or not isinstance(clock_skew, (int, float))
-            or not (math.isfinite(clock_skew) and clock_skew >= 0)
-        ):
+        number = isinstance(clock_skew, (int, float)) and not isinstance(clock_skew, bool)
+        if not (number and math.isfinite(clock_skew) and clock_skew >= 0):
             raise ValueError(f"clock_skew must be >= 0 seconds, got {clock_skew!r}")
         self.sliding = bool(sliding)
         self.clock = clock
         self.clock_skew = float(clock_skew)
         if max_item_bytes is None:
-            inner_cap = getattr(inner, "max_item_bytes", None)
-            max_item_bytes = (
-                max(1, inner_cap - ENVELOPE_OVERHEAD)
-                if isinstance(inner_cap, int)
-                else DEFAULT_MAX_ITEM_BYTES
-            )
+            cap = getattr(inner, "max_item_bytes", None)
+            max_item_bytes = DEFAULT_MAX_ITEM_BYTES
+            if isinstance(cap, int):
+                max_item_bytes = max(1, cap - ENVELOPE_OVERHEAD)
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
         # With a family, session expiry is the family's (ttl.family), shared by its members.
         self._family_expiry = self.ttl is not None and (
@@ -339,17 +334,14 @@ class TTLSession(SessionWrapper):
         if limit is not None and limit <= 0:
             return []
         after = await self._live_after(after)
-        rows: list[tuple[int, Any]] = await inner.get_sequenced_items(
-            limit, after=after, before=before
-        )
+        rows = await inner.get_sequenced_items(limit, after=after, before=before)
         # An envelope not ours newer than the boundary was written since the refresh: hidden.
         return [(seq, env["item"]) for seq, env in rows if _time(env, "t") is not None]
 
     async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
         """Return how many live items have after < seq < before."""
         inner = self._inner(Capability.SEQUENCED)
-        count: int = await inner.count_items(after=await self._live_after(after), before=before)
-        return count
+        return await inner.count_items(after=await self._live_after(after), before=before)  # type: ignore[no-any-return]
 
     async def _live_after(self, after: int | None) -> int:
         """``after`` raised to the newest dead item's number."""
@@ -358,8 +350,7 @@ class TTLSession(SessionWrapper):
 
     async def delete_items(self, *, before: int) -> int:
         """Delete the stored items numbered below ``before`` (live or not); return how many."""
-        deleted: int = await self._inner(Capability.RANGE_DELETE).delete_items(before=before)
-        return deleted
+        return await self._inner(Capability.RANGE_DELETE).delete_items(before=before)  # type: ignore[no-any-return]
 
     async def rewrite_items(self, pairs: list[tuple[int, TResponseInputItem]]) -> int:
         """Replace the live items numbered ``seq`` by ``item`` for each pair, in one atomic step,
@@ -375,14 +366,13 @@ class TTLSession(SessionWrapper):
                 after=max(min(seqs) - 1, await self._newest_dead()), before=max(seqs) + 1
             )
         )
-        replaced: int = await inner.rewrite_items(
+        return await inner.rewrite_items(  # type: ignore[no-any-return]
             [
                 (seq, {**stored[seq], "item": item})
                 for seq, item in pairs
                 if _time(stored.get(seq), "t") is not None
             ]
         )
-        return replaced
 
     async def _lifetime_start(self, now: float) -> float:
         newest = await self.inner.get_items(limit=1)
@@ -401,9 +391,7 @@ class TTLSession(SessionWrapper):
             return None
         await self._sync()
         now = self.clock()
-        if self._dead(envelope, now, now):
-            return None
-        return envelope["item"]  # type: ignore[no-any-return]
+        return None if self._dead(envelope, now, now) else envelope["item"]  # type: ignore[no-any-return]
 
     async def pop_checked(self, check: Callable[[Any], Any]) -> Any:
         """``pop_item`` with a layer's ``check`` of the live item, through the inner
@@ -414,9 +402,7 @@ class TTLSession(SessionWrapper):
         now = self.clock()
 
         def unwrap(envelope: Any) -> Any:
-            if self._dead(envelope, now, now):
-                return _DEAD
-            return check(envelope["item"])
+            return _DEAD if self._dead(envelope, now, now) else check(envelope["item"])
 
         result = await pop_checked_of(self.inner, unwrap)
         return None if result is _DEAD else result
@@ -499,13 +485,8 @@ class TTLSession(SessionWrapper):
             keep_live=False,
         )
         if dead:
-            if dry_run:
-                purged += await inner.count_items(before=dead + 1)
-            else:
-                purged += await inner.delete_items(before=dead + 1)
+            purged += await (inner.count_items if dry_run else inner.delete_items)(before=dead + 1)
         return purged
-
-
 
 
 def _limit(session: object) -> int:
