@@ -778,3 +778,15 @@ def test_demo_live_without_a_key_says_what_is_missing(
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     assert main(["demo", "--live"]) == 2
     assert "OPENAI_API_KEY" in capsys.readouterr().out
+
+
+def test_import_progress_counts_bytes_as_the_file_size_does(tmp_path: Path) -> None:
+    """The ETA divides bytes read by the file's size in bytes: a non-ASCII export reaches 100%."""
+    from agent_sessions.cli.app import _Meter
+
+    path = tmp_path / "export.jsonl"
+    path.write_text('{"a": "héllo wörld"}\n{"b": "日本語"}\nplain\n', encoding="utf-8")
+    meter = _Meter("importing", quiet=True)
+    with open(path, encoding="utf-8") as lines:
+        assert list(meter.reading(lines, path.stat().st_size))
+    assert meter.done == meter.total == path.stat().st_size

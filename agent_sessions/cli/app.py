@@ -516,7 +516,7 @@ def _metered(
 class _Meter:
     """Progress on stderr: a bar on a terminal, else a line every
     ``AGENT_SESSIONS_PROGRESS_EVERY`` seconds (default 5); the ETA follows sessions planned
-    (``plan``) or characters read (``reading``). Ctrl-C prints what was done."""
+    (``plan``) or bytes read (``reading``). Ctrl-C prints what was done."""
 
     def __init__(self, verb: str, quiet: bool, resume: str = _RESUME) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -542,10 +542,10 @@ class _Meter:
         self.total = len(ids)
 
     def reading(self, lines: Any, size: int) -> Iterator[str]:
-        """Yield ``lines`` (of an input of ``size`` characters), counting what was read."""
+        """Yield ``lines`` (of a UTF-8 input of ``size`` bytes), counting the bytes read."""
         self.total = max(size, 1)
         for line in lines:
-            self.done += len(line)
+            self.done += len(line) if line.isascii() else len(line.encode())
             yield line
 
     def session(self, sid: str, items: int) -> None:
