@@ -294,9 +294,8 @@ class InMemorySession(BaseSession):
                 cut = 0
             else:
                 cut = len(entries.seqs) - len(expected)
-                if cut < 0 or [
-                    (seq, text) for seq, text in expected
-                ] != list(zip(entries.seqs[cut:], entries.payloads[cut:], strict=True)):
+                current = list(zip(entries.seqs[cut:], entries.payloads[cut:], strict=True))
+                if cut < 0 or [(seq, text) for seq, text in expected] != current:
                     return False
             keep = 0
             if prune is not None:
@@ -343,10 +342,8 @@ class InMemorySession(BaseSession):
                 where = check
 
             ranked = entries.index.bm25.search(" ".join(words), where=where, top_k=limit)
-            out = []
-            for seq, score in ranked:
-                out.append((seq, entries.payloads[bisect_left(entries.seqs, seq)], score))
-            return out
+            return [(seq, entries.payloads[bisect_left(entries.seqs, seq)], score)
+                    for seq, score in ranked]
 
     def catalog_store(self) -> CatalogStore:
         """Return the catalog of this session's store (see ``agent_sessions.ops.catalog``)."""

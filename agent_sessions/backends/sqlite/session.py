@@ -75,9 +75,8 @@ class _Schema:
     """SQL text for one pair of tables, built once per process (``_schema``)."""
 
     def __init__(self, sessions: str, messages: str) -> None:
-        s, m = sqlite_table_name(sessions, "sessions_table"), sqlite_table_name(
-            messages, "messages_table"
-        )
+        s = sqlite_table_name(sessions, "sessions_table")
+        m = sqlite_table_name(messages, "messages_table")
         self.key = (s, m)
         self.create = [
             f"CREATE TABLE IF NOT EXISTS {s} (session_id TEXT PRIMARY KEY, "
@@ -311,12 +310,12 @@ class SQLiteStore:
         """Give back one hold; True when it was the last (the database is then closed)."""
         with self._registry_lock:
             self.users -= 1
-            last = self.users <= 0
-            if last:
-                self.closed = True
-                for key in [k for k, store in self._registry.items() if store is self]:
-                    del self._registry[key]
-        return last
+            if self.users > 0:
+                return False
+            self.closed = True
+            for key in [k for k, store in self._registry.items() if store is self]:
+                del self._registry[key]
+        return True
 
     def release_share(self) -> bool:
         """Give back one hold without I/O if others remain; False (nothing done) otherwise."""
