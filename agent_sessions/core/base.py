@@ -510,10 +510,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         self._check_open()
         session_id = validate_session_id(session_id, internal=True)
         return type(self)(  # type: ignore[call-arg]
-            session_id,
-            max_item_bytes=self.max_item_bytes,
-            strict=self.strict,
-            _internal_id=True,
+            session_id, max_item_bytes=self.max_item_bytes, strict=self.strict, _internal_id=True,
             **self._member_options(),
         )
 
