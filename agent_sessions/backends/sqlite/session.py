@@ -146,21 +146,11 @@ class _Schema:
     def read(self, raw: sqlite3.Connection, sid: str, limit: int | None = None,
              after: int | None = None, before: int | None = None) -> list[Any]:
         """``sid``'s rows in a range, oldest first (with a limit: the newest ``limit``)."""
-        rows = raw.execute(*self.read_sql(sid, limit, after, before)).fetchall()
-        return rows[::-1] if limit is not None else rows
-
-    def read_sql(
-        self, sid: str, limit: int | None, after: int | None, before: int | None
-    ) -> tuple[str, tuple[Any, ...]]:
-        """The SELECT of ``sid``'s rows in a range and its parameters (with a limit: newest
-        first)."""
         sql, params = _range_sql(self.select, after, before)
         if limit is None:
-            sql += " ORDER BY id"
-        else:
-            sql += " ORDER BY id DESC LIMIT ?"
-            params.append(limit)
-        return sql, (sid, *params)
+            return raw.execute(sql + " ORDER BY id", (sid, *params)).fetchall()
+        rows = raw.execute(sql + " ORDER BY id DESC LIMIT ?", (sid, *params, limit)).fetchall()
+        return rows[::-1]
 
     def create_all(self, raw: sqlite3.Connection) -> None:
         """Create the tables and index if missing (run inside a write transaction)."""
@@ -241,12 +231,9 @@ class SQLiteStore:
     def __init__(
         self, key: tuple[str, float, str], path: str, busy_timeout: float, synchronous: str
     ) -> None:
-        self.key = key
-        self.path = path
-        self.busy_timeout = busy_timeout
-        self.synchronous = synchronous
-        self.users = 0
-        self.closed = False
+        self.key, self.path = key, path
+        self.busy_timeout, self.synchronous = busy_timeout, synchronous
+        self.users, self.closed = 0, False
         self.conn: sqlite3.Connection | None = None  # touched by the worker thread only
         self.schemas: set[tuple[str, str]] = set()  # likewise
         self.text_schemas: set[tuple[str, str]] = set()  # tables whose text index exists; likewise
