@@ -181,13 +181,8 @@ class _Job:
 
     __slots__ = ("args", "delivered", "fn", "future", "loop", "schema", "waiter")
 
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        schema: _Schema | None,
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], schema: _Schema | None,
+                 loop: asyncio.AbstractEventLoop) -> None:
         self.fn, self.args, self.schema, self.loop = fn, args, schema, loop
         self.future: asyncio.Future[Any] = loop.create_future()
         self.delivered = False
@@ -327,13 +322,8 @@ class SQLiteStore:
 
     close = release  # gives back the hold open_store took; open sessions keep the file
 
-    def _submit(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        schema: _Schema | None,
-        last: bool = False,
-    ) -> _Job | None:
+    def _submit(self, fn: Callable[..., Any], args: tuple[Any, ...], schema: _Schema | None,
+                last: bool = False) -> _Job | None:
         """Queue one job (``last``: the closing one, or None when no worker ever started).
 
         Under the lock, so a job is either queued before the closing one (and runs) or
@@ -544,12 +534,10 @@ class SQLiteSession(BaseSession):
         **options: Unpack[StoreOptions],
     ) -> None:
         super().__init__(session_id, **options)
-        if db_path is not None:
-            path = db_path
         _check_settings(busy_timeout, synchronous)
         self.schema = _schema(sessions_table, messages_table)
         self.sessions_table, self.messages_table = self.schema.key
-        self.path = str(path)
+        self.path = str(path if db_path is None else db_path)
         self.store = _store or SQLiteStore.acquire(self.path, busy_timeout, synchronous.upper())
         # Collected without close(): the hold goes back, so the worker and file do not leak.
         self._hold = weakref.finalize(self, self.store.release_later)
@@ -630,13 +618,8 @@ class SQLiteSession(BaseSession):
             session.listed()
         return result
 
-    def _guarded(
-        self,
-        guard: BaseSession,
-        seq: int | None,
-        fn: Callable[[sqlite3.Connection], T],
-        own: int | None = None,
-    ) -> Callable[[sqlite3.Connection], T | object]:
+    def _guarded(self, guard: BaseSession, seq: int | None, fn: Callable[[sqlite3.Connection], T],
+                 own: int | None = None) -> Callable[[sqlite3.Connection], T | object]:
         """``fn`` run only while ``guard``'s newest item is numbered ``seq`` (and, when ``own``
         is not None, this session's newest is ``own``), else _STALE."""
         newest = f"SELECT max(id) FROM {self.messages_table} WHERE session_id = ?"
@@ -771,12 +754,8 @@ class SQLiteSession(BaseSession):
         self._hold.detach()
         return True
 
-    async def _replace_rows(
-        self,
-        expected: list[Row] | None,
-        payloads: list[str],
-        prune: Callable[[str], bool] | None,
-    ) -> bool:
+    async def _replace_rows(self, expected: list[Row] | None, payloads: list[str],
+                            prune: Callable[[str], bool] | None) -> bool:
         """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``)."""
         sid, schema = self.session_id, self.schema
 
