@@ -562,12 +562,10 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         """``close()`` if it needs no I/O; True when closed (now or before, without error)."""
         if self._closing is not None:
             return self._closing.done and not self._closing.failed
-        if type(self).close is not BaseSession.close:
+        if type(self).close is not BaseSession.close or not self._closed_at_once():
             return False
-        if self._closed_at_once():
-            self._closing = Closing(None)
-            return True
-        return False
+        self._closing = Closing(None)
+        return True
 
     def _release_at_once(self) -> bool:
         """Release without I/O (a share others still use); True when done."""
