@@ -21,11 +21,8 @@ _MODULES: dict[str, tuple[str | None, str]] = {
     "core.base": (None, "BaseSession"),
     "backends.memory": (None, "InMemorySession InMemoryStore"),
     "backends.sqlite": (None, "SQLiteSession SQLiteStore"),
-    "core.capabilities": (
-        None,
-        "Capability capabilities_of supports SupportsNativeExpiry "
-        "SupportsRangeDelete SupportsSequencedItems",
-    ),
+    "core.capabilities": (None, "Capability capabilities_of supports SupportsNativeExpiry "
+                          "SupportsRangeDelete SupportsSequencedItems"),
     "core.registry": (None, "open_session open_store Store register_scheme registered_schemes"),
     "backends.redis": ("redis", "RedisSession"),
     "backends.sql": ("sqlalchemy", "SQLAlchemySession"),
@@ -110,8 +107,7 @@ def __getattr__(name: str) -> Any:
         from .core.extras import missing
 
         raise missing(name, extra, exc) from exc
-    value = getattr(imported, name)
-    globals()[name] = value
+    value = globals()[name] = getattr(imported, name)
     return value
 
 

@@ -102,14 +102,12 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     ) -> None:
         self.session_id = validate_session_id(session_id, internal=_internal_id)
         self.session_settings = (
-            coerce_session_settings(session_settings)
-            if session_settings is not None
+            coerce_session_settings(session_settings) if session_settings is not None
             else SessionSettings()
         )
         if not isinstance(max_item_bytes, int) or max_item_bytes <= 0:
             raise ValueError(f"max_item_bytes must be a positive int, got {max_item_bytes!r}")
-        self.max_item_bytes = max_item_bytes
-        self.strict = strict
+        self.max_item_bytes, self.strict = max_item_bytes, strict
         self._closed = False
         self._family: Family | None = None
         self._registration: tuple[BaseSession, str] | None = None
@@ -275,11 +273,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
 
     @traced("get_items")
     async def get_sequenced_items(
-        self,
-        limit: int | None = None,
-        *,
-        after: int | None = None,
-        before: int | None = None,
+        self, limit: int | None = None, *, after: int | None = None, before: int | None = None
     ) -> list[tuple[int, TResponseInputItem]]:
         """Return ``(seq, item)`` with after < seq < before; the latest ``limit``, oldest first."""
         if limit is not None and limit <= 0:
@@ -449,11 +443,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
 
     @traced("search_text")
     async def search_text(
-        self,
-        query: str,
-        *,
-        limit: int = 10,
-        equal: Mapping[str, Collection[str]] | None = None,
+        self, query: str, *, limit: int = 10, equal: Mapping[str, Collection[str]] | None = None,
         between: Mapping[str, tuple[float | None, float | None]] | None = None,
     ) -> list[tuple[int, TResponseInputItem, float]]:
         """Items best matching ``query`` as ``core.capabilities.SupportsTextSearch`` says.
@@ -473,10 +463,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     # -- writes at given numbers (capability) ---------------------------------------------------
 
     async def write_sequenced_items(
-        self,
-        pairs: list[tuple[int, TResponseInputItem]],
-        *,
-        created_at: datetime | None = None,
+        self, pairs: list[tuple[int, TResponseInputItem]], *, created_at: datetime | None = None,
         updated_at: datetime | None = None,
     ) -> None:
         """Atomically store each ``(seq, item)`` at ``seq`` into this empty session with these
@@ -510,10 +497,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         self._check_open()
         session_id = validate_session_id(session_id, internal=True)
         return type(self)(  # type: ignore[call-arg]
-            session_id,
-            max_item_bytes=self.max_item_bytes,
-            strict=self.strict,
-            _internal_id=True,
+            session_id, max_item_bytes=self.max_item_bytes, strict=self.strict, _internal_id=True,
             **self._member_options(),
         )
 
@@ -578,12 +562,10 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         """``close()`` if it needs no I/O; True when closed (now or before, without error)."""
         if self._closing is not None:
             return self._closing.done and not self._closing.failed
-        if type(self).close is not BaseSession.close:
+        if type(self).close is not BaseSession.close or not self._closed_at_once():
             return False
-        if self._closed_at_once():
-            self._closing = Closing(None)
-            return True
-        return False
+        self._closing = Closing(None)
+        return True
 
     def _release_at_once(self) -> bool:
         """Release without I/O (a share others still use); True when done."""

@@ -69,11 +69,7 @@ class SupportsSequencedItems(Protocol):
         """Append ``items`` as one all-or-nothing batch; return their sequence numbers."""
 
     async def get_sequenced_items(
-        self,
-        limit: int | None = None,
-        *,
-        after: int | None = None,
-        before: int | None = None,
+        self, limit: int | None = None, *, after: int | None = None, before: int | None = None
     ) -> list[tuple[int, TResponseInputItem]]:
         """Return ``(seq, item)`` with ``after < seq < before``: the latest ``limit`` (all when
         None), oldest first."""
@@ -117,10 +113,7 @@ class SupportsSequencedWrite(Protocol):
     """:attr:`Capability.SEQUENCED_WRITE` (copies, imports)."""
 
     async def write_sequenced_items(
-        self,
-        pairs: list[tuple[int, TResponseInputItem]],
-        *,
-        created_at: datetime | None = None,
+        self, pairs: list[tuple[int, TResponseInputItem]], *, created_at: datetime | None = None,
         updated_at: datetime | None = None,
     ) -> None:
         """Atomically store each ``(seq, item)`` at ``seq`` (positive, increasing) into this
@@ -195,11 +188,7 @@ class SupportsTextSearch(Protocol):
     ``"text"`` is not indexed."""
 
     async def search_text(
-        self,
-        query: str,
-        *,
-        limit: int = 10,
-        equal: Mapping[str, Collection[str]] | None = None,
+        self, query: str, *, limit: int = 10, equal: Mapping[str, Collection[str]] | None = None,
         between: Mapping[str, tuple[float | None, float | None]] | None = None,
     ) -> list[tuple[int, TResponseInputItem, float]]:
         """The ``limit`` best ``(seq, item, score)`` for any word (``\\w+``) of ``query``, best

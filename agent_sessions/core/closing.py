@@ -68,12 +68,10 @@ class Closing(Coroutine[Any, Any, None]):
     @property
     def failed(self) -> bool:
         """Whether the release ended with an error or was cancelled."""
-        if self._error is not None:
-            return True
         task = self._task
-        if task is None or not task.done():
-            return False
-        return task.cancelled() or task.exception() is not None
+        return self._error is not None or (
+            task is not None and task.done() and (task.cancelled() or task.exception() is not None)
+        )
 
     @property
     def done(self) -> bool:

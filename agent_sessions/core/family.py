@@ -54,10 +54,7 @@ async def close_owned(session: Session) -> None:
     """Close ``session`` from its owner's release: this package's sessions release in the
     calling task instead of starting their own."""
     inline = getattr(session, "_close_owned", None)
-    if inline is None:
-        await close_quietly(session)
-    else:
-        await inline()
+    await (close_quietly(session) if inline is None else inline())
 
 
 def close_at_once(session: Session) -> bool:

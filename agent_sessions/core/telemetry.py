@@ -53,9 +53,8 @@ def _utf8_len(text: str) -> int:
 
 def _system(session: object) -> str:
     name = type(session).__name__
-    system = _SYSTEMS.get(name)
-    if system is not None:
-        return system
+    if name in _SYSTEMS:
+        return _SYSTEMS[name]
     engine = getattr(session, "engine", None)
     dialect = getattr(getattr(engine, "dialect", None), "name", None)
     if isinstance(dialect, str):

@@ -155,13 +155,8 @@ class InMemorySession(BaseSession):
     capabilities = STORE_CAPABILITIES | {Capability.TEXT_SEARCH}
     _single_dispatch_writes = True
 
-    def __init__(
-        self,
-        session_id: str,
-        *,
-        store: InMemoryStore | None = None,
-        **options: Unpack[StoreOptions],
-    ) -> None:
+    def __init__(self, session_id: str, *, store: InMemoryStore | None = None,
+                 **options: Unpack[StoreOptions]) -> None:
         super().__init__(session_id, **options)
         self.store = store if store is not None else DEFAULT_STORE
 
@@ -280,12 +275,8 @@ class InMemorySession(BaseSession):
             del entries.payloads[:cut]
             return cut
 
-    async def _replace_rows(
-        self,
-        expected: list[Row] | None,
-        payloads: list[str],
-        prune: Callable[[str], bool] | None,
-    ) -> bool:
+    async def _replace_rows(self, expected: list[Row] | None, payloads: list[str],
+                            prune: Callable[[str], bool] | None) -> bool:
         """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``), under the
         store's lock."""
         with self.store.lock:
@@ -294,9 +285,8 @@ class InMemorySession(BaseSession):
                 cut = 0
             else:
                 cut = len(entries.seqs) - len(expected)
-                if cut < 0 or [
-                    (seq, text) for seq, text in expected
-                ] != list(zip(entries.seqs[cut:], entries.payloads[cut:], strict=True)):
+                current = list(zip(entries.seqs[cut:], entries.payloads[cut:], strict=True))
+                if cut < 0 or [(seq, text) for seq, text in expected] != current:
                     return False
             keep = 0
             if prune is not None:
@@ -343,10 +333,8 @@ class InMemorySession(BaseSession):
                 where = check
 
             ranked = entries.index.bm25.search(" ".join(words), where=where, top_k=limit)
-            out = []
-            for seq, score in ranked:
-                out.append((seq, entries.payloads[bisect_left(entries.seqs, seq)], score))
-            return out
+            return [(seq, entries.payloads[bisect_left(entries.seqs, seq)], score)
+                    for seq, score in ranked]
 
     def catalog_store(self) -> CatalogStore:
         """Return the catalog of this session's store (see ``agent_sessions.ops.catalog``)."""

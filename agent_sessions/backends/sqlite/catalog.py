@@ -59,10 +59,7 @@ class SQLiteFileCatalog:
         return group_families((str(r[0]) for r in rows), session_ids)
 
     async def _rows(self, sql: str, params: dict[str, Any]) -> list[Any]:
-        def run(raw: sqlite3.Connection) -> list[Any]:
-            return raw.execute(sql, params).fetchall()
-
-        return await self.session._run(run)  # type: ignore[no-any-return]
+        return await self.session._run(lambda raw: raw.execute(sql, params).fetchall())  # type: ignore[no-any-return]
 
     async def delete(self, session_ids: Sequence[str]) -> int:
         ids = list(session_ids)

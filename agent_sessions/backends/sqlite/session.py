@@ -75,9 +75,8 @@ class _Schema:
     """SQL text for one pair of tables, built once per process (``_schema``)."""
 
     def __init__(self, sessions: str, messages: str) -> None:
-        s, m = sqlite_table_name(sessions, "sessions_table"), sqlite_table_name(
-            messages, "messages_table"
-        )
+        s = sqlite_table_name(sessions, "sessions_table")
+        m = sqlite_table_name(messages, "messages_table")
         self.key = (s, m)
         self.create = [
             f"CREATE TABLE IF NOT EXISTS {s} (session_id TEXT PRIMARY KEY, "
@@ -147,21 +146,11 @@ class _Schema:
     def read(self, raw: sqlite3.Connection, sid: str, limit: int | None = None,
              after: int | None = None, before: int | None = None) -> list[Any]:
         """``sid``'s rows in a range, oldest first (with a limit: the newest ``limit``)."""
-        rows = raw.execute(*self.read_sql(sid, limit, after, before)).fetchall()
-        return rows[::-1] if limit is not None else rows
-
-    def read_sql(
-        self, sid: str, limit: int | None, after: int | None, before: int | None
-    ) -> tuple[str, tuple[Any, ...]]:
-        """The SELECT of ``sid``'s rows in a range and its parameters (with a limit: newest
-        first)."""
         sql, params = _range_sql(self.select, after, before)
         if limit is None:
-            sql += " ORDER BY id"
-        else:
-            sql += " ORDER BY id DESC LIMIT ?"
-            params.append(limit)
-        return sql, (sid, *params)
+            return raw.execute(sql + " ORDER BY id", (sid, *params)).fetchall()
+        rows = raw.execute(sql + " ORDER BY id DESC LIMIT ?", (sid, *params, limit)).fetchall()
+        return rows[::-1]
 
     def create_all(self, raw: sqlite3.Connection) -> None:
         """Create the tables and index if missing (run inside a write transaction)."""
@@ -192,13 +181,8 @@ class _Job:
 
     __slots__ = ("args", "delivered", "fn", "future", "loop", "schema", "waiter")
 
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        schema: _Schema | None,
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], schema: _Schema | None,
+                 loop: asyncio.AbstractEventLoop) -> None:
         self.fn, self.args, self.schema, self.loop = fn, args, schema, loop
         self.future: asyncio.Future[Any] = loop.create_future()
         self.delivered = False
@@ -242,12 +226,9 @@ class SQLiteStore:
     def __init__(
         self, key: tuple[str, float, str], path: str, busy_timeout: float, synchronous: str
     ) -> None:
-        self.key = key
-        self.path = path
-        self.busy_timeout = busy_timeout
-        self.synchronous = synchronous
-        self.users = 0
-        self.closed = False
+        self.key, self.path = key, path
+        self.busy_timeout, self.synchronous = busy_timeout, synchronous
+        self.users, self.closed = 0, False
         self.conn: sqlite3.Connection | None = None  # touched by the worker thread only
         self.schemas: set[tuple[str, str]] = set()  # likewise
         self.text_schemas: set[tuple[str, str]] = set()  # tables whose text index exists; likewise
@@ -311,12 +292,12 @@ class SQLiteStore:
         """Give back one hold; True when it was the last (the database is then closed)."""
         with self._registry_lock:
             self.users -= 1
-            last = self.users <= 0
-            if last:
-                self.closed = True
-                for key in [k for k, store in self._registry.items() if store is self]:
-                    del self._registry[key]
-        return last
+            if self.users > 0:
+                return False
+            self.closed = True
+            for key in [k for k, store in self._registry.items() if store is self]:
+                del self._registry[key]
+        return True
 
     def release_share(self) -> bool:
         """Give back one hold without I/O if others remain; False (nothing done) otherwise."""
@@ -341,13 +322,8 @@ class SQLiteStore:
 
     close = release  # gives back the hold open_store took; open sessions keep the file
 
-    def _submit(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        schema: _Schema | None,
-        last: bool = False,
-    ) -> _Job | None:
+    def _submit(self, fn: Callable[..., Any], args: tuple[Any, ...], schema: _Schema | None,
+                last: bool = False) -> _Job | None:
         """Queue one job (``last``: the closing one, or None when no worker ever started).
 
         Under the lock, so a job is either queued before the closing one (and runs) or
@@ -558,12 +534,10 @@ class SQLiteSession(BaseSession):
         **options: Unpack[StoreOptions],
     ) -> None:
         super().__init__(session_id, **options)
-        if db_path is not None:
-            path = db_path
         _check_settings(busy_timeout, synchronous)
         self.schema = _schema(sessions_table, messages_table)
         self.sessions_table, self.messages_table = self.schema.key
-        self.path = str(path)
+        self.path = str(path if db_path is None else db_path)
         self.store = _store or SQLiteStore.acquire(self.path, busy_timeout, synchronous.upper())
         # Collected without close(): the hold goes back, so the worker and file do not leak.
         self._hold = weakref.finalize(self, self.store.release_later)
@@ -644,13 +618,8 @@ class SQLiteSession(BaseSession):
             session.listed()
         return result
 
-    def _guarded(
-        self,
-        guard: BaseSession,
-        seq: int | None,
-        fn: Callable[[sqlite3.Connection], T],
-        own: int | None = None,
-    ) -> Callable[[sqlite3.Connection], T | object]:
+    def _guarded(self, guard: BaseSession, seq: int | None, fn: Callable[[sqlite3.Connection], T],
+                 own: int | None = None) -> Callable[[sqlite3.Connection], T | object]:
         """``fn`` run only while ``guard``'s newest item is numbered ``seq`` (and, when ``own``
         is not None, this session's newest is ``own``), else _STALE."""
         newest = f"SELECT max(id) FROM {self.messages_table} WHERE session_id = ?"
@@ -785,12 +754,8 @@ class SQLiteSession(BaseSession):
         self._hold.detach()
         return True
 
-    async def _replace_rows(
-        self,
-        expected: list[Row] | None,
-        payloads: list[str],
-        prune: Callable[[str], bool] | None,
-    ) -> bool:
+    async def _replace_rows(self, expected: list[Row] | None, payloads: list[str],
+                            prune: Callable[[str], bool] | None) -> bool:
         """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``)."""
         sid, schema = self.session_id, self.schema
 
