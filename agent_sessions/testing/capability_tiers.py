@@ -131,11 +131,8 @@ class SequencedWriteConformance(ConformanceBase):
         seqs = [base + 3, base + 4, base + 7, base + 20]
         created = datetime(2020, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
         updated = datetime(2021, 6, 7, 8, 9, 10, tzinfo=timezone.utc)
-        await s.write_sequenced_items(
-            [(seq, msg(str(i))) for i, seq in enumerate(seqs)],
-            created_at=created,
-            updated_at=updated,
-        )
+        await s.write_sequenced_items([(seq, msg(str(i))) for i, seq in enumerate(seqs)],
+                                      created_at=created, updated_at=updated)
         pairs = await s.get_sequenced_items()
         assert [(seq, item_text(item)) for seq, item in pairs] == [
             (seq, str(i)) for i, seq in enumerate(seqs)

@@ -122,9 +122,8 @@ class FamilyConformance(ConformanceBase):
             return AdvancedSession(TTLSession(inner, ttl=2, sliding=True, clock=clock))
 
         branching = stack(s)
-        await branching.add_items(
-            [msg("q1"), msg("a1", "assistant"), msg("q2"), msg("a2", "assistant")]
-        )
+        await branching.add_items([msg("q1"), msg("a1", "assistant"), msg("q2"),
+                                   msg("a2", "assistant")])
         await branching.create_branch_from_turn(2, "alt")
         own = []
         for step in range(7):  # a write to the branch every 0.5 s for 3.5 s
@@ -144,9 +143,8 @@ class FamilyConformance(ConformanceBase):
             await close_quietly(fresh)
 
         other = await self.new_session(suffix="compacted")
-        compacting = CompactionSession(
-            TTLSession(other, ttl=2, sliding=True, clock=clock), keep_last=2
-        )
+        compacting = CompactionSession(TTLSession(other, ttl=2, sliding=True, clock=clock),
+                                       keep_last=2)
         await compacting.add_items([msg(f"m{i}") for i in range(6)])
         assert await compacting.compact(force=True) is not None
         view = await compacting.get_items()
