@@ -243,9 +243,8 @@ class CompactionSession(SessionWrapper):
                 return item  # type: ignore[no-any-return]
             tried = None
         while True:
-            rows, pairs = await read_family(
-                [(self._sibling, 1, None, None), (self.inner, 1, None, None)]
-            )
+            rows, pairs = await read_family([(self._sibling, 1, None, None),
+                                             (self.inner, 1, None, None)])
             seq = self._records_newest = rows[-1][0] if rows else None
             if rows:
                 record = self._record_of(rows[-1][1])
@@ -310,9 +309,8 @@ class CompactionSession(SessionWrapper):
                 self._queued = (queued_force, response_id)
                 return
             self._queued = None  # left behind by a closed event loop; it never committed
-        self._task = loop.create_task(
-            self._background(force, response_id), name=f"compaction {self.session_id!r}"
-        )
+        self._task = loop.create_task(self._background(force, response_id),
+                                      name=f"compaction {self.session_id!r}")
 
     async def compact(self, *, force: bool = True,
                       response_id: str | None = None) -> CompactionResult | None:
@@ -417,8 +415,7 @@ class CompactionSession(SessionWrapper):
             # deleting store never reuses sequence numbers, so everything newer than this
             # committed boundary stays.
             deleted: int = await inner.delete_items(  # type: ignore[attr-defined]
-                before=boundaries[-1 - keep_compactions] + 1
-            )
+                before=boundaries[-1 - keep_compactions] + 1)
             return deleted
 
     async def get_summary_and_tail(self, limit: int | None = None
@@ -472,9 +469,8 @@ class CompactionSession(SessionWrapper):
             record, pairs = await asyncio.gather(self._latest_record(),
                                                  read_rows(self.inner, limit))
             return record, pairs
-        rows, pairs = await read_family(
-            [(self._sibling, 1, None, None), (self.inner, limit, None, None)]
-        )
+        rows, pairs = await read_family([(self._sibling, 1, None, None),
+                                         (self.inner, limit, None, None)])
         return (self._record_of(rows[-1][1]) if rows else None), pairs
 
     async def _append_known(self, items: list[TResponseInputItem]) -> bool:
@@ -516,9 +512,8 @@ class CompactionSession(SessionWrapper):
             await self.compact(force=force, response_id=response_id)
         except Exception as exc:
             self.last_error = exc
-            logger.warning(
-                "%s %r failed; the history is unchanged", what, self.session_id, exc_info=True
-            )
+            logger.warning("%s %r failed; the history is unchanged", what, self.session_id,
+                           exc_info=True)
 
     async def _background(self, force: bool, response_id: str | None) -> None:
         while True:
@@ -586,11 +581,9 @@ class CompactionSession(SessionWrapper):
                                                       previous_summary=summary)
         _check_summary(new_summary)
         new_record = CompactionRecord(
-            boundary=covered[-1][0],
-            summary=list(new_summary),
+            boundary=covered[-1][0], summary=list(new_summary),
             archived=(record.archived if record is not None else 0) + len(covered),
-            summarizer=str(getattr(self.summarizer, "name", type(self.summarizer).__name__)),
-        )
+            summarizer=str(getattr(self.summarizer, "name", type(self.summarizer).__name__)))
         async with self._locks()[0]:
             await self._verify_unchanged(generation, record, covered)
             await self._sibling.add_items([new_record.to_item()])  # type: ignore[list-item]
