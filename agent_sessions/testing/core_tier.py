@@ -45,9 +45,8 @@ class CoreConformance(ConformanceBase):
         await s.add_items([msg(str(i)) for i in range(10)])
         assert texts(await s.get_items(limit=3)) == ["7", "8", "9"]
         assert texts(await s.get_items(limit=1)) == ["9"]
-        assert texts(await s.get_items(limit=10)) == [str(i) for i in range(10)]
-        assert texts(await s.get_items(limit=50)) == [str(i) for i in range(10)]
-        assert texts(await s.get_items(limit=None)) == [str(i) for i in range(10)]
+        for limit in (10, 50, None):
+            assert texts(await s.get_items(limit=limit)) == [str(i) for i in range(10)]
         assert await s.get_items(limit=0) == []
 
     async def test_session_settings_limit_is_the_default(self) -> None:
