@@ -243,12 +243,11 @@ class ForeignSession(SessionWrapper):
         for state in (after, before):
             if state.n == m:
                 return state
-        top = after if after.n >= before.n else before
         if m > after.n and (after.n == 0 or _digest(items[after.n - 1]) == last):
             extended = after.copy()
             extended.added(m - after.n)  # appended behind the adapter: numbered on
             return extended
-        return top.renumbered(m)  # anything else: fresh numbers for all
+        return (after if after.n >= before.n else before).renumbered(m)  # else: fresh numbers
 
     async def _record(self, before: Numbering, after: Numbering, was: Any, last: Any) -> None:
         await self._log.add_items([{  # type: ignore[list-item]
