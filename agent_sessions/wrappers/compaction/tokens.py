@@ -68,9 +68,7 @@ class TokenEstimator:
     @property
     def method(self) -> str:
         """``"tiktoken:<encoding>"`` when the tokenizer is in use, else ``"chars/4"``."""
-        if self._encoding is not None:
-            return f"tiktoken:{self.encoding_name}"
-        return "chars/4"
+        return f"tiktoken:{self.encoding_name}" if self._encoding is not None else "chars/4"
 
     async def ensure_loaded(self) -> None:
         """Load the tokenizer off the event loop. Only the first caller in a process waits (up to

@@ -331,9 +331,7 @@ class Spool:
         """:meth:`counts` as last read by this object, if no change was committed since (by
         any process), else None. No I/O: safe on the event loop."""
         known = self._known.get(session_id)
-        if known is None or known[0] != self.version():
-            return None
-        return known[1]
+        return None if known is None or known[0] != self.version() else known[1]
 
     def counts(self, session_id: str) -> tuple[int, int]:
         """(batches, items) spooled for the session."""
