@@ -32,11 +32,8 @@ class CoreConformance(ConformanceBase):
     async def test_items_round_trip_in_order(self) -> None:
         s = await self.new_session()
         batches = [[msg("one")], [msg("two", "assistant"), msg("three")], [msg("four")]]
-        nested: Any = {
-            "type": "function_call_output",
-            "call_id": "c1",
-            "output": {"list": [1, 2.5, True, None, "x"], "deep": {"k": [{"a": []}]}},
-        }
+        nested: Any = {"type": "function_call_output", "call_id": "c1",
+                       "output": {"list": [1, 2.5, True, None, "x"], "deep": {"k": [{"a": []}]}}}
         for batch in batches:
             await s.add_items(batch)
         await s.add_items([nested])
@@ -48,9 +45,8 @@ class CoreConformance(ConformanceBase):
         await s.add_items([msg(str(i)) for i in range(10)])
         assert texts(await s.get_items(limit=3)) == ["7", "8", "9"]
         assert texts(await s.get_items(limit=1)) == ["9"]
-        assert texts(await s.get_items(limit=10)) == [str(i) for i in range(10)]
-        assert texts(await s.get_items(limit=50)) == [str(i) for i in range(10)]
-        assert texts(await s.get_items(limit=None)) == [str(i) for i in range(10)]
+        for limit in (10, 50, None):
+            assert texts(await s.get_items(limit=limit)) == [str(i) for i in range(10)]
         assert await s.get_items(limit=0) == []
 
     async def test_session_settings_limit_is_the_default(self) -> None:
@@ -145,9 +141,8 @@ class CoreConformance(ConformanceBase):
         second = await Runner.run(agent, "Its population?", session=s)
         assert second.final_output == "About 2.1 million."
         assert model_input_texts(model) == ["Capital of France?", "Paris.", "Its population?"]
-        assert texts(await s.get_items()) == [
-            "Capital of France?", "Paris.", "Its population?", "About 2.1 million."
-        ]
+        assert texts(await s.get_items()) == ["Capital of France?", "Paris.", "Its population?",
+                                              "About 2.1 million."]
 
     async def test_runner_streamed_carries_history(self) -> None:
         s = await self.new_session()

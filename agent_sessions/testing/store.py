@@ -38,9 +38,7 @@ class StoreConformance:
     async def test_two_handles_of_one_id_see_the_same_items(self) -> None:
         store = await self.open_store()
         sid = self._sid()
-        a, b = store.session(sid, **self.session_options), store.session(
-            sid, **self.session_options
-        )
+        a, b = (store.session(sid, **self.session_options) for _ in "ab")
         try:
             await a.add_items([msg("one"), msg("two")])
             assert texts(await b.get_items()) == ["one", "two"]

@@ -71,9 +71,8 @@ def layers(session: Session) -> Iterator[object]:
         layer = getattr(layer, "inner", None)
 
 
-def sequenced(
-    session: Session, sibling_factory: SiblingFactory | None = None, *, wrapper: str = "a layer"
-) -> Session:
+def sequenced(session: Session, sibling_factory: SiblingFactory | None = None, *,
+              wrapper: str = "a layer") -> Session:
     """Return ``session`` when it offers sequence numbers, else ``ForeignSession`` over it.
 
     Raises:
@@ -107,11 +106,8 @@ class Numbering:
     def below(self, bound: int) -> int:
         """How many items have a number below ``bound``."""
         ends = [pos for pos, _ in self.runs[1:]] + [self.n + 1]
-        return sum(
-            min(end - pos, bound - seq)
-            for (pos, seq), end in zip(self.runs, ends, strict=False)
-            if seq < bound
-        )
+        return sum(min(end - pos, bound - seq)
+                   for (pos, seq), end in zip(self.runs, ends, strict=False) if seq < bound)
 
     def added(self, k: int) -> list[int]:
         if k and not (self.n and self.seq_at(self.n) == self.high):
@@ -148,9 +144,8 @@ _LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Locks] = weakref.W
 
 def _store_key(session: Session) -> tuple[str, ...]:
     kind = type(session)
-    where = getattr(session, "db_path", None) or getattr(
-        getattr(session, "inner", None), "db_path", ""
-    )
+    where = getattr(session, "db_path", None) or getattr(getattr(session, "inner", None),
+                                                         "db_path", "")
     return (f"{kind.__module__}.{kind.__qualname__}", str(where), session.session_id)
 
 
@@ -169,13 +164,8 @@ class ForeignSession(SessionWrapper):
         ValueError: ``inner``'s items expire on their own.
     """
 
-    def __init__(
-        self,
-        inner: Session,
-        *,
-        sibling_factory: SiblingFactory | None = None,
-        wrapper: str = "ForeignSession",
-    ) -> None:
+    def __init__(self, inner: Session, *, sibling_factory: SiblingFactory | None = None,
+                 wrapper: str = "ForeignSession") -> None:
         super().__init__(inner, sibling_factory=sibling_factory)
         layer = expiring_layer(inner)
         if layer is not None:
@@ -219,11 +209,8 @@ class ForeignSession(SessionWrapper):
         newest = await self.inner.get_items(1)
         digest = self._newest = _digest(newest[-1]) if newest else None
         record = records[-1] if records else None
-        if (
-            not isinstance(record, dict)
-            or record.get("type") != NUMBERING_TYPE
-            or not isinstance(record.get("after"), list)
-        ):
+        if not (isinstance(record, dict) and record.get("type") == NUMBERING_TYPE
+                and isinstance(record.get("after"), list)):
             if not newest:
                 return Numbering()
             adopted = Numbering().renumbered(len(await self._count()))  # an existing history
@@ -234,10 +221,8 @@ class ForeignSession(SessionWrapper):
             return self._resolved[1].copy()
         after = Numbering.from_json(record["after"])
         before = Numbering.from_json(record["before"])
-        candidates = [
-            state for state, last in ((after, record.get("last")), (before, record.get("was")))
-            if last == digest
-        ]
+        candidates = [state for state, last in ((after, record.get("last")),
+                                                (before, record.get("was"))) if last == digest]
         if len(candidates) == 1 or (candidates and after.n == before.n):
             state = candidates[0]
             state.high = max(after.high, before.high)
@@ -258,26 +243,17 @@ class ForeignSession(SessionWrapper):
         for state in (after, before):
             if state.n == m:
                 return state
-        top = after if after.n >= before.n else before
         if m > after.n and (after.n == 0 or _digest(items[after.n - 1]) == last):
             extended = after.copy()
             extended.added(m - after.n)  # appended behind the adapter: numbered on
             return extended
-        return top.renumbered(m)  # anything else: fresh numbers for all
+        return (after if after.n >= before.n else before).renumbered(m)  # else: fresh numbers
 
     async def _record(self, before: Numbering, after: Numbering, was: Any, last: Any) -> None:
-        await self._log.add_items(
-            [
-                {  # type: ignore[list-item]
-                    "type": NUMBERING_TYPE,
-                    "id": uuid.uuid4().hex,
-                    "before": before.to_json(),
-                    "after": after.to_json(),
-                    "was": was,
-                    "last": last,
-                }
-            ]
-        )
+        await self._log.add_items([{  # type: ignore[list-item]
+            "type": NUMBERING_TYPE, "id": uuid.uuid4().hex, "before": before.to_json(),
+            "after": after.to_json(), "was": was, "last": last,
+        }])
 
     # -- the Session API -----------------------------------------------------------------------
 
@@ -310,17 +286,13 @@ class ForeignSession(SessionWrapper):
             await self.inner.add_items(items)
             landed = await self.inner.get_items(len(items) + 1)
             expected = len(items) + (1 if before.n else 0)
-            if (
-                len(landed) == expected
-                and _digest(landed[-1]) == last
-                and (not before.n or _digest(landed[0]) == was)
-            ):
+            if len(landed) == expected and _digest(landed[-1]) == last and (
+                    not before.n or _digest(landed[0]) == was):
                 return seqs
             return await self._number_interleaved(before, was, items)
 
-    async def _number_interleaved(
-        self, before: Numbering, was: str | None, batch: list[Any]
-    ) -> list[int]:
+    async def _number_interleaved(self, before: Numbering, was: str | None,
+                                  batch: list[Any]) -> list[int]:
         """Number a history in which another writer's items landed around ``batch`` (a
         foreign session that retries a conflicting write, such as the SDK's DaprSession, puts
         the batch behind them); return the batch's numbers (lock held)."""
@@ -384,9 +356,7 @@ class ForeignSession(SessionWrapper):
                     return []
                 items = await self.inner.get_items(state.n - lo)
                 if len(items) == state.n - lo:
-                    return [
-                        (state.seq_at(lo + 1 + i), items[i]) for i in range(hi - lo)
-                    ]
+                    return [(state.seq_at(lo + 1 + i), items[i]) for i in range(hi - lo)]
                 self._resolved = None  # the foreign session changed under us: number again
             raise RuntimeError(
                 f"the foreign session {self.session_id!r} kept changing while being read, or "

@@ -30,10 +30,7 @@ from .boundary import choose_cut
 from .records import CompactionRecord
 from .running import RunningView
 from .running import refresh as refresh_running
-from .summarizers import (
-    ExtractiveSummarizer,
-    Summarizer,
-)
+from .summarizers import ExtractiveSummarizer, Summarizer
 from .text import item_text
 from .tokens import TokenEstimator
 from .trigger import (
@@ -125,9 +122,7 @@ class CompactionSession(SessionWrapper):
         summarizer = summarizer if summarizer is not None else ExtractiveSummarizer()
         if not callable(getattr(summarizer, "summarize", None)):
             raise TypeError("summarizer must have an async summarize(items, previous_summary=)")
-        super().__init__(
-            inner, sibling_factory=sibling_factory, session_settings=session_settings
-        )
+        super().__init__(inner, sibling_factory=sibling_factory, session_settings=session_settings)
         self.summarizer = summarizer
         self.should_trigger_compaction: CompactionTrigger = (
             should_trigger_compaction or token_threshold_trigger(DEFAULT_TRIGGER_TOKENS)
@@ -248,9 +243,8 @@ class CompactionSession(SessionWrapper):
                 return item  # type: ignore[no-any-return]
             tried = None
         while True:
-            rows, pairs = await read_family(
-                [(self._sibling, 1, None, None), (self.inner, 1, None, None)]
-            )
+            rows, pairs = await read_family([(self._sibling, 1, None, None),
+                                             (self.inner, 1, None, None)])
             seq = self._records_newest = rows[-1][0] if rows else None
             if rows:
                 record = self._record_of(rows[-1][1])
@@ -315,13 +309,11 @@ class CompactionSession(SessionWrapper):
                 self._queued = (queued_force, response_id)
                 return
             self._queued = None  # left behind by a closed event loop; it never committed
-        self._task = loop.create_task(
-            self._background(force, response_id), name=f"compaction {self.session_id!r}"
-        )
+        self._task = loop.create_task(self._background(force, response_id),
+                                      name=f"compaction {self.session_id!r}")
 
-    async def compact(
-        self, *, force: bool = True, response_id: str | None = None
-    ) -> CompactionResult | None:
+    async def compact(self, *, force: bool = True,
+                      response_id: str | None = None) -> CompactionResult | None:
         """Compact now (``force=False``: only if the trigger agrees); wait for the result.
 
         Returns None when nothing was compacted (trigger declined, nothing outside
@@ -361,9 +353,8 @@ class CompactionSession(SessionWrapper):
         pairs = await read_rows(self.inner, limit, before=record.boundary + 1)
         return [item for _, item in pairs]
 
-    async def search_archive(
-        self, text: str, *, limit: int | None = None
-    ) -> list[TResponseInputItem]:
+    async def search_archive(self, text: str, *, limit: int | None = None
+                             ) -> list[TResponseInputItem]:
         """Return archived items whose text contains ``text`` (case-insensitive), oldest first;
         with ``limit``, the latest ``limit`` matches. Scans the archive newest first, in pages."""
         self._check_open()
@@ -424,13 +415,11 @@ class CompactionSession(SessionWrapper):
             # deleting store never reuses sequence numbers, so everything newer than this
             # committed boundary stays.
             deleted: int = await inner.delete_items(  # type: ignore[attr-defined]
-                before=boundaries[-1 - keep_compactions] + 1
-            )
+                before=boundaries[-1 - keep_compactions] + 1)
             return deleted
 
-    async def get_summary_and_tail(
-        self, limit: int | None = None
-    ) -> tuple[list[TResponseInputItem], list[TResponseInputItem]]:
+    async def get_summary_and_tail(self, limit: int | None = None
+                                   ) -> tuple[list[TResponseInputItem], list[TResponseInputItem]]:
         """Return the two parts of the view read together: the summary in force (empty before
         the first compaction) and the latest ``limit`` items after it (all when None), oldest
         first. ``WindowSession`` uses it to keep the summary in front of its window."""
@@ -477,13 +466,11 @@ class CompactionSession(SessionWrapper):
     ) -> tuple[CompactionRecord | None, list[tuple[int, TResponseInputItem]]]:
         """The record in force and the inner session's latest ``limit`` (seq, item) pairs."""
         if not supports(self.inner, Capability.FAMILY_BATCH):
-            record, pairs = await asyncio.gather(
-                self._latest_record(), read_rows(self.inner, limit)
-            )
+            record, pairs = await asyncio.gather(self._latest_record(),
+                                                 read_rows(self.inner, limit))
             return record, pairs
-        rows, pairs = await read_family(
-            [(self._sibling, 1, None, None), (self.inner, limit, None, None)]
-        )
+        rows, pairs = await read_family([(self._sibling, 1, None, None),
+                                         (self.inner, limit, None, None)])
         return (self._record_of(rows[-1][1]) if rows else None), pairs
 
     async def _append_known(self, items: list[TResponseInputItem]) -> bool:
@@ -525,9 +512,8 @@ class CompactionSession(SessionWrapper):
             await self.compact(force=force, response_id=response_id)
         except Exception as exc:
             self.last_error = exc
-            logger.warning(
-                "%s %r failed; the history is unchanged", what, self.session_id, exc_info=True
-            )
+            logger.warning("%s %r failed; the history is unchanged", what, self.session_id,
+                           exc_info=True)
 
     async def _background(self, force: bool, response_id: str | None) -> None:
         while True:
@@ -591,16 +577,13 @@ class CompactionSession(SessionWrapper):
             logger.debug("compaction of %r: no safe cut outside keep_last", self.session_id)
             return None
         covered = tail[: cut - len(summary)]
-        new_summary = await self.summarizer.summarize(
-            [item for _, item in covered], previous_summary=summary
-        )
+        new_summary = await self.summarizer.summarize([item for _, item in covered],
+                                                      previous_summary=summary)
         _check_summary(new_summary)
         new_record = CompactionRecord(
-            boundary=covered[-1][0],
-            summary=list(new_summary),
+            boundary=covered[-1][0], summary=list(new_summary),
             archived=(record.archived if record is not None else 0) + len(covered),
-            summarizer=str(getattr(self.summarizer, "name", type(self.summarizer).__name__)),
-        )
+            summarizer=str(getattr(self.summarizer, "name", type(self.summarizer).__name__)))
         async with self._locks()[0]:
             await self._verify_unchanged(generation, record, covered)
             await self._sibling.add_items([new_record.to_item()])  # type: ignore[list-item]
@@ -609,9 +592,8 @@ class CompactionSession(SessionWrapper):
         logger.debug("compacted %r: %d archived, %d kept", self.session_id, len(covered), kept)
         return CompactionResult(new_record, len(covered), kept, tokens)
 
-    async def _decide(
-        self, record: CompactionRecord | None, response_id: str | None, *, incremental: bool
-    ) -> bool:
+    async def _decide(self, record: CompactionRecord | None, response_id: str | None, *,
+                      incremental: bool) -> bool:
         """Ask the trigger about the view, read incrementally when that is provably safe."""
         running = await self._refresh_running(record, incremental=incremental)
         sizes = len(running.view), len(running.candidates)
@@ -635,18 +617,13 @@ class CompactionSession(SessionWrapper):
                 self._running = None  # the trigger changed the lists it was shown
         return bool(decision)
 
-    async def _refresh_running(
-        self, record: CompactionRecord | None, *, incremental: bool
-    ) -> RunningView:
+    async def _refresh_running(self, record: CompactionRecord | None, *,
+                               incremental: bool) -> RunningView:
         self._running = await refresh_running(
-            self._running,
-            self.inner,
-            record_id=record.id if record is not None else None,
+            self._running, self.inner, record_id=record.id if record is not None else None,
             summary=list(record.summary) if record is not None else [],
-            boundary=record.boundary if record is not None else None,
-            generation=self._clears,
-            incremental=incremental and self._incremental,
-            estimator=self.token_estimator,
+            boundary=record.boundary if record is not None else None, generation=self._clears,
+            incremental=incremental and self._incremental, estimator=self.token_estimator,
         )
         # Just read (or extended by guarded appends): complete, so later appends may be known.
         self._appended = (self._running, []) if self._incremental else None
@@ -660,12 +637,8 @@ class CompactionSession(SessionWrapper):
             self._summary_tokens = (record.id, sum(counts))
         return self._summary_tokens[1]
 
-    async def _verify_unchanged(
-        self,
-        generation: int,
-        record: CompactionRecord | None,
-        covered: list[tuple[int, TResponseInputItem]],
-    ) -> None:
+    async def _verify_unchanged(self, generation: int, record: CompactionRecord | None,
+                                covered: list[tuple[int, TResponseInputItem]]) -> None:
         """Raise _Aborted unless the record in force and the covered items are as read."""
         if self._clears != generation:
             raise _Aborted("the session was cleared meanwhile")
@@ -673,9 +646,8 @@ class CompactionSession(SessionWrapper):
         if (latest.id if latest else None) != (record.id if record else None):
             raise _Aborted("another compaction or pop committed meanwhile")
         old_boundary = record.boundary if record is not None else 0
-        present = await self.inner.count_items(  # type: ignore[attr-defined]
-            after=old_boundary, before=covered[-1][0] + 1
-        )
+        present = await self.inner.count_items(after=old_boundary,  # type: ignore[attr-defined]
+                                               before=covered[-1][0] + 1)
         if present != len(covered):
             raise _Aborted("summarised items were popped meanwhile")
 

@@ -68,9 +68,7 @@ class TokenEstimator:
     @property
     def method(self) -> str:
         """``"tiktoken:<encoding>"`` when the tokenizer is in use, else ``"chars/4"``."""
-        if self._encoding is not None:
-            return f"tiktoken:{self.encoding_name}"
-        return "chars/4"
+        return f"tiktoken:{self.encoding_name}" if self._encoding is not None else "chars/4"
 
     async def ensure_loaded(self) -> None:
         """Load the tokenizer off the event loop. Only the first caller in a process waits (up to
@@ -86,25 +84,18 @@ class TokenEstimator:
             if not first:
                 return
             try:
-                await asyncio.wait_for(
-                    asyncio.shield(asyncio.wrap_future(future)), timeout=self.load_timeout
-                )
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)),
+                                       timeout=self.load_timeout)
             except asyncio.TimeoutError:
-                logger.info(
-                    "tiktoken encoding %r is slow to load; estimating characters/4 "
-                    "until it is ready",
-                    name,
-                )
+                logger.info("tiktoken encoding %r is slow to load; estimating characters/4 "
+                            "until it is ready", name)
                 return
             except Exception:
                 pass  # reported below
         if future.exception() is not None:
             self._failed = True
-            logger.info(
-                "token estimate falls back to characters/4: tiktoken encoding %r unavailable (%s)",
-                name,
-                future.exception(),
-            )
+            logger.info("token estimate falls back to characters/4: tiktoken encoding %r "
+                        "unavailable (%s)", name, future.exception())
         else:
             self._encoding = future.result()
 

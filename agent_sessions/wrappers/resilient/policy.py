@@ -15,11 +15,8 @@ BreakerState = Literal["closed", "open", "half-open"]
 
 def check_number(name: str, value: object, *, positive: bool = False) -> None:
     """Raise ValueError unless ``value`` is a number >= 0 (> 0 when ``positive``)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not (value > 0 if positive else value >= 0)
-    ):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            value > 0 if positive else value >= 0):
         raise ValueError(f"{name} must be a number {'>' if positive else '>='} 0, got {value!r}")
 
 
@@ -65,10 +62,8 @@ class CircuitBreaker:
     it again.
     """
 
-    def __init__(
-        self, failure_threshold: int = 1, reset_timeout: float = 5.0, *,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, failure_threshold: int = 1, reset_timeout: float = 5.0, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         check_int("failure_threshold", failure_threshold, 1)
         check_number("reset_timeout", reset_timeout)
         self.failure_threshold = failure_threshold
@@ -91,8 +86,7 @@ class CircuitBreaker:
         return self.state != "open"
 
     def record_success(self) -> None:
-        self._failures = 0
-        self._opened_at = None
+        self._failures, self._opened_at = 0, None
 
     def record_failure(self) -> None:
         self._failures += 1
@@ -100,7 +94,5 @@ class CircuitBreaker:
             self._opened_at = self._clock()
 
     def __repr__(self) -> str:
-        return (
-            f"CircuitBreaker(state={self.state!r}, failure_threshold={self.failure_threshold}, "
-            f"reset_timeout={self.reset_timeout})"
-        )
+        return (f"CircuitBreaker(state={self.state!r}, failure_threshold="
+                f"{self.failure_threshold}, reset_timeout={self.reset_timeout})")

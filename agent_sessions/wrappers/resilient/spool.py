@@ -61,8 +61,7 @@ class SessionLock:
     """
 
     def __init__(self, fd: int | None, offset: int) -> None:
-        self._fd = fd
-        self._offset = offset
+        self._fd, self._offset = fd, offset
         self._thread_lock = threading.Lock()
 
     def forget_threads(self) -> None:
@@ -208,10 +207,8 @@ class Spool:
                 if "anchor" not in columns:  # written by an older version: its one anchor
                     # per session is a valid bound for each attempted batch of the session
                     conn.execute("ALTER TABLE spool_batches ADD COLUMN anchor TEXT")
-                    conn.execute(
-                        "UPDATE spool_batches SET anchor = (SELECT a.batch_id FROM "
-                        "spool_anchors a WHERE a.session_id = spool_batches.session_id)"
-                    )
+                    conn.execute("UPDATE spool_batches SET anchor = (SELECT a.batch_id FROM "
+                                 "spool_anchors a WHERE a.session_id = spool_batches.session_id)")
                 conn.execute("COMMIT")
             except BaseException:
                 conn.close()
@@ -267,10 +264,8 @@ class Spool:
     def _write(self, statement: str, parameters: tuple[Any, ...]) -> None:
         self._run(lambda conn: conn.execute(statement, parameters), write=True)
 
-    def append(
-        self, session_id: str, batch_id: str, encoded: list[str], *, attempted: bool,
-        anchor: str | None = None,
-    ) -> None:
+    def append(self, session_id: str, batch_id: str, encoded: list[str], *, attempted: bool,
+               anchor: str | None = None) -> None:
         """Append one batch (its items already encoded as JSON); ``anchor`` is a batch known
         to be in the primary before an ``attempted`` batch was sent."""
         self._write(
@@ -284,10 +279,8 @@ class Spool:
         (a pop may have shortened it), or None when it is gone."""
 
         def body(conn: sqlite3.Connection) -> list[Any] | None:
-            row = conn.execute(
-                "UPDATE spool_batches SET attempted = 1, anchor = ? WHERE seq = ? RETURNING items",
-                (anchor, seq),
-            ).fetchone()
+            row = conn.execute("UPDATE spool_batches SET attempted = 1, anchor = ? WHERE seq = ? "
+                               "RETURNING items", (anchor, seq)).fetchone()
             return None if row is None else json.loads(row[0])  # type: ignore[no-any-return]
 
         return self._run(body, write=True)
@@ -302,11 +295,8 @@ class Spool:
         already sent to the primary (it may be there: only the primary can pop it)."""
 
         def body(conn: sqlite3.Connection) -> tuple[Any, bool] | None:
-            row = conn.execute(
-                "SELECT seq, items, attempted FROM spool_batches WHERE session_id = ? "
-                "ORDER BY seq DESC LIMIT 1",
-                (session_id,),
-            ).fetchone()
+            row = conn.execute("SELECT seq, items, attempted FROM spool_batches WHERE "
+                               "session_id = ? ORDER BY seq DESC LIMIT 1", (session_id,)).fetchone()
             if row is None:
                 return None
             seq, items_json, attempted = row
@@ -315,10 +305,8 @@ class Spool:
             items = json.loads(items_json)
             item = items.pop()
             if items:
-                conn.execute(
-                    "UPDATE spool_batches SET items = ? WHERE seq = ?",
-                    (json.dumps(items, separators=(",", ":")), seq),
-                )
+                conn.execute("UPDATE spool_batches SET items = ? WHERE seq = ?",
+                             (json.dumps(items, separators=(",", ":")), seq))
             else:
                 conn.execute("DELETE FROM spool_batches WHERE seq = ?", (seq,))
             return item, True
@@ -334,32 +322,22 @@ class Spool:
 
     def batches(self, session_id: str) -> list[SpooledBatch]:
         """The session's spooled batches, oldest first."""
-        rows = self._read(
-            "SELECT seq, batch_id, items, attempted, anchor FROM spool_batches "
-            "WHERE session_id = ? ORDER BY seq",
-            (session_id,),
-        )
-        return [
-            SpooledBatch(seq, bid, json.loads(items), bool(a), anchor)
-            for seq, bid, items, a, anchor in rows
-        ]
+        rows = self._read("SELECT seq, batch_id, items, attempted, anchor FROM spool_batches "
+                          "WHERE session_id = ? ORDER BY seq", (session_id,))
+        return [SpooledBatch(seq, bid, json.loads(items), bool(a), anchor)
+                for seq, bid, items, a, anchor in rows]
 
     def known_counts(self, session_id: str) -> tuple[int, int] | None:
         """:meth:`counts` as last read by this object, if no change was committed since (by
         any process), else None. No I/O: safe on the event loop."""
         known = self._known.get(session_id)
-        if known is None or known[0] != self.version():
-            return None
-        return known[1]
+        return None if known is None or known[0] != self.version() else known[1]
 
     def counts(self, session_id: str) -> tuple[int, int]:
         """(batches, items) spooled for the session."""
         version = self.version()  # before the read: a change committed after it replaces it
-        (row,) = self._read(
-            "SELECT COUNT(*), COALESCE(SUM(json_array_length(items)), 0) "
-            "FROM spool_batches WHERE session_id = ?",
-            (session_id,),
-        )
+        (row,) = self._read("SELECT COUNT(*), COALESCE(SUM(json_array_length(items)), 0) "
+                            "FROM spool_batches WHERE session_id = ?", (session_id,))
         counts = int(row[0]), int(row[1])
         if version is not None:
             if len(self._known) >= _KNOWN_SESSIONS:

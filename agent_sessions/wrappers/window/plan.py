@@ -65,14 +65,8 @@ def valid_starts(items: Sequence[Any]) -> list[bool]:
     return ok
 
 
-def plan_start(
-    items: Sequence[Any],
-    tokens: Sequence[int],
-    budget: WindowBudget,
-    *,
-    complete: bool,
-    reserved_tokens: int = 0,
-) -> int | None:
+def plan_start(items: Sequence[Any], tokens: Sequence[int], budget: WindowBudget, *,
+               complete: bool, reserved_tokens: int = 0) -> int | None:
     """Return where the view of ``items`` starts, or None when ``items`` does not reach far
     enough back to decide (read older items and ask again).
 
@@ -81,10 +75,7 @@ def plan_start(
     one at or after the earliest start the budget allows (the ``max_turns``-th user message from
     the end; the oldest item whose suffix fits ``max_tokens - reserved_tokens``).
     """
-    n = len(items)
-    earliest = 0
-    users = 0
-    total = reserved_tokens
+    n, earliest, users, total = len(items), 0, 0, reserved_tokens
     if budget.max_tokens is not None and total > budget.max_tokens:
         return n
     for i in range(n - 1, -1, -1):
