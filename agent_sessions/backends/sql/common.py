@@ -168,12 +168,7 @@ class SqlDialect(ABC):
 
     @abstractmethod
     async def load(
-        self,
-        conn: Any,
-        session_id: str,
-        limit: int | None,
-        after: int | None,
-        before: int | None,
+        self, conn: Any, session_id: str, limit: int | None, after: int | None, before: int | None
     ) -> list[Row]:
         """Return the latest ``limit`` rows (all when None) with after < seq < before, oldest
         first."""
@@ -183,9 +178,7 @@ class SqlDialect(ABC):
         """Delete the newest row and return its payload; None when there is none."""
 
     @abstractmethod
-    async def pop_checked(
-        self, conn: Any, session_id: str, check: Callable[[str], Any]
-    ) -> Any:
+    async def pop_checked(self, conn: Any, session_id: str, check: Callable[[str], Any]) -> Any:
         """Delete the newest row and return ``check(payload)`` in one transaction (None when
         there is none); when ``check`` raises an Exception, roll back and return it as
         :class:`Refused` (the connection stays usable)."""
@@ -200,11 +193,7 @@ class SqlDialect(ABC):
         """Delete the session's rows with seq < ``before`` in one statement; return how many."""
 
     async def replace_rows(
-        self,
-        conn: Any,
-        session_id: str,
-        expected: list[Row] | None,
-        payloads: list[str],
+        self, conn: Any, session_id: str, expected: list[Row] | None, payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
         """The SDK compaction hook's swap in one transaction (see ``core.sdk_compaction``)."""

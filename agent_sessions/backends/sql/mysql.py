@@ -558,21 +558,14 @@ class MySQLDialect(SqlDialect):
         return bool(closed)
 
     async def load(
-        self,
-        conn: Any,
-        session_id: str,
-        limit: int | None,
-        after: int | None,
-        before: int | None,
+        self, conn: Any, session_id: str, limit: int | None, after: int | None, before: int | None
     ) -> list[Row]:
         sql, args = range_query(self.t.messages, "%s", session_id, after, before, limit)
         async with conn.cursor() as cur:
             await cur.execute(sql, args)
             rows: list[Row] = [(r[0], r[1]) for r in await cur.fetchall()]
         await _end_read(conn)
-        if limit is not None:
-            rows.reverse()
-        return rows
+        return rows if limit is None else rows[::-1]
 
     async def pop(self, conn: Any, session_id: str) -> str | None:
         auto = conn.get_autocommit()
@@ -626,11 +619,7 @@ class MySQLDialect(SqlDialect):
             await conn.commit()
 
     async def replace_rows(
-        self,
-        conn: Any,
-        session_id: str,
-        expected: list[Row] | None,
-        payloads: list[str],
+        self, conn: Any, session_id: str, expected: list[Row] | None, payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
         sid = session_id

@@ -421,27 +421,17 @@ class PostgresDialect(SqlDialect):
         return bool(ok), None if value is None else str(value)
 
     async def load(
-        self,
-        conn: Any,
-        session_id: str,
-        limit: int | None,
-        after: int | None,
-        before: int | None,
+        self, conn: Any, session_id: str, limit: int | None, after: int | None, before: int | None
     ) -> list[Row]:
         sql, args = range_query(self.t.messages, "$", session_id, after, before, limit)
-        rows = await conn.fetch(sql, *args)
-        out = [(r[0], r[1]) for r in rows]
-        if limit is not None:
-            out.reverse()
-        return out
+        rows = [(r[0], r[1]) for r in await conn.fetch(sql, *args)]
+        return rows if limit is None else rows[::-1]
 
     async def pop(self, conn: Any, session_id: str) -> str | None:
         value = await conn.fetchval(self._pop, session_id)
         return None if value is None else str(value)
 
-    async def pop_checked(
-        self, conn: Any, session_id: str, check: Callable[[str], Any]
-    ) -> Any:
+    async def pop_checked(self, conn: Any, session_id: str, check: Callable[[str], Any]) -> Any:
         # The pop's row lock is held across the check: a concurrent pop waits for its outcome.
         tx = conn.transaction(isolation="read_committed")
         await tx.start()
@@ -461,11 +451,7 @@ class PostgresDialect(SqlDialect):
                 await conn.execute(statement, session_id)
 
     async def replace_rows(
-        self,
-        conn: Any,
-        session_id: str,
-        expected: list[Row] | None,
-        payloads: list[str],
+        self, conn: Any, session_id: str, expected: list[Row] | None, payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
         async def fetch(sql: str, args: tuple[Any, ...]) -> list[Row]:

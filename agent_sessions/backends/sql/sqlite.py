@@ -335,19 +335,12 @@ class SqliteDialect(SqlDialect):
         return await self._write(conn, run)  # type: ignore[no-any-return]
 
     async def load(
-        self,
-        conn: Any,
-        session_id: str,
-        limit: int | None,
-        after: int | None,
-        before: int | None,
+        self, conn: Any, session_id: str, limit: int | None, after: int | None, before: int | None
     ) -> list[Row]:
         sql, args = range_query(self.t.messages, "?", session_id, after, before, limit)
         cur = await conn.execute(sql, args)
         rows: list[Row] = [(r[0], r[1]) for r in await cur.fetchall()]
-        if limit is not None:
-            rows.reverse()
-        return rows
+        return rows if limit is None else rows[::-1]
 
     async def pop(self, conn: Any, session_id: str) -> str | None:
         async def run() -> Any:
@@ -374,11 +367,7 @@ class SqliteDialect(SqlDialect):
         await self._write(conn, lambda: conn.execute(self._clear, (session_id,)))
 
     async def replace_rows(
-        self,
-        conn: Any,
-        session_id: str,
-        expected: list[Row] | None,
-        payloads: list[str],
+        self, conn: Any, session_id: str, expected: list[Row] | None, payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
         sid = session_id
