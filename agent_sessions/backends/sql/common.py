@@ -98,6 +98,15 @@ def split_words(words: list[str]) -> list[str]:
     return list(dict.fromkeys(pieces))[:64]
 
 
+def text_missing(t: Tables, module: str) -> BackendDataError:
+    """The error of a full-text index that is missing and may not be created here."""
+    return BackendDataError(
+        f"the full-text index of {t.messages} does not exist; search_text creates it "
+        "when the session has create_tables=True, or run the statements of "
+        f"agent_sessions.backends.sql.{module}.text_statements() once"
+    )
+
+
 @dataclass(frozen=True)
 class TextFilters:
     """The ``equal``/``between`` filters of ``search_text``, as checked by

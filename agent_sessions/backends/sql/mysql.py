@@ -42,6 +42,7 @@ from .common import (
     filter_clause,
     range_query,
     run_check,
+    text_missing,
 )
 
 _GONE = {1040, 1053, 1927, 2002, 2003, 2005, 2006, 2013, 2026, 2055}
@@ -244,11 +245,7 @@ class MySQLDialect(SqlDialect):
                 return
             if not create:
                 await _end_read(conn)
-                raise BackendDataError(
-                    f"the full-text index of {t.messages} does not exist; search_text creates "
-                    "it when the session has create_tables=True, or run the statements of "
-                    "agent_sessions.backends.sql.mysql.text_statements() once"
-                )
+                raise text_missing(t, "mysql")
             async with _store_lock(cur, t):
                 try:
                     if not await self._text_present(cur):

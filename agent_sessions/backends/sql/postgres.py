@@ -36,6 +36,7 @@ from .common import (
     filter_clause,
     range_query,
     run_check,
+    text_missing,
 )
 
 _UNAVAILABLE = (
@@ -255,11 +256,7 @@ class PostgresDialect(SqlDialect):
         if await self._text_present(conn):
             return
         if not create:
-            raise BackendDataError(
-                f"the full-text index of {t.messages} does not exist; search_text creates it "
-                "when the session has create_tables=True, or run the statements of "
-                "agent_sessions.backends.sql.postgres.text_statements() once"
-            )
+            raise text_missing(t, "postgres")
         try:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", t.lock_key())

@@ -29,6 +29,7 @@ from .common import (
     filter_clause,
     range_query,
     run_check,
+    text_missing,
 )
 
 
@@ -195,11 +196,7 @@ class SqliteDialect(SqlDialect):
         if await present():
             return
         if not create:
-            raise BackendDataError(
-                f"the full-text index of {t.messages} does not exist; search_text creates it "
-                "when the session has create_tables=True, or run the statements of "
-                "agent_sessions.backends.sql.sqlite.text_statements() once"
-            )
+            raise text_missing(t, "sqlite")
         try:
             await self._write(conn, lambda: _execute_all(conn, text_statements(t)))
         except sqlite3.OperationalError as exc:
