@@ -317,8 +317,7 @@ class MySQLDialect(SqlDialect):
         t, x = self.t, TextTables.of(self.t)
         last = None
         async with conn.cursor() as cur:
-            if conn.get_autocommit():
-                await conn.begin()
+            await _begin(conn)
             try:
                 if after is None:
                     # Locks the counter row: an append in flight commits first (the backfill
@@ -474,8 +473,7 @@ class MySQLDialect(SqlDialect):
                 while await cur.nextset():
                     pass
                 return last
-            if conn.get_autocommit():
-                await conn.begin()
+            await _begin(conn)
             last = await self._bump_and_insert(cur, session_id, payloads, chunks)
             await conn.commit()
         return last
@@ -609,8 +607,7 @@ class MySQLDialect(SqlDialect):
 
     async def clear(self, conn: Any, session_id: str) -> None:
         async with conn.cursor() as cur:
-            if conn.get_autocommit():
-                await conn.begin()
+            await _begin(conn)
             for statement in self._clear:
                 await cur.execute(statement, (session_id,))
             await conn.commit()
@@ -626,8 +623,7 @@ class MySQLDialect(SqlDialect):
                 await cur.execute(sql, args)
                 return [(r[0], str(r[1])) for r in await cur.fetchall()]
 
-            if conn.get_autocommit():
-                await conn.begin()
+            await _begin(conn)
             try:
                 # Locks the counter row (created if missing), so appends wait for this swap.
                 await cur.execute(self._bump, (sid, 0, 0))
@@ -660,8 +656,7 @@ class MySQLDialect(SqlDialect):
         sql = f"UPDATE {self.t.messages} SET message_data = %s WHERE session_id = %s AND seq = %s"
         replaced = 0
         async with conn.cursor() as cur:
-            if conn.get_autocommit():
-                await conn.begin()
+            await _begin(conn)
             for seq, payload in rows:
                 await cur.execute(sql, (payload, session_id, seq))
                 replaced += int(cur.rowcount)
@@ -677,8 +672,7 @@ class MySQLDialect(SqlDialect):
             datetime.fromtimestamp(t, timezone.utc).replace(tzinfo=None) for t in (created, updated)
         ]
         async with conn.cursor() as cur:
-            if conn.get_autocommit():
-                await conn.begin()
+            await _begin(conn)
             try:
                 # first: locks the counter row, so appends wait for this write
                 await cur.execute(
@@ -723,6 +717,12 @@ class MySQLDialect(SqlDialect):
 
     def missing_table(self, exc: BaseException) -> bool:
         return any(_code(e) in (1146, 1054) for e in causes(exc))
+
+
+async def _begin(conn: Any) -> None:
+    """Open a transaction unless one is open already (the connection is not in autocommit)."""
+    if conn.get_autocommit():
+        await conn.begin()
 
 
 async def _end_read(conn: Any) -> None:
