@@ -447,9 +447,7 @@ class MySQLDialect(SqlDialect):
     ) -> None:
         """Insert ``rows`` ``(seq, payload)``, one INSERT per chunk of their indexes."""
         for chunk in chunks:
-            args: list[Any] = []
-            for i in chunk:
-                args += (session_id, *rows[i])
+            args = [v for i in chunk for v in (session_id, *rows[i])]
             await cur.execute(self._insert + ",".join(["(%s,%s,%s)"] * len(chunk)), args)
 
     def _one_trip(self, session_id: str, payloads: list[str]) -> tuple[str, list[Any]]:
@@ -703,14 +701,11 @@ class MySQLDialect(SqlDialect):
         return int(row[0])
 
     def unavailable(self, exc: BaseException) -> bool:
-        for e in causes(exc):
-            if isinstance(e, (OSError, asyncio.TimeoutError)):
-                return True
-            if _code(e) in _GONE or (
-                type(e).__name__ == "InterfaceError" and type(e).__module__.startswith(_DRIVERS)
-            ):
-                return True
-        return False
+        return any(
+            isinstance(e, (OSError, asyncio.TimeoutError)) or _code(e) in _GONE
+            or (type(e).__name__ == "InterfaceError" and type(e).__module__.startswith(_DRIVERS))
+            for e in causes(exc)
+        )
 
     def retryable(self, exc: BaseException) -> bool:
         return any(_code(e) == 1213 for e in causes(exc))  # deadlock: transaction rolled back
