@@ -43,9 +43,7 @@ class Tables:
         return cls._check(*key)
 
     @classmethod
-    def _check(
-        cls, prefix: str, sessions_table: str | None, messages_table: str | None
-    ) -> Tables:
+    def _check(cls, prefix: str, sessions_table: str | None, messages_table: str | None) -> Tables:
         return cls(
             check_identifier(sessions_table or f"{prefix}sessions", "sessions_table/table_prefix"),
             check_identifier(messages_table or f"{prefix}messages", "messages_table/table_prefix"),
@@ -328,12 +326,8 @@ def range_query(
 
 
 def filter_clause(
-    filters: TextFilters,
-    templates: tuple[str, str, str],
-    mark: Callable[[int], str],
-    *,
-    array: bool = False,
-    number: Callable[[float], Any] = lambda bound: bound,
+    filters: TextFilters, templates: tuple[str, str, str], mark: Callable[[int], str], *,
+    array: bool = False, number: Callable[[float], Any] = lambda bound: bound,
 ) -> tuple[str, list[Any]]:
     """SQL (`` AND ..``) and parameters of ``search_text``'s filters. ``templates``: a field
     ``{f}`` is a string among ``{values}``, is a number, is ``{op}`` a bound ``{mark}``;
@@ -390,13 +384,8 @@ def check_version(t: Tables, version: Any) -> None:
 async def delete_for_swap(
     fetch: Callable[[str, tuple[Any, ...]], Awaitable[list[Row]]],
     execute: Callable[[str, tuple[Any, ...]], Awaitable[object]],
-    messages: str,
-    marks: tuple[str, str],
-    session_id: str,
-    expected: list[Row] | None,
-    prune: Callable[[str], bool] | None,
-    *,
-    order: tuple[str, ...] = ("seq",),
+    messages: str, marks: tuple[str, str], session_id: str, expected: list[Row] | None,
+    prune: Callable[[str], bool] | None, *, order: tuple[str, ...] = ("seq",),
 ) -> bool:
     """The deleting half of ``replace_rows``, inside the caller's transaction: return False,
     deleting nothing, unless the newest ``len(expected)`` rows are ``expected``; else delete

@@ -40,13 +40,8 @@ from .common import (
 )
 
 _UNAVAILABLE = (
-    OSError,
-    asyncio.TimeoutError,
-    pg.ConnectionDoesNotExistError,
-    pg.PostgresConnectionError,
-    pg.CannotConnectNowError,
-    pg.AdminShutdownError,
-    pg.CrashShutdownError,
+    OSError, asyncio.TimeoutError, pg.ConnectionDoesNotExistError, pg.PostgresConnectionError,
+    pg.CannotConnectNowError, pg.AdminShutdownError, pg.CrashShutdownError,
     pg.TooManyConnectionsError,
 )
 
@@ -288,10 +283,7 @@ class PostgresDialect(SqlDialect):
             "SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) "
             "AND tgname = ANY($2::text[]) AND to_regclass($3) IS NOT NULL "
             "AND to_regclass($4) IS NOT NULL",
-            self.t.messages,
-            [x.name("ins"), x.name("upd")],
-            x.index,
-            x.registry,
+            self.t.messages, [x.name("ins"), x.name("upd")], x.index, x.registry,
         )
         return int(found) == 2
 
@@ -316,9 +308,7 @@ class PostgresDialect(SqlDialect):
             last = await conn.fetchval(
                 f"SELECT seq FROM {t.messages} WHERE session_id = $1 AND seq > $2 "
                 "ORDER BY seq OFFSET $3 LIMIT 1",
-                session_id,
-                after,
-                BACKFILL_ROWS - 1,
+                session_id, after, BACKFILL_ROWS - 1,
             )
             # FOR SHARE: a pop or rewrite in flight is waited for, so its row is indexed as
             # it ends (or not at all), never as it was; a row its trigger indexed is kept.
@@ -329,9 +319,7 @@ class PostgresDialect(SqlDialect):
                 "WHERE m.session_id = $1 AND m.seq > $2 AND m.seq <= coalesce($3, m.seq) "
                 "AND json_typeof(j.d -> 'text') = 'string' AND j.d ->> 'text' <> '' "
                 "FOR SHARE OF m ON CONFLICT DO NOTHING",
-                session_id,
-                after,
-                last,
+                session_id, after, last,
             )
             if last is None:
                 await conn.execute(
@@ -357,8 +345,9 @@ class PostgresDialect(SqlDialect):
         where = join = ""
         if not filters.empty:
             join = f" CROSS JOIN LATERAL (SELECT {_JSON.format(col='m.message_data')} AS d) j"
-            where, extra = filter_clause(filters, _FILTERS, lambda i: f"${i + 4}", array=True,
-                                         number=float)
+            where, extra = filter_clause(
+                filters, _FILTERS, lambda i: f"${i + 4}", array=True, number=float
+            )
             args += extra
         # ts_rank, normalised by the log of the text's length (1): how often the words
         # occur, long texts not winning by length alone. The hits are found in the index
@@ -476,9 +465,7 @@ class PostgresDialect(SqlDialect):
             f"UPDATE {self.t.messages} AS m SET message_data = v.data "
             "FROM unnest($2::bigint[], $3::text[]) AS v(seq, data) "
             "WHERE m.session_id = $1 AND m.seq = v.seq",
-            session_id,
-            [seq for seq, _ in rows],
-            [payload for _, payload in rows],
+            session_id, [seq for seq, _ in rows], [payload for _, payload in rows],
         )
         return int(str(status).rsplit(" ", 1)[-1])  # "UPDATE <n>"
 
