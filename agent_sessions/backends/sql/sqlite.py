@@ -186,14 +186,10 @@ class SqliteDialect(SqlDialect):
     async def prepare_text(self, conn: Any, create: bool) -> None:
         t = self.t
         names = _text_names(t)
-
-        async def present() -> bool:
-            marks = ", ".join("?" * len(names))
-            sql = f"SELECT COUNT(*) FROM sqlite_master WHERE name IN ({marks})"
-            (found,) = await _one(conn, sql, names)
-            return int(found) == len(names)
-
-        if await present():
+        marks = ", ".join("?" * len(names))
+        sql = f"SELECT COUNT(*) FROM sqlite_master WHERE name IN ({marks})"
+        (found,) = await _one(conn, sql, names)
+        if int(found) == len(names):
             return
         if not create:
             raise text_missing(t, "sqlite")
@@ -216,20 +212,17 @@ class SqliteDialect(SqlDialect):
 
     async def index_session(self, conn: Any, session_id: str, after: int | None) -> int | None:
         t, x = self.t, TextTables.of(self.t)
-        last: int | None = None
 
-        async def run() -> None:
-            nonlocal last
+        async def run() -> int | None:
             if after is None:
-                if await _one(
+                if not await _one(
                     conn, f"SELECT 1 FROM {t.sessions} WHERE session_id = ?", (session_id,)
                 ):
-                    await conn.execute(
-                        f"INSERT OR IGNORE INTO {x.registry} (session_id) VALUES (?)",
-                        (session_id,),
-                    )
-                    last = 0
-                return  # no items: the first search after the first write registers it
+                    return None  # no items: the first search after the first write registers it
+                await conn.execute(
+                    f"INSERT OR IGNORE INTO {x.registry} (session_id) VALUES (?)", (session_id,)
+                )
+                return 0
             found = await _one(
                 conn,
                 f"SELECT seq FROM {t.messages} WHERE session_id = ? AND seq > ? "
@@ -248,9 +241,9 @@ class SqliteDialect(SqlDialect):
                 await conn.execute(
                     f"UPDATE {x.registry} SET ready = 1 WHERE session_id = ?", (session_id,)
                 )
+            return last
 
-        await self._write(conn, run)
-        return last
+        return await self._write(conn, run)  # type: ignore[no-any-return]
 
     async def search_text(
         self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
