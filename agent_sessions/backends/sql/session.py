@@ -50,12 +50,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _DRIVERS = {
-    ("postgresql", "asyncpg"),
-    ("mysql", "asyncmy"),
-    ("mysql", "aiomysql"),
-    ("mariadb", "asyncmy"),
-    ("mariadb", "aiomysql"),
-    ("sqlite", "aiosqlite"),
+    ("postgresql", "asyncpg"), ("mysql", "asyncmy"), ("mysql", "aiomysql"),
+    ("mariadb", "asyncmy"), ("mariadb", "aiomysql"), ("sqlite", "aiosqlite"),
 }
 _RETRIES = 5
 _INT64_MAX = 2**63 - 1
@@ -470,15 +466,10 @@ class SQLAlchemySession(BaseSession):
             return cls(
                 session_id,
                 engine=None,  # type: ignore[arg-type]
-                create_tables=create_tables,
-                table_prefix=table_prefix,
-                sessions_table=sessions_table,
-                messages_table=messages_table,
-                session_settings=session_settings,
-                max_item_bytes=max_item_bytes,
-                strict=strict,
-                ensure_ascii=ensure_ascii,
-                _shared=shared,
+                create_tables=create_tables, table_prefix=table_prefix,
+                sessions_table=sessions_table, messages_table=messages_table,
+                session_settings=session_settings, max_item_bytes=max_item_bytes,
+                strict=strict, ensure_ascii=ensure_ascii, _shared=shared,
             )
         except BaseException:
             shared.forget()
