@@ -318,9 +318,8 @@ class SqliteDialect(SqlDialect):
                 newest is not None and await self._newest(conn, session_id) != newest
             ):
                 return False, None
-            cur = await conn.execute(self._pop, (session_id, session_id))
-            rows = await cur.fetchall()
-            return True, str(rows[0][0]) if rows else None
+            value = await self._popped(conn, session_id)
+            return True, None if value is None else str(value)
 
         return await self._write(conn, run)  # type: ignore[no-any-return]
 
@@ -332,21 +331,22 @@ class SqliteDialect(SqlDialect):
         rows: list[Row] = [(r[0], r[1]) for r in await cur.fetchall()]
         return rows if limit is None else rows[::-1]
 
-    async def pop(self, conn: Any, session_id: str) -> str | None:
-        async def run() -> Any:
-            cur = await conn.execute(self._pop, (session_id, session_id))
-            rows = await cur.fetchall()  # drain RETURNING before COMMIT
-            return rows[0][0] if rows else None
+    async def _popped(self, conn: Any, session_id: str) -> Any:
+        """Delete the newest row and return its payload (None: no row), RETURNING drained so
+        a COMMIT or a check may follow."""
+        cur = await conn.execute(self._pop, (session_id, session_id))
+        rows = await cur.fetchall()
+        return rows[0][0] if rows else None
 
-        value = await self._write(conn, run)
+    async def pop(self, conn: Any, session_id: str) -> str | None:
+        value = await self._write(conn, lambda: self._popped(conn, session_id))
         return None if value is None else str(value)
 
     async def pop_checked(self, conn: Any, session_id: str, check: Callable[[str], Any]) -> Any:
         await conn.execute("BEGIN IMMEDIATE")
         try:
-            cur = await conn.execute(self._pop, (session_id, session_id))
-            rows = await cur.fetchall()  # drain RETURNING before the check
-            outcome = None if not rows else run_check(check, str(rows[0][0]))
+            value = await self._popped(conn, session_id)
+            outcome = None if value is None else run_check(check, str(value))
         except BaseException:
             await conn.rollback()
             raise
