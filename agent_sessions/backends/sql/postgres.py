@@ -152,11 +152,8 @@ def text_objects(t: Tables) -> list[tuple[str, str]]:
     (kind: table, function, trigger)."""
     x = TextTables.of(t)
     return [
-        ("table", x.index),
-        ("table", x.registry),
-        ("function", x.name("sync")),
-        ("trigger", x.name("ins")),
-        ("trigger", x.name("upd")),
+        ("table", x.index), ("table", x.registry), ("function", x.name("sync")),
+        ("trigger", x.name("ins")), ("trigger", x.name("upd")),
     ]
 
 

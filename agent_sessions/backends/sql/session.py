@@ -275,10 +275,8 @@ class _SharedEngine:
     @classmethod
     def acquire(
         cls, url: str, kwargs: dict[str, Any], timeouts: tuple[float | None, float | None],
-        key: tuple[str, str] | None = None,
+        key: tuple[str, str],
     ) -> _SharedEngine:
-        if key is None:
-            key = (url, repr((sorted(kwargs.items()), timeouts)))
         with cls._registry_lock:
             shared = cls._registry.get(key)
             if shared is None:
