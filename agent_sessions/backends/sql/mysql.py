@@ -625,16 +625,14 @@ class MySQLDialect(SqlDialect):
             try:
                 # Locks the counter row (created if missing), so appends wait for this swap.
                 await cur.execute(self._bump, (sid, 0, 0))
-                marks = ("%s", "%s")
-                order = ("session_id", "seq")
                 if not await delete_for_swap(
-                    fetch, cur.execute, self.t.messages, marks, sid, expected, prune, order=order
+                    fetch, cur.execute, self.t.messages, ("%s", "%s"), sid, expected, prune,
+                    order=("session_id", "seq"),
                 ):
                     await conn.rollback()
                     return False
                 if payloads:
-                    whole = [list(range(len(payloads)))]
-                    await self._bump_and_insert(cur, sid, payloads, whole)
+                    await self._bump_and_insert(cur, sid, payloads, [list(range(len(payloads)))])
             except BaseException:
                 await conn.rollback()
                 raise

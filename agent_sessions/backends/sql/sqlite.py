@@ -112,8 +112,7 @@ async def _one(conn: Any, sql: str, args: Any) -> Any:
 
 
 async def _changed(statement: Awaitable[Any]) -> int:
-    """How many rows ``statement`` changed (summed over an ``executemany``), its cursor
-    closed."""
+    """How many rows ``statement`` changed (summed over an ``executemany``), its cursor closed."""
     cur = await statement
     changed = int(cur.rowcount)
     await cur.close()
