@@ -61,21 +61,19 @@ def page_sql(
     return sql + " ORDER BY s.session_id LIMIT :limit", params
 
 
+def _ids_like(sessions: str, pattern: str) -> tuple[str, dict[str, Any]]:
+    sql = f"SELECT session_id FROM {sessions} WHERE session_id LIKE :pattern ESCAPE '!'"
+    return sql, {"pattern": pattern}
+
+
 def family_sql(sessions: str, root: str) -> tuple[str, dict[str, Any]]:
     """The SELECT of candidate side-store ids of ``root`` (the caller checks each one)."""
-    pattern = f"{SIBLING_MARK}%{SIBLING_MARK}{like_escape(root)}"
-    return (
-        f"SELECT session_id FROM {sessions} WHERE session_id LIKE :pattern ESCAPE '!'",
-        {"pattern": pattern},
-    )
+    return _ids_like(sessions, f"{SIBLING_MARK}%{SIBLING_MARK}{like_escape(root)}")
 
 
 def side_stores_sql(sessions: str) -> tuple[str, dict[str, Any]]:
     """The SELECT of every side-store id (an index range: they share their first character)."""
-    return (
-        f"SELECT session_id FROM {sessions} WHERE session_id LIKE :pattern ESCAPE '!'",
-        {"pattern": f"{SIBLING_MARK}%"},
-    )
+    return _ids_like(sessions, f"{SIBLING_MARK}%")
 
 
 def sqlite_time(when: datetime) -> str:

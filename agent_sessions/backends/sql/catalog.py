@@ -70,9 +70,7 @@ class EngineCatalog:
                 return False  # connecting would create the file
         names = (self.sessions, self.messages)
         async with self._connect() as conn:
-            return bool(
-                await conn.run_sync(lambda c: all(inspect(c).has_table(n) for n in names))
-            )
+            return bool(await conn.run_sync(lambda c: all(inspect(c).has_table(n) for n in names)))
 
     async def _fetch(self, sql: str, params: dict[str, Any]) -> list[Any]:
         from sqlalchemy import text

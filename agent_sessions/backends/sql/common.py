@@ -43,9 +43,7 @@ class Tables:
         return cls._check(*key)
 
     @classmethod
-    def _check(
-        cls, prefix: str, sessions_table: str | None, messages_table: str | None
-    ) -> Tables:
+    def _check(cls, prefix: str, sessions_table: str | None, messages_table: str | None) -> Tables:
         return cls(
             check_identifier(sessions_table or f"{prefix}sessions", "sessions_table/table_prefix"),
             check_identifier(messages_table or f"{prefix}messages", "messages_table/table_prefix"),
@@ -96,6 +94,15 @@ def split_words(words: list[str]) -> list[str]:
     Lower-cased, first occurrence kept, at most 64."""
     pieces = (p.lower() for w in words for p in _PIECE.findall(w))
     return list(dict.fromkeys(pieces))[:64]
+
+
+def text_missing(t: Tables, module: str) -> BackendDataError:
+    """The error of a full-text index that is missing and may not be created here."""
+    return BackendDataError(
+        f"the full-text index of {t.messages} does not exist; search_text creates it "
+        "when the session has create_tables=True, or run the statements of "
+        f"agent_sessions.backends.sql.{module}.text_statements() once"
+    )
 
 
 @dataclass(frozen=True)
@@ -168,12 +175,7 @@ class SqlDialect(ABC):
 
     @abstractmethod
     async def load(
-        self,
-        conn: Any,
-        session_id: str,
-        limit: int | None,
-        after: int | None,
-        before: int | None,
+        self, conn: Any, session_id: str, limit: int | None, after: int | None, before: int | None
     ) -> list[Row]:
         """Return the latest ``limit`` rows (all when None) with after < seq < before, oldest
         first."""
@@ -183,9 +185,7 @@ class SqlDialect(ABC):
         """Delete the newest row and return its payload; None when there is none."""
 
     @abstractmethod
-    async def pop_checked(
-        self, conn: Any, session_id: str, check: Callable[[str], Any]
-    ) -> Any:
+    async def pop_checked(self, conn: Any, session_id: str, check: Callable[[str], Any]) -> Any:
         """Delete the newest row and return ``check(payload)`` in one transaction (None when
         there is none); when ``check`` raises an Exception, roll back and return it as
         :class:`Refused` (the connection stays usable)."""
@@ -200,11 +200,7 @@ class SqlDialect(ABC):
         """Delete the session's rows with seq < ``before`` in one statement; return how many."""
 
     async def replace_rows(
-        self,
-        conn: Any,
-        session_id: str,
-        expected: list[Row] | None,
-        payloads: list[str],
+        self, conn: Any, session_id: str, expected: list[Row] | None, payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
         """The SDK compaction hook's swap in one transaction (see ``core.sdk_compaction``)."""
@@ -330,12 +326,8 @@ def range_query(
 
 
 def filter_clause(
-    filters: TextFilters,
-    templates: tuple[str, str, str],
-    mark: Callable[[int], str],
-    *,
-    array: bool = False,
-    number: Callable[[float], Any] = lambda bound: bound,
+    filters: TextFilters, templates: tuple[str, str, str], mark: Callable[[int], str], *,
+    array: bool = False, number: Callable[[float], Any] = lambda bound: bound,
 ) -> tuple[str, list[Any]]:
     """SQL (`` AND ..``) and parameters of ``search_text``'s filters. ``templates``: a field
     ``{f}`` is a string among ``{values}``, is a number, is ``{op}`` a bound ``{mark}``;
@@ -392,13 +384,8 @@ def check_version(t: Tables, version: Any) -> None:
 async def delete_for_swap(
     fetch: Callable[[str, tuple[Any, ...]], Awaitable[list[Row]]],
     execute: Callable[[str, tuple[Any, ...]], Awaitable[object]],
-    messages: str,
-    marks: tuple[str, str],
-    session_id: str,
-    expected: list[Row] | None,
-    prune: Callable[[str], bool] | None,
-    *,
-    order: tuple[str, ...] = ("seq",),
+    messages: str, marks: tuple[str, str], session_id: str, expected: list[Row] | None,
+    prune: Callable[[str], bool] | None, *, order: tuple[str, ...] = ("seq",),
 ) -> bool:
     """The deleting half of ``replace_rows``, inside the caller's transaction: return False,
     deleting nothing, unless the newest ``len(expected)`` rows are ``expected``; else delete

@@ -42,6 +42,7 @@ from .common import (
     filter_clause,
     range_query,
     run_check,
+    text_missing,
 )
 
 _GONE = {1040, 1053, 1927, 2002, 2003, 2005, 2006, 2013, 2026, 2055}
@@ -244,11 +245,7 @@ class MySQLDialect(SqlDialect):
                 return
             if not create:
                 await _end_read(conn)
-                raise BackendDataError(
-                    f"the full-text index of {t.messages} does not exist; search_text creates "
-                    "it when the session has create_tables=True, or run the statements of "
-                    "agent_sessions.backends.sql.mysql.text_statements() once"
-                )
+                raise text_missing(t, "mysql")
             async with _store_lock(cur, t):
                 try:
                     if not await self._text_present(cur):
@@ -320,8 +317,7 @@ class MySQLDialect(SqlDialect):
         t, x = self.t, TextTables.of(self.t)
         last = None
         async with conn.cursor() as cur:
-            if conn.get_autocommit():
-                await conn.begin()
+            await _begin(conn)
             try:
                 if after is None:
                     # Locks the counter row: an append in flight commits first (the backfill
@@ -451,9 +447,7 @@ class MySQLDialect(SqlDialect):
     ) -> None:
         """Insert ``rows`` ``(seq, payload)``, one INSERT per chunk of their indexes."""
         for chunk in chunks:
-            args: list[Any] = []
-            for i in chunk:
-                args += (session_id, *rows[i])
+            args = [v for i in chunk for v in (session_id, *rows[i])]
             await cur.execute(self._insert + ",".join(["(%s,%s,%s)"] * len(chunk)), args)
 
     def _one_trip(self, session_id: str, payloads: list[str]) -> tuple[str, list[Any]]:
@@ -477,8 +471,7 @@ class MySQLDialect(SqlDialect):
                 while await cur.nextset():
                     pass
                 return last
-            if conn.get_autocommit():
-                await conn.begin()
+            await _begin(conn)
             last = await self._bump_and_insert(cur, session_id, payloads, chunks)
             await conn.commit()
         return last
@@ -558,21 +551,14 @@ class MySQLDialect(SqlDialect):
         return bool(closed)
 
     async def load(
-        self,
-        conn: Any,
-        session_id: str,
-        limit: int | None,
-        after: int | None,
-        before: int | None,
+        self, conn: Any, session_id: str, limit: int | None, after: int | None, before: int | None
     ) -> list[Row]:
         sql, args = range_query(self.t.messages, "%s", session_id, after, before, limit)
         async with conn.cursor() as cur:
             await cur.execute(sql, args)
             rows: list[Row] = [(r[0], r[1]) for r in await cur.fetchall()]
         await _end_read(conn)
-        if limit is not None:
-            rows.reverse()
-        return rows
+        return rows if limit is None else rows[::-1]
 
     async def pop(self, conn: Any, session_id: str) -> str | None:
         auto = conn.get_autocommit()
@@ -619,18 +605,13 @@ class MySQLDialect(SqlDialect):
 
     async def clear(self, conn: Any, session_id: str) -> None:
         async with conn.cursor() as cur:
-            if conn.get_autocommit():
-                await conn.begin()
+            await _begin(conn)
             for statement in self._clear:
                 await cur.execute(statement, (session_id,))
             await conn.commit()
 
     async def replace_rows(
-        self,
-        conn: Any,
-        session_id: str,
-        expected: list[Row] | None,
-        payloads: list[str],
+        self, conn: Any, session_id: str, expected: list[Row] | None, payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
         sid = session_id
@@ -640,21 +621,18 @@ class MySQLDialect(SqlDialect):
                 await cur.execute(sql, args)
                 return [(r[0], str(r[1])) for r in await cur.fetchall()]
 
-            if conn.get_autocommit():
-                await conn.begin()
+            await _begin(conn)
             try:
                 # Locks the counter row (created if missing), so appends wait for this swap.
                 await cur.execute(self._bump, (sid, 0, 0))
-                marks = ("%s", "%s")
-                order = ("session_id", "seq")
                 if not await delete_for_swap(
-                    fetch, cur.execute, self.t.messages, marks, sid, expected, prune, order=order
+                    fetch, cur.execute, self.t.messages, ("%s", "%s"), sid, expected, prune,
+                    order=("session_id", "seq"),
                 ):
                     await conn.rollback()
                     return False
                 if payloads:
-                    whole = [list(range(len(payloads)))]
-                    await self._bump_and_insert(cur, sid, payloads, whole)
+                    await self._bump_and_insert(cur, sid, payloads, [list(range(len(payloads)))])
             except BaseException:
                 await conn.rollback()
                 raise
@@ -674,8 +652,7 @@ class MySQLDialect(SqlDialect):
         sql = f"UPDATE {self.t.messages} SET message_data = %s WHERE session_id = %s AND seq = %s"
         replaced = 0
         async with conn.cursor() as cur:
-            if conn.get_autocommit():
-                await conn.begin()
+            await _begin(conn)
             for seq, payload in rows:
                 await cur.execute(sql, (payload, session_id, seq))
                 replaced += int(cur.rowcount)
@@ -691,8 +668,7 @@ class MySQLDialect(SqlDialect):
             datetime.fromtimestamp(t, timezone.utc).replace(tzinfo=None) for t in (created, updated)
         ]
         async with conn.cursor() as cur:
-            if conn.get_autocommit():
-                await conn.begin()
+            await _begin(conn)
             try:
                 # first: locks the counter row, so appends wait for this write
                 await cur.execute(
@@ -723,20 +699,23 @@ class MySQLDialect(SqlDialect):
         return int(row[0])
 
     def unavailable(self, exc: BaseException) -> bool:
-        for e in causes(exc):
-            if isinstance(e, (OSError, asyncio.TimeoutError)):
-                return True
-            if _code(e) in _GONE or (
-                type(e).__name__ == "InterfaceError" and type(e).__module__.startswith(_DRIVERS)
-            ):
-                return True
-        return False
+        return any(
+            isinstance(e, (OSError, asyncio.TimeoutError)) or _code(e) in _GONE
+            or (type(e).__name__ == "InterfaceError" and type(e).__module__.startswith(_DRIVERS))
+            for e in causes(exc)
+        )
 
     def retryable(self, exc: BaseException) -> bool:
         return any(_code(e) == 1213 for e in causes(exc))  # deadlock: transaction rolled back
 
     def missing_table(self, exc: BaseException) -> bool:
         return any(_code(e) in (1146, 1054) for e in causes(exc))
+
+
+async def _begin(conn: Any) -> None:
+    """Open a transaction unless one is open already (the connection is not in autocommit)."""
+    if conn.get_autocommit():
+        await conn.begin()
 
 
 async def _end_read(conn: Any) -> None:

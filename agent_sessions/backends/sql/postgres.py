@@ -36,16 +36,12 @@ from .common import (
     filter_clause,
     range_query,
     run_check,
+    text_missing,
 )
 
 _UNAVAILABLE = (
-    OSError,
-    asyncio.TimeoutError,
-    pg.ConnectionDoesNotExistError,
-    pg.PostgresConnectionError,
-    pg.CannotConnectNowError,
-    pg.AdminShutdownError,
-    pg.CrashShutdownError,
+    OSError, asyncio.TimeoutError, pg.ConnectionDoesNotExistError, pg.PostgresConnectionError,
+    pg.CannotConnectNowError, pg.AdminShutdownError, pg.CrashShutdownError,
     pg.TooManyConnectionsError,
 )
 
@@ -156,11 +152,8 @@ def text_objects(t: Tables) -> list[tuple[str, str]]:
     (kind: table, function, trigger)."""
     x = TextTables.of(t)
     return [
-        ("table", x.index),
-        ("table", x.registry),
-        ("function", x.name("sync")),
-        ("trigger", x.name("ins")),
-        ("trigger", x.name("upd")),
+        ("table", x.index), ("table", x.registry), ("function", x.name("sync")),
+        ("trigger", x.name("ins")), ("trigger", x.name("upd")),
     ]
 
 
@@ -255,11 +248,7 @@ class PostgresDialect(SqlDialect):
         if await self._text_present(conn):
             return
         if not create:
-            raise BackendDataError(
-                f"the full-text index of {t.messages} does not exist; search_text creates it "
-                "when the session has create_tables=True, or run the statements of "
-                "agent_sessions.backends.sql.postgres.text_statements() once"
-            )
+            raise text_missing(t, "postgres")
         try:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", t.lock_key())
@@ -291,10 +280,7 @@ class PostgresDialect(SqlDialect):
             "SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) "
             "AND tgname = ANY($2::text[]) AND to_regclass($3) IS NOT NULL "
             "AND to_regclass($4) IS NOT NULL",
-            self.t.messages,
-            [x.name("ins"), x.name("upd")],
-            x.index,
-            x.registry,
+            self.t.messages, [x.name("ins"), x.name("upd")], x.index, x.registry,
         )
         return int(found) == 2
 
@@ -319,9 +305,7 @@ class PostgresDialect(SqlDialect):
             last = await conn.fetchval(
                 f"SELECT seq FROM {t.messages} WHERE session_id = $1 AND seq > $2 "
                 "ORDER BY seq OFFSET $3 LIMIT 1",
-                session_id,
-                after,
-                BACKFILL_ROWS - 1,
+                session_id, after, BACKFILL_ROWS - 1,
             )
             # FOR SHARE: a pop or rewrite in flight is waited for, so its row is indexed as
             # it ends (or not at all), never as it was; a row its trigger indexed is kept.
@@ -332,9 +316,7 @@ class PostgresDialect(SqlDialect):
                 "WHERE m.session_id = $1 AND m.seq > $2 AND m.seq <= coalesce($3, m.seq) "
                 "AND json_typeof(j.d -> 'text') = 'string' AND j.d ->> 'text' <> '' "
                 "FOR SHARE OF m ON CONFLICT DO NOTHING",
-                session_id,
-                after,
-                last,
+                session_id, after, last,
             )
             if last is None:
                 await conn.execute(
@@ -360,8 +342,9 @@ class PostgresDialect(SqlDialect):
         where = join = ""
         if not filters.empty:
             join = f" CROSS JOIN LATERAL (SELECT {_JSON.format(col='m.message_data')} AS d) j"
-            where, extra = filter_clause(filters, _FILTERS, lambda i: f"${i + 4}", array=True,
-                                         number=float)
+            where, extra = filter_clause(
+                filters, _FILTERS, lambda i: f"${i + 4}", array=True, number=float
+            )
             args += extra
         # ts_rank, normalised by the log of the text's length (1): how often the words
         # occur, long texts not winning by length alone. The hits are found in the index
@@ -421,27 +404,17 @@ class PostgresDialect(SqlDialect):
         return bool(ok), None if value is None else str(value)
 
     async def load(
-        self,
-        conn: Any,
-        session_id: str,
-        limit: int | None,
-        after: int | None,
-        before: int | None,
+        self, conn: Any, session_id: str, limit: int | None, after: int | None, before: int | None
     ) -> list[Row]:
         sql, args = range_query(self.t.messages, "$", session_id, after, before, limit)
-        rows = await conn.fetch(sql, *args)
-        out = [(r[0], r[1]) for r in rows]
-        if limit is not None:
-            out.reverse()
-        return out
+        rows = [(r[0], r[1]) for r in await conn.fetch(sql, *args)]
+        return rows if limit is None else rows[::-1]
 
     async def pop(self, conn: Any, session_id: str) -> str | None:
         value = await conn.fetchval(self._pop, session_id)
         return None if value is None else str(value)
 
-    async def pop_checked(
-        self, conn: Any, session_id: str, check: Callable[[str], Any]
-    ) -> Any:
+    async def pop_checked(self, conn: Any, session_id: str, check: Callable[[str], Any]) -> Any:
         # The pop's row lock is held across the check: a concurrent pop waits for its outcome.
         tx = conn.transaction(isolation="read_committed")
         await tx.start()
@@ -461,11 +434,7 @@ class PostgresDialect(SqlDialect):
                 await conn.execute(statement, session_id)
 
     async def replace_rows(
-        self,
-        conn: Any,
-        session_id: str,
-        expected: list[Row] | None,
-        payloads: list[str],
+        self, conn: Any, session_id: str, expected: list[Row] | None, payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
         async def fetch(sql: str, args: tuple[Any, ...]) -> list[Row]:
@@ -493,9 +462,7 @@ class PostgresDialect(SqlDialect):
             f"UPDATE {self.t.messages} AS m SET message_data = v.data "
             "FROM unnest($2::bigint[], $3::text[]) AS v(seq, data) "
             "WHERE m.session_id = $1 AND m.seq = v.seq",
-            session_id,
-            [seq for seq, _ in rows],
-            [payload for _, payload in rows],
+            session_id, [seq for seq, _ in rows], [payload for _, payload in rows],
         )
         return int(str(status).rsplit(" ", 1)[-1])  # "UPDATE <n>"
 

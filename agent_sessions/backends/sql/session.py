@@ -50,12 +50,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _DRIVERS = {
-    ("postgresql", "asyncpg"),
-    ("mysql", "asyncmy"),
-    ("mysql", "aiomysql"),
-    ("mariadb", "asyncmy"),
-    ("mariadb", "aiomysql"),
-    ("sqlite", "aiosqlite"),
+    ("postgresql", "asyncpg"), ("mysql", "asyncmy"), ("mysql", "aiomysql"),
+    ("mariadb", "asyncmy"), ("mariadb", "aiomysql"), ("sqlite", "aiosqlite"),
 }
 _RETRIES = 5
 _INT64_MAX = 2**63 - 1
@@ -104,12 +100,8 @@ class _Store:
     the pool's check-out and check-in on every operation."""
 
     def __init__(
-        self,
-        engine: AsyncEngine,
-        tables: Tables,
-        keep_idle: int,
-        timeouts: tuple[float | None, float | None],
-        reset_on_checkin: bool = True,
+        self, engine: AsyncEngine, tables: Tables, keep_idle: int,
+        timeouts: tuple[float | None, float | None], reset_on_checkin: bool = True,
     ) -> None:
         self.engine = engine
         self.dialect = _make_dialect(engine, tables)
@@ -181,11 +173,8 @@ _stores_lock = threading.Lock()
 
 
 def _store_for(
-    engine: AsyncEngine,
-    tables: Tables,
-    keep_idle: int = 0,
-    timeouts: tuple[float | None, float | None] = (None, None),
-    reset_on_checkin: bool = True,
+    engine: AsyncEngine, tables: Tables, keep_idle: int = 0,
+    timeouts: tuple[float | None, float | None] = (None, None), reset_on_checkin: bool = True,
 ) -> _Store:
     with _stores_lock:
         by_tables = _stores.get(engine.sync_engine)
@@ -211,12 +200,10 @@ def _default_engine_kwargs(
 ) -> dict[str, Any]:
     parsed = make_url(url)
     backend = parsed.get_backend_name()
-    connect_args: dict[str, Any]
     if backend == "postgresql":
-        connect_args = {"timeout": connect_timeout, "command_timeout": command_timeout}
-        return {"connect_args": connect_args}
+        return {"connect_args": {"timeout": connect_timeout, "command_timeout": command_timeout}}
     if backend in ("mysql", "mariadb"):
-        connect_args = {
+        connect_args: dict[str, Any] = {
             "connect_timeout": connect_timeout,
             # Autocommit: a read or a pop is one round trip; writes open their own transaction.
             "autocommit": True,
@@ -230,9 +217,7 @@ def _default_engine_kwargs(
 
 
 def _engine_options(
-    url: str,
-    engine_kwargs: dict[str, Any] | None,
-    timeouts: tuple[float | None, float | None],
+    url: str, engine_kwargs: dict[str, Any] | None, timeouts: tuple[float | None, float | None]
 ) -> tuple[dict[str, Any], tuple[str, str]]:
     """``create_async_engine`` arguments for ``from_url`` and their registry key."""
     defaults = _default_engine_kwargs(url, timeouts[1], timeouts[0])  # type: ignore[arg-type]
@@ -258,11 +243,10 @@ def _create_engine(url: str, kwargs: dict[str, Any]) -> AsyncEngine:
     try:
         return create_async_engine(url, **kwargs)
     except ImportError as exc:
-        driver = make_url(url).get_driver_name()
+        parsed = make_url(url)
         raise missing(
-            f"the URL scheme {make_url(url).drivername}://",
-            _DRIVER_EXTRAS.get(driver, "sqlalchemy"),
-            exc,
+            f"the URL scheme {parsed.drivername}://",
+            _DRIVER_EXTRAS.get(parsed.get_driver_name(), "sqlalchemy"), exc,
         ) from exc
 
 
@@ -277,10 +261,7 @@ class _SharedEngine:
     _registry_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(
-        self,
-        key: tuple[str, str],
-        url: str,
-        kwargs: dict[str, Any],
+        self, key: tuple[str, str], url: str, kwargs: dict[str, Any],
         timeouts: tuple[float | None, float | None],
     ) -> None:
         self.key = key
@@ -293,14 +274,9 @@ class _SharedEngine:
 
     @classmethod
     def acquire(
-        cls,
-        url: str,
-        kwargs: dict[str, Any],
-        timeouts: tuple[float | None, float | None],
-        key: tuple[str, str] | None = None,
+        cls, url: str, kwargs: dict[str, Any], timeouts: tuple[float | None, float | None],
+        key: tuple[str, str],
     ) -> _SharedEngine:
-        if key is None:
-            key = (url, repr((sorted(kwargs.items()), timeouts)))
         with cls._registry_lock:
             shared = cls._registry.get(key)
             if shared is None:
@@ -488,15 +464,10 @@ class SQLAlchemySession(BaseSession):
             return cls(
                 session_id,
                 engine=None,  # type: ignore[arg-type]
-                create_tables=create_tables,
-                table_prefix=table_prefix,
-                sessions_table=sessions_table,
-                messages_table=messages_table,
-                session_settings=session_settings,
-                max_item_bytes=max_item_bytes,
-                strict=strict,
-                ensure_ascii=ensure_ascii,
-                _shared=shared,
+                create_tables=create_tables, table_prefix=table_prefix,
+                sessions_table=sessions_table, messages_table=messages_table,
+                session_settings=session_settings, max_item_bytes=max_item_bytes,
+                strict=strict, ensure_ascii=ensure_ascii, _shared=shared,
             )
         except BaseException:
             shared.forget()
@@ -504,11 +475,8 @@ class SQLAlchemySession(BaseSession):
 
     @staticmethod
     def schema_statements(
-        dialect: str,
-        *,
-        table_prefix: str = "agent_sessions_",
-        sessions_table: str | None = None,
-        messages_table: str | None = None,
+        dialect: str, *, table_prefix: str = "agent_sessions_",
+        sessions_table: str | None = None, messages_table: str | None = None,
     ) -> list[str]:
         """Return the SQL that ``create_tables=True`` runs, for migration tools or a DBA.
 
@@ -789,10 +757,7 @@ class SQLAlchemySession(BaseSession):
         return outcome
 
     async def _replace_rows(
-        self,
-        expected: list[Row] | None,
-        payloads: list[str],
-        prune: Callable[[str], bool] | None,
+        self, expected: list[Row] | None, payloads: list[str], prune: Callable[[str], bool] | None
     ) -> bool:
         """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``)."""
         return await self._run(

@@ -29,6 +29,7 @@ from .common import (
     filter_clause,
     range_query,
     run_check,
+    text_missing,
 )
 
 
@@ -111,8 +112,7 @@ async def _one(conn: Any, sql: str, args: Any) -> Any:
 
 
 async def _changed(statement: Awaitable[Any]) -> int:
-    """How many rows ``statement`` changed (summed over an ``executemany``), its cursor
-    closed."""
+    """How many rows ``statement`` changed (summed over an ``executemany``), its cursor closed."""
     cur = await statement
     changed = int(cur.rowcount)
     await cur.close()
@@ -185,21 +185,13 @@ class SqliteDialect(SqlDialect):
     async def prepare_text(self, conn: Any, create: bool) -> None:
         t = self.t
         names = _text_names(t)
-
-        async def present() -> bool:
-            marks = ", ".join("?" * len(names))
-            sql = f"SELECT COUNT(*) FROM sqlite_master WHERE name IN ({marks})"
-            (found,) = await _one(conn, sql, names)
-            return int(found) == len(names)
-
-        if await present():
+        marks = ", ".join("?" * len(names))
+        sql = f"SELECT COUNT(*) FROM sqlite_master WHERE name IN ({marks})"
+        (found,) = await _one(conn, sql, names)
+        if int(found) == len(names):
             return
         if not create:
-            raise BackendDataError(
-                f"the full-text index of {t.messages} does not exist; search_text creates it "
-                "when the session has create_tables=True, or run the statements of "
-                "agent_sessions.backends.sql.sqlite.text_statements() once"
-            )
+            raise text_missing(t, "sqlite")
         try:
             await self._write(conn, lambda: _execute_all(conn, text_statements(t)))
         except sqlite3.OperationalError as exc:
@@ -219,20 +211,17 @@ class SqliteDialect(SqlDialect):
 
     async def index_session(self, conn: Any, session_id: str, after: int | None) -> int | None:
         t, x = self.t, TextTables.of(self.t)
-        last: int | None = None
 
-        async def run() -> None:
-            nonlocal last
+        async def run() -> int | None:
             if after is None:
-                if await _one(
+                if not await _one(
                     conn, f"SELECT 1 FROM {t.sessions} WHERE session_id = ?", (session_id,)
                 ):
-                    await conn.execute(
-                        f"INSERT OR IGNORE INTO {x.registry} (session_id) VALUES (?)",
-                        (session_id,),
-                    )
-                    last = 0
-                return  # no items: the first search after the first write registers it
+                    return None  # no items: the first search after the first write registers it
+                await conn.execute(
+                    f"INSERT OR IGNORE INTO {x.registry} (session_id) VALUES (?)", (session_id,)
+                )
+                return 0
             found = await _one(
                 conn,
                 f"SELECT seq FROM {t.messages} WHERE session_id = ? AND seq > ? "
@@ -251,9 +240,9 @@ class SqliteDialect(SqlDialect):
                 await conn.execute(
                     f"UPDATE {x.registry} SET ready = 1 WHERE session_id = ?", (session_id,)
                 )
+            return last
 
-        await self._write(conn, run)
-        return last
+        return await self._write(conn, run)  # type: ignore[no-any-return]
 
     async def search_text(
         self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
@@ -328,42 +317,35 @@ class SqliteDialect(SqlDialect):
                 newest is not None and await self._newest(conn, session_id) != newest
             ):
                 return False, None
-            cur = await conn.execute(self._pop, (session_id, session_id))
-            rows = await cur.fetchall()
-            return True, str(rows[0][0]) if rows else None
+            value = await self._popped(conn, session_id)
+            return True, None if value is None else str(value)
 
         return await self._write(conn, run)  # type: ignore[no-any-return]
 
     async def load(
-        self,
-        conn: Any,
-        session_id: str,
-        limit: int | None,
-        after: int | None,
-        before: int | None,
+        self, conn: Any, session_id: str, limit: int | None, after: int | None, before: int | None
     ) -> list[Row]:
         sql, args = range_query(self.t.messages, "?", session_id, after, before, limit)
         cur = await conn.execute(sql, args)
         rows: list[Row] = [(r[0], r[1]) for r in await cur.fetchall()]
-        if limit is not None:
-            rows.reverse()
-        return rows
+        return rows if limit is None else rows[::-1]
+
+    async def _popped(self, conn: Any, session_id: str) -> Any:
+        """Delete the newest row and return its payload (None: no row), RETURNING drained so
+        a COMMIT or a check may follow."""
+        cur = await conn.execute(self._pop, (session_id, session_id))
+        rows = await cur.fetchall()
+        return rows[0][0] if rows else None
 
     async def pop(self, conn: Any, session_id: str) -> str | None:
-        async def run() -> Any:
-            cur = await conn.execute(self._pop, (session_id, session_id))
-            rows = await cur.fetchall()  # drain RETURNING before COMMIT
-            return rows[0][0] if rows else None
-
-        value = await self._write(conn, run)
+        value = await self._write(conn, lambda: self._popped(conn, session_id))
         return None if value is None else str(value)
 
     async def pop_checked(self, conn: Any, session_id: str, check: Callable[[str], Any]) -> Any:
         await conn.execute("BEGIN IMMEDIATE")
         try:
-            cur = await conn.execute(self._pop, (session_id, session_id))
-            rows = await cur.fetchall()  # drain RETURNING before the check
-            outcome = None if not rows else run_check(check, str(rows[0][0]))
+            value = await self._popped(conn, session_id)
+            outcome = None if value is None else run_check(check, str(value))
         except BaseException:
             await conn.rollback()
             raise
@@ -374,11 +356,7 @@ class SqliteDialect(SqlDialect):
         await self._write(conn, lambda: conn.execute(self._clear, (session_id,)))
 
     async def replace_rows(
-        self,
-        conn: Any,
-        session_id: str,
-        expected: list[Row] | None,
-        payloads: list[str],
+        self, conn: Any, session_id: str, expected: list[Row] | None, payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
         sid = session_id
