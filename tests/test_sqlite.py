@@ -276,3 +276,32 @@ def test_a_forked_child_opens_its_own_connection_instead_of_hanging(tmp_path: Pa
 
     assert asyncio.run(check()) == ["from the parent", "from the child"]
     asyncio.run(session.close())
+
+
+@pytest.mark.asyncio
+async def test_a_catalog_delete_whose_commit_fails_leaves_no_transaction_open(
+    tmp_path: Path,
+) -> None:
+    """A failed COMMIT (here a user's deferred foreign key) rolls the delete back and the
+    shared connection carries on; it used to stay inside the transaction, so every later
+    write failed with "cannot start a transaction within a transaction"."""
+    from agent_sessions.ops.catalog import SessionCatalog
+
+    s = SQLiteSession("x", str(tmp_path / "fk.db"))
+    await s.add_items([{"role": "user", "content": "kept"}])
+
+    def user_table(raw: sqlite3.Connection) -> None:
+        raw.execute("PRAGMA foreign_keys = ON")
+        raw.execute(
+            "CREATE TABLE notes (sid TEXT REFERENCES agent_sessions(session_id) "
+            "DEFERRABLE INITIALLY DEFERRED)"
+        )
+        raw.execute("INSERT INTO notes VALUES ('x')")
+
+    await s._run(user_table)
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        await SessionCatalog(s).delete_sessions(["x"])
+    await s.add_items([{"role": "user", "content": "after"}])
+    assert texts(await s.get_items()) == ["kept", "after"]
+    await s._run(lambda raw: raw.execute("PRAGMA foreign_keys = OFF"))
+    await s.close()

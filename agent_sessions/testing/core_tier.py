@@ -46,7 +46,8 @@ class CoreConformance(ConformanceBase):
         assert texts(await s.get_items(limit=3)) == ["7", "8", "9"]
         assert texts(await s.get_items(limit=1)) == ["9"]
         for limit in (10, 50, None):
-            assert texts(await s.get_items(limit=limit)) == [str(i) for i in range(10)]
+            got = texts(await s.get_items(limit=limit))
+            assert got == [str(i) for i in range(10)], f"limit={limit}"
         assert await s.get_items(limit=0) == []
 
     async def test_session_settings_limit_is_the_default(self) -> None:

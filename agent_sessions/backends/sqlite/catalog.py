@@ -74,10 +74,11 @@ class SQLiteFileCatalog:
             try:
                 raw.execute(statements[0], ids)
                 existed = raw.execute(statements[1], ids).rowcount
+                raw.execute("COMMIT")
             except BaseException:
-                raw.execute("ROLLBACK")
+                if raw.in_transaction:  # a failed COMMIT too: never leave the connection in one
+                    raw.execute("ROLLBACK")
                 raise
-            raw.execute("COMMIT")
             return int(existed)
 
         return await self.session._run(run) if ids else 0
