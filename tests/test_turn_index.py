@@ -192,6 +192,9 @@ async def test_a_broken_index_is_rebuilt_not_trusted(db: str) -> None:
     await store.add_items([{**head, "tail": [head["through"]]}])  # r9: not a user message
     await check(BranchingSession(SQLiteSession("idx-broken", db)), inner)
     assert REBUILDS
+    for malformed in ({"tail": ["x"]}, {"blocks": [[None, 1, 7]]}, {"heads": "many"}):
+        await store.add_items([{**head, **malformed}])  # not ours: an empty index, rebuilt
+        await check(BranchingSession(SQLiteSession("idx-broken", db)), inner)
     await s.close()
 
 

@@ -108,10 +108,15 @@ class TurnIndex:
         if not (isinstance(blocks, list) and isinstance(tail, list)
                 and all(isinstance(b, list) and len(b) == 3 for b in blocks)):
             return  # not ours: an empty index is always safe
+        try:  # all or nothing: a half-adopted head would give wrong turns
+            adopted = (
+                [(int(s), int(f), int(la)) for s, f, la in blocks], [int(s) for s in tail],
+                int(head.get("heads", 0)),
+            )
+        except (TypeError, ValueError):
+            return
         self.through = head["through"]
-        self.blocks = [(int(s), int(f), int(la)) for s, f, la in blocks]
-        self.tail = [int(s) for s in tail]
-        self._heads = int(head.get("heads", 0))
+        self.blocks, self.tail, self._heads = adopted
 
     async def _cut(self, newest: int) -> None:
         """Drop the indexed user messages above item ``newest`` (they were popped)."""
