@@ -1,7 +1,8 @@
 """The catalog of one Redis key prefix (standalone or Cluster).
 
 Sessions are found by ``SCAN MATCH P:{*}:meta`` (on every primary of a Cluster); SCAN has no
-order, so a page costs O(sessions) names plus O(page) metadata reads.
+order, so a listing's first page costs O(keys) names, the pages continuing it reuse them
+(``ScanListing``), and each page reads its metadata in one pipeline.
 """
 
 from __future__ import annotations
