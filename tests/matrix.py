@@ -89,9 +89,10 @@ async def _mongodb_standin(session_id: str) -> Session:
 async def mongodb_standin_store() -> Any:
     """A store over the run's MongoDB stand-in client (which it leaves open)."""
     from agent_sessions.backends.mongodb import MongoDBStore
+    from agent_sessions.core.registry import StoreHold
 
     await _mongodb_standin("store")  # makes the stand-in client
-    return MongoDBStore(_MONGO_STANDIN, owned=False, database=f"matrix{_RUN}")
+    return StoreHold(MongoDBStore(_MONGO_STANDIN, owned=False, database=f"matrix{_RUN}"))
 
 
 SQL_PREFIX = f"matrix{_RUN}_"

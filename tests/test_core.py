@@ -260,3 +260,28 @@ async def test_pop_if_newest_pops_only_while_the_guard_is_unchanged(
     await s.clear_session()
     await s.close()
     await other.close()
+
+
+@pytest.mark.asyncio
+async def test_a_store_hold_gives_its_share_back_once_and_opens_nothing_after() -> None:
+    from agent_sessions.core.registry import StoreHold
+    from agent_sessions.errors import SessionClosedError
+
+    class Shared:
+        def __init__(self) -> None:
+            self.users, self.path = 2, "/tmp/x.db"
+
+        async def release(self) -> None:
+            self.users -= 1
+
+        def session(self, session_id: str) -> str:
+            return session_id
+
+    shared = Shared()
+    hold = StoreHold(shared)
+    assert (hold.session("a"), hold.path) == ("a", "/tmp/x.db")
+    for _ in range(3):
+        await hold.close()
+    assert shared.users == 1, "the other holder keeps its share"
+    with pytest.raises(SessionClosedError, match="open it again with open_store"):
+        hold.session("b")

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from agents.memory.session import Session, SessionABC
 
-from ..errors import MissingDependencyError, UnknownSchemeError
+from ..errors import MissingDependencyError, SessionClosedError, UnknownSchemeError
 from .extras import install_hint, missing, require
 from .family import close_quietly
 
@@ -159,7 +159,39 @@ class Store(Protocol):
         """The catalog of this store's sessions (see ``agent_sessions.ops.catalog``)."""
 
     async def close(self) -> None:
-        """Give back this store; its handles stop working when nothing else holds it."""
+        """Give back this store (once, however often called); its connection closes when
+        no other store object or open session holds it."""
+
+
+class StoreHold:
+    """One caller's hold on a store that several callers share (one file's worker, one URL's
+    pool): ``close()`` gives back this hold once, so closing it again never takes a hold
+    another caller or an open session still counts on. Anything else is the shared store's."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.closed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def _open(self) -> Any:
+        if self.closed:
+            raise SessionClosedError("this store was closed; open it again with open_store")
+        return self.store
+
+    def session(self, session_id: str, **options: Any) -> Any:
+        """A session handle on the store; it holds its own share until closed."""
+        return self._open().session(session_id, **options)
+
+    def catalog(self, *args: Any, **kwargs: Any) -> Any:
+        """The store's catalog (see ``agent_sessions.ops.catalog``)."""
+        return self._open().catalog(*args, **kwargs)
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            await self.store.release()
 
 
 async def open_store(url: str, **options: Any) -> Store:

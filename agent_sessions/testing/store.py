@@ -57,7 +57,8 @@ class StoreConformance:
         sid = self._sid()
         handles = [store.session(f"{sid}-{n}", **self.session_options) for n in range(200)]
         try:
-            assert all(getattr(h, "store", store) is store for h in handles)
+            shared = getattr(store, "store", store)  # behind a per-caller hold, or the store
+            assert all(getattr(h, "store", shared) is shared for h in handles)
             for h in handles[1:]:
                 await close_quietly(h)  # closing handles never closes the store
             await handles[0].add_items([msg("still open")])
@@ -86,6 +87,28 @@ class StoreConformance:
         try:
             assert texts(await reopened.get_items()) == ["kept"]
             await reopened.clear_session()
+        finally:
+            await close_quietly(reopened)
+            await again.close()
+
+    @pytest.mark.asyncio
+    async def test_closing_a_store_again_takes_no_other_holder_s_share(self) -> None:
+        first, second = await self.open_store(), await self.open_store()
+        sid = self._sid()
+        handle = second.session(sid, **self.session_options)
+        try:
+            for _ in range(3):  # by hand, then again by cleanup code
+                await first.close()
+            await handle.add_items([msg("still open")])
+            assert texts(await handle.get_items()) == ["still open"]
+            await handle.clear_session()
+        finally:
+            await close_quietly(handle)
+            await second.close()
+        again = await self.open_store()
+        reopened = again.session(sid, **self.session_options)
+        try:
+            assert await reopened.get_items() == []
         finally:
             await close_quietly(reopened)
             await again.close()

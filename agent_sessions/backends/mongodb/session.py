@@ -35,6 +35,7 @@ from ...core.capabilities import Capability
 from ...core.closing import Closing
 from ...core.ids import validate_session_id
 from ...core.options import explicit_options
+from ...core.registry import StoreHold
 from ...errors import (
     BackendDataError,
     BackendUnavailableError,
@@ -166,8 +167,6 @@ class MongoDBStore:
         if last and self.owned:
             await self.close_client()
 
-    close = release  # gives back the hold open_store took; open sessions keep the client
-
     async def close_client(self) -> None:
         """Close the owned client; may be called again after it failed."""
         self.close_pending = True
@@ -262,7 +261,7 @@ class MongoDBSession(BaseSession):
         ``database`` defaults to the URI's, else ``"agent_sessions"``; the rest as in the
         constructor."""
         validate_session_id(session_id)
-        store = open_store(uri, database=database, client_kwargs=client_kwargs)
+        store = _new_store(uri, database, client_kwargs)
         try:
             return cls(
                 session_id,
@@ -824,9 +823,15 @@ def _is_duplicate(exc: BaseException) -> bool:
 
 def open_store(
     url: str, *, database: str | None = None, client_kwargs: dict[str, Any] | None = None
-) -> MongoDBStore:
+) -> StoreHold:
     """Open a store with a new client for ``url`` (arguments as in
     :meth:`MongoDBSession.from_uri`); ``await store.close()`` when done."""
+    return StoreHold(_new_store(url, database, client_kwargs))
+
+
+def _new_store(
+    url: str, database: str | None, client_kwargs: dict[str, Any] | None
+) -> MongoDBStore:
     client = make_client(url, **dict(client_kwargs or {}))
     if database is None:
         try:

@@ -41,6 +41,7 @@ from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
 from ...core.options import explicit_options
+from ...core.registry import StoreHold
 from ...errors import BackendDataError, BackendUnavailableError, SequenceConflictError
 from . import layout
 from .layout import ITEMS_TYPE, META_TYPE, check_key_prefix, session_keys
@@ -171,7 +172,6 @@ class RedisStore:
         if self.forget() and self.owned:
             await self.client.aclose()
 
-    close = release  # gives back the hold open_store took; open sessions keep the client
 
 
 def _read_range(
@@ -673,10 +673,10 @@ def open_store(
     redis_kwargs: dict[str, Any] | None = None,
     cluster: bool = False,
     timeout: float | None = DEFAULT_TIMEOUT,
-) -> RedisStore:
+) -> StoreHold:
     """Open the store at ``url`` (arguments as in :meth:`RedisSession.from_url`); ``await
     store.close()`` when done."""
-    return RedisStore.for_url(url, redis_kwargs, cluster, timeout)
+    return StoreHold(RedisStore.for_url(url, redis_kwargs, cluster, timeout))
 
 
 __all__ = ["DEFAULT_TIMEOUT", "RedisSession", "RedisStore", "open_store", "open_url"]

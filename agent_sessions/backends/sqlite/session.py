@@ -27,6 +27,7 @@ from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ...core.capabilities import Capability
 from ...core.codec import decode_item, encode_item
 from ...core.family import purposes_in
+from ...core.registry import StoreHold
 from ...core.sqltext import IDENTIFIER, check_identifier
 from ...errors import (
     BackendUnavailableError,
@@ -320,7 +321,6 @@ class SQLiteStore:
             if job is not None:
                 await _settled(job)
 
-    close = release  # gives back the hold open_store took; open sessions keep the file
 
     def _submit(self, fn: Callable[..., Any], args: tuple[Any, ...], schema: _Schema | None,
                 last: bool = False) -> _Job | None:
@@ -851,11 +851,11 @@ def open_url(url: str, session_id: str, **options: Any) -> SQLiteSession:
     return SQLiteSession(session_id, _url_path(url), **options)
 
 
-def open_store(url: str, *, busy_timeout: float = 5.0, synchronous: str = "NORMAL") -> SQLiteStore:
+def open_store(url: str, *, busy_timeout: float = 5.0, synchronous: str = "NORMAL") -> StoreHold:
     """Open the store of the SQLite file at ``url`` (as in :func:`open_url`; shared with its
     sessions of the same settings); ``await store.close()`` when done."""
     _check_settings(busy_timeout, synchronous)
-    return SQLiteStore.acquire(_url_path(url), busy_timeout, synchronous.upper())
+    return StoreHold(SQLiteStore.acquire(_url_path(url), busy_timeout, synchronous.upper()))
 
 
 __all__ = ["SQLiteSession", "SQLiteStore", "open_store", "open_url"]
