@@ -388,6 +388,23 @@ async def test_wrong_key_and_unknown_key_id_never_yield_plaintext(
         await unknown.get_items()
 
 
+
+@pytest.mark.asyncio
+async def test_envelope_with_a_non_text_key_id_is_unreadable_not_a_type_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    inner = InMemorySession(sid())
+    session = EncryptedSession(inner, encryption_key=KEY)
+    await session.add_items([msg("one")])
+    envelope = (await raw_items(inner))[0]
+    await inner.add_items([{**envelope, "kid": ["default"]}])
+    with caplog.at_level(logging.WARNING, logger="agent_sessions"):
+        assert texts(await session.get_items()) == ["one"]
+    assert "not in the keyring" in caplog.text
+    with pytest.raises(KeyMismatchError, match="not in the keyring"):
+        await session.pop_item()
+    assert len(await raw_items(inner)) == 2
+
 def _inner_factories() -> list[Any]:
     """Inner sessions over one store: the generic pop path (memory) and the one where the
     check runs inside the store's atomic pop (SQLite, bare and under TTL)."""

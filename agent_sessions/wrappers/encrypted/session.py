@@ -347,7 +347,7 @@ class EncryptedSession(SessionWrapper):
     def _seal(self, text: str, t: int | None = None) -> dict[str, Any]:
         """Return the envelope of ``text``, stamped with write time ``t`` (now when None)."""
         kid = self.active_key_id
-        cipher, aad = self._ciphers.get(kid) or self._cipher(kid)
+        cipher, aad = self._ciphers[kid]  # the active key's, derived at construction
         if t is None:
             t = int(time.time())
         nonce = os.urandom(_NONCE_BYTES)
@@ -395,11 +395,9 @@ class EncryptedSession(SessionWrapper):
     def _plaintext(self, envelope: Any, remember: bool = True) -> bytes:
         """Decrypt ``envelope``: its authenticated plaintext if live, else raise _Unreadable."""
         n, c, t, kid = _fields(envelope)
-        entry = self._ciphers.get(kid) if type(kid) is str else None
-        if entry is None:
-            if kid not in self._keys:
-                raise _Unreadable(f"key id {kid!r} is not in the keyring")
-            entry = self._cipher(kid)
+        if type(kid) is not str or kid not in self._keys:
+            raise _Unreadable(f"key id {kid!r} is not in the keyring")
+        entry = self._cipher(kid)
         try:
             # Lenient decoding is enough: GCM authenticates the bytes that come out.
             nonce, sealed = _b64decode(n), _b64decode(c)
