@@ -20,6 +20,7 @@ from binascii import a2b_base64, b2a_base64
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from functools import lru_cache, partial
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import OpenAIResponsesCompactionSession, Session
@@ -118,6 +119,16 @@ async def call_with_wrapper(method: Any, *args: Any, wrapper: Any = None) -> Any
     if wrapper is not None and _takes_wrapper(getattr(method, "__func__", method)):
         return await method(*args, wrapper=wrapper)
     return await method(*args)
+
+
+def _passing(inner: Session, wrapper: Any) -> Any:
+    """``inner``'s Session API passing the SDK's ``wrapper=`` on to each call (and declaring
+    no capability, so ``pop_checked_of`` pops through that API)."""
+    return SimpleNamespace(
+        get_items=lambda limit=None: call_with_wrapper(inner.get_items, limit, wrapper=wrapper),
+        pop_item=lambda: call_with_wrapper(inner.pop_item, wrapper=wrapper),
+        add_items=lambda items: call_with_wrapper(inner.add_items, items, wrapper=wrapper),
+    )
 
 
 @lru_cache(maxsize=256)
@@ -528,34 +539,14 @@ class EncryptedSession(SessionWrapper):
             KeyMismatchError: the newest envelope does not open with these keys (wrong or
                 unknown key, altered bytes); it is kept. Also the SDK's ``InvalidToken``.
         """
-        inner = self.inner
-        while wrapper is None:
+        inner: Any = self.inner if wrapper is None else _passing(self.inner, wrapper)
+        while True:
             try:
                 item = await pop_checked_of(inner, self._poppable)
             except _Unreadable as reason:
                 raise self._mismatch(reason) from None
             if item is not _DRAINED:
                 return item  # type: ignore[no-any-return]
-        while True:
-            newest = await call_with_wrapper(inner.get_items, 1, wrapper=wrapper)
-            if not newest:
-                return None
-            try:
-                self._poppable(newest[-1])
-            except _Unreadable as reason:
-                raise self._mismatch(reason) from None
-            popped = await call_with_wrapper(inner.pop_item, wrapper=wrapper)
-            if popped is None:
-                return None
-            try:
-                return self._open(popped)  # type: ignore[no-any-return]
-            except (_NotAnEnvelope, _Expired):
-                continue  # plaintext, foreign or expired: drained, as the SDK does
-            except _Unreadable as reason:
-                # Another writer replaced the newest item between the check and the pop
-                # with one we cannot open: put it back rather than lose it.
-                await call_with_wrapper(inner.add_items, [popped], wrapper=wrapper)
-                raise self._mismatch(reason) from None
 
     def _poppable(self, envelope: Any) -> Any:
         """The check run inside the pop: the item, ``_DRAINED`` (removed on the way) or
