@@ -30,6 +30,7 @@ from ...core.base import pop_checked_of
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ...core.extras import missing
+from ...core.options import check_int
 from ...errors import DecryptionError
 from ..base import SessionWrapper, atomic_replace, check_max_item_bytes
 
@@ -214,10 +215,6 @@ def _session_key(master: bytes, info: bytes) -> bytes:
     return hmac.digest(hmac.digest(_HKDF_SALT, master, "sha256"), info + b"\x01", "sha256")
 
 
-def _not_int(value: Any, least: int) -> bool:
-    return isinstance(value, bool) or not isinstance(value, int) or value < least
-
-
 class EncryptedSession(SessionWrapper):
     """Encrypt every item of ``inner`` with AES-256-GCM under a per-session key.
 
@@ -305,8 +302,8 @@ class EncryptedSession(SessionWrapper):
         """Whether items vanish from reads on their own (see ``base.expiring_layer``)."""
         if inner is None:
             raise TypeError("EncryptedSession needs the session to wrap (inner=...)")
-        if max_scan_items is not None and _not_int(max_scan_items, 1):
-            raise ValueError("max_scan_items must be positive or None (a positive int)")
+        if max_scan_items is not None:
+            check_int("max_scan_items", max_scan_items, 1, least_text="1 or None")
         self.max_scan_items = max_scan_items
         if session_id is not None and session_id != inner.session_id:
             raise ValueError(
@@ -319,8 +316,7 @@ class EncryptedSession(SessionWrapper):
         super().__init__(inner)
         self.strict = strict
         self.ttl = ttl
-        if _not_int(cache_bytes, 0):
-            raise ValueError("cache_bytes must be an int >= 0 (0 disables the plaintext cache)")
+        check_int("cache_bytes", cache_bytes)
         self.cache_bytes = cache_bytes
         self._plain = _PlainCache(cache_bytes) if cache_bytes else None
         self._ciphers: dict[str, tuple[AESGCM, bytes]] = {}
