@@ -253,17 +253,16 @@ class TTLSession(SessionWrapper):
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
         """
-        if await self._add_with_record(items, "add_items") is None:
-            envelopes = await self._stamp(items)
-            if envelopes:
-                await self.inner.add_items(envelopes)
+        await self._add(items, "add_items")
 
-    async def _add_with_record(self, items: list[TResponseInputItem], via: str) -> list[int] | None:
-        """Store the family's lifecycle record, then the stamped ``items``, in one round trip
-        (FAMILY_BATCH); the items' numbers, or None (nothing done) when ``via`` cannot."""
-        if not items or via not in self._batch_via:
-            return None
+    async def _add(self, items: list[TResponseInputItem], via: str) -> Any:
+        """Stamp ``items`` and store them with the inner session's method ``via``; where it
+        can (FAMILY_BATCH), after the family's lifecycle record in the same round trip.
+        Returns what ``via`` returns (``[]`` for no items)."""
         inner = self.inner
+        if not items or via not in self._batch_via:
+            envelopes = await self._stamp(items)
+            return await getattr(inner, via)(envelopes) if envelopes else []
         life = self._lifecycle()
         texts = encode_batch(items, self.max_item_bytes)  # validate before anything is written
         now = self.clock()
@@ -299,12 +298,8 @@ class TTLSession(SessionWrapper):
 
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers (the inner's)."""
-        inner = self._inner(Capability.SEQUENCED)
-        seqs = await self._add_with_record(items, "add_sequenced_items")
-        if seqs is not None:
-            return seqs
-        envelopes = await self._stamp(items)
-        return await inner.add_sequenced_items(envelopes) if envelopes else []
+        self._inner(Capability.SEQUENCED)
+        return await self._add(items, "add_sequenced_items")  # type: ignore[no-any-return]
 
     @cached_property
     def _boundary(self) -> Boundary:
