@@ -449,6 +449,17 @@ async def test_pop_with_the_sdks_wrapper_drains_and_refuses_like_without() -> No
     assert await session.pop_item(wrapper="ctx") == msg("one")
     assert await session.pop_item(wrapper="ctx") is None
 
+
+@pytest.mark.asyncio
+async def test_an_envelope_altered_in_place_is_not_served_from_the_cache() -> None:
+    inner = _TenantSession()  # keeps the very envelope objects it was given
+    session = EncryptedSession(cast(Any, inner), encryption_key=KEY)
+    await session.add_items([msg("one")], wrapper="ctx")
+    other = EncryptedSession(cast(Any, _TenantSession()), encryption_key=KEY)
+    await other.add_items([msg("two")], wrapper="ctx")
+    inner.items[0]["c"] = other.inner.items[0]["c"]  # type: ignore[attr-defined]
+    assert await session.get_items(wrapper="ctx") == []
+
 def _inner_factories() -> list[Any]:
     """Inner sessions over one store: the generic pop path (memory) and the one where the
     check runs inside the store's atomic pop (SQLite, bare and under TTL)."""

@@ -144,26 +144,26 @@ def _takes_wrapper(function: Any) -> bool:
 
 
 class _PlainCache:
-    """Plaintext of envelopes one object wrote or opened, by nonce text, as ``(key id,
-    ciphertext text, plaintext, write time)``: never shared, and used only for a byte-identical
-    envelope (which would authenticate to the same plaintext). At most ``capacity`` bytes."""
+    """Plaintext of envelopes one object wrote or opened, by nonce text, as ``(copy of the
+    envelope, plaintext)``: never shared, and used only for an equal envelope (which would
+    authenticate to the same plaintext). At most ``capacity`` bytes."""
 
     __slots__ = ("capacity", "entries", "size")
 
     def __init__(self, capacity: int) -> None:
-        self.entries: dict[str, tuple[str, str, bytes, Any]] = {}
+        self.entries: dict[str, tuple[dict[str, Any], bytes]] = {}
         self.size = 0
         self.capacity = capacity
 
-    def add(self, n: str, kid: str, c: str, plain: bytes, t: Any) -> None:
-        size = len(plain) + len(c)
-        entries = self.entries
+    def add(self, envelope: dict[str, Any], plain: bytes) -> None:
+        size = len(plain) + len(envelope["c"])
+        entries, n = self.entries, envelope["n"]
         if size * 4 > self.capacity or n in entries:
             return
         while self.size + size > self.capacity:
-            old = entries.pop(next(iter(entries)))
-            self.size -= len(old[2]) + len(old[1])
-        entries[n] = (kid, c, plain, t)
+            old, old_plain = entries.pop(next(iter(entries)))
+            self.size -= len(old_plain) + len(old["c"])
+        entries[n] = (dict(envelope), plain)
         self.size += size
 
 
@@ -361,9 +361,10 @@ class EncryptedSession(SessionWrapper):
         plain = text.encode("utf-8")
         n = _b64encode(nonce).decode("ascii")
         c = _b64encode(cipher.encrypt(nonce, plain, b"%b\x00t%d" % (aad, t))).decode("ascii")
+        envelope = {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "t": t, "n": n, "c": c}
         if self._plain is not None:
-            self._plain.add(n, kid, c, plain, t)
-        return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "t": t, "n": n, "c": c}
+            self._plain.add(envelope, plain)
+        return envelope
 
     def _open(self, envelope: Any, remember: bool = True) -> Any:
         """Return the item inside ``envelope`` or raise _Unreadable (``remember``: add it to
@@ -372,8 +373,8 @@ class EncryptedSession(SessionWrapper):
         return _item(plain if plain is not None else self._plaintext(envelope, remember))
 
     def _hits(self, envelopes: list[Any]) -> list[bytes | None]:
-        """The cached plaintext of each live envelope byte-identical to one this object wrote
-        or opened (each Runner turn re-reads the history); None where there is none."""
+        """The cached plaintext of each live envelope equal to one this object wrote or opened
+        (each Runner turn re-reads the history); None where there is none."""
         cache = self._plain
         if cache is None:
             return [None] * len(envelopes)
@@ -383,18 +384,11 @@ class EncryptedSession(SessionWrapper):
             plain = None
             try:
                 hit = entries.get(envelope["n"])
-                if (
-                    hit is not None
-                    and type(envelope) is dict
-                    and hit[1] == envelope["c"]
-                    and hit[0] == envelope["kid"]
-                    and hit[3] == envelope["t"]
-                    and envelope["type"] == ENC_TYPE
-                    and envelope["v"] == ENVELOPE_VERSION
-                    and (oldest is None or hit[3] is None or hit[3] >= oldest)
-                ):
-                    plain = hit[2]
-            except (TypeError, KeyError):  # not a dict, a field missing or unhashable
+                if hit is not None and type(envelope) is dict and hit[0] == envelope:
+                    t = envelope.get("t")  # None: written before write times were stamped
+                    if oldest is None or t is None or t >= oldest:
+                        plain = hit[1]
+            except (TypeError, KeyError):  # not a dict, no "n" or an unhashable one
                 pass
             plains.append(plain)
         return plains
@@ -421,7 +415,7 @@ class EncryptedSession(SessionWrapper):
                 "authentication failed (wrong key, altered bytes, or copied from another session)"
             ) from None
         if remember and self._plain is not None:
-            self._plain.add(n, kid, c, plain, t)
+            self._plain.add(envelope, plain)
         if t is not None and self._lifetime is not None and time.time() - t > self._lifetime:
             raise _Expired("it is older than ttl")
         return plain
