@@ -299,7 +299,7 @@ class EncryptedSession(SessionWrapper):
             raise ValueError(f"ttl must be a positive number of seconds or None, got {ttl!r}")
         self._lifetime = lifetime
         self.expires_items = lifetime is not None
-        """Whether items vanish from reads on their own (see ``base.expiring_layer``)."""
+        """Whether items vanish from reads on their own (see ``foreign.expiring_layer``)."""
         if inner is None:
             raise TypeError("EncryptedSession needs the session to wrap (inner=...)")
         if max_scan_items is not None:
