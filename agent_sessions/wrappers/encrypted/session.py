@@ -302,8 +302,11 @@ class EncryptedSession(SessionWrapper):
         """Whether items vanish from reads on their own (see ``foreign.expiring_layer``)."""
         if inner is None:
             raise TypeError("EncryptedSession needs the session to wrap (inner=...)")
-        if max_scan_items is not None:
-            check_int("max_scan_items", max_scan_items, 1, least_text="1 or None")
+        if max_scan_items is not None and (
+            isinstance(max_scan_items, bool) or not isinstance(max_scan_items, int)
+            or max_scan_items < 1
+        ):  # the SDK's message, which its tests match
+            raise ValueError("max_scan_items must be positive or None (a positive int)")
         self.max_scan_items = max_scan_items
         if session_id is not None and session_id != inner.session_id:
             raise ValueError(
