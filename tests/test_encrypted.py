@@ -388,6 +388,78 @@ async def test_wrong_key_and_unknown_key_id_never_yield_plaintext(
         await unknown.get_items()
 
 
+
+@pytest.mark.asyncio
+async def test_envelope_with_a_non_text_key_id_is_unreadable_not_a_type_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    inner = InMemorySession(sid())
+    session = EncryptedSession(inner, encryption_key=KEY)
+    await session.add_items([msg("one")])
+    envelope = (await raw_items(inner))[0]
+    await inner.add_items([cast(Any, {**envelope, "kid": ["default"]})])
+    with caplog.at_level(logging.WARNING, logger="agent_sessions"):
+        assert texts(await session.get_items()) == ["one"]
+    assert "not in the keyring" in caplog.text
+    with pytest.raises(KeyMismatchError, match="not in the keyring"):
+        await session.pop_item()
+    assert len(await raw_items(inner)) == 2
+
+
+class _TenantSession:
+    """A foreign inner session that needs the SDK's ``wrapper=`` on every call."""
+
+    def __init__(self) -> None:
+        self.session_id, self.session_settings = "tenant", None
+        self.items: list[Any] = []
+
+    def _history(self, wrapper: Any) -> list[Any]:
+        assert wrapper == "ctx", "wrapper= was not passed on"
+        return self.items
+
+    async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[Any]:
+        items = self._history(wrapper)
+        return list(items if limit is None else items[-limit:])
+
+    async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
+        self._history(wrapper).extend(items)
+
+    async def pop_item(self, *, wrapper: Any = None) -> Any:
+        items = self._history(wrapper)
+        return items.pop() if items else None
+
+    async def clear_session(self, *, wrapper: Any = None) -> None:
+        self._history(wrapper).clear()
+
+
+@pytest.mark.asyncio
+async def test_pop_with_the_sdks_wrapper_drains_and_refuses_like_without() -> None:
+    inner = _TenantSession()
+    session = EncryptedSession(cast(Any, inner), encryption_key=KEY)
+    other = EncryptedSession(cast(Any, inner), encryption_key=OLD_KEY)
+    await session.add_items([msg("one"), msg("two")], wrapper="ctx")
+    inner.items.append(msg("plaintext"))
+    assert await session.pop_item(wrapper="ctx") == msg("two")
+    assert len(inner.items) == 1
+    await other.add_items([msg("foreign")], wrapper="ctx")
+    with pytest.raises(KeyMismatchError):
+        await session.pop_item(wrapper="ctx")
+    assert len(inner.items) == 2
+    assert await other.pop_item(wrapper="ctx") == msg("foreign")
+    assert await session.pop_item(wrapper="ctx") == msg("one")
+    assert await session.pop_item(wrapper="ctx") is None
+
+
+@pytest.mark.asyncio
+async def test_an_envelope_altered_in_place_is_not_served_from_the_cache() -> None:
+    inner = _TenantSession()  # keeps the very envelope objects it was given
+    session = EncryptedSession(cast(Any, inner), encryption_key=KEY)
+    await session.add_items([msg("one")], wrapper="ctx")
+    other = EncryptedSession(cast(Any, _TenantSession()), encryption_key=KEY)
+    await other.add_items([msg("two")], wrapper="ctx")
+    inner.items[0]["c"] = other.inner.items[0]["c"]  # type: ignore[attr-defined]
+    assert await session.get_items(wrapper="ctx") == []
+
 def _inner_factories() -> list[Any]:
     """Inner sessions over one store: the generic pop path (memory) and the one where the
     check runs inside the store's atomic pop (SQLite, bare and under TTL)."""

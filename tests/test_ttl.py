@@ -383,6 +383,22 @@ async def test_expiry_is_pushed_down_to_native_expiry() -> None:
     assert await inner.count_items() == 0
 
 
+
+@pytest.mark.asyncio
+async def test_family_writes_keep_a_quiet_side_stores_native_expiry_alive() -> None:
+    clock = FakeClock()
+    inner = NativeExpiryMemorySession(sid(), clock=clock, store=InMemoryStore())
+    s = TTLSession(inner, 60, clock=clock, clock_skew=5)
+    await side_store(s, "side").add_items([msg("side")])
+    stored = side_store(inner, "side")
+    assert isinstance(stored, NativeExpiryMemorySession)
+    clock.advance(40)  # over ttl / 2: this write pushes expiry to every member
+    await s.add_items([msg("main")])
+    clock.advance(30)  # 70 s after the side store's own write, 30 s after the family's
+    await stored.sweep()
+    assert await stored.count_items() == 1
+    assert texts(await side_store(s, "side").get_items()) == ["side"]
+
 def test_side_stores_carry_the_same_expiry() -> None:
     s = TTLSession(InMemorySession(sid()), 60, sliding=False, item_ttl=10)
     other = side_store(s, "side")

@@ -20,6 +20,7 @@ from binascii import a2b_base64, b2a_base64
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from functools import lru_cache, partial
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import OpenAIResponsesCompactionSession, Session
@@ -29,6 +30,7 @@ from ...core.base import pop_checked_of
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ...core.extras import missing
+from ...core.options import check_int
 from ...errors import DecryptionError
 from ..base import SessionWrapper, atomic_replace, check_max_item_bytes
 
@@ -120,6 +122,16 @@ async def call_with_wrapper(method: Any, *args: Any, wrapper: Any = None) -> Any
     return await method(*args)
 
 
+def _passing(inner: Session, wrapper: Any) -> Any:
+    """``inner``'s Session API passing the SDK's ``wrapper=`` on to each call (and declaring
+    no capability, so ``pop_checked_of`` pops through that API)."""
+    return SimpleNamespace(
+        get_items=lambda limit=None: call_with_wrapper(inner.get_items, limit, wrapper=wrapper),
+        pop_item=lambda: call_with_wrapper(inner.pop_item, wrapper=wrapper),
+        add_items=lambda items: call_with_wrapper(inner.add_items, items, wrapper=wrapper),
+    )
+
+
 @lru_cache(maxsize=256)
 def _takes_wrapper(function: Any) -> bool:
     """Whether ``function`` takes ``wrapper`` by keyword (asked once per function: the Runner
@@ -132,26 +144,26 @@ def _takes_wrapper(function: Any) -> bool:
 
 
 class _PlainCache:
-    """Plaintext of envelopes one object wrote or opened, by nonce text, as ``(key id,
-    ciphertext text, plaintext, write time)``: never shared, and used only for a byte-identical
-    envelope (which would authenticate to the same plaintext). At most ``capacity`` bytes."""
+    """Plaintext of envelopes one object wrote or opened, by nonce text, as ``(copy of the
+    envelope, plaintext)``: never shared, and used only for an equal envelope (which would
+    authenticate to the same plaintext). At most ``capacity`` bytes."""
 
     __slots__ = ("capacity", "entries", "size")
 
     def __init__(self, capacity: int) -> None:
-        self.entries: dict[str, tuple[str, str, bytes, Any]] = {}
+        self.entries: dict[str, tuple[dict[str, Any], bytes]] = {}
         self.size = 0
         self.capacity = capacity
 
-    def add(self, n: str, kid: str, c: str, plain: bytes, t: Any) -> None:
-        size = len(plain) + len(c)
-        entries = self.entries
+    def add(self, envelope: dict[str, Any], plain: bytes) -> None:
+        size = len(plain) + len(envelope["c"])
+        entries, n = self.entries, envelope["n"]
         if size * 4 > self.capacity or n in entries:
             return
         while self.size + size > self.capacity:
-            old = entries.pop(next(iter(entries)))
-            self.size -= len(old[2]) + len(old[1])
-        entries[n] = (kid, c, plain, t)
+            old, old_plain = entries.pop(next(iter(entries)))
+            self.size -= len(old_plain) + len(old["c"])
+        entries[n] = (dict(envelope), plain)
         self.size += size
 
 
@@ -201,10 +213,6 @@ def _session_key(master: bytes, info: bytes) -> bytes:
     """HKDF-SHA256 (RFC 5869) of 32 bytes: one HMAC to extract, one to expand. The same bytes
     as ``cryptography``'s ``HKDF``, at a tenth of its cost on each new object."""
     return hmac.digest(hmac.digest(_HKDF_SALT, master, "sha256"), info + b"\x01", "sha256")
-
-
-def _not_int(value: Any, least: int) -> bool:
-    return isinstance(value, bool) or not isinstance(value, int) or value < least
 
 
 class EncryptedSession(SessionWrapper):
@@ -291,10 +299,13 @@ class EncryptedSession(SessionWrapper):
             raise ValueError(f"ttl must be a positive number of seconds or None, got {ttl!r}")
         self._lifetime = lifetime
         self.expires_items = lifetime is not None
-        """Whether items vanish from reads on their own (see ``base.expiring_layer``)."""
+        """Whether items vanish from reads on their own (see ``foreign.expiring_layer``)."""
         if inner is None:
             raise TypeError("EncryptedSession needs the session to wrap (inner=...)")
-        if max_scan_items is not None and _not_int(max_scan_items, 1):
+        if max_scan_items is not None and (
+            isinstance(max_scan_items, bool) or not isinstance(max_scan_items, int)
+            or max_scan_items < 1
+        ):  # the SDK's message, which its tests match
             raise ValueError("max_scan_items must be positive or None (a positive int)")
         self.max_scan_items = max_scan_items
         if session_id is not None and session_id != inner.session_id:
@@ -308,8 +319,7 @@ class EncryptedSession(SessionWrapper):
         super().__init__(inner)
         self.strict = strict
         self.ttl = ttl
-        if _not_int(cache_bytes, 0):
-            raise ValueError("cache_bytes must be an int >= 0 (0 disables the plaintext cache)")
+        check_int("cache_bytes", cache_bytes)
         self.cache_bytes = cache_bytes
         self._plain = _PlainCache(cache_bytes) if cache_bytes else None
         self._ciphers: dict[str, tuple[AESGCM, bytes]] = {}
@@ -347,16 +357,17 @@ class EncryptedSession(SessionWrapper):
     def _seal(self, text: str, t: int | None = None) -> dict[str, Any]:
         """Return the envelope of ``text``, stamped with write time ``t`` (now when None)."""
         kid = self.active_key_id
-        cipher, aad = self._ciphers.get(kid) or self._cipher(kid)
+        cipher, aad = self._ciphers[kid]  # the active key's, derived at construction
         if t is None:
             t = int(time.time())
         nonce = os.urandom(_NONCE_BYTES)
         plain = text.encode("utf-8")
         n = _b64encode(nonce).decode("ascii")
         c = _b64encode(cipher.encrypt(nonce, plain, b"%b\x00t%d" % (aad, t))).decode("ascii")
+        envelope = {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "t": t, "n": n, "c": c}
         if self._plain is not None:
-            self._plain.add(n, kid, c, plain, t)
-        return {"type": ENC_TYPE, "v": ENVELOPE_VERSION, "kid": kid, "t": t, "n": n, "c": c}
+            self._plain.add(envelope, plain)
+        return envelope
 
     def _open(self, envelope: Any, remember: bool = True) -> Any:
         """Return the item inside ``envelope`` or raise _Unreadable (``remember``: add it to
@@ -365,8 +376,8 @@ class EncryptedSession(SessionWrapper):
         return _item(plain if plain is not None else self._plaintext(envelope, remember))
 
     def _hits(self, envelopes: list[Any]) -> list[bytes | None]:
-        """The cached plaintext of each live envelope byte-identical to one this object wrote
-        or opened (each Runner turn re-reads the history); None where there is none."""
+        """The cached plaintext of each live envelope equal to one this object wrote or opened
+        (each Runner turn re-reads the history); None where there is none."""
         cache = self._plain
         if cache is None:
             return [None] * len(envelopes)
@@ -376,18 +387,11 @@ class EncryptedSession(SessionWrapper):
             plain = None
             try:
                 hit = entries.get(envelope["n"])
-                if (
-                    hit is not None
-                    and type(envelope) is dict
-                    and hit[1] == envelope["c"]
-                    and hit[0] == envelope["kid"]
-                    and hit[3] == envelope["t"]
-                    and envelope["type"] == ENC_TYPE
-                    and envelope["v"] == ENVELOPE_VERSION
-                    and (oldest is None or hit[3] is None or hit[3] >= oldest)
-                ):
-                    plain = hit[2]
-            except (TypeError, KeyError):  # not a dict, a field missing or unhashable
+                if hit is not None and type(envelope) is dict and hit[0] == envelope:
+                    t = envelope.get("t")  # None: written before write times were stamped
+                    if oldest is None or t is None or t >= oldest:
+                        plain = hit[1]
+            except (TypeError, KeyError):  # not a dict, no "n" or an unhashable one
                 pass
             plains.append(plain)
         return plains
@@ -395,11 +399,9 @@ class EncryptedSession(SessionWrapper):
     def _plaintext(self, envelope: Any, remember: bool = True) -> bytes:
         """Decrypt ``envelope``: its authenticated plaintext if live, else raise _Unreadable."""
         n, c, t, kid = _fields(envelope)
-        entry = self._ciphers.get(kid) if type(kid) is str else None
-        if entry is None:
-            if kid not in self._keys:
-                raise _Unreadable(f"key id {kid!r} is not in the keyring")
-            entry = self._cipher(kid)
+        if type(kid) is not str or kid not in self._keys:
+            raise _Unreadable(f"key id {kid!r} is not in the keyring")
+        entry = self._cipher(kid)
         try:
             # Lenient decoding is enough: GCM authenticates the bytes that come out.
             nonce, sealed = _b64decode(n), _b64decode(c)
@@ -416,7 +418,7 @@ class EncryptedSession(SessionWrapper):
                 "authentication failed (wrong key, altered bytes, or copied from another session)"
             ) from None
         if remember and self._plain is not None:
-            self._plain.add(n, kid, c, plain, t)
+            self._plain.add(envelope, plain)
         if t is not None and self._lifetime is not None and time.time() - t > self._lifetime:
             raise _Expired("it is older than ttl")
         return plain
@@ -530,34 +532,14 @@ class EncryptedSession(SessionWrapper):
             KeyMismatchError: the newest envelope does not open with these keys (wrong or
                 unknown key, altered bytes); it is kept. Also the SDK's ``InvalidToken``.
         """
-        inner = self.inner
-        while wrapper is None:
+        inner: Any = self.inner if wrapper is None else _passing(self.inner, wrapper)
+        while True:
             try:
                 item = await pop_checked_of(inner, self._poppable)
             except _Unreadable as reason:
                 raise self._mismatch(reason) from None
             if item is not _DRAINED:
                 return item  # type: ignore[no-any-return]
-        while True:
-            newest = await call_with_wrapper(inner.get_items, 1, wrapper=wrapper)
-            if not newest:
-                return None
-            try:
-                self._poppable(newest[-1])
-            except _Unreadable as reason:
-                raise self._mismatch(reason) from None
-            popped = await call_with_wrapper(inner.pop_item, wrapper=wrapper)
-            if popped is None:
-                return None
-            try:
-                return self._open(popped)  # type: ignore[no-any-return]
-            except (_NotAnEnvelope, _Expired):
-                continue  # plaintext, foreign or expired: drained, as the SDK does
-            except _Unreadable as reason:
-                # Another writer replaced the newest item between the check and the pop
-                # with one we cannot open: put it back rather than lose it.
-                await call_with_wrapper(inner.add_items, [popped], wrapper=wrapper)
-                raise self._mismatch(reason) from None
 
     def _poppable(self, envelope: Any) -> Any:
         """The check run inside the pop: the item, ``_DRAINED`` (removed on the way) or

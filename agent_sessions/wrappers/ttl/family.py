@@ -18,13 +18,14 @@ that knowledge is shared by the process's objects (docs/ttl.md).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
 from agents.memory import Session
 
 from ...core.capabilities import Capability, supports
+from ...core.family import REGISTRY, member_purposes, side_store
 
 PURPOSE = "ttl"
 """The side store holding the family's lifecycle records."""
@@ -60,26 +61,22 @@ class State:
 class Lifecycle:
     """Reads and advances one family's lifecycle records."""
 
-    def __init__(
-        self,
-        store: Callable[[], Session],
-        *,
-        ttl: float,
-        sliding: bool,
-        refresh: Callable[[], Awaitable[None]] | None,
-        clock_skew: float = 0.0,
-        where: Callable[[], Hashable | None] | None = None,
-    ) -> None:
-        """``store`` opens the family's lifecycle side store (when first needed); ``where``
-        names the family's location without opening it (else the store's ``store_key()``)."""
-        self._open = store
+    def __init__(self, session: Session, *, ttl: float, sliding: bool, clock_skew: float) -> None:
+        """The lifecycle of ``session``'s family. What the process knows of it is shared under
+        ``session.store_key()``, else under the lifecycle side store's (opened now for that;
+        otherwise when first needed)."""
+        self._session = session
         self._store: Session | None = None
         self.ttl, self.sliding, self.clock_skew = ttl, sliding, clock_skew
-        if where is None:
-            where = getattr(self.store, "store_key", None)
-        self._key: Hashable | None = where() if callable(where) else None
+        located = getattr(session, "store_key", None)
+        if callable(located):
+            location = located()
+            self._key: Hashable | None = None if location is None else (PURPOSE, location)
+        else:
+            located = getattr(self.store, "store_key", None)
+            self._key = located() if callable(located) else None
         self._known: State | None = None
-        self._refresh = refresh
+        self._native = supports(session, Capability.NATIVE_EXPIRY)
         self._refreshed: float | None = None
         self._lock = asyncio.Lock()
 
@@ -88,7 +85,7 @@ class Lifecycle:
         """The side store holding the records (opened on first use: an object built per
         request that answers from what the process knows never opens it)."""
         if self._store is None:
-            self._store = self._open()
+            self._store = side_store(self._session, PURPOSE)
         return self._store
 
     async def read(self) -> State | None:
@@ -152,16 +149,25 @@ class Lifecycle:
         trim = seq is not None and seq % _TRIM_EVERY == 0
         if trim and supports(self.store, Capability.RANGE_DELETE):
             await self.store.delete_items(before=seq)  # type: ignore[attr-defined]
-        if self._refresh is not None:
+        if self._native:
             now, key = state.t, self._key
             last = self._refreshed if key is None else _REFRESHED.get(key, self._refreshed)
             if last is None or not 0 <= now - last <= self.ttl / 2:  # (a clock set back too)
                 async with self._lock:
-                    await self._refresh()
+                    await self._refresh_members()
                     self._refreshed = now
                     if key is not None:
                         _put(_REFRESHED, key, now)
         self._remember(state)
+
+    async def _refresh_members(self) -> None:
+        """Push native expiry to every member: the store must not remove a side store that
+        was not written lately while the family lives."""
+        session = self._session
+        members = [session, side_store(session, REGISTRY)]
+        members += [side_store(session, p) for p in await member_purposes(session)]
+        for member in members:
+            await member.refresh_expiry()  # type: ignore[attr-defined]
 
 
 def _state(record: Any) -> State | None:

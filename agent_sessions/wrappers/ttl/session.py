@@ -23,7 +23,7 @@ from agents.memory import Session
 from ...core.base import keeps_write_path, pop_checked_of
 from ...core.capabilities import Capability, SupportsFamilyBatch, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, check_size, dumps, encode_batch
-from ...core.family import REGISTRY, member_purposes, side_store
+from ...core.family import member_purposes
 from ..base import SessionWrapper, atomic_replace, check_max_item_bytes
 from .boundary import Boundary, newest_dead_by_scan
 from .family import PURPOSE, Lifecycle, State
@@ -52,12 +52,6 @@ def seconds(value: float | timedelta | None, name: str) -> float | None:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be positive and finite, got {value!r} seconds")
     return float(value)
-
-
-def _family_key(location: Any) -> Any:
-    """The key of a family's lifecycle knowledge, from its session's ``store_key()`` (None:
-    a store that cannot name the location shares nothing)."""
-    return None if location is None else (PURPOSE, location)
 
 
 def _time(envelope: Any, key: str) -> float | None:
@@ -168,25 +162,10 @@ class TTLSession(SessionWrapper):
     def _lifecycle(self) -> Lifecycle:
         if self._life is None:
             assert self.ttl is not None
-            native = supports(self.inner, Capability.NATIVE_EXPIRY)
-            located = getattr(self.inner, "store_key", None)
             self._life = Lifecycle(
-                lambda: side_store(self.inner, PURPOSE),
-                ttl=self.ttl,
-                sliding=self.sliding,
-                refresh=self._refresh_family_expiry if native else None,
-                clock_skew=self.clock_skew,
-                where=(lambda: _family_key(located())) if callable(located) else None,
+                self.inner, ttl=self.ttl, sliding=self.sliding, clock_skew=self.clock_skew
             )
         return self._life
-
-    async def _refresh_family_expiry(self) -> None:
-        """Push native expiry to every member: the store must not remove a side store that
-        was not written lately while the family lives."""
-        members = [self.inner, side_store(self.inner, REGISTRY)]
-        members += [side_store(self.inner, p) for p in await member_purposes(self.inner)]
-        for member in members:
-            await member.refresh_expiry()  # type: ignore[attr-defined]
 
     async def _sync(self) -> None:
         """Read the family's lifecycle state before a read (family expiry only)."""
@@ -253,17 +232,16 @@ class TTLSession(SessionWrapper):
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
         """
-        if await self._add_with_record(items, "add_items") is None:
-            envelopes = await self._stamp(items)
-            if envelopes:
-                await self.inner.add_items(envelopes)
+        await self._add(items, "add_items")
 
-    async def _add_with_record(self, items: list[TResponseInputItem], via: str) -> list[int] | None:
-        """Store the family's lifecycle record, then the stamped ``items``, in one round trip
-        (FAMILY_BATCH); the items' numbers, or None (nothing done) when ``via`` cannot."""
-        if not items or via not in self._batch_via:
-            return None
+    async def _add(self, items: list[TResponseInputItem], via: str) -> Any:
+        """Stamp ``items`` and store them with the inner session's method ``via``; where it
+        can (FAMILY_BATCH), after the family's lifecycle record in the same round trip.
+        Returns what ``via`` returns (``[]`` for no items)."""
         inner = self.inner
+        if not items or via not in self._batch_via:
+            envelopes = await self._stamp(items)
+            return await getattr(inner, via)(envelopes) if envelopes else []
         life = self._lifecycle()
         texts = encode_batch(items, self.max_item_bytes)  # validate before anything is written
         now = self.clock()
@@ -299,12 +277,8 @@ class TTLSession(SessionWrapper):
 
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers (the inner's)."""
-        inner = self._inner(Capability.SEQUENCED)
-        seqs = await self._add_with_record(items, "add_sequenced_items")
-        if seqs is not None:
-            return seqs
-        envelopes = await self._stamp(items)
-        return await inner.add_sequenced_items(envelopes) if envelopes else []
+        self._inner(Capability.SEQUENCED)
+        return await self._add(items, "add_sequenced_items")  # type: ignore[no-any-return]
 
     @cached_property
     def _boundary(self) -> Boundary:
