@@ -22,9 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
+
+from sqlalchemy.engine import Dialect
 
 from ...core.base import Row
 from ...errors import BackendDataError, ItemTooLargeError
@@ -38,9 +40,7 @@ from .common import (
     TextTables,
     causes,
     check_version,
-    delete_for_swap,
     filter_clause,
-    range_query,
     run_check,
     text_missing,
 )
@@ -170,11 +170,15 @@ class MySQLDialect(SqlDialect):
     """SQL for MariaDB 10.5+ (and MySQL 8, through the locking pop)."""
 
     watchdog = True
+    now = "CURRENT_TIMESTAMP(6)"
+    # Ordering by the whole key: with ``ORDER BY seq`` alone MariaDB filesorts the session's
+    # rows (O(history)) when the connection collation differs from the id's.
+    key_order = ("session_id", "seq")
 
-    def __init__(self, tables: Tables, mariadb: bool) -> None:
-        super().__init__(tables)
+    def __init__(self, tables: Tables, dialect: Dialect) -> None:
+        super().__init__(tables, dialect)
         s, m = tables.sessions, tables.messages
-        self.mariadb = mariadb
+        self.mariadb = bool(getattr(dialect, "is_mariadb", False))
         self.max_packet = _PACKET_CAP
         self._bump = (
             f"INSERT INTO {s} (session_id, last_seq) VALUES (%s, LAST_INSERT_ID(%s)) "
@@ -183,8 +187,6 @@ class MySQLDialect(SqlDialect):
         )
         self._insert = f"INSERT INTO {m} (session_id, seq, message_data) VALUES "
         self._pop = (
-            # Ordering by the whole key: with ``ORDER BY seq`` alone MariaDB filesorts the
-            # session's rows (O(history)) when the connection collation differs from the id's.
             f"DELETE FROM {m} WHERE session_id = %s ORDER BY session_id DESC, seq DESC LIMIT 1 "
             "RETURNING message_data"
         )
@@ -200,12 +202,6 @@ class MySQLDialect(SqlDialect):
             "ON DUPLICATE KEY UPDATE last_seq = last_seq;"
             f"SELECT seq FROM {m} WHERE session_id = %s ORDER BY seq DESC LIMIT 1 FOR UPDATE"
         )
-        self._clear = [
-            # first: locks the counter row, so it waits for a writer in progress
-            f"UPDATE {s} SET updated_at = CURRENT_TIMESTAMP(6) WHERE session_id = %s",
-            f"DELETE FROM {m} WHERE session_id = %s",
-        ]
-        self._delete_before = f"DELETE FROM {m} WHERE session_id = %s AND seq < %s"
 
     async def prepare(self, conn: Any, create: bool) -> None:
         t = self.t
@@ -317,7 +313,7 @@ class MySQLDialect(SqlDialect):
         t, x = self.t, TextTables.of(self.t)
         last = None
         async with conn.cursor() as cur:
-            await _begin(conn)
+            await self.begin(conn)
             try:
                 if after is None:
                     # Locks the counter row: an append in flight commits first (the backfill
@@ -471,7 +467,7 @@ class MySQLDialect(SqlDialect):
                 while await cur.nextset():
                     pass
                 return last
-            await _begin(conn)
+            await self.begin(conn)
             last = await self._bump_and_insert(cur, session_id, payloads, chunks)
             await conn.commit()
         return last
@@ -550,16 +546,6 @@ class MySQLDialect(SqlDialect):
             return not getattr(conn, "connected", True)  # asyncmy
         return bool(closed)
 
-    async def load(
-        self, conn: Any, session_id: str, limit: int | None, after: int | None, before: int | None
-    ) -> list[Row]:
-        sql, args = range_query(self.t.messages, "%s", session_id, after, before, limit)
-        async with conn.cursor() as cur:
-            await cur.execute(sql, args)
-            rows: list[Row] = [(r[0], r[1]) for r in await cur.fetchall()]
-        await _end_read(conn)
-        return rows if limit is None else rows[::-1]
-
     async def pop(self, conn: Any, session_id: str) -> str | None:
         auto = conn.get_autocommit()
         async with conn.cursor() as cur:
@@ -603,100 +589,59 @@ class MySQLDialect(SqlDialect):
             await (conn.rollback() if isinstance(outcome, Refused) else conn.commit())
         return outcome
 
-    async def clear(self, conn: Any, session_id: str) -> None:
+    async def fetch(self, conn: Any, sql: str, args: Sequence[Any]) -> Sequence[Any]:
         async with conn.cursor() as cur:
-            await _begin(conn)
-            for statement in self._clear:
-                await cur.execute(statement, (session_id,))
-            await conn.commit()
+            await cur.execute(sql, args)
+            return await cur.fetchall()  # type: ignore[no-any-return]
 
-    async def replace_rows(
-        self, conn: Any, session_id: str, expected: list[Row] | None, payloads: list[str],
-        prune: Callable[[str], bool] | None,
-    ) -> bool:
-        sid = session_id
+    async def read(self, conn: Any, sql: str, args: Sequence[Any]) -> Sequence[Any]:
+        rows = await self.fetch(conn, sql, args)
+        await _end_read(conn)
+        return rows
+
+    async def execute(self, conn: Any, sql: str, args: Sequence[Any]) -> int:
+        # Affected rows: an UPDATE to the value a row holds already does not count.
         async with conn.cursor() as cur:
+            await cur.execute(sql, args)
+            return int(cur.rowcount)
 
-            async def fetch(sql: str, args: tuple[Any, ...]) -> list[Row]:
-                await cur.execute(sql, args)
-                return [(r[0], str(r[1])) for r in await cur.fetchall()]
-
-            await _begin(conn)
-            try:
-                # Locks the counter row (created if missing), so appends wait for this swap.
-                await cur.execute(self._bump, (sid, 0, 0))
-                if not await delete_for_swap(
-                    fetch, cur.execute, self.t.messages, ("%s", "%s"), sid, expected, prune,
-                    order=("session_id", "seq"),
-                ):
-                    await conn.rollback()
-                    return False
-                if payloads:
-                    await self._bump_and_insert(cur, sid, payloads, [list(range(len(payloads)))])
-            except BaseException:
-                await conn.rollback()
-                raise
-            await conn.commit()
-        return True
-
-    async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
-        async with conn.cursor() as cur:
-            await cur.execute(self._delete_before, (session_id, before))
-            deleted = int(cur.rowcount)
+    async def write_one(self, conn: Any, sql: str, args: Sequence[Any]) -> int:
+        changed = await self.execute(conn, sql, args)
         if not conn.get_autocommit():
             await conn.commit()
-        return deleted
+        return changed
 
-    async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
-        # Affected rows: a row whose payload is already the new one does not count.
-        sql = f"UPDATE {self.t.messages} SET message_data = %s WHERE session_id = %s AND seq = %s"
-        replaced = 0
+    async def begin(self, conn: Any) -> None:
+        if conn.get_autocommit():  # else a transaction is open already
+            await conn.begin()
+
+    async def add(self, conn: Any, session_id: str, payloads: list[str]) -> int:
         async with conn.cursor() as cur:
-            await _begin(conn)
-            for seq, payload in rows:
-                await cur.execute(sql, (payload, session_id, seq))
-                replaced += int(cur.rowcount)
-            await conn.commit()
-        return replaced
+            chunks = [list(range(len(payloads)))]
+            return await self._bump_and_insert(cur, session_id, payloads, chunks)
 
-    async def write_at(
-        self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
-    ) -> int:
-        s, m = self.t.sessions, self.t.messages
-        chunks = self._chunks(session_id, [payload for _, payload in rows])
+    async def lock_counter(self, conn: Any, session_id: str) -> None:
+        await self.execute(conn, self._bump, (session_id, 0, 0))  # created if missing
+
+    async def set_counter(
+        self, conn: Any, session_id: str, last: int, created: float, updated: float
+    ) -> None:
         times = [
             datetime.fromtimestamp(t, timezone.utc).replace(tzinfo=None) for t in (created, updated)
         ]
-        async with conn.cursor() as cur:
-            await _begin(conn)
-            try:
-                # first: locks the counter row, so appends wait for this write
-                await cur.execute(
-                    f"INSERT INTO {s} (session_id, last_seq, created_at, updated_at) "
-                    "VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE "
-                    "last_seq = GREATEST(last_seq, VALUES(last_seq)), "
-                    "created_at = VALUES(created_at), updated_at = VALUES(updated_at)",
-                    (session_id, rows[-1][0], *times),
-                )
-                await cur.execute(f"SELECT COUNT(*) FROM {m} WHERE session_id = %s", (session_id,))
-                (held,) = await cur.fetchone()
-                if held:
-                    await conn.rollback()
-                    return int(held)
-                await self._insert_rows(cur, session_id, rows, chunks)
-                await conn.commit()
-            except BaseException:
-                await conn.rollback()
-                raise
-        return 0
+        await self.execute(
+            conn,
+            f"INSERT INTO {self.t.sessions} (session_id, last_seq, created_at, updated_at) "
+            "VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE "
+            "last_seq = GREATEST(last_seq, VALUES(last_seq)), "
+            "created_at = VALUES(created_at), updated_at = VALUES(updated_at)",
+            (session_id, last, *times),
+        )
 
-    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
-        sql, args = range_query(self.t.messages, "%s", session_id, after, before, count=True)
+    async def insert_rows(self, conn: Any, session_id: str, rows: list[Row]) -> None:
+        chunks = self._chunks(session_id, [payload for _, payload in rows])
         async with conn.cursor() as cur:
-            await cur.execute(sql, args)
-            row = await cur.fetchone()
-        await _end_read(conn)
-        return int(row[0])
+            await self._insert_rows(cur, session_id, rows, chunks)
 
     def unavailable(self, exc: BaseException) -> bool:
         return any(
@@ -710,12 +655,6 @@ class MySQLDialect(SqlDialect):
 
     def missing_table(self, exc: BaseException) -> bool:
         return any(_code(e) in (1146, 1054) for e in causes(exc))
-
-
-async def _begin(conn: Any) -> None:
-    """Open a transaction unless one is open already (the connection is not in autocommit)."""
-    if conn.get_autocommit():
-        await conn.begin()
 
 
 async def _end_read(conn: Any) -> None:
