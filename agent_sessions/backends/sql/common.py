@@ -18,7 +18,17 @@ from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping, 
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import bindparam, column, delete, func, literal_column, select, table, update
+from sqlalchemy import (
+    bindparam,
+    column,
+    delete,
+    false,
+    func,
+    literal_column,
+    select,
+    table,
+    update,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement, quoted_name
@@ -178,10 +188,13 @@ class Statement:
         return [values[name] for name in self._names]
 
 
+_SESSION_COLUMNS = ("session_id", "last_seq", "updated_at")
+
+
 def _core(t: Tables) -> tuple[TableClause, TableClause]:
     """The sessions and messages tables as Core tables (names never quoted, as in the DDL)."""
     return (
-        table(quoted_name(t.sessions, False), column("session_id"), column("updated_at")),
+        table(quoted_name(t.sessions, False), *map(column, _SESSION_COLUMNS)),
         table(quoted_name(t.messages, False), *map(column, ("session_id", "seq", "message_data"))),
     )
 
@@ -211,6 +224,17 @@ def _delete(s: TableClause, m: TableClause, op: Callable[[Any, Any], Any] | None
     if op is not None:
         where.append(op(m.c.seq, bindparam("seq")))
     return delete(m).where(*where)
+
+
+def _version(s: TableClause, m: TableClause, schema: str) -> ClauseElement:
+    versions = table(quoted_name(schema, False), column("table_name"), column("version"))
+    return select(versions.c.version).where(versions.c.table_name == bindparam("name"))
+
+
+def _probe(s: TableClause, m: TableClause) -> ClauseElement:
+    """Reads no row, but fails unless both tables and the columns read and written exist."""
+    columns = (s.c.session_id, s.c.last_seq, m.c.session_id, m.c.seq, m.c.message_data)
+    return select(*columns).where(false())
 
 
 def _rewrite(s: TableClause, m: TableClause) -> ClauseElement:
@@ -320,10 +344,30 @@ class SqlDialect(ABC):
         """In the caller's transaction: lock the session's counter row, so appends wait."""
         await self.touch(conn, session_id)
 
-    @abstractmethod
     async def prepare(self, conn: Any, create: bool) -> None:
         """Create the tables when ``create`` (idempotent, safe across processes), then check
         that they exist and carry a schema version this code reads."""
+        version = await self._version(conn, create)
+        if version is None and create:
+            await self.create_tables(conn)
+            version = await self._version(conn, False)
+        check_version(self.t, version)
+        probe = self.sql(_probe)
+        await self.read(conn, probe.sql, [])
+
+    async def _version(self, conn: Any, missing_ok: bool) -> Any:
+        query = self.sql(_version, self.t.schema)
+        try:
+            rows = await self.read(conn, query.sql, query.args(name=self.t.messages))
+        except Exception as exc:
+            if missing_ok and self.missing_table(exc):
+                return None
+            raise
+        return rows[0][0] if rows else None
+
+    @abstractmethod
+    async def create_tables(self, conn: Any) -> None:
+        """Run ``create_statements`` in one transaction, under a lock held across processes."""
 
     @abstractmethod
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:

@@ -39,7 +39,6 @@ from .common import (
     TextFilters,
     TextTables,
     causes,
-    check_version,
     filter_clause,
     run_check,
     text_missing,
@@ -204,34 +203,25 @@ class MySQLDialect(SqlDialect):
         )
 
     async def prepare(self, conn: Any, create: bool) -> None:
-        t = self.t
-        async with conn.cursor() as cur:
-            # The server's word, not a driver attribute (asyncmy has no ``charset``): the
-            # connection's character set as the driver negotiated it.
-            await cur.execute("SELECT @@character_set_connection, @@character_set_client")
-            charsets = {str(c).lower() for c in await cur.fetchone()}
-            if charsets != {"utf8mb4"}:
-                raise ValueError(
-                    f"the MySQL connection uses character set {'/'.join(sorted(charsets))}; "
-                    "items need utf8mb4: add ?charset=utf8mb4 to the URL (or "
-                    "connect_args={'charset': 'utf8mb4'})"
-                )
-            version = await self._version(cur, create)
-            if version is None and create:
-                async with _store_lock(cur, t):
-                    for statement in create_statements(t, self.mariadb):
-                        await cur.execute(statement)
-                    await conn.commit()
-                version = await self._version(cur, False)
-            check_version(t, version)
-            await cur.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE 1 = 0")
-            await cur.fetchall()
-            await cur.execute(f"SELECT session_id, seq, message_data FROM {t.messages} WHERE 1 = 0")
-            await cur.fetchall()
-            await cur.execute("SELECT @@max_allowed_packet")
-            row = await cur.fetchone()
-            self.max_packet = min(int(row[0]), _PACKET_CAP)
-        await _end_read(conn)
+        # The server's word, not a driver attribute (asyncmy has no ``charset``): the
+        # connection's character set as the driver negotiated it.
+        sql = "SELECT @@character_set_connection, @@character_set_client"
+        charsets = {str(c).lower() for c in (await self.fetch(conn, sql, ()))[0]}
+        if charsets != {"utf8mb4"}:
+            raise ValueError(
+                f"the MySQL connection uses character set {'/'.join(sorted(charsets))}; "
+                "items need utf8mb4: add ?charset=utf8mb4 to the URL (or "
+                "connect_args={'charset': 'utf8mb4'})"
+            )
+        await super().prepare(conn, create)
+        rows = await self.read(conn, "SELECT @@max_allowed_packet", ())
+        self.max_packet = min(int(rows[0][0]), _PACKET_CAP)
+
+    async def create_tables(self, conn: Any) -> None:
+        async with conn.cursor() as cur, _store_lock(cur, self.t):
+            for statement in create_statements(self.t, self.mariadb):
+                await cur.execute(statement)
+            await conn.commit()
 
     async def prepare_text(self, conn: Any, create: bool) -> None:
         t = self.t
@@ -387,18 +377,6 @@ class MySQLDialect(SqlDialect):
         if not rows or not rows[0][0]:
             return None
         return [(int(r[1]), str(r[2]), float(r[3])) for r in rows if r[1] is not None]
-
-    async def _version(self, cur: Any, missing_ok: bool) -> Any:
-        try:
-            await cur.execute(
-                f"SELECT version FROM {self.t.schema} WHERE table_name = %s", (self.t.messages,)
-            )
-        except Exception as exc:
-            if missing_ok and _code(exc) == 1146:
-                return None
-            raise
-        row = await cur.fetchone()
-        return row[0] if row else None
 
     def _chunks(self, session_id: str, payloads: list[str]) -> list[list[int]]:
         """Split the batch into INSERTs that fit one packet (almost always just one)."""

@@ -32,7 +32,6 @@ from .common import (
     TextFilters,
     TextTables,
     causes,
-    check_version,
     filter_clause,
     text_missing,
 )
@@ -218,18 +217,11 @@ class PostgresDialect(SqlDialect):
             "SELECT c.ok, d.message_data FROM c LEFT JOIN d ON true"
         )
 
-    async def prepare(self, conn: Any, create: bool) -> None:
-        t = self.t
-        version = await self._version(conn, create)
-        if version is None and create:
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", t.lock_key())
-                for statement in create_statements(t):
-                    await conn.execute(statement)
-            version = await self._version(conn, False)
-        check_version(t, version)
-        await conn.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE false")
-        await conn.execute(f"SELECT session_id, seq, message_data FROM {t.messages} WHERE false")
+    async def create_tables(self, conn: Any) -> None:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", self.t.lock_key())
+            for statement in create_statements(self.t):
+                await conn.execute(statement)
 
     async def prepare_text(self, conn: Any, create: bool) -> None:
         t = self.t
@@ -359,16 +351,6 @@ class PostgresDialect(SqlDialect):
         if not rows or not rows[0][0]:
             return None
         return [(int(r[1]), str(r[2]), float(r[3])) for r in rows if r[1] is not None]
-
-    async def _version(self, conn: Any, missing_ok: bool) -> Any:
-        try:
-            return await conn.fetchval(
-                f"SELECT version FROM {self.t.schema} WHERE table_name = $1", self.t.messages
-            )
-        except pg.UndefinedTableError:
-            if missing_ok:
-                return None
-            raise
 
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
         return int(await conn.fetchval(self._append, session_id, len(payloads), payloads))

@@ -25,7 +25,6 @@ from .common import (
     TextFilters,
     TextTables,
     causes,
-    check_version,
     filter_clause,
     text_missing,
 )
@@ -171,15 +170,8 @@ class SqliteDialect(SqlDialect):
     async def execute_many(self, conn: Any, sql: str, rows: list[list[Any]]) -> int:
         return await _changed(conn.executemany(sql, rows))
 
-    async def prepare(self, conn: Any, create: bool) -> None:
-        t = self.t
-        version = await self._version(conn, create)
-        if version is None and create:
-            await self.write(conn, lambda: _execute_all(conn, create_statements(t)))
-            version = await self._version(conn, False)
-        check_version(t, version)
-        await conn.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE 0")
-        await conn.execute(f"SELECT session_id, seq, message_data FROM {t.messages} WHERE 0")
+    async def create_tables(self, conn: Any) -> None:
+        await self.write(conn, lambda: _execute_all(conn, create_statements(self.t)))
 
     async def prepare_text(self, conn: Any, create: bool) -> None:
         t = self.t
@@ -268,18 +260,6 @@ class SqliteDialect(SqlDialect):
         rows = await cur.fetchall()
         await cur.close()
         return [(int(r[0]), str(r[1]), float(r[2])) for r in rows]
-
-    async def _version(self, conn: Any, missing_ok: bool) -> Any:
-        try:
-            cur = await conn.execute(
-                f"SELECT version FROM {self.t.schema} WHERE table_name = ?", (self.t.messages,)
-            )
-        except sqlite3.OperationalError as exc:
-            if missing_ok and "no such table" in str(exc):
-                return None
-            raise
-        row = await cur.fetchone()
-        return row[0] if row else None
 
     async def add(self, conn: Any, session_id: str, payloads: list[str]) -> int:
         """In the caller's transaction: advance the counter and insert ``payloads`` numbered
