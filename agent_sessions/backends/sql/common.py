@@ -27,6 +27,7 @@ from sqlalchemy import (
     literal_column,
     select,
     table,
+    true,
     update,
 )
 from sqlalchemy.engine import Dialect
@@ -235,6 +236,22 @@ def _probe(s: TableClause, m: TableClause) -> ClauseElement:
     """Reads no row, but fails unless both tables and the columns read and written exist."""
     columns = (s.c.session_id, s.c.last_seq, m.c.session_id, m.c.seq, m.c.message_data)
     return select(*columns).where(false())
+
+
+def _held(s: TableClause, m: TableClause) -> ClauseElement:
+    """The session's counter row, locked (no lock in SQLite, where writes are serialized)."""
+    return select(s.c.session_id).where(s.c.session_id == bindparam("sid")).with_for_update()
+
+
+def _nth(s: TableClause, m: TableClause) -> ClauseElement:
+    """The number of the session's item ``:skip + 1`` after ``:after``."""
+    where = (m.c.session_id == bindparam("sid"), m.c.seq > bindparam("after"))
+    return select(m.c.seq).where(*where).order_by(m.c.seq).limit(1).offset(bindparam("skip"))
+
+
+def _ready(s: TableClause, m: TableClause, registry: str) -> ClauseElement:
+    r = table(quoted_name(registry, False), column("session_id"), column("ready"))
+    return update(r).where(r.c.session_id == bindparam("sid")).values(ready=true())
 
 
 def _rewrite(s: TableClause, m: TableClause) -> ClauseElement:
@@ -545,7 +562,43 @@ class SqlDialect(ABC):
         no items. Else index up to ``BACKFILL_ROWS`` of its items numbered after ``after``
         and return the last number read, or None once none is left: the session is then
         ready and ``search_text`` answers."""
+        register, backfill, step = self.text_writes(TextTables.of(self.t))
+        if after is None:
+            held = self.sql(_held)
+
+            async def enrol() -> int | None:
+                # Locks the counter row: an append in flight commits first (the backfill
+                # reads it); any later one finds the session registered (its trigger indexes).
+                if not await self.fetch(conn, held.sql, held.args(sid=session_id)):
+                    return None  # no items: the first search after the first write registers it
+                await self.execute(conn, register, [session_id])
+                return 0
+
+            return await self.write(conn, enrol)
+        nth, ready = self.sql(_nth), self.sql(_ready, TextTables.of(self.t).registry)
+        args = nth.args(sid=session_id, after=after, skip=step - 1)
+
+        async def fill() -> int | None:
+            found = await self.fetch(conn, nth.sql, args)
+            last = int(found[0][0]) if found else None
+            await self.execute(conn, backfill, [session_id, after, last])
+            if last is None:
+                await self.execute(conn, ready.sql, ready.args(sid=session_id))
+            return last
+
+        last = await self.write(conn, fill)
+        if last is None:
+            await self.backfilled(conn, after)
+        return last
+
+    def text_writes(self, x: TextTables) -> tuple[str, str, int]:
+        """``index_session``'s SQL: register session 1; index session 1's items numbered
+        after 2 up to 3 (NULL: all); and the items a step indexes (``BACKFILL_ROWS``)."""
         raise NotImplementedError
+
+    async def backfilled(self, conn: Any, after: int) -> None:
+        """After the last step of a session's indexing, the one that began after ``after``."""
+        return None
 
     async def search_text(
         self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters

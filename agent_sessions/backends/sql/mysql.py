@@ -299,55 +299,18 @@ class MySQLDialect(SqlDialect):
         (found,) = await cur.fetchone()
         return int(found) == 4
 
-    async def index_session(self, conn: Any, session_id: str, after: int | None) -> int | None:
-        t, x = self.t, TextTables.of(self.t)
-        last = None
-        async with conn.cursor() as cur:
-            await self.begin(conn)
-            try:
-                if after is None:
-                    # Locks the counter row: an append in flight commits first (the backfill
-                    # reads it); any later one finds the session registered (its trigger
-                    # indexes).
-                    await cur.execute(
-                        f"SELECT 1 FROM {t.sessions} WHERE session_id = %s FOR UPDATE",
-                        (session_id,),
-                    )
-                    if await cur.fetchone() is not None:
-                        await cur.execute(
-                            f"INSERT IGNORE INTO {x.registry} (session_id) VALUES (%s)",
-                            (session_id,),
-                        )
-                        last = 0
-                else:
-                    await cur.execute(
-                        f"SELECT seq FROM {t.messages} WHERE session_id = %s AND seq > %s "
-                        f"ORDER BY seq LIMIT 1 OFFSET {BACKFILL_ROWS - 1}",
-                        (session_id, after),
-                    )
-                    row = await cur.fetchone()
-                    last = None if row is None else int(row[0])
-                    # Shared locks: a pop or rewrite in flight is waited for, so its row is
-                    # indexed as it ends (or not at all), never as it was; a row its trigger
-                    # indexed is kept.
-                    await cur.execute(
-                        f"INSERT INTO {x.index} (session_id, seq, body) "
-                        f"SELECT m.session_id, m.seq, JSON_UNQUOTE({_TEXT.format(row='m')}) "
-                        f"FROM {t.messages} m WHERE m.session_id = %s AND m.seq > %s "
-                        f"AND m.seq <= COALESCE(%s, m.seq) AND {_INDEXABLE.format(row='m')} "
-                        "LOCK IN SHARE MODE ON DUPLICATE KEY UPDATE body = body",
-                        (session_id, after, last),
-                    )
-                    if last is None:
-                        await cur.execute(
-                            f"UPDATE {x.registry} SET ready = TRUE WHERE session_id = %s",
-                            (session_id,),
-                        )
-            except BaseException:
-                await conn.rollback()
-                raise
-            await conn.commit()
-        return last
+    def text_writes(self, x: TextTables) -> tuple[str, str, int]:
+        return (
+            f"INSERT IGNORE INTO {x.registry} (session_id) VALUES (%s)",
+            # Shared locks: a pop or rewrite in flight is waited for, so its row is indexed as
+            # it ends (or not at all), never as it was; a row its trigger indexed is kept.
+            f"INSERT INTO {x.index} (session_id, seq, body) "
+            f"SELECT m.session_id, m.seq, JSON_UNQUOTE({_TEXT.format(row='m')}) "
+            f"FROM {self.t.messages} m WHERE m.session_id = %s AND m.seq > %s "
+            f"AND m.seq <= COALESCE(%s, m.seq) AND {_INDEXABLE.format(row='m')} "
+            "LOCK IN SHARE MODE ON DUPLICATE KEY UPDATE body = body",
+            BACKFILL_ROWS,
+        )
 
     async def search_text(
         self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters

@@ -264,55 +264,32 @@ class PostgresDialect(SqlDialect):
         )
         return int(found) == 2
 
-    async def index_session(self, conn: Any, session_id: str, after: int | None) -> int | None:
-        t, x = self.t, TextTables.of(self.t)
-        if after is None:
-            async with conn.transaction(isolation="read_committed"):
-                # Locks the counter row: an append in flight commits first (the backfill
-                # reads it); any later one finds the session registered (its trigger indexes).
-                held = await conn.fetchval(
-                    f"SELECT 1 FROM {t.sessions} WHERE session_id = $1 FOR UPDATE", session_id
-                )
-                if held is None:
-                    return None  # no items: the first search after the first write registers it
-                await conn.execute(
-                    f"INSERT INTO {x.registry} (session_id) VALUES ($1) ON CONFLICT DO NOTHING",
-                    session_id,
-                )
-            return 0
+    def text_writes(self, x: TextTables) -> tuple[str, str, int]:
         doc = _JSON.format(col="m.message_data")
-        async with conn.transaction(isolation="read_committed"):
-            last = await conn.fetchval(
-                f"SELECT seq FROM {t.messages} WHERE session_id = $1 AND seq > $2 "
-                "ORDER BY seq OFFSET $3 LIMIT 1",
-                session_id, after, BACKFILL_ROWS - 1,
-            )
+        return (
+            f"INSERT INTO {x.registry} (session_id) VALUES ($1) ON CONFLICT DO NOTHING",
             # FOR SHARE: a pop or rewrite in flight is waited for, so its row is indexed as
             # it ends (or not at all), never as it was; a row its trigger indexed is kept.
-            await conn.execute(
-                f"INSERT INTO {x.index} (session_id, seq, tsv) "
-                "SELECT m.session_id, m.seq, to_tsvector('simple', j.d ->> 'text') "
-                f"FROM {t.messages} m CROSS JOIN LATERAL (SELECT {doc} AS d) j "
-                "WHERE m.session_id = $1 AND m.seq > $2 AND m.seq <= coalesce($3, m.seq) "
-                "AND json_typeof(j.d -> 'text') = 'string' AND j.d ->> 'text' <> '' "
-                "FOR SHARE OF m ON CONFLICT DO NOTHING",
-                session_id, after, last,
-            )
-            if last is None:
-                await conn.execute(
-                    f"UPDATE {x.registry} SET ready = true WHERE session_id = $1", session_id
-                )
-        if last is None and after + BACKFILL_ROWS >= _ANALYZE_AFTER:
-            # Fresh statistics, so the planner finds a rare word's hits through the GIN
-            # index rather than reading the session's whole index (10k items: 8 ms -> 1 ms);
-            # and the backfill's entries moved from the pending list, which every search
-            # reads, into the index (100k items: 4.2 ms -> 1.3 ms a search).
-            await conn.execute(f"ANALYZE {x.index}")
-            with contextlib.suppress(pg.InsufficientPrivilegeError):  # needs ownership
-                await conn.execute(
-                    f"SELECT gin_clean_pending_list('{x.name('gin')}'::regclass)"
-                )
-        return None if last is None else int(last)
+            f"INSERT INTO {x.index} (session_id, seq, tsv) "
+            "SELECT m.session_id, m.seq, to_tsvector('simple', j.d ->> 'text') "
+            f"FROM {self.t.messages} m CROSS JOIN LATERAL (SELECT {doc} AS d) j "
+            "WHERE m.session_id = $1 AND m.seq > $2 AND m.seq <= coalesce($3, m.seq) "
+            "AND json_typeof(j.d -> 'text') = 'string' AND j.d ->> 'text' <> '' "
+            "FOR SHARE OF m ON CONFLICT DO NOTHING",
+            BACKFILL_ROWS,
+        )
+
+    async def backfilled(self, conn: Any, after: int) -> None:
+        if after + BACKFILL_ROWS < _ANALYZE_AFTER:
+            return
+        # Fresh statistics, so the planner finds a rare word's hits through the GIN index
+        # rather than reading the session's whole index (10k items: 8 ms -> 1 ms); and the
+        # backfill's entries moved from the pending list, which every search reads, into
+        # the index (100k items: 4.2 ms -> 1.3 ms a search).
+        x = TextTables.of(self.t)
+        await conn.execute(f"ANALYZE {x.index}")
+        with contextlib.suppress(pg.InsufficientPrivilegeError):  # needs ownership
+            await conn.execute(f"SELECT gin_clean_pending_list('{x.name('gin')}'::regclass)")
 
     async def search_text(
         self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters

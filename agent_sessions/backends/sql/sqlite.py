@@ -200,40 +200,15 @@ class SqliteDialect(SqlDialect):
         drops += [f"DROP TABLE IF EXISTS {name}" for name in names[2::-1]]
         await self.write(conn, lambda: _execute_all(conn, drops))
 
-    async def index_session(self, conn: Any, session_id: str, after: int | None) -> int | None:
-        t, x = self.t, TextTables.of(self.t)
-
-        async def run() -> int | None:
-            if after is None:
-                if not await _one(
-                    conn, f"SELECT 1 FROM {t.sessions} WHERE session_id = ?", (session_id,)
-                ):
-                    return None  # no items: the first search after the first write registers it
-                await conn.execute(
-                    f"INSERT OR IGNORE INTO {x.registry} (session_id) VALUES (?)", (session_id,)
-                )
-                return 0
-            found = await _one(
-                conn,
-                f"SELECT seq FROM {t.messages} WHERE session_id = ? AND seq > ? "
-                f"ORDER BY seq LIMIT 1 OFFSET {BACKFILL_ROWS - 1}",
-                (session_id, after),
-            )
-            last = None if found is None else found[0]
-            await conn.execute(
-                f"INSERT OR IGNORE INTO {x.index} (session_id, seq, body) SELECT m.session_id, "
-                f"m.seq, json_extract(m.message_data, '$.text') FROM {t.messages} m "
-                "WHERE m.session_id = ? AND m.seq > ? AND m.seq <= coalesce(?, m.seq) "
-                f"AND {_indexable('m')} ORDER BY m.seq",
-                (session_id, after, last),
-            )
-            if last is None:
-                await conn.execute(
-                    f"UPDATE {x.registry} SET ready = 1 WHERE session_id = ?", (session_id,)
-                )
-            return last
-
-        return await self.write(conn, run)
+    def text_writes(self, x: TextTables) -> tuple[str, str, int]:
+        return (
+            f"INSERT OR IGNORE INTO {x.registry} (session_id) VALUES (?)",
+            f"INSERT OR IGNORE INTO {x.index} (session_id, seq, body) SELECT m.session_id, "
+            f"m.seq, json_extract(m.message_data, '$.text') FROM {self.t.messages} m "
+            "WHERE m.session_id = ? AND m.seq > ? AND m.seq <= coalesce(?, m.seq) "
+            f"AND {_indexable('m')} ORDER BY m.seq",
+            BACKFILL_ROWS,
+        )
 
     async def search_text(
         self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
