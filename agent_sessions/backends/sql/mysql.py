@@ -488,42 +488,33 @@ class MySQLDialect(SqlDialect):
         return bool(closed)
 
     async def pop(self, conn: Any, session_id: str) -> str | None:
-        auto = conn.get_autocommit()
-        async with conn.cursor() as cur:
-            if self.mariadb:
-                await cur.execute(self._pop, (session_id,))
-                row = await cur.fetchone()
-            else:
-                if auto:
-                    await conn.begin()
-                await cur.execute(self._lock_newest, (session_id,))
-                locked = await cur.fetchone()
-                if locked is not None:
-                    await cur.execute(self._delete_one, (session_id, locked[0]))
-                row = None if locked is None else (locked[1],)
-            if not auto or not self.mariadb:
+        if not self.mariadb:
+            value = await self.write(conn, lambda: self.pop_in(conn, session_id))
+        else:
+            rows = await self.fetch(conn, self._pop, (session_id,))
+            if not conn.get_autocommit():
                 await conn.commit()
-        return None if row is None else str(row[0])
+            value = rows[0][0] if rows else None
+        return None if value is None else str(value)
+
+    async def pop_in(self, conn: Any, session_id: str) -> Any:
+        # MySQL has no DELETE .. RETURNING: the newest row is locked, then deleted.
+        rows = await self.fetch(conn, self._lock_newest, (session_id,))
+        if rows:
+            await self.execute(conn, self._delete_one, (session_id, rows[0][0]))
+        return rows[0][1] if rows else None
 
     async def pop_checked(self, conn: Any, session_id: str, check: Callable[[str], Any]) -> Any:
+        if not self.mariadb:
+            return await super().pop_checked(conn, session_id, check)
         # The pop's row lock is held across the check: a concurrent pop waits for its outcome.
         async with conn.cursor() as cur:
             try:
-                if self.mariadb:
-                    # START TRANSACTION and the pop in one round trip (multi-statements).
-                    await cur.execute(f"START TRANSACTION;{self._pop}", (session_id,))
-                    await cur.nextset()
-                    row = await cur.fetchone()
-                    value = None if row is None else row[0]
-                else:
-                    await conn.begin()
-                    await cur.execute(self._lock_newest, (session_id,))
-                    locked = await cur.fetchone()
-                    value = None
-                    if locked is not None:
-                        await cur.execute(self._delete_one, (session_id, locked[0]))
-                        value = locked[1]
-                outcome = None if value is None else run_check(check, str(value))
+                # START TRANSACTION and the pop in one round trip (multi-statements).
+                await cur.execute(f"START TRANSACTION;{self._pop}", (session_id,))
+                await cur.nextset()
+                row = await cur.fetchone()
+                outcome = None if row is None else run_check(check, str(row[0]))
             except BaseException:
                 await conn.rollback()
                 raise
