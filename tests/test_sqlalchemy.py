@@ -306,6 +306,20 @@ async def test_batches_above_max_allowed_packet_are_split_but_atomic(
 
 
 @pytest.mark.asyncio
+async def test_a_swap_above_max_allowed_packet_is_split_too(
+    opened: list[SQLAlchemySession],
+) -> None:
+    """The SDK compaction hook's swap appends like add_items: a batch above the server's
+    max_allowed_packet goes in several INSERTs of one transaction."""
+    s = _open(("mariadb", _need("mariadb")), opened)
+    await s.add_items([_msg("old")])
+    big = [_msg(f"{i}" + "x" * (1024 * 1024)) for i in range(20)]  # 20 MiB > 16 MiB packet
+    assert await s._atomic_replace_items(big)
+    assert await s.get_sequenced_items(limit=1) == [(21, big[-1])]
+    assert await s.count_items() == 20
+
+
+@pytest.mark.asyncio
 async def test_mysql_locking_pop_path(opened: list[SQLAlchemySession]) -> None:
     """The MySQL pop (SELECT .. FOR UPDATE, DELETE) exercised on MariaDB: concurrent pops
     still return every item once."""

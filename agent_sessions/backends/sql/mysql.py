@@ -397,20 +397,16 @@ class MySQLDialect(SqlDialect):
         return f"{self._bump};{self._insert}{_numbered_values(n)}", args
 
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
-        chunks = self._chunks(session_id, payloads)
+        if len(self._chunks(session_id, payloads)) > 1:
+            return await self.write(conn, lambda: self.add(conn, session_id, payloads))
         async with conn.cursor() as cur:
-            if len(chunks) == 1:
-                # One round trip: both drivers enable multi-statements.
-                sql, args = self._one_trip(session_id, payloads)
-                await cur.execute(f"START TRANSACTION;{sql};COMMIT", args)
-                await cur.nextset()
-                last = int(cur.lastrowid)
-                while await cur.nextset():
-                    pass
-                return last
-            await self.begin(conn)
-            last = await self._bump_and_insert(cur, session_id, payloads, chunks)
-            await conn.commit()
+            # One round trip: both drivers enable multi-statements.
+            sql, args = self._one_trip(session_id, payloads)
+            await cur.execute(f"START TRANSACTION;{sql};COMMIT", args)
+            await cur.nextset()
+            last = int(cur.lastrowid)
+            while await cur.nextset():
+                pass
         return last
 
     async def _lock_guard_then(
@@ -548,8 +544,8 @@ class MySQLDialect(SqlDialect):
             await conn.begin()
 
     async def add(self, conn: Any, session_id: str, payloads: list[str]) -> int:
+        chunks = self._chunks(session_id, payloads)
         async with conn.cursor() as cur:
-            chunks = [list(range(len(payloads)))]
             return await self._bump_and_insert(cur, session_id, payloads, chunks)
 
     async def lock_counter(self, conn: Any, session_id: str) -> None:
