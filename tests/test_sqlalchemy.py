@@ -414,6 +414,27 @@ async def test_schema_statements_create_usable_tables(server: tuple[str, str]) -
 
 
 @pytest.mark.asyncio
+async def test_an_engine_given_another_paramstyle_still_works(
+    server: tuple[str, str], tmp_path: Path
+) -> None:
+    """The SQL runs on the driver connection in the driver's own paramstyle, whatever
+    paramstyle the engine was created with."""
+    kind, url = server
+    for where in (url, f"sqlite+aiosqlite:///{tmp_path / 'named.db'}"):
+        engine = create_async_engine(where, paramstyle="named")
+        try:
+            prefix = _prefix(kind, "ps_")
+            s = SQLAlchemySession("x", engine=engine, table_prefix=prefix, create_tables=True)
+            await s.add_items([_msg("a"), _msg("b")])
+            assert texts(await s.get_items(limit=1)) == ["b"]
+            assert await s.pop_item() == _msg("b")
+            assert await s.count_items() == 1
+            await s.close()
+        finally:
+            await engine.dispose()
+
+
+@pytest.mark.asyncio
 async def test_newer_schema_version_is_refused(server: tuple[str, str]) -> None:
     kind, url = server
     prefix = _prefix(kind, "v_")

@@ -8,6 +8,7 @@ a statement costs one driver call, not a trip through SQLAlchemy's execution lay
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import itertools
@@ -31,6 +32,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Dialect
+from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement, quoted_name
 from sqlalchemy.sql.expression import TableClause
@@ -192,6 +194,18 @@ class Statement:
 _SESSION_COLUMNS = ("session_id", "last_seq", "updated_at")
 
 
+def _native(dialect: Dialect) -> Dialect:
+    """``dialect``, compiling to its driver's own positional paramstyle (``$1``, ``%s``,
+    ``?``) whatever paramstyle the engine was given: the SQL bypasses SQLAlchemy's
+    conversion."""
+    if not isinstance(dialect, DefaultDialect) or dialect.paramstyle == dialect.default_paramstyle:
+        return dialect
+    native = copy.copy(dialect)
+    native.paramstyle = dialect.default_paramstyle
+    native.positional = True  # the default of each supported driver is positional
+    return native
+
+
 def _core(t: Tables) -> tuple[TableClause, TableClause]:
     """The sessions and messages tables as Core tables (names never quoted, as in the DDL)."""
     return (
@@ -294,7 +308,7 @@ class SqlDialect(ABC):
 
     def __init__(self, tables: Tables, dialect: Dialect) -> None:
         self.t = tables
-        self.engine_dialect = dialect
+        self.engine_dialect = _native(dialect)
         self._core = _core(tables)
         self._compiled: dict[Hashable, Statement] = {}
 
