@@ -306,6 +306,20 @@ async def test_batches_above_max_allowed_packet_are_split_but_atomic(
 
 
 @pytest.mark.asyncio
+async def test_a_swap_above_max_allowed_packet_is_split_too(
+    opened: list[SQLAlchemySession],
+) -> None:
+    """The SDK compaction hook's swap appends like add_items: a batch above the server's
+    max_allowed_packet goes in several INSERTs of one transaction."""
+    s = _open(("mariadb", _need("mariadb")), opened)
+    await s.add_items([_msg("old")])
+    big = [_msg(f"{i}" + "x" * (1024 * 1024)) for i in range(20)]  # 20 MiB > 16 MiB packet
+    assert await s._atomic_replace_items(big)
+    assert await s.get_sequenced_items(limit=1) == [(21, big[-1])]
+    assert await s.count_items() == 20
+
+
+@pytest.mark.asyncio
 async def test_mysql_locking_pop_path(opened: list[SQLAlchemySession]) -> None:
     """The MySQL pop (SELECT .. FOR UPDATE, DELETE) exercised on MariaDB: concurrent pops
     still return every item once."""
@@ -397,6 +411,27 @@ async def test_schema_statements_create_usable_tables(server: tuple[str, str]) -
         await engine.dispose()
     with pytest.raises(ValueError):
         SQLAlchemySession.schema_statements("oracle")
+
+
+@pytest.mark.asyncio
+async def test_an_engine_given_another_paramstyle_still_works(
+    server: tuple[str, str], tmp_path: Path
+) -> None:
+    """The SQL runs on the driver connection in the driver's own paramstyle, whatever
+    paramstyle the engine was created with."""
+    kind, url = server
+    for where in (url, f"sqlite+aiosqlite:///{tmp_path / 'named.db'}"):
+        engine = create_async_engine(where, paramstyle="named")
+        try:
+            prefix = _prefix(kind, "ps_")
+            s = SQLAlchemySession("x", engine=engine, table_prefix=prefix, create_tables=True)
+            await s.add_items([_msg("a"), _msg("b")])
+            assert texts(await s.get_items(limit=1)) == ["b"]
+            assert await s.pop_item() == _msg("b")
+            assert await s.count_items() == 1
+            await s.close()
+        finally:
+            await engine.dispose()
 
 
 @pytest.mark.asyncio

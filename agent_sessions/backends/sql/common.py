@@ -1,19 +1,41 @@
-"""What the SQLAlchemy backend's per-dialect SQL modules share: table names and their interface.
+"""What the SQLAlchemy backend's per-dialect SQL modules share: table names, their interface,
+and the operations whose SQL is the same on every database.
 
-Each dialect module runs its SQL directly on the driver connection that SQLAlchemy's pool hands
-out, so a statement costs one driver call, not a trip through SQLAlchemy's execution layer.
+That SQL is built with SQLAlchemy Core and compiled once per store for its engine's dialect;
+the compiled text runs directly on the driver connection that SQLAlchemy's pool hands out, so
+a statement costs one driver call, not a trip through SQLAlchemy's execution layer.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import itertools
+import operator
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from sqlalchemy import (
+    bindparam,
+    column,
+    delete,
+    false,
+    func,
+    literal_column,
+    select,
+    table,
+    true,
+    update,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.engine.default import DefaultDialect
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ClauseElement, quoted_name
+from sqlalchemy.sql.expression import TableClause
 
 from ...core.base import Row
 from ...core.sqltext import check_identifier
@@ -23,6 +45,8 @@ SCHEMA_VERSION = 1
 """The layout these modules read and write; stored per messages table in the schema table."""
 BACKFILL_ROWS = 5000
 """Items a session's first search indexes per transaction (a writer waits for one at most)."""
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -145,8 +169,129 @@ def _built(prefix: str, sessions_table: str | None, messages_table: str | None) 
     return Tables._check(prefix, sessions_table, messages_table)
 
 
+class Statement:
+    """A Core statement compiled once for an engine's dialect: its SQL text and the names of
+    its positional parameters, in order."""
+
+    __slots__ = ("_fixed", "_names", "sql")
+
+    def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        if not isinstance(compiled, SQLCompiler) or not compiled.positional:
+            raise ValueError(f"the {dialect.name} dialect must use a positional paramstyle")
+        self.sql = str(compiled)
+        self._names = tuple(compiled.positiontup or ())
+        # parameters the compiler added with a value (SQLite's ``OFFSET 0`` after a LIMIT)
+        self._fixed = {k: v for k, v in compiled.params.items() if v is not None}
+
+    def args(self, **values: Any) -> list[Any]:
+        """The positional parameters, from ``values`` by name."""
+        if self._fixed:
+            values = {**self._fixed, **values}
+        return [values[name] for name in self._names]
+
+
+_SESSION_COLUMNS = ("session_id", "last_seq", "updated_at")
+
+
+def _native(dialect: Dialect) -> Dialect:
+    """``dialect``, compiling to its driver's own positional paramstyle (``$1``, ``%s``,
+    ``?``) whatever paramstyle the engine was given: the SQL bypasses SQLAlchemy's
+    conversion."""
+    if not isinstance(dialect, DefaultDialect) or dialect.paramstyle == dialect.default_paramstyle:
+        return dialect
+    native = copy.copy(dialect)
+    native.paramstyle = dialect.default_paramstyle
+    native.positional = True  # the default of each supported driver is positional
+    return native
+
+
+def _core(t: Tables) -> tuple[TableClause, TableClause]:
+    """The sessions and messages tables as Core tables (names never quoted, as in the DDL)."""
+    return (
+        table(quoted_name(t.sessions, False), *map(column, _SESSION_COLUMNS)),
+        table(quoted_name(t.messages, False), *map(column, ("session_id", "seq", "message_data"))),
+    )
+
+
+def _range(
+    s: TableClause, m: TableClause, order: tuple[str, ...], count: bool, after: bool,
+    before: bool, limit: bool,
+) -> ClauseElement:
+    """A session's rows (or their count) with after < seq < before; with ``limit`` the newest
+    ``limit``, newest first, else oldest first. ``order``: the columns ordering them by seq."""
+    where = [m.c.session_id == bindparam("sid")]
+    if after:
+        where.append(m.c.seq > bindparam("after"))
+    if before:
+        where.append(m.c.seq < bindparam("before"))
+    if count:
+        return select(func.count()).select_from(m).where(*where)
+    query = select(m.c.seq, m.c.message_data).where(*where)
+    if limit:
+        return query.order_by(*(m.c[c].desc() for c in order)).limit(bindparam("limit"))
+    return query.order_by(*(m.c[c] for c in order))
+
+
+def _delete(s: TableClause, m: TableClause, op: Callable[[Any, Any], Any] | None) -> ClauseElement:
+    """Delete a session's rows (with ``op``: those whose ``op(seq, :seq)`` holds)."""
+    where = [m.c.session_id == bindparam("sid")]
+    if op is not None:
+        where.append(op(m.c.seq, bindparam("seq")))
+    return delete(m).where(*where)
+
+
+def _version(s: TableClause, m: TableClause, schema: str) -> ClauseElement:
+    versions = table(quoted_name(schema, False), column("table_name"), column("version"))
+    return select(versions.c.version).where(versions.c.table_name == bindparam("name"))
+
+
+def _probe(s: TableClause, m: TableClause) -> ClauseElement:
+    """Reads no row, but fails unless both tables and the columns read and written exist."""
+    columns = (s.c.session_id, s.c.last_seq, m.c.session_id, m.c.seq, m.c.message_data)
+    return select(*columns).where(false())
+
+
+def _held(s: TableClause, m: TableClause) -> ClauseElement:
+    """The session's counter row, locked (no lock in SQLite, where writes are serialized)."""
+    return select(s.c.session_id).where(s.c.session_id == bindparam("sid")).with_for_update()
+
+
+def _nth(s: TableClause, m: TableClause) -> ClauseElement:
+    """The number of the session's item ``:skip + 1`` after ``:after``."""
+    where = (m.c.session_id == bindparam("sid"), m.c.seq > bindparam("after"))
+    return select(m.c.seq).where(*where).order_by(m.c.seq).limit(1).offset(bindparam("skip"))
+
+
+def _ready(s: TableClause, m: TableClause, registry: str) -> ClauseElement:
+    r = table(quoted_name(registry, False), column("session_id"), column("ready"))
+    return update(r).where(r.c.session_id == bindparam("sid")).values(ready=true())
+
+
+def _rewrite(s: TableClause, m: TableClause) -> ClauseElement:
+    where = (m.c.session_id == bindparam("sid"), m.c.seq == bindparam("seq"))
+    return update(m).where(*where).values(message_data=bindparam("data"))
+
+
+def _touch(s: TableClause, m: TableClause, now: str) -> ClauseElement:
+    where = s.c.session_id == bindparam("sid")
+    return update(s).where(where).values(updated_at=literal_column(now))
+
+
+class Rollback(Exception):
+    """Raised by the ``run`` of :meth:`SqlDialect.write`: roll back, then return ``value``."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
 class SqlDialect(ABC):
-    """The SQL of one database family, run on a driver connection ``conn``."""
+    """The SQL of one database family, run on a driver connection ``conn``.
+
+    The operations whose SQL is the same everywhere are written here, on the primitives
+    ``fetch``, ``read``, ``execute``, ``begin`` (or ``write``) and ``write_one`` of each
+    dialect.
+    """
 
     #: the SQLAlchemy pool's check-in must run inside SQLAlchemy's greenlet (driver I/O).
     checkin_needs_greenlet = True
@@ -156,14 +301,104 @@ class SqlDialect(ABC):
     discard_on_error = True
     #: the driver has no cheap statement timeout of its own: the session enforces one.
     watchdog = False
+    #: SQL of the current time for ``updated_at``; None: ``clear`` need not lock the counter.
+    now: str | None = None
+    #: the columns that order a session's rows by seq along its index.
+    key_order: tuple[str, ...] = ("seq",)
 
-    def __init__(self, tables: Tables) -> None:
+    def __init__(self, tables: Tables, dialect: Dialect) -> None:
         self.t = tables
+        self.engine_dialect = _native(dialect)
+        self._core = _core(tables)
+        self._compiled: dict[Hashable, Statement] = {}
+
+    def sql(self, build: Callable[..., ClauseElement], *shape: Hashable) -> Statement:
+        """``build(sessions, messages, *shape)`` compiled for this engine, once."""
+        key = (build, *shape)
+        found = self._compiled.get(key)
+        if found is None:
+            found = self._compiled[key] = Statement(
+                build(*self._core, *shape), self.engine_dialect
+            )
+        return found
 
     @abstractmethod
+    async def fetch(self, conn: Any, sql: str, args: Sequence[Any]) -> Sequence[Any]:
+        """The rows of ``sql``, in the caller's transaction if one is open."""
+
+    async def read(self, conn: Any, sql: str, args: Sequence[Any]) -> Sequence[Any]:
+        """The rows of ``sql``, a read of its own (no transaction of the caller's)."""
+        return await self.fetch(conn, sql, args)
+
+    @abstractmethod
+    async def execute(self, conn: Any, sql: str, args: Sequence[Any]) -> int:
+        """Run ``sql`` in the caller's transaction; how many rows it changed."""
+
+    async def execute_many(self, conn: Any, sql: str, rows: list[list[Any]]) -> int:
+        """``execute`` once per parameter list of ``rows``; how many rows they changed."""
+        changed = 0
+        for args in rows:
+            changed += await self.execute(conn, sql, args)
+        return changed
+
+    async def begin(self, conn: Any) -> None:
+        """Open the transaction of ``write``."""
+        raise NotImplementedError
+
+    async def write(self, conn: Any, run: Callable[[], Awaitable[T]]) -> T:
+        """``run()`` in a write transaction, committed when it returns and rolled back when
+        it raises (on :class:`Rollback`, its value is returned)."""
+        await self.begin(conn)
+        try:
+            result = await run()
+        except Rollback as rollback:
+            await conn.rollback()
+            return rollback.value  # type: ignore[no-any-return]
+        except BaseException:
+            await conn.rollback()
+            raise
+        await conn.commit()
+        return result
+
+    async def write_one(self, conn: Any, sql: str, args: Sequence[Any]) -> int:
+        """A statement atomic by itself; how many rows it changed."""
+        return await self.write(conn, lambda: self.execute(conn, sql, args))
+
+    async def touch(self, conn: Any, session_id: str) -> None:
+        """In the caller's transaction: set the session's ``updated_at``, which locks its
+        counter row (appends wait); nothing where ``now`` is None."""
+        if self.now is not None:
+            stmt = self.sql(_touch, self.now)
+            await self.execute(conn, stmt.sql, stmt.args(sid=session_id))
+
+    async def lock_counter(self, conn: Any, session_id: str) -> None:
+        """In the caller's transaction: lock the session's counter row, so appends wait."""
+        await self.touch(conn, session_id)
+
     async def prepare(self, conn: Any, create: bool) -> None:
         """Create the tables when ``create`` (idempotent, safe across processes), then check
         that they exist and carry a schema version this code reads."""
+        version = await self._version(conn, create)
+        if version is None and create:
+            await self.create_tables(conn)
+            version = await self._version(conn, False)
+        check_version(self.t, version)
+        probe = self.sql(_probe)
+        await self.read(conn, probe.sql, [])
+
+    async def _version(self, conn: Any, missing_ok: bool) -> Any:
+        query = self.sql(_version, self.t.schema)
+        try:
+            rows = await self.read(conn, query.sql, query.args(name=self.t.messages))
+        except Exception as exc:
+            if missing_ok and self.missing_table(exc):
+                return None
+            raise
+        return rows[0][0] if rows else None
+
+    @abstractmethod
+    async def create_tables(self, conn: Any) -> None:
+        """Run ``create_statements`` in one transaction, under a lock held across processes."""
 
     @abstractmethod
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
@@ -174,54 +409,145 @@ class SqlDialect(ABC):
         await self.append(conn, session_id, payloads)
 
     @abstractmethod
+    async def add(self, conn: Any, session_id: str, payloads: list[str]) -> int:
+        """``append`` in the caller's transaction."""
+
     async def load(
         self, conn: Any, session_id: str, limit: int | None, after: int | None, before: int | None
     ) -> list[Row]:
         """Return the latest ``limit`` rows (all when None) with after < seq < before, oldest
         first."""
+        shape = (after is not None, before is not None, limit is not None)
+        query = self.sql(_range, ("seq",), False, *shape)
+        args = query.args(sid=session_id, after=after, before=before, limit=limit)
+        rows = [(r[0], r[1]) for r in await self.read(conn, query.sql, args)]
+        return rows if limit is None else rows[::-1]
+
+    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
+        """Count the session's rows with after < seq < before."""
+        query = self.sql(_range, ("seq",), True, after is not None, before is not None, False)
+        args = query.args(sid=session_id, after=after, before=before)
+        return int((await self.read(conn, query.sql, args))[0][0])
 
     @abstractmethod
     async def pop(self, conn: Any, session_id: str) -> str | None:
         """Delete the newest row and return its payload; None when there is none."""
 
-    @abstractmethod
+    async def pop_in(self, conn: Any, session_id: str) -> Any:
+        """``pop`` in the caller's transaction: the payload, or None."""
+        raise NotImplementedError
+
     async def pop_checked(self, conn: Any, session_id: str, check: Callable[[str], Any]) -> Any:
         """Delete the newest row and return ``check(payload)`` in one transaction (None when
         there is none); when ``check`` raises an Exception, roll back and return it as
         :class:`Refused` (the connection stays usable)."""
 
-    @abstractmethod
+        async def run() -> Any:
+            # The pop's row lock is held across the check: a concurrent pop waits for it.
+            value = await self.pop_in(conn, session_id)
+            outcome = None if value is None else run_check(check, str(value))
+            if isinstance(outcome, Refused):
+                raise Rollback(outcome)
+            return outcome
+
+        return await self.write(conn, run)
+
     async def clear(self, conn: Any, session_id: str) -> None:
         """Delete the session's rows, keeping its counter so no sequence number is reused
         (a purge that read number N before the clear must not hit items written after it)."""
+        everything = self.sql(_delete, None)
 
-    @abstractmethod
+        async def run() -> None:
+            await self.touch(conn, session_id)  # first: waits for a writer in progress
+            await self.execute(conn, everything.sql, everything.args(sid=session_id))
+
+        await self.write(conn, run)
+
     async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
         """Delete the session's rows with seq < ``before`` in one statement; return how many."""
+        older = self.sql(_delete, operator.lt)
+        return await self.write_one(conn, older.sql, older.args(sid=session_id, seq=before))
 
     async def replace_rows(
         self, conn: Any, session_id: str, expected: list[Row] | None, payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
-        """The SDK compaction hook's swap in one transaction (see ``core.sdk_compaction``)."""
-        raise NotImplementedError
+        """The SDK compaction hook's swap in one transaction (see ``core.sdk_compaction``):
+        False, changing nothing, unless the newest ``len(expected)`` rows are ``expected``;
+        else delete them (every row when ``expected`` is None) and the oldest rows ``prune``
+        accepts, then append ``payloads``."""
 
-    @abstractmethod
+        async def run() -> bool:
+            await self.lock_counter(conn, session_id)
+            if not await self._delete_for_swap(conn, session_id, expected, prune):
+                raise Rollback(False)
+            if payloads:
+                await self.add(conn, session_id, payloads)
+            return True
+
+        return await self.write(conn, run)
+
+    async def _delete_for_swap(
+        self, conn: Any, session_id: str, expected: list[Row] | None,
+        prune: Callable[[str], bool] | None,
+    ) -> bool:
+        if expected is None:
+            everything = self.sql(_delete, None)
+            await self.execute(conn, everything.sql, everything.args(sid=session_id))
+            return True
+        newest = self.sql(_range, self.key_order, False, False, False, True)
+        found = await self.fetch(conn, newest.sql, newest.args(sid=session_id, limit=len(expected)))
+        if [(r[0], r[1]) for r in found][::-1] != list(expected):
+            return False
+        first = expected[0][0]
+        if prune is not None:
+            older = self.sql(_range, self.key_order, False, False, True, False)
+            rows = await self.fetch(conn, older.sql, older.args(sid=session_id, before=first))
+            # the oldest rows up to the first that ``prune`` refuses
+            pruned = list(itertools.takewhile(lambda row: prune(row[1]), rows))
+            if pruned:
+                upto = self.sql(_delete, operator.le)
+                await self.execute(conn, upto.sql, upto.args(sid=session_id, seq=pruned[-1][0]))
+        swapped = self.sql(_delete, operator.ge)
+        await self.execute(conn, swapped.sql, swapped.args(sid=session_id, seq=first))
+        return True
+
     async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
         """Replace the payload of each existing row ``(seq, payload)`` in one transaction;
         return how many rows were replaced."""
+        stmt = self.sql(_rewrite)
+        args = [stmt.args(sid=session_id, seq=seq, data=payload) for seq, payload in rows]
+        return await self.write(conn, lambda: self.execute_many(conn, stmt.sql, args))
 
-    @abstractmethod
     async def write_at(
         self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
     ) -> int:
         """In one transaction, unless the session holds rows: store ``rows`` at their numbers,
         raise the counter to the last (never lower it) and set the session's times (epoch
         seconds). Return how many rows the session held (0: written; else nothing was)."""
+        count = self.sql(_range, ("seq",), True, False, False, False)
+
+        async def run() -> int:
+            # first: locks the counter row, so appends wait for this write
+            await self.set_counter(conn, session_id, rows[-1][0], created, updated)
+            held = int((await self.fetch(conn, count.sql, count.args(sid=session_id)))[0][0])
+            if held:
+                raise Rollback(held)
+            await self.insert_rows(conn, session_id, rows)
+            return 0
+
+        return await self.write(conn, run)
 
     @abstractmethod
-    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
-        """Count the session's rows with after < seq < before."""
+    async def set_counter(
+        self, conn: Any, session_id: str, last: int, created: float, updated: float
+    ) -> None:
+        """In the caller's transaction: raise the counter to ``last`` (never lower it) and set
+        the session's times (epoch seconds), creating its row if missing."""
+
+    @abstractmethod
+    async def insert_rows(self, conn: Any, session_id: str, rows: list[Row]) -> None:
+        """In the caller's transaction: insert ``rows`` ``(seq, payload)``."""
 
     async def append_if_newest(
         self, conn: Any, session_id: str, payloads: list[str], guard: str, seq: int | None
@@ -250,7 +576,43 @@ class SqlDialect(ABC):
         no items. Else index up to ``BACKFILL_ROWS`` of its items numbered after ``after``
         and return the last number read, or None once none is left: the session is then
         ready and ``search_text`` answers."""
+        register, backfill, step = self.text_writes(TextTables.of(self.t))
+        if after is None:
+            held = self.sql(_held)
+
+            async def enrol() -> int | None:
+                # Locks the counter row: an append in flight commits first (the backfill
+                # reads it); any later one finds the session registered (its trigger indexes).
+                if not await self.fetch(conn, held.sql, held.args(sid=session_id)):
+                    return None  # no items: the first search after the first write registers it
+                await self.execute(conn, register, [session_id])
+                return 0
+
+            return await self.write(conn, enrol)
+        nth, ready = self.sql(_nth), self.sql(_ready, TextTables.of(self.t).registry)
+        args = nth.args(sid=session_id, after=after, skip=step - 1)
+
+        async def fill() -> int | None:
+            found = await self.fetch(conn, nth.sql, args)
+            last = int(found[0][0]) if found else None
+            await self.execute(conn, backfill, [session_id, after, last])
+            if last is None:
+                await self.execute(conn, ready.sql, ready.args(sid=session_id))
+            return last
+
+        last = await self.write(conn, fill)
+        if last is None:
+            await self.backfilled(conn, after)
+        return last
+
+    def text_writes(self, x: TextTables) -> tuple[str, str, int]:
+        """``index_session``'s SQL: register session 1; index session 1's items numbered
+        after 2 up to 3 (NULL: all); and the items a step indexes (``BACKFILL_ROWS``)."""
         raise NotImplementedError
+
+    async def backfilled(self, conn: Any, after: int) -> None:
+        """After the last step of a session's indexing, the one that began after ``after``."""
+        return None
 
     async def search_text(
         self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
@@ -299,30 +661,6 @@ def run_check(check: Callable[[str], Any], payload: str) -> Any:
         return check(payload)
     except Exception as exc:
         return Refused(exc)
-
-
-@functools.lru_cache(maxsize=64)
-def _range_sql(table: str, mark: str, count: bool, after: bool, before: bool, limit: bool) -> str:
-    marks = iter([f"${i}" for i in range(1, 5)] if mark == "$" else [mark] * 4)
-    sql = f"SELECT {'count(*)' if count else 'seq, message_data'} FROM {table} "
-    sql += f"WHERE session_id = {next(marks)}"
-    sql += f" AND seq > {next(marks)}" if after else ""
-    sql += f" AND seq < {next(marks)}" if before else ""
-    if count:
-        return sql
-    return sql + (f" ORDER BY seq DESC LIMIT {next(marks)}" if limit else " ORDER BY seq")
-
-
-def range_query(
-    table: str, mark: str, session_id: str, after: int | None, before: int | None,
-    limit: int | None = None, *, count: bool = False,
-) -> tuple[str, list[Any]]:
-    """The SELECT of a session's rows (or with ``count``, of their count) in a range, with a
-    limit the newest ``limit`` newest first, and its parameters; ``mark`` is the
-    placeholder (``$``: numbered ``$1``..)."""
-    args: list[Any] = [session_id, *(b for b in (after, before, limit) if b is not None)]
-    key = (count, after is not None, before is not None, limit is not None)
-    return _range_sql(table, mark, *key), args
 
 
 def filter_clause(
@@ -379,42 +717,3 @@ def check_version(t: Tables, version: Any) -> None:
             f"tables {t.sessions}/{t.messages} have schema version {version}; migrate them as "
             "described in docs/sqlalchemy.md"
         )
-
-
-async def delete_for_swap(
-    fetch: Callable[[str, tuple[Any, ...]], Awaitable[list[Row]]],
-    execute: Callable[[str, tuple[Any, ...]], Awaitable[object]],
-    messages: str, marks: tuple[str, str], session_id: str, expected: list[Row] | None,
-    prune: Callable[[str], bool] | None, *, order: tuple[str, ...] = ("seq",),
-) -> bool:
-    """The deleting half of ``replace_rows``, inside the caller's transaction: return False,
-    deleting nothing, unless the newest ``len(expected)`` rows are ``expected``; else delete
-    them (every row when ``expected`` is None) and the oldest rows ``prune`` accepts.
-
-    ``marks`` are the dialect's first two placeholders; ``order`` the columns that order a
-    session's rows by seq along its index.
-    """
-    a, b = marks
-    where = f"FROM {messages} WHERE session_id = {a}"
-    if expected is None:
-        await execute(f"DELETE {where}", (session_id,))
-        return True
-    newest = ", ".join(f"{column} DESC" for column in order)
-    rows = await fetch(
-        f"SELECT seq, message_data {where} ORDER BY {newest} LIMIT {b}",
-        (session_id, len(expected)),
-    )
-    if rows[::-1] != list(expected):
-        return False
-    first = expected[0][0]
-    if prune is not None:
-        older = await fetch(
-            f"SELECT seq, message_data {where} AND seq < {b} ORDER BY {', '.join(order)}",
-            (session_id, first),
-        )
-        # the oldest rows up to the first that ``prune`` refuses
-        pruned = list(itertools.takewhile(lambda row: prune(row[1]), older))
-        if pruned:
-            await execute(f"DELETE {where} AND seq <= {b}", (session_id, pruned[-1][0]))
-    await execute(f"DELETE {where} AND seq >= {b}", (session_id, first))
-    return True

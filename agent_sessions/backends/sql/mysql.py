@@ -22,9 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
+
+from sqlalchemy.engine import Dialect
 
 from ...core.base import Row
 from ...errors import BackendDataError, ItemTooLargeError
@@ -37,10 +39,7 @@ from .common import (
     TextFilters,
     TextTables,
     causes,
-    check_version,
-    delete_for_swap,
     filter_clause,
-    range_query,
     run_check,
     text_missing,
 )
@@ -170,11 +169,15 @@ class MySQLDialect(SqlDialect):
     """SQL for MariaDB 10.5+ (and MySQL 8, through the locking pop)."""
 
     watchdog = True
+    now = "CURRENT_TIMESTAMP(6)"
+    # Ordering by the whole key: with ``ORDER BY seq`` alone MariaDB filesorts the session's
+    # rows (O(history)) when the connection collation differs from the id's.
+    key_order = ("session_id", "seq")
 
-    def __init__(self, tables: Tables, mariadb: bool) -> None:
-        super().__init__(tables)
+    def __init__(self, tables: Tables, dialect: Dialect) -> None:
+        super().__init__(tables, dialect)
         s, m = tables.sessions, tables.messages
-        self.mariadb = mariadb
+        self.mariadb = bool(getattr(dialect, "is_mariadb", False))
         self.max_packet = _PACKET_CAP
         self._bump = (
             f"INSERT INTO {s} (session_id, last_seq) VALUES (%s, LAST_INSERT_ID(%s)) "
@@ -183,8 +186,6 @@ class MySQLDialect(SqlDialect):
         )
         self._insert = f"INSERT INTO {m} (session_id, seq, message_data) VALUES "
         self._pop = (
-            # Ordering by the whole key: with ``ORDER BY seq`` alone MariaDB filesorts the
-            # session's rows (O(history)) when the connection collation differs from the id's.
             f"DELETE FROM {m} WHERE session_id = %s ORDER BY session_id DESC, seq DESC LIMIT 1 "
             "RETURNING message_data"
         )
@@ -200,42 +201,27 @@ class MySQLDialect(SqlDialect):
             "ON DUPLICATE KEY UPDATE last_seq = last_seq;"
             f"SELECT seq FROM {m} WHERE session_id = %s ORDER BY seq DESC LIMIT 1 FOR UPDATE"
         )
-        self._clear = [
-            # first: locks the counter row, so it waits for a writer in progress
-            f"UPDATE {s} SET updated_at = CURRENT_TIMESTAMP(6) WHERE session_id = %s",
-            f"DELETE FROM {m} WHERE session_id = %s",
-        ]
-        self._delete_before = f"DELETE FROM {m} WHERE session_id = %s AND seq < %s"
 
     async def prepare(self, conn: Any, create: bool) -> None:
-        t = self.t
-        async with conn.cursor() as cur:
-            # The server's word, not a driver attribute (asyncmy has no ``charset``): the
-            # connection's character set as the driver negotiated it.
-            await cur.execute("SELECT @@character_set_connection, @@character_set_client")
-            charsets = {str(c).lower() for c in await cur.fetchone()}
-            if charsets != {"utf8mb4"}:
-                raise ValueError(
-                    f"the MySQL connection uses character set {'/'.join(sorted(charsets))}; "
-                    "items need utf8mb4: add ?charset=utf8mb4 to the URL (or "
-                    "connect_args={'charset': 'utf8mb4'})"
-                )
-            version = await self._version(cur, create)
-            if version is None and create:
-                async with _store_lock(cur, t):
-                    for statement in create_statements(t, self.mariadb):
-                        await cur.execute(statement)
-                    await conn.commit()
-                version = await self._version(cur, False)
-            check_version(t, version)
-            await cur.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE 1 = 0")
-            await cur.fetchall()
-            await cur.execute(f"SELECT session_id, seq, message_data FROM {t.messages} WHERE 1 = 0")
-            await cur.fetchall()
-            await cur.execute("SELECT @@max_allowed_packet")
-            row = await cur.fetchone()
-            self.max_packet = min(int(row[0]), _PACKET_CAP)
-        await _end_read(conn)
+        # The server's word, not a driver attribute (asyncmy has no ``charset``): the
+        # connection's character set as the driver negotiated it.
+        sql = "SELECT @@character_set_connection, @@character_set_client"
+        charsets = {str(c).lower() for c in (await self.fetch(conn, sql, ()))[0]}
+        if charsets != {"utf8mb4"}:
+            raise ValueError(
+                f"the MySQL connection uses character set {'/'.join(sorted(charsets))}; "
+                "items need utf8mb4: add ?charset=utf8mb4 to the URL (or "
+                "connect_args={'charset': 'utf8mb4'})"
+            )
+        await super().prepare(conn, create)
+        rows = await self.read(conn, "SELECT @@max_allowed_packet", ())
+        self.max_packet = min(int(rows[0][0]), _PACKET_CAP)
+
+    async def create_tables(self, conn: Any) -> None:
+        async with conn.cursor() as cur, _store_lock(cur, self.t):
+            for statement in create_statements(self.t, self.mariadb):
+                await cur.execute(statement)
+            await conn.commit()
 
     async def prepare_text(self, conn: Any, create: bool) -> None:
         t = self.t
@@ -313,55 +299,18 @@ class MySQLDialect(SqlDialect):
         (found,) = await cur.fetchone()
         return int(found) == 4
 
-    async def index_session(self, conn: Any, session_id: str, after: int | None) -> int | None:
-        t, x = self.t, TextTables.of(self.t)
-        last = None
-        async with conn.cursor() as cur:
-            await _begin(conn)
-            try:
-                if after is None:
-                    # Locks the counter row: an append in flight commits first (the backfill
-                    # reads it); any later one finds the session registered (its trigger
-                    # indexes).
-                    await cur.execute(
-                        f"SELECT 1 FROM {t.sessions} WHERE session_id = %s FOR UPDATE",
-                        (session_id,),
-                    )
-                    if await cur.fetchone() is not None:
-                        await cur.execute(
-                            f"INSERT IGNORE INTO {x.registry} (session_id) VALUES (%s)",
-                            (session_id,),
-                        )
-                        last = 0
-                else:
-                    await cur.execute(
-                        f"SELECT seq FROM {t.messages} WHERE session_id = %s AND seq > %s "
-                        f"ORDER BY seq LIMIT 1 OFFSET {BACKFILL_ROWS - 1}",
-                        (session_id, after),
-                    )
-                    row = await cur.fetchone()
-                    last = None if row is None else int(row[0])
-                    # Shared locks: a pop or rewrite in flight is waited for, so its row is
-                    # indexed as it ends (or not at all), never as it was; a row its trigger
-                    # indexed is kept.
-                    await cur.execute(
-                        f"INSERT INTO {x.index} (session_id, seq, body) "
-                        f"SELECT m.session_id, m.seq, JSON_UNQUOTE({_TEXT.format(row='m')}) "
-                        f"FROM {t.messages} m WHERE m.session_id = %s AND m.seq > %s "
-                        f"AND m.seq <= COALESCE(%s, m.seq) AND {_INDEXABLE.format(row='m')} "
-                        "LOCK IN SHARE MODE ON DUPLICATE KEY UPDATE body = body",
-                        (session_id, after, last),
-                    )
-                    if last is None:
-                        await cur.execute(
-                            f"UPDATE {x.registry} SET ready = TRUE WHERE session_id = %s",
-                            (session_id,),
-                        )
-            except BaseException:
-                await conn.rollback()
-                raise
-            await conn.commit()
-        return last
+    def text_writes(self, x: TextTables) -> tuple[str, str, int]:
+        return (
+            f"INSERT IGNORE INTO {x.registry} (session_id) VALUES (%s)",
+            # Shared locks: a pop or rewrite in flight is waited for, so its row is indexed as
+            # it ends (or not at all), never as it was; a row its trigger indexed is kept.
+            f"INSERT INTO {x.index} (session_id, seq, body) "
+            f"SELECT m.session_id, m.seq, JSON_UNQUOTE({_TEXT.format(row='m')}) "
+            f"FROM {self.t.messages} m WHERE m.session_id = %s AND m.seq > %s "
+            f"AND m.seq <= COALESCE(%s, m.seq) AND {_INDEXABLE.format(row='m')} "
+            "LOCK IN SHARE MODE ON DUPLICATE KEY UPDATE body = body",
+            BACKFILL_ROWS,
+        )
 
     async def search_text(
         self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
@@ -391,18 +340,6 @@ class MySQLDialect(SqlDialect):
         if not rows or not rows[0][0]:
             return None
         return [(int(r[1]), str(r[2]), float(r[3])) for r in rows if r[1] is not None]
-
-    async def _version(self, cur: Any, missing_ok: bool) -> Any:
-        try:
-            await cur.execute(
-                f"SELECT version FROM {self.t.schema} WHERE table_name = %s", (self.t.messages,)
-            )
-        except Exception as exc:
-            if missing_ok and _code(exc) == 1146:
-                return None
-            raise
-        row = await cur.fetchone()
-        return row[0] if row else None
 
     def _chunks(self, session_id: str, payloads: list[str]) -> list[list[int]]:
         """Split the batch into INSERTs that fit one packet (almost always just one)."""
@@ -460,20 +397,16 @@ class MySQLDialect(SqlDialect):
         return f"{self._bump};{self._insert}{_numbered_values(n)}", args
 
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
-        chunks = self._chunks(session_id, payloads)
+        if len(self._chunks(session_id, payloads)) > 1:
+            return await self.write(conn, lambda: self.add(conn, session_id, payloads))
         async with conn.cursor() as cur:
-            if len(chunks) == 1:
-                # One round trip: both drivers enable multi-statements.
-                sql, args = self._one_trip(session_id, payloads)
-                await cur.execute(f"START TRANSACTION;{sql};COMMIT", args)
-                await cur.nextset()
-                last = int(cur.lastrowid)
-                while await cur.nextset():
-                    pass
-                return last
-            await _begin(conn)
-            last = await self._bump_and_insert(cur, session_id, payloads, chunks)
-            await conn.commit()
+            # One round trip: both drivers enable multi-statements.
+            sql, args = self._one_trip(session_id, payloads)
+            await cur.execute(f"START TRANSACTION;{sql};COMMIT", args)
+            await cur.nextset()
+            last = int(cur.lastrowid)
+            while await cur.nextset():
+                pass
         return last
 
     async def _lock_guard_then(
@@ -550,153 +483,93 @@ class MySQLDialect(SqlDialect):
             return not getattr(conn, "connected", True)  # asyncmy
         return bool(closed)
 
-    async def load(
-        self, conn: Any, session_id: str, limit: int | None, after: int | None, before: int | None
-    ) -> list[Row]:
-        sql, args = range_query(self.t.messages, "%s", session_id, after, before, limit)
-        async with conn.cursor() as cur:
-            await cur.execute(sql, args)
-            rows: list[Row] = [(r[0], r[1]) for r in await cur.fetchall()]
-        await _end_read(conn)
-        return rows if limit is None else rows[::-1]
-
     async def pop(self, conn: Any, session_id: str) -> str | None:
-        auto = conn.get_autocommit()
-        async with conn.cursor() as cur:
-            if self.mariadb:
-                await cur.execute(self._pop, (session_id,))
-                row = await cur.fetchone()
-            else:
-                if auto:
-                    await conn.begin()
-                await cur.execute(self._lock_newest, (session_id,))
-                locked = await cur.fetchone()
-                if locked is not None:
-                    await cur.execute(self._delete_one, (session_id, locked[0]))
-                row = None if locked is None else (locked[1],)
-            if not auto or not self.mariadb:
+        if not self.mariadb:
+            value = await self.write(conn, lambda: self.pop_in(conn, session_id))
+        else:
+            rows = await self.fetch(conn, self._pop, (session_id,))
+            if not conn.get_autocommit():
                 await conn.commit()
-        return None if row is None else str(row[0])
+            value = rows[0][0] if rows else None
+        return None if value is None else str(value)
+
+    async def pop_in(self, conn: Any, session_id: str) -> Any:
+        # MySQL has no DELETE .. RETURNING: the newest row is locked, then deleted.
+        rows = await self.fetch(conn, self._lock_newest, (session_id,))
+        if rows:
+            await self.execute(conn, self._delete_one, (session_id, rows[0][0]))
+        return rows[0][1] if rows else None
 
     async def pop_checked(self, conn: Any, session_id: str, check: Callable[[str], Any]) -> Any:
+        if not self.mariadb:
+            return await super().pop_checked(conn, session_id, check)
         # The pop's row lock is held across the check: a concurrent pop waits for its outcome.
         async with conn.cursor() as cur:
             try:
-                if self.mariadb:
-                    # START TRANSACTION and the pop in one round trip (multi-statements).
-                    await cur.execute(f"START TRANSACTION;{self._pop}", (session_id,))
-                    await cur.nextset()
-                    row = await cur.fetchone()
-                    value = None if row is None else row[0]
-                else:
-                    await conn.begin()
-                    await cur.execute(self._lock_newest, (session_id,))
-                    locked = await cur.fetchone()
-                    value = None
-                    if locked is not None:
-                        await cur.execute(self._delete_one, (session_id, locked[0]))
-                        value = locked[1]
-                outcome = None if value is None else run_check(check, str(value))
+                # START TRANSACTION and the pop in one round trip (multi-statements).
+                await cur.execute(f"START TRANSACTION;{self._pop}", (session_id,))
+                await cur.nextset()
+                row = await cur.fetchone()
+                outcome = None if row is None else run_check(check, str(row[0]))
             except BaseException:
                 await conn.rollback()
                 raise
             await (conn.rollback() if isinstance(outcome, Refused) else conn.commit())
         return outcome
 
-    async def clear(self, conn: Any, session_id: str) -> None:
+    async def fetch(self, conn: Any, sql: str, args: Sequence[Any]) -> Sequence[Any]:
         async with conn.cursor() as cur:
-            await _begin(conn)
-            for statement in self._clear:
-                await cur.execute(statement, (session_id,))
-            await conn.commit()
+            await cur.execute(sql, args)
+            return await cur.fetchall()  # type: ignore[no-any-return]
 
-    async def replace_rows(
-        self, conn: Any, session_id: str, expected: list[Row] | None, payloads: list[str],
-        prune: Callable[[str], bool] | None,
-    ) -> bool:
-        sid = session_id
+    async def read(self, conn: Any, sql: str, args: Sequence[Any]) -> Sequence[Any]:
+        rows = await self.fetch(conn, sql, args)
+        await _end_read(conn)
+        return rows
+
+    async def execute(self, conn: Any, sql: str, args: Sequence[Any]) -> int:
+        # Affected rows: an UPDATE to the value a row holds already does not count.
         async with conn.cursor() as cur:
+            await cur.execute(sql, args)
+            return int(cur.rowcount)
 
-            async def fetch(sql: str, args: tuple[Any, ...]) -> list[Row]:
-                await cur.execute(sql, args)
-                return [(r[0], str(r[1])) for r in await cur.fetchall()]
-
-            await _begin(conn)
-            try:
-                # Locks the counter row (created if missing), so appends wait for this swap.
-                await cur.execute(self._bump, (sid, 0, 0))
-                if not await delete_for_swap(
-                    fetch, cur.execute, self.t.messages, ("%s", "%s"), sid, expected, prune,
-                    order=("session_id", "seq"),
-                ):
-                    await conn.rollback()
-                    return False
-                if payloads:
-                    await self._bump_and_insert(cur, sid, payloads, [list(range(len(payloads)))])
-            except BaseException:
-                await conn.rollback()
-                raise
-            await conn.commit()
-        return True
-
-    async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
-        async with conn.cursor() as cur:
-            await cur.execute(self._delete_before, (session_id, before))
-            deleted = int(cur.rowcount)
+    async def write_one(self, conn: Any, sql: str, args: Sequence[Any]) -> int:
+        changed = await self.execute(conn, sql, args)
         if not conn.get_autocommit():
             await conn.commit()
-        return deleted
+        return changed
 
-    async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
-        # Affected rows: a row whose payload is already the new one does not count.
-        sql = f"UPDATE {self.t.messages} SET message_data = %s WHERE session_id = %s AND seq = %s"
-        replaced = 0
+    async def begin(self, conn: Any) -> None:
+        if conn.get_autocommit():  # else a transaction is open already
+            await conn.begin()
+
+    async def add(self, conn: Any, session_id: str, payloads: list[str]) -> int:
+        chunks = self._chunks(session_id, payloads)
         async with conn.cursor() as cur:
-            await _begin(conn)
-            for seq, payload in rows:
-                await cur.execute(sql, (payload, session_id, seq))
-                replaced += int(cur.rowcount)
-            await conn.commit()
-        return replaced
+            return await self._bump_and_insert(cur, session_id, payloads, chunks)
 
-    async def write_at(
-        self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
-    ) -> int:
-        s, m = self.t.sessions, self.t.messages
-        chunks = self._chunks(session_id, [payload for _, payload in rows])
+    async def lock_counter(self, conn: Any, session_id: str) -> None:
+        await self.execute(conn, self._bump, (session_id, 0, 0))  # created if missing
+
+    async def set_counter(
+        self, conn: Any, session_id: str, last: int, created: float, updated: float
+    ) -> None:
         times = [
             datetime.fromtimestamp(t, timezone.utc).replace(tzinfo=None) for t in (created, updated)
         ]
-        async with conn.cursor() as cur:
-            await _begin(conn)
-            try:
-                # first: locks the counter row, so appends wait for this write
-                await cur.execute(
-                    f"INSERT INTO {s} (session_id, last_seq, created_at, updated_at) "
-                    "VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE "
-                    "last_seq = GREATEST(last_seq, VALUES(last_seq)), "
-                    "created_at = VALUES(created_at), updated_at = VALUES(updated_at)",
-                    (session_id, rows[-1][0], *times),
-                )
-                await cur.execute(f"SELECT COUNT(*) FROM {m} WHERE session_id = %s", (session_id,))
-                (held,) = await cur.fetchone()
-                if held:
-                    await conn.rollback()
-                    return int(held)
-                await self._insert_rows(cur, session_id, rows, chunks)
-                await conn.commit()
-            except BaseException:
-                await conn.rollback()
-                raise
-        return 0
+        await self.execute(
+            conn,
+            f"INSERT INTO {self.t.sessions} (session_id, last_seq, created_at, updated_at) "
+            "VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE "
+            "last_seq = GREATEST(last_seq, VALUES(last_seq)), "
+            "created_at = VALUES(created_at), updated_at = VALUES(updated_at)",
+            (session_id, last, *times),
+        )
 
-    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
-        sql, args = range_query(self.t.messages, "%s", session_id, after, before, count=True)
+    async def insert_rows(self, conn: Any, session_id: str, rows: list[Row]) -> None:
+        chunks = self._chunks(session_id, [payload for _, payload in rows])
         async with conn.cursor() as cur:
-            await cur.execute(sql, args)
-            row = await cur.fetchone()
-        await _end_read(conn)
-        return int(row[0])
+            await self._insert_rows(cur, session_id, rows, chunks)
 
     def unavailable(self, exc: BaseException) -> bool:
         return any(
@@ -710,12 +583,6 @@ class MySQLDialect(SqlDialect):
 
     def missing_table(self, exc: BaseException) -> bool:
         return any(_code(e) in (1146, 1054) for e in causes(exc))
-
-
-async def _begin(conn: Any) -> None:
-    """Open a transaction unless one is open already (the connection is not in autocommit)."""
-    if conn.get_autocommit():
-        await conn.begin()
 
 
 async def _end_read(conn: Any) -> None:

@@ -15,29 +15,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import asyncpg.exceptions as pg  # type: ignore[import-untyped]
+from sqlalchemy.engine import Dialect
 
 from ...core.base import Row
 from ...errors import BackendDataError
 from .common import (
     BACKFILL_ROWS,
     SCHEMA_VERSION,
-    Refused,
+    Rollback,
     SqlDialect,
     Tables,
     TextFilters,
     TextTables,
     causes,
-    check_version,
-    delete_for_swap,
     filter_clause,
-    range_query,
-    run_check,
     text_missing,
 )
+
+T = TypeVar("T")
 
 _UNAVAILABLE = (
     OSError, asyncio.TimeoutError, pg.ConnectionDoesNotExistError, pg.PostgresConnectionError,
@@ -174,20 +173,14 @@ _ANALYZE_AFTER = 1000
 index's statistics (ANALYZE, tens of milliseconds)."""
 
 
-class _Held(Exception):
-    """Rolls back a ``write_at`` into a session that holds rows."""
-
-    def __init__(self, held: int) -> None:
-        self.held = held
-
-
 class PostgresDialect(SqlDialect):
     """SQL for PostgreSQL (asyncpg)."""
 
     checkin_needs_greenlet = False  # asyncpg runs in autocommit; check-in does no I/O
+    now = "now()"
 
-    def __init__(self, tables: Tables) -> None:
-        super().__init__(tables)
+    def __init__(self, tables: Tables, dialect: Dialect) -> None:
+        super().__init__(tables, dialect)
         s, m = tables.sessions, tables.messages
         self._append = (
             f"WITH c AS (INSERT INTO {s} AS s (session_id, last_seq) VALUES ($1, $2::bigint) "
@@ -223,25 +216,12 @@ class PostgresDialect(SqlDialect):
             "AND (SELECT ok FROM c) RETURNING message_data) "
             "SELECT c.ok, d.message_data FROM c LEFT JOIN d ON true"
         )
-        self._clear = [
-            # first: locks the counter row, so it waits for a writer in progress
-            f"UPDATE {s} SET updated_at = now() WHERE session_id = $1",
-            f"DELETE FROM {m} WHERE session_id = $1",
-        ]
-        self._delete_before = f"DELETE FROM {m} WHERE session_id = $1 AND seq < $2"
 
-    async def prepare(self, conn: Any, create: bool) -> None:
-        t = self.t
-        version = await self._version(conn, create)
-        if version is None and create:
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", t.lock_key())
-                for statement in create_statements(t):
-                    await conn.execute(statement)
-            version = await self._version(conn, False)
-        check_version(t, version)
-        await conn.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE false")
-        await conn.execute(f"SELECT session_id, seq, message_data FROM {t.messages} WHERE false")
+    async def create_tables(self, conn: Any) -> None:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", self.t.lock_key())
+            for statement in create_statements(self.t):
+                await conn.execute(statement)
 
     async def prepare_text(self, conn: Any, create: bool) -> None:
         t = self.t
@@ -284,55 +264,32 @@ class PostgresDialect(SqlDialect):
         )
         return int(found) == 2
 
-    async def index_session(self, conn: Any, session_id: str, after: int | None) -> int | None:
-        t, x = self.t, TextTables.of(self.t)
-        if after is None:
-            async with conn.transaction(isolation="read_committed"):
-                # Locks the counter row: an append in flight commits first (the backfill
-                # reads it); any later one finds the session registered (its trigger indexes).
-                held = await conn.fetchval(
-                    f"SELECT 1 FROM {t.sessions} WHERE session_id = $1 FOR UPDATE", session_id
-                )
-                if held is None:
-                    return None  # no items: the first search after the first write registers it
-                await conn.execute(
-                    f"INSERT INTO {x.registry} (session_id) VALUES ($1) ON CONFLICT DO NOTHING",
-                    session_id,
-                )
-            return 0
+    def text_writes(self, x: TextTables) -> tuple[str, str, int]:
         doc = _JSON.format(col="m.message_data")
-        async with conn.transaction(isolation="read_committed"):
-            last = await conn.fetchval(
-                f"SELECT seq FROM {t.messages} WHERE session_id = $1 AND seq > $2 "
-                "ORDER BY seq OFFSET $3 LIMIT 1",
-                session_id, after, BACKFILL_ROWS - 1,
-            )
+        return (
+            f"INSERT INTO {x.registry} (session_id) VALUES ($1) ON CONFLICT DO NOTHING",
             # FOR SHARE: a pop or rewrite in flight is waited for, so its row is indexed as
             # it ends (or not at all), never as it was; a row its trigger indexed is kept.
-            await conn.execute(
-                f"INSERT INTO {x.index} (session_id, seq, tsv) "
-                "SELECT m.session_id, m.seq, to_tsvector('simple', j.d ->> 'text') "
-                f"FROM {t.messages} m CROSS JOIN LATERAL (SELECT {doc} AS d) j "
-                "WHERE m.session_id = $1 AND m.seq > $2 AND m.seq <= coalesce($3, m.seq) "
-                "AND json_typeof(j.d -> 'text') = 'string' AND j.d ->> 'text' <> '' "
-                "FOR SHARE OF m ON CONFLICT DO NOTHING",
-                session_id, after, last,
-            )
-            if last is None:
-                await conn.execute(
-                    f"UPDATE {x.registry} SET ready = true WHERE session_id = $1", session_id
-                )
-        if last is None and after + BACKFILL_ROWS >= _ANALYZE_AFTER:
-            # Fresh statistics, so the planner finds a rare word's hits through the GIN
-            # index rather than reading the session's whole index (10k items: 8 ms -> 1 ms);
-            # and the backfill's entries moved from the pending list, which every search
-            # reads, into the index (100k items: 4.2 ms -> 1.3 ms a search).
-            await conn.execute(f"ANALYZE {x.index}")
-            with contextlib.suppress(pg.InsufficientPrivilegeError):  # needs ownership
-                await conn.execute(
-                    f"SELECT gin_clean_pending_list('{x.name('gin')}'::regclass)"
-                )
-        return None if last is None else int(last)
+            f"INSERT INTO {x.index} (session_id, seq, tsv) "
+            "SELECT m.session_id, m.seq, to_tsvector('simple', j.d ->> 'text') "
+            f"FROM {self.t.messages} m CROSS JOIN LATERAL (SELECT {doc} AS d) j "
+            "WHERE m.session_id = $1 AND m.seq > $2 AND m.seq <= coalesce($3, m.seq) "
+            "AND json_typeof(j.d -> 'text') = 'string' AND j.d ->> 'text' <> '' "
+            "FOR SHARE OF m ON CONFLICT DO NOTHING",
+            BACKFILL_ROWS,
+        )
+
+    async def backfilled(self, conn: Any, after: int) -> None:
+        if after + BACKFILL_ROWS < _ANALYZE_AFTER:
+            return
+        # Fresh statistics, so the planner finds a rare word's hits through the GIN index
+        # rather than reading the session's whole index (10k items: 8 ms -> 1 ms); and the
+        # backfill's entries moved from the pending list, which every search reads, into
+        # the index (100k items: 4.2 ms -> 1.3 ms a search).
+        x = TextTables.of(self.t)
+        await conn.execute(f"ANALYZE {x.index}")
+        with contextlib.suppress(pg.InsufficientPrivilegeError):  # needs ownership
+            await conn.execute(f"SELECT gin_clean_pending_list('{x.name('gin')}'::regclass)")
 
     async def search_text(
         self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
@@ -372,18 +329,10 @@ class PostgresDialect(SqlDialect):
             return None
         return [(int(r[1]), str(r[2]), float(r[3])) for r in rows if r[1] is not None]
 
-    async def _version(self, conn: Any, missing_ok: bool) -> Any:
-        try:
-            return await conn.fetchval(
-                f"SELECT version FROM {self.t.schema} WHERE table_name = $1", self.t.messages
-            )
-        except pg.UndefinedTableError:
-            if missing_ok:
-                return None
-            raise
-
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
         return int(await conn.fetchval(self._append, session_id, len(payloads), payloads))
+
+    add = append  # one statement: the same in the caller's transaction
 
     async def append_if_newest(
         self, conn: Any, session_id: str, payloads: list[str], guard: str, seq: int | None
@@ -403,102 +352,58 @@ class PostgresDialect(SqlDialect):
             ok, value = await conn.fetchrow(self._pop_if, session_id, guard, seq, newest)
         return bool(ok), None if value is None else str(value)
 
-    async def load(
-        self, conn: Any, session_id: str, limit: int | None, after: int | None, before: int | None
-    ) -> list[Row]:
-        sql, args = range_query(self.t.messages, "$", session_id, after, before, limit)
-        rows = [(r[0], r[1]) for r in await conn.fetch(sql, *args)]
-        return rows if limit is None else rows[::-1]
-
     async def pop(self, conn: Any, session_id: str) -> str | None:
         value = await conn.fetchval(self._pop, session_id)
         return None if value is None else str(value)
 
-    async def pop_checked(self, conn: Any, session_id: str, check: Callable[[str], Any]) -> Any:
-        # The pop's row lock is held across the check: a concurrent pop waits for its outcome.
-        tx = conn.transaction(isolation="read_committed")
-        await tx.start()
+    async def pop_in(self, conn: Any, session_id: str) -> Any:
+        return await conn.fetchval(self._pop, session_id)
+
+    async def fetch(self, conn: Any, sql: str, args: Sequence[Any]) -> Sequence[Any]:
+        return await conn.fetch(sql, *args)  # type: ignore[no-any-return]
+
+    async def execute(self, conn: Any, sql: str, args: Sequence[Any]) -> int:
+        status = await conn.execute(sql, *args)
+        return int(str(status).rsplit(" ", 1)[-1])  # "DELETE <n>", "UPDATE <n>"
+
+    async def write_one(self, conn: Any, sql: str, args: Sequence[Any]) -> int:
+        return await self.execute(conn, sql, args)  # autocommit
+
+    async def write(self, conn: Any, run: Callable[[], Awaitable[T]]) -> T:
+        # READ COMMITTED: a statement sees the rows of a writer an earlier one waited for.
         try:
-            value = await conn.fetchval(self._pop, session_id)
-            outcome = None if value is None else run_check(check, str(value))
-        except BaseException:
-            await tx.rollback()
-            raise
-        await (tx.rollback() if isinstance(outcome, Refused) else tx.commit())
-        return outcome
-
-    async def clear(self, conn: Any, session_id: str) -> None:
-        # READ COMMITTED: the second statement sees the rows of a writer the first waited for.
-        async with conn.transaction(isolation="read_committed"):
-            for statement in self._clear:
-                await conn.execute(statement, session_id)
-
-    async def replace_rows(
-        self, conn: Any, session_id: str, expected: list[Row] | None, payloads: list[str],
-        prune: Callable[[str], bool] | None,
-    ) -> bool:
-        async def fetch(sql: str, args: tuple[Any, ...]) -> list[Row]:
-            return [(r[0], r[1]) for r in await conn.fetch(sql, *args)]
-
-        async def execute(sql: str, args: tuple[Any, ...]) -> object:
-            return await conn.execute(sql, *args)
-
-        async with conn.transaction(isolation="read_committed"):
-            await conn.execute(self._clear[0], session_id)  # locks the counter row
-            if not await delete_for_swap(
-                fetch, execute, self.t.messages, ("$1", "$2"), session_id, expected, prune
-            ):
-                return False
-            if payloads:
-                await conn.fetchval(self._append, session_id, len(payloads), payloads)
-        return True
-
-    async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
-        status = await conn.execute(self._delete_before, session_id, before)
-        return int(str(status).rsplit(" ", 1)[-1])  # "DELETE <n>"
+            async with conn.transaction(isolation="read_committed"):
+                return await run()
+        except Rollback as rollback:
+            return rollback.value  # type: ignore[no-any-return]
 
     async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
-        status = await conn.execute(
+        return await self.write_one(
+            conn,
             f"UPDATE {self.t.messages} AS m SET message_data = v.data "
             "FROM unnest($2::bigint[], $3::text[]) AS v(seq, data) "
             "WHERE m.session_id = $1 AND m.seq = v.seq",
+            (session_id, [seq for seq, _ in rows], [payload for _, payload in rows]),
+        )
+
+    async def set_counter(
+        self, conn: Any, session_id: str, last: int, created: float, updated: float
+    ) -> None:
+        await conn.execute(
+            f"INSERT INTO {self.t.sessions} AS s (session_id, last_seq, created_at, updated_at) "
+            "VALUES ($1, $2::bigint, to_timestamp($3), to_timestamp($4)) "
+            "ON CONFLICT (session_id) DO UPDATE SET "
+            "last_seq = GREATEST(s.last_seq, EXCLUDED.last_seq), "
+            "created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at",
+            session_id, last, created, updated,
+        )
+
+    async def insert_rows(self, conn: Any, session_id: str, rows: list[Row]) -> None:
+        await conn.execute(
+            f"INSERT INTO {self.t.messages} (session_id, seq, message_data) "
+            "SELECT $1, u.seq, u.data FROM unnest($2::bigint[], $3::text[]) AS u(seq, data)",
             session_id, [seq for seq, _ in rows], [payload for _, payload in rows],
         )
-        return int(str(status).rsplit(" ", 1)[-1])  # "UPDATE <n>"
-
-    async def write_at(
-        self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
-    ) -> int:
-        s, m = self.t.sessions, self.t.messages
-        try:
-            async with conn.transaction():
-                # first: locks the counter row, so appends wait for this write
-                await conn.execute(
-                    f"INSERT INTO {s} AS s (session_id, last_seq, created_at, updated_at) "
-                    "VALUES ($1, $2::bigint, to_timestamp($3), to_timestamp($4)) "
-                    "ON CONFLICT (session_id) DO UPDATE SET "
-                    "last_seq = GREATEST(s.last_seq, EXCLUDED.last_seq), "
-                    "created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at",
-                    session_id, rows[-1][0], created, updated,
-                )
-                held = int(await conn.fetchval(
-                    f"SELECT COUNT(*) FROM {m} WHERE session_id = $1", session_id
-                ))
-                if held:
-                    raise _Held(held)
-                await conn.execute(
-                    f"INSERT INTO {m} (session_id, seq, message_data) "
-                    "SELECT $1, u.seq, u.data "
-                    "FROM unnest($2::bigint[], $3::text[]) AS u(seq, data)",
-                    session_id, [seq for seq, _ in rows], [payload for _, payload in rows],
-                )
-        except _Held as refused:
-            return refused.held
-        return 0
-
-    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
-        sql, args = range_query(self.t.messages, "$", session_id, after, before, count=True)
-        return int(await conn.fetchval(sql, *args))
 
     def is_closed(self, conn: Any) -> bool:
         return bool(conn.is_closed())

@@ -69,14 +69,14 @@ def _make_dialect(engine: AsyncEngine, tables: Tables) -> SqlDialect:
     if name == "postgresql":
         from .postgres import PostgresDialect
 
-        return PostgresDialect(tables)
+        return PostgresDialect(tables, engine.dialect)
     if name in ("mysql", "mariadb"):
         from .mysql import MySQLDialect
 
-        return MySQLDialect(tables, mariadb=bool(getattr(engine.dialect, "is_mariadb", False)))
+        return MySQLDialect(tables, engine.dialect)
     from .sqlite import SqliteDialect
 
-    return SqliteDialect(tables)
+    return SqliteDialect(tables, engine.dialect)
 
 
 def _check_engine(engine: Any) -> AsyncEngine:

@@ -9,26 +9,23 @@ and after errors.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Sequence
 from datetime import datetime, timezone
 from typing import Any
+
+from sqlalchemy.engine import Dialect
 
 from ...core.base import Row
 from ...errors import BackendDataError
 from .common import (
     BACKFILL_ROWS,
     SCHEMA_VERSION,
-    Refused,
     SqlDialect,
     Tables,
     TextFilters,
     TextTables,
     causes,
-    check_version,
-    delete_for_swap,
     filter_clause,
-    range_query,
-    run_check,
     text_missing,
 )
 
@@ -146,8 +143,8 @@ class SqliteDialect(SqlDialect):
     # finishes a statement even when its caller is cancelled, and writes roll back on error.
     discard_on_error = False
 
-    def __init__(self, tables: Tables) -> None:
-        super().__init__(tables)
+    def __init__(self, tables: Tables, dialect: Dialect) -> None:
+        super().__init__(tables, dialect)
         s, m = tables.sessions, tables.messages
         self._bump = (
             f"INSERT INTO {s} (session_id, last_seq) VALUES (?, ?) ON CONFLICT(session_id) "
@@ -159,28 +156,22 @@ class SqliteDialect(SqlDialect):
             f"DELETE FROM {m} WHERE session_id = ? AND seq = (SELECT seq FROM {m} "
             "WHERE session_id = ? ORDER BY seq DESC LIMIT 1) RETURNING message_data"
         )
-        self._clear = f"DELETE FROM {m} WHERE session_id = ?"
-        self._delete_before = f"DELETE FROM {m} WHERE session_id = ? AND seq < ?"
 
-    async def _write(self, conn: Any, statements: Any) -> Any:
+    async def begin(self, conn: Any) -> None:
         await conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = await statements()
-        except BaseException:
-            await conn.rollback()
-            raise
-        await conn.commit()
-        return result
 
-    async def prepare(self, conn: Any, create: bool) -> None:
-        t = self.t
-        version = await self._version(conn, create)
-        if version is None and create:
-            await self._write(conn, lambda: _execute_all(conn, create_statements(t)))
-            version = await self._version(conn, False)
-        check_version(t, version)
-        await conn.execute(f"SELECT session_id, last_seq FROM {t.sessions} WHERE 0")
-        await conn.execute(f"SELECT session_id, seq, message_data FROM {t.messages} WHERE 0")
+    async def fetch(self, conn: Any, sql: str, args: Sequence[Any]) -> Sequence[Any]:
+        cur = await conn.execute(sql, args)
+        return await cur.fetchall()  # type: ignore[no-any-return]
+
+    async def execute(self, conn: Any, sql: str, args: Sequence[Any]) -> int:
+        return await _changed(conn.execute(sql, args))
+
+    async def execute_many(self, conn: Any, sql: str, rows: list[list[Any]]) -> int:
+        return await _changed(conn.executemany(sql, rows))
+
+    async def create_tables(self, conn: Any) -> None:
+        await self.write(conn, lambda: _execute_all(conn, create_statements(self.t)))
 
     async def prepare_text(self, conn: Any, create: bool) -> None:
         t = self.t
@@ -193,7 +184,7 @@ class SqliteDialect(SqlDialect):
         if not create:
             raise text_missing(t, "sqlite")
         try:
-            await self._write(conn, lambda: _execute_all(conn, text_statements(t)))
+            await self.write(conn, lambda: _execute_all(conn, text_statements(t)))
         except sqlite3.OperationalError as exc:
             if "fts5" in str(exc):
                 raise BackendDataError(
@@ -207,42 +198,17 @@ class SqliteDialect(SqlDialect):
         # triggers first: a trigger naming a dropped table fails writes
         drops = [f"DROP TRIGGER IF EXISTS {name}" for name in names[3:]]
         drops += [f"DROP TABLE IF EXISTS {name}" for name in names[2::-1]]
-        await self._write(conn, lambda: _execute_all(conn, drops))
+        await self.write(conn, lambda: _execute_all(conn, drops))
 
-    async def index_session(self, conn: Any, session_id: str, after: int | None) -> int | None:
-        t, x = self.t, TextTables.of(self.t)
-
-        async def run() -> int | None:
-            if after is None:
-                if not await _one(
-                    conn, f"SELECT 1 FROM {t.sessions} WHERE session_id = ?", (session_id,)
-                ):
-                    return None  # no items: the first search after the first write registers it
-                await conn.execute(
-                    f"INSERT OR IGNORE INTO {x.registry} (session_id) VALUES (?)", (session_id,)
-                )
-                return 0
-            found = await _one(
-                conn,
-                f"SELECT seq FROM {t.messages} WHERE session_id = ? AND seq > ? "
-                f"ORDER BY seq LIMIT 1 OFFSET {BACKFILL_ROWS - 1}",
-                (session_id, after),
-            )
-            last = None if found is None else found[0]
-            await conn.execute(
-                f"INSERT OR IGNORE INTO {x.index} (session_id, seq, body) SELECT m.session_id, "
-                f"m.seq, json_extract(m.message_data, '$.text') FROM {t.messages} m "
-                "WHERE m.session_id = ? AND m.seq > ? AND m.seq <= coalesce(?, m.seq) "
-                f"AND {_indexable('m')} ORDER BY m.seq",
-                (session_id, after, last),
-            )
-            if last is None:
-                await conn.execute(
-                    f"UPDATE {x.registry} SET ready = 1 WHERE session_id = ?", (session_id,)
-                )
-            return last
-
-        return await self._write(conn, run)  # type: ignore[no-any-return]
+    def text_writes(self, x: TextTables) -> tuple[str, str, int]:
+        return (
+            f"INSERT OR IGNORE INTO {x.registry} (session_id) VALUES (?)",
+            f"INSERT OR IGNORE INTO {x.index} (session_id, seq, body) SELECT m.session_id, "
+            f"m.seq, json_extract(m.message_data, '$.text') FROM {self.t.messages} m "
+            "WHERE m.session_id = ? AND m.seq > ? AND m.seq <= coalesce(?, m.seq) "
+            f"AND {_indexable('m')} ORDER BY m.seq",
+            BACKFILL_ROWS,
+        )
 
     async def search_text(
         self, conn: Any, session_id: str, words: list[str], limit: int, filters: TextFilters
@@ -270,19 +236,7 @@ class SqliteDialect(SqlDialect):
         await cur.close()
         return [(int(r[0]), str(r[1]), float(r[2])) for r in rows]
 
-    async def _version(self, conn: Any, missing_ok: bool) -> Any:
-        try:
-            cur = await conn.execute(
-                f"SELECT version FROM {self.t.schema} WHERE table_name = ?", (self.t.messages,)
-            )
-        except sqlite3.OperationalError as exc:
-            if missing_ok and "no such table" in str(exc):
-                return None
-            raise
-        row = await cur.fetchone()
-        return row[0] if row else None
-
-    async def _add(self, conn: Any, session_id: str, payloads: list[str]) -> int:
+    async def add(self, conn: Any, session_id: str, payloads: list[str]) -> int:
         """In the caller's transaction: advance the counter and insert ``payloads`` numbered
         from it; the last number."""
         n = len(payloads)
@@ -292,7 +246,7 @@ class SqliteDialect(SqlDialect):
         return last
 
     async def append(self, conn: Any, session_id: str, payloads: list[str]) -> int:
-        return int(await self._write(conn, lambda: self._add(conn, session_id, payloads)))
+        return int(await self.write(conn, lambda: self.add(conn, session_id, payloads)))
 
     async def _newest(self, conn: Any, session_id: str) -> int | None:
         sql = f"SELECT max(seq) FROM {self.t.messages} WHERE session_id = ?"
@@ -305,9 +259,9 @@ class SqliteDialect(SqlDialect):
         async def run() -> int | None:  # BEGIN IMMEDIATE: no other writer until COMMIT
             if await self._newest(conn, guard) != seq:
                 return None
-            return await self._add(conn, session_id, payloads)
+            return await self.add(conn, session_id, payloads)
 
-        return await self._write(conn, run)  # type: ignore[no-any-return]
+        return await self.write(conn, run)
 
     async def pop_if_newest(
         self, conn: Any, session_id: str, guard: str, seq: int | None, newest: int | None
@@ -317,20 +271,12 @@ class SqliteDialect(SqlDialect):
                 newest is not None and await self._newest(conn, session_id) != newest
             ):
                 return False, None
-            value = await self._popped(conn, session_id)
+            value = await self.pop_in(conn, session_id)
             return True, None if value is None else str(value)
 
-        return await self._write(conn, run)  # type: ignore[no-any-return]
+        return await self.write(conn, run)
 
-    async def load(
-        self, conn: Any, session_id: str, limit: int | None, after: int | None, before: int | None
-    ) -> list[Row]:
-        sql, args = range_query(self.t.messages, "?", session_id, after, before, limit)
-        cur = await conn.execute(sql, args)
-        rows: list[Row] = [(r[0], r[1]) for r in await cur.fetchall()]
-        return rows if limit is None else rows[::-1]
-
-    async def _popped(self, conn: Any, session_id: str) -> Any:
+    async def pop_in(self, conn: Any, session_id: str) -> Any:
         """Delete the newest row and return its payload (None: no row), RETURNING drained so
         a COMMIT or a check may follow."""
         cur = await conn.execute(self._pop, (session_id, session_id))
@@ -338,86 +284,22 @@ class SqliteDialect(SqlDialect):
         return rows[0][0] if rows else None
 
     async def pop(self, conn: Any, session_id: str) -> str | None:
-        value = await self._write(conn, lambda: self._popped(conn, session_id))
+        value = await self.write(conn, lambda: self.pop_in(conn, session_id))
         return None if value is None else str(value)
 
-    async def pop_checked(self, conn: Any, session_id: str, check: Callable[[str], Any]) -> Any:
-        await conn.execute("BEGIN IMMEDIATE")
-        try:
-            value = await self._popped(conn, session_id)
-            outcome = None if value is None else run_check(check, str(value))
-        except BaseException:
-            await conn.rollback()
-            raise
-        await (conn.rollback() if isinstance(outcome, Refused) else conn.commit())
-        return outcome
-
-    async def clear(self, conn: Any, session_id: str) -> None:
-        await self._write(conn, lambda: conn.execute(self._clear, (session_id,)))
-
-    async def replace_rows(
-        self, conn: Any, session_id: str, expected: list[Row] | None, payloads: list[str],
-        prune: Callable[[str], bool] | None,
-    ) -> bool:
-        sid = session_id
-
-        async def fetch(sql: str, args: tuple[Any, ...]) -> list[Row]:
-            cur = await conn.execute(sql, args)
-            rows = [(r[0], r[1]) for r in await cur.fetchall()]
-            await cur.close()
-            return rows
-
-        async def run() -> bool:
-            if not await delete_for_swap(
-                fetch, conn.execute, self.t.messages, ("?", "?"), sid, expected, prune
-            ):
-                return False
-            if payloads:
-                await self._add(conn, sid, payloads)
-            return True
-
-        return bool(await self._write(conn, run))
-
-    async def delete_before(self, conn: Any, session_id: str, before: int) -> int:
-        args = (session_id, before)
-        return int(
-            await self._write(conn, lambda: _changed(conn.execute(self._delete_before, args)))
+    async def set_counter(
+        self, conn: Any, session_id: str, last: int, created: float, updated: float
+    ) -> None:
+        await conn.execute(
+            f"INSERT INTO {self.t.sessions} (session_id, last_seq, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
+            "last_seq = MAX(last_seq, excluded.last_seq), "
+            "created_at = excluded.created_at, updated_at = excluded.updated_at",
+            (session_id, last, _stamp(created), _stamp(updated)),
         )
 
-    async def rewrite(self, conn: Any, session_id: str, rows: list[Row]) -> int:
-        sql = f"UPDATE {self.t.messages} SET message_data = ? WHERE session_id = ? AND seq = ?"
-        args = [(p, session_id, seq) for seq, p in rows]
-        return int(await self._write(conn, lambda: _changed(conn.executemany(sql, args))))
-
-    async def write_at(
-        self, conn: Any, session_id: str, rows: list[Row], created: float, updated: float
-    ) -> int:
-        s, m = self.t.sessions, self.t.messages
-        stamps = [_stamp(created), _stamp(updated)]
-
-        async def run() -> int:
-            (held,) = await _one(
-                conn, f"SELECT COUNT(*) FROM {m} WHERE session_id = ?", (session_id,)
-            )
-            if held:
-                return int(held)
-            await conn.execute(
-                f"INSERT INTO {s} (session_id, last_seq, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
-                "last_seq = MAX(last_seq, excluded.last_seq), "
-                "created_at = excluded.created_at, updated_at = excluded.updated_at",
-                (session_id, rows[-1][0], *stamps),
-            )
-            await conn.executemany(self._insert, [(session_id, seq, p) for seq, p in rows])
-            return 0
-
-        return int(await self._write(conn, run))
-
-    async def count(self, conn: Any, session_id: str, after: int | None, before: int | None) -> int:
-        sql, args = range_query(self.t.messages, "?", session_id, after, before, count=True)
-        cur = await conn.execute(sql, args)
-        row = await cur.fetchone()
-        return int(row[0])
+    async def insert_rows(self, conn: Any, session_id: str, rows: list[Row]) -> None:
+        await conn.executemany(self._insert, [(session_id, seq, p) for seq, p in rows])
 
     def unavailable(self, exc: BaseException) -> bool:
         return any(
