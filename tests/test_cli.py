@@ -340,6 +340,56 @@ def test_purge_removes_expired_items_and_erases_emptied_sessions(
     assert "--ttl" in capsys.readouterr().err
 
 
+def test_purge_dry_run_promises_no_erase_a_store_without_catalog_cannot_do(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store that cannot list its sessions cannot erase them: the purge leaves an emptied
+    session in place, so neither its dry run nor its question may say it will be erased."""
+    from agent_sessions import TTLSession
+    from agent_sessions.backends.memory import InMemorySession
+    from agent_sessions.core import registry
+
+    class Unlisted:
+        """An in-memory session without ``catalog_store`` (a store that cannot list)."""
+
+        def __init__(self, inner: InMemorySession) -> None:
+            self.inner, self.capabilities = inner, inner.capabilities
+
+        def __getattr__(self, name: str) -> Any:
+            if name == "catalog_store":
+                raise AttributeError(name)
+            return getattr(self.inner, name)
+
+        def sibling(self, session_id: str) -> Unlisted:
+            return Unlisted(self.inner.sibling(session_id))
+
+    def opener(url: str, session_id: str, **options: Any) -> Unlisted:
+        return Unlisted(InMemorySession(session_id, **options))
+
+    monkeypatch.setitem(registry._SCHEMES, "unlisted", registry._Entry(opener, None))
+    sid = f"unlisted-{uuid.uuid4().hex[:8]}"
+    hour_ago = time.time() - 3600
+
+    async def fill() -> None:
+        async with InMemorySession(sid) as inner:
+            await TTLSession(inner, item_ttl=60, clock=lambda: hour_ago).add_items([_msg("old")])
+
+    asyncio.run(fill())
+    try:
+        args = ["purge", "unlisted://", sid, "--item-ttl", "60"]
+        assert main([*args, "--dry-run"]) == 0
+        dry = capsys.readouterr().out
+        assert f"{sid}: would remove 1 expired item(s)" in dry
+        assert "erased" not in dry
+        assert main([*args, "--json"]) == 1  # no terminal: the question is the error
+        assert "erase" not in capsys.readouterr().err
+        assert main([*args, "--yes", "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert (report["removed"], report["erased"]) == (1, [])
+    finally:
+        asyncio.run(InMemorySession(sid).clear_session())
+
+
 @pytest.fixture(params=["sqlite", "redis"])
 def ttl_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     if request.param == "sqlite":

@@ -784,14 +784,18 @@ def purge(
             else:
                 plan[sid] = 0
 
+        # Erasing needs the catalog: a store that cannot list keeps the sessions it empties.
+        erasing = not keep_empty and store.catalog is not None
+
         async def purge_all(counts: dict[str, int], dry: bool) -> list[str]:
-            """Purge (``dry``: count) each planned session; return those left empty."""
+            """Purge (``dry``: count) each planned session; return those left empty that are
+            to be erased."""
             emptied = []
             for sid in plan:
                 async with store.opened(sid) as inner:
                     session = _ttl_session(inner, (ttl, item_ttl, absolute))
                     counts[sid] = await session.purge_expired(dry_run=dry)
-                    if counts[sid] and not await (
+                    if erasing and counts[sid] and not await (
                         session.get_items(1) if dry else inner.count_items()  # nothing left
                     ):
                         emptied.append(sid)
@@ -799,9 +803,9 @@ def purge(
 
         emptied = await purge_all(plan, True)
         if dry_run or not sum(plan.values()):
-            return plan, [] if keep_empty else emptied, skipped
+            return plan, emptied, skipped
         going = {sid: n for sid, n in plan.items() if n}
-        erase = "" if keep_empty or not emptied else (
+        erase = "" if not emptied else (
             f" and erase {len(emptied)} session(s) left empty ({_names(emptied)}) with "
             "their side stores"
         )
@@ -812,10 +816,8 @@ def purge(
             yes,
         )
         emptied = await purge_all(done, False)
-        if keep_empty or store.catalog is None:
-            emptied = []
-        elif emptied:
-            await store.catalog.delete_sessions(emptied)
+        if emptied:
+            await store.require_catalog().delete_sessions(emptied)
         return done, emptied, skipped
 
     removed, erased, skipped = _in_store(url, option, go)

@@ -476,13 +476,6 @@ def _numbered(data: SessionData, numbers: list[int | None]) -> SessionData:
     return data
 
 
-def read_export(lines: Iterable[str]) -> Iterator[tuple[str, list[Any]]]:
-    """Yield ``(session_id, items)`` from an export's lines, one session at a time (see
-    :func:`iter_export` for numbers, times and errors)."""
-    for data in iter_export(lines):
-        yield data.session_id, data.items
-
-
 async def import_store(
     url: str, lines: Iterable[str], *, options: dict[str, Any] | None = None,
     replace: bool = False, batch: int = DEFAULT_BATCH, progress: Progress | None = None,
@@ -507,6 +500,6 @@ async def import_store(
 
 __all__ = [
     "EXPORT_FORMAT", "RenumberingError", "SessionData", "Store", "TransferConflictError",
-    "TransferReport", "copy_store", "export_store", "import_store", "iter_export", "read_export",
+    "TransferReport", "copy_store", "export_store", "import_store", "iter_export",
     "redacted", "write_session"
 ]

@@ -117,10 +117,6 @@ def open_redis(
     return SDKLayoutSession(make(session_id), _Layout(make, catalog, client.aclose))
 
 
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
-
-
 def _text(raw: Any) -> Any:
     return raw.decode() if isinstance(raw, bytes) else raw
 
@@ -140,7 +136,9 @@ class SDKRedisCatalog:
 
     async def _all(self) -> list[str]:
         """The id of every session under the prefix (its hash is ``P:<id>``)."""
-        pattern = f"{_glob_escape(self.prefix)}:*"
+        from ..backends.redis.catalog import glob_escape
+
+        pattern = f"{glob_escape(self.prefix)}:*"
         keys = self.client.scan_iter(match=pattern, count=1000, _type="hash")
         return [_text(raw)[len(self.prefix) + 1 :] async for raw in keys]
 
