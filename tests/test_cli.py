@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import sqlite3
 import subprocess
@@ -543,6 +544,10 @@ def test_show_reads_the_key_from_a_file_or_the_environment(
     assert _lines(capsys.readouterr().out) == [_msg("classified")]
     assert main(["show", url, "secret", "--decrypt", "--key-file", str(tmp_path / "no")]) == 1
     assert "cannot read the key file" in capsys.readouterr().err
+    monkeypatch.delenv("AGENT_SESSIONS_KEY_FILE")
+    monkeypatch.setattr("sys.stdin", io.StringIO(key + "\n"))  # `--key-file -`: piped in
+    assert main(["show", url, "secret", "--decrypt", "--key-file", "-"]) == 0
+    assert _lines(capsys.readouterr().out) == [_msg("classified")]
 
 
 def test_copy_reports_progress_and_what_an_interruption_left(

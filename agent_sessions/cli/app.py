@@ -311,10 +311,11 @@ def _open(path: str, mode: str, what: str) -> IO[str]:
 
 
 def _read_key(key: str | None, key_file: str | None) -> str | None:
-    """``key``, or with ``key_file`` that file's text (stripped)."""
+    """``key``, or with ``key_file`` that file's text (stripped; ``-``: standard input)."""
     if key_file is None:
         return key
-    with _open(key_file, "r", f"read the key file {key_file}") as file:
+    reading = f"read the key file {key_file}"
+    with nullcontext(sys.stdin) if key_file == "-" else _open(key_file, "r", reading) as file:
         text = file.read().strip()
     if not text:
         _fail(f"the key file {key_file} is empty")
@@ -334,7 +335,8 @@ def show(
         "which stay out of the shell history", envvar="AGENT_SESSIONS_KEY", show_envvar=False,
     )] = None,
     key_file: Annotated[str | None, _opt(
-        "file holding the encryption key (or the AGENT_SESSIONS_KEY_FILE variable)",
+        "file holding the encryption key, '-' for stdin (or the AGENT_SESSIONS_KEY_FILE "
+        "variable)",
         envvar="AGENT_SESSIONS_KEY_FILE", show_envvar=False,
     )] = None,
     branch: Annotated[
