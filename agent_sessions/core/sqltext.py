@@ -76,8 +76,11 @@ def side_stores_sql(sessions: str) -> tuple[str, dict[str, Any]]:
     return _ids_like(sessions, f"{SIBLING_MARK}%")
 
 
-def sqlite_time(when: datetime) -> str:
-    # CURRENT_TIMESTAMP text; whole seconds, which the catalog's own check refines.
+def sqlite_time(when: datetime | float) -> str:
+    # CURRENT_TIMESTAMP text (UTC) of a time or an epoch; whole seconds, which the catalog's
+    # own check refines.
+    if not isinstance(when, datetime):
+        when = datetime.fromtimestamp(when, timezone.utc)
     return when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
