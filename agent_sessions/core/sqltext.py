@@ -84,6 +84,17 @@ def sqlite_time(when: datetime | float) -> str:
     return when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def sqlite_indexable(row: str) -> str:
+    """SQLite's SQL true when ``row``'s JSON holds a non-empty string ``text``, the text
+    index's rule (NULL, not an error, for malformed JSON: CASE evaluates its branch only when
+    the JSON is valid)."""
+    return (
+        f"(CASE WHEN json_valid({row}.message_data) THEN "
+        f"json_type({row}.message_data, '$.text') = 'text' "
+        f"AND json_extract({row}.message_data, '$.text') <> '' END)"
+    )
+
+
 def rows_to_infos(rows: Sequence[Sequence[Any]]) -> list[SessionInfo]:
     return [SessionInfo(str(r[0]), utc(r[1]), utc(r[2]), int(r[3] or 0)) for r in rows]
 
