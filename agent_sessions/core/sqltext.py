@@ -76,9 +76,21 @@ def side_stores_sql(sessions: str) -> tuple[str, dict[str, Any]]:
     return _ids_like(sessions, f"{SIBLING_MARK}%")
 
 
-def sqlite_time(when: datetime) -> str:
-    # CURRENT_TIMESTAMP text; whole seconds, which the catalog's own check refines.
+def sqlite_time(when: datetime | float) -> str:
+    # CURRENT_TIMESTAMP text of a time or an epoch; whole seconds, which the catalog refines.
+    if not isinstance(when, datetime):
+        when = datetime.fromtimestamp(when, timezone.utc)
     return when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def sqlite_indexable(row: str) -> str:
+    """SQLite's SQL true when ``row``'s JSON holds a non-empty string ``text`` (NULL, not an
+    error, for malformed JSON: CASE evaluates its branch only when the JSON is valid)."""
+    return (
+        f"(CASE WHEN json_valid({row}.message_data) THEN "
+        f"json_type({row}.message_data, '$.text') = 'text' "
+        f"AND json_extract({row}.message_data, '$.text') <> '' END)"
+    )
 
 
 def rows_to_infos(rows: Sequence[Sequence[Any]]) -> list[SessionInfo]:

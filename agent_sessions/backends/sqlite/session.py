@@ -20,7 +20,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
@@ -28,7 +27,7 @@ from ...core.capabilities import Capability
 from ...core.codec import decode_item, encode_item
 from ...core.family import purposes_in
 from ...core.registry import StoreHold
-from ...core.sqltext import IDENTIFIER, check_identifier
+from ...core.sqltext import IDENTIFIER, check_identifier, sqlite_time
 from ...errors import (
     BackendUnavailableError,
     SequenceConflictError,
@@ -462,11 +461,6 @@ async def _settled(job: _Job) -> Any:
         raise
 
 
-def _sqlite_stamp(epoch: float) -> str:
-    """``epoch`` as CURRENT_TIMESTAMP text (UTC)."""
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def _write(raw: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
     """Run ``fn`` inside one IMMEDIATE transaction; all of it commits or none of it.
 
@@ -709,7 +703,7 @@ class SQLiteSession(BaseSession):
         # file: a number another session holds cannot be written here.
         schema, sid, m = self.schema, self.session_id, self.messages_table
         s = schema.key[0]
-        stamp = [_sqlite_stamp(created), _sqlite_stamp(updated)]
+        stamp = [sqlite_time(created), sqlite_time(updated)]
         seqs = [seq for seq, _ in rows]
 
         def write(raw: sqlite3.Connection) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from ...core.sqltext import sqlite_indexable
 from ...core.textsearch import Between, Equal
 
 _TEXT = "'$.text'"
@@ -38,16 +39,6 @@ _INT64_MAX = 2**63 - 1
 def _bindable(bound: float) -> float:
     """``bound`` as SQLite binds it: an int beyond 64 bits as a float (same order)."""
     return bound if -_INT64_MAX <= bound <= _INT64_MAX else float(bound)
-
-
-def _indexable(row: str) -> str:
-    """SQL true when ``row``'s JSON holds a non-empty string ``text`` (NULL, not an error, for
-    malformed JSON: CASE evaluates its branch only when the JSON is valid)."""
-    return (
-        f"(CASE WHEN json_valid({row}.message_data) THEN "
-        f"json_type({row}.message_data, {_TEXT}) = 'text' "
-        f"AND json_extract({row}.message_data, {_TEXT}) <> '' END)"
-    )
 
 
 class TextIndexSchema:
@@ -64,25 +55,25 @@ class TextIndexSchema:
             f"CREATE TABLE IF NOT EXISTS {listed} (session_id TEXT PRIMARY KEY) WITHOUT ROWID",
             f"CREATE VIEW IF NOT EXISTS {src} AS SELECT m.id AS id, "
             f"json_extract(m.message_data, {_TEXT}) AS body FROM {m} AS m "
-            f"WHERE m.session_id IN (SELECT session_id FROM {listed}) AND {_indexable('m')}",
+            f"WHERE m.session_id IN (SELECT session_id FROM {listed}) AND {sqlite_indexable('m')}",
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {f} USING fts5(body, content='{src}', "
             "content_rowid='id', tokenize='unicode61 remove_diacritics 2')",
             f"CREATE TRIGGER IF NOT EXISTS {m}_text_insert AFTER INSERT ON {m} "
-            f"WHEN {new_listed} AND {_indexable('new')} BEGIN "
+            f"WHEN {new_listed} AND {sqlite_indexable('new')} BEGIN "
             f"INSERT INTO {f} (rowid, body) "
             f"VALUES (new.id, json_extract(new.message_data, {_TEXT})); END",
             f"CREATE TRIGGER IF NOT EXISTS {m}_text_delete AFTER DELETE ON {m} "
-            f"WHEN {old_listed} AND {_indexable('old')} BEGIN "
+            f"WHEN {old_listed} AND {sqlite_indexable('old')} BEGIN "
             f"INSERT INTO {f} ({f}, rowid, body) "
             f"VALUES ('delete', old.id, json_extract(old.message_data, {_TEXT})); END",
             f"CREATE TRIGGER IF NOT EXISTS {m}_text_update AFTER UPDATE ON {m} "
             f"WHEN {old_listed} OR {new_listed} BEGIN "
             f"INSERT INTO {f} ({f}, rowid, body) "
             f"SELECT 'delete', old.id, json_extract(old.message_data, {_TEXT}) "
-            f"WHERE {old_listed} AND {_indexable('old')}; "
+            f"WHERE {old_listed} AND {sqlite_indexable('old')}; "
             f"INSERT INTO {f} (rowid, body) "
             f"SELECT new.id, json_extract(new.message_data, {_TEXT}) "
-            f"WHERE {new_listed} AND {_indexable('new')}; END",
+            f"WHERE {new_listed} AND {sqlite_indexable('new')}; END",
             f"CREATE TRIGGER IF NOT EXISTS {m}_text_unlist AFTER DELETE ON {s} BEGIN "
             f"DELETE FROM {listed} WHERE session_id = old.session_id "
             f"AND NOT EXISTS (SELECT 1 FROM {m} WHERE session_id = old.session_id); END",
@@ -101,7 +92,7 @@ class TextIndexSchema:
         self.list = f"INSERT INTO {listed} (session_id) VALUES (?)"
         self.backfill = (
             f"INSERT INTO {f} (rowid, body) SELECT m.id, json_extract(m.message_data, {_TEXT}) "
-            f"FROM {m} AS m WHERE m.session_id = ? AND {_indexable('m')}"
+            f"FROM {m} AS m WHERE m.session_id = ? AND {sqlite_indexable('m')}"
         )
         # The best ``?`` hits among the session's row ids, ranked with no join per hit, each
         # joined to its row and marked whether it is the session's and passes the filters
