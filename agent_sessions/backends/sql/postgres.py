@@ -146,16 +146,6 @@ $f$""",
     ]
 
 
-def text_objects(t: Tables) -> list[tuple[str, str]]:
-    """``(kind, name)`` of what ``text_statements`` creates besides the index on ``tsv``
-    (kind: table, function, trigger)."""
-    x = TextTables.of(t)
-    return [
-        ("table", x.index), ("table", x.registry), ("function", x.name("sync")),
-        ("trigger", x.name("ins")), ("trigger", x.name("upd")),
-    ]
-
-
 def drop_text_statements(t: Tables) -> list[str]:
     """Undo ``text_statements`` (triggers first: a trigger naming a dropped table would fail
     every write to the messages table)."""

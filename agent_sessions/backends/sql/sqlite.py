@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Awaitable, Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy.engine import Dialect
 
 from ...core.base import Row
+from ...core.sqltext import sqlite_indexable, sqlite_time
 from ...errors import BackendDataError
 from .common import (
     BACKFILL_ROWS,
@@ -46,16 +46,6 @@ def create_statements(t: Tables) -> list[str]:
     ]
 
 
-def _indexable(row: str) -> str:
-    """SQL true when ``row``'s JSON holds a non-empty string ``text`` (NULL, never an error,
-    for malformed JSON, as in the SQLite backend's index)."""
-    return (
-        f"(CASE WHEN json_valid({row}.message_data) THEN "
-        f"json_type({row}.message_data, '$.text') = 'text' "
-        f"AND json_extract({row}.message_data, '$.text') <> '' END)"
-    )
-
-
 def text_statements(t: Tables) -> list[str]:
     """The DDL of the full-text index (Capability.TEXT_SEARCH), made on the first
     ``search_text``: a table of the registered sessions' texts keyed by ``(session_id, seq)``,
@@ -68,7 +58,7 @@ def text_statements(t: Tables) -> list[str]:
     add = (
         f"INSERT OR REPLACE INTO {x.index} (session_id, seq, body) SELECT NEW.session_id, "
         "NEW.seq, json_extract(NEW.message_data, '$.text') WHERE EXISTS (SELECT 1 FROM "
-        f"{x.registry} WHERE session_id = NEW.session_id) AND {_indexable('NEW')};"
+        f"{x.registry} WHERE session_id = NEW.session_id) AND {sqlite_indexable('NEW')};"
     )
     return [
         f"CREATE TABLE IF NOT EXISTS {x.registry} (session_id TEXT PRIMARY KEY, "
@@ -119,11 +109,6 @@ async def _changed(statement: Awaitable[Any]) -> int:
 async def _execute_all(conn: Any, statements: list[str]) -> None:
     for statement in statements:
         await conn.execute(statement)
-
-
-def _stamp(epoch: float) -> str:
-    """``epoch`` as CURRENT_TIMESTAMP text (UTC)."""
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 _FIELD = "m.message_data, '$.{f}'"
@@ -206,7 +191,7 @@ class SqliteDialect(SqlDialect):
             f"INSERT OR IGNORE INTO {x.index} (session_id, seq, body) SELECT m.session_id, "
             f"m.seq, json_extract(m.message_data, '$.text') FROM {self.t.messages} m "
             "WHERE m.session_id = ? AND m.seq > ? AND m.seq <= coalesce(?, m.seq) "
-            f"AND {_indexable('m')} ORDER BY m.seq",
+            f"AND {sqlite_indexable('m')} ORDER BY m.seq",
             BACKFILL_ROWS,
         )
 
@@ -295,7 +280,7 @@ class SqliteDialect(SqlDialect):
             "VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
             "last_seq = MAX(last_seq, excluded.last_seq), "
             "created_at = excluded.created_at, updated_at = excluded.updated_at",
-            (session_id, last, _stamp(created), _stamp(updated)),
+            (session_id, last, sqlite_time(created), sqlite_time(updated)),
         )
 
     async def insert_rows(self, conn: Any, session_id: str, rows: list[Row]) -> None:
