@@ -58,7 +58,7 @@ sdk-tests: install services
 
 # Long stateful property run: every stack over every backend, 120 examples of 40 steps each
 # (CI runs 3 examples of 10 steps over memory, SQLite and Redis). A stack over the MongoDB
-# stand-in (mongomock filters in Python) takes about 9 minutes: past the suite's 300 s limit.
+# stand-in (mongomock filters in Python) took 5-13 minutes here: past the suite's 300 s limit.
 props: install services
 	AGENT_SESSIONS_PROPS=long $(PY) -m pytest tests/test_properties.py -q --timeout=1800
 
