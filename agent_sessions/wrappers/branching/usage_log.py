@@ -164,14 +164,10 @@ class UsageQueries:
         search_calls = {(t, tool) for t, kind, tool in structure if kind == "tool_search_call"}
         counts: dict[tuple[Any, int], int] = {}
         for turn, kind, tool in structure:
-            if kind in TOOL_CALL_TYPES:
-                name = tool if tool is not None else (
-                    kind if kind in ("shell_call", "apply_patch_call") else None)
-            elif kind == "tool_search_output" and (turn, tool) not in search_calls:
-                name = tool
-            else:
-                continue
-            counts[(name, turn)] = counts.get((name, turn), 0) + 1
+            # (A shell or apply_patch call's tool name is its type: see extract_tool_name.)
+            if kind in TOOL_CALL_TYPES or (
+                    kind == "tool_search_output" and (turn, tool) not in search_calls):
+                counts[(tool, turn)] = counts.get((tool, turn), 0) + 1
         # The SDK's GROUP BY orders by turn, then tool name (NULL first).
         ordered = sorted(counts.items(),
                          key=lambda kv: (kv[0][1], kv[0][0] is not None, str(kv[0][0] or "")))
