@@ -60,7 +60,7 @@ async def _records(log: Session) -> list[dict[str, Any]]:
             continue
         branch = record["b"]
         if record.get("drop_branch"):
-            for gone in [k for k in out if k[1] == branch]:
+            for gone in [k for k in out if k[0] == branch]:
                 del out[gone]
             continue
         position = _position(record)
