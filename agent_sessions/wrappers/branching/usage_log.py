@@ -52,9 +52,9 @@ def _turn_fields(record: dict[str, Any]) -> dict[str, Any]:
             **{name: record.get(name) for name in _DETAILS}}
 
 
-async def _records(log: Session) -> list[dict[str, Any]]:
-    """Return the current record of every turn in usage side store ``log``, in storing order."""
-    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+async def _records(log: Session) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Return each turn's current record in usage side store ``log`` by (branch, *position)."""
+    out: dict[tuple[str, str, int], dict[str, Any]] = {}
     for _, record in await read_rows(log):
         if not isinstance(record, dict) or not isinstance(record.get("b"), str):
             continue
@@ -70,7 +70,7 @@ async def _records(log: Session) -> list[dict[str, Any]]:
         out.pop(key, None)
         if not record.get("drop"):
             out[key] = record
-    return list(out.values())
+    return out
 
 
 class UsageQueries:
@@ -136,7 +136,7 @@ class UsageQueries:
         """The current records (``branch_id``'s, when given) by (branch, turn number), in
         storing order; a record whose user message is not visible in its branch is left out."""
         records = await _records(self.side_store("usage"))
-        wanted = {r["b"] for r in records if branch_id is None or r["b"] == branch_id}
+        wanted = {b for b, _, _ in records if branch_id is None or b == branch_id}
         numbers: dict[str, dict[Position, int]] = {}
         if wanted:
             async with self._lock:
@@ -146,12 +146,10 @@ class UsageQueries:
                     numbers[name] = {(lineage[t.segment][0], t.seq): t.number
                                      for t in await self._view.turns(lineage)}
         out: dict[UsageKey, dict[str, Any]] = {}
-        for record in records:
-            position = _position(record)
-            turn = numbers.get(record["b"], {}).get(position) if position else None
+        for (branch, key, seq), record in records.items():
+            turn = numbers.get(branch, {}).get((key, seq))
             if turn is not None:
-                out.pop((record["b"], turn), None)
-                out[(record["b"], turn)] = record
+                out[(branch, turn)] = record
         return out
 
     async def get_tool_usage(self, branch_id: str | None = None) -> list[tuple[str, int, int]]:
