@@ -236,6 +236,23 @@ async def test_usage_per_branch(tmp_path: Path) -> None:
     await s.close()
 
 
+@pytest.mark.asyncio
+async def test_deleting_a_branch_keeps_other_branches_usage(tmp_path: Path) -> None:
+    # A branch named like another branch's storage key: its delete drops only its own usage.
+    s: Any = AdvancedSession(SQLiteSession("drop-branch", str(tmp_path / "d.db")))
+    agent, _ = usage_agent(*[(f"r{i}", usage(1, 10 * i, i)) for i in range(1, 5)])
+    for q in ("q1", "q2"):
+        await s.store_run_usage(await Runner.run(agent, q, session=s))
+    await s.create_branch_from_turn(2, "alt")
+    await s.store_run_usage(await Runner.run(agent, "q2-alt", session=s))
+    key = s._log.state.branches["alt"].lineage[-1][0]
+    await s.create_branch_from_turn(1, key)
+    await s.delete_branch(key, force=True)
+    assert [t["input_tokens"] for t in await s.get_turn_usage(branch_id="alt")] == [30]
+    assert (await s.get_session_usage())["total_turns"] == 3
+    await s.close()
+
+
 async def _usage_script(s: Any) -> list[Any]:
     agent = tool_agent()
     r1 = await Runner.run(agent, "Weather in Paris and Rome?", session=s)

@@ -52,15 +52,15 @@ def _turn_fields(record: dict[str, Any]) -> dict[str, Any]:
             **{name: record.get(name) for name in _DETAILS}}
 
 
-async def _records(log: Session) -> list[dict[str, Any]]:
-    """Return the current record of every turn in usage side store ``log``, in storing order."""
-    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+async def _records(log: Session) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Return each turn's current record in usage side store ``log`` by (branch, *position)."""
+    out: dict[tuple[str, str, int], dict[str, Any]] = {}
     for _, record in await read_rows(log):
         if not isinstance(record, dict) or not isinstance(record.get("b"), str):
             continue
         branch = record["b"]
         if record.get("drop_branch"):
-            for gone in [k for k in out if k[1] == branch]:
+            for gone in [k for k in out if k[0] == branch]:
                 del out[gone]
             continue
         position = _position(record)
@@ -70,7 +70,7 @@ async def _records(log: Session) -> list[dict[str, Any]]:
         out.pop(key, None)
         if not record.get("drop"):
             out[key] = record
-    return list(out.values())
+    return out
 
 
 class UsageQueries:
@@ -136,7 +136,7 @@ class UsageQueries:
         """The current records (``branch_id``'s, when given) by (branch, turn number), in
         storing order; a record whose user message is not visible in its branch is left out."""
         records = await _records(self.side_store("usage"))
-        wanted = {r["b"] for r in records if branch_id is None or r["b"] == branch_id}
+        wanted = {b for b, _, _ in records if branch_id is None or b == branch_id}
         numbers: dict[str, dict[Position, int]] = {}
         if wanted:
             async with self._lock:
@@ -146,12 +146,10 @@ class UsageQueries:
                     numbers[name] = {(lineage[t.segment][0], t.seq): t.number
                                      for t in await self._view.turns(lineage)}
         out: dict[UsageKey, dict[str, Any]] = {}
-        for record in records:
-            position = _position(record)
-            turn = numbers.get(record["b"], {}).get(position) if position else None
+        for (branch, key, seq), record in records.items():
+            turn = numbers.get(branch, {}).get((key, seq))
             if turn is not None:
-                out.pop((record["b"], turn), None)
-                out[(record["b"], turn)] = record
+                out[(branch, turn)] = record
         return out
 
     async def get_tool_usage(self, branch_id: str | None = None) -> list[tuple[str, int, int]]:
@@ -164,14 +162,10 @@ class UsageQueries:
         search_calls = {(t, tool) for t, kind, tool in structure if kind == "tool_search_call"}
         counts: dict[tuple[Any, int], int] = {}
         for turn, kind, tool in structure:
-            if kind in TOOL_CALL_TYPES:
-                name = tool if tool is not None else (
-                    kind if kind in ("shell_call", "apply_patch_call") else None)
-            elif kind == "tool_search_output" and (turn, tool) not in search_calls:
-                name = tool
-            else:
-                continue
-            counts[(name, turn)] = counts.get((name, turn), 0) + 1
+            # (A shell or apply_patch call's tool name is its type: see extract_tool_name.)
+            if kind in TOOL_CALL_TYPES or (
+                    kind == "tool_search_output" and (turn, tool) not in search_calls):
+                counts[(tool, turn)] = counts.get((tool, turn), 0) + 1
         # The SDK's GROUP BY orders by turn, then tool name (NULL first).
         ordered = sorted(counts.items(),
                          key=lambda kv: (kv[0][1], kv[0][0] is not None, str(kv[0][0] or "")))
