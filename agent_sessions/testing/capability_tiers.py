@@ -46,6 +46,16 @@ class SequencingConformance(ConformanceBase):
         assert await s.count_items(after=first[0], before=third[0]) == 1
         assert await s.add_sequenced_items([]) == []
 
+    async def test_numbers_keep_rising_across_a_clear(self) -> None:
+        # Layers keep numbers (a TTL boundary, branch points): a number reused after a clear
+        # would make them take the new item for the old one.
+        s = await self.new_session(Capability.SEQUENCED, suffix="cleared")
+        first = await s.add_sequenced_items([msg("a"), msg("b")])
+        await s.clear_session()
+        again = await s.add_sequenced_items([msg("c")])
+        assert again[0] > first[-1], "a number was reused after clear_session"
+        assert [seq for seq, _ in await s.get_sequenced_items()] == again
+
     async def test_two_objects_share_one_numbering(self) -> None:
         s = await self.new_session(Capability.SEQUENCED, suffix="numbered")
         other: Any = await self.create_session(s.session_id)

@@ -26,6 +26,7 @@ from agents.memory import Session
 from ..core.capabilities import Capability, supports
 from ..core.codec import encode_batch
 from ..core.family import close_quietly
+from ..core.mutation import run_to_completion
 from .base import SessionWrapper
 
 if TYPE_CHECKING:
@@ -330,13 +331,20 @@ class ForeignSession(SessionWrapper):
             return await self.inner.pop_item()
 
     async def clear_session(self) -> None:
-        """Delete every item and the numbering (numbers may restart afterwards)."""
+        """Delete every item and the numbering's history, keeping its high-water mark: later
+        numbers are higher than every number given out before (layers keep numbers)."""
         async with self._lock():
             before = await self._numbering()
-            await self._record(before, Numbering(0, before.high), self._newest, None)
+            cleared = Numbering(0, before.high)
+            await self._record(before, cleared, self._newest, None)
             await self.inner.clear_session()
-            await self._log.clear_session()
             self._resolved = None
+            await run_to_completion(self._restart_log(cleared))
+
+    async def _restart_log(self, cleared: Numbering) -> None:
+        # Between these two steps an empty log would restart numbers at 1: not cancellable.
+        await self._log.clear_session()
+        await self._record(cleared, cleared, None, None)
 
     async def get_sequenced_items(
         self, limit: int | None = None, *, after: int | None = None, before: int | None = None
