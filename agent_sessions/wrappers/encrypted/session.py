@@ -187,18 +187,6 @@ class KeyMismatchError(DecryptionError, InvalidToken):
     ``EncryptedSession.pop_item`` raises in the same case."""
 
 
-def _fields(envelope: Any) -> tuple[Any, Any, Any, Any]:
-    """``(n, c, t, kid)`` of an envelope of this version, or raise _Unreadable."""
-    if type(envelope) is not dict or envelope.get("type") != ENC_TYPE:
-        raise _NotAnEnvelope("it is not an encrypted envelope")
-    if envelope.get("v") != ENVELOPE_VERSION:
-        raise _Unreadable(f"envelope version {envelope.get('v')!r} is not supported")
-    t = envelope.get("t")
-    if t is not None and type(t) is not int:
-        raise _Unreadable("the envelope's write time is malformed")
-    return envelope.get("n"), envelope.get("c"), t, envelope.get("kid")
-
-
 def _item(plain: bytes) -> Any:
     try:
         item = loads(plain)
@@ -399,13 +387,19 @@ class EncryptedSession(SessionWrapper):
 
     def _plaintext(self, envelope: Any, remember: bool = True) -> bytes:
         """Decrypt ``envelope``: its authenticated plaintext if live, else raise _Unreadable."""
-        n, c, t, kid = _fields(envelope)
+        if type(envelope) is not dict or envelope.get("type") != ENC_TYPE:
+            raise _NotAnEnvelope("it is not an encrypted envelope")
+        if envelope.get("v") != ENVELOPE_VERSION:
+            raise _Unreadable(f"envelope version {envelope.get('v')!r} is not supported")
+        t, kid = envelope.get("t"), envelope.get("kid")
+        if t is not None and type(t) is not int:
+            raise _Unreadable("the envelope's write time is malformed")
         if type(kid) is not str or kid not in self._keys:
             raise _Unreadable(f"key id {kid!r} is not in the keyring")
         cipher, aad = self._ciphers.get(kid) or self._cipher(kid)
         try:
             # Lenient decoding is enough: GCM authenticates the bytes that come out.
-            nonce, sealed = _b64decode(n), _b64decode(c)
+            nonce, sealed = _b64decode(envelope.get("n")), _b64decode(envelope.get("c"))
         except (TypeError, ValueError):
             raise _Unreadable("the envelope's nonce or ciphertext is malformed") from None
         if len(nonce) != _NONCE_BYTES:
