@@ -334,7 +334,9 @@ class EncryptedSession(SessionWrapper):
     # -- crypto --------------------------------------------------------------------------------
 
     def _cipher(self, kid: str) -> tuple[AESGCM, bytes]:
-        """The AEAD of ``kid``'s per-session key (HKDF-SHA256) and the associated data."""
+        """The AEAD of ``kid``'s per-session key (HKDF-SHA256) and the associated data,
+        derived on first use, once per object (a pop's check may derive it off the event loop's
+        thread: two threads would store equal entries, one dict assignment each)."""
         entry = self._ciphers.get(kid)
         if entry is None:
             sid = self.session_id.encode("utf-8")
