@@ -316,6 +316,24 @@ async def test_plaintext_cache_is_bounded_per_object_and_hands_out_independent_c
 
 
 @pytest.mark.asyncio
+async def test_an_object_derives_its_key_on_first_use_and_caches_reads_from_its_second_on() -> None:
+    """Issue 25 item 7: an object built per call pays for no work it cannot use."""
+    module = EncryptedSession.__module__
+    with patch(f"{module}._session_key", side_effect=AssertionError("derived at construction")):
+        s, inner = await _stack(encryption_key=KEY)
+    await s.add_items([msg("a"), msg("b")])
+    assert len(s._ciphers) == 1  # derived once, for the write
+    reader = EncryptedSession(inner, encryption_key=KEY)
+    assert reader._plain is not None
+    assert texts(await reader.get_items()) == ["a", "b"]
+    assert reader._plain.entries == {}  # a first read keeps nothing
+    assert texts(await reader.get_items()) == ["a", "b"]
+    assert len(reader._plain.entries) == 2
+    with patch(f"{module}._b64decode", side_effect=AssertionError("decoded again")):
+        assert texts(await reader.get_items()) == ["a", "b"]
+
+
+@pytest.mark.asyncio
 async def test_no_object_reads_plaintext_another_object_opened() -> None:
     """Issue 23 item 8: plaintext lives no wider than the object that decrypted it."""
     import binascii

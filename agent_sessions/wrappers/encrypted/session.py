@@ -187,18 +187,6 @@ class KeyMismatchError(DecryptionError, InvalidToken):
     ``EncryptedSession.pop_item`` raises in the same case."""
 
 
-def _fields(envelope: Any) -> tuple[Any, Any, Any, Any]:
-    """``(n, c, t, kid)`` of an envelope of this version, or raise _Unreadable."""
-    if type(envelope) is not dict or envelope.get("type") != ENC_TYPE:
-        raise _NotAnEnvelope("it is not an encrypted envelope")
-    if envelope.get("v") != ENVELOPE_VERSION:
-        raise _Unreadable(f"envelope version {envelope.get('v')!r} is not supported")
-    t = envelope.get("t")
-    if t is not None and type(t) is not int:
-        raise _Unreadable("the envelope's write time is malformed")
-    return envelope.get("n"), envelope.get("c"), t, envelope.get("kid")
-
-
 def _item(plain: bytes) -> Any:
     try:
         item = loads(plain)
@@ -241,7 +229,8 @@ class EncryptedSession(SessionWrapper):
             unbounded): ``get_items`` reads growing windows until it has ``limit`` readable
             items, and raises RuntimeError when the budget runs out first (and ValueError for
             a negative limit, before reading).
-        cache_bytes: plaintext kept of items this object wrote or opened, so re-reading the
+        cache_bytes: plaintext kept of items this object wrote or opened (from its second
+            read on: an object used for one call would never read it back), so re-reading the
             same envelope (each Runner turn re-reads the history) skips base64 and AES. Private
             to this object (no other object, session or key sees it), used only for a
             byte-identical envelope, emptied by ``clear_session``. 0: none.
@@ -322,8 +311,8 @@ class EncryptedSession(SessionWrapper):
         check_int("cache_bytes", cache_bytes)
         self.cache_bytes = cache_bytes
         self._plain = _PlainCache(cache_bytes) if cache_bytes else None
-        self._ciphers: dict[str, tuple[AESGCM, bytes]] = {}
-        self._cipher(self.active_key_id)  # derive now: a bad key fails at construction
+        self._ciphers: dict[str, tuple[AESGCM, bytes]] = {}  # derived on first use
+        self._read = False  # whether get_items ran: from its second read on, remember
         if max_item_bytes is None:
             inner_cap = getattr(inner, "max_item_bytes", None)
             max_item_bytes = DEFAULT_MAX_ITEM_BYTES
@@ -345,7 +334,9 @@ class EncryptedSession(SessionWrapper):
     # -- crypto --------------------------------------------------------------------------------
 
     def _cipher(self, kid: str) -> tuple[AESGCM, bytes]:
-        """The AEAD of ``kid``'s per-session key (HKDF-SHA256) and the associated data."""
+        """The AEAD of ``kid``'s per-session key (HKDF-SHA256) and the associated data,
+        derived on first use, once per object (a pop's check may derive it off the event loop's
+        thread: two threads would store equal entries, one dict assignment each)."""
         entry = self._ciphers.get(kid)
         if entry is None:
             sid = self.session_id.encode("utf-8")
@@ -357,7 +348,7 @@ class EncryptedSession(SessionWrapper):
     def _seal(self, text: str, t: int | None = None) -> dict[str, Any]:
         """Return the envelope of ``text``, stamped with write time ``t`` (now when None)."""
         kid = self.active_key_id
-        cipher, aad = self._ciphers[kid]  # the active key's, derived at construction
+        cipher, aad = self._ciphers.get(kid) or self._cipher(kid)
         if t is None:
             t = int(time.time())
         nonce = os.urandom(_NONCE_BYTES)
@@ -398,21 +389,26 @@ class EncryptedSession(SessionWrapper):
 
     def _plaintext(self, envelope: Any, remember: bool = True) -> bytes:
         """Decrypt ``envelope``: its authenticated plaintext if live, else raise _Unreadable."""
-        n, c, t, kid = _fields(envelope)
+        if type(envelope) is not dict or envelope.get("type") != ENC_TYPE:
+            raise _NotAnEnvelope("it is not an encrypted envelope")
+        if envelope.get("v") != ENVELOPE_VERSION:
+            raise _Unreadable(f"envelope version {envelope.get('v')!r} is not supported")
+        t, kid = envelope.get("t"), envelope.get("kid")
+        if t is not None and type(t) is not int:
+            raise _Unreadable("the envelope's write time is malformed")
         if type(kid) is not str or kid not in self._keys:
             raise _Unreadable(f"key id {kid!r} is not in the keyring")
-        entry = self._cipher(kid)
+        cipher, aad = self._ciphers.get(kid) or self._cipher(kid)
         try:
             # Lenient decoding is enough: GCM authenticates the bytes that come out.
-            nonce, sealed = _b64decode(n), _b64decode(c)
+            nonce, sealed = _b64decode(envelope.get("n")), _b64decode(envelope.get("c"))
         except (TypeError, ValueError):
             raise _Unreadable("the envelope's nonce or ciphertext is malformed") from None
         if len(nonce) != _NONCE_BYTES:
             raise _Unreadable("the envelope's nonce is malformed")
         # An envelope written before write times were stamped has no "t" (never expires).
-        aad = entry[1] if t is None else b"%b\x00t%d" % (entry[1], t)
         try:
-            plain = entry[0].decrypt(nonce, sealed, aad)
+            plain = cipher.decrypt(nonce, sealed, aad if t is None else b"%b\x00t%d" % (aad, t))
         except InvalidTag:
             raise _Unreadable(
                 "authentication failed (wrong key, altered bytes, or copied from another session)"
@@ -433,11 +429,17 @@ class EncryptedSession(SessionWrapper):
 
     def _open_all(self, envelopes: list[Any]) -> list[TResponseInputItem]:
         """The items of the readable ``envelopes``, their JSON decoded in one call."""
+        # What a fresh object per call opens it never reads again: an object remembers the
+        # plaintext it opens from its second read on (what it writes, always).
+        remember, self._read = self._read, True
+        cache = self._plain
+        hits = self._hits(envelopes) if cache is not None and cache.entries else None
         plains: list[bytes] = []
-        for envelope, plain in zip(envelopes, self._hits(envelopes), strict=True):
+        for index, envelope in enumerate(envelopes):
+            plain = None if hits is None else hits[index]
             if plain is None:
                 try:
-                    plain = self._plaintext(envelope)
+                    plain = self._plaintext(envelope, remember)
                 except _Unreadable as reason:
                     self._unreadable(reason)
                     continue
