@@ -506,13 +506,9 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         )
 
     def side_store(self, purpose: str) -> Self:
-        """This session's side store for ``purpose``: the one the store shares among its
-        session objects where it keeps them (``_shared_members``), else one opened by this
-        object and closed with it."""
+        """This session's side store for ``purpose``, closed with it; where the store keeps
+        side stores (``_shared_members``), one object shared by its session objects."""
         self._check_open()
-        shared = self._shared_members()
-        if shared is not None:
-            return self._shared_side_store(*shared, purpose)
         if self._family is None:
             self._family = Family(self._open_member)
         return cast("Self", self._family.member(purpose))
@@ -524,13 +520,20 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         return None
 
     def _open_member(self, purpose: str) -> Self:
-        member = self.sibling(derive_sibling_id(self.session_id, purpose))
+        shared = self._shared_members()
+        if shared is None:
+            member = self.sibling(derive_sibling_id(self.session_id, purpose))
+            registry: Callable[[], BaseSession] = functools.partial(self.side_store, REGISTRY)
+        else:
+            member = self._store_member(*shared, purpose)
+            registry = functools.partial(self._store_member, *shared, REGISTRY)
         if purpose != REGISTRY:
-            member._registration = (functools.partial(self.side_store, REGISTRY), purpose)
+            # Each object lists it on its first write, as if it had opened its own.
+            member._registration = (registry, purpose)
         return member
 
-    def _shared_side_store(self, shared: SharedMembers, options: dict[str, Any],
-                           purpose: str) -> Self:
+    def _store_member(self, shared: SharedMembers, options: dict[str, Any],
+                      purpose: str) -> Self:
         key = (self.session_id, purpose, self.max_item_bytes, self.strict, *options.items())
         member = shared.get(key)
         if member is None:
@@ -538,9 +541,6 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
                 derive_sibling_id(self.session_id, purpose), max_item_bytes=self.max_item_bytes,
                 strict=self.strict, _internal_id=True, _shared_member=True, **options,
             )
-            if purpose != REGISTRY:
-                registry = self._shared_side_store(shared, options, REGISTRY)
-                member._registration = (lambda: registry, purpose)
             shared.put(key, member)
         return cast("Self", member)
 
