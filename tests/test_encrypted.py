@@ -306,7 +306,7 @@ async def test_plaintext_cache_is_bounded_per_object_and_hands_out_independent_c
     cast("dict[str, Any]", first[0])["content"] = "mutated by the caller"
     assert item_text((await s.get_items(limit=1))[0]).startswith("199:")
     # the object's own reads of what it opened skip base64 and AES
-    with patch(f"{EncryptedSession.__module__}.a2b_base64", side_effect=AssertionError):
+    with patch(f"{EncryptedSession.__module__}._b64decode", side_effect=AssertionError):
         assert len(await s.get_items(limit=5)) == 5
     off = EncryptedSession(inner, encryption_key=KEY, cache_bytes=0)
     await off.add_items([msg("uncached")])

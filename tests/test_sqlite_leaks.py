@@ -147,3 +147,26 @@ def test_one_file_by_any_path_shares_one_worker_also_after_a_close(tmp_path: Pat
     workers = _workers(os.path.realpath(real))
     _collect_and_join(workers)
     assert not any(t.is_alive() for t in workers)
+
+
+def test_side_stores_are_shared_by_a_files_sessions_and_keep_no_hold(tmp_path: Path) -> None:
+    """Issue 25 item 1: the store keeps its families' side stores, so a fresh object per
+    request opens none; they keep the file open no longer than its sessions."""
+    path = str(tmp_path / "shared.db")
+
+    async def use() -> Any:
+        first, second = SQLiteSession("s", path), SQLiteSession("s", path)
+        side = first.side_store("records")
+        assert second.side_store("records") is side
+        await side.add_items([_msg("x")])
+        side.close()  # a shared side store stays open for the others
+        assert not side.closed and len(await second.side_store("records").get_items()) == 1
+        await first.close()
+        assert len(await second.side_store("records").get_items()) == 1
+        await second.close()
+        assert first.store.closed, "side stores must not keep the file open"
+        return first.store
+
+    store = asyncio.run(use())
+    _collect_and_join(_workers(store.path))
+    assert _open_files(tmp_path) == []

@@ -4,6 +4,7 @@ validation, limits, decoding, cancellation safety and the closed state written o
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from abc import abstractmethod
@@ -19,7 +20,7 @@ from ..errors import CorruptItemError, InvalidItemError, SessionClosedError
 from .capabilities import Capability, supports
 from .closing import Closing, release_here
 from .codec import DEFAULT_MAX_ITEM_BYTES, decode_item, encode_batch
-from .family import REGISTRY, Family, purposes_in
+from .family import REGISTRY, Family, SharedMembers, purposes_in
 from .ids import derive_sibling_id, validate_session_id
 from .mutation import run_to_completion
 from .options import OptionsChecked
@@ -64,6 +65,7 @@ class StoreOptions(TypedDict, total=False):
     max_item_bytes: int
     strict: bool
     _internal_id: bool
+    _shared_member: bool
 
 
 STORE_CAPABILITIES: frozenset[Capability] = frozenset({
@@ -99,6 +101,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
         strict: bool = False,
         _internal_id: bool = False,
+        _shared_member: bool = False,
     ) -> None:
         self.session_id = validate_session_id(session_id, internal=_internal_id)
         self.session_settings = (
@@ -110,8 +113,9 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         self.max_item_bytes, self.strict = max_item_bytes, strict
         self._closed = False
         self._family: Family | None = None
-        self._registration: tuple[BaseSession, str] | None = None
+        self._registration: tuple[Callable[[], BaseSession], str] | None = None
         self._closing: Closing | None = None
+        self._shared_member = _shared_member
 
     # -- what a backend implements -------------------------------------------------------------
 
@@ -502,17 +506,43 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         )
 
     def side_store(self, purpose: str) -> Self:
-        """This session's side store for ``purpose``, closed with it."""
+        """This session's side store for ``purpose``, closed with it; where the store keeps
+        side stores (``_shared_members``), one object shared by its session objects."""
         self._check_open()
         if self._family is None:
             self._family = Family(self._open_member)
         return cast("Self", self._family.member(purpose))
 
+    def _shared_members(self) -> tuple[SharedMembers, dict[str, Any]] | None:
+        """Where the store keeps the side stores it shares, and the constructor keywords that
+        open one (as ``_member_options``, holding no share of the store); None: each object
+        opens its own."""
+        return None
+
     def _open_member(self, purpose: str) -> Self:
-        member = self.sibling(derive_sibling_id(self.session_id, purpose))
+        shared = self._shared_members()
+        if shared is None:
+            member = self.sibling(derive_sibling_id(self.session_id, purpose))
+            registry: Callable[[], BaseSession] = functools.partial(self.side_store, REGISTRY)
+        else:
+            member = self._store_member(*shared, purpose)
+            registry = functools.partial(self._store_member, *shared, REGISTRY)
         if purpose != REGISTRY:
-            member._registration = (self, purpose)
+            # Each object lists it on its first write, as if it had opened its own.
+            member._registration = (registry, purpose)
         return member
+
+    def _store_member(self, shared: SharedMembers, options: dict[str, Any],
+                      purpose: str) -> Self:
+        key = (self.session_id, purpose, self.max_item_bytes, self.strict, *options.items())
+        member = shared.get(key)
+        if member is None:
+            member = type(self)(  # type: ignore[call-arg]
+                derive_sibling_id(self.session_id, purpose), max_item_bytes=self.max_item_bytes,
+                strict=self.strict, _internal_id=True, _shared_member=True, **options,
+            )
+            shared.put(key, member)
+        return cast("Self", member)
 
     async def family_purposes(self) -> list[str]:
         """The purposes of every side store ever written in this session's family."""
@@ -524,8 +554,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         then None."""
         if self._registration is None:
             return None
-        owner, purpose = self._registration
-        return owner.side_store(REGISTRY), purpose
+        registry, purpose = self._registration
+        return registry(), purpose
 
     def listed(self) -> None:
         """Mark this side store as listed in its family's registry."""
@@ -553,7 +583,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
 
     def _closed_at_once(self) -> bool:
         """Close without I/O when possible; True when done, else ``_release`` must run."""
-        self._closed = self._closed or self._owns_resources()
+        self._closed = self._closed or (self._owns_resources() and not self._shared_member)
         return not self._closed or (
             (self._family is None or self._family.close_at_once()) and self._release_at_once()
         )

@@ -6,7 +6,7 @@ them all."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, cast
 
 from .capabilities import Capability, SupportsFamily, supports
@@ -74,6 +74,31 @@ def purposes_in(records: list[Any]) -> list[str]:
     return list(seen)
 
 
+class SharedMembers:
+    """The side stores of one store's families, opened once and shared by every session object
+    of that store in this process (a fresh object per request then opens none). A shared member
+    holds no share of the store, ignores ``close()`` and is dropped with the store; which of
+    them are listed in their registry is thus known process-wide. Least recently used first out
+    past ``limit``."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self._members: dict[Hashable, Any] = {}
+        self._limit = limit
+
+    def get(self, key: Hashable) -> Any:
+        """The member stored under ``key`` (made most recently used), or None."""
+        found = self._members.pop(key, None)
+        if found is not None:
+            self._members[key] = found
+        return found
+
+    def put(self, key: Hashable, member: Any) -> None:
+        """Store ``member`` under ``key``, dropping the least recently used past the limit."""
+        self._members[key] = member
+        if len(self._members) > self._limit:
+            del self._members[next(iter(self._members))]
+
+
 class Family:
     """The side stores one session object opened, by purpose; closed with that object. A
     closed member is opened again (``open_member``) on the next request."""
@@ -108,6 +133,6 @@ class Family:
 
 
 __all__ = [
-    "REGISTRY", "Family", "close_at_once", "close_owned", "close_quietly", "member_purposes",
-    "purposes_in", "side_store",
+    "REGISTRY", "Family", "SharedMembers", "close_at_once", "close_owned", "close_quietly",
+    "member_purposes", "purposes_in", "side_store",
 ]

@@ -175,6 +175,18 @@ class FamilyConformance(ConformanceBase):
             await close_quietly(fresh)
 
 
+    async def test_closing_an_object_leaves_its_sessions_side_stores_working(self) -> None:
+        # A store may share side stores among the objects of one session.
+        s = await self.new_session(Capability.FAMILY)
+        other = await self.create_session(s.session_id)
+        await side_store(other, "records").add_items([msg("a")])
+        mine = side_store(s, "records")
+        await close_quietly(other)
+        await mine.add_items([msg("b")])
+        assert texts(await side_store(s, "records").get_items()) == ["a", "b"]
+        await mine.clear_session()
+
+
 class FamilyBatchConformance(ConformanceBase):
     """``get_sequenced_family``/``add_sequenced_family``: several sessions' reads or appends
     at once, each as its own call would do it; a family write is all-or-nothing, and a session

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard, TypeVar
 
@@ -40,6 +41,7 @@ from agents.memory.session_settings import SessionSettings
 from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
+from ...core.family import SharedMembers
 from ...core.options import explicit_options
 from ...core.registry import StoreHold
 from ...errors import BackendDataError, BackendUnavailableError, SequenceConflictError
@@ -98,6 +100,9 @@ class RedisStore:
     options in one event loop; the last user closes an owned client. Use :func:`open_store`."""
 
     _by_url: ClassVar[dict[tuple[Any, ...], RedisStore]] = {}
+    _by_client: ClassVar[weakref.WeakValueDictionary[int, RedisStore]] = (
+        weakref.WeakValueDictionary()
+    )
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(
@@ -112,6 +117,19 @@ class RedisStore:
         self.users = 1
         self.key = key
         self.timeout = timeout
+        self.members = SharedMembers()
+
+    @classmethod
+    def of_client(cls, client: Redis | RedisCluster) -> RedisStore:
+        """The store of a caller's own ``client`` (never closed here), one user more: shared
+        by the sessions built on that client while any of them lives."""
+        with cls._lock:
+            store = cls._by_client.get(id(client))
+            if store is None or store.client is not client:
+                store = cls._by_client[id(client)] = cls(client, owned=False)
+            else:
+                store.users += 1
+            return store
 
     @classmethod
     def for_url(
@@ -257,7 +275,7 @@ class RedisSession(BaseSession):
                     "RedisSession needs exactly one of client= or redis_client= (a "
                     "redis.asyncio.Redis or RedisCluster); or use RedisSession.from_url(...)"
                 )
-            _store = RedisStore(client or redis_client, owned=False)  # type: ignore[arg-type]
+            _store = RedisStore.of_client(client or redis_client)  # type: ignore[arg-type]
         if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds or None: {timeout!r}")
         self.store = _store
@@ -326,14 +344,17 @@ class RedisSession(BaseSession):
         server = (where.get("host"), where.get("port"), where.get("path"), where.get("db", 0))
         return ("redis", *server, self.keys[0])
 
-    def _member_options(self) -> dict[str, Any]:
+    def _shared_members(self) -> tuple[SharedMembers, dict[str, Any]]:
         # The expiry too: native expiry applies to the whole family.
-        return {
+        return self.store.members, {
             "key_prefix": self.key_prefix,
             "ttl": self.ttl,
             "timeout": self.timeout,
-            "_store": self.store.share(),
+            "_store": self.store,
         }
+
+    def _member_options(self) -> dict[str, Any]:
+        return {**self._shared_members()[1], "_store": self.store.share()}
 
     def set_sliding_ttl(self, ttl_seconds: float | None) -> None:
         """Make every later write set this session's keys to expire ``ttl_seconds`` after it;

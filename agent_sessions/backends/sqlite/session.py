@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
 from ...core.capabilities import Capability
 from ...core.codec import decode_item, encode_item
-from ...core.family import purposes_in
+from ...core.family import SharedMembers, purposes_in
 from ...core.registry import StoreHold
 from ...core.sqltext import IDENTIFIER, check_identifier, sqlite_time
 from ...errors import (
@@ -238,6 +238,7 @@ class SQLiteStore:
         self._start_lock = threading.Lock()
         self._inherited: list[sqlite3.Connection | None] = []  # see _after_fork
         self.pid = os.getpid()
+        self.members = SharedMembers()
 
     @classmethod
     def acquire(cls, path: str, busy_timeout: float, synchronous: str) -> SQLiteStore:
@@ -536,6 +537,8 @@ class SQLiteSession(BaseSession):
         # Collected without close(): the hold goes back, so the worker and file do not leak.
         self._hold = weakref.finalize(self, self.store.release_later)
         self._hold.atexit = False
+        if self._shared_member:
+            self._hold.detach()  # it took no hold: the store keeps it
 
     @property
     def db_path(self) -> str:
@@ -549,13 +552,16 @@ class SQLiteSession(BaseSession):
             return None
         return ("sqlite", self.store.path, self.messages_table, self.session_id)
 
-    def _member_options(self) -> dict[str, Any]:
-        return {
+    def _shared_members(self) -> tuple[SharedMembers, dict[str, Any]]:
+        return self.store.members, {
             "path": self.path,
             "sessions_table": self.sessions_table,
             "messages_table": self.messages_table,
-            "_store": self.store.share(),
+            "_store": self.store,
         }
+
+    def _member_options(self) -> dict[str, Any]:
+        return {**self._shared_members()[1], "_store": self.store.share()}
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         try:
