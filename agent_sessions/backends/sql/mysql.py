@@ -53,11 +53,16 @@ _BLOCK = "BEGIN NOT ATOMIC DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK;
 """Opens a MariaDB compound statement that rolls back and re-raises on any error."""
 
 
+def _sid(mariadb: bool) -> str:
+    """The session id column (NO PAD binary collation: compared byte by byte, trailing spaces
+    included)."""
+    collation = "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
+    return f"VARCHAR(512) CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL"
+
+
 def create_statements(t: Tables, mariadb: bool = True) -> list[str]:
     """The DDL of schema version 1."""
-    # NO PAD binary collation: ids compare byte by byte, trailing spaces included.
-    collation = "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
-    sid = f"VARCHAR(512) CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL"
+    sid = _sid(mariadb)
     return [
         f"CREATE TABLE IF NOT EXISTS {t.schema} (table_name VARCHAR(64) CHARACTER SET ascii "
         "COLLATE ascii_bin NOT NULL PRIMARY KEY, version INT NOT NULL) ENGINE=InnoDB",
@@ -98,9 +103,7 @@ def text_statements(t: Tables, mariadb: bool = True) -> list[str]:
     ``message_data``) that look the session up in the registry before reading the item.
     Deletes cascade through foreign keys: InnoDB's cascades do not fire triggers, and a
     foreign key also covers a user's own cascade into the messages table."""
-    x = TextTables.of(t)
-    collation = "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
-    sid = f"VARCHAR(512) CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL"
+    x, sid = TextTables.of(t), _sid(mariadb)
     ins, upd = x.name("ins"), x.name("upd")
     add = (
         f"INSERT INTO {x.index} (session_id, seq, body) VALUES (NEW.session_id, NEW.seq, "
@@ -128,17 +131,6 @@ def text_statements(t: Tables, mariadb: bool = True) -> list[str]:
     ]
 
 
-def drop_text_statements(t: Tables) -> list[str]:
-    """Undo ``text_statements`` (triggers first: a trigger naming a dropped table would fail
-    every write to the messages table)."""
-    x = TextTables.of(t)
-    return [
-        f"DROP TRIGGER IF EXISTS {x.name('ins')}",
-        f"DROP TRIGGER IF EXISTS {x.name('upd')}",
-        f"DROP TABLE IF EXISTS {x.index}, {x.registry}",
-    ]
-
-
 @functools.lru_cache(maxsize=64)
 def _numbered_values(n: int) -> str:
     """The VALUES rows of ``n`` items numbered up to the counter the bump just set."""
@@ -150,6 +142,15 @@ def _code(exc: BaseException) -> int | None:
         return None
     args = getattr(exc, "args", ())
     return args[0] if args and isinstance(args[0], int) else None
+
+
+@contextlib.asynccontextmanager
+async def _rolled_back_on_error(conn: Any) -> AsyncIterator[None]:
+    try:
+        yield
+    except BaseException:
+        await conn.rollback()
+        raise
 
 
 @contextlib.asynccontextmanager
@@ -278,13 +279,13 @@ class MySQLDialect(SqlDialect):
                 (x.index, x.registry),
             )
             (tables,) = await cur.fetchone()
-            for statement in drop_text_statements(self.t):
-                name = statement.rsplit(" ", 1)[-1]
-                if statement.startswith("DROP TRIGGER") and name not in existing:
-                    continue  # the driver would print the server's warning
-                if statement.startswith("DROP TABLE") and not tables:
-                    continue
-                await cur.execute(statement)
+            # Triggers first: one naming a dropped table would fail every write to the
+            # messages table. Only what exists: the driver would print the server's warning.
+            for name in (x.name("ins"), x.name("upd")):
+                if name in existing:
+                    await cur.execute(f"DROP TRIGGER IF EXISTS {name}")
+            if tables:
+                await cur.execute(f"DROP TABLE IF EXISTS {x.index}, {x.registry}")
         await _end_read(conn)
 
     async def _text_present(self, cur: Any) -> bool:
@@ -427,40 +428,31 @@ class MySQLDialect(SqlDialect):
     ) -> int | None:
         chunks = self._chunks(session_id, payloads)  # too large: raises before any I/O
         async with conn.cursor() as cur:
-            try:
+            async with _rolled_back_on_error(conn):
                 [newest] = await self._lock_guard_then(cur, guard)
                 if (newest and newest[0]) != seq:
                     await conn.rollback()
                     return None
                 last = await self._bump_and_insert(cur, session_id, payloads, chunks)
-            except BaseException:
-                await conn.rollback()
-                raise
             await conn.commit()
         return last
 
     async def pop_if_newest(
         self, conn: Any, session_id: str, guard: str, seq: int | None, newest: int | None
     ) -> tuple[bool, str | None]:
-        async with conn.cursor() as cur:
-            try:
-                found, own = await self._lock_guard_then(
-                    cur, guard, ";" + self._lock_newest, (session_id,)
-                )
-                if (found and found[0]) != seq or (
-                    newest is not None and (own and own[0]) != newest
-                ):
-                    await conn.rollback()
-                    return False, None
-                if own is not None:
-                    await cur.execute(self._delete_one + ";COMMIT", (session_id, own[0]))
-                    while await cur.nextset():
-                        pass
-                else:
-                    await conn.commit()
-            except BaseException:
+        async with conn.cursor() as cur, _rolled_back_on_error(conn):
+            found, own = await self._lock_guard_then(
+                cur, guard, ";" + self._lock_newest, (session_id,)
+            )
+            if (found and found[0]) != seq or (newest is not None and (own and own[0]) != newest):
                 await conn.rollback()
-                raise
+                return False, None
+            if own is not None:
+                await cur.execute(self._delete_one + ";COMMIT", (session_id, own[0]))
+                while await cur.nextset():
+                    pass
+            else:
+                await conn.commit()
         return True, None if own is None else str(own[1])
 
     async def append_unnumbered(self, conn: Any, session_id: str, payloads: list[str]) -> None:
@@ -505,15 +497,12 @@ class MySQLDialect(SqlDialect):
             return await super().pop_checked(conn, session_id, check)
         # The pop's row lock is held across the check: a concurrent pop waits for its outcome.
         async with conn.cursor() as cur:
-            try:
+            async with _rolled_back_on_error(conn):
                 # START TRANSACTION and the pop in one round trip (multi-statements).
                 await cur.execute(f"START TRANSACTION;{self._pop}", (session_id,))
                 await cur.nextset()
                 row = await cur.fetchone()
                 outcome = None if row is None else run_check(check, str(row[0]))
-            except BaseException:
-                await conn.rollback()
-                raise
             await (conn.rollback() if isinstance(outcome, Refused) else conn.commit())
         return outcome
 
