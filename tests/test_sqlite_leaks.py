@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_sessions import BranchingSession, SQLiteSession
+from agent_sessions.core.family import SharedMembers
 
 
 def _msg(text: str) -> Any:
@@ -170,3 +171,40 @@ def test_side_stores_are_shared_by_a_files_sessions_and_keep_no_hold(tmp_path: P
     store = asyncio.run(use())
     _collect_and_join(_workers(store.path))
     assert _open_files(tmp_path) == []
+
+
+def test_the_stores_side_stores_are_bounded_and_thread_safe(tmp_path: Path) -> None:
+    """The store keeps at most its limit of side stores, least recently used out, while
+    threads (each with its own loop) open and use side stores of many families at once."""
+    path = str(tmp_path / "bounded.db")
+    keep = SQLiteSession("keep", path)
+    keep.store.members = SharedMembers(limit=4)
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        async def use() -> None:
+            for family in range(n, 40, 4):
+                session = SQLiteSession(f"f{family}", path)
+                await session.side_store("records").add_items([_msg(str(family))])
+                await session.close()
+
+        try:
+            asyncio.run(use())
+        except BaseException as exc:  # reported below, with the thread's traceback
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert not errors, errors
+    assert len(keep.store.members) == 4  # all shared through the one store, bounded
+
+    async def check() -> list[Any]:
+        found = [await SQLiteSession(f"f{f}", path).side_store("records").get_items()
+                 for f in range(40)]
+        await keep.close()
+        return found
+
+    assert asyncio.run(check()) == [[_msg(str(f))] for f in range(40)]

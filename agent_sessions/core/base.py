@@ -535,14 +535,10 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     def _store_member(self, shared: SharedMembers, options: dict[str, Any],
                       purpose: str) -> Self:
         key = (self.session_id, purpose, self.max_item_bytes, self.strict, *options.items())
-        member = shared.get(key)
-        if member is None:
-            member = type(self)(  # type: ignore[call-arg]
-                derive_sibling_id(self.session_id, purpose), max_item_bytes=self.max_item_bytes,
-                strict=self.strict, _internal_id=True, _shared_member=True, **options,
-            )
-            shared.put(key, member)
-        return cast("Self", member)
+        return cast("Self", shared.get(key, lambda: type(self)(  # type: ignore[call-arg]
+            derive_sibling_id(self.session_id, purpose), max_item_bytes=self.max_item_bytes,
+            strict=self.strict, _internal_id=True, _shared_member=True, **options,
+        )))
 
     async def family_purposes(self) -> list[str]:
         """The purposes of every side store ever written in this session's family."""

@@ -6,6 +6,7 @@ them all."""
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -79,24 +80,27 @@ class SharedMembers:
     of that store in this process (a fresh object per request then opens none). A shared member
     holds no share of the store, ignores ``close()`` and is dropped with the store; which of
     them are listed in their registry is thus known process-wide. Least recently used first out
-    past ``limit``."""
+    past ``limit``. Thread-safe: a store's sessions may run on several threads' loops."""
 
     def __init__(self, limit: int = 1024) -> None:
         self._members: dict[Hashable, Any] = {}
         self._limit = limit
+        self._lock = threading.Lock()
 
-    def get(self, key: Hashable) -> Any:
-        """The member stored under ``key`` (made most recently used), or None."""
-        found = self._members.pop(key, None)
-        if found is not None:
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def get(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """The member stored under ``key`` (made most recently used), else ``make()`` stored
+        there, dropping the least recently used past the limit."""
+        with self._lock:
+            found = self._members.pop(key, None)
+            if found is None:
+                found = make()
             self._members[key] = found
-        return found
-
-    def put(self, key: Hashable, member: Any) -> None:
-        """Store ``member`` under ``key``, dropping the least recently used past the limit."""
-        self._members[key] = member
-        if len(self._members) > self._limit:
-            del self._members[next(iter(self._members))]
+            if len(self._members) > self._limit:
+                del self._members[next(iter(self._members))]
+            return found
 
 
 class Family:
