@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -718,29 +719,29 @@ async def test_a_checked_pop_removes_exactly_the_item_it_checked(
     session_id = f"checked-pop-{uuid.uuid4().hex[:8]}"
     good, other = open_as(Fernet.generate_key().decode()), open_as(Fernet.generate_key().decode())
     items_key = good.inner.keys[0]  # type: ignore[attr-defined]
-    backend = cast(RedisSession, good.inner)
+    guesses = cast(RedisSession, good.inner).store.newest  # the process's guess per session
 
     async def stored() -> int:
         return int(await raw.zcard(items_key))
 
     await good.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
-    stale = backend._newest
+    stale = guesses.get(items_key)
     assert texts([await good.pop_item()]) == ["b"]
-    backend._newest = stale  # the process's guess is an item popped since
+    guesses.note(items_key, stale)  # the process's guess is an item popped since
     assert texts([await good.pop_item()]) == ["a"]
     assert await stored() == 0
 
     await good.add_items([{"role": "user", "content": "c"}])
-    readable = backend._newest
+    readable = guesses.get(items_key)
     await other.add_items([{"role": "user", "content": "x"}])  # another key's item on top
-    backend._newest = readable  # the guess is readable but no longer the newest
+    guesses.note(items_key, readable)  # the guess is readable but no longer the newest
     for _ in range(2):
         with pytest.raises(KeyMismatchError):
             await good.pop_item()
         assert await stored() == 2, "a wrong key never removes anything"
-    unreadable = backend._newest
+    unreadable = guesses.get(items_key)
     assert texts([await other.pop_item()]) == ["x"]
-    backend._newest = unreadable  # a guess this key cannot open, popped since
+    guesses.note(items_key, unreadable)  # a guess this key cannot open, popped since
     assert texts([await good.pop_item()]) == ["c"]
 
     await good.add_items([{"role": "user", "content": "d"}])
@@ -748,6 +749,53 @@ async def test_a_checked_pop_removes_exactly_the_item_it_checked(
     assert texts([await good.pop_item()]) == ["d"]
     assert await good.pop_item() is None
     assert await stored() == 0
+
+
+@pytest.mark.asyncio
+async def test_a_new_objects_checked_pop_is_one_round_trip(
+    redis_up: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh object per request pops in one round trip: the client keeps each session's
+    newest member as a guess, which outlives the session objects."""
+    from cryptography.fernet import Fernet
+
+    from agent_sessions.wrappers.encrypted import EncryptedSession
+
+    key, sid = Fernet.generate_key().decode(), _sid()
+    client = Redis.from_url(REDIS_URL)
+
+    def fresh() -> EncryptedSession:
+        return EncryptedSession(RedisSession(sid, client=client, key_prefix=PREFIX),
+                                encryption_key=key)
+
+    try:
+        await fresh().add_items([_msg("a"), _msg("b")])
+        gc.collect()  # no session object of this client is left
+        sent: list[object] = []
+        monkeypatch.setattr(client, "execute_command", _recording(client, sent))
+        assert texts([await fresh().pop_item()]) == ["b"]
+        assert sent == ["EVALSHA"], "the guess from the earlier object's add is checked in one"
+        sent.clear()
+        assert texts([await fresh().pop_item()]) == ["a"]
+        assert sent == ["EVALSHA"], "a pop's answer names the next newest: the next guess"
+        monkeypatch.undo()
+        assert await fresh().pop_item() is None
+    finally:
+        await RedisSession(sid, client=client, key_prefix=PREFIX).clear_session()
+        await client.aclose()
+
+
+def test_the_remembered_newest_members_stay_within_their_budget() -> None:
+    from agent_sessions.backends.redis.session import NewestMembers
+
+    newest = NewestMembers(budget=1000)
+    for n in range(50):
+        newest.note(f"k{n}", "x" * 100)
+    assert len(newest) <= 1000 and newest.get("k49") == "x" * 100 and newest.get("k0") is None
+    newest.note("k49", "y" * 70_000)  # longer than any guess kept: forgotten, not stored
+    assert newest.get("k49") is None and len(newest) <= 1000
+    newest.note("k48", None)
+    assert newest.get("k48") is None
 
 
 @pytest.mark.asyncio

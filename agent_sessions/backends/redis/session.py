@@ -95,6 +95,48 @@ def _bounds(after: int | None, before: int | None) -> tuple[str, str]:
     )
 
 
+class NewestMembers:
+    """Each session's newest member as last written or read through one client in this
+    process: a checked pop's guess (the server checks it, so a stale one costs a round trip),
+    kept as long as the client lives, so that a fresh object per request pops in one. At most
+    ``budget`` characters of members, the longest-unchanged dropped first; none longer than
+    ``_NEWEST_BYTES``."""
+
+    _of: ClassVar[weakref.WeakKeyDictionary[Any, NewestMembers]] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of(cls, client: Redis | RedisCluster) -> NewestMembers:
+        """The guesses kept for ``client`` (they hold no reference to it)."""
+        found = cls._of.get(client)
+        if found is None:
+            found = cls._of[client] = cls()
+        return found
+
+    def __init__(self, budget: int = 4 * 1024 * 1024) -> None:
+        self._members: dict[str, str | bytes] = {}
+        self._size = 0
+        self._budget = budget
+
+    def __len__(self) -> int:
+        return self._size
+
+    def get(self, key: str) -> str | bytes | None:
+        return self._members.get(key)
+
+    def note(self, key: str, member: str | bytes | None) -> None:
+        """Remember ``member`` as ``key``'s newest (None: forget it)."""
+        members = self._members
+        old = members.pop(key, None)
+        if old is not None:
+            self._size -= len(old)
+        if member is None or len(member) > _NEWEST_BYTES:
+            return
+        members[key] = member
+        self._size += len(member)
+        while self._size > self._budget:
+            self._size -= len(members.pop(next(iter(members))))
+
+
 class RedisStore:
     """One Redis client (its connection pool), shared by the stores opened from one URL and
     options in one event loop; the last user closes an owned client. Use :func:`open_store`."""
@@ -118,6 +160,7 @@ class RedisStore:
         self.key = key
         self.timeout = timeout
         self.members = SharedMembers()
+        self.newest = NewestMembers.of(client)
 
     @classmethod
     def of_client(cls, client: Redis | RedisCluster) -> RedisStore:
@@ -281,8 +324,6 @@ class RedisSession(BaseSession):
         self.store = _store
         self._client: Any = _store.client
         self._cluster = isinstance(_store.client, RedisCluster)
-        # The newest member written or read: a checked pop's guess (the server checks it).
-        self._newest: str | bytes | None = None
         self.key_prefix = check_key_prefix(key_prefix)
         self.timeout = timeout
         self.keys = session_keys(self.key_prefix, self.session_id)  # (items, meta)
@@ -492,7 +533,7 @@ class RedisSession(BaseSession):
     async def _pop_row_checked(self, check: Callable[[str], Any]) -> Any:
         """A script pops only the member ``check`` was shown: one round trip when this object
         knows the newest member, else two (a wrong guess is answered with the newest)."""
-        guess: str | bytes | None = self._newest
+        guess = self.store.newest.get(self.keys[0])
         verified = False  # whether the server named ``guess`` as its newest member
         while True:
             outcome: Any = None
@@ -600,7 +641,7 @@ class RedisSession(BaseSession):
         return self._rows(members)
 
     def _note_newest(self, member: str | bytes | None) -> None:
-        self._newest = member if member is not None and len(member) <= _NEWEST_BYTES else None
+        self.store.newest.note(self.keys[0], member)
 
     def _rows(self, members: list[Any]) -> list[Row]:
         return _parse_rows(members, self.keys[0], self.key_prefix)
