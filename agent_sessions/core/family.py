@@ -107,9 +107,11 @@ class Family:
     """The side stores one session object opened, by purpose; closed with that object. A
     closed member is opened again (``open_member``) on the next request."""
 
-    def __init__(self, open_member: Callable[[str], Session]) -> None:
+    def __init__(self, open_member: Callable[[str], Session], purpose: str = "",
+                 opened: Session | None = None) -> None:
+        """``opened``: the member for ``purpose``, already opened by the caller."""
         self._open_member = open_member
-        self._members: dict[str, Session] = {}
+        self._members: dict[str, Session] = {} if opened is None else {purpose: opened}
 
     def member(self, purpose: str) -> Session:
         """Return the open member for ``purpose``, opening it if needed."""

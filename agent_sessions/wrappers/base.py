@@ -164,7 +164,13 @@ class SessionWrapper(OptionsChecked, SessionABC):
         """Return the side store for ``purpose`` in this session's family (see
         ``core.family``), with this layer's treatment of side data."""
         if self._family is None:
-            self._family = Family(self._open_member)
+            opened = None
+            if self._factory is None:
+                member = side_store(self.inner, purpose)
+                opened = self.wrap_member(member)
+                if opened is member:  # the inner's own, which its family keeps and closes
+                    return member
+            self._family = Family(self._open_member, purpose, opened)
         return self._family.member(purpose)
 
     def _open_member(self, purpose: str) -> Session:
