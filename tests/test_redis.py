@@ -791,9 +791,9 @@ def test_the_remembered_newest_members_stay_within_their_budget() -> None:
     newest = NewestMembers(budget=1000)
     for n in range(50):
         newest.note(f"k{n}", "x" * 100)
-    assert len(newest) <= 1000 and newest.get("k49") == "x" * 100 and newest.get("k0") is None
+    assert newest.size <= 1000 and newest.get("k49") == "x" * 100 and newest.get("k0") is None
     newest.note("k49", "y" * 70_000)  # longer than any guess kept: forgotten, not stored
-    assert newest.get("k49") is None and len(newest) <= 1000
+    assert newest.get("k49") is None and newest.size <= 1000
     newest.note("k48", None)
     assert newest.get("k48") is None
 

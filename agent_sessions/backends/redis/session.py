@@ -117,7 +117,9 @@ class NewestMembers:
         self._size = 0
         self._budget = budget
 
-    def __len__(self) -> int:
+    @property
+    def size(self) -> int:
+        """Characters of members kept."""
         return self._size
 
     def get(self, key: str) -> str | bytes | None:
