@@ -1,12 +1,36 @@
-"""Child-process bodies for the SQLite multi-process tests (importable under spawn)."""
+"""Child-process bodies for the SQLite multi-process tests (importable under spawn), and
+``in_threads`` for the multi-thread ones."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import threading
+from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 from agent_sessions import SQLiteSession
+
+
+def in_threads(
+    count: int, body: Callable[[int], Coroutine[Any, Any, None]], timeout: float = 120
+) -> list[BaseException]:
+    """Run ``body(n)`` for each n < ``count`` at once, each on a thread with its own event loop;
+    return what they raised."""
+    errors: list[BaseException] = []
+
+    def run(n: int) -> None:
+        try:
+            asyncio.run(body(n))
+        except BaseException as exc:  # returned: the caller's assertion names it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return errors
 
 
 def add_worker(path: str, session_id: str, worker: int, count: int) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from agent_sessions import BranchingSession, SQLiteSession
 from agent_sessions.core.family import SharedMembers
+from tests.sqlite_workers import in_threads
 
 
 def _msg(text: str) -> Any:
@@ -179,26 +180,14 @@ def test_the_stores_side_stores_are_bounded_and_thread_safe(tmp_path: Path) -> N
     path = str(tmp_path / "bounded.db")
     keep = SQLiteSession("keep", path)
     keep.store.members = SharedMembers(limit=4)
-    errors: list[BaseException] = []
 
-    def worker(n: int) -> None:
-        async def use() -> None:
-            for family in range(n, 40, 4):
-                session = SQLiteSession(f"f{family}", path)
-                await session.side_store("records").add_items([_msg(str(family))])
-                await session.close()
+    async def use(n: int) -> None:
+        for family in range(n, 40, 4):
+            session = SQLiteSession(f"f{family}", path)
+            await session.side_store("records").add_items([_msg(str(family))])
+            await session.close()
 
-        try:
-            asyncio.run(use())
-        except BaseException as exc:  # reported below, with the thread's traceback
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(20)
-    assert not errors, errors
+    assert in_threads(4, use) == []
     assert len(keep.store.members) == 4  # all shared through the one store, bounded
 
     async def check() -> list[Any]:

@@ -16,6 +16,7 @@ import pytest
 from agent_sessions import SQLiteSession
 from agent_sessions.backends.sqlite import session as sqlite_backend
 from agent_sessions.testing import texts
+from tests.sqlite_workers import in_threads
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,26 +27,14 @@ def _msg(text: str) -> Any:
 
 def test_ten_threads_each_with_its_own_loop_and_session_lose_nothing(tmp_path: Path) -> None:
     path = str(tmp_path / "threads.db")
-    errors: list[BaseException] = []
 
-    def worker(n: int) -> None:
-        async def run() -> None:
-            session = SQLiteSession("shared", path)
-            for i in range(20):
-                await session.add_items([_msg(f"{n}:{i}")])
-            await session.close()
+    async def worker(n: int) -> None:
+        session = SQLiteSession("shared", path)
+        for i in range(20):
+            await session.add_items([_msg(f"{n}:{i}")])
+        await session.close()
 
-        try:
-            asyncio.run(run())
-        except BaseException as exc:  # collected: the assertion below names it
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(10)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert errors == []
+    assert in_threads(10, worker) == []
 
     async def check() -> list[str]:
         async with SQLiteSession("shared", path) as s:
