@@ -71,7 +71,9 @@ class SessionWrapper(OptionsChecked, SessionABC):
                 )
         self.inner = inner
         self.session_id = inner.session_id
-        capabilities = capabilities_of(inner)
+        self._inner_caps = capabilities_of(inner)
+        """What ``inner`` declares, read once (a session's capabilities are fixed)."""
+        capabilities = self._inner_caps
         if sibling_factory is not None:
             capabilities |= {Capability.FAMILY}
         self.capabilities = (capabilities & self.passes) | self.offers
