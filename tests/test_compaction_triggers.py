@@ -17,7 +17,9 @@ from agent_sessions.wrappers.compaction import (
     TokenEstimator,
     token_threshold_trigger,
 )
+from agent_sessions.wrappers.ttl import TTLSession
 from tests._compaction_fixtures import msg, new_session, sid
+from tests.wrapper_stacks import FakeClock
 
 
 @pytest.mark.asyncio
@@ -124,6 +126,32 @@ async def test_the_trigger_sees_pops_clears_and_writes_made_by_another_object() 
         assert seen[-1]["session_items"] == expected, (op, n)
         assert seen[-1]["item_count"] == len(expected)
         assert seen[-1]["estimated_tokens"] == sum(await estimator.count_items(expected))
+
+
+@pytest.mark.asyncio
+async def test_the_trigger_sees_items_that_expired_since_the_last_check() -> None:
+    # Expiry removes items without a pop: the check cannot extend what it knew, it reads.
+    clock = FakeClock()
+    seen: list[CompactionTriggerContext] = []
+
+    def never(context: CompactionTriggerContext) -> bool:
+        seen.append(context)
+        return False
+
+    session = CompactionSession(
+        TTLSession(InMemorySession(sid(), store=InMemoryStore()), item_ttl=30, clock=clock),
+        should_trigger_compaction=never,
+    )
+    await session.add_items([msg("old question")])
+    clock.advance(20)
+    await session.add_items([msg("answer", "assistant")])
+    await session.run_compaction()
+    assert seen[-1]["item_count"] == 2
+    clock.advance(11)  # the question is 31 s old, the answer (the newest known) 11 s
+    await session.add_items([msg("new question")])
+    await session.run_compaction()
+    assert seen[-1]["session_items"] == [msg("answer", "assistant"), msg("new question")]
+    assert seen[-1]["item_count"] == 2
 
 
 async def _runner_turn(session: CompactionSession, n: int, between: Any = None) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from agents.memory import Session, SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings
 
-from ..core.capabilities import Capability, capabilities_of, supports
+from ..core.capabilities import Capability, capabilities_of
 from ..core.closing import Closing, release_here
 from ..core.family import Family, close_at_once, close_owned, member_purposes, side_store
 from ..core.ids import derive_sibling_id
@@ -63,15 +63,17 @@ class SessionWrapper(OptionsChecked, SessionABC):
             raise TypeError(f"{name}: sibling_factory must be callable, got {sibling_factory!r}")
         if self.numbering is not None:
             inner = self.numbering(inner, sibling_factory, wrapper=name)
-            if sibling_factory is None and not supports(inner, Capability.FAMILY):
-                raise TypeError(
-                    f"{name} keeps its side data in the same store as the inner session, but "
-                    f"a {type(inner).__name__} cannot open sibling sessions; pass "
-                    "sibling_factory=, e.g. sibling_factory=lambda sid: SQLiteSession(sid, path)"
-                )
+        self._inner_caps = capabilities = capabilities_of(inner)
+        """What ``inner`` declares, read once (a session's capabilities are fixed)."""
+        if self.numbering is not None and sibling_factory is None and (
+                Capability.FAMILY not in capabilities):
+            raise TypeError(
+                f"{name} keeps its side data in the same store as the inner session, but "
+                f"a {type(inner).__name__} cannot open sibling sessions; pass "
+                "sibling_factory=, e.g. sibling_factory=lambda sid: SQLiteSession(sid, path)"
+            )
         self.inner = inner
         self.session_id = inner.session_id
-        capabilities = capabilities_of(inner)
         if sibling_factory is not None:
             capabilities |= {Capability.FAMILY}
         self.capabilities = (capabilities & self.passes) | self.offers

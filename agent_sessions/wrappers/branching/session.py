@@ -24,6 +24,7 @@ from ..base import SessionWrapper
 from ..foreign import SiblingFactory, sequenced
 from .items import content_matches, content_preview
 from .log import BranchLog, BranchState, encode_lineage, now_text
+from .log import logger as default_logger
 from .store import MAIN, Storages
 from .view import Lineage, View
 
@@ -57,7 +58,7 @@ class BranchingSession(SessionWrapper):
         self._view = View(self._storages)
         self._log = BranchLog(self.side_store("branches"), on_reset=self._view.forget)
         self._lock = asyncio.Lock()
-        self._logger = logger if logger is not None else logging.getLogger("agent_sessions")
+        self._logger = logger if logger is not None else default_logger
 
     @staticmethod
     def _lineage(state: BranchState, branch_id: str | None) -> Lineage | None:

@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from agents.memory import SessionSettings
 
-from ...core.capabilities import Capability, SupportsGuardedWrite, supports
+from ...core.capabilities import (
+    Capability,
+    SupportsFamilyBatch,
+    SupportsGuardedWrite,
+    supports,
+)
 from ...core.closing import Closing
 from ...core.codec import decode_item, encode_batch
 from ...core.options import check_int
@@ -142,8 +147,6 @@ class CompactionSession(SessionWrapper):
         """(view, pairs): every inner write since ``view`` was refreshed was a guarded
         ``_append_known`` of ``pairs``, so both are the whole tail and the next check needs no
         read. Valid while ``view`` is ``_running``; None: the check reads."""
-        # Expiry removes items without a pop, which the incremental check cannot notice.
-        self._incremental = expiring_layer(self.inner) is None
         self._summary_tokens: tuple[str, int] | None = None
         self._task: asyncio.Task[None] | None = None
         self._queued: tuple[bool, str | None] | None = None
@@ -160,9 +163,15 @@ class CompactionSession(SessionWrapper):
     @functools.cached_property
     def _guarded(self) -> bool:
         """Whether pops can be guarded by the records' newest number (see ``_pop_guarded``)."""
-        return supports(self.inner, Capability.GUARDED_WRITE) and supports(
+        return Capability.GUARDED_WRITE in self._inner_caps and supports(
             self._sibling, Capability.SEQUENCED
         )
+
+    @functools.cached_property
+    def _incremental(self) -> bool:
+        """Whether the check may read only the items added since the last one: not when
+        expiry removes items without a pop, which it cannot notice."""
+        return expiring_layer(self.inner) is None
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items of the view (summary, then newer items)."""
@@ -176,9 +185,17 @@ class CompactionSession(SessionWrapper):
                 return await self.inner.get_items(None)
             rows = await read_rows(self.inner, after=record.boundary)
             return list(record.summary) + [item for _, item in rows]
-        # Both reads at once (one wait instead of two): the newest ``limit`` items after the
-        # boundary are the newest ``limit`` items less those at or below it.
-        record, pairs = await self._record_and_latest(limit)
+        # Both reads at once (one round trip where the store serves both, else one wait
+        # instead of two): the newest ``limit`` items after the boundary are the newest
+        # ``limit`` items less those at or below it.
+        if Capability.FAMILY_BATCH in self._inner_caps:
+            family: SupportsFamilyBatch = self.inner  # type: ignore[assignment]
+            rows, pairs = await family.get_sequenced_family([(self._sibling, 1, None, None),
+                                                             (self.inner, limit, None, None)])
+            record = self._record_of(rows[-1][1]) if rows else None
+        else:
+            record, pairs = await asyncio.gather(self._latest_record(),
+                                                 read_rows(self.inner, limit))
         self._record_seen = record
         if record is None:
             return [item for _, item in pairs]
@@ -223,7 +240,7 @@ class CompactionSession(SessionWrapper):
     async def _pop_read(self, item: TResponseInputItem) -> Any:
         """Pop the newest item if it is still ``item`` (without CHECKED_POP: whatever is
         newest); _UNREAD when another object popped meanwhile."""
-        if not supports(self.inner, Capability.CHECKED_POP):
+        if Capability.CHECKED_POP not in self._inner_caps:
             return await self.inner.pop_item()
         checked: Any = self.inner
         try:
@@ -396,7 +413,7 @@ class CompactionSession(SessionWrapper):
         self._check_open()
         check_int("keep_compactions", keep_compactions)
         inner = self.inner
-        if not supports(inner, Capability.RANGE_DELETE):
+        if Capability.RANGE_DELETE not in self._inner_caps:
             raise NotImplementedError(
                 f"prune_archive needs an inner session with sequence numbers and atomic range "
                 f"deletion (agent_sessions' in-memory and SQLite backends, also under "
@@ -461,18 +478,6 @@ class CompactionSession(SessionWrapper):
             self._lock_set = (loop, asyncio.Lock(), asyncio.Lock())
         return self._lock_set[1], self._lock_set[2]
 
-    async def _record_and_latest(
-        self, limit: int
-    ) -> tuple[CompactionRecord | None, list[tuple[int, TResponseInputItem]]]:
-        """The record in force and the inner session's latest ``limit`` (seq, item) pairs."""
-        if not supports(self.inner, Capability.FAMILY_BATCH):
-            record, pairs = await asyncio.gather(self._latest_record(),
-                                                 read_rows(self.inner, limit))
-            return record, pairs
-        rows, pairs = await read_family([(self._sibling, 1, None, None),
-                                         (self.inner, limit, None, None)])
-        return (self._record_of(rows[-1][1]) if rows else None), pairs
-
     async def _append_known(self, items: list[TResponseInputItem]) -> bool:
         """Append ``items`` only while the inner session's newest item is the one this object
         knows (one atomic step), and remember them for the next check; False: nothing was
@@ -480,7 +485,7 @@ class CompactionSession(SessionWrapper):
         state, inner = self._appended, self.inner
         if (
             state is None or state[0] is not self._running or not state[0].seqs
-            or not supports(inner, Capability.GUARDED_WRITE)
+            or Capability.GUARDED_WRITE not in self._inner_caps
         ):
             self._appended = None
             return False
