@@ -126,3 +126,65 @@ def test_processes_popping_inherited_items_on_postgres_get_each_item_once() -> N
     assert not [r for r in results if isinstance(r, str)], results
     popped = [text for result in results for text in result]
     assert sorted(popped) == sorted(INHERITED), "an item was popped twice or not at all"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("moves", [3, 9])
+async def test_an_add_that_follows_a_moving_branch_leaves_one_copy_or_none(moves: int) -> None:
+    """A concurrent pop may move the branch off the storage an add just wrote to (its fork
+    point below the new rows), so the add re-appends to the branch's new storage. Rows left on
+    a storage the branch moved off are seen by no branch: each is removed, so a successful add
+    leaves exactly one copy and one that gives up (after 8 moves) leaves none."""
+    from agent_sessions import InMemorySession, InMemoryStore
+    from agent_sessions.errors import BranchError
+    from agent_sessions.wrappers.branching.log import encode_lineage
+
+    store, sid = InMemoryStore(), f"moving-{uuid.uuid4().hex[:8]}"
+    s = BranchingSession(InMemorySession(sid, store=store))
+    await s.add_items(_turns(2))
+    await s.create_branch_from_turn(2, "alt")  # alt reads main's storage: adds take the
+    await s.switch_to_branch("main")           # general path, then follow the branch
+    popper = BranchingSession(InMemorySession(sid, store=store))
+    written: list[str] = []  # the storage keys the add wrote to, in order
+    storage_of: Callable[[str], Any] = s._storages.storage
+
+    def instrumented(key: str) -> Any:
+        storage = storage_of(key)
+        add: Callable[[list[Any]], Awaitable[list[int]]] = storage.add_sequenced_items
+        if getattr(add, "__name__", "") == "add_then_move":
+            return storage  # instrumented already
+
+        async def add_then_move(items: list[Any]) -> list[int]:
+            seqs = await add(items)
+            written.append(key)
+            if len(written) <= moves:  # another object's pop moves main off this storage
+                lineage = (await popper._log.sync()).branches["main"].lineage
+                moved = (*lineage[:-1], (key, min(seqs)), (uuid.uuid4().hex, None))
+                await popper._log.append_op({
+                    "op": "lineage", "name": "main", "from": encode_lineage(lineage),
+                    "lineage": encode_lineage(moved),
+                })
+            return seqs
+
+        storage.add_sequenced_items = add_then_move
+        return storage
+
+    s._storages.storage = instrumented  # type: ignore[method-assign]
+    new: Any = {"role": "user", "content": "new"}
+    if moves > 8:
+        with pytest.raises(BranchError, match="kept moving"):
+            await s.add_items([new])
+    else:
+        await s.add_items([new])
+    del s._storages.storage  # the class's method again
+    assert len(written) == min(moves, 8) + 1
+    left = [[item_text(i) for _, i in await storage_of(k).get_sequenced_items()] for k in written]
+    first = [item_text(i) for i in _turns(2)]
+    if moves > 8:
+        assert left == [first] + [[]] * 8, "a failed add leaves no row anywhere"
+        assert [item_text(i) for i in await s.get_items()] == first
+    else:
+        assert left == [first] + [[]] * (moves - 1) + [["new"]], "one copy, where it is seen"
+        assert [item_text(i) for i in await s.get_items()] == [*first, "new"]
+    await s.switch_to_branch("alt")
+    assert [item_text(i) for i in await s.get_items()] == first[:2]

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+_FOLLOWS = 8
+"""Times an add follows a branch that concurrent pops keep moving before it gives up."""
+
 class BranchingSession(SessionWrapper):
     """A session whose history can branch at any user turn; the SDK's branching API.
 
@@ -110,18 +113,39 @@ class BranchingSession(SessionWrapper):
     async def _follow_moved_tail(self, name: str, key: str, seqs: list[int],
                                  items: list[TResponseInputItem]) -> None:
         """Re-append ``items`` (stored as ``seqs`` in ``key``) to ``name``'s current storage if
-        a concurrent pop put the branch's fork point on ``key`` below all of them."""
-        for _ in range(8):
-            branch = (await self._log.sync()).branches.get(name)
+        a concurrent pop put the branch's fork point on ``key`` below all of them, removing the
+        copy left behind: a visible add leaves one copy, a failed one (BranchError) none."""
+        for attempt in range(_FOLLOWS + 1):
+            state = await self._log.sync()
+            branch = state.branches.get(name)
             if branch is None or not seqs:
                 return
             bound = next((b for k, b in branch.lineage if k == key), None)
             if bound is None or bound > min(seqs):
                 return  # still the open tail, or the batch is (partly) seen: nothing lost
+            await self._drop_unseen(state, key, seqs)
+            if attempt == _FOLLOWS:
+                break
             key = branch.lineage[-1][0]
             storage = self._storages.storage(key)
             seqs = await storage.add_sequenced_items(items)  # type: ignore[attr-defined]
-        raise BranchError(f"branch '{name}' kept moving while adding items; try again")
+        raise BranchError(
+            f"branch '{name}' kept moving while adding items (other objects popping it); "
+            "nothing was added: try again"
+        )
+
+    async def _drop_unseen(self, state: BranchState, key: str, seqs: list[int]) -> None:
+        """Pop ``seqs`` (this add's rows) off storage ``key``, newest first, while the newest
+        row there is one of them and no branch sees it. A row another writer put above them
+        stops this (they stay, seen by no branch)."""
+        storage = self._storages.storage(key)
+        ours = set(seqs)
+        while ours:
+            newest = await storage.get_sequenced_items(1)  # type: ignore[attr-defined]
+            if not newest or newest[-1][0] not in ours or state.shares(key, newest[-1][0]):
+                return
+            ours.discard(newest[-1][0])
+            await storage.pop_item()
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item of the current branch, or None.
