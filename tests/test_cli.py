@@ -519,6 +519,43 @@ def test_no_password_is_printed(
         assert "S3CRET" not in err and "write" not in err and "running" not in err
 
 
+@pytest.mark.parametrize(
+    ("url", "driver", "masked"),
+    [
+        pytest.param(  # a 1-character password that is also a word of the message
+            "postgresql://app:a@db.example/a",
+            "postgresql+asyncpg://app:a@db.example:5432/a: database 'a' is a problem; "
+            "conninfo host=db.example password=a dbname=a; {'user': 'app', 'password': 'a'}",
+            "postgresql+asyncpg://app:***@db.example:5432/a: database 'a' is a problem; "
+            "conninfo host=db.example password=*** dbname=a; {'user': 'app', 'password': '***'}",
+            id="one-character",
+        ),
+        pytest.param(  # a 2-character one, percent-encoded in the URL, in the driver decoded
+            "redis://:x%40@cache:6379/0",
+            'Error connecting to redis://:x@@cache:6379: "PASSWORD": "x@", pwd=x@, x@ is x@',
+            'Error connecting to redis://:***@cache:6379: "PASSWORD": "***", pwd=***, x@ is x@',
+            id="two-characters-encoded",
+        ),
+        pytest.param(  # a password that is also the database name and a user's name
+            "mysql://test:test@127.0.0.1/test",
+            "Access denied for user 'test'@'localhost' (using password: YES) to database "
+            "'test' at mysql+pymysql://test:test@127.0.0.1:3306/test (password='test')",
+            "Access denied for user 'test'@'localhost' (using password: YES) to database "
+            "'test' at mysql+pymysql://test:***@127.0.0.1:3306/test (password='***')",
+            id="also-ordinary-text",
+        ),
+    ],
+)
+def test_scrub_masks_a_password_of_any_length_where_it_is_a_credential(
+    url: str, driver: str, masked: str
+) -> None:
+    from agent_sessions.cli.app import begin, scrub
+    from agent_sessions.ops.migrate import redacted
+
+    begin(["list", url])
+    assert scrub(f"cannot open {url}; {driver}") == f"cannot open {redacted(url)}; {masked}"
+
+
 def test_show_reads_the_key_from_a_file_or_the_environment(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -91,16 +91,27 @@ def begin(args: list[str]) -> None:
 
 
 def scrub(text: str) -> str:
-    """``text`` with this run's store URLs redacted and their passwords masked."""
-    from urllib.parse import urlsplit
+    """``text`` with this run's store URLs redacted and their passwords masked where they
+    stand as credentials: ``:password@`` (a URL's userinfo, however the driver spells the
+    rest) and ``password=``/``password:`` (``pass``, ``passwd``, ``pwd``; quoted or not, as
+    connection strings and dicts print them), as written in the URL or percent-decoded.
+    Elsewhere the same characters are left alone: a password may be a word of the message."""
+    from urllib.parse import unquote, urlsplit
 
     from ..ops.migrate import redacted
 
     for url in sorted(_URLS, key=len, reverse=True):
         text = text.replace(url, redacted(url))
         with suppress(ValueError):  # a URL urlsplit rejects has no password to mask
-            if (password := urlsplit(url).password) and len(password) > 2:
-                text = text.replace(password, "***")
+            if password := urlsplit(url).password:
+                for form in {password, unquote(password)}:
+                    pw = re.escape(form)
+                    text = re.sub(rf":{pw}@", ":***@", text)
+                    text = re.sub(
+                        rf"(?i)(\b(?:pass(?:word|wd)?|pwd)['\"]?\s*[=:]\s*(['\"]?)){pw}"
+                        r"(?=\2(?![^\s'\",;&)}\]]))",
+                        r"\1***", text,
+                    )
     return text
 
 
