@@ -446,6 +446,36 @@ async def test_foreign_documents_raise_backend_data_error(make: Factory) -> None
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("collisions", [1, 2])
+async def test_a_counter_upsert_colliding_twice_raises_backend_data_error(
+    make: Factory, collisions: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two first writes upserting the counter at once: the loser retries once. A second
+    duplicate key is no such race; it is the package's error, not PyMongo's."""
+    from pymongo.errors import DuplicateKeyError
+
+    s = make()
+    upsert = s.counters.find_one_and_update
+    left = [collisions]
+
+    async def colliding(*args: Any, **kwargs: Any) -> Any:
+        if left[0]:
+            left[0] -= 1
+            raise DuplicateKeyError("E11000 duplicate key error", 11000)
+        return await upsert(*args, **kwargs)
+
+    monkeypatch.setattr(s.counters, "find_one_and_update", colliding)
+    if collisions == 1:
+        await s.add_items([_msg("x")])
+        assert texts(await s.get_items()) == ["x"]
+        return
+    with pytest.raises(BackendDataError, match=r"duplicate key twice.*Nothing was written"):
+        await s.add_items([_msg("x")])
+    monkeypatch.undo()
+    assert await s.get_items() == [] and await _docs(s) == []
+
+
+@pytest.mark.asyncio
 async def test_injected_client_stays_open_after_close(make: Factory) -> None:
     s = make()
     await s.add_items([_msg("x")])

@@ -500,7 +500,16 @@ class MongoDBSession(BaseSession):
         try:
             counter = await upsert()
         except DuplicateKeyError:  # two first writes upserted at once; the loser retries
-            counter = await upsert()
+            try:
+                counter = await upsert()
+            except DuplicateKeyError as exc:  # not that race: it matches the counter now
+                raise BackendDataError(
+                    f"the counter of session {self.session_id!r} in {self.database}."
+                    f"{self.sessions_collection} hit a duplicate key twice ({exc}): that "
+                    "collection has a unique index agent_sessions did not create (use another "
+                    "database or collection_prefix), or the session is being erased while "
+                    "written (try again). Nothing was written"
+                ) from exc
         if not isinstance(counter, dict) or not isinstance(counter.get("seq"), int):
             raise BackendDataError(
                 f"the counter document of session {self.session_id!r} in "
