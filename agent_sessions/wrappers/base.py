@@ -172,8 +172,8 @@ class SessionWrapper(OptionsChecked, SessionABC):
                 opened = self.wrap_member(member)
                 if opened is member:  # the inner's own, which its family keeps and closes
                     return member
-            self._family = Family(self._open_member, purpose, opened)
-        return self._family.member(purpose)
+            self._family = Family(purpose, opened)
+        return self._family.member(purpose, self._open_member)
 
     def _open_member(self, purpose: str) -> Session:
         return self.wrap_member(self._plain_member(purpose))
