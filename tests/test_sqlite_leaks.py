@@ -8,6 +8,7 @@ import gc
 import os
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +198,40 @@ def test_the_stores_side_stores_are_bounded_and_thread_safe(tmp_path: Path) -> N
         return found
 
     assert asyncio.run(check()) == [[_msg(str(f))] for f in range(40)]
+
+
+def test_a_fresh_layered_session_used_once_is_freed_without_the_collector(tmp_path: Path) -> None:
+    """A web handler builds a stack per request: once closed and dropped it must go at once
+    (no reference cycle through its side stores), not wait for the cycle collector."""
+    from agent_sessions import AdvancedSession, CompactionSession
+
+    path = str(tmp_path / "fresh.db")
+    stacks = {
+        "advanced": AdvancedSession,
+        "compaction": lambda inner: CompactionSession(
+            inner, should_trigger_compaction=lambda _context: False
+        ),
+    }
+
+    async def use(wrap: Any, session_id: str) -> weakref.ref[Any]:
+        session = wrap(SQLiteSession(session_id, path))
+        await session.add_items([_msg("a"), _msg("b")])
+        await session.get_items(limit=1)
+        await session.pop_item()
+        await session.close()
+        return weakref.ref(session)
+
+    async def main() -> None:
+        keep = SQLiteSession("keep", path)
+        await keep.get_items()
+        gc.disable()
+        try:
+            for name, wrap in stacks.items():
+                await use(wrap, name)  # the first object of a store fills its caches
+                freed = await use(wrap, name)
+                assert freed() is None, name
+        finally:
+            gc.enable()
+            await keep.close()
+
+    asyncio.run(main())

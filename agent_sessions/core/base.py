@@ -510,8 +510,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         side stores (``_shared_members``), one object shared by its session objects."""
         self._check_open()
         if self._family is None:
-            self._family = Family(self._open_member)
-        return cast("Self", self._family.member(purpose))
+            self._family = Family()
+        return cast("Self", self._family.member(purpose, self._open_member))
 
     def _shared_members(self) -> tuple[SharedMembers, dict[str, Any]] | None:
         """Where the store keeps the side stores it shares, and the constructor keywords that

@@ -105,19 +105,20 @@ class SharedMembers:
 
 class Family:
     """The side stores one session object opened, by purpose; closed with that object. A
-    closed member is opened again (``open_member``) on the next request."""
+    closed member is opened again (``open_member``) on the next request. It keeps no reference
+    to its owner, so an owner used once (a fresh object per request) is freed as soon as it is
+    dropped, not by the cycle collector."""
 
-    def __init__(self, open_member: Callable[[str], Session], purpose: str = "",
-                 opened: Session | None = None) -> None:
+    def __init__(self, purpose: str = "", opened: Session | None = None) -> None:
         """``opened``: the member for ``purpose``, already opened by the caller."""
-        self._open_member = open_member
         self._members: dict[str, Session] = {} if opened is None else {purpose: opened}
 
-    def member(self, purpose: str) -> Session:
-        """Return the open member for ``purpose``, opening it if needed."""
+    def member(self, purpose: str, open_member: Callable[[str], Session]) -> Session:
+        """Return the open member for ``purpose``, opening it with ``open_member`` if
+        needed."""
         found = self._members.get(purpose)
         if found is None or getattr(found, "closed", False):
-            found = self._members[purpose] = self._open_member(purpose)
+            found = self._members[purpose] = open_member(purpose)
         return found
 
     def opened(self) -> list[Session]:

@@ -53,17 +53,21 @@ class SessionWrapper(OptionsChecked, SessionABC):
     def __init__(self, inner: Session, *, sibling_factory: Callable[[str], Session] | None = None,
                  session_settings: SessionSettings | dict[str, Any] | None = None) -> None:
         name = type(self).__name__
-        if not all(callable(getattr(inner, method, None))
-                   for method in ("get_items", "add_items", "pop_item", "clear_session")):
+        if not (callable(getattr(inner, "get_items", None))
+                and callable(getattr(inner, "add_items", None))
+                and callable(getattr(inner, "pop_item", None))
+                and callable(getattr(inner, "clear_session", None))):
             raise TypeError(
                 f"{name} wraps a Session (get_items, add_items, pop_item, "
                 f"clear_session); got {type(inner).__name__}"
             )
         if sibling_factory is not None and not callable(sibling_factory):
             raise TypeError(f"{name}: sibling_factory must be callable, got {sibling_factory!r}")
-        if self.numbering is not None:
+        capabilities = capabilities_of(inner)
+        if self.numbering is not None and Capability.SEQUENCED not in capabilities:
             inner = self.numbering(inner, sibling_factory, wrapper=name)
-        self._inner_caps = capabilities = capabilities_of(inner)
+            capabilities = capabilities_of(inner)
+        self._inner_caps = capabilities
         """What ``inner`` declares, read once (a session's capabilities are fixed)."""
         if self.numbering is not None and sibling_factory is None and (
                 Capability.FAMILY not in capabilities):
@@ -172,8 +176,8 @@ class SessionWrapper(OptionsChecked, SessionABC):
                 opened = self.wrap_member(member)
                 if opened is member:  # the inner's own, which its family keeps and closes
                     return member
-            self._family = Family(self._open_member, purpose, opened)
-        return self._family.member(purpose)
+            self._family = Family(purpose, opened)
+        return self._family.member(purpose, self._open_member)
 
     def _open_member(self, purpose: str) -> Session:
         return self.wrap_member(self._plain_member(purpose))

@@ -4,6 +4,7 @@ stores of its family; all have sequence numbers, so ranged reads cost O(result).
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -78,11 +79,16 @@ async def read_family(reads: list[Read]) -> list[list[tuple[int, Any]]]:
 
 class Storages:
     """The sessions that hold one conversation's data, each with sequence numbers: ``main``
-    is the inner session, others are side stores of its family (opened by ``side``)."""
+    is the inner session, others are side stores of its family (opened by ``side``, a method
+    of the layer that owns this, held weakly: no reference cycle keeps a layer used once)."""
 
     def __init__(self, inner: Session, side: Callable[[str], Session]) -> None:
         self.inner = inner
-        self.side = side
+        self._side = weakref.WeakMethod(side)  # type: ignore[arg-type]
+
+    def side(self, name: str) -> Session:
+        """The side store ``name`` of the owner's family."""
+        return self._side()(name)  # type: ignore[misc]
 
     def storage(self, key: str) -> Session:
         """Return the session holding the items of storage ``key``."""

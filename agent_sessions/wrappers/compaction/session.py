@@ -136,6 +136,7 @@ class CompactionSession(SessionWrapper):
         self.background = background
         self.compact_on_write = compact_on_write
         self.token_estimator = token_estimator if token_estimator is not None else TokenEstimator()
+        self._records: Session | None = None
         self._records_newest: int | None = None
         """The records' newest sequence number as last read by a pop (None: no records)."""
         self._lock_set: tuple[asyncio.AbstractEventLoop, asyncio.Lock, asyncio.Lock] | None = None
@@ -157,10 +158,13 @@ class CompactionSession(SessionWrapper):
 
     @property
     def _sibling(self) -> Session:
-        """The side store of the records, opened on first use (an add never needs it)."""
-        return self.side_store(SIBLING_PURPOSE)
+        """The side store of the records, opened on first use (an add never needs it) and
+        kept: a fresh object per request asks the family once, not on every use."""
+        if self._records is None:
+            self._records = self.side_store(SIBLING_PURPOSE)
+        return self._records
 
-    @functools.cached_property
+    @property
     def _guarded(self) -> bool:
         """Whether pops can be guarded by the records' newest number (see ``_pop_guarded``)."""
         return Capability.GUARDED_WRITE in self._inner_caps and supports(
