@@ -53,10 +53,8 @@ class SessionWrapper(OptionsChecked, SessionABC):
     def __init__(self, inner: Session, *, sibling_factory: Callable[[str], Session] | None = None,
                  session_settings: SessionSettings | dict[str, Any] | None = None) -> None:
         name = type(self).__name__
-        if not (callable(getattr(inner, "get_items", None))
-                and callable(getattr(inner, "add_items", None))
-                and callable(getattr(inner, "pop_item", None))
-                and callable(getattr(inner, "clear_session", None))):
+        if not all(callable(getattr(inner, method, None))
+                   for method in ("get_items", "add_items", "pop_item", "clear_session")):
             raise TypeError(
                 f"{name} wraps a Session (get_items, add_items, pop_item, "
                 f"clear_session); got {type(inner).__name__}"
