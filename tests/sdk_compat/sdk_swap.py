@@ -106,6 +106,21 @@ def swap_classes() -> list[str]:
 
 _MISSING = swap_classes()
 
+# The SDK's encryption tests move the clock with ``monkeypatch.setattr(
+# "cryptography.fernet.time.time", ...)``: before cryptography 51, ``fernet.py`` imported the
+# ``time`` module, so that patched ``time.time`` for everything. cryptography 51 moved Fernet
+# to Rust and the path no longer resolves; point it at the same module so the tests keep
+# their meaning on any cryptography version.
+try:
+    import cryptography.fernet as _fernet
+except ImportError:  # the encryption extra is absent: those tests skip
+    pass
+else:
+    if not hasattr(_fernet, "time"):
+        import time as _time
+
+        _fernet.time = _time  # type: ignore[attr-defined]
+
 # The SDK's MongoDB test module installs fake pymongo submodules in sys.modules when it is
 # imported; the real ones are put back after collection (see _restore_pymongo).
 _PYMONGO = {
