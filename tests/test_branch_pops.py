@@ -157,9 +157,9 @@ async def test_an_add_that_follows_a_moving_branch_leaves_one_copy_or_none(moves
         async def add_then_move(items: list[Any]) -> list[int]:
             seqs = await add(items)
             written.append(key)
-            if len(written) <= moves:  # another object's pop moves main off this storage
-                lineage = (await popper._log.sync()).branches["main"].lineage
-                moved = (*lineage[:-1], (key, min(seqs)), (uuid.uuid4().hex, None))
+            if len(written) <= moves:  # another object's pop of the row below this add's
+                lineage = (await popper._log.sync()).branches["main"].lineage  # moves main
+                moved = (*lineage[:-1], (key, min(seqs) - 1), (uuid.uuid4().hex, None))
                 await popper._log.append_op({
                     "op": "lineage", "name": "main", "from": encode_lineage(lineage),
                     "lineage": encode_lineage(moved),
@@ -182,9 +182,52 @@ async def test_an_add_that_follows_a_moving_branch_leaves_one_copy_or_none(moves
     first = [item_text(i) for i in _turns(2)]
     if moves > 8:
         assert left == [first] + [[]] * 8, "a failed add leaves no row anywhere"
-        assert [item_text(i) for i in await s.get_items()] == first
+        assert [item_text(i) for i in await s.get_items()] == first[:-1]
     else:
         assert left == [first] + [[]] * (moves - 1) + [["new"]], "one copy, where it is seen"
-        assert [item_text(i) for i in await s.get_items()] == [*first, "new"]
+        assert [item_text(i) for i in await s.get_items()] == [*first[:-1], "new"]
     await s.switch_to_branch("alt")
     assert [item_text(i) for i in await s.get_items()] == first[:2]
+
+
+@pytest.mark.asyncio
+async def test_an_add_whose_rows_another_object_popped_is_not_re_appended() -> None:
+    """Between an add's write and its check of the branch log, another object may fork a child
+    that sees the new rows and pop them from the branch (the last one by moving the fork point
+    onto it). The add must not then re-append them: the pops returned them."""
+    from agent_sessions import InMemorySession, InMemoryStore
+
+    store, sid = InMemoryStore(), f"popped-{uuid.uuid4().hex[:8]}"
+    s = BranchingSession(InMemorySession(sid, store=store))
+    await s.add_items(_turns(2))
+    await s.create_branch_from_turn(2, "alt")  # alt reads main's storage: the general path
+    await s.switch_to_branch("main")
+    popper = BranchingSession(InMemorySession(sid, store=store))
+    storage_of: Callable[[str], Any] = s._storages.storage
+    popped: list[Any] = []
+
+    def instrumented(key: str) -> Any:
+        storage = storage_of(key)
+        add: Callable[[list[Any]], Awaitable[list[int]]] = storage.add_sequenced_items
+
+        async def add_then_pop(items: list[Any]) -> list[int]:
+            seqs = await add(items)
+            if not popped:
+                await popper.create_branch_from_turn(4, "kid")  # sees x, not y
+                await popper.switch_to_branch("main")
+                popped.extend([await popper.pop_item(), await popper.pop_item()])
+            return seqs
+
+        storage.add_sequenced_items = add_then_pop
+        return storage
+
+    s._storages.storage = instrumented  # type: ignore[method-assign]
+    x: Any = {"role": "user", "content": "x"}
+    y: Any = {"role": "user", "content": "y"}
+    await s.add_items([x, y])
+    del s._storages.storage
+    first = [item_text(i) for i in _turns(2)]
+    assert [item_text(i) for i in popped] == ["y", "x"]
+    assert [item_text(i) for i in await s.get_items()] == first, "popped rows came back"
+    await s.switch_to_branch("kid")
+    assert [item_text(i) for i in await s.get_items()] == [*first, "x"]

@@ -113,16 +113,19 @@ class BranchingSession(SessionWrapper):
     async def _follow_moved_tail(self, name: str, key: str, seqs: list[int],
                                  items: list[TResponseInputItem]) -> None:
         """Re-append ``items`` (stored as ``seqs`` in ``key``) to ``name``'s current storage if
-        a concurrent pop put the branch's fork point on ``key`` below all of them, removing the
-        copy left behind: a visible add leaves one copy, a failed one (BranchError) none."""
+        a concurrent pop put the branch's fork point on ``key`` below all of them (before any
+        was seen), removing the copy left behind: a visible add leaves one copy, a failed one
+        (BranchError) none."""
         for attempt in range(_FOLLOWS + 1):
             state = await self._log.sync()
             branch = state.branches.get(name)
             if branch is None or not seqs:
                 return
             bound = next((b for k, b in branch.lineage if k == key), None)
-            if bound is None or bound > min(seqs):
-                return  # still the open tail, or the batch is (partly) seen: nothing lost
+            # A pop moves the fork point onto the item it returns, so a bound at the batch's
+            # first row means pops returned the whole batch: re-appending would resurrect it.
+            if bound is None or bound >= min(seqs):
+                return  # still the open tail, or the batch is (partly) seen or popped
             await self._drop_unseen(state, key, seqs)
             if attempt == _FOLLOWS:
                 break
