@@ -3,15 +3,23 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services test lint demo bench smoke-core docs test-window-long test-resilient-long faults props sdk-tests
+.PHONY: install lock services test lint demo bench smoke-core docs test-window-long test-resilient-long faults props sdk-tests
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[all,dev]"
+	$(PY) -m pip install -q -c constraints.txt --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e ".[all,dev]"
 	touch $@
+
+# constraints.txt: the newest versions pyproject.toml allows, resolved in a scratch venv.
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/python -m pip install -q --upgrade pip
+	.lock-venv/bin/python -m pip install -q -e ".[all,dev]"
+	{ head -2 constraints.txt; .lock-venv/bin/python -m pip freeze --exclude-editable; } > constraints.new
+	mv constraints.new constraints.txt && rm -rf .lock-venv
 
 services:
 	bash scripts/start-services.sh
@@ -29,7 +37,7 @@ demo: install
 
 # Writes docs/benchmarks.md, .png and .json; `make bench QUICK=1` for the short run.
 bench: install services
-	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[bench]"
 	$(PY) benchmarks/run.py $(if $(QUICK),--quick,)
 
 # The docs site (MkDocs Material, API reference from docstrings) into site/; fails on any
