@@ -35,6 +35,10 @@ def _turns(n: int) -> list[Any]:
     return out
 
 
+async def _declined(*_args: Any) -> None:
+    return None  # append_if_newest may always decline (GUARDED_WRITE)
+
+
 def _opener(backend: str, tmp: str) -> Callable[[str], Awaitable[Session]]:
     async def open_inner(sid: str) -> Session:
         if backend == "sqlite":
@@ -167,6 +171,7 @@ async def test_an_add_that_follows_a_moving_branch_leaves_one_copy_or_none(moves
             return seqs
 
         storage.add_sequenced_items = add_then_move
+        storage.append_if_newest = _declined  # unguarded adds: they must follow the branch
         return storage
 
     s._storages.storage = instrumented  # type: ignore[method-assign]
@@ -219,6 +224,7 @@ async def test_an_add_whose_rows_another_object_popped_is_not_re_appended() -> N
             return seqs
 
         storage.add_sequenced_items = add_then_pop
+        storage.append_if_newest = _declined
         return storage
 
     s._storages.storage = instrumented  # type: ignore[method-assign]
@@ -231,3 +237,95 @@ async def test_an_add_whose_rows_another_object_popped_is_not_re_appended() -> N
     assert [item_text(i) for i in await s.get_items()] == first, "popped rows came back"
     await s.switch_to_branch("kid")
     assert [item_text(i) for i in await s.get_items()] == [*first, "x"]
+
+
+@pytest.mark.asyncio
+async def test_an_add_that_raced_a_fork_and_a_move_is_not_lost() -> None:
+    """An add that saw its branch's storage read by no other branch writes without following
+    the branch; if meanwhile another object forked a child (now sharing the storage) and popped
+    the branch into the shared rows (moving it to a new storage), the row lands above the fork
+    point and must still be seen."""
+    from agent_sessions import InMemorySession, InMemoryStore
+
+    store, sid = InMemoryStore(), f"raced-{uuid.uuid4().hex[:8]}"
+    s = BranchingSession(InMemorySession(sid, store=store))
+    await s.add_items(_turns(2))
+    popper = BranchingSession(InMemorySession(sid, store=store))
+    await popper.create_branch_from_turn(1, "tmp")  # the log moves on: s's next add takes
+    await popper.switch_to_branch("main")           # the general path
+    await popper.delete_branch("tmp")
+    storage_of: Callable[[str], Any] = s._storages.storage
+    popped: list[Any] = []
+    writes: list[str] = []
+
+    def instrumented(key: str) -> Any:
+        storage = storage_of(key)
+        if "append_if_newest" in vars(storage):
+            return storage  # instrumented already
+        for name in ("append_if_newest", "add_items", "add_sequenced_items"):
+            real = getattr(storage, name)
+
+            async def fork_move_then_write(*args: Any, real: Any = real) -> Any:
+                writes.append(real.__name__)
+                if len(writes) == 2:  # after the add read the log (the first, guarded on the
+                    # stale log, declined)
+                    await popper.create_branch_from_turn(2, "kid")  # sees q1 r1
+                    await popper.switch_to_branch("main")
+                    popped.extend([await popper.pop_item() for _ in range(3)])  # r2, q2, r1
+                return await real(*args)
+
+            setattr(storage, name, fork_move_then_write)
+        return storage
+
+    s._storages.storage = instrumented  # type: ignore[method-assign]
+    await s.add_items([{"role": "user", "content": "new"}])
+    del s._storages.storage
+    assert [item_text(i) for i in popped] == ["r2", "q2", "r1"]
+    assert [item_text(i) for i in await s.get_items()] == ["q1", "new"], "the add was lost"
+
+
+@pytest.mark.asyncio
+async def test_a_pop_that_raced_a_fork_keeps_the_childs_rows() -> None:
+    """A pop that saw its branch's storage read by no other branch pops that storage's newest
+    row; if meanwhile another object forked a child off it and popped down to the child's rows,
+    the row it then removes is the child's: it must be hidden from the branch, not deleted."""
+    from agent_sessions import InMemorySession, InMemoryStore
+
+    store, sid = InMemoryStore(), f"raced-pop-{uuid.uuid4().hex[:8]}"
+    s = BranchingSession(InMemorySession(sid, store=store))
+    await s.add_items(_turns(2))
+    popper = BranchingSession(InMemorySession(sid, store=store))
+    await popper.create_branch_from_turn(1, "tmp")  # the log moves on: s's next pop takes
+    await popper.switch_to_branch("main")           # the general path
+    await popper.delete_branch("tmp")
+    storage_of: Callable[[str], Any] = s._storages.storage
+    popped: list[Any] = []
+    pops: list[str] = []
+
+    def instrumented(key: str) -> Any:
+        storage = storage_of(key)
+        if "pop_item" in vars(storage):
+            return storage  # instrumented already
+        for name in ("pop_if_newest", "pop_item"):
+            real = getattr(storage, name)
+
+            async def fork_then_pop(*args: Any, real: Any = real, **kwargs: Any) -> Any:
+                pops.append(real.__name__)
+                if len(pops) == 2:  # after the pop read the log (the first, guarded on the
+                    # stale log, declined)
+                    await popper.create_branch_from_turn(2, "kid")  # sees q1 r1
+                    await popper.switch_to_branch("main")
+                    popped.extend([await popper.pop_item() for _ in range(2)])  # r2, q2
+                return await real(*args, **kwargs)
+
+            setattr(storage, name, fork_then_pop)
+        return storage
+
+    s._storages.storage = instrumented  # type: ignore[method-assign]
+    mine = await s.pop_item()
+    del s._storages.storage
+    assert [item_text(i) for i in popped] == ["r2", "q2"]
+    assert item_text(mine) == "r1"
+    assert [item_text(i) for i in await s.get_items()] == ["q1"]
+    await s.switch_to_branch("kid")
+    assert [item_text(i) for i in await s.get_items()] == ["q1", "r1"], "the child lost a row"

@@ -746,15 +746,24 @@ async def test_cancelled_branch_operations_leave_a_consistent_state(make: Any) -
 
 
 class _PausingSession(InMemorySession):
-    """An in-memory session that runs ``before_append`` once, just before its next append."""
+    """An in-memory session that runs ``before_append`` once, just before its next append
+    (guarded or not)."""
 
     before_append: Any = None
 
-    async def add_sequenced_items(self, items: list[Any]) -> list[int]:
+    async def _pause(self) -> None:
         hook, self.before_append = self.before_append, None
         if hook is not None:
             await hook()
+
+    async def add_sequenced_items(self, items: list[Any]) -> list[int]:
+        await self._pause()
         return await super().add_sequenced_items(items)
+
+    async def append_if_newest(self, guard: Any, seq: int | None,
+                               items: list[Any]) -> list[int] | None:
+        await self._pause()
+        return await super().append_if_newest(guard, seq, items)
 
 
 @pytest.mark.asyncio

@@ -99,14 +99,17 @@ class BranchingSession(SessionWrapper):
         async with self._lock:
             if items and await self._add_if_log_unchanged(items):
                 return
-            state, name, lineage = await self._current()
+            _, name, lineage = await self._current()
             key = lineage[-1][0]
             storage = self._storages.storage(key)
-            if not items or not state.shares(key, besides=name):
+            if not items:
                 await storage.add_items(items)
                 return
-            # Another object may, right now, pop this branch below a child's fork point, which
-            # moves the branch to a fresh storage; then this batch must follow it there.
+            if await self._add_if_log_unchanged(items):  # guarded on the log just read
+                return
+            # Unguarded: another object may meanwhile fork a child off this storage and pop the
+            # branch below the fork point, which moves the branch to a fresh storage; then this
+            # batch must follow it there.
             seqs = await storage.add_sequenced_items(items)  # type: ignore[attr-defined]
             await self._follow_moved_tail(name, key, seqs, items)
 
@@ -158,30 +161,37 @@ class BranchingSession(SessionWrapper):
         point down; it is never deleted. Other items are deleted.
         """
         async with self._lock:
-            popped = await self._pop_if_log_unchanged()
+            _, popped = await self._pop_if_log_unchanged()
             if popped is not None:
-                return popped
-            state, name, lineage = await self._current()
-            key = lineage[-1][0]
-            if not state.shares(key, besides=name):
-                # No other branch reads this storage, so its newest item is nobody else's: pop
-                # it without reading it first (empty: the newest is in a parent, below).
-                popped = await self._storages.storage(key).pop_item()
-                if popped is not None:
-                    return popped
-            while True:
+                return popped  # type: ignore[no-any-return]
+            look: tuple[int, str, int | None]
+            looked: tuple[int, str, int | None] | None = None
+            while True:  # each round that fails lost to another object's pop or write
+                state, name, lineage = await self._current()
+                key = lineage[-1][0]
+                if not state.shares(key, besides=name):
+                    # No other branch reads this storage, so its newest item is nobody else's:
+                    # pop it without reading it first (empty: the newest is in a parent).
+                    look = (self._log.applied, key, None)
+                    done, popped = await self._pop_tail(key, None, guarded=look != looked)
+                    looked = look
+                    if not done:
+                        continue
+                    if popped is not None:
+                        return popped  # type: ignore[no-any-return]
                 found = await self._view.newest(lineage)
                 if found is None:
                     return None
                 index, seq, item = found
                 key = lineage[index][0]
                 if index == len(lineage) - 1 and not state.shares(key, seq, besides=name):
-                    popped = await self._storages.storage(key).pop_item()
-                    if popped is None:
-                        state, name, lineage = await self._current()
-                        continue  # another object emptied it meanwhile
-                    self._view.popped(key, seq)
-                    return popped
+                    look = (self._log.applied, key, seq)
+                    done, popped = await self._pop_tail(key, seq, guarded=look != looked)
+                    looked = look
+                    if done and popped is not None:
+                        self._view.popped(key, seq)
+                        return popped  # type: ignore[no-any-return]
+                    continue  # the log or the storage moved meanwhile: look again
                 tail = (uuid.uuid4().hex, None) if index == len(lineage) - 1 else lineage[-1]
                 moved = (*lineage[:index], (key, seq), tail)
                 state, op_id = await self._log.append_op({
@@ -189,40 +199,52 @@ class BranchingSession(SessionWrapper):
                     "lineage": encode_lineage(moved),
                 })
                 branch = state.branches.get(name)
-                if branch is None or branch.moved_by != op_id:
-                    state, name, lineage = await self._current()
-                    continue  # another object moved this branch first: pop its new newest
-                return item  # type: ignore[no-any-return]
+                if branch is not None and branch.moved_by == op_id:
+                    return item  # type: ignore[no-any-return]
+                # another object moved this branch first: pop its new newest
 
-    def _guarded_tail(self) -> SupportsGuardedWrite | None:
+    async def _pop_tail(self, key: str, newest: int | None, *,
+                        guarded: bool) -> tuple[bool, Any]:
+        """Pop storage ``key``'s newest item (only if its number is ``newest``, when given)
+        while the branch log holds nothing this object has not applied, so a branch forked
+        meanwhile never loses a row: ``(True, item or None)``, or ``(False, None)`` when
+        either moved. ``guarded=False`` (the store declined the same look before, e.g.
+        MongoDB or Redis Cluster): a plain pop of the newest item."""
+        storage = self._storages.storage(key)
+        if guarded and supports(storage, Capability.GUARDED_WRITE):
+            return await storage.pop_if_newest(  # type: ignore[attr-defined, no-any-return]
+                self._log.session, self._log.applied or None, newest=newest
+            )
+        return True, await storage.pop_item()
+
+    def _guarded_tail(self, *, popping: bool) -> SupportsGuardedWrite | None:
         """The current branch's open storage when a write to it can be guarded, in the same
-        round trip, by the branch log holding nothing this object has not applied and no
-        other branch reads it; None: take the general path."""
+        round trip, by the branch log holding nothing this object has not applied (and, for
+        a pop, no other branch reading the storage); None: take the general path."""
         state = self._log.state
         key = state.branches[state.current].lineage[-1][0]
         storage = self._storages.storage(key)
         if (not supports(storage, Capability.GUARDED_WRITE)
-                or state.shares(key, besides=state.current)
+                or (popping and state.shares(key, besides=state.current))
                 or not (self._log.applied or self._log.may_be_empty())):
             return None
         return storage  # type: ignore[return-value]
 
     async def _add_if_log_unchanged(self, items: list[TResponseInputItem]) -> bool:
         """``add_items``' common case in one round trip; False: nothing was written."""
-        guarded = self._guarded_tail()
+        guarded = self._guarded_tail(popping=False)
         return guarded is not None and (
             await guarded.append_if_newest(self._log.session, self._log.applied or None, items)
             is not None
         )
 
-    async def _pop_if_log_unchanged(self) -> TResponseInputItem | None:
-        """The common pop in one round trip; None: nothing was popped (take the general
-        path)."""
-        guarded = self._guarded_tail()
+    async def _pop_if_log_unchanged(self) -> tuple[bool, Any]:
+        """The common pop in one round trip, as ``pop_if_newest``: ``(False, None)``: nothing
+        was popped (take the general path)."""
+        guarded = self._guarded_tail(popping=True)
         if guarded is None:
-            return None
-        _, item = await guarded.pop_if_newest(self._log.session, self._log.applied or None)
-        return item  # type: ignore[no-any-return]  # None: an undecodable one was dropped
+            return False, None
+        return await guarded.pop_if_newest(self._log.session, self._log.applied or None)
 
     async def clear_session(self) -> None:
         """Delete every branch and all their items, and make ``main`` current again.
