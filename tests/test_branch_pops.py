@@ -329,3 +329,39 @@ async def test_a_pop_that_raced_a_fork_keeps_the_childs_rows() -> None:
     assert [item_text(i) for i in await s.get_items()] == ["q1"]
     await s.switch_to_branch("kid")
     assert [item_text(i) for i in await s.get_items()] == ["q1", "r1"], "the child lost a row"
+
+
+@pytest.mark.asyncio
+async def test_a_branch_created_while_another_object_pops_its_turn_is_whole_or_refused() -> None:
+    """Creating a branch reads the turn, then records the fork; pops by another object in
+    between delete the rows below the turn (no branch shares them yet). The new branch must
+    then not come out missing them: it holds everything before the turn, or the create is
+    refused because the turn is gone."""
+    from agent_sessions import InMemorySession, InMemoryStore
+    from agent_sessions.errors import BranchError
+
+    store, sid = InMemoryStore(), f"create-{uuid.uuid4().hex[:8]}"
+    s = BranchingSession(InMemorySession(sid, store=store))
+    await s.add_items(_turns(2))
+    popper = BranchingSession(InMemorySession(sid, store=store))
+    await popper.get_items()
+    append_op = s._log.append_op
+    popped: list[Any] = []
+
+    async def pops_first(record: Any) -> Any:
+        if not popped and record.get("op") == "create":
+            popped.extend([await popper.pop_item() for _ in range(3)])  # r2, q2, r1
+        return await append_op(record)
+
+    s._log.append_op = pops_first  # type: ignore[method-assign]
+    try:
+        name = await s.create_branch_from_turn(2, "kid")
+    except BranchError as exc:
+        assert "Turn 2" in str(exc) and "nothing was created" in str(exc)
+        assert [b["branch_id"] for b in await s.list_branches()] == ["main"]
+        assert [b["branch_id"] for b in await s.list_branches() if b["is_current"]] == ["main"]
+    else:
+        assert name == "kid"
+        assert [item_text(i) for i in await s.get_items()] == ["q1", "r1"]
+    assert [item_text(i) for i in popped] == ["r2", "q2", "r1"]
+    assert [item_text(i) for i in await s.get_items(branch_id="main")] == ["q1"]

@@ -304,6 +304,17 @@ class BranchingSession(SessionWrapper):
                     break
                 if branch_name is not None or attempt == 7:
                     raise _used(name)
+            # Until the record above, no branch shared the items below the turn, so another
+            # object's pops could delete them between the read and the record: then the new
+            # branch would miss them, and it is withdrawn (the turn is gone from the source).
+            if not await self._view.intact_below(lineage, turn):
+                await self._log.append_op({"op": "delete", "name": name})
+                if source != MAIN:
+                    await self._log.append({"op": "switch", "name": source})
+                raise BranchError(
+                    f"Turn {turn_number} of branch '{source}' was popped by another object "
+                    f"while branch '{name}' was being created; nothing was created"
+                )
         # DONT_LOG_MODEL_DATA: the SDK's switch for logging conversation content
         shown = "" if _debug.DONT_LOG_MODEL_DATA else f" ('{content_preview(turn.content, 50)}')"
         self._logger.debug("Created branch '%s' from turn %s%s in '%s'", name, turn_number, shown,

@@ -75,12 +75,14 @@ class Scan:
 
 @dataclass
 class Turn:
-    """One user turn of a view."""
+    """One user turn of a view (``below``: the number of the item just below its user
+    message in the same storage, None when there is none or it was not read)."""
 
     number: int
     segment: int
     seq: int
     content: Any
+    below: int | None = None
 
 
 class View:
@@ -227,11 +229,13 @@ class View:
             users = await index.users_below(before)
             if number <= seen + users:
                 seq = await index.seq_at(number - seen - 1 + index.skip)
-                # The item itself, read back: the index can only point at a user message.
-                rows = await read_rows(index.storage, 1, before=seq + 1)
-                if not rows or rows[0][0] != seq or not is_user_message(rows[0][1]):
+                # The item itself (and the one below it), read back: the index can only
+                # point at a user message.
+                rows = await read_rows(index.storage, 2, before=seq + 1)
+                if not rows or rows[-1][0] != seq or not is_user_message(rows[-1][1]):
                     raise IndexBroken(f"turn index of {key!r} points at a non-user item {seq}")
-                return Turn(number, segment, seq, rows[0][1].get("content", ""))
+                below = rows[0][0] if len(rows) == 2 else None
+                return Turn(number, segment, seq, rows[-1][1].get("content", ""), below)
             seen += users
         return None
 
@@ -241,9 +245,23 @@ class View:
             scan = await self.scan(key, before)
             users = scan.users_below(before)
             if number <= seen + users:
-                return Turn(number, index, *scan.users[number - seen - 1])
+                seq, content = scan.users[number - seen - 1]
+                k = scan.items_below(seq)
+                return Turn(number, index, seq, content, scan.items[k - 1][0] if k else None)
             seen += users
         return None
+
+    async def intact_below(self, lineage: Lineage, turn: Turn) -> bool:
+        """Whether the items below ``turn`` in its storage are still all there: the newest of
+        them is still ``turn.below`` (pops delete the newest first; on an expiring storage,
+        none left also passes: the oldest vanish first)."""
+        if turn.below is None:
+            return True
+        key = lineage[turn.segment][0]
+        rows = await read_rows(self.storages.storage(key), 1, before=turn.seq)
+        if not rows:
+            return self._expires(key)
+        return rows[-1][0] == turn.below  # type: ignore[no-any-return]
 
     async def turns(self, lineage: Lineage) -> list[Turn]:
         """Return every user turn of the view in order."""
