@@ -239,45 +239,55 @@ async def test_an_add_whose_rows_another_object_popped_is_not_re_appended() -> N
     assert [item_text(i) for i in await s.get_items()] == [*first, "x"]
 
 
-@pytest.mark.asyncio
-async def test_an_add_that_raced_a_fork_and_a_move_is_not_lost() -> None:
-    """An add that saw its branch's storage read by no other branch writes without following
-    the branch; if meanwhile another object forked a child (now sharing the storage) and popped
-    the branch into the shared rows (moving it to a new storage), the row lands above the fork
-    point and must still be seen."""
+async def _race_after_reading_the_log(methods: tuple[str, ...], pops: int) -> tuple[Any, list[Any]]:
+    """A BranchingSession over main (q1 r1 q2 r2) whose next call of one of its storages'
+    ``methods`` after the first (which, guarded on a log another object moved, declines)
+    first lets another object fork ``kid`` from turn 2 (it sees q1 r1) and pop main ``pops``
+    times: the window between the session reading the log and writing."""
     from agent_sessions import InMemorySession, InMemoryStore
 
     store, sid = InMemoryStore(), f"raced-{uuid.uuid4().hex[:8]}"
     s = BranchingSession(InMemorySession(sid, store=store))
     await s.add_items(_turns(2))
     popper = BranchingSession(InMemorySession(sid, store=store))
-    await popper.create_branch_from_turn(1, "tmp")  # the log moves on: s's next add takes
+    await popper.create_branch_from_turn(1, "tmp")  # the log moves on: s's next write takes
     await popper.switch_to_branch("main")           # the general path
     await popper.delete_branch("tmp")
     storage_of: Callable[[str], Any] = s._storages.storage
     popped: list[Any] = []
-    writes: list[str] = []
+    calls: list[str] = []
 
     def instrumented(key: str) -> Any:
         storage = storage_of(key)
-        if "append_if_newest" in vars(storage):
+        if methods[0] in vars(storage):
             return storage  # instrumented already
-        for name in ("append_if_newest", "add_items", "add_sequenced_items"):
+        for name in methods:
             real = getattr(storage, name)
 
-            async def fork_move_then_write(*args: Any, real: Any = real) -> Any:
-                writes.append(real.__name__)
-                if len(writes) == 2:  # after the add read the log (the first, guarded on the
-                    # stale log, declined)
-                    await popper.create_branch_from_turn(2, "kid")  # sees q1 r1
+            async def race_then_call(*args: Any, real: Any = real, **kwargs: Any) -> Any:
+                calls.append(real.__name__)
+                if len(calls) == 2:
+                    await popper.create_branch_from_turn(2, "kid")
                     await popper.switch_to_branch("main")
-                    popped.extend([await popper.pop_item() for _ in range(3)])  # r2, q2, r1
-                return await real(*args)
+                    popped.extend([await popper.pop_item() for _ in range(pops)])
+                return await real(*args, **kwargs)
 
-            setattr(storage, name, fork_move_then_write)
+            setattr(storage, name, race_then_call)
         return storage
 
     s._storages.storage = instrumented  # type: ignore[method-assign]
+    return s, popped
+
+
+@pytest.mark.asyncio
+async def test_an_add_that_raced_a_fork_and_a_move_is_not_lost() -> None:
+    """An add that saw its branch's storage read by no other branch writes without following
+    the branch; if meanwhile another object forked a child (now sharing the storage) and popped
+    the branch into the shared rows (moving it to a new storage), the row lands above the fork
+    point and must still be seen."""
+    s, popped = await _race_after_reading_the_log(
+        ("append_if_newest", "add_items", "add_sequenced_items"), pops=3
+    )
     await s.add_items([{"role": "user", "content": "new"}])
     del s._storages.storage
     assert [item_text(i) for i in popped] == ["r2", "q2", "r1"]
@@ -289,39 +299,7 @@ async def test_a_pop_that_raced_a_fork_keeps_the_childs_rows() -> None:
     """A pop that saw its branch's storage read by no other branch pops that storage's newest
     row; if meanwhile another object forked a child off it and popped down to the child's rows,
     the row it then removes is the child's: it must be hidden from the branch, not deleted."""
-    from agent_sessions import InMemorySession, InMemoryStore
-
-    store, sid = InMemoryStore(), f"raced-pop-{uuid.uuid4().hex[:8]}"
-    s = BranchingSession(InMemorySession(sid, store=store))
-    await s.add_items(_turns(2))
-    popper = BranchingSession(InMemorySession(sid, store=store))
-    await popper.create_branch_from_turn(1, "tmp")  # the log moves on: s's next pop takes
-    await popper.switch_to_branch("main")           # the general path
-    await popper.delete_branch("tmp")
-    storage_of: Callable[[str], Any] = s._storages.storage
-    popped: list[Any] = []
-    pops: list[str] = []
-
-    def instrumented(key: str) -> Any:
-        storage = storage_of(key)
-        if "pop_item" in vars(storage):
-            return storage  # instrumented already
-        for name in ("pop_if_newest", "pop_item"):
-            real = getattr(storage, name)
-
-            async def fork_then_pop(*args: Any, real: Any = real, **kwargs: Any) -> Any:
-                pops.append(real.__name__)
-                if len(pops) == 2:  # after the pop read the log (the first, guarded on the
-                    # stale log, declined)
-                    await popper.create_branch_from_turn(2, "kid")  # sees q1 r1
-                    await popper.switch_to_branch("main")
-                    popped.extend([await popper.pop_item() for _ in range(2)])  # r2, q2
-                return await real(*args, **kwargs)
-
-            setattr(storage, name, fork_then_pop)
-        return storage
-
-    s._storages.storage = instrumented  # type: ignore[method-assign]
+    s, popped = await _race_after_reading_the_log(("pop_if_newest", "pop_item"), pops=2)
     mine = await s.pop_item()
     del s._storages.storage
     assert [item_text(i) for i in popped] == ["r2", "q2"]
