@@ -343,3 +343,41 @@ async def test_a_branch_created_while_another_object_pops_its_turn_is_whole_or_r
         assert [item_text(i) for i in await s.get_items()] == ["q1", "r1"]
     assert [item_text(i) for i in popped] == ["r2", "q2", "r1"]
     assert [item_text(i) for i in await s.get_items(branch_id="main")] == ["q1"]
+
+
+@pytest.mark.asyncio
+async def test_an_add_to_a_branch_deleted_meanwhile_leaves_no_rows() -> None:
+    """An unguarded add to a branch another object deletes between the add's log read and its
+    write must not leave rows in the deleted branch's storage, which no branch reads."""
+    from agent_sessions import InMemorySession, InMemoryStore
+
+    store, sid = InMemoryStore(), f"deleted-{uuid.uuid4().hex[:8]}"
+    s = BranchingSession(InMemorySession(sid, store=store))
+    await s.add_items(_turns(2))
+    await s.create_branch_from_turn(2, "alt")
+    await s.add_items([{"role": "user", "content": "on alt"}])
+    other = BranchingSession(InMemorySession(sid, store=store))
+    storage_of: Callable[[str], Any] = s._storages.storage
+    written: list[str] = []
+
+    def instrumented(key: str) -> Any:
+        storage = storage_of(key)
+        if "add_sequenced_items" in vars(storage):
+            return storage
+        add = storage.add_sequenced_items
+
+        async def delete_then_add(items: list[Any]) -> list[int]:
+            await other.delete_branch("alt", force=True)
+            written.append(key)
+            return await add(items)  # type: ignore[no-any-return]
+
+        storage.add_sequenced_items = delete_then_add
+        storage.append_if_newest = _declined
+        return storage
+
+    s._storages.storage = instrumented  # type: ignore[method-assign]
+    await s.add_items([{"role": "user", "content": "late"}])
+    del s._storages.storage
+    assert len(written) == 1
+    assert await storage_of(written[0]).get_sequenced_items() == [], "rows no branch reads"
+    assert [b["branch_id"] for b in await s.list_branches()] == ["main"]

@@ -122,7 +122,8 @@ class BranchingSession(SessionWrapper):
         for attempt in range(_FOLLOWS + 1):
             state = await self._log.sync()
             branch = state.branches.get(name)
-            if branch is None or not seqs:
+            if branch is None:  # deleted meanwhile: its rows go with it (the delete came last)
+                await self._drop_unseen(state, key, seqs)
                 return
             bound = next((b for k, b in branch.lineage if k == key), None)
             # A pop moves the fork point onto the item it returns, so a bound at the batch's
