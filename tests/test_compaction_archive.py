@@ -4,6 +4,7 @@ of another kind, and pruning the archive."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,14 @@ import pytest
 from agents.memory import Session
 from agents.memory import SQLiteSession as SDKSQLiteSession
 
-from agent_sessions import Capability, InMemorySession, InMemoryStore, SQLiteSession
+from agent_sessions import (
+    AdvancedSession,
+    Capability,
+    InMemorySession,
+    InMemoryStore,
+    SQLiteSession,
+    TTLSession,
+)
 from agent_sessions.errors import BackendDataError, SessionClosedError
 from agent_sessions.testing import item_text
 from agent_sessions.wrappers.compaction import CompactionSession
@@ -355,7 +363,6 @@ async def test_prune_during_a_compaction_keeps_its_commit() -> None:
 
 @pytest.mark.asyncio
 async def test_expiry_below_a_boundary_keeps_the_unsummarised_items() -> None:
-    from agent_sessions.wrappers.ttl import TTLSession
     from tests.wrapper_stacks import FakeClock
 
     clock = FakeClock()
@@ -465,3 +472,45 @@ async def test_a_pop_whose_item_another_object_popped_meanwhile_pops_the_summary
         await second.close()
         if backend == "redis":
             await drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*")
+
+
+UNGUARDED_STACKS: dict[str, Callable[[Session], Session]] = {
+    "encrypted ttl": lambda s: EncryptedSession(TTLSession(s, ttl=86_400.0), encryption_key=KEY),
+    "advanced": lambda s: AdvancedSession(s),  # a view: numbered through ForeignSession
+}
+"""Inner stacks that guard no pop in one step (no GUARDED_WRITE): compaction pops the item it
+read through the inner's checked pop."""
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("stack", sorted(UNGUARDED_STACKS))
+async def test_a_pop_racing_another_objects_pop_over_an_unguarded_inner_keeps_the_archive(
+    stack: str,
+) -> None:
+    """Two objects pop the last item after the boundary at once: the one whose item the other
+    took must pop the summary's last item. Over an inner without GUARDED_WRITE it used to pop
+    the inner's newest item unchecked, an archived original, and return it while the summary
+    still showed it (so it was popped and visible). Found by tests/test_interleavings.py."""
+    store, session_id = InMemoryStore(), sid()
+    wrap = UNGUARDED_STACKS[stack]
+    first, second = (CompactionSession(wrap(InMemorySession(session_id, store=store)),
+                                       keep_last=0) for _ in range(2))
+    items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
+    await first.add_items(items)
+    assert (await first.compact()) is not None
+    summary = await first.get_items()
+    await first.add_items([msg("x")])
+    pop_read = first._pop_read
+    raced: list[Any] = []
+
+    async def after_a_rival(item: Any) -> Any:  # between first's read of x and its pop
+        if not raced:
+            raced.append(await second.pop_item())
+        return await pop_read(item)
+
+    first._pop_read = after_a_rival  # type: ignore[method-assign]
+    popped = await first.pop_item()
+    assert raced == [msg("x")]
+    assert popped == summary[-1], "an archived original was popped"
+    assert await second.get_items() == summary[:-1]
+    assert await first.get_archived_items() == items

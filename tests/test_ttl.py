@@ -675,17 +675,17 @@ async def test_a_checked_pop_racing_the_first_write_of_a_family_does_not_drop_it
     tests/test_interleavings.py (encrypted-ttl)."""
     store, session_id, clock = InMemoryStore(), sid(), FakeClock()
     writer = TTLSession(InMemorySession(session_id, store=store), ttl=DAY, clock=clock)
-
-    class WriteFirst(InMemorySession):
-        """The other object's add lands between the pop's record read and its item read."""
-
-        async def get_items(self, limit: int | None = None) -> Any:
-            if self.session_id == session_id and not written:
-                written.append(True)
-                await writer.add_items([msg("only")])
-            return await super().get_items(limit)
-
+    inner: Any = InMemorySession(session_id, store=store)
+    popper = TTLSession(inner, ttl=DAY, clock=clock)
+    pop_checked = inner.pop_checked
     written: list[bool] = []
-    popper = TTLSession(WriteFirst(session_id, store=store), ttl=DAY, clock=clock)
+
+    async def after_a_write(check: Any) -> Any:  # between the pop's record read and its pop
+        if not written:
+            await writer.add_items([msg("only")])
+            written.append(True)
+        return await pop_checked(check)
+
+    inner.pop_checked = after_a_write
     assert item_text(await popper.pop_checked(lambda item: item)) == "only"
     assert written and await writer.get_items() == []
