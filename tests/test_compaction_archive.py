@@ -25,7 +25,7 @@ from agent_sessions.testing import item_text
 from agent_sessions.wrappers.compaction import CompactionSession
 from agent_sessions.wrappers.encrypted import EncryptedSession
 from tests._compaction_fixtures import GatedSummarizer, is_summary, msg, new_session, originals, sid
-from tests.wrapper_stacks import YieldingSession
+from tests.wrapper_stacks import IdentitySummarizer, YieldingSession
 
 # -- view semantics, archive and search -------------------------------------------------------
 
@@ -514,3 +514,58 @@ async def test_a_pop_racing_another_objects_pop_over_an_unguarded_inner_keeps_th
     assert popped == summary[-1], "an archived original was popped"
     assert await second.get_items() == summary[:-1]
     assert await first.get_archived_items() == items
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", GUARDED_BACKENDS)
+async def test_objects_popping_the_summary_at_once_get_each_item_once(backend: str) -> None:
+    """Two objects pop when only summary items are left: each commits a record without the
+    summary's last item. Both used to commit one from the same record in force and return
+    the same item (one item popped twice, another gone unreturned). The records' newest number
+    now guards that commit; the loser reads again and pops the next item. Found by
+    tests/test_interleavings.py (compaction)."""
+    from tests.matrix import BACKENDS, REDIS_PREFIX
+    from tests.servers import REDIS_URL, drop_redis_keys
+
+    found = next(b for b in BACKENDS if b.name == backend)
+    if found.needs is not None:
+        found.needs()
+    session_id = sid()
+    summarizer = IdentitySummarizer()
+    first, second = [CompactionSession(await found.open(session_id), summarizer=summarizer,
+                                       keep_last=0) for _ in range(2)]
+    try:
+        items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
+        await first.add_items(items)
+        assert (await first.compact()) is not None
+        assert await first.inner.get_items(1) == items[-1:] and await first.get_items() == items
+        sibling: Any = first._sibling
+        add, guarded = sibling.add_items, sibling.append_if_newest
+        raced: list[Any] = []
+        started: list[bool] = []  # (SQLite and Redis share one records object per process)
+
+        async def rival() -> None:  # between first's read of the record and its commit
+            if not started:
+                started.append(True)
+                raced.append(await second.pop_item())
+
+        async def add_after_a_rival(records: list[Any]) -> None:
+            await rival()
+            await add(records)
+
+        async def guarded_after_a_rival(guard: Any, seq: int | None, records: list[Any]) -> Any:
+            await rival()
+            return await guarded(guard, seq, records)
+
+        sibling.add_items, sibling.append_if_newest = add_after_a_rival, guarded_after_a_rival
+        popped = await first.pop_item()
+        assert raced == [items[-1]]
+        assert popped == items[-2], "the item another object popped was popped again"
+        assert await second.get_items() == items[:1]
+        assert await first.get_archived_items() == items
+    finally:
+        await first.clear_session()
+        await first.close()
+        await second.close()
+        if backend == "redis":
+            await drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*")

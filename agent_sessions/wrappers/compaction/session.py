@@ -236,7 +236,7 @@ class CompactionSession(SessionWrapper):
                     return await self.inner.pop_item()
                 tail = await read_rows(self.inner, 1, after=record.boundary)
                 if not tail:
-                    return await self._pop_summary(record)
+                    return await self._pop_summary(record)  # type: ignore[no-any-return]
                 popped = await self._pop_read(tail[-1][1])
                 if popped is not _UNREAD:
                     return popped  # type: ignore[no-any-return]
@@ -270,7 +270,14 @@ class CompactionSession(SessionWrapper):
             if rows:
                 record = self._record_of(rows[-1][1])
                 if not pairs or pairs[-1][0] <= record.boundary:
-                    return await self._pop_summary(record)
+                    # Guarded by the records: another object's pop or compaction committed
+                    # first makes the store decline, and this pop reads again.
+                    guard = None if (seq, None) == tried else seq
+                    popped = await self._pop_summary(record, guard)
+                    if popped is not _UNREAD:
+                        return popped  # type: ignore[no-any-return]
+                    tried = (seq, None)
+                    continue
             if not pairs:
                 return None
             # Guarded by both: a concurrent compaction (records) or pop (inner) makes the store
@@ -286,15 +293,22 @@ class CompactionSession(SessionWrapper):
                 return item  # type: ignore[no-any-return]
             tried = state
 
-    async def _pop_summary(self, record: CompactionRecord) -> TResponseInputItem | None:
-        """Pop ``record``'s last summary item by committing a record without it."""
+    async def _pop_summary(self, record: CompactionRecord, guard: int | None = None) -> Any:
+        """Pop ``record``'s last summary item by committing a record without it; with
+        ``guard`` (``record``'s number), only while it is the newest record, else (the store
+        declined) _UNREAD."""
         if not record.summary:
             return None
         popped = record.summary[-1]
         shorter = CompactionRecord(
             record.boundary, list(record.summary[:-1]), record.archived, record.summarizer, "pop"
         )
-        await self._sibling.add_items([shorter.to_item()])  # type: ignore[list-item]
+        sibling: Any = self._sibling
+        if guard is not None and supports(sibling, Capability.GUARDED_WRITE):
+            if await sibling.append_if_newest(sibling, guard, [shorter.to_item()]) is None:
+                return _UNREAD
+        else:
+            await sibling.add_items([shorter.to_item()])
         return popped
 
     async def clear_session(self) -> None:
