@@ -500,6 +500,7 @@ async def test_a_pop_racing_another_objects_pop_over_an_unguarded_inner_keeps_th
     assert (await first.compact()) is not None
     summary = await first.get_items()
     await first.add_items([msg("x")])
+    second._pop_lock = asyncio.Lock  # type: ignore[method-assign]  # as if in another process
     pop_read = first._pop_read
     raced: list[Any] = []
 
@@ -569,3 +570,35 @@ async def test_objects_popping_the_summary_at_once_get_each_item_once(backend: s
         await second.close()
         if backend == "redis":
             await drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("stack", sorted(UNGUARDED_STACKS))
+async def test_objects_popping_the_summary_over_an_unguarded_inner_get_each_item_once(
+    stack: str,
+) -> None:
+    """As above over layers that guard no write: two objects of one process popping the
+    summary at once used to commit records from the same one and return the same item. Their
+    pops are now serialised per session id within the process."""
+    store, session_id = InMemoryStore(), sid()
+    wrap, summarizer = UNGUARDED_STACKS[stack], IdentitySummarizer()
+    first, second = (CompactionSession(wrap(InMemorySession(session_id, store=store)),
+                                       summarizer=summarizer, keep_last=0) for _ in range(2))
+    items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
+    await first.add_items(items)
+    assert (await first.compact()) is not None
+    assert await first.inner.get_items(1) == items[-1:] and await first.get_items() == items
+    for session in (first, second):
+        sibling: Any = session._sibling
+        add = sibling.add_items
+
+        async def slow_add(records: list[Any], add: Any = add) -> None:  # a slow round trip
+            for _ in range(5):
+                await asyncio.sleep(0)
+            await add(records)
+
+        sibling.add_items = slow_add
+    popped = await asyncio.gather(first.pop_item(), second.pop_item())
+    assert sorted(item_text(i) for i in popped) == ["b", "c"], "an item was popped twice"
+    assert await first.get_items() == items[:1]
+    assert await first.get_archived_items() == items

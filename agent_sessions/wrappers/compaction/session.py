@@ -13,6 +13,7 @@ import functools
 import inspect
 import logging
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("agent_sessions.compaction")
 
 SIBLING_PURPOSE = "compaction"
+_POP_LOCKS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, weakref.WeakValueDictionary[str, asyncio.Lock]
+] = weakref.WeakKeyDictionary()
+"""Per loop, a lock per session id in use, serialising this process's pops over an inner
+that guards none (see ``pop_item``); an entry lives while an object holds it."""
 _SEARCH_PAGE = 500
 
 
@@ -150,6 +156,7 @@ class CompactionSession(SessionWrapper):
         read. Valid while ``view`` is ``_running``; None: the check reads."""
         self._summary_tokens: tuple[str, int] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._pop_held: asyncio.Lock | None = None
         self._queued: tuple[bool, str | None] | None = None
         self.last_error: BaseException | None = None
         """The last error of a compaction that was logged instead of raised."""
@@ -230,16 +237,26 @@ class CompactionSession(SessionWrapper):
         async with self._locks()[0]:
             if self._guarded:
                 return await self._pop_guarded()
-            while True:
-                record = await self._latest_record()
-                if record is None:
-                    return await self.inner.pop_item()
-                tail = await read_rows(self.inner, 1, after=record.boundary)
-                if not tail:
-                    return await self._pop_summary(record)  # type: ignore[no-any-return]
-                popped = await self._pop_read(tail[-1][1])
-                if popped is not _UNREAD:
-                    return popped  # type: ignore[no-any-return]
+            # Nothing in the store guards the record a pop commits (a summary item's): two
+            # objects' pops from one record in force would return the same item. Serialised
+            # here among this process's objects (as ForeignSession serialises its writers).
+            async with self._pop_lock():
+                while True:
+                    record = await self._latest_record()
+                    if record is None:
+                        return await self.inner.pop_item()
+                    tail = await read_rows(self.inner, 1, after=record.boundary)
+                    if not tail:
+                        return await self._pop_summary(record)  # type: ignore[no-any-return]
+                    popped = await self._pop_read(tail[-1][1])
+                    if popped is not _UNREAD:
+                        return popped  # type: ignore[no-any-return]
+
+    def _pop_lock(self) -> asyncio.Lock:
+        """This process's pop lock for this session id (kept while this object lives)."""
+        locks = _POP_LOCKS.setdefault(asyncio.get_running_loop(), weakref.WeakValueDictionary())
+        self._pop_held = locks.setdefault(self.session_id, asyncio.Lock())
+        return self._pop_held
 
     async def _pop_read(self, item: TResponseInputItem) -> Any:
         """Pop the newest item if it is still ``item`` (without CHECKED_POP: whatever is
