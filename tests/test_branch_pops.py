@@ -231,3 +231,47 @@ async def test_an_add_whose_rows_another_object_popped_is_not_re_appended() -> N
     assert [item_text(i) for i in await s.get_items()] == first, "popped rows came back"
     await s.switch_to_branch("kid")
     assert [item_text(i) for i in await s.get_items()] == [*first, "x"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("stack", ["memory", "encrypted ttl"])
+async def test_a_pop_whose_item_another_object_popped_keeps_what_a_child_sees(
+    stack: str,
+) -> None:
+    """A pop reads the branch's newest item (its own, seen by no child), and before it pops,
+    another object pops that item. The pop used to remove whatever was newest then: an item
+    below a child's fork point, so the child lost it. The pop now removes only the item it
+    read (guarded by the branch log where the store guards writes, else a checked pop), and
+    otherwise reads again. Found by tests/test_interleavings.py (branching)."""
+    from agent_sessions import EncryptedSession, InMemorySession, InMemoryStore, TTLSession
+
+    store, sid = InMemoryStore(), f"kept-{uuid.uuid4().hex[:8]}"
+    key = "a passphrase for the branch pop test"
+
+    def open_inner() -> Session:
+        inner = InMemorySession(sid, store=store)
+        if stack == "memory":
+            return inner
+        return EncryptedSession(TTLSession(inner, ttl=86_400.0), encryption_key=key)
+
+    s, popper = BranchingSession(open_inner()), BranchingSession(open_inner())
+    a: Any = {"role": "user", "content": "a"}
+    b: Any = {"role": "user", "content": "b"}
+    await s.add_items([a])
+    await s.add_items([b])
+    await s.create_branch_from_turn(2, "kid")  # sees a, not b
+    await s.switch_to_branch("main")
+    newest = s._view.newest
+    raced: list[Any] = []
+
+    async def newest_then_a_rival(lineage: Any) -> Any:
+        found = await newest(lineage)
+        if not raced:
+            raced.append(await popper.pop_item())
+        return found
+
+    s._view.newest = newest_then_a_rival  # type: ignore[method-assign]
+    assert await s.pop_item() == a
+    assert raced == [b]
+    assert await s.get_items() == []
+    assert await s.get_items(branch_id="kid") == [a], "the child lost an item"

@@ -10,6 +10,7 @@ See docs/branching.md for the design and its guarantees.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agents import _debug
 
+from ...core.base import pop_checked_of
 from ...core.capabilities import Capability, SupportsGuardedWrite, supports
 from ...errors import BranchError, BranchNotFoundError
 from ..base import SessionWrapper
@@ -169,6 +171,7 @@ class BranchingSession(SessionWrapper):
                 popped = await self._storages.storage(key).pop_item()
                 if popped is not None:
                     return popped
+            tried = None
             while True:
                 found = await self._view.newest(lineage)
                 if found is None:
@@ -176,12 +179,14 @@ class BranchingSession(SessionWrapper):
                 index, seq, item = found
                 key = lineage[index][0]
                 if index == len(lineage) - 1 and not state.shares(key, seq, besides=name):
-                    popped = await self._storages.storage(key).pop_item()
-                    if popped is None:
+                    attempt = (self._log.applied, key, seq)
+                    done, popped = await self._pop_own(key, seq, item, guard=attempt != tried)
+                    if not done:
+                        tried = attempt
                         state, name, lineage = await self._current()
-                        continue  # another object emptied it meanwhile
+                        continue  # another object popped it or forked onto it meanwhile
                     self._view.popped(key, seq)
-                    return popped
+                    return popped  # type: ignore[no-any-return]
                 tail = (uuid.uuid4().hex, None) if index == len(lineage) - 1 else lineage[-1]
                 moved = (*lineage[:index], (key, seq), tail)
                 state, op_id = await self._log.append_op({
@@ -193,6 +198,23 @@ class BranchingSession(SessionWrapper):
                     state, name, lineage = await self._current()
                     continue  # another object moved this branch first: pop its new newest
                 return item  # type: ignore[no-any-return]
+
+    async def _pop_own(self, key: str, seq: int, item: Any, *, guard: bool) -> tuple[bool, Any]:
+        """Pop item ``seq`` of storage ``key`` (the branch's own, seen by no other branch) only
+        while it is that storage's newest and, with ``guard`` where the store guards writes,
+        while the branch log holds nothing this object has not applied (no branch forked onto
+        it since). ``(False, None)``: something changed (or the store declined): read again.
+        Unguarded, the pop is checked: it never removes an item below, which a child may see.
+        """
+        storage = self._storages.storage(key)
+        if guard and self._log.applied and supports(storage, Capability.GUARDED_WRITE):
+            guarded: SupportsGuardedWrite = storage  # type: ignore[assignment]
+            return await guarded.pop_if_newest(self._log.session, self._log.applied, newest=seq)
+        try:
+            popped = await pop_checked_of(storage, functools.partial(_same, item))
+        except _Moved:
+            return False, None
+        return popped is not None, popped
 
     def _guarded_tail(self) -> SupportsGuardedWrite | None:
         """The current branch's open storage when a write to it can be guarded, in the same
@@ -403,6 +425,17 @@ class BranchingSession(SessionWrapper):
         """The current branch and every branch's lineage (called with ``_lock`` held)."""
         state = await self._log.sync()
         return state.current, {name: b.lineage for name, b in state.branches.items()}
+
+
+class _Moved(Exception):
+    """The newest item of a storage is not the one a pop read."""
+
+
+def _same(expected: Any, item: Any) -> Any:
+    """``item`` if it is ``expected``, else raise _Moved (a pop's check)."""
+    if item != expected:
+        raise _Moved
+    return item
 
 
 def _used(name: str) -> BranchError:
