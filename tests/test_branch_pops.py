@@ -275,3 +275,39 @@ async def test_a_pop_whose_item_another_object_popped_keeps_what_a_child_sees(
     assert raced == [b]
     assert await s.get_items() == []
     assert await s.get_items(branch_id="kid") == [a], "the child lost an item"
+
+
+@pytest.mark.asyncio
+async def test_an_add_landing_before_a_pops_fork_point_move_is_not_hidden() -> None:
+    """A pop reads the branch's newest item, one a child sees, so it will move the branch's
+    fork point below it. Another object's add lands above that item and checks the branch log
+    before the move is appended, so it does not follow the branch. The move used to hide the
+    added item (above the new fork point, on a storage the branch left): lost. The move is now
+    appended only while the item is still its storage's newest, else the pop reads again (and
+    pops the added item). Found by tests/test_interleavings.py (branching, advanced)."""
+    from agent_sessions import InMemorySession, InMemoryStore
+
+    store, sid = InMemoryStore(), f"hidden-{uuid.uuid4().hex[:8]}"
+    s = BranchingSession(InMemorySession(sid, store=store))
+    adder = BranchingSession(InMemorySession(sid, store=store))
+    a: Any = {"role": "user", "content": "a"}
+    x: Any = {"role": "user", "content": "x"}
+    await s.add_items([a, {"role": "user", "content": "b"}])
+    await s.create_branch_from_turn(2, "kid")  # sees a
+    await s.switch_to_branch("main")
+    await s.pop_item()  # b: main and kid now both show [a]
+    newest = s._view.newest
+    added: list[bool] = []
+
+    async def newest_then_an_add(lineage: Any) -> Any:
+        found = await newest(lineage)
+        if not added:
+            added.append(True)
+            await adder.add_items([x])
+        return found
+
+    s._view.newest = newest_then_an_add  # type: ignore[method-assign]
+    popped = await s.pop_item()
+    assert popped == x, "the pop linearises after the add it raced"
+    assert await s.get_items() == [a], "the added item was hidden, or a is gone"
+    assert await s.get_items(branch_id="kid") == [a]

@@ -171,7 +171,7 @@ class BranchingSession(SessionWrapper):
                 popped = await self._storages.storage(key).pop_item()
                 if popped is not None:
                     return popped
-            tried = None
+            tried: tuple[Any, ...] | None = None
             while True:
                 found = await self._view.newest(lineage)
                 if found is None:
@@ -179,7 +179,7 @@ class BranchingSession(SessionWrapper):
                 index, seq, item = found
                 key = lineage[index][0]
                 if index == len(lineage) - 1 and not state.shares(key, seq, besides=name):
-                    attempt = (self._log.applied, key, seq)
+                    attempt: tuple[Any, ...] = (self._log.applied, key, seq)
                     done, popped = await self._pop_own(key, seq, item, guard=attempt != tried)
                     if not done:
                         tried = attempt
@@ -187,12 +187,27 @@ class BranchingSession(SessionWrapper):
                         continue  # another object popped it or forked onto it meanwhile
                     self._view.popped(key, seq)
                     return popped  # type: ignore[no-any-return]
-                tail = (uuid.uuid4().hex, None) if index == len(lineage) - 1 else lineage[-1]
+                own = index == len(lineage) - 1
+                tail = (uuid.uuid4().hex, None) if own else lineage[-1]
                 moved = (*lineage[:index], (key, seq), tail)
-                state, op_id = await self._log.append_op({
-                    "op": "lineage", "name": name, "from": encode_lineage(lineage),
-                    "lineage": encode_lineage(moved),
-                })
+                record = {"op": "lineage", "name": name, "from": encode_lineage(lineage),
+                          "lineage": encode_lineage(moved)}
+                attempt = (self._log.applied, key, seq, "move")
+                storage = self._storages.storage(key)
+                if own and attempt != tried and supports(self._log.session,
+                                                         Capability.GUARDED_WRITE):
+                    # Only while the item is still its storage's newest: an add that landed
+                    # above it meanwhile (and checked the log before this move) would be
+                    # hidden by the move. Read again then (or, declined with nothing changed,
+                    # move unguarded below).
+                    moving = await self._log.append_op_if_newest(record, storage, seq)
+                    if moving is None:
+                        tried = attempt
+                        state, name, lineage = await self._current()
+                        continue
+                    state, op_id = moving
+                else:
+                    state, op_id = await self._log.append_op(record)
                 branch = state.branches.get(name)
                 if branch is None or branch.moved_by != op_id:
                     state, name, lineage = await self._current()
