@@ -602,3 +602,38 @@ async def test_objects_popping_the_summary_over_an_unguarded_inner_get_each_item
     assert sorted(item_text(i) for i in popped) == ["b", "c"], "an item was popped twice"
     assert await first.get_items() == items[:1]
     assert await first.get_archived_items() == items
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("stack", sorted(UNGUARDED_STACKS))
+async def test_a_pop_between_another_objects_compaction_check_and_commit_waits(
+    stack: str,
+) -> None:
+    """Over layers that guard no write, another object's pop used to land between a
+    compaction's check of the items and its commit: the committed summary still held the
+    popped item (popped and visible). The commit now holds the process's pop lock for the
+    session id, so the pop comes after it and pops the summary's last item."""
+    store, session_id = InMemoryStore(), sid()
+    wrap, summarizer = UNGUARDED_STACKS[stack], IdentitySummarizer()
+    first, second = (CompactionSession(wrap(InMemorySession(session_id, store=store)),
+                                       summarizer=summarizer, keep_last=0) for _ in range(2))
+    items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
+    await first.add_items(items)
+    verify, checked = first._verify_unchanged, asyncio.Event()
+
+    async def verify_then_yield(*args: Any) -> None:
+        await verify(*args)
+        checked.set()
+        for _ in range(10):  # the commit's round trip: another task may run
+            await asyncio.sleep(0)
+
+    first._verify_unchanged = verify_then_yield  # type: ignore[method-assign,assignment]
+
+    async def pop_after_the_check() -> Any:
+        await checked.wait()
+        return await second.pop_item()
+
+    result, popped = await asyncio.gather(first.compact(), pop_after_the_check())
+    assert result is not None and result.compacted_items == 3
+    assert popped == items[-1]
+    assert await first.get_items() == items[:-1], "the popped item is still visible"

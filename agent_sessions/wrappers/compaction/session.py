@@ -9,6 +9,7 @@ lose nothing, optionally in the background: docs/compaction.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
@@ -624,7 +625,10 @@ class CompactionSession(SessionWrapper):
             boundary=covered[-1][0], summary=list(new_summary),
             archived=(record.archived if record is not None else 0) + len(covered),
             summarizer=str(getattr(self.summarizer, "name", type(self.summarizer).__name__)))
-        async with self._locks()[0]:
+        # Over an inner that guards no pop, also this process's pops of the session wait (see
+        # pop_item): none lands between the check and the commit.
+        unguarded = contextlib.nullcontext() if self._guarded else self._pop_lock()
+        async with self._locks()[0], unguarded:
             await self._verify_unchanged(generation, record, covered)
             await self._sibling.add_items([new_record.to_item()])  # type: ignore[list-item]
         self.compactions += 1
