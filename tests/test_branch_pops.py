@@ -278,18 +278,30 @@ async def test_a_pop_whose_item_another_object_popped_keeps_what_a_child_sees(
 
 
 @pytest.mark.asyncio
-async def test_an_add_landing_before_a_pops_fork_point_move_is_not_hidden() -> None:
+@pytest.mark.parametrize("stack", [
+    "memory",
+    pytest.param("encrypted ttl", marks=pytest.mark.xfail(strict=True, reason=(
+        "the branch log over EncryptedSession/TTLSession cannot append guarded by a storage "
+        "(no GUARDED_WRITE), so the move is appended unguarded and still hides the add"))),
+])
+async def test_an_add_landing_before_a_pops_fork_point_move_is_not_hidden(stack: str) -> None:
     """A pop reads the branch's newest item, one a child sees, so it will move the branch's
     fork point below it. Another object's add lands above that item and checks the branch log
     before the move is appended, so it does not follow the branch. The move used to hide the
     added item (above the new fork point, on a storage the branch left): lost. The move is now
     appended only while the item is still its storage's newest, else the pop reads again (and
     pops the added item). Found by tests/test_interleavings.py (branching, advanced)."""
-    from agent_sessions import InMemorySession, InMemoryStore
+    from agent_sessions import EncryptedSession, InMemorySession, InMemoryStore, TTLSession
 
     store, sid = InMemoryStore(), f"hidden-{uuid.uuid4().hex[:8]}"
-    s = BranchingSession(InMemorySession(sid, store=store))
-    adder = BranchingSession(InMemorySession(sid, store=store))
+
+    def open_inner() -> Session:
+        inner = InMemorySession(sid, store=store)
+        if stack == "memory":
+            return inner
+        return EncryptedSession(TTLSession(inner, ttl=86_400.0), encryption_key="a passphrase")
+
+    s, adder = BranchingSession(open_inner()), BranchingSession(open_inner())
     a: Any = {"role": "user", "content": "a"}
     x: Any = {"role": "user", "content": "x"}
     await s.add_items([a, {"role": "user", "content": "b"}])
