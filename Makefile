@@ -76,6 +76,12 @@ props: install services
 faults: install services
 	FAULT_SCALE=$(or $(FAULT_SCALE),10) $(PY) -m pytest tests/test_faults.py tests/test_sql_faults.py -q
 
+# Long run of the interleaving property test: several objects on one session id, every stack
+# over memory, 3000 seeded schedules per stack (CI and `make test` run 100; about 3 minutes).
+.PHONY: test-interleavings-long
+test-interleavings-long: install
+	INTERLEAVING_EXAMPLES=3000 $(PY) -m pytest tests/test_interleavings.py -q
+
 # Long runs of the resilient layer: more random fault sequences, more kill -9 rounds.
 test-resilient-long: install services
 	RESILIENT_EXAMPLES=500 RESILIENT_KILLS=4 $(PY) -m pytest tests/test_resilient.py tests/test_resilient_faults.py -q

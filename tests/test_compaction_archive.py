@@ -4,6 +4,7 @@ of another kind, and pruning the archive."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +12,20 @@ import pytest
 from agents.memory import Session
 from agents.memory import SQLiteSession as SDKSQLiteSession
 
-from agent_sessions import Capability, InMemorySession, InMemoryStore, SQLiteSession
+from agent_sessions import (
+    AdvancedSession,
+    Capability,
+    InMemorySession,
+    InMemoryStore,
+    SQLiteSession,
+    TTLSession,
+)
 from agent_sessions.errors import BackendDataError, SessionClosedError
 from agent_sessions.testing import item_text
 from agent_sessions.wrappers.compaction import CompactionSession
 from agent_sessions.wrappers.encrypted import EncryptedSession
 from tests._compaction_fixtures import GatedSummarizer, is_summary, msg, new_session, originals, sid
-from tests.wrapper_stacks import YieldingSession
+from tests.wrapper_stacks import IdentitySummarizer, YieldingSession
 
 # -- view semantics, archive and search -------------------------------------------------------
 
@@ -355,7 +363,6 @@ async def test_prune_during_a_compaction_keeps_its_commit() -> None:
 
 @pytest.mark.asyncio
 async def test_expiry_below_a_boundary_keeps_the_unsummarised_items() -> None:
-    from agent_sessions.wrappers.ttl import TTLSession
     from tests.wrapper_stacks import FakeClock
 
     clock = FakeClock()
@@ -465,3 +472,168 @@ async def test_a_pop_whose_item_another_object_popped_meanwhile_pops_the_summary
         await second.close()
         if backend == "redis":
             await drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*")
+
+
+UNGUARDED_STACKS: dict[str, Callable[[Session], Session]] = {
+    "encrypted ttl": lambda s: EncryptedSession(TTLSession(s, ttl=86_400.0), encryption_key=KEY),
+    "advanced": lambda s: AdvancedSession(s),  # a view: numbered through ForeignSession
+}
+"""Inner stacks that guard no pop in one step (no GUARDED_WRITE): compaction pops the item it
+read through the inner's checked pop."""
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("stack", sorted(UNGUARDED_STACKS))
+async def test_a_pop_racing_another_objects_pop_over_an_unguarded_inner_keeps_the_archive(
+    stack: str,
+) -> None:
+    """Two objects pop the last item after the boundary at once: the one whose item the other
+    took must pop the summary's last item. Over an inner without GUARDED_WRITE it used to pop
+    the inner's newest item unchecked, an archived original, and return it while the summary
+    still showed it (so it was popped and visible). Found by tests/test_interleavings.py."""
+    store, session_id = InMemoryStore(), sid()
+    wrap = UNGUARDED_STACKS[stack]
+    first, second = (CompactionSession(wrap(InMemorySession(session_id, store=store)),
+                                       keep_last=0) for _ in range(2))
+    items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
+    await first.add_items(items)
+    assert (await first.compact()) is not None
+    summary = await first.get_items()
+    await first.add_items([msg("x")])
+    second._pop_lock = asyncio.Lock  # type: ignore[method-assign]  # as if in another process
+    pop_read = first._pop_read
+    raced: list[Any] = []
+
+    async def after_a_rival(item: Any) -> Any:  # between first's read of x and its pop
+        if not raced:
+            raced.append(await second.pop_item())
+        return await pop_read(item)
+
+    first._pop_read = after_a_rival  # type: ignore[method-assign]
+    popped = await first.pop_item()
+    assert raced == [msg("x")]
+    assert popped == summary[-1], "an archived original was popped"
+    assert await second.get_items() == summary[:-1]
+    assert await first.get_archived_items() == items
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", GUARDED_BACKENDS)
+async def test_objects_popping_the_summary_at_once_get_each_item_once(backend: str) -> None:
+    """Two objects pop when only summary items are left: each commits a record without the
+    summary's last item. Both used to commit one from the same record in force and return
+    the same item (one item popped twice, another gone unreturned). The records' newest number
+    now guards that commit; the loser reads again and pops the next item. Found by
+    tests/test_interleavings.py (compaction)."""
+    from tests.matrix import BACKENDS, REDIS_PREFIX
+    from tests.servers import REDIS_URL, drop_redis_keys
+
+    found = next(b for b in BACKENDS if b.name == backend)
+    if found.needs is not None:
+        found.needs()
+    session_id = sid()
+    summarizer = IdentitySummarizer()
+    first, second = [CompactionSession(await found.open(session_id), summarizer=summarizer,
+                                       keep_last=0) for _ in range(2)]
+    try:
+        items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
+        await first.add_items(items)
+        assert (await first.compact()) is not None
+        assert await first.inner.get_items(1) == items[-1:] and await first.get_items() == items
+        sibling: Any = first._sibling
+        add, guarded = sibling.add_items, sibling.append_if_newest
+        raced: list[Any] = []
+        started: list[bool] = []  # (SQLite and Redis share one records object per process)
+
+        async def rival() -> None:  # between first's read of the record and its commit
+            if not started:
+                started.append(True)
+                raced.append(await second.pop_item())
+
+        async def add_after_a_rival(records: list[Any]) -> None:
+            await rival()
+            await add(records)
+
+        async def guarded_after_a_rival(guard: Any, seq: int | None, records: list[Any]) -> Any:
+            await rival()
+            return await guarded(guard, seq, records)
+
+        sibling.add_items, sibling.append_if_newest = add_after_a_rival, guarded_after_a_rival
+        popped = await first.pop_item()
+        assert raced == [items[-1]]
+        assert popped == items[-2], "the item another object popped was popped again"
+        assert await second.get_items() == items[:1]
+        assert await first.get_archived_items() == items
+    finally:
+        await first.clear_session()
+        await first.close()
+        await second.close()
+        if backend == "redis":
+            await drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("stack", sorted(UNGUARDED_STACKS))
+async def test_objects_popping_the_summary_over_an_unguarded_inner_get_each_item_once(
+    stack: str,
+) -> None:
+    """As above over layers that guard no write: two objects of one process popping the
+    summary at once used to commit records from the same one and return the same item. Their
+    pops are now serialised per session id within the process."""
+    store, session_id = InMemoryStore(), sid()
+    wrap, summarizer = UNGUARDED_STACKS[stack], IdentitySummarizer()
+    first, second = (CompactionSession(wrap(InMemorySession(session_id, store=store)),
+                                       summarizer=summarizer, keep_last=0) for _ in range(2))
+    items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
+    await first.add_items(items)
+    assert (await first.compact()) is not None
+    assert await first.inner.get_items(1) == items[-1:] and await first.get_items() == items
+    for session in (first, second):
+        sibling: Any = session._sibling
+        add = sibling.add_items
+
+        async def slow_add(records: list[Any], add: Any = add) -> None:  # a slow round trip
+            for _ in range(5):
+                await asyncio.sleep(0)
+            await add(records)
+
+        sibling.add_items = slow_add
+    popped = await asyncio.gather(first.pop_item(), second.pop_item())
+    assert sorted(item_text(i) for i in popped) == ["b", "c"], "an item was popped twice"
+    assert await first.get_items() == items[:1]
+    assert await first.get_archived_items() == items
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("stack", sorted(UNGUARDED_STACKS))
+async def test_a_pop_between_another_objects_compaction_check_and_commit_waits(
+    stack: str,
+) -> None:
+    """Over layers that guard no write, another object's pop used to land between a
+    compaction's check of the items and its commit: the committed summary still held the
+    popped item (popped and visible). The commit now holds the process's pop lock for the
+    session id, so the pop comes after it and pops the summary's last item."""
+    store, session_id = InMemoryStore(), sid()
+    wrap, summarizer = UNGUARDED_STACKS[stack], IdentitySummarizer()
+    first, second = (CompactionSession(wrap(InMemorySession(session_id, store=store)),
+                                       summarizer=summarizer, keep_last=0) for _ in range(2))
+    items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
+    await first.add_items(items)
+    verify, checked = first._verify_unchanged, asyncio.Event()
+
+    async def verify_then_yield(*args: Any) -> None:
+        await verify(*args)
+        checked.set()
+        for _ in range(10):  # the commit's round trip: another task may run
+            await asyncio.sleep(0)
+
+    first._verify_unchanged = verify_then_yield  # type: ignore[method-assign,assignment]
+
+    async def pop_after_the_check() -> Any:
+        await checked.wait()
+        return await second.pop_item()
+
+    result, popped = await asyncio.gather(first.compact(), pop_after_the_check())
+    assert result is not None and result.compacted_items == 3
+    assert popped == items[-1]
+    assert await first.get_items() == items[:-1], "the popped item is still visible"

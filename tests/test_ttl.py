@@ -665,3 +665,27 @@ async def test_a_reused_lifecycle_record_shows_what_a_fresh_read_shows(
     clock.advance(49)  # 101 s after the last write anywhere: the whole family is dead
     assert await reader.get_items() == []
     assert await layer().get_items() == []
+
+
+@pytest.mark.asyncio
+async def test_a_checked_pop_racing_the_first_write_of_a_family_does_not_drop_it() -> None:
+    """A checked pop (EncryptedSession's pop over TTL) read the family's lifecycle record
+    before another object's first write and the newest item after it: the item looked dead
+    (no lifetime yet), so the pop removed it as expired data and returned None. Found by
+    tests/test_interleavings.py (encrypted-ttl)."""
+    store, session_id, clock = InMemoryStore(), sid(), FakeClock()
+    writer = TTLSession(InMemorySession(session_id, store=store), ttl=DAY, clock=clock)
+    inner: Any = InMemorySession(session_id, store=store)
+    popper = TTLSession(inner, ttl=DAY, clock=clock)
+    pop_checked = inner.pop_checked
+    written: list[bool] = []
+
+    async def after_a_write(check: Any) -> Any:  # between the pop's record read and its pop
+        if not written:
+            await writer.add_items([msg("only")])
+            written.append(True)
+        return await pop_checked(check)
+
+    inner.pop_checked = after_a_write
+    assert item_text(await popper.pop_checked(lambda item: item)) == "only"
+    assert written and await writer.get_items() == []

@@ -183,7 +183,9 @@ class ForeignSession(SessionWrapper):
                 "sessions; pass sibling_factory=, e.g. "
                 "sibling_factory=lambda sid: SQLiteSession(sid, db_path)"
             )
-        self.capabilities = frozenset({Capability.SEQUENCED, Capability.FAMILY})
+        self.capabilities = frozenset(
+            {Capability.SEQUENCED, Capability.FAMILY, Capability.CHECKED_POP}
+        )
         self._log = self._plain_member("seq")
         self._key = _store_key(inner)
         self._resolved: tuple[Any, Numbering] | None = None
@@ -320,15 +322,31 @@ class ForeignSession(SessionWrapper):
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item, or None."""
         async with self._lock():
-            before = await self._numbering()
-            if not before.n:
-                return await self.inner.pop_item()  # nothing numbered; let it say so
-            newest = await self.inner.get_items(2)
-            after = before.truncated(before.n - 1)
-            was = _digest(newest[-1]) if newest else None
-            last = _digest(newest[-2]) if len(newest) > 1 else None
-            await self._record(before, after, was, last)
-            return await self.inner.pop_item()
+            return await self._pop()
+
+    async def pop_checked(self, check: Callable[[Any], Any]) -> Any:
+        """Remove the newest item and return ``check(item)`` (None when empty); when ``check``
+        raises, nothing is removed (CHECKED_POP: one step for writers through this adapter,
+        which it serialises per store and session id)."""
+        async with self._lock():
+            newest = await self.inner.get_items(1)
+            if not newest:
+                return None
+            result = check(newest[-1])
+            await self._pop()
+            return result
+
+    async def _pop(self) -> TResponseInputItem | None:
+        """``pop_item`` with the lock held."""
+        before = await self._numbering()
+        if not before.n:
+            return await self.inner.pop_item()  # nothing numbered; let it say so
+        newest = await self.inner.get_items(2)
+        after = before.truncated(before.n - 1)
+        was = _digest(newest[-1]) if newest else None
+        last = _digest(newest[-2]) if len(newest) > 1 else None
+        await self._record(before, after, was, last)
+        return await self.inner.pop_item()
 
     async def clear_session(self) -> None:
         """Delete every item and the numbering's history, keeping its high-water mark: later

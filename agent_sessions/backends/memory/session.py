@@ -234,6 +234,15 @@ class InMemorySession(BaseSession):
         with self.store.lock:
             return self._pop_locked()
 
+    async def _pop_row_checked(self, check: Callable[[str], Any]) -> Any:
+        with self.store.lock:
+            entries = self.store.sessions.get(self.session_id, _EMPTY)
+            if not entries.seqs:
+                return None
+            result = check(entries.payloads[-1])  # raises: nothing removed
+            self._pop_locked()
+            return result
+
     def _pop_locked(self) -> str | None:
         entries = self.store.sessions.get(self.session_id, _EMPTY)
         if not entries.seqs:

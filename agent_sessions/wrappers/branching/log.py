@@ -256,6 +256,9 @@ class BranchLog:
         """Append ``record`` and return the state including it (and anything before it);
         every ``CHECKPOINT_EVERY`` records, append a checkpoint too."""
         await self.session.add_items([record])  # type: ignore[list-item]
+        return await self._appended()
+
+    async def _appended(self) -> BranchState:
         state = await self.sync()
         if self._uncovered >= CHECKPOINT_EVERY:
             await self.session.add_items([state.to_record(self.applied)])  # type: ignore[list-item]
@@ -266,6 +269,16 @@ class BranchLog:
         """``append`` ``record`` with a new ``id``; return the state and the id."""
         op_id = uuid.uuid4().hex
         return await self.append({**record, "id": op_id}), op_id
+
+    async def append_op_if_newest(self, record: dict[str, Any], storage: Session,
+                                  seq: int) -> tuple[BranchState, str] | None:
+        """``append_op`` only while ``storage``'s newest number is ``seq``, in one atomic step
+        (GUARDED_WRITE); None: nothing appended (it changed, or the store declined)."""
+        op_id = uuid.uuid4().hex
+        log: Any = self.session
+        if await log.append_if_newest(storage, seq, [{**record, "id": op_id}]) is None:
+            return None
+        return await self._appended(), op_id
 
 
 def _newest_checkpoint(rows: list[tuple[int, Any]]) -> tuple[BranchState, int] | None:

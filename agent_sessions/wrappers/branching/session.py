@@ -10,6 +10,7 @@ See docs/branching.md for the design and its guarantees.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agents import _debug
 
+from ...core.base import pop_checked_of
 from ...core.capabilities import Capability, SupportsGuardedWrite, supports
 from ...errors import BranchError, BranchNotFoundError
 from ..base import SessionWrapper
@@ -165,19 +167,18 @@ class BranchingSession(SessionWrapper):
             _, popped = await self._pop_if_log_unchanged()
             if popped is not None:
                 return popped  # type: ignore[no-any-return]
-            look: tuple[int, str, int | None]
-            looked: tuple[int, str, int | None] | None = None
+            tried: tuple[Any, ...] | None = None  # a look the store declined to guard
             while True:  # each round that fails lost to another object's pop or write
                 state, name, lineage = await self._current()
                 key = lineage[-1][0]
                 if not state.shares(key, besides=name):
                     # No other branch reads this storage, so its newest item is nobody else's:
                     # pop it without reading it first (empty: the newest is in a parent).
-                    look = (self._log.applied, key, None)
-                    done, popped = await self._pop_tail(key, None, guarded=look != looked)
-                    looked = look
+                    attempt: tuple[Any, ...] = (self._log.applied, key)
+                    done, popped = await self._pop_own(key, None, guard=attempt != tried)
                     if not done:
-                        continue
+                        tried = attempt
+                        continue  # a branch forked onto it meanwhile
                     if popped is not None:
                         return popped  # type: ignore[no-any-return]
                 found = await self._view.newest(lineage)
@@ -186,37 +187,60 @@ class BranchingSession(SessionWrapper):
                 index, seq, item = found
                 key = lineage[index][0]
                 if index == len(lineage) - 1 and not state.shares(key, seq, besides=name):
-                    look = (self._log.applied, key, seq)
-                    done, popped = await self._pop_tail(key, seq, guarded=look != looked)
-                    looked = look
-                    if done and popped is not None:
-                        self._view.popped(key, seq)
-                        return popped  # type: ignore[no-any-return]
-                    continue  # the log or the storage moved meanwhile: look again
-                tail = (uuid.uuid4().hex, None) if index == len(lineage) - 1 else lineage[-1]
+                    attempt = (self._log.applied, key, seq)
+                    done, popped = await self._pop_own(key, (seq, item), guard=attempt != tried)
+                    if not done:
+                        tried = attempt
+                        continue  # another object popped it or forked onto it meanwhile
+                    self._view.popped(key, seq)
+                    return popped  # type: ignore[no-any-return]
+                own = index == len(lineage) - 1
+                tail = (uuid.uuid4().hex, None) if own else lineage[-1]
                 moved = (*lineage[:index], (key, seq), tail)
-                state, op_id = await self._log.append_op({
-                    "op": "lineage", "name": name, "from": encode_lineage(lineage),
-                    "lineage": encode_lineage(moved),
-                })
+                record = {"op": "lineage", "name": name, "from": encode_lineage(lineage),
+                          "lineage": encode_lineage(moved)}
+                attempt = (self._log.applied, key, seq, "move")
+                storage = self._storages.storage(key)
+                if own and attempt != tried and supports(self._log.session,
+                                                         Capability.GUARDED_WRITE):
+                    # Only while the item is still its storage's newest: an add that landed
+                    # above it meanwhile (and checked the log before this move) would be
+                    # hidden by the move. Read again then (or, declined with nothing changed,
+                    # move unguarded below).
+                    moving = await self._log.append_op_if_newest(record, storage, seq)
+                    if moving is None:
+                        tried = attempt
+                        continue
+                    state, op_id = moving
+                else:
+                    state, op_id = await self._log.append_op(record)
                 branch = state.branches.get(name)
                 if branch is not None and branch.moved_by == op_id:
                     return item  # type: ignore[no-any-return]
                 # another object moved this branch first: pop its new newest
 
-    async def _pop_tail(self, key: str, newest: int | None, *,
-                        guarded: bool) -> tuple[bool, Any]:
-        """Pop storage ``key``'s newest item (only if its number is ``newest``, when given)
-        while the branch log holds nothing this object has not applied, so a branch forked
-        meanwhile never loses a row: ``(True, item or None)``, or ``(False, None)`` when
-        either moved. ``guarded=False`` (the store declined the same look before, e.g.
-        MongoDB or Redis Cluster): a plain pop of the newest item."""
+    async def _pop_own(self, key: str, found: tuple[int, Any] | None, *,
+                       guard: bool) -> tuple[bool, Any]:
+        """Pop the newest item of storage ``key`` (the branch's own, seen by no other branch):
+        only ``found`` ``(seq, item)`` when given and, with ``guard`` where the store guards
+        writes, only while the branch log holds nothing this object has not applied (no branch
+        forked onto it since). ``(True, item or None)``; ``(False, None)``: something changed
+        (or the store declined): read again. Unguarded, a pop of ``found`` is checked (it never
+        removes an item below, which a child may see); without ``found``, a plain pop."""
         storage = self._storages.storage(key)
-        if guarded and supports(storage, Capability.GUARDED_WRITE):
-            return await storage.pop_if_newest(  # type: ignore[attr-defined, no-any-return]
-                self._log.session, self._log.applied or None, newest=newest
+        if guard and supports(storage, Capability.GUARDED_WRITE):
+            guarded: SupportsGuardedWrite = storage  # type: ignore[assignment]
+            return await guarded.pop_if_newest(
+                self._log.session, self._log.applied or None,
+                newest=None if found is None else found[0],
             )
-        return True, await storage.pop_item()
+        if found is None:
+            return True, await storage.pop_item()
+        try:
+            popped = await pop_checked_of(storage, functools.partial(_same, found[1]))
+        except _Moved:
+            return False, None
+        return popped is not None, popped
 
     def _guarded_tail(self, *, popping: bool) -> SupportsGuardedWrite | None:
         """The current branch's open storage when a write to it can be guarded, in the same
@@ -437,6 +461,17 @@ class BranchingSession(SessionWrapper):
         """The current branch and every branch's lineage (called with ``_lock`` held)."""
         state = await self._log.sync()
         return state.current, {name: b.lineage for name, b in state.branches.items()}
+
+
+class _Moved(Exception):
+    """The newest item of a storage is not the one a pop read."""
+
+
+def _same(expected: Any, item: Any) -> Any:
+    """``item`` if it is ``expected``, else raise _Moved (a pop's check)."""
+    if item != expected:
+        raise _Moved
+    return item
 
 
 def _used(name: str) -> BranchError:

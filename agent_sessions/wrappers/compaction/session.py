@@ -9,10 +9,12 @@ lose nothing, optionally in the background: docs/compaction.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,6 +55,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("agent_sessions.compaction")
 
 SIBLING_PURPOSE = "compaction"
+_POP_LOCKS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, weakref.WeakValueDictionary[str, asyncio.Lock]
+] = weakref.WeakKeyDictionary()
+"""Per loop, a lock per session id in use, serialising this process's pops over an inner
+that guards none (see ``pop_item``); an entry lives while an object holds it."""
 _SEARCH_PAGE = 500
 
 
@@ -150,6 +157,7 @@ class CompactionSession(SessionWrapper):
         read. Valid while ``view`` is ``_running``; None: the check reads."""
         self._summary_tokens: tuple[str, int] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._pop_held: asyncio.Lock | None = None
         self._queued: tuple[bool, str | None] | None = None
         self.last_error: BaseException | None = None
         """The last error of a compaction that was logged instead of raised."""
@@ -230,16 +238,26 @@ class CompactionSession(SessionWrapper):
         async with self._locks()[0]:
             if self._guarded:
                 return await self._pop_guarded()
-            while True:
-                record = await self._latest_record()
-                if record is None:
-                    return await self.inner.pop_item()
-                tail = await read_rows(self.inner, 1, after=record.boundary)
-                if not tail:
-                    return await self._pop_summary(record)
-                popped = await self._pop_read(tail[-1][1])
-                if popped is not _UNREAD:
-                    return popped  # type: ignore[no-any-return]
+            # Nothing in the store guards the record a pop commits (a summary item's): two
+            # objects' pops from one record in force would return the same item. Serialised
+            # here among this process's objects (as ForeignSession serialises its writers).
+            async with self._pop_lock():
+                while True:
+                    record = await self._latest_record()
+                    if record is None:
+                        return await self.inner.pop_item()
+                    tail = await read_rows(self.inner, 1, after=record.boundary)
+                    if not tail:
+                        return await self._pop_summary(record)  # type: ignore[no-any-return]
+                    popped = await self._pop_read(tail[-1][1])
+                    if popped is not _UNREAD:
+                        return popped  # type: ignore[no-any-return]
+
+    def _pop_lock(self) -> asyncio.Lock:
+        """This process's pop lock for this session id (kept while this object lives)."""
+        locks = _POP_LOCKS.setdefault(asyncio.get_running_loop(), weakref.WeakValueDictionary())
+        self._pop_held = locks.setdefault(self.session_id, asyncio.Lock())
+        return self._pop_held
 
     async def _pop_read(self, item: TResponseInputItem) -> Any:
         """Pop the newest item if it is still ``item`` (without CHECKED_POP: whatever is
@@ -270,7 +288,14 @@ class CompactionSession(SessionWrapper):
             if rows:
                 record = self._record_of(rows[-1][1])
                 if not pairs or pairs[-1][0] <= record.boundary:
-                    return await self._pop_summary(record)
+                    # Guarded by the records: another object's pop or compaction committed
+                    # first makes the store decline, and this pop reads again.
+                    guard = None if (seq, None) == tried else seq
+                    popped = await self._pop_summary(record, guard)
+                    if popped is not _UNREAD:
+                        return popped  # type: ignore[no-any-return]
+                    tried = (seq, None)
+                    continue
             if not pairs:
                 return None
             # Guarded by both: a concurrent compaction (records) or pop (inner) makes the store
@@ -286,15 +311,22 @@ class CompactionSession(SessionWrapper):
                 return item  # type: ignore[no-any-return]
             tried = state
 
-    async def _pop_summary(self, record: CompactionRecord) -> TResponseInputItem | None:
-        """Pop ``record``'s last summary item by committing a record without it."""
+    async def _pop_summary(self, record: CompactionRecord, guard: int | None = None) -> Any:
+        """Pop ``record``'s last summary item by committing a record without it; with
+        ``guard`` (``record``'s number), only while it is the newest record, else (the store
+        declined) _UNREAD."""
         if not record.summary:
             return None
         popped = record.summary[-1]
         shorter = CompactionRecord(
             record.boundary, list(record.summary[:-1]), record.archived, record.summarizer, "pop"
         )
-        await self._sibling.add_items([shorter.to_item()])  # type: ignore[list-item]
+        sibling: Any = self._sibling
+        if guard is not None and supports(sibling, Capability.GUARDED_WRITE):
+            if await sibling.append_if_newest(sibling, guard, [shorter.to_item()]) is None:
+                return _UNREAD
+        else:
+            await sibling.add_items([shorter.to_item()])
         return popped
 
     async def clear_session(self) -> None:
@@ -593,7 +625,10 @@ class CompactionSession(SessionWrapper):
             boundary=covered[-1][0], summary=list(new_summary),
             archived=(record.archived if record is not None else 0) + len(covered),
             summarizer=str(getattr(self.summarizer, "name", type(self.summarizer).__name__)))
-        async with self._locks()[0]:
+        # Over an inner that guards no pop, also this process's pops of the session wait (see
+        # pop_item): none lands between the check and the commit.
+        unguarded = contextlib.nullcontext() if self._guarded else self._pop_lock()
+        async with self._locks()[0], unguarded:
             await self._verify_unchanged(generation, record, covered)
             await self._sibling.add_items([new_record.to_item()])  # type: ignore[list-item]
         self.compactions += 1

@@ -253,6 +253,7 @@ class EncryptedSession(SessionWrapper):
             Capability.NATIVE_EXPIRY,
             Capability.REWRITE,
             Capability.FAMILY,
+            Capability.CHECKED_POP,
         }
     )
 
@@ -542,6 +543,24 @@ class EncryptedSession(SessionWrapper):
                 raise self._mismatch(reason) from None
             if item is not _DRAINED:
                 return item  # type: ignore[no-any-return]
+
+    async def pop_checked(self, check: Callable[[Any], Any]) -> Any:
+        """``pop_item`` that removes the newest readable item only if ``check(item)`` returns,
+        and returns what it returns (None when there is none); when ``check`` raises, that
+        item is kept (CHECKED_POP: the inner session's checked pop, one step where it is)."""
+        inner = self._inner(Capability.CHECKED_POP)
+
+        def checked(envelope: Any) -> Any:
+            item = self._poppable(envelope)
+            return item if item is _DRAINED else check(item)
+
+        while True:
+            try:
+                result = await inner.pop_checked(checked)
+            except _Unreadable as reason:
+                raise self._mismatch(reason) from None
+            if result is not _DRAINED:
+                return result
 
     def _poppable(self, envelope: Any) -> Any:
         """The check run inside the pop: the item, ``_DRAINED`` (removed on the way) or

@@ -11,6 +11,7 @@ item, so it has no holes and an out-of-order stamp can only move the cut, and
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -37,6 +38,10 @@ _ALL = 2**62
 """A sequence number above any: everything at or below it is dead."""
 ENVELOPE_OVERHEAD = 128
 """Bytes an envelope adds around an item's JSON, at most (type, two timestamps, braces)."""
+
+
+class _Stale(Exception):
+    """A checked pop's item is newer than the lifecycle record it was judged by."""
 
 
 def seconds(value: float | timedelta | None, name: str) -> float | None:
@@ -373,13 +378,26 @@ class TTLSession(SessionWrapper):
         SQLite and SQLAlchemy, a compare-and-pop script on Redis); a dead newest item is
         removed and None returned, as ``pop_item`` does."""
         await self._sync()
-        now = self.clock()
+        while True:
+            unwrap = functools.partial(self._checked, check, self.clock(), self._state)
+            try:
+                result = await pop_checked_of(self.inner, unwrap)
+            except _Stale:
+                self._state = await self._lifecycle().read()
+                continue
+            return None if result is _DEAD else result
 
-        def unwrap(envelope: Any) -> Any:
-            return _DEAD if self._dead(envelope, now, now) else check(envelope["item"])
-
-        result = await pop_checked_of(self.inner, unwrap)
-        return None if result is _DEAD else result
+    def _checked(self, check: Callable[[Any], Any], now: float, state: State | None,
+                 envelope: Any) -> Any:
+        """``pop_checked``'s check: ``check`` of a live item, else ``_DEAD``. Raises _Stale
+        (nothing removed) for an item dead by a lifecycle record ``state`` read before another
+        object's write of it: that write stored a newer record first."""
+        if not self._dead(envelope, now, now):
+            return check(envelope["item"])
+        t = _time(envelope, "t")
+        if self._family_expiry and t is not None and (state is None or t > state.t):
+            raise _Stale
+        return _DEAD
 
     # -- the SDK compaction session's hooks (see core.sdk_compaction) ---------------------------
 
