@@ -688,14 +688,18 @@ class CompactionSession(SessionWrapper):
         when it moved), so a pop by another object cannot land in between."""
         sibling: Any = self._sibling
         guard = self._guarded and supports(sibling, Capability.GUARDED_WRITE)
+        if guard and getattr(sibling, "unlisted", None) is not None:
+            # A records store this object only read whole still waits to be listed in its
+            # family, which its guarded writes refuse: a sequenced read of a record lists it.
+            await read_rows(sibling, 1)
         last: Any = _UNREAD
         for _ in range(_COMMIT_TRIES):
+            seq = None
+            if guard:  # the newest number before the check: a pop after it changes it
+                newest = await read_rows(self.inner, 1)
+                seq = newest[-1][0] if newest else None
             await self._verify_unchanged(generation, record, covered)
-            if not guard:
-                break
-            newest = await read_rows(self.inner, 1)
-            seq = newest[-1][0] if newest else None
-            if seq == last:  # refused with nothing changed: this store cannot guard it
+            if not guard or seq == last:  # (refused with nothing changed: cannot guard)
                 break
             if await sibling.append_if_newest(self.inner, seq, [new_record.to_item()]) is not None:
                 return
