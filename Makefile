@@ -77,10 +77,13 @@ faults: install services
 	FAULT_SCALE=$(or $(FAULT_SCALE),10) $(PY) -m pytest tests/test_faults.py tests/test_sql_faults.py -q
 
 # Long run of the interleaving property test: several objects on one session id, every stack
-# over memory, 3000 seeded schedules per stack (CI and `make test` run 100; about 3 minutes).
+# over memory, 2000 seeded schedules per stack of longer programs (CI and `make test` run 100
+# short ones; about 6 minutes here). Known to fail still: advanced-ttl (the add-hidden-by-a-move
+# gap, strict xfail in tests/test_branch_pops.py) and, rarely, a branch losing an item amid
+# concurrent forks (not yet minimised).
 .PHONY: test-interleavings-long
 test-interleavings-long: install
-	INTERLEAVING_EXAMPLES=3000 $(PY) -m pytest tests/test_interleavings.py -q
+	INTERLEAVING_EXAMPLES=2000 INTERLEAVING_OPS=6 $(PY) -m pytest tests/test_interleavings.py -q
 
 # Long runs of the resilient layer: more random fault sequences, more kill -9 rounds.
 test-resilient-long: install services

@@ -637,3 +637,40 @@ async def test_a_pop_between_another_objects_compaction_check_and_commit_waits(
     assert result is not None and result.compacted_items == 3
     assert popped == items[-1]
     assert await first.get_items() == items[:-1], "the popped item is still visible"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("records", ["none yet", "another object's"])
+async def test_a_pop_between_another_objects_compaction_check_and_commit_drops_it(
+    records: str,
+) -> None:
+    """On a store that guards writes, another object's pop of a summarised item between a
+    compaction's check and its commit used to leave that item in the committed summary
+    (popped and visible). The commit is now guarded by the session's newest number: it is
+    refused, checked again, and dropped (the summarised items changed). Also by an object
+    that had read the records only whole (its records store not yet listed in the family,
+    which its guarded writes refused: the commit took the plain append)."""
+    store, session_id = InMemoryStore(), sid()
+    first, second, writer = (CompactionSession(InMemorySession(session_id, store=store),
+                                               summarizer=IdentitySummarizer(), keep_last=0)
+                             for _ in range(3))
+    items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
+    if records == "another object's":
+        await writer.add_items([msg("z"), msg("y", "assistant")])
+        assert await writer.compact() is not None
+        assert await first.get_items() == [msg("z"), msg("y", "assistant")]
+        items = [msg("z"), msg("y", "assistant"), *items]
+        first._sibling.listed()  # type: ignore[attr-defined]  # as after a sequenced read
+    await first.add_items(items[-3:])
+    verify = first._verify_unchanged
+    raced: list[Any] = []
+
+    async def verify_then_a_rival(*args: Any) -> None:
+        await verify(*args)
+        if not raced:
+            raced.append(await second.pop_item())
+
+    first._verify_unchanged = verify_then_a_rival  # type: ignore[method-assign,assignment]
+    assert await first.compact() is None, "the compaction must be dropped"
+    assert raced == [items[-1]]
+    assert await first.get_items() == items[:-1], "the popped item is still visible"

@@ -26,8 +26,9 @@ at once, or quietly one after another. After each round, read quietly from every
 * no branch (and no read during a round) shows an item twice, a batch keeps its order, and
   ``get_items(2)`` is the view's tail.
 
-``INTERLEAVING_EXAMPLES`` sets the examples per stack: 100 by default, 3000 in
-``make test-interleavings-long``.
+``INTERLEAVING_EXAMPLES`` sets the examples per stack (100 by default) and
+``INTERLEAVING_OPS`` the most operations per object and round (3); ``make
+test-interleavings-long`` runs 2000 examples of up to 6 operations and 8 rounds.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ from agent_sessions.wrappers.branching import log as branch_log
 from tests.matrix import CLOCK, KEY, KEYRING, STACKS
 
 EXAMPLES = int(os.environ.get("INTERLEAVING_EXAMPLES", "100"))
+OPS = int(os.environ.get("INTERLEAVING_OPS", "3"))
+"""The most operations per object in one round (at most 5 rounds, or 8 with OPS > 3)."""
 SETTINGS = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -148,10 +151,10 @@ COMPACT = st.tuples(st.just("compact"))
 
 def _rounds(extra: list[Any]) -> Any:
     op = st.one_of(ADD, POP, GET, *extra)
-    per_object = st.lists(op, min_size=0, max_size=3)
+    per_object = st.lists(op, min_size=0, max_size=OPS)
     # (run quietly one object after another, the objects' operation lists)
     one_round = st.tuples(st.booleans(), st.lists(per_object, min_size=2, max_size=3))
-    return st.lists(one_round, min_size=1, max_size=5)
+    return st.lists(one_round, min_size=1, max_size=5 if OPS <= 3 else 8)
 
 
 @dataclass

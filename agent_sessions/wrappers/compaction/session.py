@@ -629,8 +629,7 @@ class CompactionSession(SessionWrapper):
         # pop_item): none lands between the check and the commit.
         unguarded = contextlib.nullcontext() if self._guarded else self._pop_lock()
         async with self._locks()[0], unguarded:
-            await self._verify_unchanged(generation, record, covered)
-            await self._sibling.add_items([new_record.to_item()])  # type: ignore[list-item]
+            await self._commit(generation, record, covered, new_record)
         self.compactions += 1
         kept = len(tail) - len(covered)
         logger.debug("compacted %r: %d archived, %d kept", self.session_id, len(covered), kept)
@@ -681,6 +680,34 @@ class CompactionSession(SessionWrapper):
             self._summary_tokens = (record.id, sum(counts))
         return self._summary_tokens[1]
 
+    async def _commit(self, generation: int, record: CompactionRecord | None,
+                      covered: list[tuple[int, TResponseInputItem]],
+                      new_record: CompactionRecord) -> None:
+        """Check that nothing summarised changed, then append ``new_record``. Where the store
+        guards writes, the append is guarded by the session's newest number (checked again
+        when it moved), so a pop by another object cannot land in between."""
+        sibling: Any = self._sibling
+        guard = self._guarded and supports(sibling, Capability.GUARDED_WRITE)
+        if guard and getattr(sibling, "unlisted", None) is not None:
+            # A records store this object only read whole still waits to be listed in its
+            # family, which its guarded writes refuse: a sequenced read of a record lists it.
+            await read_rows(sibling, 1)
+        last: Any = _UNREAD
+        for _ in range(_COMMIT_TRIES):
+            seq = None
+            if guard:  # the newest number before the check: a pop after it changes it
+                newest = await read_rows(self.inner, 1)
+                seq = newest[-1][0] if newest else None
+            await self._verify_unchanged(generation, record, covered)
+            if not guard or seq == last:  # (refused with nothing changed: cannot guard)
+                break
+            if await sibling.append_if_newest(self.inner, seq, [new_record.to_item()]) is not None:
+                return
+            last = seq
+        else:
+            raise _Aborted("the session kept changing while committing")
+        await sibling.add_items([new_record.to_item()])
+
     async def _verify_unchanged(self, generation: int, record: CompactionRecord | None,
                                 covered: list[tuple[int, TResponseInputItem]]) -> None:
         """Raise _Aborted unless the record in force and the covered items are as read."""
@@ -697,6 +724,8 @@ class CompactionSession(SessionWrapper):
 
 
 _UNREAD = object()
+_COMMIT_TRIES = 8
+"""Guarded commits tried while other objects keep writing, before the compaction is dropped."""
 _MAX_APPENDED = 1000
 """Most items remembered between two checks; past that the check reads (bounded memory when
 the hook is not called, e.g. without the Runner)."""
