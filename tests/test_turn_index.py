@@ -85,8 +85,10 @@ async def test_a_new_object_reads_the_index_instead_of_the_history(db: str) -> N
 
     fresh.inner._load = counting  # type: ignore[attr-defined]
     name = await fresh.create_branch_from_turn(6)
-    # The history is read only at item `through` (to validate the index) and at turn 6.
-    assert loads == [(None, 19, None), (1, None, 12)]
+    # The history is read only at item `through` (to validate the index), at turn 6 (with the
+    # item below it) and, once the branch is recorded, below turn 6 again: still there, so no
+    # other object popped the turn meanwhile.
+    assert loads == [(None, 19, None), (2, None, 12), (1, None, 11)]
     assert texts(await fresh.get_items())[-2:] == ["q5", "r5"]
     assert name in {b["branch_id"] for b in await fresh.list_branches()}
     assert REBUILDS == []  # every answer came from the index as kept
