@@ -356,6 +356,32 @@ def test_concurrent_objects_lose_nothing_and_pop_each_item_once(stack: str) -> N
     check()
 
 
+REPLAYED = [
+    # A fork withdrawn because another object popped below its turn meanwhile used to be made
+    # current first: an add by another object landed on it and was deleted with it.
+    ("branching", 2, 2, [
+        (False, [[("add", ["assistant", "user", "user"])], [("get", None), ("get", None)]]),
+        (False, [[("fork", 2), ("pop",), ("pop",), ("add", ["user"])],
+                 [("pop",), ("get", None), ("fork", 1)]]),
+    ]),
+]
+"""Schedules the long run found, replayed in every run."""
+
+
+@pytest.mark.parametrize(("stack", "seed", "objects", "rounds"), REPLAYED)
+def test_replayed_schedules_lose_nothing(stack: str, seed: int, objects: int,
+                                         rounds: list[Any]) -> None:
+    async def main() -> None:
+        run = Run(stack, seed, objects)
+        try:
+            for quiet, ops in rounds:
+                await run.play(quiet, ops)
+        finally:
+            await run.close()
+
+    asyncio.run(main())
+
+
 def test_side_stores_yield_too() -> None:
     """The branch log, usage records and TTL records are members opened as ``type(inner)``:
     their I/O goes through the yielding primitives as well."""

@@ -128,7 +128,8 @@ class BranchState:
                 self.used.add(name)
                 self.branches[name] = Branch(name, lineage, record.get("at"), record.get("id"))
                 self.keys.update(key for key, _ in lineage)
-                self.current = name
+                if record.get("switch", True):  # False: a "switch" record follows
+                    self.current = name
         elif op == "switch" and isinstance(name, str):
             if name in self.branches:
                 self.current = name

@@ -320,26 +320,29 @@ class BranchingSession(SessionWrapper):
                 name = branch_name if branch_name is not None else _auto_name(state, turn_number)
                 forked = (*lineage[: turn.segment], (lineage[turn.segment][0], turn.seq),
                           (uuid.uuid4().hex, None))
+                # Until this record no branch shares the items below the turn, so another
+                # object's pops may delete them after the read: with items below, the branch
+                # becomes current only once they are checked (else an add by another object
+                # could land on a branch then withdrawn).
+                checked = turn.below is not None
                 state, op_id = await self._log.append_op({
                     "op": "create", "name": name, "parent": source, "turn": turn_number,
                     "lineage": encode_lineage(forked), "at": now_text(),
+                    **({"switch": False} if checked else {}),
                 })
                 created = state.branches.get(name)
                 if created is not None and created.op_id == op_id:
                     break
                 if branch_name is not None or attempt == 7:
                     raise _used(name)
-            # Until the record above, no branch shared the items below the turn, so another
-            # object's pops could delete them between the read and the record: then the new
-            # branch would miss them, and it is withdrawn (the turn is gone from the source).
-            if not await self._view.intact_below(lineage, turn):
-                await self._log.append_op({"op": "delete", "name": name})
-                if source != MAIN:
-                    await self._log.append({"op": "switch", "name": source})
-                raise BranchError(
-                    f"Turn {turn_number} of branch '{source}' was popped by another object "
-                    f"while branch '{name}' was being created; nothing was created"
-                )
+            if checked:
+                if not await self._view.intact_below(lineage, turn):
+                    await self._log.append_op({"op": "delete", "name": name})
+                    raise BranchError(
+                        f"Turn {turn_number} of branch '{source}' was popped by another object "
+                        f"while branch '{name}' was being created; nothing was created"
+                    )
+                await self._log.append({"op": "switch", "name": name})
         # DONT_LOG_MODEL_DATA: the SDK's switch for logging conversation content
         shown = "" if _debug.DONT_LOG_MODEL_DATA else f" ('{content_preview(turn.content, 50)}')"
         self._logger.debug("Created branch '%s' from turn %s%s in '%s'", name, turn_number, shown,
