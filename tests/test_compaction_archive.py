@@ -379,6 +379,18 @@ async def test_expiry_below_a_boundary_keeps_the_unsummarised_items() -> None:
     assert originals(await session.get_items()) == ["m4", "m5"]
 
 
+async def _dispose(first: Any, second: Any, backend: str) -> None:
+    """Clear the session two objects shared, close both, drop the run's Redis keys."""
+    from tests.matrix import REDIS_PREFIX
+    from tests.servers import REDIS_URL, drop_redis_keys
+
+    await first.clear_session()
+    await first.close()
+    await second.close()
+    if backend == "redis":
+        await drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*")
+
+
 GUARDED_BACKENDS = ["memory", "sqlite", "redis", "postgres", "mariadb", "sqlalchemy-sqlite"]
 """The backends whose stores guard a pop (GUARDED_WRITE) in one atomic step."""
 
@@ -388,8 +400,7 @@ GUARDED_BACKENDS = ["memory", "sqlite", "redis", "postgres", "mariadb", "sqlalch
 async def test_a_pop_after_another_objects_compaction_pops_the_summary(backend: str) -> None:
     """A pop decided on 'no records' (a fresh object, or one that last saw none) must not
     remove an original that another object's compaction archived meanwhile."""
-    from tests.matrix import BACKENDS, REDIS_PREFIX
-    from tests.servers import REDIS_URL, drop_redis_keys
+    from tests.matrix import BACKENDS
 
     found = next(b for b in BACKENDS if b.name == backend)
     if found.needs is not None:
@@ -410,11 +421,7 @@ async def test_a_pop_after_another_objects_compaction_pops_the_summary(backend: 
         assert await first.get_archived_items() == items[:3]
         assert await first.inner.get_items() == items[:3]
     finally:
-        await first.clear_session()
-        await first.close()
-        await second.close()
-        if backend == "redis":
-            await drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*")
+        await _dispose(first, second, backend)
 
 
 @pytest.mark.asyncio
@@ -426,8 +433,7 @@ async def test_a_pop_whose_item_another_object_popped_meanwhile_pops_the_summary
     """Between a pop's read (a new item after the boundary) and its write, another object pops
     that item: the pop must then take the summary's last item, never an archived original
     (a guarded pop, or, where the store declines to guard, a checked pop of the item read)."""
-    from tests.matrix import BACKENDS, REDIS_PREFIX
-    from tests.servers import REDIS_URL, drop_redis_keys
+    from tests.matrix import BACKENDS
 
     found = next(b for b in BACKENDS if b.name == backend)
     if found.needs is not None:
@@ -467,11 +473,7 @@ async def test_a_pop_whose_item_another_object_popped_meanwhile_pops_the_summary
         assert await first.inner.get_items() == items, "an archived original was popped"
         assert await first.get_archived_items() == items
     finally:
-        await first.clear_session()
-        await first.close()
-        await second.close()
-        if backend == "redis":
-            await drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*")
+        await _dispose(first, second, backend)
 
 
 UNGUARDED_STACKS: dict[str, Callable[[Session], Session]] = {
@@ -525,8 +527,7 @@ async def test_objects_popping_the_summary_at_once_get_each_item_once(backend: s
     the same item (one item popped twice, another gone unreturned). The records' newest number
     now guards that commit; the loser reads again and pops the next item. Found by
     tests/test_interleavings.py (compaction)."""
-    from tests.matrix import BACKENDS, REDIS_PREFIX
-    from tests.servers import REDIS_URL, drop_redis_keys
+    from tests.matrix import BACKENDS
 
     found = next(b for b in BACKENDS if b.name == backend)
     if found.needs is not None:
@@ -565,11 +566,19 @@ async def test_objects_popping_the_summary_at_once_get_each_item_once(backend: s
         assert await second.get_items() == items[:1]
         assert await first.get_archived_items() == items
     finally:
-        await first.clear_session()
-        await first.close()
-        await second.close()
-        if backend == "redis":
-            await drop_redis_keys(REDIS_URL, f"{REDIS_PREFIX}*")
+        await _dispose(first, second, backend)
+
+
+async def _two_unguarded_objects(stack: str) -> tuple[Any, Any, list[Any]]:
+    """Two CompactionSessions over one in-memory session wrapped as ``stack``, holding a, b
+    and c (identity summariser, keep_last=0)."""
+    store, session_id = InMemoryStore(), sid()
+    wrap, summarizer = UNGUARDED_STACKS[stack], IdentitySummarizer()
+    first, second = (CompactionSession(wrap(InMemorySession(session_id, store=store)),
+                                       summarizer=summarizer, keep_last=0) for _ in range(2))
+    items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
+    await first.add_items(items)
+    return first, second, items
 
 
 @pytest.mark.asyncio
@@ -580,12 +589,7 @@ async def test_objects_popping_the_summary_over_an_unguarded_inner_get_each_item
     """As above over layers that guard no write: two objects of one process popping the
     summary at once used to commit records from the same one and return the same item. Their
     pops are now serialised per session id within the process."""
-    store, session_id = InMemoryStore(), sid()
-    wrap, summarizer = UNGUARDED_STACKS[stack], IdentitySummarizer()
-    first, second = (CompactionSession(wrap(InMemorySession(session_id, store=store)),
-                                       summarizer=summarizer, keep_last=0) for _ in range(2))
-    items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
-    await first.add_items(items)
+    first, second, items = await _two_unguarded_objects(stack)
     assert (await first.compact()) is not None
     assert await first.inner.get_items(1) == items[-1:] and await first.get_items() == items
     for session in (first, second):
@@ -613,12 +617,7 @@ async def test_a_pop_between_another_objects_compaction_check_and_commit_waits(
     compaction's check of the items and its commit: the committed summary still held the
     popped item (popped and visible). The commit now holds the process's pop lock for the
     session id, so the pop comes after it and pops the summary's last item."""
-    store, session_id = InMemoryStore(), sid()
-    wrap, summarizer = UNGUARDED_STACKS[stack], IdentitySummarizer()
-    first, second = (CompactionSession(wrap(InMemorySession(session_id, store=store)),
-                                       summarizer=summarizer, keep_last=0) for _ in range(2))
-    items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
-    await first.add_items(items)
+    first, second, items = await _two_unguarded_objects(stack)
     verify, checked = first._verify_unchanged, asyncio.Event()
 
     async def verify_then_yield(*args: Any) -> None:

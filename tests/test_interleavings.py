@@ -343,17 +343,21 @@ def test_concurrent_objects_lose_nothing_and_pop_each_item_once(stack: str) -> N
     @given(seed=st.integers(0, 2**32 - 1), objects=st.integers(2, 3),
            rounds=_rounds(_extra_ops(stack)))
     def check(seed: int, objects: int, rounds: list[Any]) -> None:
-        async def main() -> None:
-            run = Run(stack, seed, objects)
-            try:
-                for quiet, ops in rounds:
-                    await run.play(quiet, ops)
-            finally:
-                await run.close()
-
-        asyncio.run(main())
+        _play(stack, seed, objects, rounds)
 
     check()
+
+
+def _play(stack: str, seed: int, objects: int, rounds: list[Any]) -> None:
+    async def main() -> None:
+        run = Run(stack, seed, objects)
+        try:
+            for quiet, ops in rounds:
+                await run.play(quiet, ops)
+        finally:
+            await run.close()
+
+    asyncio.run(main())
 
 
 REPLAYED = [
@@ -371,15 +375,7 @@ REPLAYED = [
 @pytest.mark.parametrize(("stack", "seed", "objects", "rounds"), REPLAYED)
 def test_replayed_schedules_lose_nothing(stack: str, seed: int, objects: int,
                                          rounds: list[Any]) -> None:
-    async def main() -> None:
-        run = Run(stack, seed, objects)
-        try:
-            for quiet, ops in rounds:
-                await run.play(quiet, ops)
-        finally:
-            await run.close()
-
-    asyncio.run(main())
+    _play(stack, seed, objects, rounds)
 
 
 def test_side_stores_yield_too() -> None:
