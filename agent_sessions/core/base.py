@@ -687,6 +687,26 @@ async def pop_checked_of(session: Session, check: Callable[[Any], Any]) -> Any:
     return await pop_checked_by_api(session, check)
 
 
+class _Moved(Exception):
+    """The newest item is not the one a pop read: another object popped meanwhile."""
+
+
+def _same(expected: Any, item: Any) -> Any:
+    if item != expected:
+        raise _Moved
+    return item
+
+
+async def pop_if_newest_is(session: Session, item: Any) -> tuple[bool, Any]:
+    """Pop ``session``'s newest item only if it is still ``item`` (a checked pop):
+    ``(True, popped or None)``, or ``(False, None)`` when another item is newest now."""
+    try:
+        popped = await pop_checked_of(session, functools.partial(_same, item))
+    except _Moved:
+        return False, None
+    return True, popped
+
+
 async def pop_checked_by_api(session: Any, check: Callable[[Any], Any]) -> Any:
     """``pop_checked`` in two steps (read and check the newest, pop); an item that replaced
     it meanwhile is checked after its removal and added back when that check raises."""

@@ -329,19 +329,20 @@ class ForeignSession(SessionWrapper):
         raises, nothing is removed (CHECKED_POP: one step for writers through this adapter,
         which it serialises per store and session id)."""
         async with self._lock():
-            newest = await self.inner.get_items(1)
+            newest = await self.inner.get_items(2)
             if not newest:
                 return None
             result = check(newest[-1])
-            await self._pop()
+            await self._pop(newest)
             return result
 
-    async def _pop(self) -> TResponseInputItem | None:
-        """``pop_item`` with the lock held."""
+    async def _pop(self, newest: list[Any] | None = None) -> TResponseInputItem | None:
+        """``pop_item`` with the lock held (``newest``: the 2 newest items, when read)."""
         before = await self._numbering()
         if not before.n:
             return await self.inner.pop_item()  # nothing numbered; let it say so
-        newest = await self.inner.get_items(2)
+        if newest is None:
+            newest = await self.inner.get_items(2)
         after = before.truncated(before.n - 1)
         was = _digest(newest[-1]) if newest else None
         last = _digest(newest[-2]) if len(newest) > 1 else None

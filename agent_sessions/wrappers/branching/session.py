@@ -10,7 +10,6 @@ See docs/branching.md for the design and its guarantees.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 import uuid
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agents import _debug
 
-from ...core.base import pop_checked_of
+from ...core.base import pop_if_newest_is
 from ...core.capabilities import Capability, SupportsGuardedWrite, supports
 from ...errors import BranchError, BranchNotFoundError
 from ..base import SessionWrapper
@@ -236,11 +235,8 @@ class BranchingSession(SessionWrapper):
             )
         if found is None:
             return True, await storage.pop_item()
-        try:
-            popped = await pop_checked_of(storage, functools.partial(_same, found[1]))
-        except _Moved:
-            return False, None
-        return popped is not None, popped
+        done, popped = await pop_if_newest_is(storage, found[1])
+        return done and popped is not None, popped
 
     def _guarded_tail(self, *, popping: bool) -> SupportsGuardedWrite | None:
         """The current branch's open storage when a write to it can be guarded, in the same
@@ -464,17 +460,6 @@ class BranchingSession(SessionWrapper):
         """The current branch and every branch's lineage (called with ``_lock`` held)."""
         state = await self._log.sync()
         return state.current, {name: b.lineage for name, b in state.branches.items()}
-
-
-class _Moved(Exception):
-    """The newest item of a storage is not the one a pop read."""
-
-
-def _same(expected: Any, item: Any) -> Any:
-    """``item`` if it is ``expected``, else raise _Moved (a pop's check)."""
-    if item != expected:
-        raise _Moved
-    return item
 
 
 def _used(name: str) -> BranchError:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.memory import SessionSettings
 
+from ...core.base import pop_if_newest_is
 from ...core.capabilities import (
     Capability,
     SupportsFamilyBatch,
@@ -80,15 +81,6 @@ class CompactionResult:
     estimated_tokens_before: int
 
 
-class _Moved(Exception):
-    """The newest item is not the one a pop read: another object popped meanwhile."""
-
-
-def _same(expected: Any, item: Any) -> Any:
-    """``item`` if it is ``expected``, else raise _Moved (a pop's check)."""
-    if item != expected:
-        raise _Moved
-    return item
 
 
 class _Aborted(Exception):
@@ -264,12 +256,8 @@ class CompactionSession(SessionWrapper):
         newest); _UNREAD when another object popped meanwhile."""
         if Capability.CHECKED_POP not in self._inner_caps:
             return await self.inner.pop_item()
-        checked: Any = self.inner
-        try:
-            popped = await checked.pop_checked(functools.partial(_same, item))
-        except _Moved:
-            return _UNREAD
-        return _UNREAD if popped is None else popped
+        done, popped = await pop_if_newest_is(self.inner, item)
+        return popped if done and popped is not None else _UNREAD
 
     async def _pop_guarded(self) -> TResponseInputItem | None:
         """``pop_item`` guarded by the records' newest number: the store pops only while the
