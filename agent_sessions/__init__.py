@@ -21,8 +21,11 @@ _MODULES: dict[str, tuple[str | None, str]] = {
     "core.base": (None, "BaseSession"),
     "backends.memory": (None, "InMemorySession InMemoryStore"),
     "backends.sqlite": (None, "SQLiteSession SQLiteStore"),
-    "core.capabilities": (None, "Capability capabilities_of supports SupportsNativeExpiry "
-                          "SupportsRangeDelete SupportsSequencedItems"),
+    "core.capabilities": (
+        None,
+        "Capability capabilities_of supports SupportsNativeExpiry "
+        "SupportsRangeDelete SupportsSequencedItems",
+    ),
     "core.registry": (None, "open_session open_store Store register_scheme registered_schemes"),
     "backends.redis": ("redis", "RedisSession"),
     "backends.sql": ("sqlalchemy", "SQLAlchemySession"),

@@ -90,9 +90,22 @@ class StoreNotFoundError(SessionError, LookupError):
 
 
 __all__ = [
-    "BackendDataError", "BackendUnavailableError", "BlockConflictError", "BranchError",
-    "BranchNotFoundError", "CorruptItemError", "DecryptionError", "InvalidItemError",
-    "InvalidSessionIdError", "ItemTooLargeError", "MemoryEditError", "MissingDependencyError",
-    "SessionClosedError", "SequenceConflictError", "SessionError", "SessionNotFoundError",
-    "StoreNotFoundError", "UnknownSchemeError",
+    "BackendDataError",
+    "BackendUnavailableError",
+    "BlockConflictError",
+    "BranchError",
+    "BranchNotFoundError",
+    "CorruptItemError",
+    "DecryptionError",
+    "InvalidItemError",
+    "InvalidSessionIdError",
+    "ItemTooLargeError",
+    "MemoryEditError",
+    "MissingDependencyError",
+    "SessionClosedError",
+    "SequenceConflictError",
+    "SessionError",
+    "SessionNotFoundError",
+    "StoreNotFoundError",
+    "UnknownSchemeError",
 ]

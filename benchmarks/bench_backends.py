@@ -305,9 +305,7 @@ async def measure(backend: Backend, sizes: list[int], calls: int) -> list[Result
             f"{n} @{sizes[0]}": later(backend.contenders[n], ids[(n, sizes[0])]) for n in names
         }
         result("get(limit=20)", "fresh", await alternate(small, get20, calls, fresh=fresh))
-        result(
-            "add 1", "fresh", await alternate(small, add_one, calls, fresh=fresh, restore=_pop)
-        )
+        result("add 1", "fresh", await alternate(small, add_one, calls, fresh=fresh, restore=_pop))
         result(
             "add 20",
             "warm",

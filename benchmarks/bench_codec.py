@@ -16,17 +16,33 @@ from agent_sessions.core import codec
 ITEMS: dict[str, Any] = {
     "user message": {"role": "user", "content": "What is the weather in Paris today?"},
     "assistant message": {
-        "id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
-        "content": [{"type": "output_text", "text": "It is sunny, 21°C. " * 10,
-                     "annotations": [], "logprobs": []}],
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [
+            {
+                "type": "output_text",
+                "text": "It is sunny, 21°C. " * 10,
+                "annotations": [],
+                "logprobs": [],
+            }
+        ],
     },
-    "tool output 8 KB": {"type": "function_call_output", "call_id": "c1",
-                         "output": json.dumps([{"k": i, "v": "x" * 60} for i in range(100)])},
+    "tool output 8 KB": {
+        "type": "function_call_output",
+        "call_id": "c1",
+        "output": json.dumps([{"k": i, "v": "x" * 60} for i in range(100)]),
+    },
     # Issue 25: a nested item, where a validation walk in Python costs the most.
-    "nested 200 entries": {"type": "function_call_output", "call_id": "c2", "output": [
-        {"k": i, "v": "x" * 20, "f": i / 2, "tags": ["a", "b"], "meta": {"ok": True, "n": None}}
-        for i in range(200)
-    ]},
+    "nested 200 entries": {
+        "type": "function_call_output",
+        "call_id": "c2",
+        "output": [
+            {"k": i, "v": "x" * 20, "f": i / 2, "tags": ["a", "b"], "meta": {"ok": True, "n": None}}
+            for i in range(200)
+        ],
+    },
 }
 
 

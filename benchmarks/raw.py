@@ -1,4 +1,4 @@
-""""Raw": the minimal code a user would write with each driver for the same job, nothing of
+""" "Raw": the minimal code a user would write with each driver for the same job, nothing of
 agent_sessions inside (no shared statements, scripts or codec).
 
 The fastest idiomatic code, so a ratio never flatters us: each class keeps one connection (or

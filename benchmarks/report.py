@@ -108,7 +108,7 @@ def chart(rows: list[dict[str, Any]], path: str) -> None:
     cols = min(2, len(sections))
     grid = -(-len(sections) // cols)
     fig, axes = plt.subplots(grid, cols, figsize=(5 * cols, 3.6 * grid), squeeze=False)
-    for ax in axes.flat[len(sections):]:
+    for ax in axes.flat[len(sections) :]:
         ax.set_visible(False)
     for ax, section in zip(axes.flat, sections, strict=False):
         warm = [r for r in rows if r["section"] == section and r["mode"] == "warm"]
@@ -153,12 +153,12 @@ def markdown(
         f"- Servers: {info.get('servers', '-')}.",
         "",
         "How to read: every contender ran in the same process and run, alternating call by call "
-        "in a shuffled order. Times are medians per call; \"spread\" is half the interquartile "
+        'in a shuffled order. Times are medians per call; "spread" is half the interquartile '
         "range relative to the median, for the noisiest contender of the row. In backend "
         "tables a ratio `X ÷ ours` above 1 means ours is faster than X; in wrapper tables "
-        "`W ÷ bare` is the wrapper's cost relative to the bare backend. \"fresh\" builds a new "
-        "session object for every call (and closes it), as a web handler does; \"warm\" reuses "
-        "one. \"raw\" is the fastest idiomatic driver code a user would write "
+        '`W ÷ bare` is the wrapper\'s cost relative to the bare backend. "fresh" builds a new '
+        'session object for every call (and closes it), as a web handler does; "warm" reuses '
+        'one. "raw" is the fastest idiomatic driver code a user would write '
         "(benchmarks/raw.py), not ours: orjson when installed, as ours; autocommit; one "
         "statement per operation (a multi-row INSERT for a batch, one RPUSH, one DELETE ... "
         "RETURNING for a pop).",

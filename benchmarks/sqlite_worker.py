@@ -62,18 +62,21 @@ class AiosqliteSession:
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         rows = await self.db.execute_fetchall(
-            "SELECT message_data FROM agent_messages WHERE session_id = ? "
-            "ORDER BY id DESC LIMIT ?",
+            "SELECT message_data FROM agent_messages WHERE session_id = ? ORDER BY id DESC LIMIT ?",
             (self.sid, -1 if limit is None else limit),
         )
         return [decode_item(r[0]) for r in reversed(list(rows))]
 
     async def pop_item(self) -> Any:
-        rows = await self._whole([(
-            "DELETE FROM agent_messages WHERE id = (SELECT id FROM agent_messages "
-            "WHERE session_id = ? ORDER BY id DESC LIMIT 1) RETURNING message_data",
-            [self.sid],
-        )])
+        rows = await self._whole(
+            [
+                (
+                    "DELETE FROM agent_messages WHERE id = (SELECT id FROM agent_messages "
+                    "WHERE session_id = ? ORDER BY id DESC LIMIT 1) RETURNING message_data",
+                    [self.sid],
+                )
+            ]
+        )
         return decode_item(rows[0][0]) if rows else None
 
 

@@ -15,9 +15,7 @@ from agent_sessions import SQLiteSession
 
 async def main() -> None:
     set_tracing_disabled(True)
-    model = ScriptedModel(
-        [[assistant_message("2 + 2 = 5")], [assistant_message("2 + 3 = 5")]]
-    )
+    model = ScriptedModel([[assistant_message("2 + 2 = 5")], [assistant_message("2 + 3 = 5")]])
     agent = Agent(name="math", instructions="Answer briefly.", model=model)
     with tempfile.TemporaryDirectory() as tmp:  # the database file goes away at the end
         db = os.path.join(tmp, "example.db")

@@ -78,7 +78,9 @@ def main() -> None:
         asyncio.run(core_roundtrip(os.path.join(tmp, "smoke.db")))
         demo = subprocess.run(
             [sys.executable, "-m", "agent_sessions", "demo", "--db", os.path.join(tmp, "d.db")],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         check(demo.returncode == 0, f"demo exits 0 (stderr: {demo.stderr[-500:]})")
         check("wrong exchange is gone from history: True" in demo.stdout, "demo output")
@@ -86,14 +88,28 @@ def main() -> None:
     from agent_sessions import open_session
 
     if "--sqlalchemy-only" in sys.argv:
-        check(not absent("sqlalchemy") and absent("asyncpg") and absent("asyncmy")
-              and absent("aiosqlite"), "sqlalchemy installed without drivers")
-        expect_hint(open_session("sqlite+aiosqlite:///unused.db", "s"), "sqlalchemy",
-                    "sqlite+aiosqlite URL without aiosqlite")
-        expect_hint(open_session("postgresql+asyncpg://u@127.0.0.1/db", "s"), "postgres",
-                    "postgresql+asyncpg URL without asyncpg")
-        expect_hint(open_session("mysql+asyncmy://u@127.0.0.1/db", "s"), "mysql",
-                    "mysql+asyncmy URL without asyncmy")
+        check(
+            not absent("sqlalchemy")
+            and absent("asyncpg")
+            and absent("asyncmy")
+            and absent("aiosqlite"),
+            "sqlalchemy installed without drivers",
+        )
+        expect_hint(
+            open_session("sqlite+aiosqlite:///unused.db", "s"),
+            "sqlalchemy",
+            "sqlite+aiosqlite URL without aiosqlite",
+        )
+        expect_hint(
+            open_session("postgresql+asyncpg://u@127.0.0.1/db", "s"),
+            "postgres",
+            "postgresql+asyncpg URL without asyncpg",
+        )
+        expect_hint(
+            open_session("mysql+asyncmy://u@127.0.0.1/db", "s"),
+            "mysql",
+            "mysql+asyncmy URL without asyncmy",
+        )
     else:
         for module, name, extra, url in [
             ("redis", "RedisSession", "redis", "redis://127.0.0.1:6379/0"),
@@ -101,28 +117,51 @@ def main() -> None:
             ("pymongo", "MongoDBSession", "mongodb", "mongodb://127.0.0.1:27017"),
         ]:
             check(absent(module), f"{module} is not installed")
-            expect_hint(lambda name=name: getattr(agent_sessions, name), extra,
-                        f"from agent_sessions import {name}")
-            expect_hint(lambda m=module: importlib.import_module(
-                f"agent_sessions.backends.{ {'pymongo': 'mongodb'}.get(m, m)}"), extra,
-                f"import agent_sessions.backends for {module}")
+            expect_hint(
+                lambda name=name: getattr(agent_sessions, name),
+                extra,
+                f"from agent_sessions import {name}",
+            )
+            expect_hint(
+                lambda m=module: importlib.import_module(
+                    f"agent_sessions.backends.{ {'pymongo': 'mongodb'}.get(m, m) }"
+                ),
+                extra,
+                f"import agent_sessions.backends for {module}",
+            )
             if url is not None:
                 expect_hint(open_session(url, "s"), extra, f"open_session({url!r})")
-        expect_hint(open_session("postgresql+asyncpg://u@127.0.0.1/db", "s"), "postgres",
-                    "open_session(postgresql+asyncpg://) without sqlalchemy")
-        expect_hint(open_session("postgres://u@127.0.0.1/db", "s"), "postgres",
-                    "open_session(postgres://) without a driver")
-        expect_hint(open_session("sdk+redis://127.0.0.1:6379/0", "s"), "redis",
-                    "open_session(sdk+redis://) without redis")
+        expect_hint(
+            open_session("postgresql+asyncpg://u@127.0.0.1/db", "s"),
+            "postgres",
+            "open_session(postgresql+asyncpg://) without sqlalchemy",
+        )
+        expect_hint(
+            open_session("postgres://u@127.0.0.1/db", "s"),
+            "postgres",
+            "open_session(postgres://) without a driver",
+        )
+        expect_hint(
+            open_session("sdk+redis://127.0.0.1:6379/0", "s"),
+            "redis",
+            "open_session(sdk+redis://) without redis",
+        )
         cli = subprocess.run(
             [sys.executable, "-m", "agent_sessions", "list", "redis://127.0.0.1:6379/0"],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
-        check(cli.returncode != 0 and f'pip install "{DISTRIBUTION}[redis]"' in cli.stderr,
-              f"CLI on a redis:// URL names the extra (stderr: {cli.stderr.strip()[-300:]})")
+        check(
+            cli.returncode != 0 and f'pip install "{DISTRIBUTION}[redis]"' in cli.stderr,
+            f"CLI on a redis:// URL names the extra (stderr: {cli.stderr.strip()[-300:]})",
+        )
         if absent("cryptography"):
-            expect_hint(lambda: agent_sessions.EncryptedSession, "encryption",
-                        "from agent_sessions import EncryptedSession")
+            expect_hint(
+                lambda: agent_sessions.EncryptedSession,
+                "encryption",
+                "from agent_sessions import EncryptedSession",
+            )
     for line in checks:
         print(f"ok  {line}")
     print(f"{len(checks)} passed, 0 failed")

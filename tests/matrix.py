@@ -134,6 +134,7 @@ BACKENDS: list[Backend] = [
     ),
 ]
 
+
 async def _sdk_foreign(session_id: str) -> Session:
     from agents.memory import SQLiteSession as SDKSQLiteSession
 

@@ -96,12 +96,18 @@ class RedisServer:
         self.process = subprocess.Popen(
             [
                 "redis-server",
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--dir", str(self.directory),
-                "--save", "",
-                "--appendonly", "no",
-                "--protected-mode", "no",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.directory),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
                 *self.extra,
             ],
             stdout=log,
@@ -154,9 +160,12 @@ class RedisCluster3:
             RedisServer(
                 directory / f"node{i}",
                 free_cluster_port(),
-                "--cluster-enabled", "yes",
-                "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", "5000",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "5000",
             )
             for i in range(3)
         ]
@@ -170,9 +179,15 @@ class RedisCluster3:
             for node in self.nodes:
                 node.start()
             subprocess.run(
-                ["redis-cli", "--cluster", "create",
-                 *(f"127.0.0.1:{n.port}" for n in self.nodes),
-                 "--cluster-replicas", "0", "--cluster-yes"],
+                [
+                    "redis-cli",
+                    "--cluster",
+                    "create",
+                    *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                    "--cluster-replicas",
+                    "0",
+                    "--cluster-yes",
+                ],
                 check=True,
                 capture_output=True,
                 timeout=60,

@@ -62,9 +62,7 @@ def batch_writer_forever(path: str, session_id: str, batch: int) -> None:
         session = SQLiteSession(session_id, path, busy_timeout=30)
         n = 0
         while True:
-            await session.add_items(
-                [{"role": "user", "content": f"{n}:{k}"} for k in range(batch)]
-            )
+            await session.add_items([{"role": "user", "content": f"{n}:{k}"} for k in range(batch)])
             print(n, flush=True)
             n += 1
 

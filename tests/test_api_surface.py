@@ -113,7 +113,9 @@ def test_plain_database_urls_map_to_the_installed_driver() -> None:
     assert driver_url("postgres://u@h/db") == "postgresql+asyncpg://u@h/db"
     assert driver_url("postgresql://u@h/db") == "postgresql+asyncpg://u@h/db"
     assert driver_url("mysql://u@h/db") == "mysql+asyncmy://u@h/db"
-    assert driver_url("mariadb://u@h/db?charset=utf8mb4") == "mariadb+asyncmy://u@h/db?charset=utf8mb4"
+    assert (
+        driver_url("mariadb://u@h/db?charset=utf8mb4") == "mariadb+asyncmy://u@h/db?charset=utf8mb4"
+    )
     assert driver_url("redis://h") == "redis://h"
 
 

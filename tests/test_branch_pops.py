@@ -147,7 +147,7 @@ async def test_an_add_that_follows_a_moving_branch_leaves_one_copy_or_none(moves
     s = BranchingSession(InMemorySession(sid, store=store))
     await s.add_items(_turns(2))
     await s.create_branch_from_turn(2, "alt")  # alt reads main's storage: adds take the
-    await s.switch_to_branch("main")           # general path, then follow the branch
+    await s.switch_to_branch("main")  # general path, then follow the branch
     popper = BranchingSession(InMemorySession(sid, store=store))
     written: list[str] = []  # the storage keys the add wrote to, in order
     storage_of: Callable[[str], Any] = s._storages.storage
@@ -164,10 +164,14 @@ async def test_an_add_that_follows_a_moving_branch_leaves_one_copy_or_none(moves
             if len(written) <= moves:  # another object's pop of the row below this add's
                 lineage = (await popper._log.sync()).branches["main"].lineage  # moves main
                 moved = (*lineage[:-1], (key, min(seqs) - 1), (uuid.uuid4().hex, None))
-                await popper._log.append_op({
-                    "op": "lineage", "name": "main", "from": encode_lineage(lineage),
-                    "lineage": encode_lineage(moved),
-                })
+                await popper._log.append_op(
+                    {
+                        "op": "lineage",
+                        "name": "main",
+                        "from": encode_lineage(lineage),
+                        "lineage": encode_lineage(moved),
+                    }
+                )
             return seqs
 
         storage.add_sequenced_items = add_then_move
@@ -251,7 +255,7 @@ async def _race_after_reading_the_log(methods: tuple[str, ...], pops: int) -> tu
     await s.add_items(_turns(2))
     popper = BranchingSession(InMemorySession(sid, store=store))
     await popper.create_branch_from_turn(1, "tmp")  # the log moves on: s's next write takes
-    await popper.switch_to_branch("main")           # the general path
+    await popper.switch_to_branch("main")  # the general path
     await popper.delete_branch("tmp")
     storage_of: Callable[[str], Any] = s._storages.storage
     popped: list[Any] = []
@@ -428,12 +432,23 @@ async def test_a_pop_whose_item_another_object_popped_keeps_what_a_child_sees(
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("stack", [
-    "memory",
-    pytest.param("encrypted ttl", marks=pytest.mark.xfail(strict=True, reason=(
-        "the branch log over EncryptedSession/TTLSession cannot append guarded by a storage "
-        "(no GUARDED_WRITE), so the move is appended unguarded and still hides the add"))),
-])
+@pytest.mark.parametrize(
+    "stack",
+    [
+        "memory",
+        pytest.param(
+            "encrypted ttl",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason=(
+                    "the branch log over EncryptedSession/TTLSession cannot append guarded by a "
+                    "storage (no GUARDED_WRITE), so the move is appended unguarded and still "
+                    "hides the add"
+                ),
+            ),
+        ),
+    ],
+)
 async def test_an_add_landing_before_a_pops_fork_point_move_is_not_hidden(stack: str) -> None:
     """A pop reads the branch's newest item, one a child sees, so it will move the branch's
     fork point below it. Another object's add lands above that item and checks the branch log

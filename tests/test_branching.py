@@ -125,7 +125,10 @@ async def test_turns_are_numbered_per_branch(make: Any) -> None:
     await s.add_items([user("other question"), assistant("other answer"), user("q4")])
     got = await s.get_conversation_turns()
     assert [(t["turn"], t["full_content"]) for t in got] == [
-        (1, "q1"), (2, "q2"), (3, "other question"), (4, "q4")
+        (1, "q1"),
+        (2, "q2"),
+        (3, "other question"),
+        (4, "q4"),
     ]
     assert all(t["can_branch"] for t in got)
     main_turns = await s.get_conversation_turns("main")
@@ -156,8 +159,15 @@ async def test_long_content_is_cut_in_turn_listings_only(make: Any) -> None:
 @pytest.mark.asyncio
 async def test_find_and_branch_from_content(make: Any) -> None:
     s = make()
-    await s.add_items([user("hello"), assistant("hi"), user("Weather in Paris?"),
-                       assistant("Sunny"), user("weather in Rome?")])
+    await s.add_items(
+        [
+            user("hello"),
+            assistant("hi"),
+            user("Weather in Paris?"),
+            assistant("Sunny"),
+            user("weather in Rome?"),
+        ]
+    )
     found = await s.find_turns_by_content("WEATHER")
     assert [t["turn"] for t in found] == [2, 3]
     assert await s.find_turns_by_content("absent") == []
@@ -178,8 +188,9 @@ async def test_errors_match_the_sdk(make: Any) -> None:
     s = make()
     await s.add_items(turns(2))
     for bad_turn in (0, 3, -1):
-        with pytest.raises(ValueError, match=f"Turn {bad_turn} does not contain a user message "
-                                              "in branch 'main'"):
+        with pytest.raises(
+            ValueError, match=f"Turn {bad_turn} does not contain a user message in branch 'main'"
+        ):
             await s.create_branch_from_turn(bad_turn)
     for blank in ("", "   "):
         with pytest.raises(ValueError, match="Branch name cannot be empty"):
@@ -228,7 +239,8 @@ async def test_a_failed_forced_delete_raises_and_writes_nothing(make: Any) -> No
     assert a._current_branch_id == "alt"
     # Two objects force-deleting one branch at once: one deletes it, the other raises.
     results = await asyncio.gather(
-        a.delete_branch("alt", force=True), b.delete_branch("alt", force=True),
+        a.delete_branch("alt", force=True),
+        b.delete_branch("alt", force=True),
         return_exceptions=True,
     )
     assert sorted(type(r).__name__ for r in results) == ["BranchNotFoundError", "NoneType"]
@@ -243,8 +255,11 @@ async def test_sdk_constructor_takes_quoted_table_names_and_refuses_hostile_ones
 ) -> None:
     db = str(tmp_path / "quoted.db")
     s = OurAdvancedSQLiteSession(
-        session_id="q", db_path=db, create_tables=True,
-        sessions_table='"quoted_sessions"', messages_table="[quoted_messages]",
+        session_id="q",
+        db_path=db,
+        create_tables=True,
+        sessions_table='"quoted_sessions"',
+        messages_table="[quoted_messages]",
     )
     await s.add_items(turns(1))
     await s.create_branch_from_turn(1, "b")
@@ -273,8 +288,9 @@ async def test_list_branches(make: Any) -> None:
     await s.create_branch_from_turn(2, "b")
     await s.add_items([user("x")])
     listed = await s.list_branches()
-    assert [(b["branch_id"], b["message_count"], b["user_turns"], b["is_current"])
-            for b in listed] == [("main", 6, 3, False), ("b", 3, 2, True)]
+    assert [
+        (b["branch_id"], b["message_count"], b["user_turns"], b["is_current"]) for b in listed
+    ] == [("main", 6, 3, False), ("b", 3, 2, True)]
     assert listed[0]["created_at"] is None and isinstance(listed[1]["created_at"], str)
     await s.close()
 
@@ -384,15 +400,15 @@ async def test_a_parent_forking_twice_at_its_tip_keeps_both_children(make: Any) 
 @pytest.mark.asyncio
 async def test_deep_chain_branch_of_branch_of_branch(make: Any) -> None:
     s = make()
-    await s.add_items(turns(4))                                # main: q1..q4
-    await s.create_branch_from_turn(4, "b1")                   # q1..r3
+    await s.add_items(turns(4))  # main: q1..q4
+    await s.create_branch_from_turn(4, "b1")  # q1..r3
     await s.add_items([user("b1-q4"), assistant("b1-r4"), user("b1-q5")])
-    await s.create_branch_from_turn(5, "b2")                   # q1..r3 b1-q4 b1-r4
+    await s.create_branch_from_turn(5, "b2")  # q1..r3 b1-q4 b1-r4
     await s.add_items([user("b2-q5"), assistant("b2-r5")])
-    await s.create_branch_from_turn(2, "b3")                   # q1 r1 (inside main's part)
+    await s.create_branch_from_turn(2, "b3")  # q1 r1 (inside main's part)
     await s.add_items([user("b3-q2")])
     await s.switch_to_branch("b2")
-    await s.create_branch_from_turn(5, "b4")                   # q1..b1-r4 (inside b1's part)
+    await s.create_branch_from_turn(5, "b4")  # q1..b1-r4 (inside b1's part)
     await s.add_items([user("b4-q5")])
     expected = {
         "main": contents(turns(4)),
@@ -428,9 +444,7 @@ async def test_clear_session_clears_every_branch_and_resets_to_main(make: Any) -
     await s.add_items([user("b")])
     await s.clear_session()
     assert await s.get_items() == []
-    assert [(b["branch_id"], b["is_current"]) for b in await s.list_branches()] == [
-        ("main", True)
-    ]
+    assert [(b["branch_id"], b["is_current"]) for b in await s.list_branches()] == [("main", True)]
     assert await s.get_items(branch_id="b") == []
     await s.add_items([user("fresh")])
     assert contents(await s.get_items()) == ["fresh"]
@@ -497,7 +511,8 @@ async def test_concurrent_creates_of_one_name_let_exactly_one_win(make: Any) -> 
     a, b = make(), make()
     await a.add_items(turns(2))
     results = await asyncio.gather(
-        a.create_branch_from_turn(1, "same"), b.create_branch_from_turn(2, "same"),
+        a.create_branch_from_turn(1, "same"),
+        b.create_branch_from_turn(2, "same"),
         return_exceptions=True,
     )
     assert sorted(type(r).__name__ for r in results) == ["BranchError", "str"]
@@ -611,14 +626,23 @@ async def test_runner_experiment_branch_run_alternative_switch_back(make: Any) -
     assert model_input_texts(model) == ["Capital of France?", "Paris.", "Second largest city?"]
     await Runner.run(agent, "Its river?", session=s)
     assert model_input_texts(model) == [
-        "Capital of France?", "Paris.", "Second largest city?", "Lyon.", "Its river?"
+        "Capital of France?",
+        "Paris.",
+        "Second largest city?",
+        "Lyon.",
+        "Its river?",
     ]
     alt = await s.get_items()
 
     await s.switch_to_branch("main")
     assert await s.get_items() == original
     assert texts(alt) == [
-        "Capital of France?", "Paris.", "Second largest city?", "Lyon.", "Its river?", "Rhone."
+        "Capital of France?",
+        "Paris.",
+        "Second largest city?",
+        "Lyon.",
+        "Its river?",
+        "Rhone.",
     ]
     assert texts(await s.get_items(branch_id=branch)) == texts(alt)
     main_turns = [t["full_content"] for t in await s.get_conversation_turns()]
@@ -641,8 +665,13 @@ async def _script(s: Any) -> list[Any]:
         except ValueError as exc:
             return f"ValueError: {exc}"
 
-    tool_call = {"type": "function_call", "name": "lookup", "call_id": "c1", "arguments": "{}",
-                 "id": "fc1"}
+    tool_call = {
+        "type": "function_call",
+        "name": "lookup",
+        "call_id": "c1",
+        "arguments": "{}",
+        "id": "fc1",
+    }
     tool_out = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
     await s.add_items([user("hello"), assistant("hi")])
     await s.add_items([user("Weather?"), tool_call, tool_out, assistant("Sunny")])
@@ -656,14 +685,21 @@ async def _script(s: Any) -> list[Any]:
     out.append(await s.get_items())
     out.append(await s.get_items(limit=3))
     for branch in (None, "main"):
-        out.append([{k: v for k, v in t.items() if k != "timestamp"}
-                    for t in await s.get_conversation_turns(branch)])
-        out.append([{k: v for k, v in t.items() if k != "timestamp"}
-                    for t in await s.find_turns_by_content("WEEK", branch)])
+        out.append(
+            [
+                {k: v for k, v in t.items() if k != "timestamp"}
+                for t in await s.get_conversation_turns(branch)
+            ]
+        )
+        out.append(
+            [
+                {k: v for k, v in t.items() if k != "timestamp"}
+                for t in await s.find_turns_by_content("WEEK", branch)
+            ]
+        )
         out.append(await s.get_conversation_by_turns(branch))
         out.append(await s.get_tool_usage(branch))
-    branches = [{k: v for k, v in b.items() if k != "created_at"}
-                for b in await s.list_branches()]
+    branches = [{k: v for k, v in b.items() if k != "created_at"} for b in await s.list_branches()]
     out.append(sorted(branches, key=lambda b: b["branch_id"]))  # the SDK orders ties randomly
     out.append(await attempt(s.delete_branch("main")))
     out.append(await attempt(s.delete_branch("alt")))
@@ -761,8 +797,9 @@ class _PausingSession(InMemorySession):
         await self._pause()
         return await super().add_sequenced_items(items)
 
-    async def append_if_newest(self, guard: Any, seq: int | None,
-                               items: list[Any]) -> list[int] | None:
+    async def append_if_newest(
+        self, guard: Any, seq: int | None, items: list[Any]
+    ) -> list[int] | None:
         await self._pause()
         return await super().append_if_newest(guard, seq, items)
 
@@ -854,9 +891,12 @@ async def test_cached_reads_and_scans_of_an_expiring_parent_drop_expired_items()
     assert [t["content"] for t in await s.get_conversation_turns()] == ["q1", "q2"]
     assert await s.find_turns_by_content("q0") == []
     assert [t["content"] for t in await s.get_conversation_turns(branch_id="main")] == [
-        "q1", "q2", "q3", "q4", "q5"
+        "q1",
+        "q2",
+        "q3",
+        "q4",
+        "q5",
     ]
-
 
 
 class _Forwarding:

@@ -81,7 +81,8 @@ async def test_catalog_lists_pages_filters_and_erases_families(backend: Backend)
         assert seen == ids
         assert [i.session_id async for i in catalog.iter_sessions(prefix=run, page_size=1)] == ids
         assert [i.session_id for i in (await catalog.list_sessions(prefix=f"{run}b")).sessions] == [
-            f"{run}b", f"{run}b:x"
+            f"{run}b",
+            f"{run}b:x",
         ]
         hour_ago = now - timedelta(hours=1)
         assert (await catalog.list_sessions(prefix=run, updated_before=hour_ago)).sessions == []
@@ -172,9 +173,7 @@ async def test_catalog_pages_match_a_sorted_reference(name: str) -> None:
     backend = next(b for b in BACKENDS if b.name == name)
     if backend.needs is not None:
         backend.needs()
-    user_ids = st.text(_ID_CHARS, min_size=1, max_size=6).filter(
-        lambda s: not s.startswith("\x1e")
-    )
+    user_ids = st.text(_ID_CHARS, min_size=1, max_size=6).filter(lambda s: not s.startswith("\x1e"))
 
     @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
     @given(
@@ -243,7 +242,8 @@ async def test_erase_takes_every_family_member_a_layer_wrote(backend: Backend) -
         if importlib.util.find_spec("agent_sessions.core.family") is not None:
             assert derive_sibling_id(sid, "family") in members  # the registry itself
         assert [i.session_id async for i in catalog.iter_sessions(prefix=sid)] == [
-            sid, f"{sid}-neighbour"
+            sid,
+            f"{sid}-neighbour",
         ]
         assert await catalog.delete_sessions([sid]) == 1
         assert await catalog.family(sid) == []
@@ -301,7 +301,8 @@ async def test_families_of_many_sessions_are_found_in_one_pass(backend: Backend)
         assert await catalog.delete_sessions(roots[1:]) == len(roots) - 1
         assert calls == ["families"]
         assert await catalog.families(roots) == {
-            roots[0]: each[roots[0]], **{sid: [] for sid in roots[1:]}
+            roots[0]: each[roots[0]],
+            **{sid: [] for sid in roots[1:]},
         }
         for member in [m for sid in roots[1:] for m in each[sid]]:
             assert await catalog.get(member) is None
@@ -335,9 +336,12 @@ async def test_get_reads_one_session_without_a_listing_where_the_store_can(
             )
         }
         listed.update(
-            {i.session_id: i for i in await catalog.store.list_page(
-                CatalogQuery(limit=10, prefix=side.session_id, internal=True)
-            )}
+            {
+                i.session_id: i
+                for i in await catalog.store.list_page(
+                    CatalogQuery(limit=10, prefix=side.session_id, internal=True)
+                )
+            }
         )
         if isinstance(catalog.store, SupportsInfos):
 

@@ -92,7 +92,9 @@ def test_every_command_on_each_store(
     assert main(["list", url, "--json", *o]) == 0
     listed = _lines(capsys.readouterr().out)
     assert [(r["session_id"], r["item_count"]) for r in listed] == [
-        ("alice", 3), ("bob", 2), ("carol", 1)
+        ("alice", 3),
+        ("bob", 2),
+        ("carol", 1),
     ]
     assert all(r["updated_at"] for r in listed)
     assert main(["list", url, "--prefix", "b", *o]) == 0
@@ -130,7 +132,9 @@ def test_every_command_on_each_store(
     assert report["side_stores"] >= 1
     assert main(["show", url, "alice", *o]) == 0
     assert [i["content"] for i in _lines(capsys.readouterr().out)] == [
-        "alice 0", "alice 1", "alice 2"
+        "alice 0",
+        "alice 1",
+        "alice 2",
     ]
 
     # sqlite+aiosqlite: numbers per session, as every store but the SDK's SQLite layout
@@ -455,7 +459,11 @@ def test_purge_touches_only_sessions_written_through_ttl(
     report = json.loads(capsys.readouterr().out)
     assert (report["removed"], report["erased"], report["skipped"]) == (2, ["expired"], 5)
     assert report["skipped_ids"] == [
-        "advanced", "compacted", "plain", "secret", "ttl-over-encrypted"
+        "advanced",
+        "compacted",
+        "plain",
+        "secret",
+        "ttl-over-encrypted",
     ]
     assert main(["stats", url, "--json", *o]) == 0
     after = json.loads(capsys.readouterr().out)
@@ -698,8 +706,10 @@ def test_show_a_branch_the_agents_view_pretty_and_json(
     hour_ago = time.time() - 3600
 
     def turn(i: int) -> list[Any]:
-        return [_msg(f"q{i}"), {"role": "assistant", "content": [{"type": "output_text",
-                                                                  "text": f"a{i}"}]}]
+        return [
+            _msg(f"q{i}"),
+            {"role": "assistant", "content": [{"type": "output_text", "text": f"a{i}"}]},
+        ]
 
     async def fill() -> None:
         async with SQLiteSession("adv", str(db)) as s:
@@ -721,11 +731,17 @@ def test_show_a_branch_the_agents_view_pretty_and_json(
     before = capsys.readouterr().out
     assert main(["show", url, "adv", "--branch", "retry", "--pretty"]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "user: q1", "assistant: a1", "user: q3", "assistant: a3"
+        "user: q1",
+        "assistant: a1",
+        "user: q3",
+        "assistant: a3",
     ]
     assert main(["show", url, "adv", "--view", "--pretty"]) == 0  # main is current
     assert capsys.readouterr().out.splitlines() == [
-        "user: q1", "assistant: a1", "user: q2", "assistant: a2"
+        "user: q1",
+        "assistant: a1",
+        "user: q2",
+        "assistant: a2",
     ]
     assert main(["show", url, "adv", "--branch", "nope"]) == 1
     assert "no branch 'nope'; its branches: 'main', 'retry'" in capsys.readouterr().err
@@ -805,7 +821,10 @@ def test_reading_commands_do_not_import_the_sdk(tmp_path: Path) -> None:
     asyncio.run(_add(db, "s1", [_msg("hi")]))
     url = f"sqlite:///{db}"
     commands = [
-        f"list {url}", f"show {url} s1", f"stats {url}", f"export {url} -q",
+        f"list {url}",
+        f"show {url} s1",
+        f"stats {url}",
+        f"export {url} -q",
         f"delete {url} s1 --yes",
     ]
     code = (
@@ -855,7 +874,10 @@ def test_demo_runs_offline_and_undoes_the_wrong_turn(tmp_path: Path) -> None:
     db = tmp_path / "demo.db"
     out = subprocess.run(
         [sys.executable, "-m", "agent_sessions", "demo", "--db", str(db)],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "popped assistant: '17 * 3 = 41.'" in out.stdout

@@ -62,12 +62,18 @@ _ODD = [
 # Keys that never compare equal to each other (True == 1, _Word.HI == "hi").
 _KEYS = st.text("abc", max_size=3) | st.sampled_from([7, None, 2.5, _Str("zz"), _Word.HI])
 _VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=4)
     | st.sampled_from(_ODD),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.lists(inner, max_size=3).map(tuple)
-    | st.dictionaries(_KEYS, inner, max_size=4)
-    | st.dictionaries(st.text("abc", max_size=3), inner, max_size=3).map(_Dict),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(_KEYS, inner, max_size=4)
+        | st.dictionaries(st.text("abc", max_size=3), inner, max_size=3).map(_Dict)
+    ),
     max_leaves=12,
 )
 

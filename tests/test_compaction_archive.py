@@ -495,8 +495,10 @@ async def test_a_pop_racing_another_objects_pop_over_an_unguarded_inner_keeps_th
     still showed it (so it was popped and visible). Found by tests/test_interleavings.py."""
     store, session_id = InMemoryStore(), sid()
     wrap = UNGUARDED_STACKS[stack]
-    first, second = (CompactionSession(wrap(InMemorySession(session_id, store=store)),
-                                       keep_last=0) for _ in range(2))
+    first, second = (
+        CompactionSession(wrap(InMemorySession(session_id, store=store)), keep_last=0)
+        for _ in range(2)
+    )
     items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
     await first.add_items(items)
     assert (await first.compact()) is not None
@@ -534,8 +536,10 @@ async def test_objects_popping_the_summary_at_once_get_each_item_once(backend: s
         found.needs()
     session_id = sid()
     summarizer = IdentitySummarizer()
-    first, second = [CompactionSession(await found.open(session_id), summarizer=summarizer,
-                                       keep_last=0) for _ in range(2)]
+    first, second = [
+        CompactionSession(await found.open(session_id), summarizer=summarizer, keep_last=0)
+        for _ in range(2)
+    ]
     try:
         items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
         await first.add_items(items)
@@ -574,8 +578,12 @@ async def _two_unguarded_objects(stack: str) -> tuple[Any, Any, list[Any]]:
     and c (identity summariser, keep_last=0)."""
     store, session_id = InMemoryStore(), sid()
     wrap, summarizer = UNGUARDED_STACKS[stack], IdentitySummarizer()
-    first, second = (CompactionSession(wrap(InMemorySession(session_id, store=store)),
-                                       summarizer=summarizer, keep_last=0) for _ in range(2))
+    first, second = (
+        CompactionSession(
+            wrap(InMemorySession(session_id, store=store)), summarizer=summarizer, keep_last=0
+        )
+        for _ in range(2)
+    )
     items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
     await first.add_items(items)
     return first, second, items
@@ -650,9 +658,12 @@ async def test_a_pop_between_another_objects_compaction_check_and_commit_drops_i
     that had read the records only whole (its records store not yet listed in the family,
     which its guarded writes refused: the commit took the plain append)."""
     store, session_id = InMemoryStore(), sid()
-    first, second, writer = (CompactionSession(InMemorySession(session_id, store=store),
-                                               summarizer=IdentitySummarizer(), keep_last=0)
-                             for _ in range(3))
+    first, second, writer = (
+        CompactionSession(
+            InMemorySession(session_id, store=store), summarizer=IdentitySummarizer(), keep_last=0
+        )
+        for _ in range(3)
+    )
     items = [msg("a"), msg("b", "assistant"), msg("c", "assistant")]
     if records == "another object's":
         await writer.add_items([msg("z"), msg("y", "assistant")])

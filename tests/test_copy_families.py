@@ -94,9 +94,7 @@ PlaceFactory = Callable[[str], Awaitable[Place]]
 
 
 @pytest_asyncio.fixture
-async def places(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[PlaceFactory]:
+async def places(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[PlaceFactory]:
     """``await places(kind)``: a new, empty store of that kind, removed after the test."""
     cleanups: list[Callable[[], Awaitable[None]]] = []
     mongo: list[Any] = []
@@ -361,8 +359,6 @@ async def test_a_session_without_side_stores_is_appended_where_its_numbers_are_t
     assert (report.sessions, report.renumbered) == (1, 1)
     copied = await dst.open("plain")
     try:
-        assert [i["content"] for i in await copied.get_items()] == [
-            "plain 0", "plain 1", "plain 2"
-        ]
+        assert [i["content"] for i in await copied.get_items()] == ["plain 0", "plain 1", "plain 2"]
     finally:
         await copied.close()

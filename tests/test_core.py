@@ -165,8 +165,17 @@ async def test_open_session_missing_extra_names_the_pip_extra(
 
 
 def test_importing_the_package_imports_no_optional_driver() -> None:
-    optional = ["redis", "asyncpg", "asyncmy", "aiomysql", "sqlalchemy", "pymongo", "motor",
-                "cryptography", "tiktoken"]
+    optional = [
+        "redis",
+        "asyncpg",
+        "asyncmy",
+        "aiomysql",
+        "sqlalchemy",
+        "pymongo",
+        "motor",
+        "cryptography",
+        "tiktoken",
+    ]
     code = (
         "import sys, agents; before = set(sys.modules); import agent_sessions, "
         "agent_sessions.errors; new = set(sys.modules) - before; "

@@ -57,8 +57,10 @@ class TestEncryptedOverSDKSQLiteConformance(SessionConformanceSuite):
         self.path = str(tmp_path / "sdk.db")
 
     async def create_session(self, session_id: str) -> Session:
-        return EncryptedSession(SDKSQLiteSession(session_id, self.path), encryption_key="a long "
-                                "random passphrase, as the SDK accepts")
+        return EncryptedSession(
+            SDKSQLiteSession(session_id, self.path),
+            encryption_key="a long random passphrase, as the SDK accepts",
+        )
 
 
 class TestEncryptedTTLOverSDKSQLiteConformance(SessionConformanceSuite):
@@ -160,13 +162,27 @@ async def test_ttl_hides_old_items_one_by_one_and_pop_drains_them(
 
 SECRET_ITEMS: list[Any] = [
     {"role": "user", "content": "my secret diagnosis is XYZZY"},
-    {"type": "function_call", "call_id": "call_1", "name": "lookup_patient_record",
-     "arguments": "{\"id\": 42}"},
+    {
+        "type": "function_call",
+        "call_id": "call_1",
+        "name": "lookup_patient_record",
+        "arguments": '{"id": 42}',
+    },
     {"type": "function_call_output", "call_id": "call_1", "output": "PLUGH"},
     {"role": "assistant", "content": [{"type": "output_text", "text": "XYZZY confirmed"}]},
 ]
-LEAKS = ["XYZZY", "PLUGH", "lookup_patient_record", "call_1", "function_call", "assistant",
-         "user", "role", "content", "diagnosis"]
+LEAKS = [
+    "XYZZY",
+    "PLUGH",
+    "lookup_patient_record",
+    "call_1",
+    "function_call",
+    "assistant",
+    "user",
+    "role",
+    "content",
+    "diagnosis",
+]
 
 
 @pytest.mark.asyncio
@@ -206,7 +222,10 @@ async def test_an_envelope_written_by_an_earlier_version_still_opens(
             f"{module}._b64encode", functools.partial(binascii.b2a_base64, newline=False)
         )
     envelope = {
-        "type": "agent_sessions.enc", "v": 1, "kid": "default", "t": 1_700_000_000,
+        "type": "agent_sessions.enc",
+        "v": 1,
+        "kid": "default",
+        "t": 1_700_000_000,
         "n": "AAECAwQFBgcICQoL",
         "c": "t535MiAa6O0FSUBzLUbakKAtOfANCeboZeTQ7RHJMyUAUwphMHgt3Lx0oV7xMON4PgM=",
     }
@@ -406,7 +425,6 @@ async def test_wrong_key_and_unknown_key_id_never_yield_plaintext(
         await unknown.get_items()
 
 
-
 @pytest.mark.asyncio
 async def test_envelope_with_a_non_text_key_id_is_unreadable_not_a_type_error(
     caplog: pytest.LogCaptureFixture,
@@ -477,6 +495,7 @@ async def test_an_envelope_altered_in_place_is_not_served_from_the_cache() -> No
     await other.add_items([msg("two")], wrapper="ctx")
     inner.items[0]["c"] = other.inner.items[0]["c"]  # type: ignore[attr-defined]
     assert await session.get_items(wrapper="ctx") == []
+
 
 def _inner_factories() -> list[Any]:
     """Inner sessions over one store: the generic pop path (memory) and the one where the
@@ -684,7 +703,9 @@ async def test_sequenced_items_are_offered_only_when_the_inner_has_them(tmp_path
     assert supports(s, Capability.SEQUENCED)
     seqs = await s.add_sequenced_items([msg("a"), msg("b")])
     assert [(q, item_text(i)) for q, i in await s.get_sequenced_items()] == [
-        (seqs[0], "a"), (seqs[1], "b")]
+        (seqs[0], "a"),
+        (seqs[1], "b"),
+    ]
     assert await s.count_items(after=seqs[0]) == 1
     over_ttl = EncryptedSession(TTLSession(InMemorySession(sid()), 60), encryption_key=KEY)
     assert supports(over_ttl, Capability.SEQUENCED)  # TTLSession passes the inner's on
@@ -778,8 +799,15 @@ async def test_a_process_killed_mid_rotation_loses_nothing(tmp_path: Path) -> No
     await old.add_items([msg(text) for text in expected])
     await old.close()
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", KILLED_ROTATION, path, session_id, KEY, OLD_KEY,
-        cwd=REPO_ROOT, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-c",
+        KILLED_ROTATION,
+        path,
+        session_id,
+        KEY,
+        OLD_KEY,
+        cwd=REPO_ROOT,
+        stderr=asyncio.subprocess.PIPE,
     )
     _, stderr = await asyncio.wait_for(child.communicate(), timeout=60)
     assert child.returncode == 17, stderr.decode()

@@ -38,7 +38,8 @@ def test_chat_history_and_forget_over_one_pool(tmp_path: Path) -> None:
 
         history = client.get("/chat/c1/history").json()
         assert [item.get("content") for item in history if item.get("role") == "user"] == [
-            "Hi, I am Ada.", "Who am I?",
+            "Hi, I am Ada.",
+            "Who am I?",
         ]
         assert len(client.get("/chat/c1/history", params={"limit": 1}).json()) == 1
 

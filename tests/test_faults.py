@@ -136,7 +136,11 @@ class _Writers:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.fault_writer", str(batch), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=env,
         )
         self.started = [threading.Event() for _ in specs]
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -384,8 +388,7 @@ async def _active_on(admin: Any, url: str, prefix: str) -> list[int]:
     if url.startswith("postgresql"):
         rows = await admin.execute(
             text(
-                "SELECT pid FROM pg_stat_activity WHERE query LIKE :q "
-                "AND pid <> pg_backend_pid()"
+                "SELECT pid FROM pg_stat_activity WHERE query LIKE :q AND pid <> pg_backend_pid()"
             ),
             {"q": f"%{prefix}%"},
         )
@@ -411,9 +414,7 @@ async def _end(admin: Any, url: str, ids: list[int]) -> None:
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("name", ["postgres", "mariadb-asyncmy", "mariadb-aiomysql"])
-async def test_terminated_connections_cost_at_most_one_operation(
-    name: str, tmp_path: Path
-) -> None:
+async def test_terminated_connections_cost_at_most_one_operation(name: str, tmp_path: Path) -> None:
     _need(name)
     url = _target(name, tmp_path)
     cleanup = _Cleanup()

@@ -153,7 +153,11 @@ async def test_items_another_writer_puts_around_a_batch_are_numbered_in_commit_o
     inner.add_items = between
     assert await s.add_sequenced_items([msg("b"), msg("c")]) == [3, 4]
     assert _pairs(await s.get_sequenced_items()) == [
-        (1, "a"), (2, "x"), (3, "b"), (4, "c"), (5, "y")
+        (1, "a"),
+        (2, "x"),
+        (3, "b"),
+        (4, "c"),
+        (5, "y"),
     ]
 
     async def undone(items: Any) -> None:  # another writer pops the batch at once
@@ -206,6 +210,7 @@ async def test_layers_see_what_is_written_after_an_expiry_and_a_clear(tmp_path: 
     finally:
         CLOCK.offset = 0.0
         await s.close()
+
 
 def test_expiring_or_unopenable_foreign_sessions_are_refused(tmp_path: Path) -> None:
     db = str(tmp_path / "f.db")

@@ -67,8 +67,14 @@ class YieldingSession(InMemorySession):
     """An in-memory session whose every primitive first yields to the event loop 0-3 times
     (drawn from ``rng``), then runs the real, atomic primitive: one server round trip."""
 
-    def __init__(self, session_id: str, *, rng: random.Random,
-                 turns: Counter[str] | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        rng: random.Random,
+        turns: Counter[str] | None = None,
+        **options: Any,
+    ) -> None:
         super().__init__(session_id, **options)
         self.rng = rng
         self.turns: Counter[str] = Counter() if turns is None else turns
@@ -86,13 +92,15 @@ class YieldingSession(InMemorySession):
         await self._yield()
         return await super()._append(payloads)
 
-    async def _append_if_newest(self, guard: Any, seq: int | None,
-                                payloads: list[str]) -> list[int] | None:
+    async def _append_if_newest(
+        self, guard: Any, seq: int | None, payloads: list[str]
+    ) -> list[int] | None:
         await self._yield()
         return await super()._append_if_newest(guard, seq, payloads)
 
-    async def _load(self, limit: int | None, after: int | None = None,
-                    before: int | None = None) -> list[Row]:
+    async def _load(
+        self, limit: int | None, after: int | None = None, before: int | None = None
+    ) -> list[Row]:
         await self._yield()
         return await super()._load(limit, after, before)
 
@@ -100,8 +108,9 @@ class YieldingSession(InMemorySession):
         await self._yield()
         return await super()._pop()
 
-    async def _pop_if_newest(self, guard: Any, seq: int | None,
-                             newest: int | None) -> tuple[bool, Any]:
+    async def _pop_if_newest(
+        self, guard: Any, seq: int | None, newest: int | None
+    ) -> tuple[bool, Any]:
         await self._yield()
         return await super()._pop_if_newest(guard, seq, newest)
 
@@ -133,8 +142,9 @@ class YieldingSession(InMemorySession):
         await self._yield()
         return await super()._count(after, before)
 
-    async def _search_text(self, words: list[str], limit: int, equal: Any,
-                           between: Any) -> list[tuple[int, str, float]]:
+    async def _search_text(
+        self, words: list[str], limit: int, equal: Any, between: Any
+    ) -> list[tuple[int, str, float]]:
         await self._yield()
         return await super()._search_text(words, limit, equal, between)
 
@@ -274,8 +284,9 @@ class Run:
         for name, before in self.views.items():
             after = set(views[name])
             lost.update(n for n in before if n not in after)
-            appeared = [n for n in views[name] if n not in before
-                        and ledger.added[n][1] != self.round]
+            appeared = [
+                n for n in views[name] if n not in before and ledger.added[n][1] != self.round
+            ]
             assert not appeared, f"{appeared} came back into branch {name}: {views}"
         for name, count in lost.items():
             assert popped_now[name] >= count, (
@@ -294,8 +305,10 @@ class Run:
         for name, (add_id, issued) in ledger.added.items():
             count = visible[name] + ledger.popped[name]
             if not ledger.outcome.get(add_id, True):
-                assert count == 0, f"{name}: a failed add left it ({visible[name]} visible, " \
+                assert count == 0, (
+                    f"{name}: a failed add left it ({visible[name]} visible, "
                     f"popped {ledger.popped[name]}x)"
+                )
                 continue
             inheritors = sum(1 for r in ledger.created if r >= issued)
             assert count >= 1, f"{name} was lost (added, never popped, not visible)"
@@ -340,8 +353,9 @@ def _extra_ops(stack: str) -> list[Any]:
 @pytest.mark.parametrize("stack", INTERLEAVED_STACKS)
 def test_concurrent_objects_lose_nothing_and_pop_each_item_once(stack: str) -> None:
     @SETTINGS
-    @given(seed=st.integers(0, 2**32 - 1), objects=st.integers(2, 3),
-           rounds=_rounds(_extra_ops(stack)))
+    @given(
+        seed=st.integers(0, 2**32 - 1), objects=st.integers(2, 3), rounds=_rounds(_extra_ops(stack))
+    )
     def check(seed: int, objects: int, rounds: list[Any]) -> None:
         _play(stack, seed, objects, rounds)
 
@@ -363,18 +377,29 @@ def _play(stack: str, seed: int, objects: int, rounds: list[Any]) -> None:
 REPLAYED = [
     # A fork withdrawn because another object popped below its turn meanwhile used to be made
     # current first: an add by another object landed on it and was deleted with it.
-    ("branching", 2, 2, [
-        (False, [[("add", ["assistant", "user", "user"])], [("get", None), ("get", None)]]),
-        (False, [[("fork", 2), ("pop",), ("pop",), ("add", ["user"])],
-                 [("pop",), ("get", None), ("fork", 1)]]),
-    ]),
+    (
+        "branching",
+        2,
+        2,
+        [
+            (False, [[("add", ["assistant", "user", "user"])], [("get", None), ("get", None)]]),
+            (
+                False,
+                [
+                    [("fork", 2), ("pop",), ("pop",), ("add", ["user"])],
+                    [("pop",), ("get", None), ("fork", 1)],
+                ],
+            ),
+        ],
+    ),
 ]
 """Schedules the long run found, replayed in every run."""
 
 
 @pytest.mark.parametrize(("stack", "seed", "objects", "rounds"), REPLAYED)
-def test_replayed_schedules_lose_nothing(stack: str, seed: int, objects: int,
-                                         rounds: list[Any]) -> None:
+def test_replayed_schedules_lose_nothing(
+    stack: str, seed: int, objects: int, rounds: list[Any]
+) -> None:
     _play(stack, seed, objects, rounds)
 
 
@@ -384,8 +409,9 @@ def test_side_stores_yield_too() -> None:
 
     async def main() -> dict[str, int]:
         run = Run("advanced-ttl", 7, 2)
-        await run.play(False, [[("add", ["user", "assistant"]), ("pop",)],
-                               [("fork", 1), ("get", None)]])
+        await run.play(
+            False, [[("add", ["user", "assistant"]), ("pop",)], [("fork", 1), ("get", None)]]
+        )
         await run.close()
         return dict(run.turns)
 

@@ -65,7 +65,13 @@ def _suite_name(backend: str, stack: str) -> str:
 
 
 ATOMIC_BACKENDS = {
-    "memory", "sqlite", "redis", "postgres", "mariadb", "sqlalchemy-sqlite", "mongodb"
+    "memory",
+    "sqlite",
+    "redis",
+    "postgres",
+    "mariadb",
+    "sqlalchemy-sqlite",
+    "mongodb",
 }
 """Stores implementing the SDK compaction session's atomic replacement (all of them; MongoDB
 commits it with one document write, see ``backends/mongodb/swap.py``)."""

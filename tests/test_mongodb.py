@@ -242,8 +242,11 @@ async def test_ranged_reads_and_counts_cut_through_batches(make: Factory) -> Non
     assert await got(after=9) == []
     assert await got(after=6, before=7) == []
     for after, before in [(None, None), (3, None), (None, 7), (3, 7), (0, 10), (5, 6), (4, 9)]:
-        expected = [i for i in range(1, 10) if (after is None or i > after)
-                    and (before is None or i < before)]
+        expected = [
+            i
+            for i in range(1, 10)
+            if (after is None or i > after) and (before is None or i < before)
+        ]
         assert await s.count_items(after=after, before=before) == len(expected), (after, before)
 
 
@@ -295,7 +298,7 @@ async def test_concurrent_range_deletes_and_pops_count_every_item_once(make: Fac
 
 @pytest.mark.asyncio
 async def test_session_ids_are_values_never_operators_or_paths(make: Factory) -> None:
-    ids = ["$gt", "$where", "a.b", "$a.$b", "{\"$ne\": null}", "ünï.cødé", "日本.語", "$"]
+    ids = ["$gt", "$where", "a.b", "$a.$b", '{"$ne": null}', "ünï.cødé", "日本.語", "$"]
     sessions = [make(sid) for sid in ids]
     for i, s in enumerate(sessions):
         await s.add_items([_msg(f"item of {i}")])
@@ -541,7 +544,9 @@ async def test_every_operation_passes_the_real_driver_and_fails_only_on_the_netw
             lambda: s.delete_items(before=3),
         ]
         writes: list[Callable[[], Any]] = [
-            lambda: s.add_items([_msg("c")]), s.pop_item, s.clear_session
+            lambda: s.add_items([_msg("c")]),
+            s.pop_item,
+            s.clear_session,
         ]
         # Plain, then with a TTL to set, then with one to remove (the writes differ each time).
         for ttl, operations in ((None, reads_and_writes), (3600.0, writes), (None, writes)):
@@ -561,7 +566,8 @@ async def test_every_operation_passes_the_real_driver_and_fails_only_on_the_netw
 async def test_open_session_with_a_mongodb_url() -> None:
     port = _closed_port()
     s: Any = await open_session(
-        f"mongodb://127.0.0.1:{port}/mydb", "via-url",
+        f"mongodb://127.0.0.1:{port}/mydb",
+        "via-url",
         client_kwargs={"serverSelectionTimeoutMS": 200},
     )
     try:
@@ -656,7 +662,9 @@ async def test_an_unresolvable_srv_host_raises_backend_unavailable() -> None:
 async def test_latest_n_reads_examine_n_documents_through_the_index() -> None:
     url = _require_server()
     s = MongoDBSession.from_uri(
-        f"explain-{uuid.uuid4().hex[:8]}", uri=url, database=SERVER_DB,
+        f"explain-{uuid.uuid4().hex[:8]}",
+        uri=url,
+        database=SERVER_DB,
         collection_prefix=SERVER_PREFIX,
     )
     try:
@@ -700,7 +708,9 @@ def test_a_killed_writer_leaves_only_whole_batches() -> None:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.Popen(
         [sys.executable, "-c", _KILL_WRITER, url, SERVER_DB, SERVER_PREFIX, sid],
-        stdout=subprocess.PIPE, cwd=root, env={**os.environ, "PYTHONPATH": root},
+        stdout=subprocess.PIPE,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
     )
     assert proc.stdout is not None
     for _ in range(30):  # let it commit a few batches, then kill it mid-stream
@@ -772,7 +782,9 @@ async def test_motor_client_against_a_real_server() -> None:
 
     client: Any = AsyncIOMotorClient(url, serverSelectionTimeoutMS=3000)
     s = MongoDBSession(
-        f"motor-{uuid.uuid4().hex[:8]}", client=client, database=SERVER_DB,
+        f"motor-{uuid.uuid4().hex[:8]}",
+        client=client,
+        database=SERVER_DB,
         collection_prefix=SERVER_PREFIX,
     )
     try:

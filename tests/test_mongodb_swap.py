@@ -159,6 +159,7 @@ async def test_a_cancelled_replacement_is_all_or_nothing(make: Factory) -> None:
 
 # -- stateful: random operations against a plain list -----------------------------------------
 
+
 class SwapMachine(RuleBasedStateMachine):
     """Adds, pops, suffix and whole replacements (some interrupted after their commit), and
     reads through a second object, checked against a list."""
@@ -198,8 +199,12 @@ class SwapMachine(RuleBasedStateMachine):
         got = self.run(self.s.pop_item())
         assert (got or {}).get("content") == (self.model.pop() if self.model else None)
 
-    @rule(k=st.integers(1, 3), new=st.integers(0, 2), prune=st.integers(0, 3),
-          interrupted=st.booleans())
+    @rule(
+        k=st.integers(1, 3),
+        new=st.integers(0, 2),
+        prune=st.integers(0, 3),
+        interrupted=st.booleans(),
+    )
     def replace_suffix(self, k: int, new: int, prune: int, interrupted: bool) -> None:
         newest = self.run(self.s._load(k))
         if not newest:
@@ -213,7 +218,7 @@ class SwapMachine(RuleBasedStateMachine):
             assert self.run(_commit_only(self.s, newest, items, prune_fn))
         else:
             assert self.run(self.s._replace_rows(newest, payloads, prune_fn))
-        self.model = self.model[len(doomed):cut] + items
+        self.model = self.model[len(doomed) : cut] + items
 
     @rule(new=st.integers(0, 2), interrupted=st.booleans())
     def replace_all(self, new: int, interrupted: bool) -> None:

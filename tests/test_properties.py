@@ -55,9 +55,7 @@ SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-BACKEND_NAMES = (
-    [b.name for b in BACKENDS] if LONG else ["memory", "sqlite", "redis"]
-)
+BACKEND_NAMES = [b.name for b in BACKENDS] if LONG else ["memory", "sqlite", "redis"]
 
 Entry = tuple[str, str]  # (role, text) of a message item
 

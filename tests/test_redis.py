@@ -156,7 +156,17 @@ def test_constructor_rejects_bad_arguments() -> None:
 
 def test_hostile_ids_get_distinct_keys_inside_the_prefix_and_one_slot_each() -> None:
     ids = [f"p{s}" for s in HOSTILE_ID_SUFFIXES] + [
-        "{", "}", "{}", "%", "%7B", "%257B", "a}:items", "x}:{y", "a:{b}:meta", "\x1e", " ",
+        "{",
+        "}",
+        "{}",
+        "%",
+        "%7B",
+        "%257B",
+        "a}:items",
+        "x}:{y",
+        "a:{b}:meta",
+        "\x1e",
+        " ",
         derive_sibling_id("u" * 256, "branches"),
     ]
     seen: set[str] = set()
@@ -432,7 +442,12 @@ async def test_killed_writer_leaves_whole_batches_only(raw: Redis) -> None:
     sid = _sid("kill")
     items_key = session_keys(PREFIX, sid)[0]
     writer = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _WRITER, REDIS_URL, sid, PREFIX,
+        sys.executable,
+        "-c",
+        _WRITER,
+        REDIS_URL,
+        sid,
+        PREFIX,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
         cwd=REPO_ROOT,
     )
@@ -711,7 +726,9 @@ async def test_a_checked_pop_removes_exactly_the_item_it_checked(
 
     def open_as(key: str) -> EncryptedSession:
         inner = RedisSession.from_url(
-            session_id, url=REDIS_URL, redis_kwargs={"decode_responses": decode},
+            session_id,
+            url=REDIS_URL,
+            redis_kwargs={"decode_responses": decode},
             key_prefix=PREFIX,
         )
         return EncryptedSession(inner, encryption_key=key)
@@ -765,8 +782,9 @@ async def test_a_new_objects_checked_pop_is_one_round_trip(
     client = Redis.from_url(REDIS_URL)
 
     def fresh() -> EncryptedSession:
-        return EncryptedSession(RedisSession(sid, client=client, key_prefix=PREFIX),
-                                encryption_key=key)
+        return EncryptedSession(
+            RedisSession(sid, client=client, key_prefix=PREFIX), encryption_key=key
+        )
 
     try:
         await fresh().add_items([_msg("a"), _msg("b")])

@@ -384,7 +384,10 @@ async def test_outage_spools_in_order_and_recovery_replays(
     await session.add_items([_msg("3"), _msg("4")])
     status = session.status
     assert (status.state, status.spooled_batches, status.spooled_items, status.breaker) == (
-        "degraded", 2, 3, "open"
+        "degraded",
+        2,
+        3,
+        "open",
     )
     assert "the test took the primary down" in (status.last_error or "")
     assert await session.get_items() == [_msg(str(i)) for i in range(1, 5)]
@@ -620,8 +623,9 @@ def _move_aside(directory: Path) -> None:
 def _truncated_spool(path: Path) -> None:
     spool = Spool(path)
     for i in range(200):
-        spool.append(str(path), f"b{i}", ['{"role":"user","content":"%s"}' % ("x" * 500)],
-                     attempted=False)
+        spool.append(
+            str(path), f"b{i}", ['{"role":"user","content":"%s"}' % ("x" * 500)], attempted=False
+        )
     spool.close()
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -722,7 +726,9 @@ asyncio.run(main())
 
 def _child(code: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        [sys.executable, "-c", code, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         text=True,
         cwd=str(Path(__file__).resolve().parent.parent),
     )
@@ -789,8 +795,11 @@ async def test_a_cancelled_wait_for_the_session_lock_leaves_it_free(spool_path: 
 
 def _module_child(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.resilient_race_child", *args], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parent.parent),
+        [sys.executable, "-m", "tests.resilient_race_child", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(Path(__file__).resolve().parent.parent),
     )
 
 

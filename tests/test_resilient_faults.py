@@ -99,9 +99,7 @@ async def test_redis_stopped_and_restarted_mid_conversation(tmp_path: Path) -> N
     server.start()
     try:
         primary = RedisSession.from_url("conv", url=server.url, key_prefix="rs", timeout=1.0)
-        session = ResilientSession(
-            primary, tmp_path / "spool.db", retry=RETRY, breaker=_breaker()
-        )
+        session = ResilientSession(primary, tmp_path / "spool.db", retry=RETRY, breaker=_breaker())
         states, last_input = await _conversation(session, server.stop, server.start)
         assert states[:3] == ["healthy"] * 3
         assert states[3:6] == ["degraded"] * 3  # turns during the outage went to the spool
@@ -124,8 +122,17 @@ def _spawn_replay(
     kind: str, target: str, prefix: str, spool: Path, pause_after: int
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.resilient_child", kind, target, prefix, "kill",
-         str(spool), str(pause_after)],
+        [
+            sys.executable,
+            "-m",
+            "tests.resilient_child",
+            kind,
+            target,
+            prefix,
+            "kill",
+            str(spool),
+            str(pause_after),
+        ],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,
@@ -173,8 +180,9 @@ def test_kill_9_during_replay_then_reopen_is_exactly_once(tmp_path: Path, kind: 
 
 
 async def _kill_during_replay(kind: str, store: str, target: str, prefix: str, spool: Path) -> None:
-    batches = [[{"role": "user", "content": f"b{b}-{i}"} for i in range(3)]
-               for b in range(3 + 2 * KILLS)]
+    batches = [
+        [{"role": "user", "content": f"b{b}-{i}"} for i in range(3)] for b in range(3 + 2 * KILLS)
+    ]
     flaky = FlakyPrimary(open_store(store, target, prefix, "kill"))
     session = ResilientSession(flaky, spool, retry=RETRY, breaker=_breaker())  # type: ignore[arg-type]
     await session.add_items(batches[0])  # type: ignore[arg-type]
@@ -230,7 +238,10 @@ class _Postgres:
 
         url = POSTGRES_URL.replace("127.0.0.1:5432", f"127.0.0.1:{self.proxy.port}")
         primary = SQLAlchemySession.from_url(
-            "conv", url=url, table_prefix=self.prefix, connect_timeout=2.0,
+            "conv",
+            url=url,
+            table_prefix=self.prefix,
+            connect_timeout=2.0,
             command_timeout=2.0,
             engine_kwargs={"connect_args": {"server_settings": {"application_name": self.app}}},
         )

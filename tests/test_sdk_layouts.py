@@ -40,8 +40,11 @@ def _conversation(sid: str, n: int) -> list[Any]:
     return [
         {"role": "user", "content": f"{sid} says {i} — ünïcode"}
         if i % 2 == 0
-        else {"type": "message", "role": "assistant", "content": [{"type": "output_text",
-                                                                 "text": f"reply {i}"}]}
+        else {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": f"reply {i}"}],
+        }
         for i in range(n)
     ]
 
@@ -92,8 +95,10 @@ async def test_redis_sdk_layout_to_ours_and_back(redis_prefixes: tuple[str, str,
     await in_place.close()
 
     report = await copy_store(
-        f"sdk+{REDIS_URL}", REDIS_URL,
-        src_options={"key_prefix": sdk_prefix}, dst_options={"key_prefix": ours},
+        f"sdk+{REDIS_URL}",
+        REDIS_URL,
+        src_options={"key_prefix": sdk_prefix},
+        dst_options={"key_prefix": ours},
     )
     assert (report.sessions, report.items) == (2, 7)
     for sid, items in written.items():
@@ -103,14 +108,27 @@ async def test_redis_sdk_layout_to_ours_and_back(redis_prefixes: tuple[str, str,
         await mine.add_items([{"role": "user", "content": "written after the switch"}])
 
     # Back into the SDK's layout, from the command line: the SDK's class reads it all.
-    assert await asyncio.to_thread(main, [
-        "copy", REDIS_URL, f"sdk+{REDIS_URL}", "--src-option", f"key_prefix={ours}",
-        "--dst-option", f"key_prefix={back}", "--json",
-    ]) == 0
+    assert (
+        await asyncio.to_thread(
+            main,
+            [
+                "copy",
+                REDIS_URL,
+                f"sdk+{REDIS_URL}",
+                "--src-option",
+                f"key_prefix={ours}",
+                "--dst-option",
+                f"key_prefix={back}",
+                "--json",
+            ],
+        )
+        == 0
+    )
     for sid, items in written.items():
         sdk = SDKRedisSession.from_url(sid, url=REDIS_URL, key_prefix=back)
-        expected = items + ([{"role": "user", "content": "written after the switch"}]
-                            if sid == "alice" else [])
+        expected = items + (
+            [{"role": "user", "content": "written after the switch"}] if sid == "alice" else []
+        )
         assert await sdk.get_items() == expected
         await sdk.close()
 
@@ -129,7 +147,8 @@ async def test_sqlalchemy_sdk_layout_to_ours_and_back(sql_names: tuple[str, str]
     sdk_prefix, ours = sql_names
     back = sdk_prefix.replace("sdk", "back", 1)
     sdk_tables: dict[str, Any] = {
-        "sessions_table": f"{sdk_prefix}sessions", "messages_table": f"{sdk_prefix}messages"
+        "sessions_table": f"{sdk_prefix}sessions",
+        "messages_table": f"{sdk_prefix}messages",
     }
     written = {"u-1": _conversation("u-1", 4), "u-2": _conversation("u-2", 3)}
     for sid, items in written.items():
@@ -138,18 +157,21 @@ async def test_sqlalchemy_sdk_layout_to_ours_and_back(sql_names: tuple[str, str]
         await sdk.engine.dispose()
 
     src = f"sdk+{POSTGRES_URL}"
-    report = await copy_store(src, POSTGRES_URL, src_options=sdk_tables,
-                              dst_options={"table_prefix": ours})
+    report = await copy_store(
+        src, POSTGRES_URL, src_options=sdk_tables, dst_options={"table_prefix": ours}
+    )
     assert (report.sessions, report.items) == (2, 7)
-    again = await copy_store(src, POSTGRES_URL, src_options=sdk_tables,
-                             dst_options={"table_prefix": ours})
+    again = await copy_store(
+        src, POSTGRES_URL, src_options=sdk_tables, dst_options={"table_prefix": ours}
+    )
     assert (again.skipped, again.items) == (2, 0)  # resumable: nothing left to do
     for sid, items in written.items():
         async with SQLAlchemySession.from_url(sid, url=POSTGRES_URL, table_prefix=ours) as mine:
             assert await mine.get_items() == items
 
     back_tables: dict[str, Any] = {
-        "sessions_table": f"{back}sessions", "messages_table": f"{back}messages"
+        "sessions_table": f"{back}sessions",
+        "messages_table": f"{back}messages",
     }
     args = [f"--dst-option={k}={v}" for k, v in back_tables.items()]
     cli = ["copy", POSTGRES_URL, src, f"--src-option=table_prefix={ours}", *args]
@@ -193,7 +215,8 @@ async def test_mongodb_sdk_layout_to_ours_and_back(monkeypatch: pytest.MonkeyPat
     src = await Store.open("sdk+mongodb://localhost", {"client": client}, read_only=True)
     catalog = src.require_catalog()
     assert [(i.session_id, i.item_count) async for i in catalog.iter_sessions()] == [
-        ("m-1", 3), ("m-2", 2)
+        ("m-1", 3),
+        ("m-2", 2),
     ]
     assert await catalog.families(["m-1", "m-2"]) == {"m-1": [], "m-2": []}
     for sid, items in written.items():

@@ -197,8 +197,10 @@ async def test_connections_ended_by_the_server_cost_at_most_one_operation(
             await session.add_items([_msg(f"after {i}")])
         except Exception as exc:
             failures.append(exc)
-    print(f"\n[faults] {url.split(':')[0]}: ended {len(ids)} own connections; "
-          f"{len(failures)} operation(s) failed afterwards: {[type(f).__name__ for f in failures]}")
+    print(
+        f"\n[faults] {url.split(':')[0]}: ended {len(ids)} own connections; "
+        f"{len(failures)} operation(s) failed afterwards: {[type(f).__name__ for f in failures]}"
+    )
     assert len(failures) <= 1
     assert all(isinstance(f, BackendUnavailableError) for f in failures), failures
     got = [i["content"] for i in await session.get_items()]  # type: ignore[typeddict-item]

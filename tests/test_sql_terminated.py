@@ -67,7 +67,8 @@ async def proxied() -> AsyncIterator[tuple[SQLAlchemySession, _HoldingProxy, str
     port = await proxy.start()
     app, prefix = f"as-term-{uuid.uuid4().hex[:8]}", f"tm{uuid.uuid4().hex[:8]}_"
     session = SQLAlchemySession.from_url(
-        "conv", url=POSTGRES_URL.replace("127.0.0.1:5432", f"127.0.0.1:{port}"),
+        "conv",
+        url=POSTGRES_URL.replace("127.0.0.1:5432", f"127.0.0.1:{port}"),
         table_prefix=prefix,
         engine_kwargs={"connect_args": {"server_settings": {"application_name": app}}},
     )

@@ -207,9 +207,7 @@ async def test_a_row_holding_two_objects_is_corrupt_not_two_items(
     s = SQLiteSession("x", path)
     await s.add_items([{"role": "user", "content": str(i)} for i in range(3)])
     raw = sqlite3.connect(path)
-    raw.execute(
-        """UPDATE agent_messages SET message_data = '{"a":1},{"b":2}' WHERE id = 2"""
-    )
+    raw.execute("""UPDATE agent_messages SET message_data = '{"a":1},{"b":2}' WHERE id = 2""")
     raw.commit()
     raw.close()
     with caplog.at_level(logging.WARNING, logger="agent_sessions"):

@@ -91,8 +91,11 @@ def test_unclosed_in_memory_sessions_and_their_side_stores_stop_their_workers() 
             await session.create_branch_from_turn(1, "b")
 
     asyncio.run(use())
-    started = [t for t in threading.enumerate() if t not in before and t.name.startswith(
-        "agent_sessions-sqlite:")]
+    started = [
+        t
+        for t in threading.enumerate()
+        if t not in before and t.name.startswith("agent_sessions-sqlite:")
+    ]
     _collect_and_join(started)
     assert [t for t in started if t.is_alive()] == []
 
@@ -192,8 +195,9 @@ def test_the_stores_side_stores_are_bounded_and_thread_safe(tmp_path: Path) -> N
     assert len(keep.store.members) == 4  # all shared through the one store, bounded
 
     async def check() -> list[Any]:
-        found = [await SQLiteSession(f"f{f}", path).side_store("records").get_items()
-                 for f in range(40)]
+        found = [
+            await SQLiteSession(f"f{f}", path).side_store("records").get_items() for f in range(40)
+        ]
         await keep.close()
         return found
 

@@ -144,7 +144,9 @@ def test_backends_use_no_private_names_of_their_drivers(
 ) -> None:
     tree = ast.parse((REPO / module).read_text())
     imported = {
-        alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
         for alias in node.names
     }
     assert "aiosqlite" not in imported or module.endswith("sqlalchemy.py")

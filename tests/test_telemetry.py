@@ -46,12 +46,20 @@ async def test_each_operation_is_one_span_with_counts_and_bytes(
     finished = spans.get_finished_spans()
     names = [s.name for s in finished]
     assert names == [
-        "add_items sqlite", "get_items sqlite", "pop_item sqlite", "count_items sqlite",
+        "add_items sqlite",
+        "get_items sqlite",
+        "pop_item sqlite",
+        "count_items sqlite",
         "clear_session sqlite",
     ]
     add, get, pop, count, _ = (dict(s.attributes or {}) for s in finished)
-    written = sum(len(payload.encode()) for payload in (
-        '{"role":"user","content":"' + SECRET + '"}', '{"role":"user","content":"b"}'))
+    written = sum(
+        len(payload.encode())
+        for payload in (
+            '{"role":"user","content":"' + SECRET + '"}',
+            '{"role":"user","content":"b"}',
+        )
+    )
     assert add["agent_sessions.item_count"] == 2
     assert add["agent_sessions.bytes"] == written
     assert add["db.system.name"] == "sqlite" and add["db.operation.name"] == "add_items"
@@ -126,7 +134,9 @@ def test_without_opentelemetry_instrument_names_the_extra() -> None:
 
 def _span_text(exporter: InMemorySpanExporter) -> str:
     return "".join(
-        s.name + repr(dict(s.attributes or {})) + repr(s.status.description)
+        s.name
+        + repr(dict(s.attributes or {}))
+        + repr(s.status.description)
         + repr([(e.name, dict(e.attributes or {})) for e in s.events])
         for s in exporter.get_finished_spans()
     )
@@ -149,7 +159,8 @@ async def test_a_failure_span_holds_the_type_and_a_fixed_text_not_the_message(
     (event,) = span.events
     assert event.name == "exception"
     assert dict(event.attributes or {}) == {
-        "exception.type": "ConnectionError", "exception.message": telemetry.WITHHELD,
+        "exception.type": "ConnectionError",
+        "exception.message": telemetry.WITHHELD,
     }
     text = _span_text(spans)
     assert SECRET not in text and "otel-user-7" not in text

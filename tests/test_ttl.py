@@ -48,8 +48,9 @@ class TestTTLOverSDKSQLiteConformance(SessionConformanceSuite):
 # -- construction ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", [0, -1, 0.0, float("nan"), float("inf"), "60", True,
-                                 timedelta(0), timedelta(seconds=-5)])
+@pytest.mark.parametrize(
+    "bad", [0, -1, 0.0, float("nan"), float("inf"), "60", True, timedelta(0), timedelta(seconds=-5)]
+)
 def test_non_positive_or_non_numeric_ttl_is_refused(bad: Any) -> None:
     with pytest.raises(ValueError, match="ttl"):
         TTLSession(InMemorySession(sid()), bad)
@@ -182,10 +183,11 @@ async def test_bad_item_names_its_index_and_writes_nothing() -> None:
 async def test_the_family_add_stores_what_the_envelope_encodes_to(tmp_path: Path) -> None:
     inner = SQLiteSession(sid(), tmp_path / "t.db", max_item_bytes=400)
     s = TTLSession(inner, DAY, max_item_bytes=1000, clock=lambda: 1764694800.125)
-    await s.add_items([msg("h\u00e9 \"x\" \U0001f600")])
+    await s.add_items([msg('h\u00e9 "x" \U0001f600')])
     raw: list[Any] = list(await inner.get_items())
-    assert raw == [{"type": "agent_sessions.ttl", "t": 1764694800.125,
-                    "item": msg("h\u00e9 \"x\" \U0001f600")}]
+    assert raw == [
+        {"type": "agent_sessions.ttl", "t": 1764694800.125, "item": msg('h\u00e9 "x" \U0001f600')}
+    ]
     with pytest.raises(ValueError, match=r"item 1 .* above the limit of 400 bytes"):
         await s.add_items([msg("ok"), msg("x" * 380)])  # fits the layer, not the inner
     assert await inner.get_items() == raw, "nothing of the batch was written"
@@ -383,7 +385,6 @@ async def test_expiry_is_pushed_down_to_native_expiry() -> None:
     assert await inner.count_items() == 0
 
 
-
 @pytest.mark.asyncio
 async def test_family_writes_keep_a_quiet_side_stores_native_expiry_alive() -> None:
     clock = FakeClock()
@@ -398,6 +399,7 @@ async def test_family_writes_keep_a_quiet_side_stores_native_expiry_alive() -> N
     await stored.sweep()
     assert await stored.count_items() == 1
     assert texts(await side_store(s, "side").get_items()) == ["side"]
+
 
 def test_side_stores_carry_the_same_expiry() -> None:
     s = TTLSession(InMemorySession(sid()), 60, sliding=False, item_ttl=10)
@@ -433,7 +435,9 @@ async def test_runner_does_not_see_expired_history() -> None:
     clock.advance(300)
     await Runner.run(agent, "Are you sure?", session=s)
     assert model_input_texts(model) == [
-        "What is my favourite colour?", "I do not know.", "Are you sure?"
+        "What is my favourite colour?",
+        "I do not know.",
+        "Are you sure?",
     ]
 
 

@@ -187,7 +187,7 @@ async def test_a_broken_index_is_rebuilt_not_trusted(db: str) -> None:
     await check(s, inner)
     store: Any = inner.side_store("turns.main")
     head: Any = (await store.get_sequenced_items(1))[0][1]
-    await store.add_items([{**head, "blocks": [[10 ** 9, 1, 7], *head["blocks"][1:]]}])
+    await store.add_items([{**head, "blocks": [[10**9, 1, 7], *head["blocks"][1:]]}])
     await check(BranchingSession(SQLiteSession("idx-broken", db)), inner)
     assert REBUILDS
     REBUILDS.clear()

@@ -93,15 +93,19 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 async def test_usage_from_real_run_results(make: Any) -> None:
     s = make()
     assert await s.get_session_usage() is None
-    agent, _ = usage_agent(("One.", usage(1, 10, 5, cached=2, reasoning=1)),
-                           ("Two.", usage(1, 30, 7)))
+    agent, _ = usage_agent(
+        ("One.", usage(1, 10, 5, cached=2, reasoning=1)), ("Two.", usage(1, 30, 7))
+    )
     r1 = await Runner.run(agent, "first", session=s)
     await s.store_run_usage(r1)
     r2 = await Runner.run(agent, "second", session=s)
     await s.store_run_usage(r2)
 
     assert await s.get_session_usage() == {
-        "requests": 2, "input_tokens": 40, "output_tokens": 12, "total_tokens": 52,
+        "requests": 2,
+        "input_tokens": 40,
+        "output_tokens": 12,
+        "total_tokens": 52,
         "total_turns": 2,
     }
     assert await s.get_session_usage("main") == await s.get_session_usage()
@@ -135,7 +139,10 @@ async def test_storing_twice_for_one_turn_replaces(make: Any) -> None:
     await s.pop_item()  # turn 2 popped
     await s.store_run_usage(result)  # lands on turn 1 again
     assert await s.get_session_usage() == {
-        "requests": 1, "input_tokens": 99, "output_tokens": 1, "total_tokens": 100,
+        "requests": 1,
+        "input_tokens": 99,
+        "output_tokens": 1,
+        "total_tokens": 100,
         "total_turns": 1,
     }
     await s.clear_session()
@@ -153,7 +160,10 @@ async def test_popping_a_turn_drops_its_usage(make: Any) -> None:
     assert (await s.get_session_usage())["total_turns"] == 2  # turn 2 still has its question
     await s.pop_item()
     assert await s.get_session_usage() == {
-        "requests": 1, "input_tokens": 10, "output_tokens": 1, "total_tokens": 11,
+        "requests": 1,
+        "input_tokens": 10,
+        "output_tokens": 1,
+        "total_tokens": 11,
         "total_turns": 1,
     }
     await s.clear_session()
@@ -187,12 +197,18 @@ def lookup(city: str) -> str:
 def tool_agent() -> Agent[Any]:
     model = ScriptedModel(
         [
-            ModelStep(output=[function_call("lookup", {"city": "Paris"}, call_id="c1"),
-                              function_call("lookup", {"city": "Rome"}, call_id="c2")],
-                      usage=usage(1, 10, 2)),
+            ModelStep(
+                output=[
+                    function_call("lookup", {"city": "Paris"}, call_id="c1"),
+                    function_call("lookup", {"city": "Rome"}, call_id="c2"),
+                ],
+                usage=usage(1, 10, 2),
+            ),
             ModelStep(output=[assistant_message("Both sunny.")], usage=usage(1, 20, 3)),
-            ModelStep(output=[function_call("lookup", {"city": "Oslo"}, call_id="c3")],
-                      usage=usage(1, 5, 1)),
+            ModelStep(
+                output=[function_call("lookup", {"city": "Oslo"}, call_id="c3")],
+                usage=usage(1, 5, 1),
+            ),
             ModelStep(output=[assistant_message("Cold.")], usage=usage(1, 6, 1)),
         ]
     )
@@ -307,7 +323,11 @@ async def test_stacked_usage_over_branching_keeps_side_data_in_the_same_store(
     agent, _ = usage_agent(("a", usage(1, 3, 4)))
     await stacked.store_run_usage(await Runner.run(agent, "q", session=stacked))
     assert await stacked.get_session_usage() == {
-        "requests": 1, "input_tokens": 3, "output_tokens": 4, "total_tokens": 7, "total_turns": 1
+        "requests": 1,
+        "input_tokens": 3,
+        "output_tokens": 4,
+        "total_tokens": 7,
+        "total_turns": 1,
     }
     await stacked.clear_session()
     await stacked.close()
@@ -376,9 +396,11 @@ async def test_popping_a_turn_over_expiring_items_drops_that_turns_usage() -> No
 
     async def turn(n: int) -> None:
         await s.add_items([user(f"q{n}"), {"role": "assistant", "content": f"a{n}"}])
-        await s.store_run_usage(SimpleNamespace(  # type: ignore[arg-type]
-            context_wrapper=SimpleNamespace(usage=usage(1, n * 10, n))
-        ))
+        await s.store_run_usage(
+            SimpleNamespace(  # type: ignore[arg-type]
+                context_wrapper=SimpleNamespace(usage=usage(1, n * 10, n))
+            )
+        )
 
     await turn(1)
     clock.advance(50)
@@ -444,7 +466,10 @@ async def test_pops_and_stores_while_turns_expire(expiring: tuple[Any, FakeClock
     assert (await s.get_turn_usage(1))["input_tokens"] == 20
     assert await s.get_turn_usage(3) == {}
     assert await s.get_session_usage() == {
-        "requests": 2, "input_tokens": 50, "output_tokens": 5, "total_tokens": 55,
+        "requests": 2,
+        "input_tokens": 50,
+        "output_tokens": 5,
+        "total_tokens": 55,
         "total_turns": 2,
     }
     await s.close()
@@ -466,7 +491,10 @@ async def test_pops_and_stores_while_turns_expire(expiring: tuple[Any, FakeClock
     clock.advance(70)  # q2 expired as well: q4 is turn 1
     assert await listed(s) == [(1, 99)]
     assert await s.get_session_usage() == {
-        "requests": 1, "input_tokens": 99, "output_tokens": 9, "total_tokens": 108,
+        "requests": 1,
+        "input_tokens": 99,
+        "output_tokens": 9,
+        "total_tokens": 108,
         "total_turns": 1,
     }
     await s.pop_item()
@@ -502,7 +530,8 @@ async def test_usage_of_an_expired_turn_is_not_counted(expiring: tuple[Any, Fake
 async def test_branch_usage_while_parent_turns_expire(backend: str, tmp_path: Path) -> None:
     clock = FakeClock()
     inner: Session = (
-        InMemorySession(f"b-{uuid.uuid4().hex[:8]}") if backend == "memory"
+        InMemorySession(f"b-{uuid.uuid4().hex[:8]}")
+        if backend == "memory"
         else SQLiteSession("b", str(tmp_path / "b.db"))
     )
     s: Any = AdvancedSession(TTLSession(inner, item_ttl=100, clock=clock))
@@ -550,12 +579,12 @@ async def test_a_foreign_inner_files_usage_by_sequence_number(kind: str, tmp_pat
     # ForeignSession numbers the SDK session's items: q1=1, a1=2, q2=3, a2=4, q3=5, a3=6.
     # The pop of q3 wrote nothing: its record is left out as q3 (number 5) is gone for good.
     assert [(r["p"], "t" in r, bool(r.get("drop"))) for r in raw] == [
-        (["main", 1], False, False), (["main", 3], False, False),
+        (["main", 1], False, False),
+        (["main", 3], False, False),
         (["main", 5], False, False),
     ]
     log.close()
     await s.close()
-
 
 
 @pytest.mark.parametrize("kind", ["usage", "advanced"])

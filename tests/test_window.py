@@ -104,7 +104,10 @@ def test_plan_matches_the_brute_force_reference(
     # Any newer part of the history decides the same start once it reaches far enough back.
     for cut in range(len(history)):
         partial = plan_start(
-            display[cut:], counts[cut:], WindowBudget(*budget), complete=False,
+            display[cut:],
+            counts[cut:],
+            WindowBudget(*budget),
+            complete=False,
             reserved_tokens=reserved,
         )
         assert partial is None or partial + cut == start
@@ -133,7 +136,10 @@ def test_window_is_valid_and_within_budget_over_every_backend(backend: Backend) 
                     await inner.add_items(batch)
                 history = _flatten(batches)
                 session = WindowSession(
-                    inner, max_turns=budget[0], max_tokens=budget[1], micro_compaction=micro,
+                    inner,
+                    max_turns=budget[0],
+                    max_tokens=budget[1],
+                    micro_compaction=micro,
                     token_estimator=ESTIMATOR,
                 )
                 view = await session.get_items()
@@ -174,7 +180,10 @@ def test_window_over_a_session_without_sequence_numbers(
             for batch in batches:
                 await inner.add_items(batch)  # type: ignore[arg-type]
             session = WindowSession(
-                inner, max_turns=budget[0], max_tokens=budget[1], micro_compaction=micro,
+                inner,
+                max_turns=budget[0],
+                max_tokens=budget[1],
+                micro_compaction=micro,
                 token_estimator=ESTIMATOR,
             )
             _check_view(await session.get_items(), _flatten(batches), *budget, micro)
@@ -194,7 +203,9 @@ def test_callback_is_the_same_window_plus_the_new_input(
     history = _flatten(batches)
     new: list[Any] = [{"role": "user", "content": "next question " * 10}]
     combine = window_input_callback(
-        max_turns=budget[0], max_tokens=budget[1], micro_compaction=micro,
+        max_turns=budget[0],
+        max_tokens=budget[1],
+        micro_compaction=micro,
         token_estimator=ESTIMATOR,
     )
     combined: list[Any] = asyncio.run(_call(combine, history, new))
@@ -279,7 +290,9 @@ async def test_window_does_not_read_the_whole_history() -> None:
 @pytest.mark.asyncio
 async def test_summary_stays_in_front_of_the_window() -> None:
     compaction = CompactionSession(
-        InMemorySession("pinned"), should_trigger_compaction=item_count_trigger(12), keep_last=6,
+        InMemorySession("pinned"),
+        should_trigger_compaction=item_count_trigger(12),
+        keep_last=6,
         compact_on_write=True,
     )
     for i in range(6):
@@ -298,8 +311,13 @@ async def test_summary_stays_in_front_of_the_window() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"max_turns": 0}, {"max_tokens": -1}, {"max_turns": 1.5}, {"max_tokens": True},
-     {"reserve_tokens": -1}],
+    [
+        {"max_turns": 0},
+        {"max_tokens": -1},
+        {"max_turns": 1.5},
+        {"max_tokens": True},
+        {"reserve_tokens": -1},
+    ],
 )
 def test_bad_bounds_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):
@@ -367,8 +385,13 @@ async def test_runner_with_the_callback_sees_the_same_window() -> None:
     config = RunConfig(session_input_callback=window_input_callback(max_turns=2))
     for t in range(4):
         await Runner.run(agent, f"question {t}", session=store, run_config=config)
-    assert _texts(model.calls[-1].input) == ["question 1", "answer 1", "question 2", "answer 2",
-                                             "question 3"]
+    assert _texts(model.calls[-1].input) == [
+        "question 1",
+        "answer 1",
+        "question 2",
+        "answer 2",
+        "question 3",
+    ]
     assert len(await store.get_items()) == 8
     store.close()
 
@@ -380,7 +403,8 @@ async def test_runner_sees_the_summary_then_the_window() -> None:
     agent = Agent(name="a", model=model)
     compaction = CompactionSession(
         SQLiteSession("runner-pinned", ":memory:"),
-        should_trigger_compaction=item_count_trigger(8), keep_last=6,
+        should_trigger_compaction=item_count_trigger(8),
+        keep_last=6,
     )
     session = WindowSession(compaction, max_turns=2)
     for t in range(8):

@@ -64,13 +64,17 @@ def histories(draw: st.DrawFn, max_turns: int = 10) -> list[list[Any]]:
                 request = f"mcpr{next(ids)}"
                 batch.append(
                     {
-                        "type": "mcp_approval_request", "id": request, "name": "t",
-                        "arguments": "{}", "server_label": "s",
+                        "type": "mcp_approval_request",
+                        "id": request,
+                        "name": "t",
+                        "arguments": "{}",
+                        "server_label": "s",
                     }
                 )
                 batch.append(
                     {
-                        "type": "mcp_approval_response", "approval_request_id": request,
+                        "type": "mcp_approval_response",
+                        "approval_request_id": request,
                         "approve": draw(st.booleans()),
                     }
                 )
@@ -99,8 +103,13 @@ budgets = st.tuples(
 )
 micros = st.one_of(
     st.none(),
-    st.builds(MicroCompaction, keep_turns=st.integers(0, 3), max_chars=st.just(400),
-              head=st.just(100), tail=st.just(50)),
+    st.builds(
+        MicroCompaction,
+        keep_turns=st.integers(0, 3),
+        max_chars=st.just(400),
+        head=st.just(100),
+        tail=st.just(50),
+    ),
 )
 
 

@@ -28,28 +28,40 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+
 def _opt(help: str, *decls: str, **kw: Any) -> Any:
     return typer.Option(*decls, help=help, **kw)
 
 
 Url = Annotated[str, typer.Argument(help="store URL, e.g. sqlite:///app.db", show_default=False)]
-Options = Annotated[list[str] | None, _opt(
-    "backend option for open_session, repeatable (e.g. -o table_prefix=app_ -o "
-    "key_prefix=myapp); VALUE is read as JSON when it is JSON", "-o", "--option",
-    metavar="KEY=VALUE",
-)]
+Options = Annotated[
+    list[str] | None,
+    _opt(
+        "backend option for open_session, repeatable (e.g. -o table_prefix=app_ -o "
+        "key_prefix=myapp); VALUE is read as JSON when it is JSON",
+        "-o",
+        "--option",
+        metavar="KEY=VALUE",
+    ),
+]
 Json = Annotated[bool, _opt("print JSON instead of a table", "--json")]
 Yes = Annotated[bool, _opt("do not ask for confirmation", "--yes", "-y")]
 Prefix = Annotated[str | None, _opt("only session ids starting with it", "--prefix")]
-Renumber = Annotated[bool, _opt(
-    "into a store that numbers items anew (an SDK layout): copy the sessions without their "
-    "side stores (branches, usage, compaction, TTL), which would point at the wrong items there"
-)]
+Renumber = Annotated[
+    bool,
+    _opt(
+        "into a store that numbers items anew (an SDK layout): copy the sessions without their "
+        "side stores (branches, usage, compaction, TTL), which would point at the wrong items there"
+    ),
+]
 Ids = Annotated[list[str] | None, typer.Argument(help="session ids (default: all)")]
-SideStores = Annotated[bool, _opt(
-    "include each session's side stores (branches, usage, compaction records)",
-    "--side-stores/--no-side-stores",
-)]
+SideStores = Annotated[
+    bool,
+    _opt(
+        "include each session's side stores (branches, usage, compaction records)",
+        "--side-stores/--no-side-stores",
+    ),
+]
 Quiet = Annotated[bool, _opt("print no progress on stderr", "--quiet", "-q")]
 Replace = Annotated[bool, _opt("overwrite destination sessions that hold other items")]
 Ttl = Annotated[float | None, _opt("the app's TTLSession ttl in seconds")]
@@ -67,9 +79,10 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, _opt(
-        "print the version and exit", "--version", "-V", callback=_version, is_eager=True
-    )] = False,
+    version: Annotated[
+        bool,
+        _opt("print the version and exit", "--version", "-V", callback=_version, is_eager=True),
+    ] = False,
 ) -> None:
     """Inspect, export, copy and clean up the session stores of agent_sessions."""
 
@@ -110,7 +123,8 @@ def scrub(text: str) -> str:
                     text = re.sub(
                         rf"(?i)(\b(?:pass(?:word|wd)?|pwd)['\"]?\s*[=:]\s*(['\"]?)){pw}"
                         r"(?=\2(?![^\s'\",;&)}\]]))",
-                        r"\1***", text,
+                        r"\1***",
+                        text,
                     )
     return text
 
@@ -229,9 +243,11 @@ async def _chosen(store: Any, ids: list[str] | None, prefix: str | None) -> list
         listed = store.require_catalog().iter_sessions(prefix=prefix)
         return [info.session_id async for info in listed]
     ids = list(dict.fromkeys(ids))
-    missing = [] if store.catalog is None else [
-        sid for sid in ids if await store.catalog.get(sid) is None
-    ]
+    missing = (
+        []
+        if store.catalog is None
+        else [sid for sid in ids if await store.catalog.get(sid) is None]
+    )
     if missing:
         _fail(
             f"no session {_names(missing)} in {store.url}; nothing was changed "
@@ -255,7 +271,8 @@ def list_sessions(
     ] = None,
     limit: Annotated[int | None, _opt("show at most this many", min=1)] = None,
     page_size: Annotated[int, _opt("sessions per query", min=1, max=10000)] = 100,
-    as_json: Json = False, option: Options = None,
+    as_json: Json = False,
+    option: Options = None,
 ) -> None:
     """List sessions with their item count and times, ordered by id (reads only)."""
     before = _when(updated_before, "--updated-before")
@@ -274,8 +291,9 @@ def list_sessions(
     rows = _in_store(url, option, read)
     if as_json:
         return typer.echo("".join(_json(info.as_dict()) + "\n" for info in rows), nl=False)
-    cells = [(i.session_id, str(i.item_count), _time(i.created_at), _time(i.updated_at))
-             for i in rows]
+    cells = [
+        (i.session_id, str(i.item_count), _time(i.created_at), _time(i.updated_at)) for i in rows
+    ]
     console = _console()
     if not console.is_terminal:  # piped: whole ids, one tab-separated line per session
         typer.echo("".join("\t".join(cell) + "\n" for cell in cells), nl=False)
@@ -341,23 +359,38 @@ def show(
     decrypt: Annotated[
         bool, _opt("decrypt EncryptedSession envelopes (needs --key)", "--decrypt")
     ] = False,
-    key: Annotated[str | None, _opt(
-        "encryption key for --decrypt; prefer --key-file or the AGENT_SESSIONS_KEY variable, "
-        "which stay out of the shell history", envvar="AGENT_SESSIONS_KEY", show_envvar=False,
-    )] = None,
-    key_file: Annotated[str | None, _opt(
-        "file holding the encryption key, '-' for stdin (or the AGENT_SESSIONS_KEY_FILE "
-        "variable)",
-        envvar="AGENT_SESSIONS_KEY_FILE", show_envvar=False,
-    )] = None,
+    key: Annotated[
+        str | None,
+        _opt(
+            "encryption key for --decrypt; prefer --key-file or the AGENT_SESSIONS_KEY variable, "
+            "which stay out of the shell history",
+            envvar="AGENT_SESSIONS_KEY",
+            show_envvar=False,
+        ),
+    ] = None,
+    key_file: Annotated[
+        str | None,
+        _opt(
+            "file holding the encryption key, '-' for stdin (or the AGENT_SESSIONS_KEY_FILE "
+            "variable)",
+            envvar="AGENT_SESSIONS_KEY_FILE",
+            show_envvar=False,
+        ),
+    ] = None,
     branch: Annotated[
         str | None, _opt("print this branch (BranchingSession/AdvancedSession)")
     ] = None,
-    view: Annotated[bool, _opt(
-        "print what the agent sees: the compaction summary plus the newer items of the current "
-        "branch, expired items hidden (needs --ttl for a TTLSession)", "--view",
-    )] = False,
-    ttl: Ttl = None, item_ttl: ItemTtl = None, absolute: Absolute = False,
+    view: Annotated[
+        bool,
+        _opt(
+            "print what the agent sees: the compaction summary plus the newer items of the current "
+            "branch, expired items hidden (needs --ttl for a TTLSession)",
+            "--view",
+        ),
+    ] = False,
+    ttl: Ttl = None,
+    item_ttl: ItemTtl = None,
+    absolute: Absolute = False,
     pretty: Annotated[bool, _opt("print 'role: text' lines", "--pretty")] = False,
     as_json: Annotated[bool, _opt("print one JSON array instead of JSON lines", "--json")] = False,
     option: Options = None,
@@ -491,19 +524,32 @@ def stats(url: Url, as_json: Json = False, option: Options = None) -> None:
 @app.command("export")
 def export_sessions(
     url: Url,
-    session_ids: Ids = None, prefix: Prefix = None,
+    session_ids: Ids = None,
+    prefix: Prefix = None,
     output: Annotated[str, _opt("file to write, '-' for stdout", "--output", "-O")] = "-",
-    side_stores: SideStores = True, quiet: Quiet = False, option: Options = None,
+    side_stores: SideStores = True,
+    quiet: Quiet = False,
+    option: Options = None,
 ) -> None:
     """Write sessions as JSON lines (one item per line) to a file or stdout (reads only)."""
     from ..ops.migrate import export_store
 
     options = _parse_options(option)
     with nullcontext(sys.stdout) if output == "-" else _open(output, "w", f"write {output}") as out:
-        report = _metered("exporting", quiet, lambda meter: export_store(
-            url, out, session_ids=session_ids or None, prefix=prefix, options=options,
-            side_stores=side_stores, on_session=meter.session,
-        ), "run the same command again to export them all")
+        report = _metered(
+            "exporting",
+            quiet,
+            lambda meter: export_store(
+                url,
+                out,
+                session_ids=session_ids or None,
+                prefix=prefix,
+                options=options,
+                side_stores=side_stores,
+                on_session=meter.session,
+            ),
+            "run the same command again to export them all",
+        )
     _console(stderr=True).print(
         f"exported {report.sessions} session(s), {report.side_stores} side store(s), "
         f"{report.items} item(s)"
@@ -541,15 +587,20 @@ class _Meter:
         console = _console(stderr=True)
         self.lines = not quiet and not console.is_terminal
         self.bar = Progress(
-            TextColumn(verb), BarColumn(),
+            TextColumn(verb),
+            BarColumn(),
             TextColumn("{task.fields[sessions]} sessions, {task.fields[items]} items, ETA"),
-            TimeRemainingColumn(), console=console, disable=quiet or not console.is_terminal,
+            TimeRemainingColumn(),
+            console=console,
+            disable=quiet or not console.is_terminal,
         )
         self.task = self.bar.add_task(verb, total=None, sessions=0, items=0)
-        _INTERRUPTED.append(lambda: (
-            f"{self.sessions} session(s) and side store(s) with {self.items} item(s) were "
-            f"done; {resume}"
-        ))
+        _INTERRUPTED.append(
+            lambda: (
+                f"{self.sessions} session(s) and side store(s) with {self.items} item(s) were "
+                f"done; {resume}"
+            )
+        )
 
     def plan(self, ids: list[str]) -> None:
         self.total = len(ids)
@@ -587,8 +638,12 @@ class _Meter:
 def import_sessions(
     url: Url,
     file: Annotated[str, typer.Argument(help="an export file, '-' for stdin")],
-    replace: Replace = False, renumber: Renumber = False,
-    yes: Yes = False, as_json: Json = False, quiet: Quiet = False, option: Options = None,
+    replace: Replace = False,
+    renumber: Renumber = False,
+    yes: Yes = False,
+    as_json: Json = False,
+    quiet: Quiet = False,
+    option: Options = None,
 ) -> None:
     """Write the sessions of an export file into a store (creates what is missing), at their
     item numbers and times; sessions already imported in full are skipped."""
@@ -597,10 +652,18 @@ def import_sessions(
     options = _parse_options(option)
     _confirm(f"Overwrite sessions in {url} that hold other items?", yes or not replace)
     with nullcontext(sys.stdin) if file == "-" else _open(file, "r", f"read {file}") as lines:
-        report = _metered("importing", quiet, lambda meter: import_store(
-            url, lines if file == "-" else meter.reading(lines, os.fstat(lines.fileno()).st_size),
-            options=options, replace=replace, on_session=meter.session, renumber=renumber,
-        ))
+        report = _metered(
+            "importing",
+            quiet,
+            lambda meter: import_store(
+                url,
+                lines if file == "-" else meter.reading(lines, os.fstat(lines.fileno()).st_size),
+                options=options,
+                replace=replace,
+                on_session=meter.session,
+                renumber=renumber,
+            ),
+        )
     _report(report, "imported", as_json)
 
 
@@ -614,8 +677,10 @@ def _report(report: Any, verb: str, as_json: bool) -> None:
             f"{report.items} item(s) written, {report.skipped} already complete"
         )
     elif found:
-        typer.echo(f"nothing {verb}: all {found} session(s) and side store(s) were already "
-                   "complete at the destination")
+        typer.echo(
+            f"nothing {verb}: all {found} session(s) and side store(s) were already "
+            "complete at the destination"
+        )
     else:
         typer.echo(f"nothing {verb}: no session matched")
     if report.renumbered:
@@ -645,11 +710,16 @@ def _store_identity(url: str, options: dict[str, Any]) -> tuple[str, str]:
 def copy(
     src_url: Annotated[str, typer.Argument(help="store to read")],
     dst_url: Annotated[str, typer.Argument(help="store to write (created when missing)")],
-    session_ids: Ids = None, prefix: Prefix = None,
+    session_ids: Ids = None,
+    prefix: Prefix = None,
     replace: Replace = False,
-    side_stores: SideStores = True, renumber: Renumber = False,
+    side_stores: SideStores = True,
+    renumber: Renumber = False,
     batch: Annotated[int, _opt("items per write", min=1)] = 500,
-    yes: Yes = False, as_json: Json = False, quiet: Quiet = False, option: Options = None,
+    yes: Yes = False,
+    as_json: Json = False,
+    quiet: Quiet = False,
+    option: Options = None,
     src_option: Annotated[
         list[str] | None, _opt("option for SRC only", metavar="KEY=VALUE")
     ] = None,
@@ -676,18 +746,37 @@ def copy(
 
     from ..ops.migrate import copy_store
 
-    _report(_metered("copying", quiet, lambda meter: copy_store(
-        src_url, dst_url, session_ids=session_ids or None, prefix=prefix,
-        src_options=src_opts, dst_options=dst_opts, replace=replace, side_stores=side_stores,
-        batch=batch, plan=meter.plan, on_session=meter.session, renumber=renumber,
-    )), "copied", as_json)
+    _report(
+        _metered(
+            "copying",
+            quiet,
+            lambda meter: copy_store(
+                src_url,
+                dst_url,
+                session_ids=session_ids or None,
+                prefix=prefix,
+                src_options=src_opts,
+                dst_options=dst_opts,
+                replace=replace,
+                side_stores=side_stores,
+                batch=batch,
+                plan=meter.plan,
+                on_session=meter.session,
+                renumber=renumber,
+            ),
+        ),
+        "copied",
+        as_json,
+    )
 
 
 @app.command()
 def clear(
     url: Url,
     session_id: Annotated[str, typer.Argument(help="the session to empty")],
-    yes: Yes = False, as_json: Json = False, option: Options = None,
+    yes: Yes = False,
+    as_json: Json = False,
+    option: Options = None,
 ) -> None:
     """Delete every item of one session (its side stores stay; see `delete` to erase all)."""
 
@@ -705,9 +794,12 @@ def clear(
 @app.command()
 def delete(
     url: Url,
-    session_ids: Ids = None, prefix: Prefix = None,
+    session_ids: Ids = None,
+    prefix: Prefix = None,
     all_sessions: Annotated[bool, _opt("delete every session of the store", "--all")] = False,
-    yes: Yes = False, as_json: Json = False, option: Options = None,
+    yes: Yes = False,
+    as_json: Json = False,
+    option: Options = None,
 ) -> None:
     """Erase sessions with everything layers keep for them (a GDPR erase).
 
@@ -721,20 +813,26 @@ def delete(
         ids = await _chosen(store, session_ids, prefix)
         if not ids:
             return 0
-        _confirm(f"Erase {len(ids)} session(s) ({_names(ids)}) and their side stores from {url}?",
-                 yes)
+        _confirm(
+            f"Erase {len(ids)} session(s) ({_names(ids)}) and their side stores from {url}?", yes
+        )
         deleted = 0
-        _INTERRUPTED.append(lambda: (
-            f"erased {deleted} of {len(ids)} session(s) before the interruption; run the "
-            "same command again to erase the rest"
-        ))
+        _INTERRUPTED.append(
+            lambda: (
+                f"erased {deleted} of {len(ids)} session(s) before the interruption; run the "
+                "same command again to erase the rest"
+            )
+        )
         for start in range(0, len(ids), 100):
             deleted += await catalog.delete_sessions(ids[start : start + 100])
         return deleted
 
     deleted = _in_store(url, option, erase)
-    typer.echo(_json({"deleted": deleted}) if as_json else
-               f"deleted {deleted} session(s) with their side stores")
+    typer.echo(
+        _json({"deleted": deleted})
+        if as_json
+        else f"deleted {deleted} session(s) with their side stores"
+    )
 
 
 async def _ttl_skip_reason(store: Any, sid: str, family_clock: bool) -> str | None:
@@ -762,7 +860,9 @@ async def _ttl_skip_reason(store: Any, sid: str, family_clock: bool) -> str | No
 def purge(
     url: Url,
     session_ids: Ids = None,
-    ttl: Ttl = None, absolute: Absolute = False, item_ttl: ItemTtl = None,
+    ttl: Ttl = None,
+    absolute: Absolute = False,
+    item_ttl: ItemTtl = None,
     prefix: Prefix = None,
     keep_empty: Annotated[
         bool, _opt("keep sessions the purge emptied (default: erase them, side stores too)")
@@ -770,7 +870,9 @@ def purge(
     dry_run: Annotated[
         bool, _opt("print what would be removed; change nothing", "--dry-run")
     ] = False,
-    yes: Yes = False, as_json: Json = False, option: Options = None,
+    yes: Yes = False,
+    as_json: Json = False,
+    option: Options = None,
 ) -> None:
     """Physically remove expired items of sessions written through TTLSession.
 
@@ -784,10 +886,12 @@ def purge(
         )
     plan: dict[str, int] = {}  # the purge's sessions: how many items would go
     done: dict[str, int] = {}
-    _INTERRUPTED.append(lambda: (
-        f"purged {sum(done.values())} item(s) from {len(done)} session(s) before the "
-        "interruption; run the same command again to purge the rest"
-    ))
+    _INTERRUPTED.append(
+        lambda: (
+            f"purged {sum(done.values())} item(s) from {len(done)} session(s) before the "
+            "interruption; run the same command again to purge the rest"
+        )
+    )
 
     async def go(store: Any) -> tuple[dict[str, int], list[str], dict[str, str]]:
         skipped: dict[str, str] = {}
@@ -808,8 +912,12 @@ def purge(
                 async with store.opened(sid) as inner:
                     session = _ttl_session(inner, (ttl, item_ttl, absolute))
                     counts[sid] = await session.purge_expired(dry_run=dry)
-                    if erasing and counts[sid] and not await (
-                        session.get_items(1) if dry else inner.count_items()  # nothing left
+                    if (
+                        erasing
+                        and counts[sid]
+                        and not await (
+                            session.get_items(1) if dry else inner.count_items()  # nothing left
+                        )
                     ):
                         emptied.append(sid)
             return emptied
@@ -818,9 +926,13 @@ def purge(
         if dry_run or not sum(plan.values()):
             return plan, emptied, skipped
         going = {sid: n for sid, n in plan.items() if n}
-        erase = "" if not emptied else (
-            f" and erase {len(emptied)} session(s) left empty ({_names(emptied)}) with "
-            "their side stores"
+        erase = (
+            ""
+            if not emptied
+            else (
+                f" and erase {len(emptied)} session(s) left empty ({_names(emptied)}) with "
+                "their side stores"
+            )
         )
         _confirm(
             f"Remove {sum(going.values())} expired item(s) from {len(going)} TTL "
@@ -836,11 +948,19 @@ def purge(
     removed, erased, skipped = _in_store(url, option, go)
     verb = "would remove" if dry_run else "removed"
     if as_json:
-        return typer.echo(_json({
-            "dry_run": dry_run, "sessions": len(removed), "removed": sum(removed.values()),
-            "by_session": {sid: n for sid, n in removed.items() if n}, "erased": erased,
-            "skipped": len(skipped), "skipped_ids": sorted(skipped),
-        }))
+        return typer.echo(
+            _json(
+                {
+                    "dry_run": dry_run,
+                    "sessions": len(removed),
+                    "removed": sum(removed.values()),
+                    "by_session": {sid: n for sid, n in removed.items() if n},
+                    "erased": erased,
+                    "skipped": len(skipped),
+                    "skipped_ids": sorted(skipped),
+                }
+            )
+        )
     for sid, n in removed.items():
         if n or session_ids:
             erase = "would be erased" if dry_run else "erased"

@@ -48,8 +48,9 @@ async def run_demo(db: str | None, live: bool, model: str, out: Any) -> int:
     session_id = f"demo-{uuid.uuid4().hex[:8]}"
     agent = _agent(live, model)
     mode = f"live model {model}" if live else "offline (agents.testing.ScriptedModel)"
-    print(f"agent_sessions demo, {mode}\nSQLite file: {path}   session id: {session_id}\n",
-          file=out)
+    print(
+        f"agent_sessions demo, {mode}\nSQLite file: {path}   session id: {session_id}\n", file=out
+    )
 
     async with SQLiteSession(session_id, path) as session:
         for question in QUESTIONS:
@@ -63,17 +64,22 @@ async def run_demo(db: str | None, live: bool, model: str, out: Any) -> int:
         print("\nUndo the last exchange: pop_item() twice", file=out)
         for _ in range(2):
             popped = await session.pop_item()
-            print(f"  popped {popped.get('role') if popped else None}: "
-                  f"{item_text(popped)!r}", file=out)
+            print(
+                f"  popped {popped.get('role') if popped else None}: {item_text(popped)!r}",
+                file=out,
+            )
 
         result = await Runner.run(agent, CORRECTED_QUESTION, session=session)
-        print(f"\n  user      > {CORRECTED_QUESTION}\n  assistant > {result.final_output}",
-              file=out)
+        print(
+            f"\n  user      > {CORRECTED_QUESTION}\n  assistant > {result.final_output}", file=out
+        )
 
     async with SQLiteSession(session_id, path) as reopened:
         items = await reopened.get_items()
-        print(f"\nHistory after the correction, from a new session object "
-              f"({len(items)} items):", file=out)
+        print(
+            f"\nHistory after the correction, from a new session object ({len(items)} items):",
+            file=out,
+        )
         _show(items, out)
         wrong_gone = all("17 * 3" not in item_text(i) for i in items)
         print(f"\nThe wrong exchange is gone from history: {wrong_gone}", file=out)

@@ -68,11 +68,18 @@ class StoreOptions(TypedDict, total=False):
     _shared_member: bool
 
 
-STORE_CAPABILITIES: frozenset[Capability] = frozenset({
-    Capability.SEQUENCED, Capability.RANGE_DELETE, Capability.REWRITE, Capability.FAMILY,
-    Capability.SEQUENCED_WRITE, Capability.FAMILY_BATCH, Capability.GUARDED_WRITE,
-    Capability.CHECKED_POP,
-})
+STORE_CAPABILITIES: frozenset[Capability] = frozenset(
+    {
+        Capability.SEQUENCED,
+        Capability.RANGE_DELETE,
+        Capability.REWRITE,
+        Capability.FAMILY,
+        Capability.SEQUENCED_WRITE,
+        Capability.FAMILY_BATCH,
+        Capability.GUARDED_WRITE,
+        Capability.CHECKED_POP,
+    }
+)
 """What a backend built on this template offers once it implements every hook."""
 
 
@@ -105,7 +112,8 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     ) -> None:
         self.session_id = validate_session_id(session_id, internal=_internal_id)
         self.session_settings = (
-            coerce_session_settings(session_settings) if session_settings is not None
+            coerce_session_settings(session_settings)
+            if session_settings is not None
             else SessionSettings()
         )
         if not isinstance(max_item_bytes, int) or max_item_bytes <= 0:
@@ -447,7 +455,11 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
 
     @traced("search_text")
     async def search_text(
-        self, query: str, *, limit: int = 10, equal: Mapping[str, Collection[str]] | None = None,
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        equal: Mapping[str, Collection[str]] | None = None,
         between: Mapping[str, tuple[float | None, float | None]] | None = None,
     ) -> list[tuple[int, TResponseInputItem, float]]:
         """Items best matching ``query`` as ``core.capabilities.SupportsTextSearch`` says.
@@ -467,7 +479,10 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     # -- writes at given numbers (capability) ---------------------------------------------------
 
     async def write_sequenced_items(
-        self, pairs: list[tuple[int, TResponseInputItem]], *, created_at: datetime | None = None,
+        self,
+        pairs: list[tuple[int, TResponseInputItem]],
+        *,
+        created_at: datetime | None = None,
         updated_at: datetime | None = None,
     ) -> None:
         """Atomically store each ``(seq, item)`` at ``seq`` into this empty session with these
@@ -501,7 +516,10 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         self._check_open()
         session_id = validate_session_id(session_id, internal=True)
         return type(self)(  # type: ignore[call-arg]
-            session_id, max_item_bytes=self.max_item_bytes, strict=self.strict, _internal_id=True,
+            session_id,
+            max_item_bytes=self.max_item_bytes,
+            strict=self.strict,
+            _internal_id=True,
             **self._member_options(),
         )
 
@@ -532,13 +550,22 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             member._registration = (registry, purpose)
         return member
 
-    def _store_member(self, shared: SharedMembers, options: dict[str, Any],
-                      purpose: str) -> Self:
+    def _store_member(self, shared: SharedMembers, options: dict[str, Any], purpose: str) -> Self:
         key = (self.session_id, purpose, self.max_item_bytes, self.strict, *options.items())
-        return cast("Self", shared.get(key, lambda: type(self)(  # type: ignore[call-arg]
-            derive_sibling_id(self.session_id, purpose), max_item_bytes=self.max_item_bytes,
-            strict=self.strict, _internal_id=True, _shared_member=True, **options,
-        )))
+        return cast(
+            "Self",
+            shared.get(
+                key,
+                lambda: type(self)(  # type: ignore[call-arg]
+                    derive_sibling_id(self.session_id, purpose),
+                    max_item_bytes=self.max_item_bytes,
+                    strict=self.strict,
+                    _internal_id=True,
+                    _shared_member=True,
+                    **options,
+                ),
+            ),
+        )
 
     async def family_purposes(self) -> list[str]:
         """The purposes of every side store ever written in this session's family."""
@@ -634,8 +661,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     def _check_open(self) -> None:
         if self._closed:
             raise SessionClosedError(
-                f"{type(self).__name__} is closed (session {self.session_id!r}); open a new "
-                "session"
+                f"{type(self).__name__} is closed (session {self.session_id!r}); open a new session"
             )
 
     async def _mutate(self, awaitable: Any) -> Any:
@@ -728,7 +754,14 @@ async def pop_checked_by_api(session: Any, check: Callable[[Any], Any]) -> Any:
 
 
 __all__ = [
-    "STORE_CAPABILITIES", "BaseSession", "InvalidItemError", "Row", "StoreOptions",
-    "check_before", "keeps_write_path", "pop_checked_by_api", "pop_checked_of",
+    "STORE_CAPABILITIES",
+    "BaseSession",
+    "InvalidItemError",
+    "Row",
+    "StoreOptions",
+    "check_before",
+    "keeps_write_path",
+    "pop_checked_by_api",
+    "pop_checked_of",
     "short_page_is_start",
 ]

@@ -113,7 +113,10 @@ class SupportsSequencedWrite(Protocol):
     """:attr:`Capability.SEQUENCED_WRITE` (copies, imports)."""
 
     async def write_sequenced_items(
-        self, pairs: list[tuple[int, TResponseInputItem]], *, created_at: datetime | None = None,
+        self,
+        pairs: list[tuple[int, TResponseInputItem]],
+        *,
+        created_at: datetime | None = None,
         updated_at: datetime | None = None,
     ) -> None:
         """Atomically store each ``(seq, item)`` at ``seq`` (positive, increasing) into this
@@ -188,7 +191,11 @@ class SupportsTextSearch(Protocol):
     ``"text"`` is not indexed."""
 
     async def search_text(
-        self, query: str, *, limit: int = 10, equal: Mapping[str, Collection[str]] | None = None,
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        equal: Mapping[str, Collection[str]] | None = None,
         between: Mapping[str, tuple[float | None, float | None]] | None = None,
     ) -> list[tuple[int, TResponseInputItem, float]]:
         """The ``limit`` best ``(seq, item, score)`` for any word (``\\w+``) of ``query``, best
@@ -210,8 +217,18 @@ class SupportsFamily(Protocol):
 
 
 __all__ = [
-    "NO_CAPABILITIES", "Capability", "Read", "SupportsCheckedPop", "SupportsFamily",
-    "SupportsFamilyBatch", "SupportsGuardedWrite", "SupportsNativeExpiry", "SupportsRangeDelete",
-    "SupportsRewrite", "SupportsSequencedItems", "SupportsSequencedWrite", "capabilities_of",
+    "NO_CAPABILITIES",
+    "Capability",
+    "Read",
+    "SupportsCheckedPop",
+    "SupportsFamily",
+    "SupportsFamilyBatch",
+    "SupportsGuardedWrite",
+    "SupportsNativeExpiry",
+    "SupportsRangeDelete",
+    "SupportsRewrite",
+    "SupportsSequencedItems",
+    "SupportsSequencedWrite",
+    "capabilities_of",
     "supports",
 ]

@@ -47,8 +47,8 @@ class CatalogQuery:
         """Whether ``info`` passes this query's filters (for stores that filter client-side)."""
         sid, when = info.session_id, info.updated_at
         low, high = self.updated_after, self.updated_before
-        in_time = when is not None and (low is None or when >= low) and (
-            high is None or when < high
+        in_time = (
+            when is not None and (low is None or when >= low) and (high is None or when < high)
         )
         return (
             (self.after is None or sid > self.after)

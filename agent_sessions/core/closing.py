@@ -19,9 +19,7 @@ class Closing(Coroutine[Any, Any, None]):
     ``Coroutine``, so ``asyncio.run(session.close())`` works and an unawaited one warns nothing.
     """
 
-    def __init__(
-        self, release: Coroutine[Any, Any, None] | asyncio.Future[None] | None
-    ) -> None:
+    def __init__(self, release: Coroutine[Any, Any, None] | asyncio.Future[None] | None) -> None:
         self._task: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self._iterator: Generator[Any, None, None] | None = None

@@ -45,6 +45,7 @@ loads: Callable[[str | bytes], Any] = _orjson.loads if _orjson is not None else 
 MAX_DEPTH = 254
 """Deepest nesting of objects and arrays accepted in an item (orjson's limit, on both paths)."""
 
+
 def _render(path: Any) -> str:
     keys: list[str] = []
     while isinstance(path, tuple):

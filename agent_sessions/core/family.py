@@ -140,6 +140,13 @@ class Family:
 
 
 __all__ = [
-    "REGISTRY", "Family", "SharedMembers", "close_at_once", "close_owned", "close_quietly",
-    "member_purposes", "purposes_in", "side_store",
+    "REGISTRY",
+    "Family",
+    "SharedMembers",
+    "close_at_once",
+    "close_owned",
+    "close_quietly",
+    "member_purposes",
+    "purposes_in",
+    "side_store",
 ]

@@ -29,7 +29,10 @@ _SCHEMES: dict[str, _Entry] = {}
 
 
 def register_scheme(
-    scheme: str, opener: str | Opener, *, extra: str | None = None,
+    scheme: str,
+    opener: str | Opener,
+    *,
+    extra: str | None = None,
     store: str | Callable[..., Any] | None = None,
 ) -> None:
     """Make ``open_session`` (and, given ``store``, ``open_store``) handle ``scheme://`` URLs.

@@ -95,5 +95,3 @@ def sqlite_indexable(row: str) -> str:
 
 def rows_to_infos(rows: Sequence[Sequence[Any]]) -> list[SessionInfo]:
     return [SessionInfo(str(r[0]), utc(r[1]), utc(r[2]), int(r[3] or 0)) for r in rows]
-
-

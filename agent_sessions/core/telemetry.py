@@ -79,7 +79,9 @@ def _measure(operation: str, written: list[str], result: Any) -> tuple[int | Non
 
 
 async def _span(
-    operation: str, method: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...],
+    operation: str,
+    method: Callable[..., Coroutine[Any, Any, Any]],
+    args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
     session = args[0]
@@ -96,13 +98,18 @@ async def _span(
     token = _inside.set(True)
     try:
         with _tracer.start_as_current_span(
-            f"{operation} {system}", kind=SpanKind.CLIENT, record_exception=False,
+            f"{operation} {system}",
+            kind=SpanKind.CLIENT,
+            record_exception=False,
             set_status_on_exception=False,
         ) as span:
-            span.set_attributes({
-                "db.system.name": system, "db.operation.name": operation,
-                "agent_sessions.backend": type(session).__name__,
-            })
+            span.set_attributes(
+                {
+                    "db.system.name": system,
+                    "db.operation.name": operation,
+                    "agent_sessions.backend": type(session).__name__,
+                }
+            )
             try:
                 result = await method(*args, **kwargs)
             except BaseException as exc:
@@ -110,9 +117,7 @@ async def _span(
                 # user) or, from a driver, quote stored data.
                 kind = type(exc).__qualname__
                 span.set_attribute("error.type", kind)
-                span.add_event(
-                    "exception", {"exception.type": kind, "exception.message": WITHHELD}
-                )
+                span.add_event("exception", {"exception.type": kind, "exception.message": WITHHELD})
                 span.set_status(Status(StatusCode.ERROR, kind))
                 raise
             names = ("agent_sessions.item_count", "agent_sessions.bytes")

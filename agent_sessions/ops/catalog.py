@@ -98,8 +98,12 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
         return await self.store.exists()
 
     async def list_sessions(
-        self, *, prefix: str | None = None, updated_after: datetime | None = None,
-        updated_before: datetime | None = None, limit: int = DEFAULT_PAGE_SIZE,
+        self,
+        *,
+        prefix: str | None = None,
+        updated_after: datetime | None = None,
+        updated_before: datetime | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
         cursor: str | None = None,
     ) -> Page:
         """Return one page (``limit`` 1 to 10000) of sessions ordered by id, after ``cursor``
@@ -112,7 +116,10 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
         if cursor is not None and not isinstance(cursor, str):
             raise TypeError(f"cursor must be a str from Page.next_cursor, got {cursor!r}")
         query = CatalogQuery(
-            limit, cursor, prefix or None, _check_time("updated_after", updated_after),
+            limit,
+            cursor,
+            prefix or None,
+            _check_time("updated_after", updated_after),
             _check_time("updated_before", updated_before),
         )
         found = (await self.store.list_page(query))[:limit]
@@ -122,15 +129,22 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
         return Page([s for s in found if query.matches(s)], found[-1].session_id if more else None)
 
     async def iter_sessions(
-        self, *, prefix: str | None = None, updated_after: datetime | None = None,
-        updated_before: datetime | None = None, page_size: int = DEFAULT_PAGE_SIZE,
+        self,
+        *,
+        prefix: str | None = None,
+        updated_after: datetime | None = None,
+        updated_before: datetime | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
     ) -> AsyncIterator[SessionInfo]:
         """Yield every matching session, page by page (ordered by id)."""
         page = Page([], None)
         while True:
             page = await self.list_sessions(
-                prefix=prefix, updated_after=updated_after, updated_before=updated_before,
-                limit=page_size, cursor=page.next_cursor,
+                prefix=prefix,
+                updated_after=updated_after,
+                updated_before=updated_before,
+                limit=page_size,
+                cursor=page.next_cursor,
             )
             for info in page.sessions:
                 yield info
@@ -225,6 +239,13 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
 
 
 __all__ = [
-    "CatalogQuery", "CatalogStore", "Page", "SessionCatalog", "SessionInfo", "SupportsCatalog",
-    "family_root", "is_side_store", "side_store_kind"
+    "CatalogQuery",
+    "CatalogStore",
+    "Page",
+    "SessionCatalog",
+    "SessionInfo",
+    "SupportsCatalog",
+    "family_root",
+    "is_side_store",
+    "side_store_kind",
 ]

@@ -167,9 +167,15 @@ async def _count(session: Any) -> int:
 
 
 async def write_session(
-    dst: Any, items: list[Any], *, replace: bool = False, batch: int = DEFAULT_BATCH,
-    progress: Progress | None = None, seqs: list[int] | None = None,
-    created_at: datetime | None = None, updated_at: datetime | None = None,
+    dst: Any,
+    items: list[Any],
+    *,
+    replace: bool = False,
+    batch: int = DEFAULT_BATCH,
+    progress: Progress | None = None,
+    seqs: list[int] | None = None,
+    created_at: datetime | None = None,
+    updated_at: datetime | None = None,
 ) -> int:
     """Make ``dst`` hold exactly ``items``; return how many were written (0: already did).
     With ``seqs`` and SEQUENCED_WRITE, written whole at those numbers and times in one step,
@@ -247,8 +253,13 @@ async def _read(store: Store, sid: str) -> SessionData:
 
 
 async def _write(
-    store: Store, data: SessionData, report: TransferReport, on_session: OnSession | None,
-    *, needs_numbers: bool, **options: Any,
+    store: Store,
+    data: SessionData,
+    report: TransferReport,
+    on_session: OnSession | None,
+    *,
+    needs_numbers: bool,
+    **options: Any,
 ) -> int:
     """``write_session`` of ``data``, counted; appended when its numbers are taken elsewhere
     and no side store points into it."""
@@ -287,8 +298,12 @@ def _before(report: TransferReport) -> str:
 
 
 async def _write_family(
-    store: Store, family: list[SessionData], report: TransferReport,
-    on_session: OnSession | None, renumber: bool, **options: Any,
+    store: Store,
+    family: list[SessionData],
+    report: TransferReport,
+    on_session: OnSession | None,
+    renumber: bool,
+    **options: Any,
 ) -> None:
     """Write a family; when a member's numbers are refused, clear what it wrote."""
     kept = set(_writable(store, [d.session_id for d in family], renumber, report))
@@ -331,11 +346,19 @@ def _writable(dst: Store, ids: list[str], renumber: bool, report: TransferReport
 
 
 async def copy_store(
-    src_url: str, dst_url: str, *, session_ids: Iterable[str] | None = None,
-    prefix: str | None = None, src_options: dict[str, Any] | None = None,
-    dst_options: dict[str, Any] | None = None, replace: bool = False, side_stores: bool = True,
-    batch: int = DEFAULT_BATCH, progress: Progress | None = None,
-    on_session: OnSession | None = None, plan: Callable[[list[str]], None] | None = None,
+    src_url: str,
+    dst_url: str,
+    *,
+    session_ids: Iterable[str] | None = None,
+    prefix: str | None = None,
+    src_options: dict[str, Any] | None = None,
+    dst_options: dict[str, Any] | None = None,
+    replace: bool = False,
+    side_stores: bool = True,
+    batch: int = DEFAULT_BATCH,
+    progress: Progress | None = None,
+    on_session: OnSession | None = None,
+    plan: Callable[[list[str]], None] | None = None,
     renumber: bool = False,
 ) -> TransferReport:
     """Copy sessions (all, by ``prefix``, or ``session_ids``) with their side stores, numbers
@@ -374,9 +397,14 @@ def _tally(
 
 
 async def export_store(
-    url: str, out: IO[str], *, session_ids: Iterable[str] | None = None,
-    prefix: str | None = None, options: dict[str, Any] | None = None,
-    side_stores: bool = True, on_session: OnSession | None = None,
+    url: str,
+    out: IO[str],
+    *,
+    session_ids: Iterable[str] | None = None,
+    prefix: str | None = None,
+    options: dict[str, Any] | None = None,
+    side_stores: bool = True,
+    on_session: OnSession | None = None,
 ) -> TransferReport:
     """Write sessions as JSON lines to ``out`` (reads only): ``{"format": EXPORT_FORMAT}``,
     then per session ``{"session_id", "created_at", "updated_at"}`` (ISO or null) and one line
@@ -469,7 +497,7 @@ def _numbered(data: SessionData, numbers: list[int | None]) -> SessionData:
     seqs = [n for n in numbers if n is not None]
     if len(seqs) != len(numbers) or any(a >= b for a, b in pairwise(seqs)):
         raise ValueError(
-            f"session {data.session_id!r}: its items' numbers (\"seq\") are missing on some "
+            f'session {data.session_id!r}: its items\' numbers ("seq") are missing on some '
             "items or do not increase; an export numbers all of a session's items or none"
         )
     data.seqs = seqs
@@ -477,9 +505,15 @@ def _numbered(data: SessionData, numbers: list[int | None]) -> SessionData:
 
 
 async def import_store(
-    url: str, lines: Iterable[str], *, options: dict[str, Any] | None = None,
-    replace: bool = False, batch: int = DEFAULT_BATCH, progress: Progress | None = None,
-    on_session: OnSession | None = None, renumber: bool = False,
+    url: str,
+    lines: Iterable[str],
+    *,
+    options: dict[str, Any] | None = None,
+    replace: bool = False,
+    batch: int = DEFAULT_BATCH,
+    progress: Progress | None = None,
+    on_session: OnSession | None = None,
+    renumber: bool = False,
 ) -> TransferReport:
     """Write an export's sessions into ``url`` at their numbers and times, resumable.
 
@@ -499,7 +533,16 @@ async def import_store(
 
 
 __all__ = [
-    "EXPORT_FORMAT", "RenumberingError", "SessionData", "Store", "TransferConflictError",
-    "TransferReport", "copy_store", "export_store", "import_store", "iter_export",
-    "redacted", "write_session"
+    "EXPORT_FORMAT",
+    "RenumberingError",
+    "SessionData",
+    "Store",
+    "TransferConflictError",
+    "TransferReport",
+    "copy_store",
+    "export_store",
+    "import_store",
+    "iter_export",
+    "redacted",
+    "write_session",
 ]

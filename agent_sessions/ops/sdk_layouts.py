@@ -97,8 +97,13 @@ def _inner_url(url: str) -> str:
 
 
 def open_redis(
-    url: str, session_id: str, *, key_prefix: str = SDK_REDIS_PREFIX, ttl: int | None = None,
-    redis_kwargs: dict[str, Any] | None = None, cluster: bool = False,
+    url: str,
+    session_id: str,
+    *,
+    key_prefix: str = SDK_REDIS_PREFIX,
+    ttl: int | None = None,
+    redis_kwargs: dict[str, Any] | None = None,
+    cluster: bool = False,
     session_settings: Any = None,
 ) -> SDKLayoutSession:
     """Open ``session_id`` with the SDK's ``RedisSession`` at ``sdk+redis://...``."""
@@ -110,7 +115,10 @@ def open_redis(
     )
 
     make = partial(
-        RedisSession, redis_client=client, key_prefix=key_prefix, ttl=ttl,
+        RedisSession,
+        redis_client=client,
+        key_prefix=key_prefix,
+        ttl=ttl,
         session_settings=session_settings,
     )
     catalog = partial(SDKRedisCatalog, client, key_prefix)
@@ -158,9 +166,11 @@ class SDKRedisCatalog:
         replies = await pipe.execute()
         return [
             SessionInfo(session_id, utc(created), utc(updated), int(count))
-            if _text(sid) == session_id else None
-            for session_id, (sid, created, updated), count
-            in zip(session_ids, replies[::2], replies[1::2], strict=True)
+            if _text(sid) == session_id
+            else None
+            for session_id, (sid, created, updated), count in zip(
+                session_ids, replies[::2], replies[1::2], strict=True
+            )
         ]
 
     async def family_ids(self, session_id: str) -> list[str]:
@@ -186,9 +196,14 @@ class SDKRedisCatalog:
 
 
 def open_sqlalchemy(
-    url: str, session_id: str, *, create_tables: bool = True,
-    sessions_table: str = SDK_SESSIONS_TABLE, messages_table: str = SDK_MESSAGES_TABLE,
-    engine_kwargs: dict[str, Any] | None = None, session_settings: Any = None,
+    url: str,
+    session_id: str,
+    *,
+    create_tables: bool = True,
+    sessions_table: str = SDK_SESSIONS_TABLE,
+    messages_table: str = SDK_MESSAGES_TABLE,
+    engine_kwargs: dict[str, Any] | None = None,
+    session_settings: Any = None,
 ) -> SDKLayoutSession:
     """Open ``session_id`` with the SDK's ``SQLAlchemySession`` at ``sdk+postgresql+asyncpg://``
     (or ``sdk+mysql+asyncmy://``, ``sdk+sqlite+aiosqlite://``...)."""
@@ -202,8 +217,11 @@ def open_sqlalchemy(
     engine = create_async_engine(_inner_url(url), **(engine_kwargs or {}))
 
     make = partial(
-        SQLAlchemySession, engine=engine, create_tables=create_tables,
-        sessions_table=sessions_table, messages_table=messages_table,
+        SQLAlchemySession,
+        engine=engine,
+        create_tables=create_tables,
+        sessions_table=sessions_table,
+        messages_table=messages_table,
         session_settings=session_settings,
     )
 
@@ -219,9 +237,15 @@ def open_sqlalchemy(
 
 
 def open_mongodb(
-    url: str, session_id: str, *, database: str | None = None,
-    sessions_collection: str = SDK_SESSIONS_TABLE, messages_collection: str = SDK_MESSAGES_TABLE,
-    client: Any = None, client_kwargs: dict[str, Any] | None = None, session_settings: Any = None,
+    url: str,
+    session_id: str,
+    *,
+    database: str | None = None,
+    sessions_collection: str = SDK_SESSIONS_TABLE,
+    messages_collection: str = SDK_MESSAGES_TABLE,
+    client: Any = None,
+    client_kwargs: dict[str, Any] | None = None,
+    session_settings: Any = None,
 ) -> SDKLayoutSession:
     """Open ``session_id`` with the SDK's ``MongoDBSession`` at ``sdk+mongodb://...`` (database:
     the URI's, else ``agents``); a given ``client`` is used instead and not closed."""
@@ -237,8 +261,11 @@ def open_mongodb(
 
         database = urlsplit(_inner_url(url)).path.lstrip("/") or SDK_MONGO_DATABASE
     make = partial(
-        MongoDBSession, client=client, database=database,
-        sessions_collection=sessions_collection, messages_collection=messages_collection,
+        MongoDBSession,
+        client=client,
+        database=database,
+        sessions_collection=sessions_collection,
+        messages_collection=messages_collection,
         session_settings=session_settings,
     )
     catalog = partial(SDKMongoCatalog, client[database], sessions_collection, messages_collection)
@@ -277,7 +304,9 @@ class SDKMongoCatalog:
         out: list[SessionInfo] = []
         async for doc in self.sessions.find(flt).sort("session_id", 1):
             info = SessionInfo(
-                str(doc["session_id"]), utc(doc.get("created_at")), utc(doc.get("updated_at")),
+                str(doc["session_id"]),
+                utc(doc.get("created_at")),
+                utc(doc.get("updated_at")),
                 await self._count(doc),
             )
             if query.matches(info):
@@ -303,6 +332,12 @@ class SDKMongoCatalog:
 
 
 __all__ = [
-    "SDK_MESSAGES_TABLE", "SDK_MONGO_DATABASE", "SDK_REDIS_PREFIX", "SDK_SESSIONS_TABLE",
-    "SDKLayoutSession", "open_mongodb", "open_redis", "open_sqlalchemy"
+    "SDK_MESSAGES_TABLE",
+    "SDK_MONGO_DATABASE",
+    "SDK_REDIS_PREFIX",
+    "SDK_SESSIONS_TABLE",
+    "SDKLayoutSession",
+    "open_mongodb",
+    "open_redis",
+    "open_sqlalchemy",
 ]

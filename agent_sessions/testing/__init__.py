@@ -35,18 +35,40 @@ from .text_search_tier import TextSearchConformance
 
 
 class SessionConformanceSuite(
-    CoreConformance, StrictConformance, SequencingConformance, RangeDeleteConformance,
-    RewriteConformance, FamilyConformance, SequencedWriteConformance, FamilyBatchConformance,
-    GuardedWriteConformance, CheckedPopConformance, SDKCompactionConformance,
+    CoreConformance,
+    StrictConformance,
+    SequencingConformance,
+    RangeDeleteConformance,
+    RewriteConformance,
+    FamilyConformance,
+    SequencedWriteConformance,
+    FamilyBatchConformance,
+    GuardedWriteConformance,
+    CheckedPopConformance,
+    SDKCompactionConformance,
     TextSearchConformance,
 ):
     """Every tier. Override ``create_session``; tune ``max_item_bytes``/``concurrent_tasks``."""
 
 
 __all__ = [
-    "HOSTILE_ID_SUFFIXES", "CheckedPopConformance", "CoreConformance", "FamilyBatchConformance",
-    "FamilyConformance", "GuardedWriteConformance", "RangeDeleteConformance", "RewriteConformance",
-    "SDKCompactionConformance", "SequencedWriteConformance", "SequencingConformance",
-    "SessionConformanceSuite", "StoreConformance", "StrictConformance", "TextSearchConformance",
-    "item_text", "model_input_texts", "scripted_agent", "texts",
+    "HOSTILE_ID_SUFFIXES",
+    "CheckedPopConformance",
+    "CoreConformance",
+    "FamilyBatchConformance",
+    "FamilyConformance",
+    "GuardedWriteConformance",
+    "RangeDeleteConformance",
+    "RewriteConformance",
+    "SDKCompactionConformance",
+    "SequencedWriteConformance",
+    "SequencingConformance",
+    "SessionConformanceSuite",
+    "StoreConformance",
+    "StrictConformance",
+    "TextSearchConformance",
+    "item_text",
+    "model_input_texts",
+    "scripted_agent",
+    "texts",
 ]

@@ -14,8 +14,28 @@ from ..core.capabilities import Capability, supports
 from ..core.family import close_quietly
 
 HOSTILE_ID_SUFFIXES = [
-    "a", "a ", "A", "ab", "a:b", "a{b}", "{a}", "}{", "a%", "a_", "a'\"", "a\\b", "a.b", "$a",
-    "a\nb", "a*", "[a]", "ünïcødé", "日本語", "🙂", "a/../b", "-- DROP TABLE x; --",
+    "a",
+    "a ",
+    "A",
+    "ab",
+    "a:b",
+    "a{b}",
+    "{a}",
+    "}{",
+    "a%",
+    "a_",
+    "a'\"",
+    "a\\b",
+    "a.b",
+    "$a",
+    "a\nb",
+    "a*",
+    "[a]",
+    "ünïcødé",
+    "日本語",
+    "🙂",
+    "a/../b",
+    "-- DROP TABLE x; --",
 ]
 
 

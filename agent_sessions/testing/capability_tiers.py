@@ -66,8 +66,10 @@ class SequencingConformance(ConformanceBase):
             later = await s.add_sequenced_items([msg("c")])
             assert later[0] > seqs[1], "a number popped through another object was reused"
             pairs = await other.get_sequenced_items()
-            assert [(seq, item_text(item)) for seq, item in pairs] == [(seqs[0], "a"),
-                                                                        (later[0], "c")]
+            assert [(seq, item_text(item)) for seq, item in pairs] == [
+                (seqs[0], "a"),
+                (later[0], "c"),
+            ]
         finally:
             await close_quietly(other)
 
@@ -140,11 +142,15 @@ class SequencedWriteConformance(ConformanceBase):
         seqs = [base + 3, base + 4, base + 7, base + 20]
         created = datetime(2020, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
         updated = datetime(2021, 6, 7, 8, 9, 10, tzinfo=timezone.utc)
-        await s.write_sequenced_items([(seq, msg(str(i))) for i, seq in enumerate(seqs)],
-                                      created_at=created, updated_at=updated)
+        await s.write_sequenced_items(
+            [(seq, msg(str(i))) for i, seq in enumerate(seqs)],
+            created_at=created,
+            updated_at=updated,
+        )
         pairs = await s.get_sequenced_items()
         assert [(seq, item_text(item)) for seq, item in pairs] == [
-            (seq, str(i)) for i, seq in enumerate(seqs)]
+            (seq, str(i)) for i, seq in enumerate(seqs)
+        ]
         assert await s.count_items(after=base + 4) == 2
         assert texts(i for _, i in await s.get_sequenced_items(1, before=base + 20)) == ["2"]
         if isinstance(s, SupportsCatalog):
@@ -219,8 +225,9 @@ class GuardedWriteConformance(ConformanceBase):
             await s.append_if_newest(s, first[-1], [msg("b"), "not an object"])
         more = await s.append_if_newest(s, first[-1], [msg("b"), msg("c")])
         assert more is not None and len(more) == 2 and first[-1] < more[0] < more[1]
-        assert await s.get_sequenced_items() == list(zip(
-            first + more, [msg("a"), msg("b"), msg("c")], strict=True))
+        assert await s.get_sequenced_items() == list(
+            zip(first + more, [msg("a"), msg("b"), msg("c")], strict=True)
+        )
 
     async def test_pops_only_while_the_guard_is_unchanged(self) -> None:
         s = await self.new_session(Capability.SEQUENCED, Capability.GUARDED_WRITE)
@@ -293,7 +300,6 @@ class GuardedWriteConformance(ConformanceBase):
         finally:
             await guard.clear_session()
 
-
     async def test_pops_only_while_its_own_newest_is_the_one_given(self) -> None:
         needs = Capability.SEQUENCED, Capability.GUARDED_WRITE, Capability.FAMILY
         s = await self.new_session(*needs)
@@ -364,7 +370,9 @@ class SDKCompactionConformance(ConformanceBase):
         s.clear_session = counted_clear
         stub = _StubCompactions()
         compaction = OpenAIResponsesCompactionSession(
-            s.session_id, s, client=SimpleNamespace(responses=stub)  # type: ignore[arg-type]
+            s.session_id,
+            s,
+            client=SimpleNamespace(responses=stub),  # type: ignore[arg-type]
         )
         stub.output = [{"type": "compaction", "encrypted_content": float("nan")}]  # unstorable
         with pytest.raises(ValueError):
@@ -393,8 +401,12 @@ class SDKCompactionConformance(ConformanceBase):
         assert not await snapshot.replace_suffix(1, [_summary("stale")])
         snapshot = await snapshot_of(3)
         assert await snapshot.replace_suffix(1, [_summary("s2")])
-        assert await s.get_items(100) == [_summary("s1"), msg("u2"), msg("a2", "assistant"),
-                                          _summary("s2")]
+        assert await s.get_items(100) == [
+            _summary("s1"),
+            msg("u2"),
+            msg("a2", "assistant"),
+            _summary("s2"),
+        ]
 
 
 async def _no_snapshot(limit: int) -> None:

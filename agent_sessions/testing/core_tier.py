@@ -32,8 +32,11 @@ class CoreConformance(ConformanceBase):
     async def test_items_round_trip_in_order(self) -> None:
         s = await self.new_session()
         batches = [[msg("one")], [msg("two", "assistant"), msg("three")], [msg("four")]]
-        nested: Any = {"type": "function_call_output", "call_id": "c1",
-                       "output": {"list": [1, 2.5, True, None, "x"], "deep": {"k": [{"a": []}]}}}
+        nested: Any = {
+            "type": "function_call_output",
+            "call_id": "c1",
+            "output": {"list": [1, 2.5, True, None, "x"], "deep": {"k": [{"a": []}]}},
+        }
         for batch in batches:
             await s.add_items(batch)
         await s.add_items([nested])
@@ -142,8 +145,12 @@ class CoreConformance(ConformanceBase):
         second = await Runner.run(agent, "Its population?", session=s)
         assert second.final_output == "About 2.1 million."
         assert model_input_texts(model) == ["Capital of France?", "Paris.", "Its population?"]
-        assert texts(await s.get_items()) == ["Capital of France?", "Paris.", "Its population?",
-                                              "About 2.1 million."]
+        assert texts(await s.get_items()) == [
+            "Capital of France?",
+            "Paris.",
+            "Its population?",
+            "About 2.1 million.",
+        ]
 
     async def test_runner_streamed_carries_history(self) -> None:
         s = await self.new_session()
@@ -154,8 +161,12 @@ class CoreConformance(ConformanceBase):
                 pass
         assert result.final_output == "You said hi before."
         assert model_input_texts(model) == ["Hi", "Hello!", "What did I say?"]
-        assert texts(await s.get_items()) == ["Hi", "Hello!", "What did I say?",
-                                              "You said hi before."]
+        assert texts(await s.get_items()) == [
+            "Hi",
+            "Hello!",
+            "What did I say?",
+            "You said hi before.",
+        ]
 
     async def test_run_config_session_limit_bounds_model_input(self) -> None:
         s = await self.new_session()

@@ -122,8 +122,9 @@ class FamilyConformance(ConformanceBase):
             return AdvancedSession(TTLSession(inner, ttl=2, sliding=True, clock=clock))
 
         branching = stack(s)
-        await branching.add_items([msg("q1"), msg("a1", "assistant"), msg("q2"),
-                                   msg("a2", "assistant")])
+        await branching.add_items(
+            [msg("q1"), msg("a1", "assistant"), msg("q2"), msg("a2", "assistant")]
+        )
         await branching.create_branch_from_turn(2, "alt")
         own = []
         for step in range(7):  # a write to the branch every 0.5 s for 3.5 s
@@ -143,8 +144,9 @@ class FamilyConformance(ConformanceBase):
             await close_quietly(fresh)
 
         other = await self.new_session(suffix="compacted")
-        compacting = CompactionSession(TTLSession(other, ttl=2, sliding=True, clock=clock),
-                                       keep_last=2)
+        compacting = CompactionSession(
+            TTLSession(other, ttl=2, sliding=True, clock=clock), keep_last=2
+        )
         await compacting.add_items([msg(f"m{i}") for i in range(6)])
         assert await compacting.compact(force=True) is not None
         view = await compacting.get_items()
@@ -174,7 +176,6 @@ class FamilyConformance(ConformanceBase):
         finally:
             await close_quietly(fresh)
 
-
     async def test_closing_an_object_leaves_its_sessions_side_stores_working(self) -> None:
         # A store may share side stores among the objects of one session.
         s = await self.new_session(Capability.FAMILY)
@@ -197,23 +198,37 @@ class FamilyBatchConformance(ConformanceBase):
         side: Any = side_store(s, "records")
         seqs = await s.add_sequenced_items([msg(str(i)) for i in range(5)])
         side_seqs = await side.add_sequenced_items([msg("x"), msg("y")])
-        reads = [(side, None, side_seqs[0] - 1, None), (s, 2, None, None), (s, 0, None, None),
-                 (s, None, seqs[0], seqs[4]), (side, 1, None, side_seqs[1])]
-        one_by_one = [await m.get_sequenced_items(limit, after=after, before=before)
-                      for m, limit, after, before in reads]
+        reads = [
+            (side, None, side_seqs[0] - 1, None),
+            (s, 2, None, None),
+            (s, 0, None, None),
+            (s, None, seqs[0], seqs[4]),
+            (side, 1, None, side_seqs[1]),
+        ]
+        one_by_one = [
+            await m.get_sequenced_items(limit, after=after, before=before)
+            for m, limit, after, before in reads
+        ]
         assert await s.get_sequenced_family(reads) == one_by_one
-        assert [texts(i for _, i in rows) for rows in one_by_one] == [["x", "y"], ["3", "4"], [],
-                                                                      ["1", "2", "3"], ["x"]]
+        assert [texts(i for _, i in rows) for rows in one_by_one] == [
+            ["x", "y"],
+            ["3", "4"],
+            [],
+            ["1", "2", "3"],
+            ["x"],
+        ]
         await side.clear_session()
 
     async def test_family_writes_match_writes_one_by_one(self) -> None:
         s = await self.new_session(Capability.FAMILY, Capability.SEQUENCED, Capability.FAMILY_BATCH)
         side: Any = side_store(s, "records")
-        numbers = await s.add_sequenced_family([(side, [msg("x"), msg("y")]), (s, [msg("a")]),
-                                                (s, []), (side, [msg("z")])])
+        numbers = await s.add_sequenced_family(
+            [(side, [msg("x"), msg("y")]), (s, [msg("a")]), (s, []), (side, [msg("z")])]
+        )
         assert [len(n) for n in numbers] == [2, 1, 0, 1]
-        assert await side.get_sequenced_items() == list(zip(
-            numbers[0] + numbers[3], [msg("x"), msg("y"), msg("z")], strict=True))
+        assert await side.get_sequenced_items() == list(
+            zip(numbers[0] + numbers[3], [msg("x"), msg("y"), msg("z")], strict=True)
+        )
         assert await s.get_sequenced_items() == [(numbers[1][0], msg("a"))]
         assert "records" in await s.family_purposes(), "a side store is listed before it is written"
         bad: list[Any] = [msg("b"), "not an object"]
@@ -223,10 +238,13 @@ class FamilyBatchConformance(ConformanceBase):
         assert texts(await side.get_items()) == ["x", "y", "z"], "a bad batch writes nothing"
         assert texts(await s.get_items()) == ["a"]
         for steps in range(8):  # cancelled anywhere: both batches are stored or neither
-            await cancel_after(s.add_sequenced_family(
-                [(side, [msg(f"r{steps}")]), (s, [msg(f"c{steps}")])]), steps)
-            stored = (f"r{steps}" in texts(await side.get_items()),
-                      f"c{steps}" in texts(await s.get_items()))
+            await cancel_after(
+                s.add_sequenced_family([(side, [msg(f"r{steps}")]), (s, [msg(f"c{steps}")])]), steps
+            )
+            stored = (
+                f"r{steps}" in texts(await side.get_items()),
+                f"c{steps}" in texts(await s.get_items()),
+            )
             assert stored in ((True, True), (False, False)), f"half a family write at {steps}"
         await side.clear_session()
 
@@ -238,10 +256,12 @@ class FamilyBatchConformance(ConformanceBase):
         numbers = await s.add_sequenced_family([(other, [msg("o")]), (s, [msg("a")])])
         assert texts(await other.get_items()) == ["o"] and texts(await s.get_items()) == ["a"]
         assert await s.get_sequenced_family([(s, None, None, None), (other, 1, None, None)]) == [
-            [(numbers[1][0], msg("a"))], [(numbers[0][0], msg("o"))]
+            [(numbers[1][0], msg("a"))],
+            [(numbers[0][0], msg("o"))],
         ]
-        encoded = await s.add_encoded_family([(other, encode_batch([msg("o2")])),
-                                              (s, encode_batch([msg("a2"), msg("a3")]))])
+        encoded = await s.add_encoded_family(
+            [(other, encode_batch([msg("o2")])), (s, encode_batch([msg("a2"), msg("a3")]))]
+        )
         assert [len(n) for n in encoded] == [1, 2]
         assert texts(await other.get_items()) == ["o", "o2"]
         assert texts(await s.get_items()) == ["a", "a2", "a3"], "encoded batches store the same"

@@ -13,8 +13,9 @@ from agents.testing import ScriptedModel, assistant_message
 
 def scripted_agent(*replies: str, name: str = "assistant") -> tuple[Agent[Any], ScriptedModel]:
     """Return an agent whose model answers each call with the next of ``replies``."""
-    model = ScriptedModel([[assistant_message(text, item_id=f"msg-{i}")] for i, text in
-                           enumerate(replies)])
+    model = ScriptedModel(
+        [[assistant_message(text, item_id=f"msg-{i}")] for i, text in enumerate(replies)]
+    )
     return Agent(name=name, instructions="Be brief.", model=model), model
 
 

@@ -20,11 +20,38 @@ from .base import ConformanceBase, msg
 from .capability_tiers import _numbers_base
 
 HOSTILE_QUERIES = [
-    '"zebra', 'zebra"', '""zebra""', "zebra*", "-zebra", "+zebra", "NOT zebra", "zebra AND",
-    "OR zebra", "NEAR(zebra walrus)", "NEAR/2 zebra", "text:zebra", "body:zebra", "'zebra'",
-    "^zebra", "(zebra", "zebra)", "zebra'; DROP TABLE x; --", "{zebra}", "[zebra]", "zebra~2",
-    "@zebra", "zebra\\", "zebra\x00", "'); DELETE FROM t; --zebra", "`zebra`", "zebra:*", "!zebra",
-    "zebra|walrus", "zebra & walrus", "<->zebra", "zebra@@"
+    '"zebra',
+    'zebra"',
+    '""zebra""',
+    "zebra*",
+    "-zebra",
+    "+zebra",
+    "NOT zebra",
+    "zebra AND",
+    "OR zebra",
+    "NEAR(zebra walrus)",
+    "NEAR/2 zebra",
+    "text:zebra",
+    "body:zebra",
+    "'zebra'",
+    "^zebra",
+    "(zebra",
+    "zebra)",
+    "zebra'; DROP TABLE x; --",
+    "{zebra}",
+    "[zebra]",
+    "zebra~2",
+    "@zebra",
+    "zebra\\",
+    "zebra\x00",
+    "'); DELETE FROM t; --zebra",
+    "`zebra`",
+    "zebra:*",
+    "!zebra",
+    "zebra|walrus",
+    "zebra & walrus",
+    "<->zebra",
+    "zebra@@",
 ]
 """Queries holding a full-text engine's syntax (FTS5, tsquery, MySQL boolean mode) or SQL
 quotes; each holds the word ``zebra`` (some ``walrus`` too) and nothing else that matches."""
@@ -61,11 +88,15 @@ class TextSearchConformance(ConformanceBase):
 
     async def test_ranks_items_holding_more_query_words_first(self) -> None:
         s = await self.searchable()
-        await s.add_items([
-            note("quokka harbor orchard"), note("harbor meadow orchard"),
-            note("quokka lantern orchard"), note("lantern harbor orchard"),
-            note("meadow violet harbor"),
-        ])
+        await s.add_items(
+            [
+                note("quokka harbor orchard"),
+                note("harbor meadow orchard"),
+                note("quokka lantern orchard"),
+                note("lantern harbor orchard"),
+                note("meadow violet harbor"),
+            ]
+        )
         hits = await self.found(s, "quokka lantern")
         assert hits[0] == "quokka lantern orchard"
         assert sorted(hits[1:]) == ["lantern harbor orchard", "quokka harbor orchard"], (
@@ -95,21 +126,25 @@ class TextSearchConformance(ConformanceBase):
 
     async def test_filters_apply_before_the_limit(self) -> None:
         s = await self.searchable()
-        await s.add_items([
-            note("falcon falcon falcon", role="assistant", at=15),
-            note("falcon ledger", role="user", at=10),
-            note("falcon ledger quill", role="tool", at=20),
-            note("falcon quill", role="user", at=25),
-            note("falcon ledger", role=["user"], at="15"),
-            note("falcon quill", at=True),
-            note("canyon ledger", role="user", at=12),
-        ])
+        await s.add_items(
+            [
+                note("falcon falcon falcon", role="assistant", at=15),
+                note("falcon ledger", role="user", at=10),
+                note("falcon ledger quill", role="tool", at=20),
+                note("falcon quill", role="user", at=25),
+                note("falcon ledger", role=["user"], at="15"),
+                note("falcon quill", at=True),
+                note("canyon ledger", role="user", at=12),
+            ]
+        )
         best = await self.found(s, "falcon", limit=1)
         assert best == ["falcon falcon falcon"]
         users = await self.found(s, "falcon", limit=1, equal={"role": ["user"]})
         assert users and users[0] in ("falcon ledger", "falcon quill")
         assert sorted(await self.found(s, "falcon", equal={"role": ["user", "tool"]})) == [
-            "falcon ledger", "falcon ledger quill", "falcon quill"
+            "falcon ledger",
+            "falcon ledger quill",
+            "falcon quill",
         ], "equal matches a top-level string field only"
         assert await self.found(s, "falcon", equal={"role": []}) == []
         assert await self.found(s, "falcon", equal={"missing": ["user"]}) == []
@@ -119,7 +154,8 @@ class TextSearchConformance(ConformanceBase):
             "falcon quill"
         ]
         assert sorted(await self.found(s, "falcon", between={"at": (None, 15)})) == [
-            "falcon falcon falcon", "falcon ledger"
+            "falcon falcon falcon",
+            "falcon ledger",
         ]
         both = await self.found(
             s, "falcon quill", limit=1, equal={"role": ["user"]}, between={"at": (None, 12)}
@@ -138,8 +174,15 @@ class TextSearchConformance(ConformanceBase):
 
     async def test_query_syntax_is_never_interpreted(self) -> None:
         s = await self.searchable()
-        await s.add_items([note("zebra walrus"), note("zebra"), note("zebrafish tank"),
-                           note("plain words here"), note("another line")])
+        await s.add_items(
+            [
+                note("zebra walrus"),
+                note("zebra"),
+                note("zebrafish tank"),
+                note("plain words here"),
+                note("another line"),
+            ]
+        )
         for query in HOSTILE_QUERIES:
             hits = await self.found(s, query)
             assert "zebra" in hits and "zebra walrus" in hits, f"{query!r} must find zebra"
@@ -150,12 +193,20 @@ class TextSearchConformance(ConformanceBase):
 
     async def test_only_a_string_text_is_indexed(self) -> None:
         s = await self.searchable()
-        await s.add_items([
-            note(5), note(["badger"]), note({"badger": 1}), note(""), note(None),
-            msg("badger in content"),
-            {"role": "user", "content": [{"type": "input_text", "text": "badger nested"}]},
-            note("badger"), note("other words"), {"text2": "badger"},
-        ])
+        await s.add_items(
+            [
+                note(5),
+                note(["badger"]),
+                note({"badger": 1}),
+                note(""),
+                note(None),
+                msg("badger in content"),
+                {"role": "user", "content": [{"type": "input_text", "text": "badger nested"}]},
+                note("badger"),
+                note("other words"),
+                {"text2": "badger"},
+            ]
+        )
         assert await self.found(s, "badger") == ["badger"]
 
     async def test_items_written_before_the_first_search_are_found(self) -> None:
@@ -195,8 +246,9 @@ class TextSearchConformance(ConformanceBase):
         s = await self.searchable(Capability.SEQUENCED_WRITE)
         assert await s.search_text("ibex") == []
         base = _numbers_base()
-        await s.write_sequenced_items([(base, note("ibex copied")),
-                                       (base + 5, note("other copied"))])
+        await s.write_sequenced_items(
+            [(base, note("ibex copied")), (base + 5, note("other copied"))]
+        )
         hits = await s.search_text("ibex copied")
         assert (hits[0][0], hits[0][1]["text"]) == (base, "ibex copied")
 
@@ -209,7 +261,8 @@ class TextSearchConformance(ConformanceBase):
         assert mine[0][1]["text"] == "jackal pinecone"
         assert {item["text"] for _, item, _ in mine} == {"jackal pinecone", "filler pinecone"}
         assert sorted(await self.found(other, "jackal", limit=100)) == [
-            "jackal pinecone", "jackal tulip"
+            "jackal pinecone",
+            "jackal tulip",
         ]
         await other.clear_session()
         assert len(await self.found(s, "jackal")) == 1
@@ -227,8 +280,15 @@ class TextSearchConformance(ConformanceBase):
 
     async def test_unicode_words(self) -> None:
         s = await self.searchable()
-        await s.add_items([note("Müller schreibt"), note("日本語 テキスト"), note("plain ascii"),
-                           note("other line"), note("more lines")])
+        await s.add_items(
+            [
+                note("Müller schreibt"),
+                note("日本語 テキスト"),
+                note("plain ascii"),
+                note("other line"),
+                note("more lines"),
+            ]
+        )
         assert await self.found(s, "Müller") == ["Müller schreibt"]
         assert await self.found(s, "schreibt!") == ["Müller schreibt"]
         # Tokenizers differ on scripts without spaces; whatever matches must hold the word.

@@ -50,11 +50,18 @@ class SessionWrapper(OptionsChecked, SessionABC):
     ``foreign.sequenced``, which numbers a foreign ``inner`` through ``ForeignSession`` (side
     stores are then required). Set by the layer, so this module need not import foreign.py."""
 
-    def __init__(self, inner: Session, *, sibling_factory: Callable[[str], Session] | None = None,
-                 session_settings: SessionSettings | dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        inner: Session,
+        *,
+        sibling_factory: Callable[[str], Session] | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+    ) -> None:
         name = type(self).__name__
-        if not all(callable(getattr(inner, method, None))
-                   for method in ("get_items", "add_items", "pop_item", "clear_session")):
+        if not all(
+            callable(getattr(inner, method, None))
+            for method in ("get_items", "add_items", "pop_item", "clear_session")
+        ):
             raise TypeError(
                 f"{name} wraps a Session (get_items, add_items, pop_item, "
                 f"clear_session); got {type(inner).__name__}"
@@ -67,8 +74,11 @@ class SessionWrapper(OptionsChecked, SessionABC):
             capabilities = capabilities_of(inner)
         self._inner_caps = capabilities
         """What ``inner`` declares, read once (a session's capabilities are fixed)."""
-        if self.numbering is not None and sibling_factory is None and (
-                Capability.FAMILY not in capabilities):
+        if (
+            self.numbering is not None
+            and sibling_factory is None
+            and (Capability.FAMILY not in capabilities)
+        ):
             raise TypeError(
                 f"{name} keeps its side data in the same store as the inner session, but "
                 f"a {type(inner).__name__} cannot open sibling sessions; pass "
@@ -144,8 +154,9 @@ class SessionWrapper(OptionsChecked, SessionABC):
     compaction hooks then go straight to the inner session. Otherwise the layer overrides them
     or declines, and ``OpenAIResponsesCompactionSession`` falls back to its own checked path."""
 
-    async def _get_compaction_snapshot(self, limit: int, *,
-                                       prune_prefix: Callable[[Any], bool] | None = None) -> Any:
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
+    ) -> Any:
         """The SDK's hook: the inner session's snapshot when this layer passes it through,
         else None (declined)."""
         reader = getattr(self.inner, "_get_compaction_snapshot", None)
@@ -223,8 +234,11 @@ class SessionWrapper(OptionsChecked, SessionABC):
         """Close the side stores and ``inner`` without I/O if possible (see
         ``core.family.close_at_once``); True when done. Otherwise ``_release`` does the rest."""
         self._closed = True
-        return (self._idle() and (self._family is None or self._family.close_at_once())
-                and close_at_once(self.inner))
+        return (
+            self._idle()
+            and (self._family is None or self._family.close_at_once())
+            and close_at_once(self.inner)
+        )
 
     def _idle(self) -> bool:
         """Whether this layer has nothing of its own to finish when closing (its own

@@ -72,8 +72,9 @@ def layers(session: Session) -> Iterator[object]:
         layer = getattr(layer, "inner", None)
 
 
-def sequenced(session: Session, sibling_factory: SiblingFactory | None = None, *,
-              wrapper: str = "a layer") -> Session:
+def sequenced(
+    session: Session, sibling_factory: SiblingFactory | None = None, *, wrapper: str = "a layer"
+) -> Session:
     """Return ``session`` when it offers sequence numbers, else ``ForeignSession`` over it.
 
     Raises:
@@ -107,8 +108,11 @@ class Numbering:
     def below(self, bound: int) -> int:
         """How many items have a number below ``bound``."""
         ends = [pos for pos, _ in self.runs[1:]] + [self.n + 1]
-        return sum(min(end - pos, bound - seq)
-                   for (pos, seq), end in zip(self.runs, ends, strict=False) if seq < bound)
+        return sum(
+            min(end - pos, bound - seq)
+            for (pos, seq), end in zip(self.runs, ends, strict=False)
+            if seq < bound
+        )
 
     def added(self, k: int) -> list[int]:
         if k and not (self.n and self.seq_at(self.n) == self.high):
@@ -145,8 +149,9 @@ _LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Locks] = weakref.W
 
 def _store_key(session: Session) -> tuple[str, ...]:
     kind = type(session)
-    where = getattr(session, "db_path", None) or getattr(getattr(session, "inner", None),
-                                                         "db_path", "")
+    where = getattr(session, "db_path", None) or getattr(
+        getattr(session, "inner", None), "db_path", ""
+    )
     return (f"{kind.__module__}.{kind.__qualname__}", str(where), session.session_id)
 
 
@@ -165,8 +170,13 @@ class ForeignSession(SessionWrapper):
         ValueError: ``inner``'s items expire on their own.
     """
 
-    def __init__(self, inner: Session, *, sibling_factory: SiblingFactory | None = None,
-                 wrapper: str = "ForeignSession") -> None:
+    def __init__(
+        self,
+        inner: Session,
+        *,
+        sibling_factory: SiblingFactory | None = None,
+        wrapper: str = "ForeignSession",
+    ) -> None:
         super().__init__(inner, sibling_factory=sibling_factory)
         layer = expiring_layer(inner)
         if layer is not None:
@@ -212,8 +222,11 @@ class ForeignSession(SessionWrapper):
         newest = await self.inner.get_items(1)
         digest = self._newest = _digest(newest[-1]) if newest else None
         record = records[-1] if records else None
-        if not (isinstance(record, dict) and record.get("type") == NUMBERING_TYPE
-                and isinstance(record.get("after"), list)):
+        if not (
+            isinstance(record, dict)
+            and record.get("type") == NUMBERING_TYPE
+            and isinstance(record.get("after"), list)
+        ):
             if not newest:
                 return Numbering()
             adopted = Numbering().renumbered(len(await self._count()))  # an existing history
@@ -224,8 +237,11 @@ class ForeignSession(SessionWrapper):
             return self._resolved[1].copy()
         after = Numbering.from_json(record["after"])
         before = Numbering.from_json(record["before"])
-        candidates = [state for state, last in ((after, record.get("last")),
-                                                (before, record.get("was"))) if last == digest]
+        candidates = [
+            state
+            for state, last in ((after, record.get("last")), (before, record.get("was")))
+            if last == digest
+        ]
         if len(candidates) == 1 or (candidates and after.n == before.n):
             state = candidates[0]
             state.high = max(after.high, before.high)
@@ -253,10 +269,18 @@ class ForeignSession(SessionWrapper):
         return (after if after.n >= before.n else before).renumbered(m)  # else: fresh numbers
 
     async def _record(self, before: Numbering, after: Numbering, was: Any, last: Any) -> None:
-        await self._log.add_items([{  # type: ignore[list-item]
-            "type": NUMBERING_TYPE, "id": uuid.uuid4().hex, "before": before.to_json(),
-            "after": after.to_json(), "was": was, "last": last,
-        }])
+        await self._log.add_items(
+            [
+                {  # type: ignore[list-item]
+                    "type": NUMBERING_TYPE,
+                    "id": uuid.uuid4().hex,
+                    "before": before.to_json(),
+                    "after": after.to_json(),
+                    "was": was,
+                    "last": last,
+                }
+            ]
+        )
 
     # -- the Session API -----------------------------------------------------------------------
 
@@ -289,13 +313,17 @@ class ForeignSession(SessionWrapper):
             await self.inner.add_items(items)
             landed = await self.inner.get_items(len(items) + 1)
             expected = len(items) + (1 if before.n else 0)
-            if len(landed) == expected and _digest(landed[-1]) == last and (
-                    not before.n or _digest(landed[0]) == was):
+            if (
+                len(landed) == expected
+                and _digest(landed[-1]) == last
+                and (not before.n or _digest(landed[0]) == was)
+            ):
                 return seqs
             return await self._number_interleaved(before, was, items)
 
-    async def _number_interleaved(self, before: Numbering, was: str | None,
-                                  batch: list[Any]) -> list[int]:
+    async def _number_interleaved(
+        self, before: Numbering, was: str | None, batch: list[Any]
+    ) -> list[int]:
         """Number a history in which another writer's items landed around ``batch`` (a
         foreign session that retries a conflicting write, such as the SDK's DaprSession, puts
         the batch behind them); return the batch's numbers (lock held)."""

@@ -48,7 +48,8 @@ def sdk_classes(path: str, *names: str) -> dict[str, Any]:
             needed.add(name)
             todo += [base.id for base in classes[name].bases if isinstance(base, ast.Name)]
     kept = [
-        node for node in body
+        node
+        for node in body
         if _own_import(node) or (isinstance(node, ast.ClassDef) and node.name in needed)
     ]
     namespace: dict[str, Any] = {"__name__": f"sdk_doubles.{path}"}

@@ -450,7 +450,9 @@ EXCLUDED: dict[str, str] = {
     # tests/extensions/memory/test_mongodb_session.py (FakeAsyncMongoClient -> mongomock-motor
     # or a real server, see sdk_swap._mongodb_target)
     "test_mongodb_session.py::test_constructor_rejects_non_string_session_id": _EXACT
-    + "; and " + _FAKE + "_metadata_calls, _databases, _closed",
+    + "; and "
+    + _FAKE
+    + "_metadata_calls, _databases, _closed",
     "test_mongodb_session.py::test_from_uri_rejects_non_string_session_id_before_client_creation": (
         _EXACT + " (the client is not created here either)"
     ),
@@ -467,9 +469,13 @@ EXCLUDED: dict[str, str] = {
     "test_mongodb_session.py::test_pop_item_cancellation_waits_for_exhausted_batch_cleanup": _FAKE
     + "_docs (after the cancellation, which waits here too)",
     "test_mongodb_session.py::test_close_owned_client_is_closed": _PRIVATE
-    + "_owns_client; and " + _FAKE + "_closed",
+    + "_owns_client; and "
+    + _FAKE
+    + "_closed",
     "test_mongodb_session.py::test_close_external_client_not_closed": _PRIVATE
-    + "_owns_client; and " + _FAKE + "_closed",
+    + "_owns_client; and "
+    + _FAKE
+    + "_closed",
     "test_mongodb_session.py::test_external_client_session_stays_usable_after_close": _PRIVATE
     + "_owns_client (tests/test_mongodb.py::test_injected_client_stays_open_after_close)",
     "test_mongodb_session.py::test_failed_close_is_terminal_and_can_be_retried": _PRIVATE

@@ -58,8 +58,17 @@ def sdk_tree(version: str | None = None) -> Path:
 
 def _download(version: str, into: Path) -> Path:
     command = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-        "--disable-pip-version-check", "-d", str(into), f"openai-agents=={version}",
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        "--disable-pip-version-check",
+        "-d",
+        str(into),
+        f"openai-agents=={version}",
     ]
     try:
         import hatchling  # noqa: F401  (the SDK's build backend: skips a 40 s build env)

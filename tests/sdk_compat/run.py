@@ -33,9 +33,13 @@ FILES = {
 
 TARGETS = {
     "sqlite": [
-        "test_session.py", "test_session_limit.py", "test_sqlalchemy_compaction.py",
-        "test_sqlalchemy_session.py", "test_encrypt_session.py",
-        "test_advanced_sqlite_session.py", "test_async_sqlite_session.py",
+        "test_session.py",
+        "test_session_limit.py",
+        "test_sqlalchemy_compaction.py",
+        "test_sqlalchemy_session.py",
+        "test_encrypt_session.py",
+        "test_advanced_sqlite_session.py",
+        "test_async_sqlite_session.py",
         "test_mongodb_session.py",
     ],
     "redis": ["test_redis_session.py"],
@@ -107,10 +111,24 @@ def run_sdk_file(name: str, target: str, *, extra: list[str] | None = None) -> R
             "AGENT_SESSIONS_SDK_REPORT": str(report),
         }
         command = [
-            sys.executable, "-m", "pytest", "-p", "sdk_swap", "-c", str(tree / "pyproject.toml"),
-            "--rootdir", str(tree), "-q", "-p", "no:cacheprovider",
-            "--timeout", os.environ.get("AGENT_SESSIONS_SDK_TIMEOUT", "30"),
-            "-o", "addopts=", str(path), *(extra or []),
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "sdk_swap",
+            "-c",
+            str(tree / "pyproject.toml"),
+            "--rootdir",
+            str(tree),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--timeout",
+            os.environ.get("AGENT_SESSIONS_SDK_TIMEOUT", "30"),
+            "-o",
+            "addopts=",
+            str(path),
+            *(extra or []),
         ]
         done = subprocess.run(
             command, cwd=tree, env=env, capture_output=True, text=True, timeout=1800
@@ -119,8 +137,13 @@ def run_sdk_file(name: str, target: str, *, extra: list[str] | None = None) -> R
             raise RuntimeError(f"the SDK test run wrote no report:\n{done.stdout}\n{done.stderr}")
         data = json.loads(report.read_text())
     return Result(
-        name, target, data["outcomes"], data["messages"], data["unused_exclusions"],
-        data["not_swapped"], done.stdout + done.stderr,
+        name,
+        target,
+        data["outcomes"],
+        data["messages"],
+        data["unused_exclusions"],
+        data["not_swapped"],
+        done.stdout + done.stderr,
     )
 
 

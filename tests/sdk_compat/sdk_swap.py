@@ -70,9 +70,7 @@ SWAPS: dict[str, dict[str, tuple[str, str]]] = {
     "agents.extensions.memory.sqlalchemy_session": {
         "SQLAlchemySession": ("agent_sessions", "SQLAlchemySession")
     },
-    "agents.extensions.memory.redis_session": {
-        "RedisSession": ("agent_sessions", "RedisSession")
-    },
+    "agents.extensions.memory.redis_session": {"RedisSession": ("agent_sessions", "RedisSession")},
     "agents.extensions.memory.mongodb_session": {
         "MongoDBSession": ("agent_sessions", "MongoDBSession")
     },
@@ -199,7 +197,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     keys = {
         key
         for table in (
-            exclusions.EXCLUDED, exclusions.DIFFERENCES, exclusions.BY_TARGET.get(TARGET, {})
+            exclusions.EXCLUDED,
+            exclusions.DIFFERENCES,
+            exclusions.BY_TARGET.get(TARGET, {}),
         )
         for key in table
         if key.split("::")[0] in files
@@ -257,9 +257,7 @@ def _sql_target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         base = POSTGRES_URL
         _run(_admin(base, [f'CREATE SCHEMA "{name}"']))
         url = base
-        engine_kwargs: dict[str, Any] = {
-            "connect_args": {"server_settings": {"search_path": name}}
-        }
+        engine_kwargs: dict[str, Any] = {"connect_args": {"server_settings": {"search_path": name}}}
         drop = [f'DROP SCHEMA "{name}" CASCADE']
     else:
         base = MARIADB_URL

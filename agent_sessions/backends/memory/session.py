@@ -155,8 +155,13 @@ class InMemorySession(BaseSession):
     capabilities = STORE_CAPABILITIES | {Capability.TEXT_SEARCH}
     _single_dispatch_writes = True
 
-    def __init__(self, session_id: str, *, store: InMemoryStore | None = None,
-                 **options: Unpack[StoreOptions]) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        store: InMemoryStore | None = None,
+        **options: Unpack[StoreOptions],
+    ) -> None:
         super().__init__(session_id, **options)
         self.store = store if store is not None else DEFAULT_STORE
 
@@ -284,8 +289,9 @@ class InMemorySession(BaseSession):
             del entries.payloads[:cut]
             return cut
 
-    async def _replace_rows(self, expected: list[Row] | None, payloads: list[str],
-                            prune: Callable[[str], bool] | None) -> bool:
+    async def _replace_rows(
+        self, expected: list[Row] | None, payloads: list[str], prune: Callable[[str], bool] | None
+    ) -> bool:
         """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``), under the
         store's lock."""
         with self.store.lock:
@@ -342,8 +348,10 @@ class InMemorySession(BaseSession):
                 where = check
 
             ranked = entries.index.bm25.search(" ".join(words), where=where, top_k=limit)
-            return [(seq, entries.payloads[bisect_left(entries.seqs, seq)], score)
-                    for seq, score in ranked]
+            return [
+                (seq, entries.payloads[bisect_left(entries.seqs, seq)], score)
+                for seq, score in ranked
+            ]
 
     def catalog_store(self) -> CatalogStore:
         """Return the catalog of this session's store (see ``agent_sessions.ops.catalog``)."""

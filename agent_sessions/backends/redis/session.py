@@ -236,7 +236,6 @@ class RedisStore:
             await self.client.aclose()
 
 
-
 def _read_range(
     target: Any, key: str, limit: int | None, after: int | None, before: int | None
 ) -> Any:

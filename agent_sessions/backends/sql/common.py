@@ -215,8 +215,13 @@ def _core(t: Tables) -> tuple[TableClause, TableClause]:
 
 
 def _range(
-    s: TableClause, m: TableClause, order: tuple[str, ...], count: bool, after: bool,
-    before: bool, limit: bool,
+    s: TableClause,
+    m: TableClause,
+    order: tuple[str, ...],
+    count: bool,
+    after: bool,
+    before: bool,
+    limit: bool,
 ) -> ClauseElement:
     """A session's rows (or their count) with after < seq < before; with ``limit`` the newest
     ``limit``, newest first, else oldest first. ``order``: the columns ordering them by seq."""
@@ -317,9 +322,7 @@ class SqlDialect(ABC):
         key = (build, *shape)
         found = self._compiled.get(key)
         if found is None:
-            found = self._compiled[key] = Statement(
-                build(*self._core, *shape), self.engine_dialect
-            )
+            found = self._compiled[key] = Statement(build(*self._core, *shape), self.engine_dialect)
         return found
 
     @abstractmethod
@@ -469,7 +472,11 @@ class SqlDialect(ABC):
         return await self.write_one(conn, older.sql, older.args(sid=session_id, seq=before))
 
     async def replace_rows(
-        self, conn: Any, session_id: str, expected: list[Row] | None, payloads: list[str],
+        self,
+        conn: Any,
+        session_id: str,
+        expected: list[Row] | None,
+        payloads: list[str],
         prune: Callable[[str], bool] | None,
     ) -> bool:
         """The SDK compaction hook's swap in one transaction (see ``core.sdk_compaction``):
@@ -488,7 +495,10 @@ class SqlDialect(ABC):
         return await self.write(conn, run)
 
     async def _delete_for_swap(
-        self, conn: Any, session_id: str, expected: list[Row] | None,
+        self,
+        conn: Any,
+        session_id: str,
+        expected: list[Row] | None,
         prune: Callable[[str], bool] | None,
     ) -> bool:
         if expected is None:
@@ -664,8 +674,12 @@ def run_check(check: Callable[[str], Any], payload: str) -> Any:
 
 
 def filter_clause(
-    filters: TextFilters, templates: tuple[str, str, str], mark: Callable[[int], str], *,
-    array: bool = False, number: Callable[[float], Any] = lambda bound: bound,
+    filters: TextFilters,
+    templates: tuple[str, str, str],
+    mark: Callable[[int], str],
+    *,
+    array: bool = False,
+    number: Callable[[float], Any] = lambda bound: bound,
 ) -> tuple[str, list[Any]]:
     """SQL (`` AND ..``) and parameters of ``search_text``'s filters. ``templates``: a field
     ``{f}`` is a string among ``{values}``, is a number, is ``{op}`` a bound ``{mark}``;

@@ -562,7 +562,8 @@ class MySQLDialect(SqlDialect):
 
     def unavailable(self, exc: BaseException) -> bool:
         return any(
-            isinstance(e, (OSError, asyncio.TimeoutError)) or _code(e) in _GONE
+            isinstance(e, (OSError, asyncio.TimeoutError))
+            or _code(e) in _GONE
             or (type(e).__name__ == "InterfaceError" and type(e).__module__.startswith(_DRIVERS))
             for e in causes(exc)
         )

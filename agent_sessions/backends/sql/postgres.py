@@ -39,8 +39,13 @@ from .common import (
 T = TypeVar("T")
 
 _UNAVAILABLE = (
-    OSError, asyncio.TimeoutError, pg.ConnectionDoesNotExistError, pg.PostgresConnectionError,
-    pg.CannotConnectNowError, pg.AdminShutdownError, pg.CrashShutdownError,
+    OSError,
+    asyncio.TimeoutError,
+    pg.ConnectionDoesNotExistError,
+    pg.PostgresConnectionError,
+    pg.CannotConnectNowError,
+    pg.AdminShutdownError,
+    pg.CrashShutdownError,
     pg.TooManyConnectionsError,
 )
 
@@ -250,7 +255,10 @@ class PostgresDialect(SqlDialect):
             "SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) "
             "AND tgname = ANY($2::text[]) AND to_regclass($3) IS NOT NULL "
             "AND to_regclass($4) IS NOT NULL",
-            self.t.messages, [x.name("ins"), x.name("upd")], x.index, x.registry,
+            self.t.messages,
+            [x.name("ins"), x.name("upd")],
+            x.index,
+            x.registry,
         )
         return int(found) == 2
 
@@ -385,14 +393,19 @@ class PostgresDialect(SqlDialect):
             "ON CONFLICT (session_id) DO UPDATE SET "
             "last_seq = GREATEST(s.last_seq, EXCLUDED.last_seq), "
             "created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at",
-            session_id, last, created, updated,
+            session_id,
+            last,
+            created,
+            updated,
         )
 
     async def insert_rows(self, conn: Any, session_id: str, rows: list[Row]) -> None:
         await conn.execute(
             f"INSERT INTO {self.t.messages} (session_id, seq, message_data) "
             "SELECT $1, u.seq, u.data FROM unnest($2::bigint[], $3::text[]) AS u(seq, data)",
-            session_id, [seq for seq, _ in rows], [payload for _, payload in rows],
+            session_id,
+            [seq for seq, _ in rows],
+            [payload for _, payload in rows],
         )
 
     def is_closed(self, conn: Any) -> bool:

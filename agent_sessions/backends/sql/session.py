@@ -50,8 +50,12 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _DRIVERS = {
-    ("postgresql", "asyncpg"), ("mysql", "asyncmy"), ("mysql", "aiomysql"),
-    ("mariadb", "asyncmy"), ("mariadb", "aiomysql"), ("sqlite", "aiosqlite"),
+    ("postgresql", "asyncpg"),
+    ("mysql", "asyncmy"),
+    ("mysql", "aiomysql"),
+    ("mariadb", "asyncmy"),
+    ("mariadb", "aiomysql"),
+    ("sqlite", "aiosqlite"),
 }
 _RETRIES = 5
 _INT64_MAX = 2**63 - 1
@@ -100,8 +104,12 @@ class _Store:
     the pool's check-out and check-in on every operation."""
 
     def __init__(
-        self, engine: AsyncEngine, tables: Tables, keep_idle: int,
-        timeouts: tuple[float | None, float | None], reset_on_checkin: bool = True,
+        self,
+        engine: AsyncEngine,
+        tables: Tables,
+        keep_idle: int,
+        timeouts: tuple[float | None, float | None],
+        reset_on_checkin: bool = True,
     ) -> None:
         self.engine = engine
         self.dialect = _make_dialect(engine, tables)
@@ -173,8 +181,11 @@ _stores_lock = threading.Lock()
 
 
 def _store_for(
-    engine: AsyncEngine, tables: Tables, keep_idle: int = 0,
-    timeouts: tuple[float | None, float | None] = (None, None), reset_on_checkin: bool = True,
+    engine: AsyncEngine,
+    tables: Tables,
+    keep_idle: int = 0,
+    timeouts: tuple[float | None, float | None] = (None, None),
+    reset_on_checkin: bool = True,
 ) -> _Store:
     with _stores_lock:
         by_tables = _stores.get(engine.sync_engine)
@@ -246,7 +257,8 @@ def _create_engine(url: str, kwargs: dict[str, Any]) -> AsyncEngine:
         parsed = make_url(url)
         raise missing(
             f"the URL scheme {parsed.drivername}://",
-            _DRIVER_EXTRAS.get(parsed.get_driver_name(), "sqlalchemy"), exc,
+            _DRIVER_EXTRAS.get(parsed.get_driver_name(), "sqlalchemy"),
+            exc,
         ) from exc
 
 
@@ -261,7 +273,10 @@ class _SharedEngine:
     _registry_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(
-        self, key: tuple[str, str], url: str, kwargs: dict[str, Any],
+        self,
+        key: tuple[str, str],
+        url: str,
+        kwargs: dict[str, Any],
         timeouts: tuple[float | None, float | None],
     ) -> None:
         self.key = key
@@ -274,7 +289,10 @@ class _SharedEngine:
 
     @classmethod
     def acquire(
-        cls, url: str, kwargs: dict[str, Any], timeouts: tuple[float | None, float | None],
+        cls,
+        url: str,
+        kwargs: dict[str, Any],
+        timeouts: tuple[float | None, float | None],
         key: tuple[str, str],
     ) -> _SharedEngine:
         with cls._registry_lock:
@@ -464,10 +482,15 @@ class SQLAlchemySession(BaseSession):
             return cls(
                 session_id,
                 engine=None,  # type: ignore[arg-type]
-                create_tables=create_tables, table_prefix=table_prefix,
-                sessions_table=sessions_table, messages_table=messages_table,
-                session_settings=session_settings, max_item_bytes=max_item_bytes,
-                strict=strict, ensure_ascii=ensure_ascii, _shared=shared,
+                create_tables=create_tables,
+                table_prefix=table_prefix,
+                sessions_table=sessions_table,
+                messages_table=messages_table,
+                session_settings=session_settings,
+                max_item_bytes=max_item_bytes,
+                strict=strict,
+                ensure_ascii=ensure_ascii,
+                _shared=shared,
             )
         except BaseException:
             shared.forget()
@@ -475,8 +498,11 @@ class SQLAlchemySession(BaseSession):
 
     @staticmethod
     def schema_statements(
-        dialect: str, *, table_prefix: str = "agent_sessions_",
-        sessions_table: str | None = None, messages_table: str | None = None,
+        dialect: str,
+        *,
+        table_prefix: str = "agent_sessions_",
+        sessions_table: str | None = None,
+        messages_table: str | None = None,
     ) -> list[str]:
         """Return the SQL that ``create_tables=True`` runs, for migration tools or a DBA.
 

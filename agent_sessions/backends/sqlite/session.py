@@ -143,8 +143,14 @@ class _Schema:
 
         return pop
 
-    def read(self, raw: sqlite3.Connection, sid: str, limit: int | None = None,
-             after: int | None = None, before: int | None = None) -> list[Any]:
+    def read(
+        self,
+        raw: sqlite3.Connection,
+        sid: str,
+        limit: int | None = None,
+        after: int | None = None,
+        before: int | None = None,
+    ) -> list[Any]:
         """``sid``'s rows in a range, oldest first (with a limit: the newest ``limit``)."""
         sql, params = _range_sql(self.select, after, before)
         if limit is None:
@@ -181,8 +187,13 @@ class _Job:
 
     __slots__ = ("args", "delivered", "fn", "future", "loop", "schema", "waiter")
 
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], schema: _Schema | None,
-                 loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        schema: _Schema | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         self.fn, self.args, self.schema, self.loop = fn, args, schema, loop
         self.future: asyncio.Future[Any] = loop.create_future()
         self.delivered = False
@@ -246,8 +257,12 @@ class SQLiteStore:
         ``":memory:"``)."""
         store: SQLiteStore | None
         if path == ":memory:":
-            store = cls((f":memory:{id(object())}", busy_timeout, synchronous), path,
-                        busy_timeout, synchronous)
+            store = cls(
+                (f":memory:{id(object())}", busy_timeout, synchronous),
+                path,
+                busy_timeout,
+                synchronous,
+            )
             store.users = 1
             return store
         given = (path, float(busy_timeout), synchronous)
@@ -321,9 +336,13 @@ class SQLiteStore:
             if job is not None:
                 await _settled(job)
 
-
-    def _submit(self, fn: Callable[..., Any], args: tuple[Any, ...], schema: _Schema | None,
-                last: bool = False) -> _Job | None:
+    def _submit(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        schema: _Schema | None,
+        last: bool = False,
+    ) -> _Job | None:
         """Queue one job (``last``: the closing one, or None when no worker ever started).
 
         Under the lock, so a job is either queued before the closing one (and runs) or
@@ -479,8 +498,9 @@ def _write(raw: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
     return result
 
 
-def _register_in(raw: sqlite3.Connection, schema: _Schema, registry: str, purpose: str,
-                 entry: str) -> None:
+def _register_in(
+    raw: sqlite3.Connection, schema: _Schema, registry: str, purpose: str, entry: str
+) -> None:
     """Inside a write transaction: list ``purpose`` in the family registry ``registry`` unless
     it is listed (``BaseSession._register`` as one step of a larger write)."""
     records = []
@@ -582,7 +602,8 @@ class SQLiteSession(BaseSession):
         """Whether ``other`` is a SQLiteSession on this connection and tables (one job can
         serve both: the worker creates the job's schema only)."""
         return (
-            isinstance(other, SQLiteSession) and other.store is self.store
+            isinstance(other, SQLiteSession)
+            and other.store is self.store
             and other.schema.key == self.schema.key
         )
 
@@ -618,8 +639,13 @@ class SQLiteSession(BaseSession):
             session.listed()
         return result
 
-    def _guarded(self, guard: BaseSession, seq: int | None, fn: Callable[[sqlite3.Connection], T],
-                 own: int | None = None) -> Callable[[sqlite3.Connection], T | object]:
+    def _guarded(
+        self,
+        guard: BaseSession,
+        seq: int | None,
+        fn: Callable[[sqlite3.Connection], T],
+        own: int | None = None,
+    ) -> Callable[[sqlite3.Connection], T | object]:
         """``fn`` run only while ``guard``'s newest item is numbered ``seq`` (and, when ``own``
         is not None, this session's newest is ``own``), else _STALE."""
         newest = f"SELECT max(id) FROM {self.messages_table} WHERE session_id = ?"
@@ -754,8 +780,9 @@ class SQLiteSession(BaseSession):
         self._hold.detach()
         return True
 
-    async def _replace_rows(self, expected: list[Row] | None, payloads: list[str],
-                            prune: Callable[[str], bool] | None) -> bool:
+    async def _replace_rows(
+        self, expected: list[Row] | None, payloads: list[str], prune: Callable[[str], bool] | None
+    ) -> bool:
         """The SDK compaction hook's atomic swap (see ``core.sdk_compaction``)."""
         sid, schema = self.session_id, self.schema
 

@@ -143,8 +143,15 @@ class TextIndexSchema:
                     params += [path, _bindable(bound)]
         return sql, params
 
-    def run_search(self, raw: sqlite3.Connection, sid: str, words: list[str], limit: int,
-                   equal: Equal, between: Between) -> list[Any]:
+    def run_search(
+        self,
+        raw: sqlite3.Connection,
+        sid: str,
+        words: list[str],
+        limit: int,
+        equal: Equal,
+        between: Between,
+    ) -> list[Any]:
         """``(seq, payload, score)`` of the session's best ``limit`` hits, best first: among
         the best few hits of its row ids when enough of them pass (they are then the best of
         all), else among all hits. Each word an FTS5 string (``\\w+`` holds no quote), joined

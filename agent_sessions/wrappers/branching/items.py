@@ -8,9 +8,9 @@ import re
 from typing import Any
 
 TOOL_CALL_TYPES = frozenset(
-    "tool_call function_call computer_call file_search_call web_search_call code_interpreter_call"
-    " tool_search_call custom_tool_call mcp_call mcp_approval_request shell_call apply_patch_call"
-    .split()
+    "tool_call function_call computer_call file_search_call web_search_call"
+    " code_interpreter_call tool_search_call custom_tool_call mcp_call mcp_approval_request"
+    " shell_call apply_patch_call".split()
 )
 """Message types counted by ``get_tool_usage``."""
 

@@ -38,9 +38,13 @@ def _decode_lineage(value: Any) -> Lineage | None:
         return None
     out = []
     for segment in value:
-        if not (isinstance(segment, list) and len(segment) == 2 and isinstance(segment[0], str)
-                and (segment[0] == MAIN or (segment[0].isalnum() and len(segment[0]) <= 40))
-                and (segment[1] is None or isinstance(segment[1], int))):
+        if not (
+            isinstance(segment, list)
+            and len(segment) == 2
+            and isinstance(segment[0], str)
+            and (segment[0] == MAIN or (segment[0].isalnum() and len(segment[0]) <= 40))
+            and (segment[1] is None or isinstance(segment[1], int))
+        ):
             return None
         out.append((segment[0], segment[1]))
     if out[-1][1] is not None:
@@ -85,10 +89,16 @@ class BranchState:
     def to_record(self, upto: int) -> dict[str, Any]:
         """A checkpoint record: this state, the fold of the records numbered up to ``upto``."""
         return {
-            "op": "checkpoint", "upto": upto, "used": sorted(self.used), "current": self.current,
-            "keys": sorted(self.keys), "deleted_by": self.deleted_by,
-            "branches": [[b.name, encode_lineage(b.lineage), b.created_at, b.op_id, b.moved_by]
-                         for b in self.branches.values()],
+            "op": "checkpoint",
+            "upto": upto,
+            "used": sorted(self.used),
+            "current": self.current,
+            "keys": sorted(self.keys),
+            "deleted_by": self.deleted_by,
+            "branches": [
+                [b.name, encode_lineage(b.lineage), b.created_at, b.op_id, b.moved_by]
+                for b in self.branches.values()
+            ],
         }
 
     @classmethod
@@ -138,8 +148,11 @@ class BranchState:
             branch = self.branches.get(name)
             # A move applies only to the lineage it was computed from: of two objects moving
             # one branch at once, the first in log order wins and the other sees it lost.
-            if (lineage is not None and branch is not None
-                    and _decode_lineage(record.get("from")) == branch.lineage):
+            if (
+                lineage is not None
+                and branch is not None
+                and _decode_lineage(record.get("from")) == branch.lineage
+            ):
                 branch.lineage = lineage
                 branch.moved_by = record.get("id")
                 self.keys.update(key for key, _ in lineage)
@@ -156,7 +169,9 @@ class BranchState:
         ``seq``, when given)."""
         return any(
             k == key and (seq is None or before is None or seq < before)
-            for name, b in self.branches.items() if name != besides for k, before in b.lineage
+            for name, b in self.branches.items()
+            if name != besides
+            for k, before in b.lineage
         )
 
 
@@ -188,8 +203,11 @@ class BranchLog:
         """``sync`` and the rows of ``reads`` (see :func:`read_family`), read together: one
         round trip when the store serves family reads at once."""
         fresh = not self.applied
-        log_read: Read = ((self.session, PAGE, None, None) if fresh
-                          else (self.session, None, self.applied - 1, None))
+        log_read: Read = (
+            (self.session, PAGE, None, None)
+            if fresh
+            else (self.session, None, self.applied - 1, None)
+        )
         log_rows, *rows = await read_family([log_read, *reads])
         state = await (self._fold_fresh(log_rows) if fresh else self._apply(log_rows))
         return state, rows
@@ -271,8 +289,9 @@ class BranchLog:
         op_id = uuid.uuid4().hex
         return await self.append({**record, "id": op_id}), op_id
 
-    async def append_op_if_newest(self, record: dict[str, Any], storage: Session,
-                                  seq: int) -> tuple[BranchState, str] | None:
+    async def append_op_if_newest(
+        self, record: dict[str, Any], storage: Session, seq: int
+    ) -> tuple[BranchState, str] | None:
         """``append_op`` only while ``storage``'s newest number is ``seq``, in one atomic step
         (GUARDED_WRITE); None: nothing appended (it changed, or the store declined)."""
         op_id = uuid.uuid4().hex

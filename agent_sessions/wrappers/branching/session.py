@@ -38,6 +38,7 @@ T = TypeVar("T")
 _FOLLOWS = 8
 """Times an add follows a branch that concurrent pops keep moving before it gives up."""
 
+
 class BranchingSession(SessionWrapper):
     """A session whose history can branch at any user turn; the SDK's branching API.
 
@@ -55,8 +56,13 @@ class BranchingSession(SessionWrapper):
 
     numbering = staticmethod(sequenced)
 
-    def __init__(self, inner: Session, *, sibling_factory: SiblingFactory | None = None,
-                 logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self,
+        inner: Session,
+        *,
+        sibling_factory: SiblingFactory | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
         super().__init__(inner, sibling_factory=sibling_factory)
         self._storages = Storages(self.inner, self.side_store)
         self._view = View(self._storages)
@@ -73,8 +79,9 @@ class BranchingSession(SessionWrapper):
         state = await self._log.sync()
         return state, state.current, state.branches[state.current].lineage
 
-    async def get_items(self, limit: int | None = None,
-                        branch_id: str | None = None) -> list[TResponseInputItem]:
+    async def get_items(
+        self, limit: int | None = None, branch_id: str | None = None
+    ) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items of the current branch (or of ``branch_id``;
         ``[]`` for an unknown branch), oldest first."""
         limit = self.resolve_limit(limit)
@@ -114,8 +121,9 @@ class BranchingSession(SessionWrapper):
             seqs = await storage.add_sequenced_items(items)  # type: ignore[attr-defined]
             await self._follow_moved_tail(name, key, seqs, items)
 
-    async def _follow_moved_tail(self, name: str, key: str, seqs: list[int],
-                                 items: list[TResponseInputItem]) -> None:
+    async def _follow_moved_tail(
+        self, name: str, key: str, seqs: list[int], items: list[TResponseInputItem]
+    ) -> None:
         """Re-append ``items`` (stored as ``seqs`` in ``key``) to ``name``'s current storage if
         a concurrent pop put the branch's fork point on ``key`` below all of them (before any
         was seen), removing the copy left behind: a visible add leaves one copy, a failed one
@@ -196,12 +204,19 @@ class BranchingSession(SessionWrapper):
                 own = index == len(lineage) - 1
                 tail = (uuid.uuid4().hex, None) if own else lineage[-1]
                 moved = (*lineage[:index], (key, seq), tail)
-                record = {"op": "lineage", "name": name, "from": encode_lineage(lineage),
-                          "lineage": encode_lineage(moved)}
+                record = {
+                    "op": "lineage",
+                    "name": name,
+                    "from": encode_lineage(lineage),
+                    "lineage": encode_lineage(moved),
+                }
                 attempt = (self._log.applied, key, seq, "move")
                 storage = self._storages.storage(key)
-                if own and attempt != tried and supports(self._log.session,
-                                                         Capability.GUARDED_WRITE):
+                if (
+                    own
+                    and attempt != tried
+                    and supports(self._log.session, Capability.GUARDED_WRITE)
+                ):
                     # Only while the item is still its storage's newest: an add that landed
                     # above it meanwhile (and checked the log before this move) would be
                     # hidden by the move. Read again then (or, declined with nothing changed,
@@ -218,8 +233,9 @@ class BranchingSession(SessionWrapper):
                     return item  # type: ignore[no-any-return]
                 # another object moved this branch first: pop its new newest
 
-    async def _pop_own(self, key: str, found: tuple[int, Any] | None, *,
-                       guard: bool) -> tuple[bool, Any]:
+    async def _pop_own(
+        self, key: str, found: tuple[int, Any] | None, *, guard: bool
+    ) -> tuple[bool, Any]:
         """Pop the newest item of storage ``key`` (the branch's own, seen by no other branch):
         only ``found`` ``(seq, item)`` when given and, with ``guard`` where the store guards
         writes, only while the branch log holds nothing this object has not applied (no branch
@@ -230,7 +246,8 @@ class BranchingSession(SessionWrapper):
         if guard and supports(storage, Capability.GUARDED_WRITE):
             guarded: SupportsGuardedWrite = storage  # type: ignore[assignment]
             return await guarded.pop_if_newest(
-                self._log.session, self._log.applied or None,
+                self._log.session,
+                self._log.applied or None,
                 newest=None if found is None else found[0],
             )
         if found is None:
@@ -245,9 +262,11 @@ class BranchingSession(SessionWrapper):
         state = self._log.state
         key = state.branches[state.current].lineage[-1][0]
         storage = self._storages.storage(key)
-        if (not supports(storage, Capability.GUARDED_WRITE)
-                or (popping and state.shares(key, besides=state.current))
-                or not (self._log.applied or self._log.may_be_empty())):
+        if (
+            not supports(storage, Capability.GUARDED_WRITE)
+            or (popping and state.shares(key, besides=state.current))
+            or not (self._log.applied or self._log.may_be_empty())
+        ):
             return None
         return storage  # type: ignore[return-value]
 
@@ -289,8 +308,9 @@ class BranchingSession(SessionWrapper):
     async def _after_clear(self) -> None:
         """Called when the session is being cleared, before the branches are reset."""
 
-    async def create_branch_from_turn(self, turn_number: int,
-                                      branch_name: str | None = None) -> str:
+    async def create_branch_from_turn(
+        self, turn_number: int, branch_name: str | None = None
+    ) -> str:
         """Create a branch holding everything before user turn ``turn_number`` of the current
         branch, make it current and return its id.
 
@@ -308,24 +328,34 @@ class BranchingSession(SessionWrapper):
             if isinstance(turn_number, int) and not isinstance(turn_number, bool):
                 turn = await self._view.turn(lineage, turn_number)
             if turn is None:
-                raise BranchError(f"Turn {turn_number} does not contain a user message in "
-                                  f"branch '{source}'")
+                raise BranchError(
+                    f"Turn {turn_number} does not contain a user message in branch '{source}'"
+                )
             if branch_name is not None and branch_name in state.used:
                 raise _used(branch_name)
             for attempt in range(8):  # an auto name another object took is picked again
                 name = branch_name if branch_name is not None else _auto_name(state, turn_number)
-                forked = (*lineage[: turn.segment], (lineage[turn.segment][0], turn.seq),
-                          (uuid.uuid4().hex, None))
+                forked = (
+                    *lineage[: turn.segment],
+                    (lineage[turn.segment][0], turn.seq),
+                    (uuid.uuid4().hex, None),
+                )
                 # Until this record no branch shares the items below the turn, so another
                 # object's pops may delete them after the read: with items below, the branch
                 # becomes current only once they are checked (else an add by another object
                 # could land on a branch then withdrawn).
                 checked = turn.below is not None
-                state, op_id = await self._log.append_op({
-                    "op": "create", "name": name, "parent": source, "turn": turn_number,
-                    "lineage": encode_lineage(forked), "at": now_text(),
-                    **({"switch": False} if checked else {}),
-                })
+                state, op_id = await self._log.append_op(
+                    {
+                        "op": "create",
+                        "name": name,
+                        "parent": source,
+                        "turn": turn_number,
+                        "lineage": encode_lineage(forked),
+                        "at": now_text(),
+                        **({"switch": False} if checked else {}),
+                    }
+                )
                 created = state.branches.get(name)
                 if created is not None and created.op_id == op_id:
                     break
@@ -341,12 +371,14 @@ class BranchingSession(SessionWrapper):
                 await self._log.append({"op": "switch", "name": name})
         # DONT_LOG_MODEL_DATA: the SDK's switch for logging conversation content
         shown = "" if _debug.DONT_LOG_MODEL_DATA else f" ('{content_preview(turn.content, 50)}')"
-        self._logger.debug("Created branch '%s' from turn %s%s in '%s'", name, turn_number, shown,
-                           source)
+        self._logger.debug(
+            "Created branch '%s' from turn %s%s in '%s'", name, turn_number, shown, source
+        )
         return name
 
-    async def create_branch_from_content(self, search_term: str,
-                                         branch_name: str | None = None) -> str:
+    async def create_branch_from_content(
+        self, search_term: str, branch_name: str | None = None
+    ) -> str:
         """Create a branch from the first user turn containing ``search_term``.
 
         Raises:
@@ -389,8 +421,10 @@ class BranchingSession(SessionWrapper):
         async with self._lock:
             state = await self._log.sync()
             if branch_id == state.current and not force:
-                raise BranchError(f"Cannot delete current branch '{branch_id}'. Use force=True "
-                                  "or switch branches first")
+                raise BranchError(
+                    f"Cannot delete current branch '{branch_id}'. Use force=True "
+                    "or switch branches first"
+                )
             branch = state.branches.get(branch_id)
             if branch is None:
                 raise BranchNotFoundError(f"Branch '{branch_id}' does not exist")
@@ -413,12 +447,15 @@ class BranchingSession(SessionWrapper):
             for name, branch in state.branches.items():
                 scans = await self._view.scans(branch.lineage)
                 pairs = list(zip(branch.lineage, scans, strict=False))
-                out.append({
-                    "branch_id": name,
-                    "message_count": sum(s.items_below(b) for (_, b), s in pairs),
-                    "user_turns": sum(s.users_below(b) for (_, b), s in pairs),
-                    "is_current": name == state.current, "created_at": branch.created_at,
-                })
+                out.append(
+                    {
+                        "branch_id": name,
+                        "message_count": sum(s.items_below(b) for (_, b), s in pairs),
+                        "user_turns": sum(s.users_below(b) for (_, b), s in pairs),
+                        "is_current": name == state.current,
+                        "created_at": branch.created_at,
+                    }
+                )
             return out
 
     async def get_conversation_turns(self, branch_id: str | None = None) -> list[dict[str, Any]]:
@@ -427,15 +464,20 @@ class BranchingSession(SessionWrapper):
         (None: items carry no time), ``"can_branch"}``."""
         return await self._turn_dicts(branch_id, 100)
 
-    async def find_turns_by_content(self, search_term: str,
-                                    branch_id: str | None = None) -> list[dict[str, Any]]:
+    async def find_turns_by_content(
+        self, search_term: str, branch_id: str | None = None
+    ) -> list[dict[str, Any]]:
         """Return the user turns whose text contains ``search_term`` (ASCII case-insensitive),
         shaped as ``get_conversation_turns`` with the content uncut."""
-        return [turn for turn in await self._turn_dicts(branch_id)
-                if content_matches(turn["full_content"], search_term)]
+        return [
+            turn
+            for turn in await self._turn_dicts(branch_id)
+            if content_matches(turn["full_content"], search_term)
+        ]
 
-    async def get_conversation_by_turns(self, branch_id: str | None = None
-                                        ) -> dict[int, list[dict[str, str | None]]]:
+    async def get_conversation_by_turns(
+        self, branch_id: str | None = None
+    ) -> dict[int, list[dict[str, str | None]]]:
         """Return ``{turn: [{"type", "tool_name"}, ...]}`` for every item of a branch (items
         before the first user message are turn 0)."""
         turns: dict[int, list[dict[str, str | None]]] = {}
@@ -443,14 +485,23 @@ class BranchingSession(SessionWrapper):
             turns.setdefault(turn, []).append({"type": kind, "tool_name": tool})
         return turns
 
-    async def _turn_dicts(self, branch_id: str | None, cut: int | None = None
-                          ) -> list[dict[str, Any]]:
-        return [{"turn": t.number, "content": content_preview(t.content, cut),
-                 "full_content": t.content, "timestamp": None, "can_branch": True}
-                for t in await self._on_branch(branch_id, self._view.turns)]
+    async def _turn_dicts(
+        self, branch_id: str | None, cut: int | None = None
+    ) -> list[dict[str, Any]]:
+        return [
+            {
+                "turn": t.number,
+                "content": content_preview(t.content, cut),
+                "full_content": t.content,
+                "timestamp": None,
+                "can_branch": True,
+            }
+            for t in await self._on_branch(branch_id, self._view.turns)
+        ]
 
-    async def _on_branch(self, branch_id: str | None,
-                         read: Callable[[Lineage], Awaitable[list[T]]]) -> list[T]:
+    async def _on_branch(
+        self, branch_id: str | None, read: Callable[[Lineage], Awaitable[list[T]]]
+    ) -> list[T]:
         """``read`` of a branch's lineage (current when None; ``[]`` for an unknown branch)."""
         async with self._lock:
             lineage = self._lineage(await self._log.sync(), branch_id)

@@ -22,8 +22,13 @@ MAIN = "main"
 """The storage key of the inner session itself."""
 
 
-async def read_rows(session: Session, limit: int | None = None, *, after: int | None = None,
-                    before: int | None = None) -> list[tuple[int, Any]]:
+async def read_rows(
+    session: Session,
+    limit: int | None = None,
+    *,
+    after: int | None = None,
+    before: int | None = None,
+) -> list[tuple[int, Any]]:
     """Return ``(seq, item)`` with after < seq < before, the latest ``limit``, oldest first."""
     if limit is not None and limit <= 0:
         return []
@@ -31,8 +36,9 @@ async def read_rows(session: Session, limit: int | None = None, *, after: int | 
     return await seq_session.get_sequenced_items(limit, after=after, before=before)
 
 
-async def newest_first(session: Session, page: int, cap: int,
-                       before: int | None = None) -> AsyncIterator[tuple[int, Any]]:
+async def newest_first(
+    session: Session, page: int, cap: int, before: int | None = None
+) -> AsyncIterator[tuple[int, Any]]:
     """``(seq, item)`` below ``before``, newest first, read in pages growing up to ``cap``."""
     while True:
         rows = await read_rows(session, page, before=before)
@@ -73,8 +79,11 @@ async def read_family(reads: list[Read]) -> list[list[tuple[int, Any]]]:
     if supports(first, Capability.FAMILY_BATCH):
         family: SupportsFamilyBatch = first  # type: ignore[assignment]
         return await family.get_sequenced_family(reads)
-    return list(await asyncio.gather(
-        *(read_rows(s, limit, after=after, before=before) for s, limit, after, before in reads)))
+    return list(
+        await asyncio.gather(
+            *(read_rows(s, limit, after=after, before=before) for s, limit, after, before in reads)
+        )
+    )
 
 
 class Storages:

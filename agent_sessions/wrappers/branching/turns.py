@@ -105,12 +105,16 @@ class TurnIndex:
 
     def _adopt(self, head: dict[str, Any]) -> None:
         blocks, tail = head.get("blocks"), head.get("tail")
-        if not (isinstance(blocks, list) and isinstance(tail, list)
-                and all(isinstance(b, list) and len(b) == 3 for b in blocks)):
+        if not (
+            isinstance(blocks, list)
+            and isinstance(tail, list)
+            and all(isinstance(b, list) and len(b) == 3 for b in blocks)
+        ):
             return  # not ours: an empty index is always safe
         try:  # all or nothing: a half-adopted head would give wrong turns
             adopted = (
-                [(int(s), int(f), int(la)) for s, f, la in blocks], [int(s) for s in tail],
+                [(int(s), int(f), int(la)) for s, f, la in blocks],
+                [int(s) for s in tail],
                 int(head.get("heads", 0)),
             )
         except (TypeError, ValueError):
@@ -140,8 +144,7 @@ class TurnIndex:
 
     async def _persist(self) -> None:
         """Seal full blocks and append a head; rewrite the store now and then (old heads)."""
-        compact = self._heads + 1 >= COMPACT_EVERY and supports(self.store,
-                                                                Capability.RANGE_DELETE)
+        compact = self._heads + 1 >= COMPACT_EVERY and supports(self.store, Capability.RANGE_DELETE)
         first_new: int | None = None
         if compact:
             contents = [await self._block(record) for record, _, _ in self.blocks]
@@ -153,18 +156,24 @@ class TurnIndex:
             self.tail = self.tail[BLOCK:]
         if sealed:
             seqs = await self.store.add_sequenced_items(  # type: ignore[attr-defined]
-                [{"block": block} for block in sealed])
+                [{"block": block} for block in sealed]
+            )
             first_new = seqs[0]
             for record, block in zip(seqs, sealed, strict=True):
                 self._cache[record] = block
                 self.blocks.append((record, block[0], block[-1]))
         self._heads = 0 if compact else self._heads + 1
-        head = {"through": self.through, "blocks": [list(b) for b in self.blocks],
-                "tail": self.tail, "heads": self._heads}
+        head = {
+            "through": self.through,
+            "blocks": [list(b) for b in self.blocks],
+            "tail": self.tail,
+            "heads": self._heads,
+        }
         seqs = await self.store.add_sequenced_items([head])  # type: ignore[attr-defined]
         if compact:
             await self.store.delete_items(  # type: ignore[attr-defined]
-                before=first_new if first_new is not None else seqs[0])
+                before=first_new if first_new is not None else seqs[0]
+            )
 
     async def seq_at(self, k: int) -> int:
         """The sequence number of the ``k``-th indexed user message (from 0, expired ones

@@ -41,15 +41,22 @@ def _details(value: Any) -> dict[str, Any] | None:
 
 def _position(record: dict[str, Any]) -> Position | None:
     found = record.get("p")
-    if (isinstance(found, list) and len(found) == 2 and isinstance(found[0], str)
-            and isinstance(found[1], int) and not isinstance(found[1], bool)):
+    if (
+        isinstance(found, list)
+        and len(found) == 2
+        and isinstance(found[0], str)
+        and isinstance(found[1], int)
+        and not isinstance(found[1], bool)
+    ):
         return found[0], found[1]
     return None
 
 
 def _turn_fields(record: dict[str, Any]) -> dict[str, Any]:
-    return {**{name: record.get(name, 0) for name in _TOTALS},
-            **{name: record.get(name) for name in _DETAILS}}
+    return {
+        **{name: record.get(name, 0) for name in _TOTALS},
+        **{name: record.get(name) for name in _DETAILS},
+    }
 
 
 async def _records(log: Session) -> dict[tuple[str, str, int], dict[str, Any]]:
@@ -100,11 +107,16 @@ class UsageQueries:
                 if position is None:
                     self._logger.debug("Skipping usage store: no user turn on %r yet", branch)
                     return
-                await self.side_store("usage").add_items([{
-                    "b": branch, "p": list(position),
-                    **{name: getattr(usage, name) or 0 for name in _TOTALS},
-                    **{name: _details(getattr(usage, name, None)) for name in _DETAILS},
-                }])  # type: ignore[list-item]
+                await self.side_store("usage").add_items(
+                    [
+                        {
+                            "b": branch,
+                            "p": list(position),
+                            **{name: getattr(usage, name) or 0 for name in _TOTALS},
+                            **{name: _details(getattr(usage, name, None)) for name in _DETAILS},
+                        }
+                    ]
+                )  # type: ignore[list-item]
         except Exception as exc:  # the SDK's contract: usage never breaks a conversation
             self._logger.error("Failed to store session usage: %s", exc, exc_info=True)
 
@@ -116,11 +128,14 @@ class UsageQueries:
         rows = list((await self._numbered(branch_id or None)).values())
         if not rows:
             return None
-        return {**{name: sum(r.get(name, 0) for r in rows) for name in _TOTALS},
-                "total_turns": len(rows)}
+        return {
+            **{name: sum(r.get(name, 0) for r in rows) for name in _TOTALS},
+            "total_turns": len(rows),
+        }
 
-    async def get_turn_usage(self, user_turn_number: int | None = None,
-                             branch_id: str | None = None) -> list[dict[str, Any]] | dict[str, Any]:
+    async def get_turn_usage(
+        self, user_turn_number: int | None = None, branch_id: str | None = None
+    ) -> list[dict[str, Any]] | dict[str, Any]:
         """Return one turn's usage with token details (``{}`` when none), or every turn's of
         the branch (current when None, each with ``user_turn_number``), ordered by turn."""
         if branch_id is None:
@@ -143,8 +158,10 @@ class UsageQueries:
                 lineages = (await self._branches())[1]
                 for name in sorted(wanted & lineages.keys()):
                     lineage = lineages[name]
-                    numbers[name] = {(lineage[t.segment][0], t.seq): t.number
-                                     for t in await self._view.turns(lineage)}
+                    numbers[name] = {
+                        (lineage[t.segment][0], t.seq): t.number
+                        for t in await self._view.turns(lineage)
+                    }
         out: dict[UsageKey, dict[str, Any]] = {}
         for (branch, key, seq), record in records.items():
             turn = numbers.get(branch, {}).get((key, seq))
@@ -164,11 +181,13 @@ class UsageQueries:
         for turn, kind, tool in structure:
             # (A shell or apply_patch call's tool name is its type: see extract_tool_name.)
             if kind in TOOL_CALL_TYPES or (
-                    kind == "tool_search_output" and (turn, tool) not in search_calls):
+                kind == "tool_search_output" and (turn, tool) not in search_calls
+            ):
                 counts[(tool, turn)] = counts.get((tool, turn), 0) + 1
         # The SDK's GROUP BY orders by turn, then tool name (NULL first).
-        ordered = sorted(counts.items(),
-                         key=lambda kv: (kv[0][1], kv[0][0] is not None, str(kv[0][0] or "")))
+        ordered = sorted(
+            counts.items(), key=lambda kv: (kv[0][1], kv[0][0] is not None, str(kv[0][0] or ""))
+        )
         return [(name, count, turn) for (name, turn), count in ordered]
 
 

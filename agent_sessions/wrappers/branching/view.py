@@ -117,8 +117,9 @@ class View:
         if scan is not None and seq <= scan.through and not scan.drop_last(seq):
             del self._scans[key]
 
-    async def read(self, lineage: Lineage, limit: int | None,
-                   tail: list[tuple[int, Any]] | None = None) -> list[Any]:
+    async def read(
+        self, lineage: Lineage, limit: int | None, tail: list[tuple[int, Any]] | None = None
+    ) -> list[Any]:
         """Return the latest ``limit`` items of the view (all when None), oldest first;
         ``tail`` is the last (open) segment's rows when already read with that ``limit``."""
         out: list[Any] = []
@@ -126,8 +127,12 @@ class View:
         for key, before in reversed(lineage):
             if tail is not None:
                 rows, tail = tail, None
-            elif (before is not None and remaining is not None and remaining <= FROZEN_TAIL
-                  and not self._expires(key)):
+            elif (
+                before is not None
+                and remaining is not None
+                and remaining <= FROZEN_TAIL
+                and not self._expires(key)
+            ):
                 rows = await self._frozen_rows(key, before, remaining)
             else:
                 rows = await read_rows(self.storages.storage(key), remaining, before=before)
@@ -195,7 +200,9 @@ class View:
             storage = self.storages.storage(key)
             self._indexes[key] = (
                 TurnIndex(storage, self.storages.side(f"turns.{key}"), self._expires(key))
-                if indexable(storage) else None)
+                if indexable(storage)
+                else None
+            )
         return self._indexes[key]
 
     async def clear_indexes(self, keys: set[str]) -> None:
@@ -221,8 +228,9 @@ class View:
                     index.invalidate()  # type: ignore[union-attr]
         return await self._scanned_turn(lineage, number)
 
-    async def _indexed_turn(self, lineage: Lineage, number: int,
-                            indexes: list[TurnIndex]) -> Turn | None:
+    async def _indexed_turn(
+        self, lineage: Lineage, number: int, indexes: list[TurnIndex]
+    ) -> Turn | None:
         seen = 0
         for segment, ((key, before), index) in enumerate(zip(lineage, indexes, strict=True)):
             await index.sync()
@@ -294,6 +302,7 @@ class View:
 
 async def _drop_expired(session: Any, scan: Scan) -> None:
     """Forget the scan's oldest items that expired since it was made (see ``first_visible``)."""
+
     async def seq_at(i: int) -> int:
         return scan.items[i][0]
 

@@ -17,8 +17,16 @@ from .trigger import (
 )
 
 __all__ = [
-    "AgentSummarizer", "CompactionRecord", "CompactionResult", "CompactionSession",
-    "CompactionTrigger", "CompactionTriggerContext", "ExtractiveSummarizer",
-    "ResponsesCompactionSummarizer", "Summarizer", "TokenEstimator", "item_count_trigger",
+    "AgentSummarizer",
+    "CompactionRecord",
+    "CompactionResult",
+    "CompactionSession",
+    "CompactionTrigger",
+    "CompactionTriggerContext",
+    "ExtractiveSummarizer",
+    "ResponsesCompactionSummarizer",
+    "Summarizer",
+    "TokenEstimator",
+    "item_count_trigger",
     "token_threshold_trigger",
 ]

@@ -44,8 +44,11 @@ def _pair_key(item: Any) -> tuple[str, bool] | None:
 
 
 def _is_user_message(item: Any) -> bool:
-    return (isinstance(item, dict) and item.get("role") == "user"
-            and item.get("type") in (None, "message"))
+    return (
+        isinstance(item, dict)
+        and item.get("role") == "user"
+        and item.get("type") in (None, "message")
+    )
 
 
 def after_reasoning(items: Sequence[Any], c: int) -> bool:
@@ -97,8 +100,14 @@ def choose_cut(items: Sequence[Any], *, lowest: int, highest: int) -> int | None
     latest = next((c for c in range(highest, lowest - 1, -1) if ok[c]), None)
     if latest is None:
         return None
-    turn_start = next((c for c in range(latest, lowest - 1, -1)
-                       if ok[c] and c < len(items) and _is_user_message(items[c])), None)
+    turn_start = next(
+        (
+            c
+            for c in range(latest, lowest - 1, -1)
+            if ok[c] and c < len(items) and _is_user_message(items[c])
+        ),
+        None,
+    )
     if turn_start is not None and (turn_start - lowest) * 2 >= latest - lowest:
         return turn_start
     return latest

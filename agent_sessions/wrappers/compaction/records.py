@@ -52,10 +52,15 @@ class CompactionRecord:
             summary = item["summary"]
             if not isinstance(summary, list) or not all(isinstance(i, dict) for i in summary):
                 raise ValueError("summary is not a list of items")
-            return cls(boundary=int(item["boundary"]), summary=summary,
-                       archived=int(item["archived"]), summarizer=str(item.get("summarizer", "")),
-                       reason=str(item.get("reason", "compaction")),
-                       created_at=float(item.get("created_at", 0.0)), id=str(item["id"]))
+            return cls(
+                boundary=int(item["boundary"]),
+                summary=summary,
+                archived=int(item["archived"]),
+                summarizer=str(item.get("summarizer", "")),
+                reason=str(item.get("reason", "compaction")),
+                created_at=float(item.get("created_at", 0.0)),
+                id=str(item["id"]),
+            )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise BackendDataError(
                 f"{where} holds an item that is not a compaction record ({exc}); "

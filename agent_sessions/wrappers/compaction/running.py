@@ -44,11 +44,16 @@ class RunningView:
 
     def unchanged(self, view_len: int, candidates_len: int) -> bool:
         """Whether the lists still have the lengths they had (a trigger may have mutated them)."""
-        return ((len(self.view), len(self.candidates)) == (view_len, candidates_len)
-                and len(self.view) >= len(self.seqs))
+        return (len(self.view), len(self.candidates)) == (view_len, candidates_len) and len(
+            self.view
+        ) >= len(self.seqs)
 
-    async def extend(self, pairs: list[tuple[int, TResponseInputItem]], estimator: TokenEstimator,
-                     known: dict[int, int] | None = None) -> None:
+    async def extend(
+        self,
+        pairs: list[tuple[int, TResponseInputItem]],
+        estimator: TokenEstimator,
+        known: dict[int, int] | None = None,
+    ) -> None:
         """Append newly read ``(seq, item)`` pairs, counting the tokens of those whose count
         ``known`` (by sequence number) lacks."""
         if not pairs:
@@ -64,14 +69,25 @@ class RunningView:
                 self.candidates.append(item)
 
 
-async def refresh(known: RunningView | None, inner: Session, *, record_id: str | None,
-                  summary: list[TResponseInputItem], boundary: int | None, generation: int,
-                  incremental: bool, estimator: TokenEstimator) -> RunningView:
+async def refresh(
+    known: RunningView | None,
+    inner: Session,
+    *,
+    record_id: str | None,
+    summary: list[TResponseInputItem],
+    boundary: int | None,
+    generation: int,
+    incremental: bool,
+    estimator: TokenEstimator,
+) -> RunningView:
     """Return the view after ``boundary``: ``known`` extended by the new items when it is
     provably still valid (``incremental`` and same record and generation), else a full read
     (reusing ``known``'s token counts by sequence number)."""
-    if (incremental and known is not None
-            and (known.record_id, known.generation) == (record_id, generation)):
+    if (
+        incremental
+        and known is not None
+        and (known.record_id, known.generation) == (record_id, generation)
+    ):
         if not known.seqs:
             await known.extend(await read_rows(inner, after=boundary), estimator)
             return known
@@ -93,5 +109,6 @@ async def refresh(known: RunningView | None, inner: Session, *, record_id: str |
 
 def _user_or_compaction(item: Any) -> bool:
     """Items the SDK does not count as compaction candidates."""
-    return isinstance(item, dict) and (item.get("role") == "user"
-                                       or item.get("type") == "compaction")
+    return isinstance(item, dict) and (
+        item.get("role") == "user" or item.get("type") == "compaction"
+    )

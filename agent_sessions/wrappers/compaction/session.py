@@ -81,8 +81,6 @@ class CompactionResult:
     estimated_tokens_before: int
 
 
-
-
 class _Aborted(Exception):
     """The history changed under a compaction; it is dropped, the view stays as it was."""
 
@@ -194,12 +192,14 @@ class CompactionSession(SessionWrapper):
         # ``limit`` items less those at or below it.
         if Capability.FAMILY_BATCH in self._inner_caps:
             family: SupportsFamilyBatch = self.inner  # type: ignore[assignment]
-            rows, pairs = await family.get_sequenced_family([(self._sibling, 1, None, None),
-                                                             (self.inner, limit, None, None)])
+            rows, pairs = await family.get_sequenced_family(
+                [(self._sibling, 1, None, None), (self.inner, limit, None, None)]
+            )
             record = self._record_of(rows[-1][1]) if rows else None
         else:
-            record, pairs = await asyncio.gather(self._latest_record(),
-                                                 read_rows(self.inner, limit))
+            record, pairs = await asyncio.gather(
+                self._latest_record(), read_rows(self.inner, limit)
+            )
         self._record_seen = record
         if record is None:
             return [item for _, item in pairs]
@@ -270,8 +270,9 @@ class CompactionSession(SessionWrapper):
                 return item  # type: ignore[no-any-return]
             tried = None
         while True:
-            rows, pairs = await read_family([(self._sibling, 1, None, None),
-                                             (self.inner, 1, None, None)])
+            rows, pairs = await read_family(
+                [(self._sibling, 1, None, None), (self.inner, 1, None, None)]
+            )
             seq = self._records_newest = rows[-1][0] if rows else None
             if rows:
                 record = self._record_of(rows[-1][1])
@@ -350,11 +351,13 @@ class CompactionSession(SessionWrapper):
                 self._queued = (queued_force, response_id)
                 return
             self._queued = None  # left behind by a closed event loop; it never committed
-        self._task = loop.create_task(self._background(force, response_id),
-                                      name=f"compaction {self.session_id!r}")
+        self._task = loop.create_task(
+            self._background(force, response_id), name=f"compaction {self.session_id!r}"
+        )
 
-    async def compact(self, *, force: bool = True,
-                      response_id: str | None = None) -> CompactionResult | None:
+    async def compact(
+        self, *, force: bool = True, response_id: str | None = None
+    ) -> CompactionResult | None:
         """Compact now (``force=False``: only if the trigger agrees); wait for the result.
 
         Returns None when nothing was compacted (trigger declined, nothing outside
@@ -394,8 +397,9 @@ class CompactionSession(SessionWrapper):
         pairs = await read_rows(self.inner, limit, before=record.boundary + 1)
         return [item for _, item in pairs]
 
-    async def search_archive(self, text: str, *, limit: int | None = None
-                             ) -> list[TResponseInputItem]:
+    async def search_archive(
+        self, text: str, *, limit: int | None = None
+    ) -> list[TResponseInputItem]:
         """Return archived items whose text contains ``text`` (case-insensitive), oldest first;
         with ``limit``, the latest ``limit`` matches. Scans the archive newest first, in pages."""
         self._check_open()
@@ -456,11 +460,13 @@ class CompactionSession(SessionWrapper):
             # deleting store never reuses sequence numbers, so everything newer than this
             # committed boundary stays.
             deleted: int = await inner.delete_items(  # type: ignore[attr-defined]
-                before=boundaries[-1 - keep_compactions] + 1)
+                before=boundaries[-1 - keep_compactions] + 1
+            )
             return deleted
 
-    async def get_summary_and_tail(self, limit: int | None = None
-                                   ) -> tuple[list[TResponseInputItem], list[TResponseInputItem]]:
+    async def get_summary_and_tail(
+        self, limit: int | None = None
+    ) -> tuple[list[TResponseInputItem], list[TResponseInputItem]]:
         """Return the two parts of the view read together: the summary in force (empty before
         the first compaction) and the latest ``limit`` items after it (all when None), oldest
         first. ``WindowSession`` uses it to keep the summary in front of its window."""
@@ -508,7 +514,9 @@ class CompactionSession(SessionWrapper):
         written."""
         state, inner = self._appended, self.inner
         if (
-            state is None or state[0] is not self._running or not state[0].seqs
+            state is None
+            or state[0] is not self._running
+            or not state[0].seqs
             or Capability.GUARDED_WRITE not in self._inner_caps
         ):
             self._appended = None
@@ -541,8 +549,9 @@ class CompactionSession(SessionWrapper):
             await self.compact(force=force, response_id=response_id)
         except Exception as exc:
             self.last_error = exc
-            logger.warning("%s %r failed; the history is unchanged", what, self.session_id,
-                           exc_info=True)
+            logger.warning(
+                "%s %r failed; the history is unchanged", what, self.session_id, exc_info=True
+            )
 
     async def _background(self, force: bool, response_id: str | None) -> None:
         while True:
@@ -606,13 +615,16 @@ class CompactionSession(SessionWrapper):
             logger.debug("compaction of %r: no safe cut outside keep_last", self.session_id)
             return None
         covered = tail[: cut - len(summary)]
-        new_summary = await self.summarizer.summarize([item for _, item in covered],
-                                                      previous_summary=summary)
+        new_summary = await self.summarizer.summarize(
+            [item for _, item in covered], previous_summary=summary
+        )
         _check_summary(new_summary)
         new_record = CompactionRecord(
-            boundary=covered[-1][0], summary=list(new_summary),
+            boundary=covered[-1][0],
+            summary=list(new_summary),
             archived=(record.archived if record is not None else 0) + len(covered),
-            summarizer=str(getattr(self.summarizer, "name", type(self.summarizer).__name__)))
+            summarizer=str(getattr(self.summarizer, "name", type(self.summarizer).__name__)),
+        )
         # Over an inner that guards no pop, also this process's pops of the session wait (see
         # pop_item): none lands between the check and the commit.
         unguarded = contextlib.nullcontext() if self._guarded else self._pop_lock()
@@ -623,8 +635,9 @@ class CompactionSession(SessionWrapper):
         logger.debug("compacted %r: %d archived, %d kept", self.session_id, len(covered), kept)
         return CompactionResult(new_record, len(covered), kept, tokens)
 
-    async def _decide(self, record: CompactionRecord | None, response_id: str | None, *,
-                      incremental: bool) -> bool:
+    async def _decide(
+        self, record: CompactionRecord | None, response_id: str | None, *, incremental: bool
+    ) -> bool:
         """Ask the trigger about the view, read incrementally when that is provably safe."""
         running = await self._refresh_running(record, incremental=incremental)
         sizes = len(running.view), len(running.candidates)
@@ -648,13 +661,18 @@ class CompactionSession(SessionWrapper):
                 self._running = None  # the trigger changed the lists it was shown
         return bool(decision)
 
-    async def _refresh_running(self, record: CompactionRecord | None, *,
-                               incremental: bool) -> RunningView:
+    async def _refresh_running(
+        self, record: CompactionRecord | None, *, incremental: bool
+    ) -> RunningView:
         self._running = await refresh_running(
-            self._running, self.inner, record_id=record.id if record is not None else None,
+            self._running,
+            self.inner,
+            record_id=record.id if record is not None else None,
             summary=list(record.summary) if record is not None else [],
-            boundary=record.boundary if record is not None else None, generation=self._clears,
-            incremental=incremental and self._incremental, estimator=self.token_estimator,
+            boundary=record.boundary if record is not None else None,
+            generation=self._clears,
+            incremental=incremental and self._incremental,
+            estimator=self.token_estimator,
         )
         # Just read (or extended by guarded appends): complete, so later appends may be known.
         self._appended = (self._running, []) if self._incremental else None
@@ -668,9 +686,13 @@ class CompactionSession(SessionWrapper):
             self._summary_tokens = (record.id, sum(counts))
         return self._summary_tokens[1]
 
-    async def _commit(self, generation: int, record: CompactionRecord | None,
-                      covered: list[tuple[int, TResponseInputItem]],
-                      new_record: CompactionRecord) -> None:
+    async def _commit(
+        self,
+        generation: int,
+        record: CompactionRecord | None,
+        covered: list[tuple[int, TResponseInputItem]],
+        new_record: CompactionRecord,
+    ) -> None:
         """Check that nothing summarised changed, then append ``new_record``. Where the store
         guards writes, the append is guarded by the session's newest number (checked again
         when it moved), so a pop by another object cannot land in between."""
@@ -696,8 +718,12 @@ class CompactionSession(SessionWrapper):
             raise _Aborted("the session kept changing while committing")
         await sibling.add_items([new_record.to_item()])
 
-    async def _verify_unchanged(self, generation: int, record: CompactionRecord | None,
-                                covered: list[tuple[int, TResponseInputItem]]) -> None:
+    async def _verify_unchanged(
+        self,
+        generation: int,
+        record: CompactionRecord | None,
+        covered: list[tuple[int, TResponseInputItem]],
+    ) -> None:
         """Raise _Aborted unless the record in force and the covered items are as read."""
         if self._clears != generation:
             raise _Aborted("the session was cleared meanwhile")
@@ -705,8 +731,10 @@ class CompactionSession(SessionWrapper):
         if (latest.id if latest else None) != (record.id if record else None):
             raise _Aborted("another compaction or pop committed meanwhile")
         old_boundary = record.boundary if record is not None else 0
-        present = await self.inner.count_items(after=old_boundary,  # type: ignore[attr-defined]
-                                               before=covered[-1][0] + 1)
+        present = await self.inner.count_items(
+            after=old_boundary,  # type: ignore[attr-defined]
+            before=covered[-1][0] + 1,
+        )
         if present != len(covered):
             raise _Aborted("summarised items were popped meanwhile")
 
@@ -729,6 +757,6 @@ def _check_summary(summary: Any) -> None:
         if not isinstance(item, dict) or not ("type" in item or "role" in item):
             raise ValueError(
                 f"summary item {index} is not an input item (a dict with 'role' or 'type'), "
-                f"it is a {type(item).__name__}" + (f" with keys {sorted(map(str, item))}"
-                                                    if isinstance(item, dict) else "")
+                f"it is a {type(item).__name__}"
+                + (f" with keys {sorted(map(str, item))}" if isinstance(item, dict) else "")
             )

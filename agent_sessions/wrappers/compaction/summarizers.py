@@ -34,8 +34,9 @@ DEFAULT_SUMMARY_INSTRUCTIONS = (
 class Summarizer(Protocol):
     """Produces the items that replace a compacted part of a history."""
 
-    async def summarize(self, items: list[TResponseInputItem], *,
-                        previous_summary: list[TResponseInputItem]) -> list[TResponseInputItem]:
+    async def summarize(
+        self, items: list[TResponseInputItem], *, previous_summary: list[TResponseInputItem]
+    ) -> list[TResponseInputItem]:
         """Return replacement items for ``previous_summary`` followed by ``items``.
 
         Raise to abandon the compaction; the history stays as it was.
@@ -64,16 +65,22 @@ class ExtractiveSummarizer:
 
     name = "extractive"
 
-    def __init__(self, *, max_chars: int = 4000, max_chars_per_item: int = 200,
-                 role: SummaryRole = "developer") -> None:
+    def __init__(
+        self,
+        *,
+        max_chars: int = 4000,
+        max_chars_per_item: int = 200,
+        role: SummaryRole = "developer",
+    ) -> None:
         if max_chars < 100 or max_chars_per_item < 10:
             raise ValueError("max_chars must be >= 100 and max_chars_per_item >= 10")
         self.max_chars = max_chars
         self.max_chars_per_item = max_chars_per_item
         self.role = role
 
-    async def summarize(self, items: list[TResponseInputItem], *,
-                        previous_summary: list[TResponseInputItem]) -> list[TResponseInputItem]:
+    async def summarize(
+        self, items: list[TResponseInputItem], *, previous_summary: list[TResponseInputItem]
+    ) -> list[TResponseInputItem]:
         """Return one message listing the items' lines (and the earlier summary's lines)."""
         lines: list[str] = []
         for old in previous_summary:
@@ -103,10 +110,16 @@ class AgentSummarizer:
 
     name = "agent"
 
-    def __init__(self, agent: Agent[Any] | None = None, *, model: str | Model | None = None,
-                 instructions: str = DEFAULT_SUMMARY_INSTRUCTIONS,
-                 run_config: RunConfig | None = None, role: SummaryRole = "developer",
-                 max_chars_per_item: int | None = 4000) -> None:
+    def __init__(
+        self,
+        agent: Agent[Any] | None = None,
+        *,
+        model: str | Model | None = None,
+        instructions: str = DEFAULT_SUMMARY_INSTRUCTIONS,
+        run_config: RunConfig | None = None,
+        role: SummaryRole = "developer",
+        max_chars_per_item: int | None = 4000,
+    ) -> None:
         if agent is None:
             from agents import Agent
 
@@ -116,8 +129,9 @@ class AgentSummarizer:
         self.role = role
         self.max_chars_per_item = max_chars_per_item
 
-    async def summarize(self, items: list[TResponseInputItem], *,
-                        previous_summary: list[TResponseInputItem]) -> list[TResponseInputItem]:
+    async def summarize(
+        self, items: list[TResponseInputItem], *, previous_summary: list[TResponseInputItem]
+    ) -> list[TResponseInputItem]:
         """Run the agent on a transcript of the items; its final output is the summary."""
         from agents import Runner
 
@@ -130,8 +144,12 @@ class AgentSummarizer:
             from agents import RunConfig
 
             self.run_config = RunConfig(workflow_name="Session compaction")
-        result = await Runner.run(self.agent, f"Summarize this conversation:\n\n{text}",
-                                  max_turns=1, run_config=self.run_config)
+        result = await Runner.run(
+            self.agent,
+            f"Summarize this conversation:\n\n{text}",
+            max_turns=1,
+            run_config=self.run_config,
+        )
         summary = str(result.final_output or "").strip()
         if not summary:
             raise ValueError("the summarizer agent returned an empty summary")
@@ -152,8 +170,13 @@ class ResponsesCompactionSummarizer:
 
     name = "responses.compact"
 
-    def __init__(self, client: AsyncOpenAI | None = None, *, model: str = "gpt-4.1",
-                 instructions: str | None = None) -> None:
+    def __init__(
+        self,
+        client: AsyncOpenAI | None = None,
+        *,
+        model: str = "gpt-4.1",
+        instructions: str | None = None,
+    ) -> None:
         self._client = client
         self.model = model
         self.instructions = instructions
@@ -168,16 +191,20 @@ class ResponsesCompactionSummarizer:
             self._client = get_default_openai_client() or AsyncOpenAI()
         return self._client
 
-    async def summarize(self, items: list[TResponseInputItem], *,
-                        previous_summary: list[TResponseInputItem]) -> list[TResponseInputItem]:
+    async def summarize(
+        self, items: list[TResponseInputItem], *, previous_summary: list[TResponseInputItem]
+    ) -> list[TResponseInputItem]:
         """Send the summary so far and the items as input; return the compacted output."""
         kwargs: dict[str, Any] = {"model": self.model, "input": [*previous_summary, *items]}
         if self.instructions is not None:
             kwargs["instructions"] = self.instructions
         compacted = await self.client.responses.compact(**kwargs)
-        output = [dict(item) if isinstance(item, dict)
-                  else item.model_dump(exclude_unset=True, warnings=False)
-                  for item in (compacted.output or [])]
+        output = [
+            dict(item)
+            if isinstance(item, dict)
+            else item.model_dump(exclude_unset=True, warnings=False)
+            for item in (compacted.output or [])
+        ]
         if not output:
             raise ValueError("responses.compact returned no output items")
         if not any(item.get("type") == "reasoning" for item in output):

@@ -84,18 +84,25 @@ class TokenEstimator:
             if not first:
                 return
             try:
-                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)),
-                                       timeout=self.load_timeout)
+                await asyncio.wait_for(
+                    asyncio.shield(asyncio.wrap_future(future)), timeout=self.load_timeout
+                )
             except asyncio.TimeoutError:
-                logger.info("tiktoken encoding %r is slow to load; estimating characters/4 "
-                            "until it is ready", name)
+                logger.info(
+                    "tiktoken encoding %r is slow to load; estimating characters/4 "
+                    "until it is ready",
+                    name,
+                )
                 return
             except Exception:
                 pass  # reported below
         if future.exception() is not None:
             self._failed = True
-            logger.info("token estimate falls back to characters/4: tiktoken encoding %r "
-                        "unavailable (%s)", name, future.exception())
+            logger.info(
+                "token estimate falls back to characters/4: tiktoken encoding %r unavailable (%s)",
+                name,
+                future.exception(),
+            )
         else:
             self._encoding = future.result()
 

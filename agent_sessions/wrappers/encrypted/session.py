@@ -293,7 +293,8 @@ class EncryptedSession(SessionWrapper):
         if inner is None:
             raise TypeError("EncryptedSession needs the session to wrap (inner=...)")
         if max_scan_items is not None and (
-            isinstance(max_scan_items, bool) or not isinstance(max_scan_items, int)
+            isinstance(max_scan_items, bool)
+            or not isinstance(max_scan_items, int)
             or max_scan_items < 1
         ):  # the SDK's message, which its tests match
             raise ValueError("max_scan_items must be positive or None (a positive int)")

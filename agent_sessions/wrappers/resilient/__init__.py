@@ -7,5 +7,10 @@ from .session import ResilienceStatus, ResilientSession
 from .spool import Spool
 
 __all__ = [
-    "BATCH_KEY", "CircuitBreaker", "ResilienceStatus", "ResilientSession", "RetryPolicy", "Spool"
+    "BATCH_KEY",
+    "CircuitBreaker",
+    "ResilienceStatus",
+    "ResilientSession",
+    "RetryPolicy",
+    "Spool",
 ]

@@ -20,8 +20,9 @@ def stamp(items: Iterable[Any]) -> tuple[str, list[Any]]:
     """A new batch id, and copies of ``items`` carrying it (items that are not dicts are left
     as they are; the codec refuses them anyway)."""
     batch_id = uuid.uuid4().hex
-    return batch_id, [{**item, BATCH_KEY: batch_id} if isinstance(item, dict) else item
-                      for item in items]
+    return batch_id, [
+        {**item, BATCH_KEY: batch_id} if isinstance(item, dict) else item for item in items
+    ]
 
 
 def strip(item: Any) -> Any:

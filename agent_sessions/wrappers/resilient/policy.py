@@ -15,8 +15,11 @@ BreakerState = Literal["closed", "open", "half-open"]
 
 def check_number(name: str, value: object, *, positive: bool = False) -> None:
     """Raise ValueError unless ``value`` is a number >= 0 (> 0 when ``positive``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            value > 0 if positive else value >= 0):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (value > 0 if positive else value >= 0)
+    ):
         raise ValueError(f"{name} must be a number {'>' if positive else '>='} 0, got {value!r}")
 
 
@@ -62,8 +65,13 @@ class CircuitBreaker:
     it again.
     """
 
-    def __init__(self, failure_threshold: int = 1, reset_timeout: float = 5.0, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        failure_threshold: int = 1,
+        reset_timeout: float = 5.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         check_int("failure_threshold", failure_threshold, 1)
         check_number("reset_timeout", reset_timeout)
         self.failure_threshold = failure_threshold
@@ -94,5 +102,7 @@ class CircuitBreaker:
             self._opened_at = self._clock()
 
     def __repr__(self) -> str:
-        return (f"CircuitBreaker(state={self.state!r}, failure_threshold="
-                f"{self.failure_threshold}, reset_timeout={self.reset_timeout})")
+        return (
+            f"CircuitBreaker(state={self.state!r}, failure_threshold="
+            f"{self.failure_threshold}, reset_timeout={self.reset_timeout})"
+        )

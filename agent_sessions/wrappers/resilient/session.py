@@ -115,9 +115,14 @@ class ResilientSession(SessionWrapper):
     """
 
     def __init__(
-        self, inner: Session, spool: str | os.PathLike[str] | Spool, *,
-        retry: RetryPolicy | None = None, breaker: CircuitBreaker | None = None,
-        mirror_items: int = 2000, max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+        self,
+        inner: Session,
+        spool: str | os.PathLike[str] | Spool,
+        *,
+        retry: RetryPolicy | None = None,
+        breaker: CircuitBreaker | None = None,
+        mirror_items: int = 2000,
+        max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
     ) -> None:
         super().__init__(inner)
         check_int("mirror_items", mirror_items)
@@ -191,8 +196,9 @@ class ResilientSession(SessionWrapper):
                 batches = []
             return await self._merged(batches, limit)
 
-    async def _merged(self, batches: list[SpooledBatch], limit: int | None
-                      ) -> list[TResponseInputItem]:
+    async def _merged(
+        self, batches: list[SpooledBatch], limit: int | None
+    ) -> list[TResponseInputItem]:
         """The primary's latest items, then the spooled batches it does not hold (a batch
         whose reply was lost may be in both)."""
         spooled = [strip(item) for batch in batches for item in batch.items]
@@ -215,8 +221,9 @@ class ResilientSession(SessionWrapper):
             return full if full is not None else self._from_mirror(rest) + spooled
         primary = strip_all(raw)
         self._remember(primary, limit)
-        merged = primary + [strip(item) for b in batches if b.batch_id not in stored
-                            for item in b.items]
+        merged = primary + [
+            strip(item) for b in batches if b.batch_id not in stored for item in b.items
+        ]
         return merged if limit is None else merged[len(merged) - limit :]
 
     async def pop_item(self) -> TResponseInputItem | None:
@@ -308,8 +315,9 @@ class ResilientSession(SessionWrapper):
             self._set_state("healthy", f"replayed {done} batches; the spool is empty")
             return done
 
-    def _add_once(self, stamped: list[Any], batch_id: str,
-                  anchor: str | None) -> Callable[[], Awaitable[None]]:
+    def _add_once(
+        self, stamped: list[Any], batch_id: str, anchor: str | None
+    ) -> Callable[[], Awaitable[None]]:
         """One attempt of writing a batch: after a failed attempt, look for it first."""
         tried = False
 
@@ -414,11 +422,15 @@ class ResilientSession(SessionWrapper):
         result, self._counts = await run_to_completion(asyncio.to_thread(write))
         return result
 
-    async def _to_spool(self, stamped: list[Any], batch_id: str, *, attempted: bool,
-                        anchor: str | None) -> None:
+    async def _to_spool(
+        self, stamped: list[Any], batch_id: str, *, attempted: bool, anchor: str | None
+    ) -> None:
         encoded = encode_batch(stamped, self.max_item_bytes)  # bad items: raise, spool nothing
-        await self._spool_write(lambda: self.spool.append(
-            self.session_id, batch_id, encoded, attempted=attempted, anchor=anchor))
+        await self._spool_write(
+            lambda: self.spool.append(
+                self.session_id, batch_id, encoded, attempted=attempted, anchor=anchor
+            )
+        )
         if self._state != "degraded":
             self._set_state("degraded", f"writes go to the spool ({self._last_error})")
 
@@ -446,9 +458,12 @@ class ResilientSession(SessionWrapper):
         mirror = self._mirror or []
         short = limit is None or len(mirror) < limit
         if short and not self._mirror_complete:
-            logger.warning("%r: the primary is down; this read shows the %d newest items seen "
-                           "before (and the spooled ones), not the whole history",
-                           self.session_id, len(mirror))
+            logger.warning(
+                "%r: the primary is down; this read shows the %d newest items seen "
+                "before (and the spooled ones), not the whole history",
+                self.session_id,
+                len(mirror),
+            )
         return list(mirror if limit is None else mirror[len(mirror) - limit :] if limit else [])
 
     def _set_state(self, state: State, why: str) -> None:
@@ -470,8 +485,12 @@ class ResilientSession(SessionWrapper):
     def wrap_member(self, member: Session) -> Session:
         """Side stores get the same protection, sharing the spool and the breaker."""
         return ResilientSession(
-            member, self.spool, retry=self.retry, breaker=self.breaker,
-            mirror_items=self.mirror_items, max_item_bytes=self.max_item_bytes,
+            member,
+            self.spool,
+            retry=self.retry,
+            breaker=self.breaker,
+            mirror_items=self.mirror_items,
+            max_item_bytes=self.max_item_bytes,
         )
 
     async def _release(self) -> None:

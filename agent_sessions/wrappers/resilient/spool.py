@@ -207,8 +207,10 @@ class Spool:
                 if "anchor" not in columns:  # written by an older version: its one anchor
                     # per session is a valid bound for each attempted batch of the session
                     conn.execute("ALTER TABLE spool_batches ADD COLUMN anchor TEXT")
-                    conn.execute("UPDATE spool_batches SET anchor = (SELECT a.batch_id FROM "
-                                 "spool_anchors a WHERE a.session_id = spool_batches.session_id)")
+                    conn.execute(
+                        "UPDATE spool_batches SET anchor = (SELECT a.batch_id FROM "
+                        "spool_anchors a WHERE a.session_id = spool_batches.session_id)"
+                    )
                 conn.execute("COMMIT")
             except BaseException:
                 conn.close()
@@ -264,8 +266,15 @@ class Spool:
     def _write(self, statement: str, parameters: tuple[Any, ...]) -> None:
         self._run(lambda conn: conn.execute(statement, parameters), write=True)
 
-    def append(self, session_id: str, batch_id: str, encoded: list[str], *, attempted: bool,
-               anchor: str | None = None) -> None:
+    def append(
+        self,
+        session_id: str,
+        batch_id: str,
+        encoded: list[str],
+        *,
+        attempted: bool,
+        anchor: str | None = None,
+    ) -> None:
         """Append one batch (its items already encoded as JSON); ``anchor`` is a batch known
         to be in the primary before an ``attempted`` batch was sent."""
         self._write(
@@ -279,8 +288,10 @@ class Spool:
         (a pop may have shortened it), or None when it is gone."""
 
         def body(conn: sqlite3.Connection) -> list[Any] | None:
-            row = conn.execute("UPDATE spool_batches SET attempted = 1, anchor = ? WHERE seq = ? "
-                               "RETURNING items", (anchor, seq)).fetchone()
+            row = conn.execute(
+                "UPDATE spool_batches SET attempted = 1, anchor = ? WHERE seq = ? RETURNING items",
+                (anchor, seq),
+            ).fetchone()
             return None if row is None else json.loads(row[0])  # type: ignore[no-any-return]
 
         return self._run(body, write=True)
@@ -295,8 +306,11 @@ class Spool:
         already sent to the primary (it may be there: only the primary can pop it)."""
 
         def body(conn: sqlite3.Connection) -> tuple[Any, bool] | None:
-            row = conn.execute("SELECT seq, items, attempted FROM spool_batches WHERE "
-                               "session_id = ? ORDER BY seq DESC LIMIT 1", (session_id,)).fetchone()
+            row = conn.execute(
+                "SELECT seq, items, attempted FROM spool_batches WHERE "
+                "session_id = ? ORDER BY seq DESC LIMIT 1",
+                (session_id,),
+            ).fetchone()
             if row is None:
                 return None
             seq, items_json, attempted = row
@@ -305,8 +319,10 @@ class Spool:
             items = json.loads(items_json)
             item = items.pop()
             if items:
-                conn.execute("UPDATE spool_batches SET items = ? WHERE seq = ?",
-                             (json.dumps(items, separators=(",", ":")), seq))
+                conn.execute(
+                    "UPDATE spool_batches SET items = ? WHERE seq = ?",
+                    (json.dumps(items, separators=(",", ":")), seq),
+                )
             else:
                 conn.execute("DELETE FROM spool_batches WHERE seq = ?", (seq,))
             return item, True
@@ -322,10 +338,15 @@ class Spool:
 
     def batches(self, session_id: str) -> list[SpooledBatch]:
         """The session's spooled batches, oldest first."""
-        rows = self._read("SELECT seq, batch_id, items, attempted, anchor FROM spool_batches "
-                          "WHERE session_id = ? ORDER BY seq", (session_id,))
-        return [SpooledBatch(seq, bid, json.loads(items), bool(a), anchor)
-                for seq, bid, items, a, anchor in rows]
+        rows = self._read(
+            "SELECT seq, batch_id, items, attempted, anchor FROM spool_batches "
+            "WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        )
+        return [
+            SpooledBatch(seq, bid, json.loads(items), bool(a), anchor)
+            for seq, bid, items, a, anchor in rows
+        ]
 
     def known_counts(self, session_id: str) -> tuple[int, int] | None:
         """:meth:`counts` as last read by this object, if no change was committed since (by
@@ -336,8 +357,11 @@ class Spool:
     def counts(self, session_id: str) -> tuple[int, int]:
         """(batches, items) spooled for the session."""
         version = self.version()  # before the read: a change committed after it replaces it
-        (row,) = self._read("SELECT COUNT(*), COALESCE(SUM(json_array_length(items)), 0) "
-                            "FROM spool_batches WHERE session_id = ?", (session_id,))
+        (row,) = self._read(
+            "SELECT COUNT(*), COALESCE(SUM(json_array_length(items)), 0) "
+            "FROM spool_batches WHERE session_id = ?",
+            (session_id,),
+        )
         counts = int(row[0]), int(row[1])
         if version is not None:
             if len(self._known) >= _KNOWN_SESSIONS:

@@ -387,8 +387,9 @@ class TTLSession(SessionWrapper):
                 continue
             return None if result is _DEAD else result
 
-    def _checked(self, check: Callable[[Any], Any], now: float, state: State | None,
-                 envelope: Any) -> Any:
+    def _checked(
+        self, check: Callable[[Any], Any], now: float, state: State | None, envelope: Any
+    ) -> Any:
         """``pop_checked``'s check: ``check`` of a live item, else ``_DEAD``. Raises _Stale
         (nothing removed) for an item dead by a lifecycle record ``state`` read before another
         object's write of it: that write stored a newer record first."""

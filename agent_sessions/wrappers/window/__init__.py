@@ -7,6 +7,10 @@ from .plan import WindowBudget, plan_start, valid_starts
 from .session import WindowSession
 
 __all__ = [
-    "MicroCompaction", "WindowBudget", "WindowSession", "plan_start", "valid_starts",
+    "MicroCompaction",
+    "WindowBudget",
+    "WindowSession",
+    "plan_start",
+    "valid_starts",
     "window_input_callback",
 ]

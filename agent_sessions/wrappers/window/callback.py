@@ -19,9 +19,13 @@ if TYPE_CHECKING:
     ]
 
 
-def window_input_callback(*, max_turns: int | None = None, max_tokens: int | None = None,
-                          micro_compaction: MicroCompaction | None = None,
-                          token_estimator: TokenEstimator | None = None) -> WindowCallback:
+def window_input_callback(
+    *,
+    max_turns: int | None = None,
+    max_tokens: int | None = None,
+    micro_compaction: MicroCompaction | None = None,
+    token_estimator: TokenEstimator | None = None,
+) -> WindowCallback:
     """Return a ``session_input_callback`` that shows the model the same window as
     :class:`WindowSession` with these arguments, followed by the new input.
 
@@ -32,8 +36,9 @@ def window_input_callback(*, max_turns: int | None = None, max_tokens: int | Non
     budget = WindowBudget(max_turns=max_turns, max_tokens=max_tokens)
     tokens = ItemTokens(token_estimator)
 
-    async def combine(history: list[TResponseInputItem],
-                      new_items: list[TResponseInputItem]) -> list[TResponseInputItem]:
+    async def combine(
+        history: list[TResponseInputItem], new_items: list[TResponseInputItem]
+    ) -> list[TResponseInputItem]:
         shown = list(history) if micro_compaction is None else micro_compaction.shorten_all(history)
         if not budget.bounded:
             return shown + list(new_items)

@@ -65,8 +65,14 @@ def valid_starts(items: Sequence[Any]) -> list[bool]:
     return ok
 
 
-def plan_start(items: Sequence[Any], tokens: Sequence[int], budget: WindowBudget, *,
-               complete: bool, reserved_tokens: int = 0) -> int | None:
+def plan_start(
+    items: Sequence[Any],
+    tokens: Sequence[int],
+    budget: WindowBudget,
+    *,
+    complete: bool,
+    reserved_tokens: int = 0,
+) -> int | None:
     """Return where the view of ``items`` starts, or None when ``items`` does not reach far
     enough back to decide (read older items and ask again).
 

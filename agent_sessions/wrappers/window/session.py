@@ -54,9 +54,16 @@ class WindowSession(SessionWrapper):
 
     sdk_compaction_passthrough = True  # items are stored unchanged
 
-    def __init__(self, inner: Session, *, max_turns: int | None = None,
-                 max_tokens: int | None = None, micro_compaction: MicroCompaction | None = None,
-                 token_estimator: TokenEstimator | None = None, reserve_tokens: int = 0) -> None:
+    def __init__(
+        self,
+        inner: Session,
+        *,
+        max_turns: int | None = None,
+        max_tokens: int | None = None,
+        micro_compaction: MicroCompaction | None = None,
+        token_estimator: TokenEstimator | None = None,
+        reserve_tokens: int = 0,
+    ) -> None:
         super().__init__(inner)
         self.budget = WindowBudget(max_turns=max_turns, max_tokens=max_tokens)
         if micro_compaction is not None and not isinstance(micro_compaction, MicroCompaction):
@@ -120,8 +127,9 @@ class WindowSession(SessionWrapper):
                     reserved += summary_tokens
                 else:
                     summary = []
-            start = plan_start(shown, counts, self.budget, complete=complete,
-                               reserved_tokens=reserved)
+            start = plan_start(
+                shown, counts, self.budget, complete=complete, reserved_tokens=reserved
+            )
             if start is not None:
                 view = shown[start:]
                 # The next read likely needs about as much (plus the item before it): one

@@ -27,8 +27,9 @@ class ItemTokens:
         texts = [item_text(item) for item in items]
         missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
         if missing:
-            counted = await self.estimator.count_items([{"role": "user", "content": t}
-                                                         for t in missing])
+            counted = await self.estimator.count_items(
+                [{"role": "user", "content": t} for t in missing]
+            )
             if len(self._cache) + len(missing) > _CACHE_SIZE:
                 self._cache.clear()
             self._cache.update(zip(missing, counted, strict=True))
