@@ -1,0 +1,110 @@
+"""Session info (user, title, metadata) on every backend, and erasing a user everywhere: their
+sessions, memory scopes and the recall entries other scopes indexed from their sessions."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from agent_sessions.memory import Memory
+from agent_sessions.memory.core import scope_id
+from agent_sessions.ops.catalog import InvalidTagError, SessionCatalog
+from agent_sessions.ops.users import erase_user
+from tests.matrix import BACKENDS, Backend
+
+
+def _msg(text: str) -> Any:
+    return {"role": "user", "content": text}
+
+
+@pytest.fixture(params=BACKENDS, ids=[b.name for b in BACKENDS])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    chosen: Backend = request.param
+    if chosen.needs is not None:
+        chosen.needs()
+    return chosen
+
+
+@pytest.mark.asyncio
+async def test_tags_list_by_user_and_erase_a_user_everywhere(backend: Backend) -> None:
+    run = uuid.uuid4().hex[:8]
+    ada, bob = f"ada{run}", f"bob{run}"
+    ids = {f"{run}-a1": ada, f"{run}-a2": ada, f"{run}-b1": bob}
+    sessions = {sid: await backend.open(sid) for sid in ids}
+    opened: list[Any] = list(sessions.values())
+    try:
+        catalog = SessionCatalog(sessions[f"{run}-a1"])  # type: ignore[arg-type]
+        for n, (sid, user) in enumerate(ids.items()):
+            await catalog.tag(sid, user_id=user, title=f"chat {n}", metadata={"plan": "pro"})
+        await catalog.tag(f"{run}-a2", title="renamed")  # the other tags stay
+        # Memory: a scope of each user, and a shared agent scope that indexed both users' chats.
+        scopes = {who: await backend.open(scope_id("helper", who)) for who in (ada, bob)}
+        shared = await backend.open(scope_id(f"shared{run}"))
+        opened += [*scopes.values(), shared]
+        for who, root in scopes.items():
+            await Memory(root).blocks.define("human", f"name: {who}")
+        index = Memory(shared)
+        for sid, session in sessions.items():
+            await index.session(session).add_items([_msg(f"words of {sid}")])
+
+        by_user = [i async for i in catalog.tagged(user_id=ada)]
+        assert [(i.session_id, i.title, i.item_count) for i in by_user] == [
+            (f"{run}-a1", "chat 0", 1),
+            (f"{run}-a2", "renamed", 1),
+        ]
+        assert by_user[1].metadata == {"plan": "pro"} and by_user[1].user_id == ada
+        listed = await catalog.with_tags((await catalog.list_sessions(prefix=run)).sessions)
+        assert [i.user_id for i in listed] == [ada, ada, bob]
+
+        plan = await erase_user(catalog, ada, dry_run=True)
+        assert plan.sessions == [f"{run}-a1", f"{run}-a2"]
+        assert plan.memory_scopes == [scope_id("helper", ada)]
+        assert plan.recall == {scope_id(f"shared{run}"): [f"{run}-a1", f"{run}-a2"]}
+        assert len([i async for i in catalog.tagged(user_id=ada)]) == 2  # a dry run changes nothing
+
+        done = await erase_user(catalog, ada)
+        assert done.as_dict() == {**plan.as_dict(), "dry_run": False}
+        assert [i async for i in catalog.tagged(user_id=ada)] == []
+        assert [i.session_id for i in (await catalog.list_sessions(prefix=run)).sessions] == [
+            f"{run}-b1"
+        ]
+        assert await catalog.family(scope_id("helper", ada)) == []
+        assert await catalog.family(scope_id("helper", bob)) != []
+        hits = await Memory(shared).recall.search("words")
+        assert sorted(h.session_id for h in hits) == [f"{run}-b1"]
+        assert [i.title async for i in catalog.tagged(user_id=bob)] == ["chat 2"]
+        assert await sessions[f"{run}-b1"].get_items() == [_msg(f"words of {run}-b1")]
+        blocks = await Memory(scopes[bob]).blocks.all()
+        assert [b.value for b in blocks] == [f"name: {bob}"]
+    finally:
+        cleanup = SessionCatalog(opened[0])
+        await cleanup.delete_sessions([s.session_id for s in opened])  # type: ignore[attr-defined]
+        for session in opened:
+            await session.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("tags", "reason"),
+    [
+        ({"user_id": "ada lovelace"}, "user_id must be"),
+        ({"title": "x" * 501}, "title must be"),
+        ({"metadata": {"when": object()}}, "not JSON"),
+        ({"metadata": {"nan": float("nan")}}, "not JSON"),
+        ({"metadata": {"big": "x" * 20_000}}, "bytes as JSON"),
+        ({"metadata": ["not", "a", "dict"]}, "dict with str keys"),
+    ],
+)
+async def test_bad_tags_are_refused_and_write_nothing(tags: dict[str, Any], reason: str) -> None:
+    from agent_sessions.backends.memory import InMemorySession, InMemoryStore
+
+    session = InMemorySession("chat", store=InMemoryStore())
+    catalog = SessionCatalog(session)
+    await catalog.tag("chat", title="kept")
+    with pytest.raises(InvalidTagError, match=reason):
+        await catalog.tag("chat", **tags)
+    assert (await catalog.tags("chat"))["title"] == "kept"
+    await catalog.tag("chat", title=None)  # unsetting every tag removes the record
+    assert (await catalog.stats())["side_stores"] == 0
