@@ -3,7 +3,8 @@
 Built on Typer and Rich. This module imports neither the Agents SDK nor any driver: a command
 imports what it needs when it runs, so ``--help`` and ``--version`` stay fast.
 
-Exit codes: 0 success, 1 an error (message on stderr), 2 a usage error, 130 interrupted.
+Exit codes: 0 success, 1 an error (message on stderr), 2 a usage error, 130 interrupted,
+141 the reader of the output left (a closed pipe).
 """
 
 from __future__ import annotations
@@ -15,6 +16,16 @@ from collections.abc import Sequence
 def _interrupted(note: str | None) -> int:
     print(f"agent-sessions: interrupted{'; ' + note if note else ''}", file=sys.stderr)
     return 130
+
+
+def _pipe_closed() -> int:
+    """The reader of stdout left (``export URL | head -1``): exit as Unix tools do, silently;
+    stdout goes to /dev/null so the interpreter's final flush cannot complain either."""
+    import os
+
+    with open(os.devnull, "w") as devnull:
+        os.dup2(devnull.fileno(), sys.stdout.fileno())
+    return 141  # 128 + SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return _interrupted(commands.interrupted_note())
+    except BrokenPipeError:
+        return _pipe_closed()
     except Exception as exc:
         # Usage errors: Click's ClickException (vendored by recent Typer releases) shows itself.
         show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)

@@ -333,7 +333,7 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
 
     async def stats(self) -> dict[str, Any]:
         """Return totals: sessions, items, side stores (also by kind, e.g. ``branches``,
-        ``usage``), oldest/newest update."""
+        ``branch segments``, ``usage``, ``info``), oldest/newest update."""
         sessions = items = 0
         kinds: defaultdict[str, Counter[str]] = defaultdict(Counter)
         oldest: datetime | None = None
@@ -343,7 +343,10 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
             page = await self.store.list_page(CatalogQuery(limit=1000, after=after, internal=True))
             for info in page:
                 if is_side_store(info.session_id):
-                    kind = kinds[side_store_kind(info.session_id)]
+                    name = side_store_kind(info.session_id)
+                    # A branch's own items are one store per branch (seg.<key>): counted under
+                    # one kind, so the table does not grow with every branch (issue 41).
+                    kind = kinds["branch segments" if name.startswith("seg.") else name]
                     kind["stores"] += 1
                     kind["items"] += info.item_count
                     continue
