@@ -12,14 +12,13 @@ from agent_sessions.ops.catalog import SessionCatalog
 
 
 async def main(url: str, session_id: str = "url-example", *options: str) -> None:
-    session = await open_session(url, session_id, **dict(o.split("=", 1) for o in options))
-    try:
+    opts = dict(o.split("=", 1) for o in options)
+    async with await open_session(url, session_id, **opts) as session:
         await session.add_items([{"role": "user", "content": "hello"}])
         print(await session.get_items(limit=5))
-    finally:
-        # Erase the session (items, counter, metadata row or key), not only its items.
-        await SessionCatalog(session).delete_sessions([session_id])
-        await session.close()
+    # Erase the session (items, counter, metadata row or key), not only its items.
+    async with await SessionCatalog.open(url, **opts) as catalog:
+        await catalog.delete_sessions([session_id])
 
 
 if __name__ == "__main__":

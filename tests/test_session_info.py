@@ -108,3 +108,63 @@ async def test_bad_tags_are_refused_and_write_nothing(tags: dict[str, Any], reas
     assert (await catalog.tags("chat"))["title"] == "kept"
     await catalog.tag("chat", title=None)  # unsetting every tag removes the record
     assert (await catalog.stats())["side_stores"] == 0
+
+
+def test_cli_lists_by_user_and_erases_a_user(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import asyncio
+    import json
+
+    from agent_sessions import open_session
+    from agent_sessions.cli import main
+
+    url, copy = f"sqlite:///{tmp_path / 'app.db'}", f"sqlite:///{tmp_path / 'copy.db'}"
+
+    async def fill() -> None:
+        async with await open_session(url, "a1") as session:
+            catalog = SessionCatalog(session)  # type: ignore[arg-type]
+            for sid, user, title in [
+                ("a1", "ada", "Trip"),
+                ("a2", "ada", "Tax"),
+                ("b1", "bob", "Cats"),
+            ]:
+                async with await open_session(url, sid) as chat:
+                    await chat.add_items([_msg(f"hi from {user}")])
+                await catalog.tag(sid, user_id=user, title=title, metadata={"tier": len(sid)})
+            async with await Memory.open(url, agent_id="helper", user_id="ada") as memory:
+                await memory.blocks.define("human", "Ada")
+
+    asyncio.run(fill())
+    assert main(["list", url, "--user", "ada"]) == 0
+    rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [(r[0], r[4], r[5]) for r in rows] == [("a1", "ada", "Trip"), ("a2", "ada", "Tax")]
+    assert main(["list", url, "--meta", "tier=2", "--json"]) == 0
+    assert [json.loads(line)["title"] for line in capsys.readouterr().out.splitlines()] == [
+        "Trip",
+        "Tax",
+        "Cats",
+    ]
+    assert main(["show", url, "b1"]) == 0
+    assert '"title": "Cats"' in capsys.readouterr().err
+    assert main(["copy", url, copy]) == 0  # the info travels with the session
+    assert "copied 3 session(s) and 3 side store(s)" in capsys.readouterr().out
+    assert main(["list", copy, "--user", "bob", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["title"] == "Cats"
+
+    assert main(["delete", url, "--user", "ada", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "would erase session 'a1'" in out and "would erase memory scope 'memory:helper:ada'" in out
+    )
+    assert main(["delete", url, "--user", "ada", "--yes", "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert (done["sessions"], done["memory_scopes"]) == (["a1", "a2"], ["memory:helper:ada"])
+    assert main(["list", url, "--json"]) == 0
+    assert [json.loads(line)["session_id"] for line in capsys.readouterr().out.splitlines()] == [
+        "b1"
+    ]
+    assert main(["stats", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["side_stores_by_kind"] == {
+        "info": {"stores": 1, "items": 1}
+    }

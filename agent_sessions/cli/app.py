@@ -130,7 +130,7 @@ def scrub(text: str) -> str:
     from ..ops.migrate import redacted
 
     # The id the CLI opens a store with is no session of the user's (issue 41).
-    text = re.sub(r" ?\(session '(?:agent-sessions-cli|agent-sessions-catalog)'\)", "", text)
+    text = re.sub(r"\.? ?\(session '(?:agent-sessions-cli|agent-sessions-catalog)'\)", "", text)
     for url in sorted(_URLS, key=len, reverse=True):
         text = text.replace(url, redacted(url))
         with suppress(ValueError):  # a URL urlsplit rejects has no password to mask
