@@ -18,16 +18,17 @@ import typer.core
 
 T = TypeVar("T")
 
-_type_column = typer.core.TyperOption.display_type_rich
+_type_column = getattr(typer.core.TyperOption, "display_type_rich", None)
 
 
 def _no_flag_type(self: Any, ctx: Any) -> str | None:
     # Typer 0.29 prints a flag's type ("--json <bool>") as if it took a value (issue 41;
     # tests/test_cli_edges.py::test_help_shows_flags_without_a_value_placeholder).
-    return None if self.is_flag else _type_column(self, ctx)
+    return None if self.is_flag else _type_column(self, ctx)  # type: ignore[misc]
 
 
-typer.core.TyperOption.display_type_rich = _no_flag_type  # type: ignore[method-assign]
+if _type_column is not None:  # the Typer releases that print types at all
+    typer.core.TyperOption.display_type_rich = _no_flag_type  # type: ignore[method-assign]
 
 app = typer.Typer(
     name="agent-sessions",
