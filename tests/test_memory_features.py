@@ -106,6 +106,39 @@ async def test_relevant_memory_from_an_earlier_conversation_is_in_the_first_call
         memory.instructions(recall=-1)
 
 
+class _Counting(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__(32)
+        self.texts: list[str] = []
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.texts += texts
+        return await super().embed(texts)
+
+
+@pytest.mark.asyncio
+async def test_relevant_memory_is_searched_once_per_run(store: Opener) -> None:  # noqa: F811
+    embedder = _Counting()
+    memory = await _memory(store, embedder=embedder)
+    await memory.archive.insert("Ada's boat is the Marguerite")
+    model = ScriptedModel(
+        [
+            _call("memory_finish_edits", 1),
+            [assistant_message("ok")],
+            [assistant_message("ok again")],
+        ]
+    )
+    agent = Agent(
+        name="a", instructions=memory.instructions(archival=1), tools=memory.tools(), model=model
+    )
+    embedder.texts.clear()
+    await Runner.run(agent, "tell me about my boat")
+    await Runner.run(agent, "tell me about my boat")
+    shown = [call.system_instructions or "" for call in model.calls]
+    assert len(shown) == 3 and all("the Marguerite</fact>" in s for s in shown)
+    assert embedder.texts == ["tell me about my boat"] * 2  # once per run, not per model call
+
+
 class _Flaky:
     """An OpenAI client whose embeddings endpoint answers HTTP 429 while ``failing``."""
 

@@ -4,10 +4,12 @@ session in the same store as the conversations (so the catalog erases them with 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import logging
 import re
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -196,12 +198,26 @@ class Memory:
         _check_count("archival", archival)
         _check_count("max_tokens", max_tokens, positive=True)
         tokens = TokenEstimator()
+        # One search per run, not per model call: a run's model calls (its tool loop) share
+        # its latest user message (test: test_relevant_memory_is_searched_once_per_run)
+        searched: weakref.WeakKeyDictionary[Any, tuple[str, list[str]]]
+        searched = weakref.WeakKeyDictionary()
 
         async def render(context: Any, _agent: Any) -> str:
             body = render_blocks(await self.all_blocks())
             if recall or archival:
                 turn_input = getattr(context, "turn_input", None) or []
-                found = await self._relevant(turn_input, recall, archival, min_score)
+                query = _latest_user_text(turn_input)
+                try:
+                    cached = searched.get(context)
+                except TypeError:  # a context that is not hashable or weak-referable
+                    cached = None
+                if cached is not None and cached[0] == query:
+                    found = cached[1]
+                else:
+                    found = await self._relevant(query, turn_input, recall, archival, min_score)
+                    with contextlib.suppress(TypeError):
+                        searched[context] = (query, found)
                 if found:
                     await tokens.ensure_loaded()
                     body += "\n" + _fit(found, max_tokens, tokens.count_text)
@@ -215,11 +231,15 @@ class Memory:
         return [*shared, *await self.blocks.all()]
 
     async def _relevant(
-        self, turn_input: Sequence[Any], recall: int, archival: int, min_score: float | None
+        self,
+        query: str,
+        turn_input: Sequence[Any],
+        recall: int,
+        archival: int,
+        min_score: float | None,
     ) -> list[str]:
-        """The recall hits and passages for the latest user message as prompt lines, best
-        first, alternating (each escaped, so stored text cannot close its tag)."""
-        query = _latest_user_text(turn_input)
+        """The recall hits and passages for ``query`` as prompt lines, best first, alternating
+        (each escaped, so stored text cannot close its tag), none already in ``turn_input``."""
         if not query:
             return []
         said = {item_text(item)[1] for item in turn_input}
