@@ -166,6 +166,7 @@ async def test_a_failing_embedder_fails_no_insert_search_or_tool_and_catches_up(
     client = _Flaky()
     embedder = OpenAIEmbedder("text-embedding-3-small", dim=32, client=client)
     memory = await _memory(store, embedder=embedder)
+    other_scope = await _memory(store, embedder=embedder)
     archive = memory.archive
     model = ScriptedModel(
         [
@@ -179,6 +180,7 @@ async def test_a_failing_embedder_fails_no_insert_search_or_tool_and_catches_up(
         stored = await archive.insert("Ada sails a boat called Marguerite")
         assert stored.packed is None and stored.embedder is None
         assert [p.id for p in await archive.search("boat Marguerite")] == [stored.id]
+        await other_scope.archive.insert("another scope's fact")  # the same outage
         await Runner.run(agent, "remember my bike")
         outputs = _outputs(model)
         client.failing = False
@@ -200,6 +202,10 @@ async def test_a_failing_embedder_fails_no_insert_search_or_tool_and_catches_up(
 
 
 class _Broken(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.name = "broken"
+
     async def embed(self, texts: list[str]) -> list[list[float]]:
         raise ConnectionError("embedding server down")
 

@@ -81,8 +81,8 @@ class RecordLog:
                 reloaded = True
                 new = await store.get_sequenced_items()
         if not reloaded and any(_is_erase_mark(item) for _seq, item in new):
-            # records before the cursor were erased in place: read the log again (test:
-            # test_memory_delete.py::test_erase_leaves_no_text_and_warm_readers_drop_it)
+            # records before the cursor were erased in place: read the log again (test_memory_
+            # features.py::test_erasing_a_passage_leaves_no_trace_and_warm_readers_drop_it)
             reloaded = True
             new = await store.get_sequenced_items()
         if reloaded:

@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 
 CANDIDATES = 50
 """How many hits of each ranking enter the fusion (at least; more when top_k is larger)."""
+_OUTAGES: dict[str, str] = {}
+"""Per embedder name, why its last call failed while it keeps failing. Process-wide, as the
+outage is the service's: warned once per outage, not once per scope or call (test:
+test_memory_features.py::test_a_failing_embedder_fails_no_insert_search_or_tool_and_catches_up)."""
 HALF_LIFE = 30 * 86_400.0
 """Default ``half_life`` of the recency weight in search: 30 days."""
 
@@ -120,31 +124,34 @@ class Archive:
         self._by_id: dict[str, int] = {}
         self._vectors = NumpyVectors.create()
         self._reembedding: asyncio.Task[int] | None = None
-        self.outage: str | None = None
+
+    @property
+    def outage(self) -> str | None:
         """Why the embedder's last call failed (e.g. ``"RateLimitError"``), while it keeps
         failing; None once a call succeeds. Meanwhile passages are stored without a vector
         and searches rank by keyword only."""
+        return None if self.embedder is None else _OUTAGES.get(self.embedder.name)
 
     async def _embed(self, texts: list[str]) -> list[list[float]] | None:
         """The embedder's vectors for ``texts``, or None when it raised (an outage: warned
         once, until a call succeeds again)."""
         assert self.embedder is not None
+        name = self.embedder.name
         try:
             vectors = await self.embedder.embed(texts)
         except Exception as exc:  # e.g. HTTP 429: keyword search still answers
-            if self.outage is None:  # once per outage (test: test_memory_delete.py)
+            if name not in _OUTAGES:
                 log.warning(
                     "embedder %s failed (%s: %s): passages are stored without a vector and "
                     "searches rank by keyword until it recovers; Memory.tidy embeds them later",
-                    self.embedder.name,
+                    name,
                     type(exc).__name__,
                     exc,
                 )
-            self.outage = type(exc).__name__
+            _OUTAGES[name] = type(exc).__name__
             return None
-        if self.outage is not None:
-            log.info("embedder %s recovered after %s", self.embedder.name, self.outage)
-            self.outage = None
+        if _OUTAGES.pop(name, None) is not None:
+            log.info("embedder %s recovered", name)
         return vectors
 
     async def refresh(self) -> None:
