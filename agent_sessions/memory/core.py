@@ -166,11 +166,12 @@ class Memory:
         agent_id: str | None = None,
         user_id: str | None = None,
         embedder: Embedder | None = None,
+        shared: Sequence[Blocks] = (),
         **options: Any,
     ) -> Memory:
         """Open the memory of a scope in the store at ``url`` (``options`` go to the store)."""
         root = await open_session(url, scope_id(agent_id, user_id), **options)
-        return cls(root, embedder=embedder)
+        return cls(root, embedder=embedder, shared=shared)
 
     def session(self, inner: Session) -> RecallSession:
         """``inner`` wrapped so every item written through it is indexed for recall."""
