@@ -252,6 +252,7 @@ class Memory:
                 else []
             )
         ]
+        # 10 more than wanted: room for hits the input already holds (the message itself)
         hits = await self.recall.search(query, limit=recall + 10) if recall else []
         past = [
             f'<past_message role="{html.escape(h.role)}" time="{_iso(h.at)}" '
