@@ -343,3 +343,31 @@ async def test_shared_blocks_render_read_only_for_every_scope_that_shares_them(
     for scope in (first, second):
         assert next(b.value for b in await scope.all_blocks()) == "ACME sells rockets"
     assert [b.label for b in await second.blocks.all()] == []  # nothing copied into scopes
+
+
+@pytest.mark.asyncio
+async def test_erase_over_an_encrypted_root() -> None:
+    from cryptography.fernet import Fernet
+
+    from agent_sessions import EncryptedSession, InMemorySession, InMemoryStore
+
+    key = Fernet.generate_key().decode()
+    root = EncryptedSession(
+        InMemorySession(f"memory:a:u{uuid.uuid4().hex[:6]}", store=InMemoryStore()),
+        keys={"k": key},
+        active="k",
+    )
+    memory = Memory(root)
+    secret = await memory.archive.insert("the safe code is 7312")
+    await memory.archive.insert("the safe is in the attic")
+    await memory.blocks.define("human", "PIN 7312")
+    await memory.archive.delete(secret.id)
+    await memory.blocks.delete("human")
+    fresh = Memory(root)
+    assert [p.content for p in await fresh.archive.search("safe")] == ["the safe is in the attic"]
+    assert await fresh.blocks.all() == []
+    stored = [
+        *await side_store(root, "memory.archive").get_items(),
+        *await side_store(root, "memory.blocks").get_items(),
+    ]
+    assert "7312" not in json.dumps(stored)  # decrypted: the records themselves are gone
