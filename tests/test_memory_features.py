@@ -102,8 +102,9 @@ async def test_relevant_memory_from_an_earlier_conversation_is_in_the_first_call
     assert entries[0] == 0 and entries == sorted(entries) and entries[-1] == 3
     plain = await memory.instructions("p")(context("boat"), agent)  # today's signature: blocks
     assert plain.startswith("p\n\n<memory_blocks>") and "relevant_memory" not in plain
-    with pytest.raises(MemoryEditError, match="recall"):
-        memory.instructions(recall=-1)
+    for bad in ({"recall": -1}, {"max_tokens": 0}, {"min_score": "high"}):
+        with pytest.raises(MemoryEditError, match=next(iter(bad))):
+            memory.instructions(**bad)  # at once, not at the first model call
 
 
 class _Counting(HashingEmbedder):

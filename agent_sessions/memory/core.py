@@ -198,6 +198,10 @@ class Memory:
         _check_count("recall", recall)
         _check_count("archival", archival)
         _check_count("max_tokens", max_tokens, positive=True)
+        if min_score is not None and (
+            isinstance(min_score, bool) or not isinstance(min_score, int | float)
+        ):
+            raise MemoryEditError(f"min_score must be a number or None, got {min_score!r}")
         tokens = TokenEstimator()
         # One search per run, not per model call: a run's model calls (its tool loop) share
         # its latest user message (test: test_relevant_memory_is_searched_once_per_run)
