@@ -245,6 +245,12 @@ async def test_erasing_a_passage_leaves_no_trace_and_warm_readers_drop_it(store:
         kept = await reader.get(old.id)
         assert kept is not None and kept.superseded_by == "erased"  # stays superseded
     assert [p.id for p in await warm.archive.search("door code")] == [other.id]
+    # a re-embedding that read the passage before the erase stores its vector after it
+    late = {"kind": "vector", "id": secret.id, "embedder": "hashing-16", "vector": [1.0] * 16}
+    await side_store(memory.root, "memory.archive").add_items([late])  # type: ignore[list-item]
+    assert await archive.get(secret.id) is None  # readers ignore it
+    await archive.delete(secret.id)  # erasing again removes it
+    assert secret.id not in json.dumps(await side_store(memory.root, "memory.archive").get_items())
     with pytest.raises(MemoryEditError, match="no passage"):
         await archive.delete(secret.id)
     again = await archive.insert("the door code is 4417")  # can be stored anew

@@ -277,11 +277,9 @@ class Archive:
         """Erase passage ``passage_id`` for good: its record, its vectors and its marks are
         replaced in the store by empty tombstones in one call (not superseded: nothing of its
         text stays in the store's rows), and every reader drops it at its next read. A passage
-        it superseded stays superseded. Raises MemoryEditError for an unknown id or a store
-        that cannot rewrite in place."""
-        await self.refresh()
-        if passage_id not in self._by_id:
-            raise MemoryEditError(f"no passage {passage_id!r} to delete")
+        it superseded stays superseded. Erasing again removes what a racing writer stored for
+        it after. Raises MemoryEditError when no record names ``passage_id`` or the store
+        cannot rewrite in place."""
 
         def change(record: dict[str, Any]) -> dict[str, Any] | None:
             if record.get("id") == passage_id and record.get("kind") != "erased":
@@ -290,8 +288,10 @@ class Archive:
                 return {**record, "by": "erased"}
             return None
 
-        await self._log.erase(change)
+        erased = await self._log.erase(change)
         await self.refresh()
+        if not erased:
+            raise MemoryEditError(f"no passage {passage_id!r} to delete")
 
     async def reembed(self, batch: int = 100) -> int:
         """Embed, with the current embedder, every passage stored without a vector of its

@@ -128,16 +128,19 @@ class Blocks:
     async def delete(self, label: str) -> None:
         """Erase block ``label`` for good, every version of it (not an edit: its history goes
         too), in one store call; every reader drops it at its next read and ``define`` can
-        create it anew. Raises MemoryEditError for an unknown label or a store that cannot
-        rewrite in place."""
-        await self.get(label)
+        create it anew. Erasing again removes what a racing writer stored for it after.
+        Raises MemoryEditError when no record names ``label`` or the store cannot rewrite in
+        place."""
+        check_label(label)
 
         def change(record: dict[str, Any]) -> dict[str, Any] | None:
             mine = record.get("kind") == "block" and record.get("label") == label
             return dict(ERASED) if mine else None
 
-        await self._log.erase(change)
+        erased = await self._log.erase(change)
         await self._refresh()
+        if not erased:
+            self._get(label)  # raises: there is no such block
 
     async def _write(self, base: Block | None, block: Block) -> bool:
         record_id = uuid.uuid4().hex
