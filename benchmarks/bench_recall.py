@@ -44,7 +44,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -570,6 +569,13 @@ async def bench_archive(
 RELEVANT_ITEMS, RELEVANT_PASSAGES = 10_000, 1_000
 
 
+class _RunContext:
+    """What the SDK hands dynamic instructions (``RunContextWrapper``): the run's input."""
+
+    def __init__(self, turn_input: list[Any]) -> None:
+        self.turn_input = turn_input
+
+
 async def bench_render(open_: Callable[[str], Awaitable[Session]]) -> dict[str, Any]:
     root = await open_(f"memory:bench:render{uuid.uuid4().hex[:6]}")
     memory = Memory(root)
@@ -614,16 +620,20 @@ async def bench_render(open_: Callable[[str], Awaitable[Session]]) -> dict[str, 
             await scoped.archive.reembed()
         render = scoped.instructions("You are helpful.", recall=3, archival=3)
         await render(None, None)  # warm: blocks, recall and archive read once
-        timed = []
+        timed, later = [], []
         for _ in range(50):
-            context = SimpleNamespace(turn_input=[{"role": "user", "content": text(8)}])
+            context = _RunContext([{"role": "user", "content": text(8)}])
             started = time.perf_counter()
-            rendered = await render(context, None)
+            rendered = await render(context, None)  # a run's first model call: searches
             timed.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            await render(context, None)  # a later call of the same run: reuses the result
+            later.append(time.perf_counter() - started)
         assert "<relevant_memory>" in rendered
         timed.sort()
         relevant[f"relevant_{name}_ms"] = round(median_ms(timed), 3)
         relevant[f"relevant_{name}_p90_ms"] = round(timed[44] * 1000, 3)
+        relevant[f"relevant_{name}_later_call_ms"] = round(median_ms(later), 3)
     for purpose in ("memory.blocks", "memory.recall", "memory.recall.marks", "memory.archive"):
         await side_store(root, purpose).clear_session()
     await side_store(root, "memory.recall.snapshots").clear_session()
