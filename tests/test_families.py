@@ -313,3 +313,54 @@ async def test_no_erased_word_stays_in_the_sqlite_file(tmp_path: Path) -> None:
         async with SessionCatalog(probe) as catalog:  # type: ignore[arg-type]
             await catalog.delete_sessions([scope_id("helper", "ada")])
     assert f"{WORD}erase".encode() not in _file_text(path)
+
+
+@pytest.mark.parametrize("kind", ["memory", "mongodb", "mariadb"])
+@pytest.mark.asyncio
+async def test_every_store_lists_and_erases_a_family_without_a_root_row(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stores the CLI tests above do not reach: a memory scope and a cleared session with
+    a branch are listed (no row of their own) and erased whole through the catalog."""
+    from tests.servers import MARIADB_URL, drop_sql_tables
+
+    tag = f"fam{RUN}{uuid.uuid4().hex[:6]}"
+    options: dict[str, Any] = {}
+    if kind == "memory":
+        from agent_sessions.backends.memory import InMemoryStore
+
+        url, options = "memory://", {"store": InMemoryStore()}
+    elif kind == "mongodb":
+        from mongomock_motor import AsyncMongoMockClient
+
+        client = AsyncMongoMockClient()
+        monkeypatch.setattr(
+            "agent_sessions.backends.mongodb.session.make_client", lambda uri, **kw: client
+        )
+        url, options = "mongodb://standin", {"database": tag}
+    else:
+        require_server("MariaDB", "127.0.0.1", 3306)
+        url, options = MARIADB_URL, {"table_prefix": f"{tag}_"}
+    place = Place(kind, url, options, None)
+    try:
+        await _family(place, "conv")
+        await _scope(place, "ada")
+        async with await place.open("conv") as root:
+            await root.clear_session()
+            async with SessionCatalog(root) as catalog:
+                listed = [i.session_id async for i in catalog.iter_sessions(page_size=1)]
+                assert listed == [scope_id("helper", "ada"), "conv", "conv-c"]
+                assert (await catalog.require(scope_id("helper", "ada"))).item_count == 0
+                assert await catalog.delete_sessions(["conv", scope_id("helper", "ada")]) == 2
+                assert [i.session_id async for i in catalog.iter_sessions()] == ["conv-c"]
+                left = [i.session_id for i in (await catalog.store.list_page(_everything()))]
+                assert all(sid.endswith("conv-c") for sid in left), left
+    finally:
+        if kind == "mariadb":
+            await drop_sql_tables(url, f"{tag}_")
+
+
+def _everything() -> Any:
+    from agent_sessions.core.catalog import CatalogQuery
+
+    return CatalogQuery(1000, internal=True)
