@@ -333,7 +333,7 @@ async def test_every_store_lists_and_erases_a_family_without_a_root_row(
     elif kind == "mongodb":
         from mongomock_motor import AsyncMongoMockClient
 
-        client = AsyncMongoMockClient()
+        client: Any = AsyncMongoMockClient()
         monkeypatch.setattr(
             "agent_sessions.backends.mongodb.session.make_client", lambda uri, **kw: client
         )
