@@ -364,3 +364,25 @@ def _everything() -> Any:
     from agent_sessions.core.catalog import CatalogQuery
 
     return CatalogQuery(1000, internal=True)
+
+
+def test_the_cli_refuses_a_name_both_a_session_and_a_scope_hold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    place = Place("sqlite", f"sqlite:///{tmp_path / 'both.db'}", {}, tmp_path / "both.db")
+    asyncio.run(_scope(place, "bob"))
+
+    async def conversation() -> None:
+        async with await place.open("memory:helper:bob") as session:
+            await session.add_items([_msg("hello")])
+
+    asyncio.run(conversation())
+    assert main(["list", place.url, "--json"]) == 0
+    kinds = [
+        (r["session_id"], r["kind"]) for r in map(json.loads, capsys.readouterr().out.splitlines())
+    ]
+    assert kinds == [("memory:helper:bob", "memory scope"), ("memory:helper:bob", "session")]
+    assert main(["delete", place.url, "memory:helper:bob", "--yes"]) == 1
+    assert "both a memory scope and a session are named" in capsys.readouterr().err
+    assert main(["list", place.url, "--json"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2  # nothing was erased
