@@ -157,10 +157,8 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
             if root not in found and not is_side_store(root):  # a nested family's: not a root
                 info = SessionInfo(root, reg.created_at, reg.updated_at, 0)
                 found[root] = (info, registries.matches(reg))
-        page = [found[sid] for sid in sorted(found)[: query.limit]]
-        return page, len(rows) == query.limit or len(listed) == query.limit or len(
-            found
-        ) > query.limit
+        more = query.limit in (len(rows), len(listed)) or len(found) > query.limit
+        return [found[sid] for sid in sorted(found)[: query.limit]], more
 
     async def iter_sessions(
         self,
@@ -240,12 +238,17 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
         for start in range(0, len(roots), 500):
             chunk = list(dict.fromkeys(roots[start : start + 500]))
             families = await self.families(chunk)
-            side = [member for family in families.values() for member in family]
-            if side:
-                await self.store.delete(side)
+            grown = [root for root in chunk if families[root]]
+            members = [*(m for root in grown for m in families[root]), *grown]
+            # The registries go last: a family whose erase stops half-way is still listed.
+            for ids in (
+                [m for m in members if not m.startswith(_LISTING)],
+                [m for m in members if m.startswith(_LISTING)],
+            ):
+                if ids:
+                    await self.store.delete(ids)
             bare = [root for root in chunk if not families[root]]
-            existed += len(chunk) - len(bare) + await self.store.delete(bare)
-            await self.store.delete([root for root in chunk if families[root]])
+            existed += len(grown) + (await self.store.delete(bare) if bare else 0)
         return existed
 
     erase = delete_sessions
