@@ -18,8 +18,9 @@ from typing import Any
 
 from agents.memory import Session
 
-from ..core.family import close_quietly, side_store
-from ..core.registry import open_session
+from ..core.family import close_quietly, member_purposes, side_store
+from ..core.ids import SCOPE_MARK, SCOPE_NAME
+from ..core.registry import ClosableSession, open_session
 from ..errors import MemoryEditError
 from ..wrappers.compaction.tokens import TokenEstimator
 from .archival import Archive
@@ -33,8 +34,9 @@ _PART = re.compile(r"[A-Za-z0-9_.@+\-]{1,100}\Z")
 
 
 def scope_id(agent_id: str | None = None, user_id: str | None = None) -> str:
-    """The root session id of a memory scope: ``memory:<agent_id>:<user_id>`` (either part
-    may be empty, not both)."""
+    """The root session id of a memory scope: ``"\\x1d"`` + ``memory:<agent_id>:<user_id>``
+    (either part may be empty, not both). The reserved first character keeps scopes apart from
+    every conversation id; the CLI names a scope without it (``memory:helper:ada``)."""
     parts = []
     for name, value in (("agent_id", agent_id), ("user_id", user_id)):
         if value is not None and (not isinstance(value, str) or not _PART.match(value)):
@@ -45,7 +47,20 @@ def scope_id(agent_id: str | None = None, user_id: str | None = None) -> str:
         parts.append(value or "")
     if not any(parts):
         raise MemoryEditError("a memory scope needs an agent_id, a user_id or both")
-    return "memory:" + ":".join(parts)
+    return SCOPE_MARK + SCOPE_NAME + ":".join(parts)
+
+
+async def _v03_root(url: str, sid: str, options: dict[str, Any]) -> ClosableSession | None:
+    """The root of scope ``sid`` under the id v0.3 gave it, if its memory is stored there."""
+    old = await open_session(url, sid.removeprefix(SCOPE_MARK), **options)
+    try:
+        if any(p.startswith("memory.") for p in await member_purposes(old)):
+            return old
+    except BaseException:
+        await close_quietly(old)
+        raise
+    await close_quietly(old)
+    return None
 
 
 def _fit(lines: list[str], max_tokens: int, count: Callable[[str], int]) -> str:
@@ -169,8 +184,19 @@ class Memory:
         shared: Sequence[Blocks] = (),
         **options: Any,
     ) -> Memory:
-        """Open the memory of a scope in the store at ``url`` (``options`` go to the store)."""
-        root = await open_session(url, scope_id(agent_id, user_id), **options)
+        """Open the memory of a scope in the store at ``url`` (``options`` go to the store).
+        A scope written by v0.3 under its old id ``memory:<agent>:<user>`` (without the
+        reserved first character) is opened there while the new id holds nothing."""
+        sid = scope_id(agent_id, user_id)
+        root = await open_session(url, sid, **options)
+        try:
+            legacy = None if await member_purposes(root) else await _v03_root(url, sid, options)
+        except BaseException:
+            await close_quietly(root)
+            raise
+        if legacy is not None:
+            await close_quietly(root)
+            root = legacy
         return cls(root, embedder=embedder, shared=shared)
 
     def session(self, inner: Session) -> RecallSession:
