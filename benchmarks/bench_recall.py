@@ -1,5 +1,6 @@
 """Memory search costs: conversation_search over N recall items, archival_memory_search over
-N passages, and the render cost per model call, against the raw query a user would write.
+N passages, and the render cost per model call (blocks alone, and with relevant memory: recall=3,
+archival=3 over 10k recall items and 1k passages), against the raw query a user would write.
 
     python benchmarks/bench_recall.py [--items 100000] [--passages 10000 100000] [--dim 256]
                     [--backends memory sqlite redis postgres mariadb mongodb]
@@ -565,6 +566,16 @@ async def bench_archive(
     return result
 
 
+RELEVANT_ITEMS, RELEVANT_PASSAGES = 10_000, 1_000
+
+
+class _RunContext:
+    """What the SDK hands dynamic instructions (``RunContextWrapper``): the run's input."""
+
+    def __init__(self, turn_input: list[Any]) -> None:
+        self.turn_input = turn_input
+
+
 async def bench_render(open_: Callable[[str], Awaitable[Session]]) -> dict[str, Any]:
     root = await open_(f"memory:bench:render{uuid.uuid4().hex[:6]}")
     memory = Memory(root)
@@ -584,10 +595,52 @@ async def bench_render(open_: Callable[[str], Awaitable[Session]]) -> dict[str, 
         started = time.perf_counter()
         render_blocks(blocks)
         pure.append(time.perf_counter() - started)
-    await side_store(root, "memory.blocks").clear_session()
+    # relevant memory (issue 40): recall=3, archival=3 for the latest user message, over
+    # RELEVANT_ITEMS recall items and RELEVANT_PASSAGES passages of words drawn Zipf-like from
+    # 2,000 (so, as in real text, the commonest words occur in most items), a new message of
+    # 8 such words every call
+    rng = random.Random(40)
+    vocabulary = [f"w{n}" for n in range(2000)]
+    weights = [1 / (n + 1) for n in range(2000)]
+
+    def text(words: int) -> str:
+        return " ".join(rng.choices(vocabulary, weights, k=words))
+
+    await memory.recall.index(
+        "bench-chat",
+        [(n, {"role": "user", "content": text(12)}) for n in range(1, RELEVANT_ITEMS + 1)],
+    )
+    relevant: dict[str, Any] = {}
+    for name, embedder in (("keyword", None), ("hashing256", HashingEmbedder(256))):
+        scoped = Memory(root, embedder=embedder)
+        if embedder is None:
+            for _ in range(RELEVANT_PASSAGES):
+                await scoped.archive.insert(text(8))
+        else:
+            await scoped.archive.reembed()
+        render = scoped.instructions("You are helpful.", recall=3, archival=3)
+        await render(None, None)  # warm: blocks, recall and archive read once
+        timed, later = [], []
+        for _ in range(50):
+            context = _RunContext([{"role": "user", "content": text(8)}])
+            started = time.perf_counter()
+            rendered = await render(context, None)  # a run's first model call: searches
+            timed.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            await render(context, None)  # a later call of the same run: reuses the result
+            later.append(time.perf_counter() - started)
+        assert "<relevant_memory>" in rendered
+        timed.sort()
+        relevant[f"relevant_{name}_ms"] = round(median_ms(timed), 3)
+        relevant[f"relevant_{name}_p90_ms"] = round(timed[44] * 1000, 3)
+        relevant[f"relevant_{name}_later_call_ms"] = round(median_ms(later), 3)
+    for purpose in ("memory.blocks", "memory.recall", "memory.recall.marks", "memory.archive"):
+        await side_store(root, purpose).clear_session()
+    await side_store(root, "memory.recall.snapshots").clear_session()
     return {
         "render_per_call_ms": round(median_ms(samples), 3),
         "format_only_ms": round(median_ms(pure), 3),
+        **relevant,
     }
 
 

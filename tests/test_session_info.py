@@ -148,7 +148,7 @@ def test_cli_lists_by_user_and_erases_a_user(
     assert main(["show", url, "b1"]) == 0
     assert '"title": "Cats"' in capsys.readouterr().err
     assert main(["copy", url, copy]) == 0  # the info travels with the session
-    assert "copied 3 session(s) and 3 side store(s)" in capsys.readouterr().out
+    assert "copied 4 session(s) and 5 side store(s)" in capsys.readouterr().out  # a scope too
     assert main(["list", copy, "--user", "bob", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["title"] == "Cats"
 
@@ -168,3 +168,19 @@ def test_cli_lists_by_user_and_erases_a_user(
     assert json.loads(capsys.readouterr().out)["side_stores_by_kind"] == {
         "info": {"stores": 1, "items": 1}
     }
+
+
+@pytest.mark.asyncio
+async def test_a_v03_scope_is_erased_with_its_user_and_a_conversation_of_that_name_is_not() -> None:
+    from agent_sessions.backends.memory import InMemorySession, InMemoryStore
+
+    store = InMemoryStore()
+    legacy = InMemorySession("memory:helper:ada", store=store)  # v0.3's scope id
+    await Memory(legacy).blocks.define("human", "Ada")
+    chat = InMemorySession("memory:chat:ada", store=store)  # a conversation, named alike
+    await chat.add_items([_msg("not a scope")])
+    catalog = SessionCatalog(legacy)
+    done = await erase_user(catalog, "ada")
+    assert done.memory_scopes == ["memory:helper:ada"]
+    assert await catalog.family("memory:helper:ada") == []
+    assert await chat.get_items() == [_msg("not a scope")]

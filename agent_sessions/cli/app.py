@@ -8,7 +8,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from contextlib import nullcontext, suppress
 from datetime import datetime, timedelta, timezone
 from typing import IO, Annotated, Any, NoReturn, TypeVar
@@ -262,12 +262,12 @@ def _names(ids: Any, most: int = 10) -> str:
 
 
 async def _chosen(store: Any, ids: list[str] | None, prefix: str | None) -> list[str]:
-    """The named ``ids``, failing (before anything changes) on those the store does not hold
-    (a store that cannot list is taken at its word); else the listed ones under ``prefix``."""
+    """The named ``ids`` (memory scopes by their CLI names), failing (before anything changes)
+    on those the store does not hold (a store that cannot list is taken at its word); else the
+    listed ones under ``prefix``."""
     if not ids:
-        listed = store.require_catalog().iter_sessions(prefix=prefix)
-        return [info.session_id async for info in listed]
-    ids = list(dict.fromkeys(ids))
+        return [info.session_id async for info in _roots(store.require_catalog(), prefix)]
+    ids = [await _stored(store, name) for name in dict.fromkeys(ids)]
     missing = (
         []
         if store.catalog is None
@@ -275,10 +275,52 @@ async def _chosen(store: Any, ids: list[str] | None, prefix: str | None) -> list
     )
     if missing:
         _fail(
-            f"no session {_names(missing)} in {store.url}; nothing was changed "
+            f"no session {_names(map(_shown, missing))} in {store.url}; nothing was changed "
             "(list the ids with `agent-sessions list URL`)"
         )
     return ids
+
+
+async def _stored(store: Any, name: str) -> str:
+    """The id the CLI name ``name`` stands for: ``memory:<agent>:<user>`` names that memory
+    scope where the store holds it, any other name the session of that id. Fails when a
+    session and a scope share the name (a session id chosen before scopes had their own)."""
+    from ..core.ids import SCOPE_MARK, is_scope_id
+
+    scope = SCOPE_MARK + name
+    if store.catalog is None or not is_scope_id(scope) or not await store.catalog.get(scope):
+        return name
+    if await store.catalog.get(name) is not None:
+        _fail(
+            f"both a memory scope and a session are named {name!r} in {store.url}; nothing was "
+            "changed. Name the session by its id in Python (SessionCatalog.delete_sessions, "
+            "or agent_sessions.memory.scope_id for the scope)"
+        )
+    return scope
+
+
+async def _roots(catalog: Any, prefix: str | None, **filters: Any) -> AsyncIterator[Any]:
+    """The sessions and memory scopes whose CLI names start with ``prefix`` (scopes first)."""
+    from ..core.ids import SCOPE_MARK
+
+    if prefix:
+        async for info in catalog.iter_sessions(prefix=SCOPE_MARK + prefix, **filters):
+            yield info
+    async for info in catalog.iter_sessions(prefix=prefix, **filters):
+        yield info
+
+
+def _shown(session_id: str) -> str:
+    """``session_id`` as the CLI names it (a memory scope as ``memory:<agent>:<user>``)."""
+    from ..core.ids import display_id
+
+    return display_id(session_id)
+
+
+def _kind(session_id: str) -> str:
+    from ..core.ids import is_scope_id
+
+    return "memory scope" if is_scope_id(session_id) else "session"
 
 
 # -- read-only commands ------------------------------------------------------------------------
@@ -309,7 +351,8 @@ def list_sessions(
     as_json: Json = False,
     option: Options = None,
 ) -> None:
-    """List sessions with their item count, times, user and title, ordered by id (reads only)."""
+    """List sessions and memory scopes with their item count, times, kind, user and title
+    (reads only)."""
     before = _when(updated_before, "--updated-before")
     after = _when(updated_after, "--updated-after")
     wanted = _parse_options(meta, "--meta")
@@ -319,13 +362,18 @@ def list_sessions(
 
         catalog = store.require_catalog()
         rows: list[Any] = []
+        listed: AsyncIterator[Any]
         if user is not None or wanted:
             window = CatalogQuery(1, None, prefix, after, before)
             found = catalog.tagged(user_id=user, metadata=wanted)
             listed = (info async for info in found if window.matches(info))
         else:
-            listed = catalog.iter_sessions(
-                prefix=prefix, updated_before=before, updated_after=after, page_size=page_size
+            listed = _roots(
+                catalog,
+                prefix,
+                updated_before=before,
+                updated_after=after,
+                page_size=page_size,
             )
         async for info in listed:
             rows.append(info)
@@ -335,15 +383,25 @@ def list_sessions(
 
     rows = _in_store(url, option, read)
     if as_json:
-        return typer.echo("".join(_json(info.as_dict()) + "\n" for info in rows), nl=False)
+        return typer.echo(
+            "".join(
+                _json(
+                    {**i.as_dict(), "session_id": _shown(i.session_id), "kind": _kind(i.session_id)}
+                )
+                + "\n"
+                for i in rows
+            ),
+            nl=False,
+        )
     cells = [
         (
-            i.session_id,
+            _shown(i.session_id),
             str(i.item_count),
             _time(i.created_at),
             _time(i.updated_at),
             i.user_id or "-",
             i.title or "-",
+            _kind(i.session_id),
         )
         for i in rows
     ]
@@ -354,7 +412,14 @@ def list_sessions(
         from rich.table import Table
 
         table = Table(
-            "session id", "items", "created (UTC)", "updated (UTC)", "user", "title", box=None
+            "session id",
+            "items",
+            "created (UTC)",
+            "updated (UTC)",
+            "user",
+            "title",
+            "kind",
+            box=None,
         )
         table.columns[0].overflow = "fold"  # a long id wraps, never an ellipsis
         for cell in cells:
@@ -472,22 +537,42 @@ def show(
         )
 
     async def read(store: Any) -> list[Any]:
+        sid = await _stored(store, session_id)
         if store.catalog is not None:
-            await store.catalog.require(session_id)
-            tags = {k: v for k, v in (await store.catalog.tags(session_id)).items() if v}
+            await store.catalog.require(sid)
+            tags = {k: v for k, v in (await store.catalog.tags(sid)).items() if v}
             if tags:  # the session's info, beside (not among) its items
                 typer.echo(f"{session_id}: {_json(tags)}", err=True)
-        async with store.opened(session_id) as session:
+        async with store.opened(sid) as session:
+            if _kind(sid) == "memory scope":
+                return await _scope_records(session, limit)
             if branch is None and not view:
-                return await _unwrap(await session.get_items(limit), session_id, key)
-            layered = await _layers(session, session_id, key, (ttl, item_ttl, absolute))
-            return await _read_through(store, session_id, layered, branch, view, limit)
+                return await _unwrap(await session.get_items(limit), sid, key)
+            layered = await _layers(session, sid, key, (ttl, item_ttl, absolute))
+            return await _read_through(store, sid, layered, branch, view, limit)
 
     items = _in_store(url, option, read)
     if as_json:
         return typer.echo(_json(items))
     for item in items:
         typer.echo(_pretty(item) if pretty else _json(item))
+
+
+async def _scope_records(root: Any, limit: int | None) -> list[Any]:
+    """A memory scope as JSON records: its blocks, then its archive's passages (the latest
+    ``limit`` of them)."""
+    from dataclasses import asdict
+
+    from ..memory import Memory
+
+    memory = Memory(root)
+    await memory.archive.refresh()
+    records = [{"block": asdict(block)} for block in await memory.blocks.all()]
+    records += [
+        {"passage": {k: v for k, v in asdict(p).items() if k not in ("packed", "embedder")}}
+        for p in memory.archive.passages
+    ]
+    return records[-limit:] if limit else records
 
 
 _Expiry = tuple[float | None, float | None, bool]  # the app's (ttl, item_ttl, absolute)
@@ -600,6 +685,7 @@ def export_sessions(
     from ..ops.migrate import export_store
 
     options = _parse_options(option)
+    chosen = _named(url, option, session_ids, prefix)
     with nullcontext(sys.stdout) if output == "-" else _open(output, "w", f"write {output}") as out:
         report = _metered(
             "exporting",
@@ -607,8 +693,7 @@ def export_sessions(
             lambda meter: export_store(
                 url,
                 out,
-                session_ids=session_ids or None,
-                prefix=prefix,
+                session_ids=chosen,
                 options=options,
                 side_stores=side_stores,
                 on_session=meter.session,
@@ -619,6 +704,16 @@ def export_sessions(
         f"exported {report.sessions} session(s), {report.side_stores} side store(s), "
         f"{report.items} item(s)"
     )
+
+
+def _named(
+    url: str, option: list[str] | None, ids: list[str] | None, prefix: str | None
+) -> list[str] | None:
+    """The ids that ``ids`` or ``prefix`` choose in the store at ``url`` (memory scopes by
+    their CLI names); None for the whole store."""
+    if not ids and not prefix:
+        return None
+    return _in_store(url, option, lambda store: _chosen(store, ids, prefix))
 
 
 # -- writing commands --------------------------------------------------------------------------
@@ -820,6 +915,7 @@ def copy(
 
     from ..ops.migrate import copy_store
 
+    chosen = _named(src_url, [*(option or []), *(src_option or [])], session_ids, prefix)
     _report(
         _metered(
             "copying",
@@ -827,8 +923,7 @@ def copy(
             lambda meter: copy_store(
                 src_url,
                 dst_url,
-                session_ids=session_ids or None,
-                prefix=prefix,
+                session_ids=chosen,
                 src_options=src_opts,
                 dst_options=dst_opts,
                 replace=replace,
@@ -905,7 +1000,9 @@ def delete(
         if not ids:
             return 0
         _confirm(
-            f"Erase {len(ids)} session(s) ({_names(ids)}) and their side stores from {url}?", yes
+            f"Erase {len(ids)} session(s) ({_names(map(_shown, ids))}) and their side stores "
+            f"from {url}?",
+            yes,
         )
         deleted = 0
         _INTERRUPTED.append(
@@ -916,6 +1013,8 @@ def delete(
         )
         for start in range(0, len(ids), 100):
             deleted += await catalog.delete_sessions(ids[start : start + 100])
+        if all_sessions:
+            await catalog.erase_all()  # side stores no family lists any more
         return deleted
 
     deleted = _in_store(url, option, erase)
@@ -947,6 +1046,8 @@ def _delete_user(
         return await erase_user(catalog, user)
 
     done = _in_store(url, option, go)
+    done.memory_scopes = [_shown(scope) for scope in done.memory_scopes]
+    done.recall = {_shown(scope): sids for scope, sids in done.recall.items()}
     if as_json:
         return typer.echo(_json(done.as_dict()))
     verb = "would erase" if dry_run else "erased"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..errors import InvalidSessionIdError
@@ -14,6 +15,25 @@ MAX_INTERNAL_ID_LENGTH = 512
 
 SIBLING_MARK = "\x1e"
 """Starts every derived (sibling) id; user ids may not start with it, so the two never meet."""
+
+SCOPE_MARK = "\x1d"
+"""Starts every memory scope id (``SCOPE_MARK + "memory:<agent>:<user>"``); a user id starting
+with it must be a well-formed scope id, so no conversation id can name a memory scope."""
+
+SCOPE_NAME = "memory:"
+"""How the CLI and docs name a scope: its id without :data:`SCOPE_MARK`."""
+
+_SCOPE = re.compile(r"\x1dmemory:[A-Za-z0-9_.@+\-]{0,100}:[A-Za-z0-9_.@+\-]{0,100}\Z")
+
+
+def is_scope_id(session_id: str) -> bool:
+    """Whether ``session_id`` is a memory scope id (made by ``agent_sessions.memory.scope_id``)."""
+    return bool(_SCOPE.match(session_id)) and session_id != SCOPE_MARK + "memory::"
+
+
+def display_id(session_id: str) -> str:
+    """``session_id`` as the CLI shows it: a memory scope as ``memory:<agent>:<user>``."""
+    return session_id[1:] if is_scope_id(session_id) else session_id
 
 
 def validate_session_id(session_id: Any, *, internal: bool = False) -> str:
@@ -35,6 +55,11 @@ def validate_session_id(session_id: Any, *, internal: bool = False) -> str:
     if not internal and session_id.startswith(SIBLING_MARK):
         raise InvalidSessionIdError(
             "session_id must not start with '\\x1e'; that prefix is reserved for derived ids"
+        )
+    if session_id.startswith(SCOPE_MARK) and not is_scope_id(session_id):
+        raise InvalidSessionIdError(
+            "session_id must not start with '\\x1d' unless it is a memory scope id from "
+            "agent_sessions.memory.scope_id(); that prefix is reserved for memory scopes"
         )
     try:
         session_id.encode("utf-8")

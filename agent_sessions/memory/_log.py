@@ -8,6 +8,16 @@ from typing import Any
 from agents.memory import Session
 
 from ..core.capabilities import Capability, supports
+from ..errors import MemoryEditError
+
+ERASED: dict[str, Any] = {"kind": "erased"}
+"""What an erased record is replaced by."""
+ERASE_MARK: dict[str, Any] = {"kind": "erase"}
+"""Appended after an erase: a reader that reads it re-reads the log from the start."""
+
+
+def _is_erase_mark(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("kind") == "erase"
 
 
 class RecordLog:
@@ -70,6 +80,11 @@ class RecordLog:
             else:  # the last record seen is gone or changed: erased meanwhile
                 reloaded = True
                 new = await store.get_sequenced_items()
+        if not reloaded and any(_is_erase_mark(item) for _seq, item in new):
+            # records before the cursor were erased in place: read the log again (test_memory_
+            # features.py::test_erasing_a_passage_leaves_no_trace_and_warm_readers_drop_it)
+            reloaded = True
+            new = await store.get_sequenced_items()
         if reloaded:
             self.records, self._last = [], None
         if new:
@@ -78,6 +93,24 @@ class RecordLog:
         if self.keep:
             self.records.extend(fresh)
         return reloaded, fresh
+
+    async def erase(self, change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> int:
+        """Replace for good, in one store call, each record for which ``change`` returns a new
+        one (``ERASED`` leaves nothing of it), then append an erase mark that makes every
+        reader read the log again; return how many were replaced. Raises MemoryEditError on
+        a store that cannot rewrite in place (nothing is written)."""
+        if not (
+            supports(self.store, Capability.SEQUENCED) and supports(self.store, Capability.REWRITE)
+        ):
+            raise MemoryEditError(
+                "this store cannot erase records in place (it declares no Capability.REWRITE)"
+            )
+        erased = await self.rewrite(change)
+        if erased:  # after the rewrite: a crash in between leaves stale caches, no text
+            await self.append(ERASE_MARK)
+            # once more for records a concurrent writer appended while the first pass ran
+            erased += await self.rewrite(change)
+        return erased
 
     async def rewrite(self, change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> int:
         """Replace in the store, in one step, each record (passed in commit order) for which

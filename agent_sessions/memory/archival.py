@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import logging
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -15,13 +16,21 @@ from typing import Any, Literal
 from agents.memory import Session
 
 from ..errors import MemoryEditError
-from ._log import RecordLog
+from ._log import ERASED, RecordLog
 from .embedders import Embedder
-from .search import BM25Index, dot, reciprocal_rank_fusion, tokenize, unit
+from .search import BM25Index, dot, fused_scores, reciprocal_rank_fusion, tokenize, unit
 from .vectors import Filters, NumpyVectors
+
+log = logging.getLogger(__name__)
 
 CANDIDATES = 50
 """How many hits of each ranking enter the fusion (at least; more when top_k is larger)."""
+_OUTAGES: dict[str, str] = {}
+"""Per embedder name, why its last call failed while it keeps failing. Process-wide, as the
+outage is the service's: warned once per outage, not once per scope or call (test:
+test_memory_features.py::test_a_failing_embedder_fails_no_insert_search_or_tool_and_catches_up)."""
+HALF_LIFE = 30 * 86_400.0
+"""Default ``half_life`` of the recency weight in search: 30 days."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +125,35 @@ class Archive:
         self._vectors = NumpyVectors.create()
         self._reembedding: asyncio.Task[int] | None = None
 
+    @property
+    def outage(self) -> str | None:
+        """Why the embedder's last call failed (e.g. ``"RateLimitError"``), while it keeps
+        failing; None once a call succeeds. Meanwhile passages are stored without a vector
+        and searches rank by keyword only."""
+        return None if self.embedder is None else _OUTAGES.get(self.embedder.name)
+
+    async def _embed(self, texts: list[str]) -> list[list[float]] | None:
+        """The embedder's vectors for ``texts``, or None when it raised (an outage: warned
+        once, until a call succeeds again)."""
+        assert self.embedder is not None
+        name = self.embedder.name
+        try:
+            vectors = await self.embedder.embed(texts)
+        except Exception as exc:  # e.g. HTTP 429: keyword search still answers
+            if name not in _OUTAGES:
+                log.warning(
+                    "embedder %s failed (%s: %s): passages are stored without a vector and "
+                    "searches rank by keyword until it recovers; Memory.tidy embeds them later",
+                    name,
+                    type(exc).__name__,
+                    exc,
+                )
+            _OUTAGES[name] = type(exc).__name__
+            return None
+        if _OUTAGES.pop(name, None) is not None:
+            log.info("embedder %s recovered", name)
+        return vectors
+
     async def refresh(self) -> None:
         """Read what was written since the last refresh (by any writer)."""
         reloaded, records = await self._log.refresh()
@@ -209,9 +247,9 @@ class Archive:
             raise MemoryEditError("a passage cannot supersede itself")
         records: list[dict[str, Any]] = []
         if passage_id not in self._by_id:
-            vector = None
-            if self.embedder is not None:
-                vector = (await self.embedder.embed([content]))[0]
+            vector, embedded_by = None, None
+            if self.embedder is not None and (vectors := await self._embed([content])):
+                vector, embedded_by = vectors[0], self.embedder.name
             records.append(
                 {
                     "kind": "passage",
@@ -221,7 +259,7 @@ class Archive:
                     "metadata": metadata or {},
                     "at": self._clock(),
                     "valid_to": valid_to,
-                    "embedder": self.embedder.name if self.embedder else None,
+                    "embedder": embedded_by,
                     "vector": None if vector is None else pack_vector(vector),
                 }
             )
@@ -235,10 +273,32 @@ class Archive:
         assert found is not None
         return found
 
+    async def delete(self, passage_id: str) -> None:
+        """Erase passage ``passage_id`` for good: its record, its vectors and its marks are
+        replaced in the store by empty tombstones in one call (not superseded: nothing of its
+        text stays in the store's rows), and every reader drops it at its next read. A passage
+        it superseded stays superseded. Erasing again removes what a racing writer stored for
+        it after. Raises MemoryEditError when no record names ``passage_id`` or the store
+        cannot rewrite in place."""
+
+        def change(record: dict[str, Any]) -> dict[str, Any] | None:
+            if record.get("id") == passage_id and record.get("kind") != "erased":
+                return dict(ERASED)
+            if record.get("kind") == "supersede" and record.get("by") == passage_id:
+                return {**record, "by": "erased"}
+            return None
+
+        erased = await self._log.erase(change)
+        await self.refresh()
+        if not erased:
+            raise MemoryEditError(f"no passage {passage_id!r} to delete")
+
     async def reembed(self, batch: int = 100) -> int:
         """Embed, with the current embedder, every passage stored without a vector of its
-        (e.g. after changing the embedder); return how many. Until then such passages are
-        found by keyword only. Safe to run while others write; run it off the request path."""
+        (e.g. after changing the embedder, or stored while the embedder failed); return how
+        many. Until then such passages are found by keyword only. Stops at the first failed
+        batch (the next run resumes there). Safe to run while others write; run it off the
+        request path."""
         if self.embedder is None:
             raise MemoryEditError("reembed needs an embedder: pass embedder= to Memory")
         await self.refresh()
@@ -246,7 +306,10 @@ class Archive:
         todo = [p for p in self.passages if p.embedder != name]
         for start in range(0, len(todo), batch):
             part = todo[start : start + batch]
-            vectors = await self.embedder.embed([p.content for p in part])
+            vectors = await self._embed([p.content for p in part])
+            if vectors is None:  # an outage: the next run resumes here
+                await self.refresh()
+                return start
             await self._log.append(
                 *[
                     {"kind": "vector", "id": p.id, "embedder": name, "vector": pack_vector(v)}
@@ -309,12 +372,34 @@ class Archive:
         start: float | None = None,
         end: float | None = None,
         include_inactive: bool = False,
+        min_score: float | None = None,
+        recency: float = 0.0,
+        half_life: float = HALF_LIFE,
     ) -> list[Passage]:
         """The ``top_k`` passages best matching ``query``: BM25 and (with an embedder) cosine
         over stored vectors of the same embedder, fused by reciprocal rank. Filters (tags,
-        time range, active unless ``include_inactive``) apply before ranking."""
+        time range, active unless ``include_inactive``) apply before ranking.
+
+        ``min_score`` drops passages whose cosine similarity to the query is below it from
+        the vector ranking (keyword matches, which share a word with the query, stay).
+        ``recency`` (0 to 1) mixes freshness into the order: each hit scores ``(1 - recency)
+        * relevance + recency * 0.5 ** (age / half_life)``, relevance being its fused score
+        over the best possible one. When the embedder fails, ranks by keyword only (see
+        ``outage``)."""
         if tag_match_mode not in ("any", "all"):
             raise MemoryEditError(f"tag_match_mode must be 'any' or 'all', got {tag_match_mode!r}")
+        if min_score is not None and (
+            isinstance(min_score, bool) or not isinstance(min_score, int | float)
+        ):
+            raise MemoryEditError(f"min_score must be a number or None, got {min_score!r}")
+        if (
+            isinstance(recency, bool)
+            or not isinstance(recency, int | float)
+            or not 0 <= recency <= 1
+        ):
+            raise MemoryEditError(f"recency must be a weight from 0 to 1, got {recency!r}")
+        if isinstance(half_life, bool) or not isinstance(half_life, int | float) or half_life <= 0:
+            raise MemoryEditError(f"half_life must be positive seconds, got {half_life!r}")
         wanted = set(check_tags(tags))
         await self.refresh()
         now = self._clock()
@@ -335,9 +420,10 @@ class Archive:
             return [self.passages[doc] for doc in reversed(kept)][:top_k]
         depth = max(CANDIDATES, top_k * 4)
         rankings = [[doc for doc, _ in self._index.search(query, where=keep, top_k=depth)]]
-        if self.embedder is not None:
+        probes = None if self.embedder is None else await self._embed([query])
+        if self.embedder is not None and probes:
             name = self.embedder.name
-            probe = unit((await self.embedder.embed([query]))[0])
+            probe = unit(probes[0])
             ranked = None
             if self._vectors is not None:
                 filters = Filters(
@@ -358,5 +444,19 @@ class Archive:
                 ]
                 scored.sort(key=lambda pair: (-pair[0], pair[1]))
                 ranked = [doc for _score, doc in scored[:depth]]
+            if min_score is not None:
+                ranked = [
+                    d for d in ranked if dot(probe, self.passages[d].vector or ()) >= min_score
+                ]
             rankings.append(ranked)
-        return [self.passages[doc] for doc in reciprocal_rank_fusion(rankings)[:top_k]]
+        if not recency:
+            return [self.passages[doc] for doc in reciprocal_rank_fusion(rankings)[:top_k]]
+        best = len(rankings) / (60 + 1)  # fused_scores (k=60) of a hit first in every ranking
+
+        def mixed(pair: tuple[int, float]) -> tuple[float, int]:
+            doc, fused = pair
+            fresh = 0.5 ** (max(0.0, now - self.passages[doc].at) / half_life)
+            return -((1 - recency) * fused / best + recency * fresh), doc
+
+        ranked_docs = sorted(fused_scores(rankings).items(), key=mixed)
+        return [self.passages[doc] for doc, _ in ranked_docs[:top_k]]

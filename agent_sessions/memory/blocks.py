@@ -18,7 +18,7 @@ from typing import Any
 from agents.memory import Session
 
 from ..errors import BlockConflictError, MemoryEditError
-from ._log import RecordLog
+from ._log import ERASED, RecordLog
 
 LABEL = re.compile(r"[a-z][a-z0-9_]{0,63}\Z")
 DEFAULT_LIMIT = 2000
@@ -124,6 +124,23 @@ class Blocks:
         await self._refresh()
         self._get(label)
         return list(self._history[label])
+
+    async def delete(self, label: str) -> None:
+        """Erase block ``label`` for good, every version of it (not an edit: its history goes
+        too), in one store call; every reader drops it at its next read and ``define`` can
+        create it anew. Erasing again removes what a racing writer stored for it after.
+        Raises MemoryEditError when no record names ``label`` or the store cannot rewrite in
+        place."""
+        check_label(label)
+
+        def change(record: dict[str, Any]) -> dict[str, Any] | None:
+            mine = record.get("kind") == "block" and record.get("label") == label
+            return dict(ERASED) if mine else None
+
+        erased = await self._log.erase(change)
+        await self._refresh()
+        if not erased:
+            self._get(label)  # raises: there is no such block
 
     async def _write(self, base: Block | None, block: Block) -> bool:
         record_id = uuid.uuid4().hex

@@ -10,7 +10,7 @@ from itertools import repeat
 
 from ..core.bm25 import BM25Index, tokenize
 
-__all__ = ["BM25Index", "dot", "reciprocal_rank_fusion", "tokenize", "unit"]
+__all__ = ["BM25Index", "dot", "fused_scores", "reciprocal_rank_fusion", "tokenize", "unit"]
 
 
 def unit(vector: Sequence[float]) -> tuple[float, ...]:
@@ -29,10 +29,16 @@ def dot(a: Sequence[float], b: Sequence[float]) -> float:
     return float(sum(map(operator.mul, a, b)))
 
 
-def reciprocal_rank_fusion(rankings: Iterable[Sequence[int]], k: int = 60) -> list[int]:
-    """Fuse ranked id lists: score each id by the sum of 1/(k + rank); best first."""
+def fused_scores(rankings: Iterable[Sequence[int]], k: int = 60) -> dict[int, float]:
+    """Each id of ranked id lists scored by the sum of 1/(k + rank)."""
     scores: dict[int, float] = {}
     for ranking in rankings:
         for rank, doc in enumerate(ranking, start=1):
             scores[doc] = scores.get(doc, 0.0) + 1.0 / (k + rank)
+    return scores
+
+
+def reciprocal_rank_fusion(rankings: Iterable[Sequence[int]], k: int = 60) -> list[int]:
+    """Fuse ranked id lists by ``fused_scores``; best first."""
+    scores = fused_scores(rankings, k)
     return [doc for doc, _ in sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))]

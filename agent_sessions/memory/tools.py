@@ -4,7 +4,7 @@ or bad argument comes back to the model as text saying how to fix it; the run go
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
@@ -54,6 +54,27 @@ def _edited(block: Block) -> str:
 def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
     """The seven tools, bound to ``memory``."""
     blocks, recall, archive = memory.blocks, memory.recall, memory.archive
+    shared: Sequence[Blocks] = getattr(memory, "shared", ())  # Memory's; optional elsewhere
+
+    async def _edit(label: str, pending: Callable[[], Awaitable[Block]]) -> str:
+        try:
+            return _edited(await pending())
+        except MemoryEditError:
+            own = {b.label for b in await blocks.all()}
+            for other in shared if label not in own else ():
+                if label in {b.label for b in await other.all()}:
+                    raise MemoryEditError(
+                        f"block '{label}' is shared with other agents and read-only for you: "
+                        "you cannot change it; keep the information elsewhere (one of your "
+                        "own blocks or archival_memory_insert)"
+                    ) from None
+            raise
+
+    def _keyword_only() -> str:
+        return (
+            f"The embedding service failed ({archive.outage}), so archival search matches "
+            "keywords only for now: use words the fact would contain."
+        )
 
     async def memory_insert(label: str, new_str: str, insert_line: int = -1) -> str:
         """Insert text into a memory block.
@@ -63,7 +84,9 @@ def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
             new_str: The text to insert.
             insert_line: Insert after this line (0 inserts at the top, -1 at the end).
         """
-        return await _answer(lambda: _edit(blocks.insert(label, new_str, insert_line)))
+        return await _answer(
+            lambda: _edit(label, lambda: blocks.insert(label, new_str, insert_line))
+        )
 
     async def memory_replace(label: str, old_str: str, new_str: str) -> str:
         """Replace text in a memory block; old_str must occur exactly once.
@@ -73,7 +96,7 @@ def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
             old_str: The exact text to replace, copied from the block.
             new_str: The replacement ("" deletes old_str).
         """
-        return await _answer(lambda: _edit(blocks.replace(label, old_str, new_str)))
+        return await _answer(lambda: _edit(label, lambda: blocks.replace(label, old_str, new_str)))
 
     async def memory_rethink(label: str, new_memory: str) -> str:
         """Rewrite a whole memory block (to reorganise or shorten it).
@@ -82,7 +105,7 @@ def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
             label: The block to rewrite.
             new_memory: The complete new value of the block.
         """
-        return await _answer(lambda: _edit(blocks.rethink(label, new_memory)))
+        return await _answer(lambda: _edit(label, lambda: blocks.rethink(label, new_memory)))
 
     async def memory_finish_edits() -> str:
         """Call when you are done editing memory."""
@@ -141,6 +164,12 @@ def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
 
         async def work() -> str:
             passage = await archive.insert(content, tags)
+            if archive.outage is not None and passage.packed is None:
+                return (
+                    f"Stored passage {passage.id}. The embedding service failed "
+                    f"({archive.outage}), so for now it is found by keyword search only; it "
+                    "is embedded later."
+                )
             return f"Stored passage {passage.id}."
 
         return await _answer(work)
@@ -173,9 +202,10 @@ def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
                 start=_bound(start_datetime, "start_datetime"),
                 end=_bound(end_datetime, "end_datetime", end=True),
             )
+            note = "" if archive.outage is None else _keyword_only() + "\n"
             if not found:
-                return f"No archived passages match {query!r}."
-            return json.dumps(
+                return f"{note}No archived passages match {query!r}."
+            return note + json.dumps(
                 [
                     {"id": p.id, "content": p.content, "tags": list(p.tags), "time": _iso(p.at)}
                     for p in found
@@ -195,7 +225,3 @@ def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
         archival_memory_search,
     ]
     return [function_tool(f) for f in functions]
-
-
-async def _edit(pending: Awaitable[Block]) -> str:
-    return _edited(await pending)

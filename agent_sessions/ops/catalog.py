@@ -1,7 +1,11 @@
 """The session catalog: list (pages by id, no items read), inspect and erase the sessions of
 a store on every backend. A session is deleted with its *family*: the side stores layers keep
 for it (ids from :func:`agent_sessions.core.ids.derive_sibling_id`), never listed as sessions.
-Backends offer a ``CatalogStore`` through ``catalog_store()``; the common rules are here::
+The store lists families itself: every family with a side store has a registry side store
+(``core.family.REGISTRY``) whose id ends with the root's id, so a root is listed, found and
+erased through it whether or not it has a row of its own (cleared, or a memory scope, which
+never writes to its root). Backends offer a ``CatalogStore`` through ``catalog_store()``; the
+common rules are here::
 
     catalog = await SessionCatalog.open("sqlite:///app.db")
     page = await catalog.list_sessions(prefix="user-42:", limit=50)
@@ -31,13 +35,22 @@ from ..core.catalog import (
     is_side_store,
     side_store_kind,
 )
-from ..core.family import close_quietly
-from ..core.ids import SIBLING_MARK, derive_sibling_id, validate_session_id
+from ..core.family import REGISTRY, close_quietly
+from ..core.ids import (
+    SCOPE_MARK,
+    SCOPE_NAME,
+    SIBLING_MARK,
+    derive_sibling_id,
+    is_scope_id,
+    validate_session_id,
+)
 from ..errors import SessionError, SessionNotFoundError
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 10_000
 _PROBE_ID = "agent-sessions-catalog"
+_LISTING = f"{SIBLING_MARK}{REGISTRY}{SIBLING_MARK}"
+"""Starts the id of every family's registry; the rest of that id is the family's root."""
 
 INFO = "info"
 """The purpose of the side store that holds a session's ``user_id``, ``title`` and
@@ -180,11 +193,36 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
             _check_time("updated_after", updated_after),
             _check_time("updated_before", updated_before),
         )
-        found = (await self.store.list_page(query))[:limit]
+        found, more = await self._roots(query)
         # The cursor follows what the store returned, not what the filter kept, so a page that
         # the client-side check thinned out never ends the listing early.
-        more = len(found) == limit
-        return Page([s for s in found if query.matches(s)], found[-1].session_id if more else None)
+        return Page([s for s, kept in found if kept], found[-1][0].session_id if more else None)
+
+    async def _roots(self, query: CatalogQuery) -> tuple[list[tuple[SessionInfo, bool]], bool]:
+        """The first ``query.limit`` family roots ``query`` selects, each with whether it passes
+        the query's client-side check, and whether more may follow: the sessions with a row
+        merged with the roots of the families' registries (two index ranges), a root without
+        a row shown with its registry's times and no items."""
+        rows = (await self.store.list_page(query))[: query.limit]
+        if getattr(self.store, "lists_families", False):  # the store lists them (Redis)
+            return [(info, query.matches(info)) for info in rows], len(rows) == query.limit
+        registries = CatalogQuery(
+            query.limit,
+            None if query.after is None else _LISTING + query.after,
+            _LISTING + (query.prefix or ""),
+            query.updated_after,
+            query.updated_before,
+            internal=True,
+        )
+        listed = (await self.store.list_page(registries))[: query.limit]
+        found = {info.session_id: (info, query.matches(info)) for info in rows}
+        for reg in listed:
+            root = reg.session_id[len(_LISTING) :]
+            if root not in found and not is_side_store(root):  # a nested family's: not a root
+                info = SessionInfo(root, reg.created_at, reg.updated_at, 0)
+                found[root] = (info, registries.matches(reg))
+        more = query.limit in (len(rows), len(listed)) or len(found) > query.limit
+        return [found[sid] for sid in sorted(found)[: query.limit]], more
 
     async def iter_sessions(
         self,
@@ -212,6 +250,14 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
     async def get(self, session_id: str) -> SessionInfo | None:
         """Return the info of ``session_id``, or None when the store has no such session."""
         validate_session_id(session_id, internal=True)
+        if is_side_store(session_id):
+            return await self._get(session_id)
+        own = await self._get(session_id)
+        reg = None if own is not None else await self._get(_LISTING + session_id)
+        return own if reg is None else SessionInfo(session_id, reg.created_at, reg.updated_at, 0)
+
+    async def _get(self, session_id: str) -> SessionInfo | None:
+        """The info of the row of ``session_id`` (a root or a side store), or None."""
         if isinstance(self.store, SupportsInfos):
             return (await self.store.infos([session_id])).get(session_id)
         # The id is the smallest string starting with itself: if it exists, it comes first.
@@ -247,18 +293,26 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
 
     async def delete_sessions(self, session_ids: Sequence[str]) -> int:
         """Delete each session and its whole family (every side store of every layer); return
-        how many of them existed. Final: a session written again starts at number 1; stop its
-        writers first (a racing write may survive)."""
+        how many of them existed (with a row or a side store). Final: a session written again
+        starts at number 1; stop its writers first (a racing write may survive)."""
         if isinstance(session_ids, str):
             raise TypeError("session_ids must be a list of ids, not one str")
         roots = [validate_session_id(sid) for sid in session_ids]
         existed = 0
         for start in range(0, len(roots), 500):
             chunk = list(dict.fromkeys(roots[start : start + 500]))
-            side = [member for family in (await self.families(chunk)).values() for member in family]
-            if side:
-                await self.store.delete(side)
-            existed += await self.store.delete(chunk)
+            families = await self.families(chunk)
+            grown = [root for root in chunk if families[root]]
+            members = [*(m for root in grown for m in families[root]), *grown]
+            # The registries go last: a family whose erase stops half-way is still listed.
+            for ids in (
+                [m for m in members if not m.startswith(_LISTING)],
+                [m for m in members if m.startswith(_LISTING)],
+            ):
+                if ids:
+                    await self.store.delete(ids)
+            bare = [root for root in chunk if not families[root]]
+            existed += len(grown) + (await self.store.delete(bare) if bare else 0)
         return existed
 
     erase = delete_sessions
@@ -331,6 +385,16 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
                 return
             after = page[-1].session_id
 
+    async def erase_all(self) -> int:
+        """Delete every session and side store of the store, also side stores no family
+        lists any more (a registry lost to an older version's erase); return how many ids
+        were deleted."""
+        deleted, after = 0, None
+        while page := await self.store.list_page(CatalogQuery(500, after, internal=True)):
+            deleted += await self.store.delete([info.session_id for info in page])
+            after = page[-1].session_id  # a row the store would not delete ends no loop
+        return deleted
+
     async def stats(self) -> dict[str, Any]:
         """Return totals: sessions, items, side stores (also by kind, e.g. ``branches``,
         ``branch segments``, ``usage``, ``info``), oldest/newest update."""
@@ -368,19 +432,21 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
 
 
 async def memory_scopes(catalog: SessionCatalog) -> list[str]:
-    """The root ids of the store's memory scopes (``memory:<agent_id>:<user_id>``), sorted:
-    found today by their side stores' purposes (``memory.*``) and their roots' ids."""
-    found: set[str] = set()
-    for prefix, internal in ((f"{SIBLING_MARK}memory.", True), ("memory:", False)):
-        after: str | None = None
-        while True:
-            query = CatalogQuery(limit=1000, after=after, prefix=prefix, internal=internal)
-            page = await catalog.store.list_page(query)
-            found.update(family_root(info.session_id) for info in page)
-            if len(page) < 1000:
-                break
-            after = page[-1].session_id
-    return sorted(sid for sid in found if sid.startswith("memory:") and sid.count(":") == 2)
+    """The root ids of the store's memory scopes, sorted: those in the reserved namespace
+    (``SCOPE_MARK + "memory:<agent>:<user>"``), and those v0.3 wrote under
+    ``memory:<agent>:<user>`` (told from a conversation of that name by their memory side
+    stores)."""
+    found = []
+    async for info in catalog.iter_sessions(prefix=SCOPE_MARK + SCOPE_NAME, page_size=1000):
+        if is_scope_id(info.session_id):
+            found.append(info.session_id)
+    async for info in catalog.iter_sessions(prefix=SCOPE_NAME, page_size=1000):
+        sid = info.session_id
+        if is_scope_id(SCOPE_MARK + sid) and any(
+            side_store_kind(member).startswith("memory.") for member in await catalog.family(sid)
+        ):
+            found.append(sid)
+    return sorted(found)
 
 
 async def memory_scopes_of_user(catalog: SessionCatalog, user_id: str) -> list[str]:

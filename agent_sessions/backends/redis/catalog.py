@@ -11,11 +11,21 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ...core.catalog import CatalogQuery, ScanListing, SessionInfo, family_root, group_families, utc
+from ...core.catalog import (
+    CatalogQuery,
+    ScanListing,
+    SessionInfo,
+    family_root,
+    group_families,
+    is_side_store,
+    utc,
+)
+from ...core.family import REGISTRY
 from ...core.ids import SIBLING_MARK
 from .layout import escape_session_id, session_keys, unescape_session_id
 
 _META = "}:meta"
+_REGISTRY = f"{SIBLING_MARK}{REGISTRY}{SIBLING_MARK}"
 
 
 def glob_escape(text: str) -> str:
@@ -70,11 +80,36 @@ class RedisCatalog:
             out.append(SessionInfo(sid, created, updated, int(count)) if exists else None)
         return out
 
+    lists_families = True
+    """A listing of sessions holds every family root (see ``SessionCatalog``): one SCAN finds
+    the sessions and the family registries under the prefix."""
+
     async def list_page(self, query: CatalogQuery) -> list[SessionInfo]:
-        tag = glob_escape(escape_session_id(query.prefix or "")) + "*"
-        if not query.internal and not query.prefix:
-            tag = f"[^{SIBLING_MARK}]*"
-        return await self._listing.page(query, tag, lambda: self._ids(tag), self._infos)
+        if query.internal:
+            tag = glob_escape(escape_session_id(query.prefix or "")) + "*"
+            return await self._listing.page(query, tag, lambda: self._ids(tag), self._infos)
+        prefix = glob_escape(escape_session_id(query.prefix or ""))
+        tag = f"*{prefix}*" if prefix else "*"  # both the roots and the registries hold it
+
+        async def roots() -> list[str]:
+            found = set()
+            for sid in await self._ids(tag):
+                root = sid.removeprefix(_REGISTRY)
+                if not is_side_store(root):  # a session, or a family's registry
+                    found.add(root)
+            return list(found)
+
+        return await self._listing.page(query, "roots:" + tag, roots, self._root_infos)
+
+    async def _root_infos(self, roots: list[str]) -> list[SessionInfo | None]:
+        """Each root's info: its own, else its family registry's times and no items."""
+        found = await self._infos([sid for root in roots for sid in (root, _REGISTRY + root)])
+        out: list[SessionInfo | None] = []
+        for root, own, registry in zip(roots, found[::2], found[1::2], strict=True):
+            if own is None and registry is not None:
+                own = SessionInfo(root, registry.created_at, registry.updated_at, 0)
+            out.append(own)
+        return out
 
     async def infos(self, session_ids: Sequence[str]) -> dict[str, SessionInfo]:
         found = await self._infos(list(session_ids))

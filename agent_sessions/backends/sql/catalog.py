@@ -97,10 +97,16 @@ class EngineCatalog:
         ids = list(session_ids)
         if not ids:
             return 0
+        sqlite = self.engine.dialect.name == "sqlite"
         async with self._connect(begin=True) as conn:
+            if sqlite:  # freed pages are zeroed, so no erased text stays in the file
+                await conn.execute(text("PRAGMA secure_delete = ON"))
             for table in (self.messages, self.sessions):
                 statement = text(f"DELETE FROM {table} WHERE session_id IN :ids").bindparams(
                     bindparam("ids", expanding=True)
                 )
                 result = await conn.execute(statement, {"ids": ids})
+        if sqlite:  # the WAL holds the erased pages as they were: copy it back, empty it
+            async with self._connect() as conn:
+                await conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
         return int(result.rowcount)

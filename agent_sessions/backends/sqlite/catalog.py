@@ -69,16 +69,21 @@ class SQLiteFileCatalog:
             f"DELETE FROM {self.sessions} WHERE session_id IN ({marks})",
         )
 
+        text = self.session.schema.text
+
         def run(raw: sqlite3.Connection) -> int:
             raw.execute("BEGIN IMMEDIATE")
             try:
-                raw.execute(statements[0], ids)
+                text.erasing(raw, ids, lambda: raw.execute(statements[0], ids))
                 existed = raw.execute(statements[1], ids).rowcount
                 raw.execute("COMMIT")
             except BaseException:
                 if raw.in_transaction:  # a failed COMMIT too: never leave the connection in one
                     raw.execute("ROLLBACK")
                 raise
+            # The WAL still holds the erased pages as they were: copy it back and empty it
+            # (waits for readers of older snapshots, up to the busy timeout).
+            raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             return int(existed)
 
         return await self.session._run(run) if ids else 0

@@ -460,6 +460,7 @@ class SQLiteStore:
                     raise
                 time.sleep(0.01)
         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        conn.execute("PRAGMA secure_delete = ON")  # freed pages hold no erased text
 
 
 def _close_connection() -> None:
@@ -713,8 +714,12 @@ class SQLiteSession(BaseSession):
         return await self._run(_write, self.schema.popper(self.session_id, check))
 
     async def _clear(self) -> None:
-        statements, sid = self.schema.clear, self.session_id
-        await self._run(_write, lambda raw: [raw.execute(sql, (sid,)) for sql in statements])
+        statements, sid, text = self.schema.clear, self.session_id, self.schema.text
+
+        def clear(raw: sqlite3.Connection) -> None:
+            text.erasing(raw, [sid], lambda: [raw.execute(sql, (sid,)) for sql in statements])
+
+        await self._run(_write, clear)
 
     async def _count(self, after: int | None = None, before: int | None = None) -> int:
         sql, params = _range_sql(self.schema.count, after, before)
@@ -727,8 +732,16 @@ class SQLiteSession(BaseSession):
 
     async def _rewrite(self, rows: list[Row]) -> int:
         sql = f"UPDATE {self.messages_table} SET message_data = ? WHERE session_id = ? AND id = ?"
-        args = [(payload, self.session_id, seq) for seq, payload in rows]
-        return await self._run(_write, lambda raw: raw.executemany(sql, args).rowcount)  # summed
+        args, sid, text = (
+            [(p, self.session_id, seq) for seq, p in rows],
+            self.session_id,
+            self.schema.text,
+        )
+
+        def rewrite(raw: sqlite3.Connection) -> int:
+            return text.erasing(raw, [sid], lambda: raw.executemany(sql, args).rowcount)  # summed
+
+        return await self._run(_write, rewrite)
 
     async def _write_at(self, rows: list[Row], created: float, updated: float) -> None:
         # The SDK layout numbers items by the table's row id, shared by every session of the

@@ -18,6 +18,12 @@ messages table ``<m>``:
 ``SQLiteSession.drop_text_index()`` removes all of it (triggers first: a trigger naming a
 dropped table would fail every write to the messages table); the next search creates it again.
 
+FTS5 keeps a deleted or rewritten row's words in its index segments until they are merged, so
+an erase, a ``clear_session`` or a rewrite (a recall ``forget``) of a listed session runs
+through :meth:`TextIndexSchema.erasing`: with SQLite 3.42 or later the index was created with
+FTS5's ``secure-delete`` option, which removes them at once; before that the index is merged
+(``optimize``, a pass over the whole index) in the same transaction.
+
 An item is indexed when its top-level ``"text"`` is a non-empty string (malformed JSON is
 skipped, never an error). A query's words are each quoted as an FTS5 string and joined with
 OR, so no query syntax ever reaches FTS5; ranking is FTS5's ``bm25()`` (negated: higher is
@@ -26,13 +32,18 @@ better) over the whole file's index.
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from ...core.sqltext import sqlite_indexable
 from ...core.textsearch import Between, Equal
 
+T = TypeVar("T")
 _TEXT = "'$.text'"
+SECURE_DELETE = sqlite3.sqlite_version_info >= (3, 42, 0)
+"""Whether FTS5 has the ``secure-delete`` option (a delete takes its words at once)."""
 _INT64_MAX = 2**63 - 1
 
 
@@ -87,6 +98,12 @@ class TextIndexSchema:
             f"DROP VIEW IF EXISTS {src}",
             f"DROP TABLE IF EXISTS {listed}",
         ]
+        if SECURE_DELETE:
+            self.create.append(f"INSERT INTO {f} ({f}, rank) VALUES ('secure-delete', 1)")
+        self.optimize = f"INSERT INTO {f} ({f}) VALUES ('optimize')"
+        self.any_listed = (
+            f"SELECT 1 FROM {listed} WHERE session_id IN (SELECT value FROM json_each(?))"
+        )
         self.is_listed = f"SELECT 1 FROM {listed} WHERE session_id = ?"
         self.holds_items = f"SELECT 1 FROM {m} WHERE session_id = ? LIMIT 1"
         self.list = f"INSERT INTO {listed} (session_id) VALUES (?)"
@@ -179,6 +196,23 @@ class TextIndexSchema:
         """Drop the triggers, index, view and table (in a write transaction)."""
         for statement in self.drop:
             raw.execute(statement)
+
+    def erasing(self, raw: sqlite3.Connection, sids: Sequence[str], erase: Callable[[], T]) -> T:
+        """``erase()`` (deletes or rewrites rows of ``sids``, in a write transaction), then,
+        when one of ``sids`` is indexed, the index merged so no old word stays in it (where
+        FTS5 has no ``secure-delete``)."""
+        try:
+            listed = (
+                not SECURE_DELETE and raw.execute(self.any_listed, (json.dumps(sids),)).fetchone()
+            )
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            listed = None  # never searched: nothing indexed
+        result = erase()
+        if listed:
+            raw.execute(self.optimize)
+        return result
 
     def list_session(self, raw: sqlite3.Connection, sid: str) -> bool:
         """List ``sid`` and index its items (in a write transaction); False, doing nothing,

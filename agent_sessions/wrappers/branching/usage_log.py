@@ -109,7 +109,7 @@ class UsageQueries:
                     return
                 await self.side_store("usage").add_items(
                     [
-                        {
+                        {  # type: ignore[list-item]
                             "b": branch,
                             "p": list(position),
                             **{name: getattr(usage, name) or 0 for name in _TOTALS},

@@ -731,9 +731,8 @@ class CompactionSession(SessionWrapper):
         if (latest.id if latest else None) != (record.id if record else None):
             raise _Aborted("another compaction or pop committed meanwhile")
         old_boundary = record.boundary if record is not None else 0
-        present = await self.inner.count_items(
-            after=old_boundary,  # type: ignore[attr-defined]
-            before=covered[-1][0] + 1,
+        present = await self.inner.count_items(  # type: ignore[attr-defined]
+            after=old_boundary, before=covered[-1][0] + 1
         )
         if present != len(covered):
             raise _Aborted("summarised items were popped meanwhile")
