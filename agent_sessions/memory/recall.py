@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from agents.items import TResponseInputItem
 
 SNIPPET = 300
+INDEXED_CHARS = 100_000
+"""How much of an item's text recall indexes (and upkeep reads): one huge tool output must
+not outgrow an engine's index (PostgreSQL's ``tsvector`` holds 1 MB) nor every later search."""
 log = logging.getLogger(__name__)
 
 
@@ -278,6 +281,7 @@ class RecallIndex:
         records: list[dict[str, Any]] = []
         for seq, item in pairs:
             role, text = item_text(item)
+            text = text[:INDEXED_CHARS]
             if text:
                 records.append(
                     {
