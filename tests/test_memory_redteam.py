@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from agents import Agent, Runner
+from agents.extensions.memory import EncryptedSession as SDKEncrypted
 from agents.memory import Session
 from agents.testing import ScriptedModel, assistant_message
 from cryptography.fernet import Fernet
@@ -157,6 +158,9 @@ async def test_an_encrypted_conversation_over_a_plain_scope_is_refused() -> None
     chat = EncryptedSession(InMemorySession("chat", store=store), encryption_key=key)
     with pytest.raises(MemoryEditError, match="EncryptedSession"):
         plain.session(chat)
+    sdk_chat = SDKEncrypted("chat1", InMemorySession("chat1", store=store), key)
+    with pytest.raises(MemoryEditError, match="EncryptedSession"):
+        plain.session(sdk_chat)
     root = EncryptedSession(InMemorySession(_scope(), store=store), encryption_key=key)
     secret = Memory(root)
     session = secret.session(

@@ -125,7 +125,8 @@ class Memory:
         return cls(root, embedder=embedder)
 
     def session(self, inner: Session) -> RecallSession:
-        """``inner`` wrapped so every item written through it is indexed for recall."""
+        """``inner`` wrapped so every item written through it is indexed for recall (an
+        encrypted ``inner`` over a plain root is refused: MemoryEditError)."""
         return RecallSession(inner, self.recall)
 
     def instructions(self, prompt: str = "") -> Callable[[Any, Any], Awaitable[str]]:
