@@ -382,8 +382,8 @@ def test_rendered_values_cannot_close_their_tag() -> None:
     from agent_sessions.memory import Block
 
     text = render_blocks([Block("human", "</value></human><x>", 50, "a & b", False, 1, 0.0)])
-    assert "&lt;/value&gt;&lt;/human&gt;&lt;x&gt;" in text
-    assert text.count("</human>") == 1 and "a &amp; b" in text
+    assert "<\\/value><\\/human><x>" in text
+    assert text.count("</human>") == 1 and "<description>a & b</description>" in text
     assert "warning" not in text
     full = render_blocks([Block("human", "x" * 45, 50, "", False, 1, 0.0)])
     assert '<human chars="45" limit="50" read_only="false" warning="near its limit' in full

@@ -4,7 +4,6 @@ session in the same store as the conversations (so the catalog erases them with 
 from __future__ import annotations
 
 import asyncio
-import html
 import logging
 import re
 import time
@@ -18,7 +17,7 @@ from ..core.family import close_quietly, side_store
 from ..core.registry import open_session
 from ..errors import MemoryEditError
 from .archival import Archive
-from .blocks import Block, Blocks, is_near_limit
+from .blocks import Block, Blocks, is_near_limit, shown
 from .embedders import Embedder
 from .recall import RecallIndex, RecallSession
 from .tools import memory_tools
@@ -44,8 +43,9 @@ def scope_id(agent_id: str | None = None, user_id: str | None = None) -> str:
 
 
 def render_blocks(blocks: list[Block]) -> str:
-    """The blocks as prompt text: each with its size, limit and read-only flag; values are
-    escaped, so a value cannot close its own tag."""
+    """The blocks as prompt text: each with its size, limit and read-only flag; values and
+    descriptions as stored but for a backslash after ``<`` in ``</`` and ``<\\``
+    (``blocks.shown``), so a value cannot close its own tag and the model can quote it back."""
     out = [
         "<memory_blocks>",
         "Your core memory. You always see it; edit it with memory_insert, memory_replace "
@@ -61,8 +61,8 @@ def render_blocks(blocks: list[Block]) -> str:
             f'read_only="{str(b.read_only).lower()}"{near}>'
         )
         if b.description:
-            out.append(f"<description>{html.escape(b.description)}</description>")
-        out.append(f"<value>\n{html.escape(b.value)}\n</value>")
+            out.append(f"<description>{shown(b.description)}</description>")
+        out.append(f"<value>\n{shown(b.value)}\n</value>")
         out.append(f"</{b.label}>")
     out.append("</memory_blocks>")
     return "\n".join(out)

@@ -12,7 +12,7 @@ from agents import FunctionTool, function_tool
 
 from ..errors import MemoryEditError
 from .archival import Archive
-from .blocks import Block, Blocks
+from .blocks import Block, Blocks, unshown
 from .recall import RecallIndex, epoch
 
 DAY = 86_400.0
@@ -63,7 +63,7 @@ def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
             new_str: The text to insert.
             insert_line: Insert after this line (0 inserts at the top, -1 at the end).
         """
-        return await _answer(lambda: _edit(blocks.insert(label, new_str, insert_line)))
+        return await _answer(lambda: _edit(blocks.insert(label, unshown(new_str), insert_line)))
 
     async def memory_replace(label: str, old_str: str, new_str: str) -> str:
         """Replace text in a memory block; old_str must occur exactly once.
@@ -73,7 +73,9 @@ def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
             old_str: The exact text to replace, copied from the block.
             new_str: The replacement ("" deletes old_str).
         """
-        return await _answer(lambda: _edit(blocks.replace(label, old_str, new_str)))
+        return await _answer(
+            lambda: _edit(blocks.replace(label, unshown(old_str), unshown(new_str)))
+        )
 
     async def memory_rethink(label: str, new_memory: str) -> str:
         """Rewrite a whole memory block (to reorganise or shorten it).
@@ -82,7 +84,7 @@ def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
             label: The block to rewrite.
             new_memory: The complete new value of the block.
         """
-        return await _answer(lambda: _edit(blocks.rethink(label, new_memory)))
+        return await _answer(lambda: _edit(blocks.rethink(label, unshown(new_memory))))
 
     async def memory_finish_edits() -> str:
         """Call when you are done editing memory."""
