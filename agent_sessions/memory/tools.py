@@ -11,11 +11,14 @@ from typing import Any, Literal, Protocol
 from agents import FunctionTool, function_tool
 
 from ..errors import MemoryEditError
-from .archival import Archive
+from .archival import MAX_TAG, MAX_TAGS, Archive
 from .blocks import Block, Blocks, unshown
 from .recall import RecallIndex, epoch
 
 DAY = 86_400.0
+OUTPUT_CHARS = 16_000
+"""About how much passage text one archival_memory_search returns, shared by its results (a
+passage stored before the size limits existed could flood every search)."""
 
 
 class MemoryParts(Protocol):
@@ -42,6 +45,10 @@ async def _answer(work: Callable[[], Awaitable[str]]) -> str:
         return await work()
     except (MemoryEditError, ValueError) as exc:
         return f"Error: {exc}"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _edited(block: Block) -> str:
@@ -177,9 +184,15 @@ def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
             )
             if not found:
                 return f"No archived passages match {query!r}."
+            width = max(500, OUTPUT_CHARS // len(found))
             return json.dumps(
                 [
-                    {"id": p.id, "content": p.content, "tags": list(p.tags), "time": _iso(p.at)}
+                    {
+                        "id": p.id,
+                        "content": _cut(p.content, width),
+                        "tags": [_cut(t, MAX_TAG) for t in p.tags[:MAX_TAGS]],
+                        "time": _iso(p.at),
+                    }
                     for p in found
                 ],
                 ensure_ascii=False,
