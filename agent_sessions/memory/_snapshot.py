@@ -140,8 +140,8 @@ async def write_snapshot(
     at: float,
 ) -> None:
     """Write a snapshot of ``index`` and ``entries`` as they are when called, covering the
-    recall log up to record number ``upto`` (whose identity is ``last``), then delete older snapshots where the store
-    can delete a range."""
+    recall log up to record number ``upto`` (whose identity is ``last``), then delete older
+    snapshots where the store can delete a range."""
     sequenced: Any = store
     snap = uuid.uuid4().hex
     first: int | None = None

@@ -87,14 +87,27 @@ def content_id(content: str) -> str:
     return hashlib.sha256(content.strip().encode()).hexdigest()[:32]
 
 
+MAX_CONTENT = 10_000
+"""The longest passage, in characters: one stored fact, not a document (each later search
+would carry a flood of text)."""
+MAX_TAGS = 32
+MAX_TAG = 100
+"""At most ``MAX_TAGS`` tags of ``MAX_TAG`` characters each on a passage."""
+
+
 def check_tags(tags: object) -> tuple[str, ...]:
     """``tags`` as a sorted tuple of distinct non-empty str (None: no tags)."""
     if tags is None:
         return ()
     if isinstance(tags, str) or not isinstance(tags, Sequence):
-        raise MemoryEditError(f"tags must be a list of str, got {tags!r}")
+        raise MemoryEditError(f"tags must be a list of str, got {tags!r:.200}")
     if not all(isinstance(t, str) and t for t in tags):
-        raise MemoryEditError(f"tags must be non-empty str, got {list(tags)!r}")
+        raise MemoryEditError(f"tags must be non-empty str, got {list(tags)!r:.200}")
+    if len(tags) > MAX_TAGS or any(len(t) > MAX_TAG for t in tags):
+        raise MemoryEditError(
+            f"use at most {MAX_TAGS} tags of at most {MAX_TAG} characters each, got "
+            f"{len(tags)} of up to {max(map(len, tags)):,} characters"
+        )
     return tuple(sorted(set(tags)))
 
 
@@ -159,6 +172,13 @@ class Archive:
                 )
                 if vectors is not None:
                     vectors.set_vector(at, r["embedder"], vectors.decode(packed))
+            elif kind == "current" and r["id"] in self._by_id:
+                at = self._by_id[r["id"]]
+                self.passages[at] = replace(
+                    self.passages[at], superseded_by=None, expired_at=None, valid_to=r["valid_to"]
+                )
+                if vectors is not None:
+                    vectors.reassert(at, r["valid_to"])
             elif kind == "expired" and r["id"] in self._by_id:
                 at = self._by_id[r["id"]]
                 self.passages[at] = replace(self.passages[at], expired_at=r["at"])
@@ -190,10 +210,16 @@ class Archive:
         supersedes: str | None = None,
         valid_to: float | None = None,
     ) -> Passage:
-        """Archive ``content`` (returns the existing passage for a duplicate). With
+        """Archive ``content`` (returns the existing passage for a duplicate, made current
+        again, with ``valid_to``, when it was superseded or past its validity). With
         ``supersedes``, the passage of that id is kept but marked superseded by this one."""
         if not isinstance(content, str) or not content.strip():
             raise MemoryEditError("content must be non-empty text")
+        if len(content) > MAX_CONTENT:
+            raise MemoryEditError(
+                f"content must be at most {MAX_CONTENT:,} characters, got {len(content):,}: "
+                "store the facts that matter, one passage each"
+            )
         checked = check_tags(tags)
         if valid_to is not None and (
             isinstance(valid_to, bool) or not isinstance(valid_to, int | float)
@@ -208,7 +234,13 @@ class Archive:
         if supersedes == passage_id:
             raise MemoryEditError("a passage cannot supersede itself")
         records: list[dict[str, Any]] = []
-        if passage_id not in self._by_id:
+        now = self._clock()
+        existing = self._by_id.get(passage_id)
+        if existing is not None and not self.passages[existing].active(now):
+            # A re-asserted fact is current; with supersedes=, both ended inactive
+            # (test_reasserting_a_fact_makes_it_current).
+            records.append({"kind": "current", "id": passage_id, "at": now, "valid_to": valid_to})
+        if existing is None:
             vector = None
             if self.embedder is not None:
                 vector = (await self.embedder.embed([content]))[0]
