@@ -17,7 +17,7 @@ from agents.memory import Session
 from ..errors import MemoryEditError
 from ._log import RecordLog
 from .embedders import Embedder
-from .search import BM25Index, dot, reciprocal_rank_fusion, tokenize, unit
+from .search import BM25Index, dot, reciprocal_rank_fusion, unit
 from .vectors import Filters, NumpyVectors
 
 CANDIDATES = 50
@@ -93,6 +93,16 @@ would carry a flood of text)."""
 MAX_TAGS = 32
 MAX_TAG = 100
 """At most ``MAX_TAGS`` tags of ``MAX_TAG`` characters each on a passage."""
+
+
+_ENDS = ".,;:!?\"'()[]{}"
+
+
+def same_text_key(content: str) -> tuple[str, ...]:
+    """What ``dedupe`` compares: the words, case-folded, with punctuation at their ends
+    stripped; signs and symbols that make a different fact (``C++``/``C#``, ``-200``/``200``,
+    ``3/5``/``3.5``) are kept (test_dedupe_keeps_facts_differing_in_symbols_or_numbers)."""
+    return tuple(word for word in (w.strip(_ENDS) for w in content.casefold().split()) if word)
 
 
 def check_tags(tags: object) -> tuple[str, ...]:
@@ -315,15 +325,16 @@ class Archive:
         return ids
 
     async def dedupe(self) -> list[str]:
-        """Supersede each active passage by the newest active one with the same words (case,
-        punctuation and spacing aside); return the superseded ids."""
+        """Supersede each active passage by the newest active one with the same text (case,
+        spacing and punctuation at the ends of words aside: ``same_text_key``); return the
+        superseded ids."""
         await self.refresh()
         now = self._clock()
         newest: dict[tuple[str, ...], Passage] = {}
         records: list[dict[str, Any]] = []
         for p in reversed(self.passages):
             if p.active(now):
-                kept = newest.setdefault(tuple(tokenize(p.content)), p)
+                kept = newest.setdefault(same_text_key(p.content), p)
                 if kept is not p:
                     records.append({"kind": "supersede", "id": p.id, "by": kept.id, "at": now})
         if records:
