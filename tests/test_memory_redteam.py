@@ -25,6 +25,7 @@ from agent_sessions.memory import Memory, MemoryEditError, Upkeep, render_blocks
 from agent_sessions.memory import _snapshot as snapshot_module
 from agent_sessions.memory.recall import RecallIndex
 from tests.test_memory import (  # noqa: F401 (fixtures)
+    SQL_PREFIX,
     Opener,
     _call,
     _drop_leftovers_at_end,
@@ -320,3 +321,43 @@ async def test_dedupe_keeps_facts_differing_in_symbols_or_numbers(
     assert await mem.archive.dedupe() == [older.id]
     kept = {p.content for p in await mem.archive.search("", top_k=20)}
     assert kept == {*different, "ada likes  GREEN tea"}
+
+
+@pytest.mark.asyncio
+async def test_an_unbounded_postgres_index_of_an_older_version_is_made_again() -> None:
+    import asyncpg  # type: ignore[import-untyped]
+
+    from agent_sessions import SQLAlchemySession
+    from agent_sessions.errors import InvalidItemError
+    from tests.matrix import _postgres_up
+    from tests.servers import POSTGRES_URL
+
+    _postgres_up()
+    prefix = f"{SQL_PREFIX}old{uuid.uuid4().hex[:6]}_"
+    sid = f"big{uuid.uuid4().hex[:8]}"
+    session = SQLAlchemySession.from_url(sid, url=POSTGRES_URL, table_prefix=prefix)
+    await session.add_items([{"text": "first"}])  # type: ignore[list-item]
+    assert len(await session.search_text("first")) == 1
+    # the trigger function as an older version made it: the whole text into the tsvector
+    conn = await asyncpg.connect(POSTGRES_URL.replace("+asyncpg", ""))
+    try:
+        name = f"{prefix}messages_text_sync"
+        body = await conn.fetchval("SELECT prosrc FROM pg_proc WHERE proname = $1", name)
+        old = body.replace("left(j.d ->> 'text', 100000)", "j.d ->> 'text'")
+        assert old != body
+        await conn.execute(
+            f"CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $f${old}$f$"
+        )
+    finally:
+        await conn.close()
+    with pytest.raises(InvalidItemError, match="took no effect"):
+        await session.add_items([{"text": "needle " + HUGE}])  # type: ignore[list-item]
+    await session.close()
+    again = SQLAlchemySession.from_url(sid, url=POSTGRES_URL, table_prefix=prefix)
+    try:
+        assert len(await again.search_text("first")) == 1  # the first search makes it again
+        await again.add_items([{"text": "needle " + HUGE}])  # type: ignore[list-item]
+        assert len(await again.search_text("needle")) == 1
+        assert await again.count_items() == 2
+    finally:
+        await again.close()
