@@ -211,7 +211,7 @@ async def test_huge_passages_and_tags_are_refused_and_search_output_is_bounded(
     store: Opener,  # noqa: F811
 ) -> None:
     mem = await _memory(store)
-    archive_store = side_store(mem.root, "mem.archive")
+    archive_store = side_store(mem.root, "memory.archive")
     for content, tags in [
         (HUGE, None),
         ("a fact", ["t" * 10_000]),
