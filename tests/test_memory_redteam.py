@@ -23,7 +23,7 @@ from agent_sessions.core.capabilities import Capability, capabilities_of, suppor
 from agent_sessions.core.family import side_store
 from agent_sessions.memory import Memory, MemoryEditError, Upkeep, render_blocks
 from agent_sessions.memory import _snapshot as snapshot_module
-from agent_sessions.memory.recall import RecallIndex
+from agent_sessions.memory.recall import INDEXED_CHARS, RecallIndex
 from tests.test_memory import (  # noqa: F401 (fixtures)
     SQL_PREFIX,
     Opener,
@@ -126,6 +126,7 @@ async def test_a_huge_tool_output_breaks_neither_search_nor_a_later_add(
     await session.add_items([_output("c1", "needle " + HUGE)])  # before the first search
     [hit] = await memory.recall.search("needle")
     assert hit.role == "tool" and hit.text.startswith("needle w0 w1")
+    assert len(hit.text) == INDEXED_CHARS  # the text indexed, on every store
     await session.add_items([{"role": "user", "content": "a haystack"}])
     await session.add_items([_output("c2", "pin " + HUGE)])  # after the first search
     [pin] = await memory.recall.search("pin")
