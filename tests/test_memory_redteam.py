@@ -21,7 +21,7 @@ from cryptography.fernet import Fernet
 from agent_sessions import EncryptedSession, InMemorySession, InMemoryStore
 from agent_sessions.core.capabilities import Capability, capabilities_of, supports
 from agent_sessions.core.family import side_store
-from agent_sessions.memory import Memory, MemoryEditError, Upkeep, render_blocks
+from agent_sessions.memory import Archive, Memory, MemoryEditError, Upkeep, render_blocks
 from agent_sessions.memory import _snapshot as snapshot_module
 from agent_sessions.memory.recall import INDEXED_CHARS, RecallIndex
 from tests.test_memory import (  # noqa: F401 (fixtures)
@@ -261,6 +261,47 @@ async def test_reasserting_a_fact_makes_it_current(store: Opener) -> None:  # no
     cold = Memory(mem.root, clock=clock).archive
     found = {p.content for p in await cold.search("Ada drinks office", top_k=10)}
     assert found == {"Ada drinks tea", "Ada drinks coffee", "the office is in Leeds"}
+
+
+class _BeforeAppend:
+    """An archive store that runs ``first`` (another writer's insert) just before its first
+    append: both writers decided on the same state."""
+
+    def __init__(self, inner: Session, first: Callable[[], Awaitable[Any]]) -> None:
+        self.inner = inner
+        self.session_id = inner.session_id
+        self.capabilities = capabilities_of(inner)
+        self.first: Callable[[], Awaitable[Any]] | None = first
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def _first(self) -> None:
+        if self.first is not None:
+            first, self.first = self.first, None
+            await first()
+
+    async def add_sequenced_items(self, items: list[Any]) -> list[int]:
+        await self._first()
+        return await self.inner.add_sequenced_items(items)  # type: ignore[attr-defined, no-any-return]
+
+    async def add_items(self, items: list[Any]) -> None:
+        await self._first()
+        await self.inner.add_items(items)
+
+
+@pytest.mark.asyncio
+async def test_racing_supersedes_leave_one_fact_current(store: Opener) -> None:  # noqa: F811
+    plain = side_store(await store(_scope()), "memory.archive")
+    tea = await Archive(plain).insert("Ada drinks tea")
+    coffee = await Archive(plain).insert("Ada drinks coffee")
+    other = Archive(plain)
+    racing = Archive(
+        _BeforeAppend(plain, lambda: other.insert("Ada drinks tea", supersedes=coffee.id))
+    )
+    await racing.insert("Ada drinks coffee", supersedes=tea.id)
+    for archive in (racing, other, Archive(plain)):
+        assert [p.content for p in await archive.search("Ada drinks")] == ["Ada drinks tea"]
 
 
 class _Clock:

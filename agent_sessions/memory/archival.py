@@ -194,7 +194,12 @@ class Archive:
                 self.passages[at] = replace(self.passages[at], expired_at=r["at"])
             elif kind == "supersede" and r["id"] in self._by_id:
                 at = self._by_id[r["id"]]
-                if self.passages[at].superseded_by is None:
+                by = self._by_id.get(r["by"])
+                # Not by a passage superseded meanwhile: two writers superseding each other's
+                # fact at once left both inactive (test_racing_supersedes_leave_one_fact_current).
+                if self.passages[at].superseded_by is None and (
+                    by is None or self.passages[by].superseded_by is None
+                ):
                     self.passages[at] = replace(self.passages[at], superseded_by=r["by"])
                     if vectors is not None:
                         vectors.supersede(at)
