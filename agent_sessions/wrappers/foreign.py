@@ -7,6 +7,12 @@ position, first number) kept in an append-only log in the side store ``seq``; ea
 first appends the numbering before and after it with digests of the newest item, then changes
 the foreign session. What is guaranteed and what it costs: docs/design.md, "Sequence numbers
 are the only address".
+
+A foreign session that keeps one history per run context (its methods take ``wrapper=``) gets
+the Runner's ``wrapper=`` passed on, unnumbered: the numbering is for the layers above, and
+every layer that keeps numbers refuses a context-aware session. Only calls without ``wrapper``
+are numbered; a change a context's call makes to that history is recounted like any other
+change made behind this adapter.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from ..core.capabilities import Capability, supports
 from ..core.codec import encode_batch
 from ..core.family import close_quietly
 from ..core.mutation import run_to_completion
-from .base import SessionWrapper
+from .base import ContextForwardingWrapper
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -155,7 +161,7 @@ def _store_key(session: Session) -> tuple[str, ...]:
     return (f"{kind.__module__}.{kind.__qualname__}", str(where), session.session_id)
 
 
-class ForeignSession(SessionWrapper):
+class ForeignSession(ContextForwardingWrapper):
     """A foreign session with sequence numbers (see the module docstring for the guarantees).
 
     Args:
@@ -284,15 +290,22 @@ class ForeignSession(SessionWrapper):
 
     # -- the Session API -----------------------------------------------------------------------
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+    async def get_items(
+        self, limit: int | None = None, *, wrapper: Any = None
+    ) -> list[TResponseInputItem]:
         """Return the foreign session's items, as it does."""
         limit = self.resolve_limit(limit)
         if limit is not None and limit <= 0:
             return []
-        return await self.inner.get_items(limit)
+        return await self.in_scope(wrapper).get_items(limit)  # type: ignore[no-any-return]
 
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append ``items`` as one batch, numbering them."""
+    async def add_items(self, items: list[TResponseInputItem], *, wrapper: Any = None) -> None:
+        """Append ``items`` as one batch, numbering them (in a run context: unnumbered)."""
+        scoped = self.in_scope(wrapper)
+        if scoped is not self.inner:  # a run context's history: unnumbered (module docstring)
+            encode_batch(items)
+            await scoped.add_items(items)
+            return
         await self.add_sequenced_items(items)
 
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
@@ -347,8 +360,11 @@ class ForeignSession(SessionWrapper):
         self._resolved = None
         return seqs
 
-    async def pop_item(self) -> TResponseInputItem | None:
+    async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
         """Remove and return the newest item, or None."""
+        scoped = self.in_scope(wrapper)
+        if scoped is not self.inner:  # a run context's history: unnumbered
+            return await scoped.pop_item()  # type: ignore[no-any-return]
         async with self._lock():
             return await self._pop()
 
@@ -377,9 +393,13 @@ class ForeignSession(SessionWrapper):
         await self._record(before, after, was, last)
         return await self.inner.pop_item()
 
-    async def clear_session(self) -> None:
+    async def clear_session(self, *, wrapper: Any = None) -> None:
         """Delete every item and the numbering's history, keeping its high-water mark: later
         numbers are higher than every number given out before (layers keep numbers)."""
+        scoped = self.in_scope(wrapper)
+        if scoped is not self.inner:  # a run context's history: unnumbered
+            await scoped.clear_session()
+            return
         async with self._lock():
             before = await self._numbering()
             cleared = Numbering(0, before.high)
