@@ -112,6 +112,8 @@ class SessionWrapper(OptionsChecked, SessionABC):
         if sibling_factory is not None:
             capabilities |= {Capability.FAMILY}
         self.capabilities = (capabilities & self.passes) | self.offers
+        if self.context_aware:  # a capability addresses one history: none of a context's
+            self.capabilities = frozenset()
         self._factory = sibling_factory
         self._family: Family | None = None
         self._closed = False

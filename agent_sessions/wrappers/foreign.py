@@ -8,11 +8,10 @@ first appends the numbering before and after it with digests of the newest item,
 the foreign session. What is guaranteed and what it costs: docs/design.md, "Sequence numbers
 are the only address".
 
-A foreign session that keeps one history per run context (its methods take ``wrapper=``) gets
-the Runner's ``wrapper=`` passed on, unnumbered: the numbering is for the layers above, and
-every layer that keeps numbers refuses a context-aware session. Only calls without ``wrapper``
-are numbered; a change a context's call makes to that history is recounted like any other
-change made behind this adapter.
+A foreign session that keeps one history per run context (its methods take ``wrapper=``) is
+passed through with the Runner's ``wrapper=``, unnumbered and declaring no capability: the
+numbering is for the layers above that keep numbers, and each of them refuses a context-aware
+session (their side data would be shared by the contexts).
 """
 
 from __future__ import annotations
@@ -184,6 +183,8 @@ class ForeignSession(ContextForwardingWrapper):
         wrapper: str = "ForeignSession",
     ) -> None:
         super().__init__(inner, sibling_factory=sibling_factory)
+        if self.context_aware:  # passed through, unnumbered (module docstring)
+            return
         layer = expiring_layer(inner)
         if layer is not None:
             raise ValueError(
@@ -300,11 +301,10 @@ class ForeignSession(ContextForwardingWrapper):
         return await self.in_scope(wrapper).get_items(limit)  # type: ignore[no-any-return]
 
     async def add_items(self, items: list[TResponseInputItem], *, wrapper: Any = None) -> None:
-        """Append ``items`` as one batch, numbering them (in a run context: unnumbered)."""
-        scoped = self.in_scope(wrapper)
-        if scoped is not self.inner:  # a run context's history: unnumbered (module docstring)
+        """Append ``items`` as one batch, numbering them."""
+        if self.context_aware:  # passed through, unnumbered (module docstring)
             encode_batch(items)
-            await scoped.add_items(items)
+            await self.in_scope(wrapper).add_items(items)
             return
         await self.add_sequenced_items(items)
 
@@ -362,9 +362,8 @@ class ForeignSession(ContextForwardingWrapper):
 
     async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
         """Remove and return the newest item, or None."""
-        scoped = self.in_scope(wrapper)
-        if scoped is not self.inner:  # a run context's history: unnumbered
-            return await scoped.pop_item()  # type: ignore[no-any-return]
+        if self.context_aware:
+            return await self.in_scope(wrapper).pop_item()  # type: ignore[no-any-return]
         async with self._lock():
             return await self._pop()
 
@@ -396,9 +395,8 @@ class ForeignSession(ContextForwardingWrapper):
     async def clear_session(self, *, wrapper: Any = None) -> None:
         """Delete every item and the numbering's history, keeping its high-water mark: later
         numbers are higher than every number given out before (layers keep numbers)."""
-        scoped = self.in_scope(wrapper)
-        if scoped is not self.inner:  # a run context's history: unnumbered
-            await scoped.clear_session()
+        if self.context_aware:
+            await self.in_scope(wrapper).clear_session()
             return
         async with self._lock():
             before = await self._numbering()
@@ -448,7 +446,8 @@ class ForeignSession(ContextForwardingWrapper):
 
     async def _release(self) -> None:
         """Close the numbering log, then the side stores and the foreign session."""
-        await close_quietly(self._log)
+        if not self.context_aware:
+            await close_quietly(self._log)
         await super()._release()
 
 

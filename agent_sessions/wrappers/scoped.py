@@ -39,6 +39,8 @@ class ContextScopedSession(SessionABC):
             layer, also those that keep side data, works per scope here.
         session_id: this object's name (the SDK's ``session_id``; no history is stored under it).
         session_settings: set on each scope's session (the SDK's ``limit``).
+        session_options: the backend's per-session options, for ``store.session(scope_id,
+            **session_options)`` (e.g. Redis ``key_prefix``).
 
     Every call opens the scope's session (``wrap(store.session(scope_id))``), uses it and closes
     it, as a request handler would: nothing is cached between calls, so any number of scopes
@@ -59,6 +61,7 @@ class ContextScopedSession(SessionABC):
         wrap: Callable[[Session], Session] | None = None,
         session_id: str = "context-scoped",
         session_settings: SessionSettings | dict[str, Any] | None = None,
+        session_options: dict[str, Any] | None = None,
         **store_options: Any,
     ) -> None:
         if not callable(scope):
@@ -81,6 +84,7 @@ class ContextScopedSession(SessionABC):
             None if session_settings is None else coerce_session_settings(session_settings)
         )
         self._store_options = store_options
+        self._session_options = dict(session_options or {})
         self._opening = asyncio.Lock()  # one open_store for concurrent first calls
         self._closed = False
 
@@ -104,7 +108,7 @@ class ContextScopedSession(SessionABC):
         (``async with`` or ``await s.close()``). For the APIs of the layers in ``wrap``
         (branches, usage, ...) and for use outside a run."""
         store = await self._opened_store()
-        session: Session = store.session(self.scope_id(context))
+        session: Session = store.session(self.scope_id(context), **self._session_options)
         if self.session_settings is not None:
             session.session_settings = self.session_settings
         return session if self.wrap is None else self.wrap(session)
