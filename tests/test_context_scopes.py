@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import pytest
 from agents import RunContextWrapper, Runner
-from agents.memory import Session
+from agents.memory import Session, SessionSettings
 from agents.run_internal.session_persistence import rewind_session_items
 
 from agent_sessions import (
@@ -36,8 +36,10 @@ from agent_sessions.memory.recall import RecallSession
 from agent_sessions.testing import CoreConformance, StrictConformance, scripted_agent, texts
 from agent_sessions.testing.helpers import model_input_texts
 from agent_sessions.wrappers.base import context_aware
+from agent_sessions.wrappers.compaction import CompactionSession, item_count_trigger
 from agent_sessions.wrappers.foreign import ForeignSession
 from tests.matrix import _SQLITE_DIR, KEY, STACKS
+from tests.wrapper_stacks import IdentitySummarizer
 from tests.servers import (
     POSTGRES_URL,
     REDIS_URL,
@@ -66,7 +68,7 @@ class TenantSession:
 
     def __init__(self) -> None:
         self.session_id = f"tenants-{uuid.uuid4().hex[:8]}"
-        self.session_settings = None
+        self.session_settings: SessionSettings | None = None
         self.by_scope: dict[str, list[Any]] = {"default": []}
 
     def _items(self, wrapper: RunContextWrapper[Any] | None) -> list[Any]:
@@ -235,10 +237,11 @@ def test_a_layer_keeping_side_data_refuses_a_context_aware_session(stack: Any, i
 
 def test_encryption_over_a_context_scoped_session_points_to_a_key_per_scope() -> None:
     scoped = ContextScopedSession(InMemoryStore(), scope=lambda c: c.tenant)
-    for build in (
+    builds: list[Callable[[], Any]] = [
         lambda: EncryptedSession(scoped, encryption_key=KEY),
         lambda: EncryptedSession(TTLSession(scoped, ttl=DAY), encryption_key=KEY),
-    ):
+    ]
+    for build in builds:
         with pytest.raises(TypeError, match=r"one key.*wrap=lambda s: EncryptedSession"):
             build()
 
@@ -386,3 +389,25 @@ async def test_fifty_concurrent_runs_over_ten_tenants_keep_every_history_exact(
         for tenant in tenants:
             await session.clear_session(wrapper=ctx(tenant))
         await session.close()
+
+
+@pytest.mark.asyncio
+async def test_the_runners_compaction_hook_compacts_the_contexts_own_history() -> None:
+    def compacting(inner: Session) -> Session:
+        return CompactionSession(
+            inner,
+            summarizer=IdentitySummarizer(),
+            should_trigger_compaction=item_count_trigger(4),
+            keep_last=2,
+            background=True,
+        )
+
+    session = ContextScopedSession(InMemoryStore(), scope=_scope, wrap=compacting)
+    for i in range(3):
+        await _run(session, "acme", f"a{i}")
+    assert await _run(session, "globex", "g0") == ["g0"]
+    async with await session.session_for(Tenant("acme")) as acme:  # type: ignore[attr-defined]
+        assert await acme.get_compaction_records()
+        assert texts(await acme.get_items()) == ["a0", "re:a0", "a1", "re:a1", "a2", "re:a2"]
+    async with await session.session_for(Tenant("globex")) as globex:  # type: ignore[attr-defined]
+        assert await globex.get_compaction_records() == []

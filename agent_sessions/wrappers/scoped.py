@@ -9,7 +9,7 @@ store: listed, erased, copied, encrypted or branched like any other.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -52,6 +52,8 @@ class ContextScopedSession(SessionABC):
     """It keeps one history per run context (``wrapper.base.context_aware``)."""
     capabilities: ClassVar[frozenset[Any]] = frozenset()
     """None: a layer over it cannot reach a scope's store directly."""
+    run_compaction: Callable[..., Awaitable[None]]
+    """Present with ``wrap``: the Runner's compaction hook, run in the context's stack."""
 
     def __init__(
         self,
@@ -87,6 +89,10 @@ class ContextScopedSession(SessionABC):
         self._session_options = dict(session_options or {})
         self._opening = asyncio.Lock()  # one open_store for concurrent first calls
         self._closed = False
+        if wrap is not None:
+            # The Runner's compaction hook, for a CompactionSession in ``wrap``; offered only
+            # with ``wrap``, so the SDK's detection of the hook stays truthful.
+            self.run_compaction = self._run_compaction
 
     def scope_id(self, context: Any) -> str:
         """The session id of ``context``'s history: ``scope(context)``, validated.
@@ -159,6 +165,19 @@ class ContextScopedSession(SessionABC):
         """Clear the run context's history (as its session's ``clear_session`` does)."""
         async with self._in(wrapper) as session:
             await session.clear_session()
+
+    async def _run_compaction(self, args: Any = None, *, wrapper: Any = None) -> None:
+        """Run the SDK's compaction hook of the context's stack, when it has one (it finishes
+        before returning: the stack is closed after the call, ``background=True`` or not)."""
+        async with self._in(wrapper) as session:
+            hook = getattr(session, "run_compaction", None)
+            if callable(hook):
+                await hook(args)
+                # A background compaction must finish before its session object is closed
+                # (test_the_runners_compaction_hook_compacts_the_contexts_own_history).
+                settle = getattr(session, "wait_for_compaction", None)
+                if callable(settle):
+                    await settle()
 
     async def close(self) -> None:
         """Close the store if this object opened it from a URL; idempotent."""
