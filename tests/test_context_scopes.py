@@ -39,7 +39,6 @@ from agent_sessions.wrappers.base import context_aware
 from agent_sessions.wrappers.compaction import CompactionSession, item_count_trigger
 from agent_sessions.wrappers.foreign import ForeignSession
 from tests.matrix import _SQLITE_DIR, KEY, STACKS
-from tests.wrapper_stacks import IdentitySummarizer
 from tests.servers import (
     POSTGRES_URL,
     REDIS_URL,
@@ -48,6 +47,7 @@ from tests.servers import (
     drop_sql_tables,
     require_server,
 )
+from tests.wrapper_stacks import IdentitySummarizer
 
 DAY = 86_400.0
 
