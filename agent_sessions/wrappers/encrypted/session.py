@@ -284,7 +284,8 @@ class EncryptedSession(ContextForwardingWrapper):
                 "EncryptedSession over a ContextScopedSession would encrypt every scope with "
                 "one key, bound to its own session id, not the scope's; for a key per scope "
                 "(each scope then an encrypted session of its own) encrypt inside it: "
-                "ContextScopedSession(store, scope=..., wrap=lambda s: EncryptedSession(s, ...))"
+                "ContextScopedSession(store, scope=..., wrap=lambda session: "
+                "EncryptedSession(session, ...))"
             )
         self.strict = strict
         self.ttl = ttl
