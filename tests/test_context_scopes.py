@@ -287,6 +287,8 @@ async def test_a_context_scoped_session_needs_a_context_and_a_valid_scope_id() -
     session = ContextScopedSession(InMemoryStore(), scope=lambda c: c)
     with pytest.raises(TypeError, match=r"got none: pass it to Runner\.run.*session_for"):
         await session.get_items()
+    with pytest.raises(TypeError, match=r"got none: pass it to Runner\.run"):
+        await Runner.run(scripted_agent("r")[0], "hi", session=session)  # no context=
     for bad in (7, "", "\x1eside", "x" * 300):
         with pytest.raises(InvalidSessionIdError, match=r"scope\(context\) returned"):
             await session.add_items([{"role": "user", "content": "x"}], wrapper=ctx_of(bad))

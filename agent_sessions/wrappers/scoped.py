@@ -44,8 +44,8 @@ class ContextScopedSession(SessionABC):
 
     Every call opens the scope's session (``wrap(store.session(scope_id))``), uses it and closes
     it, as a request handler would: nothing is cached between calls, so any number of scopes
-    cost nothing while idle. Called without the run's ``wrapper`` (an SDK before 0.25, or a
-    direct call) it raises TypeError: use :meth:`session_for` outside a run.
+    cost nothing while idle. Called without a run context (an SDK before 0.25, a direct call,
+    or a run without ``context=``) it raises TypeError: use :meth:`session_for` outside a run.
     """
 
     context_aware: ClassVar[bool] = True
@@ -131,7 +131,7 @@ class ContextScopedSession(SessionABC):
 
     @asynccontextmanager
     async def _in(self, wrapper: Any) -> AsyncIterator[Any]:
-        if wrapper is None:
+        if wrapper is None or wrapper.context is None:
             raise TypeError(
                 f"ContextScopedSession {self.session_id!r} keeps one history per run context "
                 "and got none: pass it to Runner.run(agent, input, context=..., session=...) "
