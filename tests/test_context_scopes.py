@@ -428,3 +428,29 @@ async def test_the_runners_compaction_hook_compacts_the_contexts_own_history() -
         assert texts(await acme.get_items()) == ["a0", "re:a0", "a1", "re:a1", "a2", "re:a2"]
     async with await session.session_for(Tenant("globex")) as globex:  # type: ignore[attr-defined]
         assert await globex.get_compaction_records() == []
+
+
+@pytest.mark.asyncio
+async def test_every_handle_a_context_scoped_session_opens_is_closed() -> None:
+    """Each call's handle is closed after the call, also when ``wrap`` refuses it."""
+    handed: list[Any] = []
+
+    class RecordingStore:  # a store wrapper: records the handles it gives out
+        def __init__(self) -> None:
+            self.store = InMemoryStore()
+
+        def session(self, session_id: str, **options: Any) -> Any:
+            handed.append(self.store.session(session_id, **options))
+            return handed[-1]
+
+    def refuse(session: Session) -> Session:
+        raise ValueError("this stack refuses")
+
+    store = RecordingStore()
+    session = ContextScopedSession(cast(Any, store), scope=_scope)
+    await _run(session, "acme", "a1")
+    with pytest.raises(ValueError, match="refuses"):
+        await ContextScopedSession(cast(Any, store), scope=_scope, wrap=refuse).get_items(
+            wrapper=ctx("acme")
+        )
+    assert len(handed) == 4 and all(handle.closed for handle in handed)

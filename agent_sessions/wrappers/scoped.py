@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from agents.memory import Session, SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings
 
-from ..core.family import close_owned
+from ..core.family import close_owned, close_quietly
 from ..core.ids import validate_session_id
 from ..core.registry import Store, open_store
 from ..errors import InvalidSessionIdError, SessionClosedError
@@ -87,7 +87,9 @@ class ContextScopedSession(SessionABC):
         )
         self._store_options = store_options
         self._session_options = dict(session_options or {})
-        self._opening = asyncio.Lock()  # one open_store for concurrent first calls
+        # One open_store for concurrent first calls, each of which would take a hold on the
+        # store and only the last be closed (test_fifty_concurrent_runs_...).
+        self._opening = asyncio.Lock()
         self._closed = False
         if wrap is not None:
             # The Runner's compaction hook, for a CompactionSession in ``wrap``; offered only
@@ -117,7 +119,13 @@ class ContextScopedSession(SessionABC):
         session: Session = store.session(self.scope_id(context), **self._session_options)
         if self.session_settings is not None:
             session.session_settings = self.session_settings
-        return session if self.wrap is None else self.wrap(session)
+        if self.wrap is None:
+            return session
+        try:
+            return self.wrap(session)
+        except BaseException:  # a layer refused it: the handle is not left open
+            await close_quietly(session)
+            raise
 
     async def _opened_store(self) -> Store:
         if self._closed:
