@@ -115,6 +115,7 @@ def test_open_by_url_on_redis(tmp_path: Path) -> None:
 
 TESTED_IN_OWN_MODULE = {
     "fastapi_app.py": ROOT / "tests" / "test_fastapi_example.py",
+    "fastapi_tenants.py": ROOT / "tests" / "test_fastapi_example.py",
     "memory_agent.py": ROOT / "tests" / "test_memory_example.py",
 }
 """Examples that need more than a run and its output (a web app), with the module testing each."""
