@@ -438,6 +438,7 @@ class RecallSession(SessionWrapper):
     CompactionSession): the Runner calls it on the outermost session after each turn."""
 
     def __init__(self, inner: Session, recall: RecallIndex) -> None:
+        super().__init__(inner)
         if _encrypts(inner) and not _encrypts(recall.store):
             raise MemoryEditError(
                 "this conversation is encrypted but the memory scope's recall log is not: "
@@ -445,7 +446,6 @@ class RecallSession(SessionWrapper):
                 "root (Memory(EncryptedSession(root, encryption_key=...))), or keep this "
                 "conversation out of recall"
             )
-        super().__init__(inner)
         self.recall = recall
         self._numbered = _numbered(inner)
         self._cursor: int | None = None
