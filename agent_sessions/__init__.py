@@ -38,6 +38,7 @@ _MODULES: dict[str, tuple[str | None, str]] = {
     "wrappers.compaction": (None, "CompactionSession"),
     "wrappers.window": (None, "WindowSession MicroCompaction window_input_callback"),
     "wrappers.resilient": (None, "ResilientSession RetryPolicy CircuitBreaker"),
+    "wrappers.scoped": (None, "ContextScopedSession"),
     "memory": (None, "Memory Upkeep upkeep_agent HashingEmbedder OpenAIEmbedder WordLlamaEmbedder"),
 }
 _LAZY = {name: module for module, (_, names) in _MODULES.items() for name in names.split()}
@@ -78,6 +79,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .wrappers.resilient import CircuitBreaker as CircuitBreaker
     from .wrappers.resilient import ResilientSession as ResilientSession
     from .wrappers.resilient import RetryPolicy as RetryPolicy
+    from .wrappers.scoped import ContextScopedSession as ContextScopedSession
     from .wrappers.ttl import TTLSession as TTLSession
     from .wrappers.usage import UsageTrackingSession as UsageTrackingSession
     from .wrappers.window import MicroCompaction as MicroCompaction

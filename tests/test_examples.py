@@ -155,6 +155,7 @@ def test_open_by_url_on_postgresql_leaves_no_row(tmp_path: Path, sql_prefix: str
 
 TESTED_IN_OWN_MODULE = {
     "fastapi_app.py": ROOT / "tests" / "test_fastapi_example.py",
+    "fastapi_tenants.py": ROOT / "tests" / "test_fastapi_example.py",
     "memory_agent.py": ROOT / "tests" / "test_memory_example.py",
 }
 """Examples that need more than a run and its output (a web app), with the module testing each."""

@@ -373,7 +373,7 @@ async def test_upkeep_fires_every_n_turns_and_never_twice_at_once(store: Opener)
     ran = await asyncio.gather(hooks[0].run_if_due(), hooks[1].run_if_due())
     assert sorted(ran) == [False, True]
     assert len(upkeep_model.calls) == 2  # one upkeep run (two model calls), not two
-    assert "[user] turn 0: I went sailing" in str(upkeep_model.calls[0].input)
+    assert '{"role": "user", "text": "turn 0: I went sailing"}' in str(upkeep_model.calls[0].input)
     assert (await memory.blocks.get("human")).value == "likes sailing"
     assert not await hooks[0].run_if_due()  # the cursor moved past those turns
 
@@ -382,8 +382,8 @@ def test_rendered_values_cannot_close_their_tag() -> None:
     from agent_sessions.memory import Block
 
     text = render_blocks([Block("human", "</value></human><x>", 50, "a & b", False, 1, 0.0)])
-    assert "&lt;/value&gt;&lt;/human&gt;&lt;x&gt;" in text
-    assert text.count("</human>") == 1 and "a &amp; b" in text
+    assert "<\\/value><\\/human><x>" in text
+    assert text.count("</human>") == 1 and "<description>a & b</description>" in text
     assert "warning" not in text
     full = render_blocks([Block("human", "x" * 45, 50, "", False, 1, 0.0)])
     assert '<human chars="45" limit="50" read_only="false" warning="near its limit' in full
@@ -532,7 +532,7 @@ async def test_upkeep_runs_after_a_compaction_and_stops_at_its_token_bound(
     assert hooks.runs == 1 and hooks.tokens == 60  # stopped at the second model call
     assert upkeep_model.remaining_steps == 2
     assert (await memory.blocks.get("human")).value == "fact 0"
-    assert "[user] my cat is called Tom" in str(upkeep_model.calls[0].input)
+    assert '{"role": "user", "text": "my cat is called Tom"}' in str(upkeep_model.calls[0].input)
     assert not await hooks.run_if_due()  # the cursor moved past the compaction
     with pytest.raises(ValueError, match="max_tokens"):
         Upkeep(memory, upkeep_agent, max_tokens=0)

@@ -98,6 +98,9 @@ async def test_numpy_ranking_equals_pure_python_through_every_change(
         for _ in range(rng.randint(0, 4)):
             old = rng.choice(writer.passages)
             await writer.insert(f"update of {old.id} {step}", ["a"], supersedes=old.id)
+        for _ in range(rng.randint(0, 2)):  # re-asserted: current again, maybe with a new end
+            old = rng.choice(writer.passages)
+            await writer.insert(old.content, valid_to=rng.choice([None, now[0] + 10]))
         if step % 4 == 3:  # re-embed some passages with another embedder, then search with it
             other = Archive(store, GridEmbedder(8), lambda: now[0])
             await other.reembed(batch=rng.randint(5, 50))

@@ -139,9 +139,9 @@ async def write_snapshot(
     last: Any,
     at: float,
 ) -> None:
-    """Write a snapshot of ``index`` and ``entries`` covering the recall log up to record
-    number ``upto`` (whose identity is ``last``), then delete older snapshots where the store
-    can delete a range."""
+    """Write a snapshot of ``index`` and ``entries`` as they are when called, covering the
+    recall log up to record number ``upto`` (whose identity is ``last``), then delete older
+    snapshots where the store can delete a range."""
     sequenced: Any = store
     snap = uuid.uuid4().hex
     first: int | None = None
@@ -155,7 +155,10 @@ async def write_snapshot(
             first = seqs[0] if first is None else first
             batch = []
 
-    for body in _chunks(index, entries):
+    # Every chunk made before the first write: a search in another task may apply new
+    # records to the index while this one awaits a write, and a snapshot mixing both was
+    # saved truncated (test_a_snapshot_saved_while_a_search_applies_new_records_is_whole).
+    for body in list(_chunks(index, entries)):
         batch.append({"kind": "chunk", "id": snap, "i": count, **body})
         count += 1
         if len(batch) >= CHUNKS_PER_WRITE:

@@ -18,7 +18,7 @@ from agents.memory import Session
 from ..errors import MemoryEditError
 from ._log import ERASED, RecordLog
 from .embedders import Embedder
-from .search import BM25Index, dot, fused_scores, reciprocal_rank_fusion, tokenize, unit
+from .search import BM25Index, dot, fused_scores, reciprocal_rank_fusion, unit
 from .vectors import Filters, NumpyVectors
 
 log = logging.getLogger(__name__)
@@ -96,14 +96,37 @@ def content_id(content: str) -> str:
     return hashlib.sha256(content.strip().encode()).hexdigest()[:32]
 
 
+MAX_CONTENT = 10_000
+"""The longest passage, in characters: one stored fact, not a document (each later search
+would carry a flood of text)."""
+MAX_TAGS = 32
+MAX_TAG = 100
+"""At most ``MAX_TAGS`` tags of ``MAX_TAG`` characters each on a passage."""
+
+
+_ENDS = ".,;:!?\"'()[]{}"
+
+
+def same_text_key(content: str) -> tuple[str, ...]:
+    """What ``dedupe`` compares: the words, case-folded, with punctuation at their ends
+    stripped; signs and symbols that make a different fact (``C++``/``C#``, ``-200``/``200``,
+    ``3/5``/``3.5``) are kept (test_dedupe_keeps_facts_differing_in_symbols_or_numbers)."""
+    return tuple(word for word in (w.strip(_ENDS) for w in content.casefold().split()) if word)
+
+
 def check_tags(tags: object) -> tuple[str, ...]:
     """``tags`` as a sorted tuple of distinct non-empty str (None: no tags)."""
     if tags is None:
         return ()
     if isinstance(tags, str) or not isinstance(tags, Sequence):
-        raise MemoryEditError(f"tags must be a list of str, got {tags!r}")
+        raise MemoryEditError(f"tags must be a list of str, got {tags!r:.200}")
     if not all(isinstance(t, str) and t for t in tags):
-        raise MemoryEditError(f"tags must be non-empty str, got {list(tags)!r}")
+        raise MemoryEditError(f"tags must be non-empty str, got {list(tags)!r:.200}")
+    if len(tags) > MAX_TAGS or any(len(t) > MAX_TAG for t in tags):
+        raise MemoryEditError(
+            f"use at most {MAX_TAGS} tags of at most {MAX_TAG} characters each, got "
+            f"{len(tags)} of up to {max(map(len, tags)):,} characters"
+        )
     return tuple(sorted(set(tags)))
 
 
@@ -197,12 +220,24 @@ class Archive:
                 )
                 if vectors is not None:
                     vectors.set_vector(at, r["embedder"], vectors.decode(packed))
+            elif kind == "current" and r["id"] in self._by_id:
+                at = self._by_id[r["id"]]
+                self.passages[at] = replace(
+                    self.passages[at], superseded_by=None, expired_at=None, valid_to=r["valid_to"]
+                )
+                if vectors is not None:
+                    vectors.reassert(at, r["valid_to"])
             elif kind == "expired" and r["id"] in self._by_id:
                 at = self._by_id[r["id"]]
                 self.passages[at] = replace(self.passages[at], expired_at=r["at"])
             elif kind == "supersede" and r["id"] in self._by_id:
                 at = self._by_id[r["id"]]
-                if self.passages[at].superseded_by is None:
+                by = self._by_id.get(r["by"])
+                # Not by a passage superseded meanwhile: two writers superseding each other's
+                # fact at once left both inactive (test_racing_supersedes_leave_one_fact_current).
+                if self.passages[at].superseded_by is None and (
+                    by is None or self.passages[by].superseded_by is None
+                ):
                     self.passages[at] = replace(self.passages[at], superseded_by=r["by"])
                     if vectors is not None:
                         vectors.supersede(at)
@@ -228,10 +263,16 @@ class Archive:
         supersedes: str | None = None,
         valid_to: float | None = None,
     ) -> Passage:
-        """Archive ``content`` (returns the existing passage for a duplicate). With
+        """Archive ``content`` (returns the existing passage for a duplicate, made current
+        again, with ``valid_to``, when it was superseded or past its validity). With
         ``supersedes``, the passage of that id is kept but marked superseded by this one."""
         if not isinstance(content, str) or not content.strip():
             raise MemoryEditError("content must be non-empty text")
+        if len(content) > MAX_CONTENT:
+            raise MemoryEditError(
+                f"content must be at most {MAX_CONTENT:,} characters, got {len(content):,}: "
+                "store the facts that matter, one passage each"
+            )
         checked = check_tags(tags)
         if valid_to is not None and (
             isinstance(valid_to, bool) or not isinstance(valid_to, int | float)
@@ -246,7 +287,13 @@ class Archive:
         if supersedes == passage_id:
             raise MemoryEditError("a passage cannot supersede itself")
         records: list[dict[str, Any]] = []
-        if passage_id not in self._by_id:
+        now = self._clock()
+        existing = self._by_id.get(passage_id)
+        if existing is not None and not self.passages[existing].active(now):
+            # A re-asserted fact is current; with supersedes=, both ended inactive
+            # (test_reasserting_a_fact_makes_it_current).
+            records.append({"kind": "current", "id": passage_id, "at": now, "valid_to": valid_to})
+        if existing is None:
             vector, embedded_by = None, None
             if self.embedder is not None and (vectors := await self._embed([content])):
                 vector, embedded_by = vectors[0], self.embedder.name
@@ -346,15 +393,16 @@ class Archive:
         return ids
 
     async def dedupe(self) -> list[str]:
-        """Supersede each active passage by the newest active one with the same words (case,
-        punctuation and spacing aside); return the superseded ids."""
+        """Supersede each active passage by the newest active one with the same text (case,
+        spacing and punctuation at the ends of words aside: ``same_text_key``); return the
+        superseded ids."""
         await self.refresh()
         now = self._clock()
         newest: dict[tuple[str, ...], Passage] = {}
         records: list[dict[str, Any]] = []
         for p in reversed(self.passages):
             if p.active(now):
-                kept = newest.setdefault(tuple(tokenize(p.content)), p)
+                kept = newest.setdefault(same_text_key(p.content), p)
                 if kept is not p:
                     records.append({"kind": "supersede", "id": p.id, "by": kept.id, "at": now})
         if records:

@@ -59,6 +59,22 @@ def check_size(label: str, value: str, limit: int, fix: str) -> None:
         )
 
 
+_CLOSING = re.compile(r"<([\\/])")
+_SHOWN_CLOSING = re.compile(r"<\\([\\/])")
+
+
+def shown(text: str) -> str:
+    """``text`` as the prompt shows it: as stored, but a backslash after each ``<`` that
+    starts ``</`` or ``<\\``, so no value can close its section, and ``unshown`` gives back
+    exactly what is stored (test_the_model_can_quote_a_block_back_and_rethink_is_idempotent)."""
+    return _CLOSING.sub(r"<\\\1", text)
+
+
+def unshown(text: str) -> str:
+    """Text the model copied from the prompt, as stored (``shown`` undone)."""
+    return _SHOWN_CLOSING.sub(r"<\1", text)
+
+
 def is_near_limit(block: Block) -> bool:
     """Whether ``block`` is writable and at least ``NEAR_LIMIT`` of its limit full."""
     return not block.read_only and len(block.value) >= NEAR_LIMIT * block.limit

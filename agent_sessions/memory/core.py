@@ -24,7 +24,7 @@ from ..core.registry import ClosableSession, open_session
 from ..errors import MemoryEditError
 from ..wrappers.compaction.tokens import TokenEstimator
 from .archival import Archive
-from .blocks import Block, Blocks, is_near_limit
+from .blocks import Block, Blocks, is_near_limit, shown
 from .embedders import Embedder
 from .recall import RecallIndex, RecallSession, item_text
 from .tools import memory_tools
@@ -78,8 +78,9 @@ def _fit(lines: list[str], max_tokens: int, count: Callable[[str], int]) -> str:
 
 
 def render_blocks(blocks: list[Block]) -> str:
-    """The blocks as prompt text: each with its size, limit and read-only flag; values are
-    escaped, so a value cannot close its own tag."""
+    """The blocks as prompt text: each with its size, limit and read-only flag; values and
+    descriptions as stored but for a backslash after ``<`` in ``</`` and ``<\\``
+    (``blocks.shown``), so a value cannot close its own tag and the model can quote it back."""
     out = [
         "<memory_blocks>",
         "Your core memory. You always see it; edit it with memory_insert, memory_replace "
@@ -95,8 +96,8 @@ def render_blocks(blocks: list[Block]) -> str:
             f'read_only="{str(b.read_only).lower()}"{near}>'
         )
         if b.description:
-            out.append(f"<description>{html.escape(b.description)}</description>")
-        out.append(f"<value>\n{html.escape(b.value)}\n</value>")
+            out.append(f"<description>{shown(b.description)}</description>")
+        out.append(f"<value>\n{shown(b.value)}\n</value>")
         out.append(f"</{b.label}>")
     out.append("</memory_blocks>")
     return "\n".join(out)
@@ -200,7 +201,8 @@ class Memory:
         return cls(root, embedder=embedder, shared=shared)
 
     def session(self, inner: Session) -> RecallSession:
-        """``inner`` wrapped so every item written through it is indexed for recall."""
+        """``inner`` wrapped so every item written through it is indexed for recall (an
+        encrypted ``inner`` over a plain root is refused: MemoryEditError)."""
         return RecallSession(inner, self.recall)
 
     def instructions(

@@ -3,6 +3,7 @@ side store and found again by BM25, also after a compaction folded it out of the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -15,8 +16,11 @@ from typing import TYPE_CHECKING, Any
 from agents.memory import Session, is_openai_responses_compaction_aware_session
 
 from ..core.capabilities import Capability, supports
+from ..errors import MemoryEditError
 from ..wrappers.base import SessionWrapper
 from ..wrappers.compaction import CompactionSession
+from ..wrappers.encrypted import EncryptedSession
+from ..wrappers.foreign import layers
 from ._log import RecordLog
 from ._snapshot import Entries, SnapshotIndex, load_chunks, read_snapshot, write_snapshot
 
@@ -24,6 +28,9 @@ if TYPE_CHECKING:
     from agents.items import TResponseInputItem
 
 SNIPPET = 300
+INDEXED_CHARS = 100_000
+"""How much of an item's text recall indexes (and upkeep reads): one huge tool output must
+not outgrow an engine's index (PostgreSQL's ``tsvector`` holds 1 MB) nor every later search."""
 log = logging.getLogger(__name__)
 
 
@@ -278,6 +285,7 @@ class RecallIndex:
         records: list[dict[str, Any]] = []
         for seq, item in pairs:
             role, text = item_text(item)
+            text = text[:INDEXED_CHARS]
             if text:
                 records.append(
                     {
@@ -404,6 +412,16 @@ def _numbered(session: Session) -> Session | None:
     return None
 
 
+def _encrypts(session: Session) -> bool:
+    """Whether ``session`` or a layer under it encrypts what it stores (ours or the SDK's)."""
+    kinds: tuple[type, ...] = (EncryptedSession,)
+    with contextlib.suppress(ImportError):  # the SDK's needs cryptography
+        from agents.extensions.memory.encrypt_session import EncryptedSession as SDKEncrypted
+
+        kinds += (SDKEncrypted,)
+    return any(isinstance(layer, kinds) for layer in layers(session))
+
+
 class RecallSession(SessionWrapper):
     """A layer that indexes every item written through it into a memory scope's recall index.
 
@@ -411,7 +429,8 @@ class RecallSession(SessionWrapper):
     stay searchable after compaction folds them away. Each entry carries the item's sequence
     number in the store (over a CompactionSession: its number in the inner session, which
     keeps the originals). The history the inner session held before is indexed on first
-    write; ``clear_session`` also forgets the session's entries.
+    write; ``clear_session`` also forgets the session's entries. An encrypted ``inner`` needs
+    an encrypted recall log (a Memory over an encrypted root): refused otherwise.
     """
 
     run_compaction: Callable[..., Awaitable[None]]
@@ -420,6 +439,13 @@ class RecallSession(SessionWrapper):
 
     def __init__(self, inner: Session, recall: RecallIndex) -> None:
         super().__init__(inner)
+        if _encrypts(inner) and not _encrypts(recall.store):
+            raise MemoryEditError(
+                "this conversation is encrypted but the memory scope's recall log is not: "
+                "its text would be stored in the clear. Open the Memory over an encrypted "
+                "root (Memory(EncryptedSession(root, encryption_key=...))), or keep this "
+                "conversation out of recall"
+            )
         self.recall = recall
         self._numbered = _numbered(inner)
         self._cursor: int | None = None

@@ -11,11 +11,14 @@ from typing import Any, Literal, Protocol
 from agents import FunctionTool, function_tool
 
 from ..errors import MemoryEditError
-from .archival import Archive
-from .blocks import Block, Blocks
+from .archival import MAX_TAG, MAX_TAGS, Archive
+from .blocks import Block, Blocks, unshown
 from .recall import RecallIndex, epoch
 
 DAY = 86_400.0
+OUTPUT_CHARS = 16_000
+"""About how much passage text one archival_memory_search returns, shared by its results (a
+passage stored before the size limits existed could flood every search)."""
 
 
 class MemoryParts(Protocol):
@@ -42,6 +45,10 @@ async def _answer(work: Callable[[], Awaitable[str]]) -> str:
         return await work()
     except (MemoryEditError, ValueError) as exc:
         return f"Error: {exc}"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _edited(block: Block) -> str:
@@ -85,7 +92,7 @@ def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
             insert_line: Insert after this line (0 inserts at the top, -1 at the end).
         """
         return await _answer(
-            lambda: _edit(label, lambda: blocks.insert(label, new_str, insert_line))
+            lambda: _edit(label, lambda: blocks.insert(label, unshown(new_str), insert_line))
         )
 
     async def memory_replace(label: str, old_str: str, new_str: str) -> str:
@@ -96,7 +103,9 @@ def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
             old_str: The exact text to replace, copied from the block.
             new_str: The replacement ("" deletes old_str).
         """
-        return await _answer(lambda: _edit(label, lambda: blocks.replace(label, old_str, new_str)))
+        return await _answer(
+            lambda: _edit(label, lambda: blocks.replace(label, unshown(old_str), unshown(new_str)))
+        )
 
     async def memory_rethink(label: str, new_memory: str) -> str:
         """Rewrite a whole memory block (to reorganise or shorten it).
@@ -105,7 +114,9 @@ def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
             label: The block to rewrite.
             new_memory: The complete new value of the block.
         """
-        return await _answer(lambda: _edit(label, lambda: blocks.rethink(label, new_memory)))
+        return await _answer(
+            lambda: _edit(label, lambda: blocks.rethink(label, unshown(new_memory)))
+        )
 
     async def memory_finish_edits() -> str:
         """Call when you are done editing memory."""
@@ -205,9 +216,15 @@ def memory_tools(memory: MemoryParts) -> list[FunctionTool]:
             note = "" if archive.outage is None else _keyword_only() + "\n"
             if not found:
                 return f"{note}No archived passages match {query!r}."
+            width = max(500, OUTPUT_CHARS // len(found))
             return note + json.dumps(
                 [
-                    {"id": p.id, "content": p.content, "tags": list(p.tags), "time": _iso(p.at)}
+                    {
+                        "id": p.id,
+                        "content": _cut(p.content, width),
+                        "tags": [_cut(t, MAX_TAG) for t in p.tags[:MAX_TAGS]],
+                        "time": _iso(p.at),
+                    }
                     for p in found
                 ],
                 ensure_ascii=False,

@@ -91,7 +91,8 @@ class _Matrix:
 
 class NumpyVectors:
     """The archive's passages as columns and per-embedder matrices, for exact ranking with
-    numpy. Fed by ``Archive.refresh`` (``add``, ``set_vector``, ``supersede``) in doc order."""
+    numpy. Fed by ``Archive.refresh`` (``add``, ``set_vector``, ``supersede``, ``reassert``)
+    in doc order."""
 
     def __init__(self, np: ModuleType) -> None:
         self.np: Any = np
@@ -167,6 +168,11 @@ class NumpyVectors:
     def supersede(self, doc: int) -> None:
         """``doc`` is superseded (inactive from now on)."""
         self._superseded[doc] = True
+
+    def reassert(self, doc: int, valid_to: float | None) -> None:
+        """``doc`` is current again (not superseded), valid until ``valid_to``."""
+        self._superseded[doc] = False
+        self._valid_to[doc] = self.np.inf if valid_to is None else valid_to
 
     def mask(self, filters: Filters) -> Any:
         """A bool per passage: kept by ``filters``."""

@@ -6,11 +6,19 @@ stores come from the inner session's family (or the caller's ``sibling_factory``
 ``wrap_member`` so that side data gets this layer's treatment (e.g. encryption). A view layer
 (``numbering = foreign.sequenced``) gets an inner session with sequence numbers: a foreign one
 is numbered through ``ForeignSession``.
+
+Run contexts (the SDK's ``wrapper=``, docs/context-scopes.md): a layer over a *context-aware*
+session (one whose four methods take ``wrapper=``, so it keeps one history per run context)
+either forwards ``wrapper=`` on every call (``ContextForwardingWrapper``) or refuses it at
+construction. Refusing is the default: a layer that keeps anything per session id beside the
+items would share it between the contexts.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from agents.memory import Session, SessionABC, SessionSettings
@@ -49,6 +57,11 @@ class SessionWrapper(OptionsChecked, SessionABC):
     """For a view layer, which keeps sequence numbers of ``inner`` and side data:
     ``foreign.sequenced``, which numbers a foreign ``inner`` through ``ForeignSession`` (side
     stores are then required). Set by the layer, so this module need not import foreign.py."""
+    forwards_context: ClassVar[bool] = False
+    """Whether this layer passes the Runner's ``wrapper=`` on (``ContextForwardingWrapper``);
+    otherwise a context-aware ``inner`` is refused at construction."""
+    keeps: ClassVar[str] = "state of its own per session id"
+    """What this layer keeps beside the items, named when it refuses a context-aware inner."""
 
     def __init__(
         self,
@@ -68,6 +81,16 @@ class SessionWrapper(OptionsChecked, SessionABC):
             )
         if sibling_factory is not None and not callable(sibling_factory):
             raise TypeError(f"{name}: sibling_factory must be callable, got {sibling_factory!r}")
+        self.context_aware = context_aware(inner)
+        """Whether ``inner`` keeps one history per run context (its methods take ``wrapper=``)."""
+        if self.context_aware and not self.forwards_context:
+            raise TypeError(
+                f"{name} cannot wrap {type(inner).__name__}: that session keeps one history "
+                f"per run context (its methods take the Runner's wrapper=), but {name} keeps "
+                f"{self.keeps}, which every context would share. Scope the whole layer by the "
+                f"context instead: ContextScopedSession(store, scope=lambda ctx: ..., "
+                f"wrap=lambda session: {name}(session, ...))"
+            )
         capabilities = capabilities_of(inner)
         if self.numbering is not None and Capability.SEQUENCED not in capabilities:
             inner = self.numbering(inner, sibling_factory, wrapper=name)
@@ -89,6 +112,8 @@ class SessionWrapper(OptionsChecked, SessionABC):
         if sibling_factory is not None:
             capabilities |= {Capability.FAMILY}
         self.capabilities = (capabilities & self.passes) | self.offers
+        if self.context_aware:  # a capability addresses one history: none of a context's
+            self.capabilities = frozenset()
         self._factory = sibling_factory
         self._family: Family | None = None
         self._closed = False
@@ -284,6 +309,103 @@ class SessionWrapper(OptionsChecked, SessionABC):
         return f"{type(self).__name__}({self.inner!r})"
 
 
+class ContextForwardingWrapper(SessionWrapper):
+    """A layer that passes the Runner's ``wrapper=`` (the run context) on to ``inner`` on every
+    Session call, so over a context-aware session each context keeps its own history; over any
+    other session ``wrapper`` is dropped and nothing changes. A layer overriding one of the four
+    methods takes ``wrapper=`` and reaches ``inner`` through ``in_scope(wrapper)``."""
+
+    forwards_context = True
+
+    def in_scope(self, wrapper: Any) -> Any:
+        """``inner``, or a view of it passing ``wrapper=`` to each of its four methods when it
+        is context-aware (it takes ``wrapper=`` on all four, as the SDK requires)."""
+        if wrapper is None or not self.context_aware:
+            return self.inner
+        return InScope(self.inner, wrapper)
+
+    async def get_items(
+        self, limit: int | None = None, *, wrapper: Any = None
+    ) -> list[TResponseInputItem]:
+        """Return the inner session's latest ``limit`` items (in ``wrapper``'s context)."""
+        return await self.in_scope(wrapper).get_items(limit)  # type: ignore[no-any-return]
+
+    async def add_items(self, items: list[TResponseInputItem], *, wrapper: Any = None) -> None:
+        """Append ``items`` to the inner session (in ``wrapper``'s context)."""
+        await self.in_scope(wrapper).add_items(items)
+
+    async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
+        """Remove and return the inner session's newest item (in ``wrapper``'s context)."""
+        return await self.in_scope(wrapper).pop_item()  # type: ignore[no-any-return]
+
+    async def clear_session(self, *, wrapper: Any = None) -> None:
+        """Clear the inner session (in ``wrapper``'s context)."""
+        await self.in_scope(wrapper).clear_session()
+
+
+class InScope:
+    """A context-aware session's four methods with one run's ``wrapper=`` bound (declares no
+    capability: a checked pop through it reads and pops through these methods)."""
+
+    __slots__ = ("session", "session_id", "wrapper")
+
+    def __init__(self, session: Session, wrapper: Any) -> None:
+        self.session, self.session_id, self.wrapper = session, session.session_id, wrapper
+
+    async def get_items(self, limit: int | None = None) -> Any:
+        return await self.session.get_items(limit, wrapper=self.wrapper)  # type: ignore[call-arg]
+
+    async def add_items(self, items: list[Any]) -> None:
+        await self.session.add_items(items, wrapper=self.wrapper)  # type: ignore[call-arg]
+
+    async def pop_item(self) -> Any:
+        return await self.session.pop_item(wrapper=self.wrapper)  # type: ignore[call-arg]
+
+    async def clear_session(self) -> None:
+        await self.session.clear_session(wrapper=self.wrapper)  # type: ignore[call-arg]
+
+
+def context_aware(session: object) -> bool:
+    """Whether ``session`` keeps one history per run context: the SDK passes it ``wrapper=``
+    (all four methods take it by keyword) and it does not merely pass it on to a session that
+    ignores it (ours say so in ``context_aware``; the SDK's EncryptedSession over its
+    ``underlying_session``)."""
+    own = getattr(session, "context_aware", None)
+    if isinstance(own, bool):
+        return own
+    try:
+        methods = [getattr(session, name) for name in _METHODS]
+    except Exception:  # as the SDK's check: an attribute that fails to resolve opts out
+        return False
+    if not all(takes_wrapper(method) for method in methods):
+        return False
+    underlying = getattr(session, "underlying_session", None)
+    return underlying is None or context_aware(underlying)
+
+
+_METHODS = ("get_items", "add_items", "pop_item", "clear_session")
+
+
+def takes_wrapper(method: Any) -> bool:
+    """Whether ``method`` takes ``wrapper`` by keyword, as the SDK's check requires (a
+    signature that cannot be read, or ``**kwargs`` alone, does not)."""
+    function = getattr(method, "__func__", method)
+    try:
+        return _takes_wrapper(function)
+    except TypeError:  # unhashable: not cached
+        return _takes_wrapper.__wrapped__(function)
+
+
+@lru_cache(maxsize=256)
+def _takes_wrapper(function: Any) -> bool:
+    # Cached per function: inspect.signature costs ~15 us, and layers ask at construction.
+    try:
+        param = inspect.signature(function).parameters.get("wrapper")
+    except Exception:
+        return False
+    return param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
+
+
 async def atomic_replace(session: Session, items: list[Any]) -> bool:
     """Call ``session``'s SDK hook ``_atomic_replace_items`` as the SDK does (looked up on its
     type); False when it has none or declines."""
@@ -298,4 +420,12 @@ def check_max_item_bytes(value: object) -> int:
     return value
 
 
-__all__ = ["SessionWrapper", "atomic_replace", "check_max_item_bytes"]
+__all__ = [
+    "ContextForwardingWrapper",
+    "InScope",
+    "SessionWrapper",
+    "atomic_replace",
+    "check_max_item_bytes",
+    "context_aware",
+    "takes_wrapper",
+]

@@ -7,6 +7,11 @@ position, first number) kept in an append-only log in the side store ``seq``; ea
 first appends the numbering before and after it with digests of the newest item, then changes
 the foreign session. What is guaranteed and what it costs: docs/design.md, "Sequence numbers
 are the only address".
+
+A foreign session that keeps one history per run context (its methods take ``wrapper=``) is
+passed through with the Runner's ``wrapper=``, unnumbered and declaring no capability: the
+numbering is for the layers above that keep numbers, and each of them refuses a context-aware
+session (their side data would be shared by the contexts).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from ..core.capabilities import Capability, supports
 from ..core.codec import encode_batch
 from ..core.family import close_quietly
 from ..core.mutation import run_to_completion
-from .base import SessionWrapper
+from .base import ContextForwardingWrapper
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -155,7 +160,7 @@ def _store_key(session: Session) -> tuple[str, ...]:
     return (f"{kind.__module__}.{kind.__qualname__}", str(where), session.session_id)
 
 
-class ForeignSession(SessionWrapper):
+class ForeignSession(ContextForwardingWrapper):
     """A foreign session with sequence numbers (see the module docstring for the guarantees).
 
     Args:
@@ -178,6 +183,8 @@ class ForeignSession(SessionWrapper):
         wrapper: str = "ForeignSession",
     ) -> None:
         super().__init__(inner, sibling_factory=sibling_factory)
+        if self.context_aware:  # passed through, unnumbered (module docstring)
+            return
         layer = expiring_layer(inner)
         if layer is not None:
             raise ValueError(
@@ -284,15 +291,21 @@ class ForeignSession(SessionWrapper):
 
     # -- the Session API -----------------------------------------------------------------------
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+    async def get_items(
+        self, limit: int | None = None, *, wrapper: Any = None
+    ) -> list[TResponseInputItem]:
         """Return the foreign session's items, as it does."""
         limit = self.resolve_limit(limit)
         if limit is not None and limit <= 0:
             return []
-        return await self.inner.get_items(limit)
+        return await self.in_scope(wrapper).get_items(limit)  # type: ignore[no-any-return]
 
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
+    async def add_items(self, items: list[TResponseInputItem], *, wrapper: Any = None) -> None:
         """Append ``items`` as one batch, numbering them."""
+        if self.context_aware:  # passed through, unnumbered (module docstring)
+            encode_batch(items)
+            await self.in_scope(wrapper).add_items(items)
+            return
         await self.add_sequenced_items(items)
 
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
@@ -347,8 +360,10 @@ class ForeignSession(SessionWrapper):
         self._resolved = None
         return seqs
 
-    async def pop_item(self) -> TResponseInputItem | None:
+    async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
         """Remove and return the newest item, or None."""
+        if self.context_aware:
+            return await self.in_scope(wrapper).pop_item()  # type: ignore[no-any-return]
         async with self._lock():
             return await self._pop()
 
@@ -377,9 +392,12 @@ class ForeignSession(SessionWrapper):
         await self._record(before, after, was, last)
         return await self.inner.pop_item()
 
-    async def clear_session(self) -> None:
+    async def clear_session(self, *, wrapper: Any = None) -> None:
         """Delete every item and the numbering's history, keeping its high-water mark: later
         numbers are higher than every number given out before (layers keep numbers)."""
+        if self.context_aware:
+            await self.in_scope(wrapper).clear_session()
+            return
         async with self._lock():
             before = await self._numbering()
             cleared = Numbering(0, before.high)
@@ -428,7 +446,8 @@ class ForeignSession(SessionWrapper):
 
     async def _release(self) -> None:
         """Close the numbering log, then the side stores and the foreign session."""
-        await close_quietly(self._log)
+        if not self.context_aware:
+            await close_quietly(self._log)
         await super()._release()
 
 

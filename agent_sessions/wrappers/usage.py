@@ -34,6 +34,7 @@ class UsageTrackingSession(UsageQueries, SessionWrapper):
     """
 
     numbering = staticmethod(sequenced)
+    keeps = "usage records per session id"
 
     def __init__(
         self,

@@ -22,6 +22,7 @@ import asyncpg.exceptions as pg  # type: ignore[import-untyped]
 from sqlalchemy.engine import Dialect
 
 from ...core.base import Row
+from ...core.sqltext import tsvector_sql
 from ...errors import BackendDataError
 from .common import (
     BACKFILL_ROWS,
@@ -90,6 +91,10 @@ _FILTERS = (
 """``search_text``'s filter templates (``filter_clause``) on ``j.d``, the item's JSON."""
 
 
+_TSV = tsvector_sql("j.d ->> 'text'")
+"""The indexed words of ``j.d``, an item's JSON."""
+
+
 def text_statements(t: Tables) -> list[str]:
     """The DDL of the full-text index (Capability.TEXT_SEARCH), made on the first
     ``search_text``: an index table of ``tsvector`` ('simple' configuration: lower-cased words,
@@ -123,7 +128,7 @@ BEGIN
                  WHERE r.session_id = ANY (ARRAY(SELECT DISTINCT session_id FROM new_rows)));
     IF cardinality(ids) > 0 THEN
       INSERT INTO {x.index} (session_id, seq, tsv)
-      SELECT n.session_id, n.seq, to_tsvector('simple', j.d ->> 'text')
+      SELECT n.session_id, n.seq, {_TSV}
       FROM new_rows n CROSS JOIN LATERAL (SELECT {new} AS d) j
       WHERE n.session_id = ANY (ids) AND json_typeof(j.d -> 'text') = 'string'
         AND j.d ->> 'text' <> ''
@@ -133,7 +138,7 @@ BEGIN
     DELETE FROM {x.index} WHERE session_id = OLD.session_id AND seq = OLD.seq;
     IF EXISTS (SELECT 1 FROM {x.registry} WHERE session_id = NEW.session_id) THEN
       INSERT INTO {x.index} (session_id, seq, tsv)
-      SELECT NEW.session_id, NEW.seq, to_tsvector('simple', j.d ->> 'text')
+      SELECT NEW.session_id, NEW.seq, {_TSV}
       FROM (SELECT {row} AS d) j
       WHERE json_typeof(j.d -> 'text') = 'string' AND j.d ->> 'text' <> ''
       ON CONFLICT (session_id, seq) DO UPDATE SET tsv = EXCLUDED.tsv;
@@ -221,13 +226,15 @@ class PostgresDialect(SqlDialect):
     async def prepare_text(self, conn: Any, create: bool) -> None:
         t = self.t
         if await self._text_present(conn):
-            return
-        if not create:
+            # An index made before its text was bounded (TSVECTOR_CHARS) is made again.
+            if not create or await self._text_bounded(conn):
+                return
+        elif not create:
             raise text_missing(t, "postgres")
         try:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", t.lock_key())
-                if await self._text_present(conn):
+                if await self._text_present(conn) and await self._text_bounded(conn):
                     return
                 for statement in text_statements(t):
                     await conn.execute(statement)
@@ -262,6 +269,14 @@ class PostgresDialect(SqlDialect):
         )
         return int(found) == 2
 
+    async def _text_bounded(self, conn: Any) -> bool:
+        found = await conn.fetchval(
+            "SELECT strpos(prosrc, $2) > 0 FROM pg_proc WHERE oid = to_regproc($1)",
+            TextTables.of(self.t).name("sync"),
+            _TSV,
+        )
+        return bool(found)
+
     def text_writes(self, x: TextTables) -> tuple[str, str, int]:
         doc = _JSON.format(col="m.message_data")
         return (
@@ -269,7 +284,7 @@ class PostgresDialect(SqlDialect):
             # FOR SHARE: a pop or rewrite in flight is waited for, so its row is indexed as
             # it ends (or not at all), never as it was; a row its trigger indexed is kept.
             f"INSERT INTO {x.index} (session_id, seq, tsv) "
-            "SELECT m.session_id, m.seq, to_tsvector('simple', j.d ->> 'text') "
+            f"SELECT m.session_id, m.seq, {_TSV} "
             f"FROM {self.t.messages} m CROSS JOIN LATERAL (SELECT {doc} AS d) j "
             "WHERE m.session_id = $1 AND m.seq > $2 AND m.seq <= coalesce($3, m.seq) "
             "AND json_typeof(j.d -> 'text') = 'string' AND j.d ->> 'text' <> '' "

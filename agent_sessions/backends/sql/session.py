@@ -39,7 +39,12 @@ from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES
 from ...core.mutation import finish
 from ...core.options import explicit_options
-from ...errors import BackendDataError, BackendUnavailableError, SequenceConflictError
+from ...errors import (
+    BackendDataError,
+    BackendUnavailableError,
+    InvalidItemError,
+    SequenceConflictError,
+)
 from .common import Refused, SqlDialect, Tables, TextFilters, causes, split_words
 
 if TYPE_CHECKING:
@@ -721,6 +726,11 @@ class SQLAlchemySession(BaseSession):
                 f"the tables {self._tables.sessions}/{self._tables.messages} are missing or "
                 f"not agent_sessions tables ({exc}); create them with create_tables=True or the "
                 "statements in docs/sqlalchemy.md, or pick another table_prefix"
+            )
+        if getattr(exc, "sqlstate", None) == "54000":  # e.g. a tsvector over PostgreSQL's 1 MB
+            return InvalidItemError(
+                f"the database at {url} refused a value over one of its limits ({exc}); "
+                "the statement took no effect"
             )
         if not isinstance(exc, sa_exc.DBAPIError) and any(
             "Integrity" in cls.__name__ for cls in type(exc).__mro__

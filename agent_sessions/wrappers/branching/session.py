@@ -55,6 +55,7 @@ class BranchingSession(SessionWrapper):
     """
 
     numbering = staticmethod(sequenced)
+    keeps = "a branch log and branch items per session id"
 
     def __init__(
         self,

@@ -105,6 +105,7 @@ class CompactionSession(SessionWrapper):
     """
 
     numbering = staticmethod(sequenced)
+    keeps = "compaction records and archived originals per session id"
     passes = frozenset()
 
     def __init__(

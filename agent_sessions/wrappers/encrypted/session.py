@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import inspect
 import logging
 import os
 import re
@@ -19,8 +18,7 @@ import time
 from binascii import a2b_base64, b2a_base64
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from functools import lru_cache, partial
-from types import SimpleNamespace
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agents.memory import OpenAIResponsesCompactionSession, Session
@@ -32,7 +30,9 @@ from ...core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
 from ...core.extras import missing
 from ...core.options import check_int
 from ...errors import DecryptionError
-from ..base import SessionWrapper, atomic_replace, check_max_item_bytes
+from ..base import ContextForwardingWrapper, atomic_replace, check_max_item_bytes
+from ..foreign import layers
+from ..scoped import ContextScopedSession
 
 try:
     from cryptography.exceptions import InvalidTag
@@ -114,35 +114,6 @@ def is_encrypted(item: Any) -> bool:
     return item.get("__enc__") == 1 and isinstance(item.get("payload"), str)
 
 
-async def call_with_wrapper(method: Any, *args: Any, wrapper: Any = None) -> Any:
-    """Await ``method(*args)``, passing the SDK's ``wrapper=`` when given and ``method`` takes
-    it by keyword."""
-    if wrapper is not None and _takes_wrapper(getattr(method, "__func__", method)):
-        return await method(*args, wrapper=wrapper)
-    return await method(*args)
-
-
-def _passing(inner: Session, wrapper: Any) -> Any:
-    """``inner``'s Session API passing the SDK's ``wrapper=`` on to each call (and declaring
-    no capability, so ``pop_checked_of`` pops through that API)."""
-    return SimpleNamespace(
-        get_items=lambda limit=None: call_with_wrapper(inner.get_items, limit, wrapper=wrapper),
-        pop_item=lambda: call_with_wrapper(inner.pop_item, wrapper=wrapper),
-        add_items=lambda items: call_with_wrapper(inner.add_items, items, wrapper=wrapper),
-    )
-
-
-@lru_cache(maxsize=256)
-def _takes_wrapper(function: Any) -> bool:
-    """Whether ``function`` takes ``wrapper`` by keyword (asked once per function: the Runner
-    passes ``wrapper`` on every call, and ``inspect.signature`` costs ~15 us)."""
-    try:
-        param = inspect.signature(function).parameters.get("wrapper")
-    except (TypeError, ValueError):
-        return False
-    return param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
-
-
 class _PlainCache:
     """Plaintext of envelopes one object wrote or opened, by nonce text, as ``(copy of the
     envelope, plaintext)``: never shared, and used only for an equal envelope (which would
@@ -203,7 +174,7 @@ def _session_key(master: bytes, info: bytes) -> bytes:
     return hmac.digest(hmac.digest(_HKDF_SALT, master, "sha256"), info + b"\x01", "sha256")
 
 
-class EncryptedSession(SessionWrapper):
+class EncryptedSession(ContextForwardingWrapper):
     """Encrypt every item of ``inner`` with AES-256-GCM under a per-session key.
 
     Args:
@@ -308,6 +279,14 @@ class EncryptedSession(SessionWrapper):
         self.underlying_session = inner
         """The wrapped session (the SDK's attribute name; ``inner`` is the same)."""
         super().__init__(inner)
+        if any(isinstance(layer, ContextScopedSession) for layer in layers(inner)):
+            raise TypeError(
+                "EncryptedSession over a ContextScopedSession would encrypt every scope with "
+                "one key, bound to its own session id, not the scope's; for a key per scope "
+                "(each scope then an encrypted session of its own) encrypt inside it: "
+                "ContextScopedSession(store, scope=..., wrap=lambda session: "
+                "EncryptedSession(session, ...))"
+            )
         self.strict = strict
         self.ttl = ttl
         check_int("cache_bytes", cache_bytes)
@@ -493,13 +472,13 @@ class EncryptedSession(SessionWrapper):
             )
         if limit is not None and limit <= 0:
             return []
-        read = self.inner.get_items
+        read = self.in_scope(wrapper).get_items
         if limit is None and budget is None:
-            return self._open_all(await call_with_wrapper(read, None, wrapper=wrapper))
+            return self._open_all(await read(None))
         window = min(x for x in (limit, budget) if x is not None)
         remaining = budget
         while True:
-            envelopes = await call_with_wrapper(read, window, wrapper=wrapper)
+            envelopes = await read(window)
             items = self._open_all(envelopes)
             if limit is not None and len(items) >= limit:
                 return items[-limit:]
@@ -523,7 +502,7 @@ class EncryptedSession(SessionWrapper):
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
         """
-        await call_with_wrapper(self.inner.add_items, self._seal_items(items), wrapper=wrapper)
+        await self.in_scope(wrapper).add_items(self._seal_items(items))
 
     def _seal_items(self, items: list[TResponseInputItem]) -> list[Any]:
         return [self._seal(text) for text in encode_batch(items, self.max_item_bytes)]
@@ -536,7 +515,7 @@ class EncryptedSession(SessionWrapper):
             KeyMismatchError: the newest envelope does not open with these keys (wrong or
                 unknown key, altered bytes); it is kept. Also the SDK's ``InvalidToken``.
         """
-        inner: Any = self.inner if wrapper is None else _passing(self.inner, wrapper)
+        inner = self.in_scope(wrapper)
         while True:
             try:
                 item = await pop_checked_of(inner, self._poppable)
@@ -581,7 +560,7 @@ class EncryptedSession(SessionWrapper):
 
     async def clear_session(self, *, wrapper: Any = None) -> None:
         """Delete every item of this session."""
-        await call_with_wrapper(self.inner.clear_session, wrapper=wrapper)
+        await self.in_scope(wrapper).clear_session()
         if self._plain is not None:
             self._plain.entries.clear()
             self._plain.size = 0
@@ -615,7 +594,7 @@ class EncryptedSession(SessionWrapper):
         whether those are all there is."""
         if limit is None:
             return await self.get_items(wrapper=wrapper), False
-        envelopes = await call_with_wrapper(self.inner.get_items, limit, wrapper=wrapper)
+        envelopes = await self.in_scope(wrapper).get_items(limit)
         if len(envelopes) >= limit:
             return [], False
         return self._open_all(envelopes), True

@@ -114,6 +114,8 @@ class ResilientSession(SessionWrapper):
         max_item_bytes: size limit applied to items before they are spooled.
     """
 
+    keeps = "a spool of pending writes and a mirror of recent items per session id"
+
     def __init__(
         self,
         inner: Session,

@@ -25,7 +25,7 @@ from ...core.base import keeps_write_path, pop_checked_of
 from ...core.capabilities import Capability, SupportsFamilyBatch, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, check_size, dumps, encode_batch
 from ...core.family import member_purposes
-from ..base import SessionWrapper, atomic_replace, check_max_item_bytes
+from ..base import ContextForwardingWrapper, atomic_replace, check_max_item_bytes
 from .boundary import Boundary, newest_dead_by_scan
 from .family import PURPOSE, Lifecycle, State
 
@@ -69,7 +69,7 @@ def _time(envelope: Any, key: str) -> float | None:
     return float(value) if type(value) is int else None
 
 
-class TTLSession(SessionWrapper):
+class TTLSession(ContextForwardingWrapper):
     """Expire a session ``ttl`` after its last write (or its creation), and/or each item
     ``item_ttl`` after it was written.
 
@@ -221,31 +221,33 @@ class TTLSession(SessionWrapper):
 
     # -- the Session API -----------------------------------------------------------------------
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+    async def get_items(
+        self, limit: int | None = None, *, wrapper: Any = None
+    ) -> list[TResponseInputItem]:
         """Return the latest ``limit`` live items, oldest first; reads ``limit`` stored items."""
         limit = self.resolve_limit(limit)
         if limit is not None and limit <= 0:
             return []
         await self._sync()
-        envelopes: list[Any] = await self.inner.get_items(limit)
+        envelopes: list[Any] = await self.in_scope(wrapper).get_items(limit)
         start = self._visible_from(envelopes, self.clock())
         return [envelope["item"] for envelope in envelopes[start:]]
 
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
+    async def add_items(self, items: list[TResponseInputItem], *, wrapper: Any = None) -> None:
         """Append ``items`` as one batch, stamped with the current time.
 
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
         """
-        await self._add(items, "add_items")
+        await self._add(items, "add_items", self.in_scope(wrapper))
 
-    async def _add(self, items: list[TResponseInputItem], via: str) -> Any:
-        """Stamp ``items`` and store them with the inner session's method ``via``; where it
-        can (FAMILY_BATCH), after the family's lifecycle record in the same round trip.
-        Returns what ``via`` returns (``[]`` for no items)."""
-        inner = self.inner
+    async def _add(self, items: list[TResponseInputItem], via: str, inner: Any) -> Any:
+        """Stamp ``items`` and store them with ``inner``'s method ``via`` (``inner``: the
+        inner session, in the run's context); where it can (FAMILY_BATCH), after the family's
+        lifecycle record in the same round trip. Returns what ``via`` returns (``[]`` for no
+        items)."""
         if not items or via not in self._batch_via:
-            envelopes = await self._stamp(items)
+            envelopes = await self._stamp(items, inner)
             return await getattr(inner, via)(envelopes) if envelopes else []
         life = self._lifecycle()
         texts = encode_batch(items, self.max_item_bytes)  # validate before anything is written
@@ -266,7 +268,7 @@ class TTLSession(SessionWrapper):
         await life.recorded(state, recorded)
         return seqs
 
-    async def _stamp(self, items: list[TResponseInputItem]) -> list[Any]:
+    async def _stamp(self, items: list[TResponseInputItem], inner: Any) -> list[Any]:
         encode_batch(items, self.max_item_bytes)  # validate before anything is written
         if not items:
             return []
@@ -275,7 +277,7 @@ class TTLSession(SessionWrapper):
         if self._family_expiry:
             self._state = await self._lifecycle().touch(now)
         elif self.ttl is not None and not self.sliding:
-            stamp["c"] = await self._lifetime_start(now)
+            stamp["c"] = await self._lifetime_start(now, inner)
         return [{**stamp, "item": item} for item in items]
 
     # -- sequenced items (offered when the inner session has them) ------------------------------
@@ -283,7 +285,7 @@ class TTLSession(SessionWrapper):
     async def add_sequenced_items(self, items: list[TResponseInputItem]) -> list[int]:
         """Like ``add_items``; returns the new items' sequence numbers (the inner's)."""
         self._inner(Capability.SEQUENCED)
-        return await self._add(items, "add_sequenced_items")  # type: ignore[no-any-return]
+        return await self._add(items, "add_sequenced_items", self.inner)  # type: ignore[no-any-return]
 
     @cached_property
     def _boundary(self) -> Boundary:
@@ -353,19 +355,19 @@ class TTLSession(SessionWrapper):
             ]
         )
 
-    async def _lifetime_start(self, now: float) -> float:
-        newest = await self.inner.get_items(limit=1)
+    async def _lifetime_start(self, now: float, inner: Any) -> float:
+        newest = await inner.get_items(limit=1)
         if newest and not self._dead(newest[-1], now, now):
             c = _time(newest[-1], "c")
             if c is not None:
                 return c
         return now
 
-    async def pop_item(self) -> TResponseInputItem | None:
+    async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
         """Remove the newest stored item; return it if live, else None (it was expired data,
         so removing it is just early cleanup). Never returns an expired item. A pop does not
         count as a write: sliding expiry then counts from the newest remaining item."""
-        envelope: Any = await self.inner.pop_item()
+        envelope: Any = await self.in_scope(wrapper).pop_item()
         if envelope is None:
             return None
         await self._sync()
@@ -430,14 +432,14 @@ class TTLSession(SessionWrapper):
 
         async def replace_suffix(index: int, output: list[TResponseInputItem]) -> bool:
             raw_start = 0 if index == 0 else start + index  # dead items go with the suffix
-            return bool(await raw.replace_suffix(raw_start, await self._stamp(output)))
+            return bool(await raw.replace_suffix(raw_start, await self._stamp(output, self.inner)))
 
         return type(raw)(items, raw.complete or start > 0, replace_suffix)
 
     async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
         """The SDK's hook: stamp ``items`` now and replace the whole history with them in one
         transaction of the inner session; False when it cannot."""
-        return await atomic_replace(self.inner, await self._stamp(items))
+        return await atomic_replace(self.inner, await self._stamp(items, self.inner))
 
     # -- maintenance ---------------------------------------------------------------------------
 

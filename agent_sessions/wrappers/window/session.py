@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...core.capabilities import Capability, supports
 from ...core.options import check_int
-from ..base import SessionWrapper
+from ..base import ContextForwardingWrapper
 from ..compaction.boundary import _is_user_message as is_user_message
 from ..compaction.tokens import TokenEstimator
 from .micro import MicroCompaction
@@ -24,7 +24,7 @@ _FIRST_PAGE = 64
 _RETRIES = 5
 
 
-class WindowSession(SessionWrapper):
+class WindowSession(ContextForwardingWrapper):
     """A view of ``inner`` cut to the newest ``max_turns`` user turns and/or ``max_tokens``
     estimated tokens, optionally with older long texts shortened (micro-compaction).
 
@@ -80,33 +80,38 @@ class WindowSession(SessionWrapper):
             self.run_compaction = run_compaction
         self._page = _FIRST_PAGE
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+    async def get_items(
+        self, limit: int | None = None, *, wrapper: Any = None
+    ) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items of the view (all of it when None)."""
         limit = self.resolve_limit(limit)
         if limit is not None and limit <= 0:
             return []
         if not self.budget.bounded:
-            return self._shown(await self.inner.get_items(limit), 0)
-        view = await self.get_window()
+            return self._shown(await self.in_scope(wrapper).get_items(limit), 0)
+        view = await self.get_window(wrapper=wrapper)
         return view if limit is None else view[-limit:]
 
-    async def get_full_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+    async def get_full_items(
+        self, limit: int | None = None, *, wrapper: Any = None
+    ) -> list[TResponseInputItem]:
         """Return the latest ``limit`` stored items as stored: no window, nothing shortened."""
-        return await self.inner.get_items(limit)
+        return await self.in_scope(wrapper).get_items(limit)  # type: ignore[no-any-return]
 
-    async def get_window(self) -> list[TResponseInputItem]:
+    async def get_window(self, *, wrapper: Any = None) -> list[TResponseInputItem]:
         """Return the whole view (pinned summary, then the window)."""
+        inner = self.in_scope(wrapper)
         for _ in range(_RETRIES - 1):
             with contextlib.suppress(HistoryChanged):
-                return await self._window()
-        return await self._window()
+                return await self._window(inner)
+        return await self._window(inner)
 
     def _shown(self, items: list[TResponseInputItem], later_users: int) -> list[TResponseInputItem]:
         micro = self.micro_compaction
         return list(items) if micro is None else micro.shorten_all(items, later_users)
 
-    async def _window(self) -> list[TResponseInputItem]:
-        pages = (SequencedPages if self._sequenced else PositionalPages)(self.inner, self._page)
+    async def _window(self, inner: Any) -> list[TResponseInputItem]:
+        pages = (SequencedPages if self._sequenced else PositionalPages)(inner, self._page)
         shown: list[TResponseInputItem] = []
         counts: list[int] = []
         users = 0
