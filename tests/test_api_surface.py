@@ -47,7 +47,7 @@ async def test_open_session_passes_the_typo_error_through(tmp_path: object) -> N
 def test_redis_from_url_typo_names_the_valid_options() -> None:
     from agent_sessions import RedisSession
 
-    with pytest.raises(TypeError, match=r"did you mean .key_prefix.. Valid options: url,"):
+    with pytest.raises(TypeError, match=r"\(did you mean .key_prefix.\?\)\. Valid options: url,"):
         RedisSession.from_url("s", url=REDIS_URL, key_prefx="x")  # type: ignore[call-arg]
 
 

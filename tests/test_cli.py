@@ -620,7 +620,10 @@ def test_copy_reports_progress_and_what_an_interruption_left(
     assert main(["copy", src, dst, "--quiet"]) == 0
     out = capsys.readouterr()
     assert out.err == ""  # --quiet: no progress
-    assert "1 item(s) written, 2 already complete" in out.out
+    assert out.out == (
+        "copied 1 session(s) and 0 side store(s): 1 item(s) written; 2 session(s) and side "
+        "store(s) already complete\n"
+    )
     export = tmp_path / "e.jsonl"
     assert main(["export", src, "-O", str(export), "-q"]) == 0
     capsys.readouterr()
@@ -891,7 +894,8 @@ def test_demo_live_without_a_key_says_what_is_missing(
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     assert main(["demo", "--live"]) == 2
-    assert "OPENAI_API_KEY" in capsys.readouterr().out
+    out = capsys.readouterr()
+    assert "OPENAI_API_KEY" in out.err and out.out == ""  # an error goes to stderr
 
 
 def test_import_progress_counts_bytes_as_the_file_size_does(tmp_path: Path) -> None:

@@ -7,15 +7,17 @@ and leave no file behind in the working directory.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
-from tests.servers import REDIS_URL, RUN, require_server
+from tests.servers import POSTGRES_URL, REDIS_URL, RUN, require_server
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -106,11 +108,49 @@ def test_example_runs_and_prints(
 
 
 @pytest.mark.server
-def test_open_by_url_on_redis(tmp_path: Path) -> None:
+def test_open_by_url_on_redis_leaves_no_key(tmp_path: Path) -> None:
+    from redis import Redis
+
     where = urlsplit(REDIS_URL)
     require_server("Redis", where.hostname or "127.0.0.1", where.port or 6379)
-    args = [REDIS_URL, f"url-example-{RUN}"]  # clear_session keeps a counter: the guard drops it
+    sid = f"url-example-{RUN}-{uuid.uuid4().hex[:6]}"
+    check(
+        "open_by_url.py",
+        [REDIS_URL, sid],
+        "[{'role': 'user', 'content': 'hello'}]",
+        False,
+        tmp_path,
+    )
+    with Redis.from_url(REDIS_URL) as client:
+        assert list(client.scan_iter(f"*{sid}*")) == []
+
+
+@pytest.mark.server
+def test_open_by_url_on_postgresql_leaves_no_row(tmp_path: Path, sql_prefix: str) -> None:
+    require_server("PostgreSQL", "127.0.0.1", 5432)
+    args = [POSTGRES_URL, f"url-example-{RUN}", f"table_prefix={sql_prefix}"]
     check("open_by_url.py", args, "[{'role': 'user', 'content': 'hello'}]", False, tmp_path)
+
+    async def rows() -> dict[str, int]:
+        from sqlalchemy import text
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        engine = create_async_engine(POSTGRES_URL)
+        try:
+            async with engine.connect() as conn:
+                found = await conn.execute(
+                    text("SELECT tablename FROM pg_tables WHERE tablename LIKE :p"),
+                    {"p": f"{sql_prefix}%"},
+                )
+                names = list(found.scalars())
+                count = 'SELECT count(*) FROM "{}"'
+                return {n: (await conn.execute(text(count.format(n)))).scalar_one() for n in names}
+        finally:
+            await engine.dispose()
+
+    counts = asyncio.run(rows())
+    schema = counts.pop(f"{sql_prefix}schema")  # the layout's version, not a session's
+    assert schema == 1 and counts and not any(counts.values()), counts  # no session row
 
 
 TESTED_IN_OWN_MODULE = {

@@ -253,3 +253,54 @@ async def _busy_ids(url: str, session: SQLAlchemySession) -> list[int]:
             return [int(r[0]) for r in rows]
     finally:
         await engine.dispose()
+
+
+@pytest.mark.server
+@pytest.mark.asyncio
+@pytest.mark.parametrize("driver", ["asyncmy", "aiomysql"])
+@pytest.mark.parametrize("moment", ["connect", "checkout"])
+async def test_a_checkout_abandoned_by_its_caller_leaves_no_connection_out(
+    driver: str, moment: str, sql_prefix: str
+) -> None:
+    """Callers cancelled while their connection is being made or checked out (a pool event
+    cancels them): they end cancelled, and every connection is back in the pool or dropped,
+    none left to the garbage collector ("non-checked-in connection")."""
+    import gc
+    import warnings
+
+    from sqlalchemy import event
+
+    require_server("MariaDB", "127.0.0.1", 3306)
+    url = MARIADB_URL.replace("+asyncmy", f"+{driver}")
+    # An engine of this test's own (the pool's events must not reach other sessions).
+    kwargs = {"pool_size": 8, "pool_recycle": 3000 + uuid.uuid4().int % 1000}
+    session = SQLAlchemySession.from_url(
+        f"checkout-{RUN}",
+        url=url,
+        create_tables=True,
+        table_prefix=sql_prefix,
+        engine_kwargs=kwargs,
+    )
+    await session.add_items([_msg("one")])
+    pool = session.engine.sync_engine.pool
+    callers: list[asyncio.Future[Any]] = []
+
+    def cancel_callers(*_: Any) -> None:
+        for caller in callers:
+            caller.cancel()
+
+    event.listen(pool, moment, cancel_callers)
+    try:
+        callers += [asyncio.ensure_future(session.add_items([_msg(f"{n}")])) for n in range(6)]
+        outcomes = await asyncio.gather(*callers, return_exceptions=True)
+    finally:
+        event.remove(pool, moment, cancel_callers)
+    assert any(isinstance(o, asyncio.CancelledError) for o in outcomes)
+    for _ in range(3):  # the abandoned checkouts settle in their done callbacks
+        await asyncio.sleep(0.05)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a connection left to the collector warns
+        gc.collect()
+    assert await session.count_items() in range(1, 8)
+    await session.close()
+    assert pool.checkedout() == 0, "a connection is still checked out"  # type: ignore[attr-defined]

@@ -14,8 +14,21 @@ from datetime import datetime, timedelta, timezone
 from typing import IO, Annotated, Any, NoReturn, TypeVar
 
 import typer
+import typer.core
 
 T = TypeVar("T")
+
+_type_column = getattr(typer.core.TyperOption, "display_type_rich", None)
+
+
+def _no_flag_type(self: Any, ctx: Any) -> str | None:
+    # Typer 0.29 prints a flag's type ("--json <bool>") as if it took a value (issue 41;
+    # tests/test_cli_edges.py::test_help_shows_flags_without_a_value_placeholder).
+    return None if self.is_flag else _type_column(self, ctx)  # type: ignore[misc]
+
+
+if _type_column is not None:  # the Typer releases that print types at all
+    typer.core.TyperOption.display_type_rich = _no_flag_type  # type: ignore[method-assign]
 
 app = typer.Typer(
     name="agent-sessions",
@@ -55,6 +68,10 @@ Renumber = Annotated[
     ),
 ]
 Ids = Annotated[list[str] | None, typer.Argument(help="session ids (default: all)")]
+DeleteIds = Annotated[
+    list[str] | None,
+    typer.Argument(help="session ids (or select them with --prefix, --all or --user)"),
+]
 SideStores = Annotated[
     bool,
     _opt(
@@ -113,6 +130,8 @@ def scrub(text: str) -> str:
 
     from ..ops.migrate import redacted
 
+    # The id the CLI opens a store with is no session of the user's (issue 41).
+    text = re.sub(r"\.? ?\(session '(?:agent-sessions-cli|agent-sessions-catalog)'\)", "", text)
     for url in sorted(_URLS, key=len, reverse=True):
         text = text.replace(url, redacted(url))
         with suppress(ValueError):  # a URL urlsplit rejects has no password to mask
@@ -139,15 +158,17 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _parse_options(texts: list[str] | None) -> dict[str, Any]:
+def _parse_options(texts: list[str] | None, flag: str = "-o") -> dict[str, Any]:
     options: dict[str, Any] = {}
     for text in texts or []:
         key, sep, value = text.partition("=")
         if not sep or not key.isidentifier():
             raise typer.BadParameter(
                 f"expected KEY=VALUE with KEY a backend option name (e.g. table_prefix=app_), "
-                f"got {text!r}",
-                param_hint="'-o' / '--option'",
+                f"got {text!r}"
+                if flag == "-o"
+                else f"expected KEY=VALUE, got {text!r}",
+                param_hint="'-o' / '--option'" if flag == "-o" else f"'{flag}'",
             )
         options[key] = value
         with suppress(ValueError):
@@ -183,11 +204,10 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 
     try:
         return asyncio.run(coro)
-    except typer.Exit:
+    except (typer.Exit, BrokenPipeError):  # a closed pipe ends the run quietly (see cli.main)
         raise
     except (SessionError, ValueError, TypeError, LookupError, OSError, ImportError) as exc:
-        text = str(exc) or type(exc).__name__
-        _fail(text if isinstance(exc, SessionError) else f"{text} ({type(exc).__name__})")
+        _fail(str(exc) or type(exc).__name__)
     except Exception as exc:  # a driver's own error: say what it was, without a traceback
         _fail(f"{type(exc).__name__}: {exc}")
 
@@ -227,6 +247,11 @@ def _console(stderr: bool = False) -> Any:
 
 def _time(value: datetime | None) -> str:
     return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _many(n: int, word: str) -> str:
+    """``n word`` with ``word`` in the plural unless ``n`` is 1."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _names(ids: Any, most: int = 10) -> str:
@@ -313,26 +338,48 @@ def list_sessions(
     ] = None,
     limit: Annotated[int | None, _opt("show at most this many", min=1)] = None,
     page_size: Annotated[int, _opt("sessions per query", min=1, max=10000)] = 100,
+    user: Annotated[str | None, _opt("only sessions tagged with this user_id", "--user")] = None,
+    meta: Annotated[
+        list[str] | None,
+        _opt(
+            "only sessions whose metadata has KEY=VALUE (VALUE as JSON when it is JSON), "
+            "repeatable",
+            "--meta",
+            metavar="KEY=VALUE",
+        ),
+    ] = None,
     as_json: Json = False,
     option: Options = None,
 ) -> None:
-    """List sessions and memory scopes with their item count, times and kind (reads only)."""
+    """List sessions and memory scopes with their item count, times, kind, user and title
+    (reads only)."""
     before = _when(updated_before, "--updated-before")
     after = _when(updated_after, "--updated-after")
+    wanted = _parse_options(meta, "--meta")
 
     async def read(store: Any) -> list[Any]:
+        from ..ops.catalog import CatalogQuery
+
+        catalog = store.require_catalog()
         rows: list[Any] = []
-        async for info in _roots(
-            store.require_catalog(),
-            prefix,
-            updated_before=before,
-            updated_after=after,
-            page_size=page_size,
-        ):
+        listed: AsyncIterator[Any]
+        if user is not None or wanted:
+            window = CatalogQuery(1, None, prefix, after, before)
+            found = catalog.tagged(user_id=user, metadata=wanted)
+            listed = (info async for info in found if window.matches(info))
+        else:
+            listed = _roots(
+                catalog,
+                prefix,
+                updated_before=before,
+                updated_after=after,
+                page_size=page_size,
+            )
+        async for info in listed:
             rows.append(info)
             if len(rows) == limit:
                 break
-        return rows
+        return rows if user is not None or wanted else await catalog.with_tags(rows)
 
     rows = _in_store(url, option, read)
     if as_json:
@@ -352,6 +399,8 @@ def list_sessions(
             str(i.item_count),
             _time(i.created_at),
             _time(i.updated_at),
+            i.user_id or "-",
+            i.title or "-",
             _kind(i.session_id),
         )
         for i in rows
@@ -362,7 +411,16 @@ def list_sessions(
     else:
         from rich.table import Table
 
-        table = Table("session id", "items", "created (UTC)", "updated (UTC)", "kind", box=None)
+        table = Table(
+            "session id",
+            "items",
+            "created (UTC)",
+            "updated (UTC)",
+            "user",
+            "title",
+            "kind",
+            box=None,
+        )
         table.columns[0].overflow = "fold"  # a long id wraps, never an ellipsis
         for cell in cells:
             table.add_row(*cell)
@@ -419,7 +477,12 @@ def show(
     session_id: Annotated[str, typer.Argument(help="the session to print")],
     limit: Annotated[int | None, _opt("only the latest N items", min=1)] = None,
     decrypt: Annotated[
-        bool, _opt("decrypt EncryptedSession envelopes (needs --key)", "--decrypt")
+        bool,
+        _opt(
+            "decrypt EncryptedSession envelopes (the key from --key-file, AGENT_SESSIONS_KEY, "
+            "AGENT_SESSIONS_KEY_FILE or --key)",
+            "--decrypt",
+        ),
     ] = False,
     key: Annotated[
         str | None,
@@ -477,6 +540,9 @@ def show(
         sid = await _stored(store, session_id)
         if store.catalog is not None:
             await store.catalog.require(sid)
+            tags = {k: v for k, v in (await store.catalog.tags(sid)).items() if v}
+            if tags:  # the session's info, beside (not among) its items
+                typer.echo(f"{session_id}: {_json(tags)}", err=True)
         async with store.opened(sid) as session:
             if _kind(sid) == "memory scope":
                 return await _scope_records(session, limit)
@@ -597,7 +663,9 @@ def stats(url: Url, as_json: Json = False, option: Options = None) -> None:
     for name, value in totals.items():
         if name == "side_stores_by_kind":
             for kind, n in value.items():
-                table.add_row(f"  {kind}", f"{n['stores']} ({n['items']} items)")
+                table.add_row(
+                    f"  {kind}", f"{_many(n['stores'], 'store')}, {_many(n['items'], 'item')}"
+                )
         else:
             table.add_row(name.replace("_", " "), "-" if value is None else str(value))
     _console().print(table)
@@ -764,9 +832,12 @@ def _report(report: Any, verb: str, as_json: bool) -> None:
         return typer.echo(_json(report.as_dict()))
     found = report.sessions + report.side_stores
     if report.items:
+        sessions = report.sessions - report.skipped_sessions
+        side_stores = report.side_stores - (report.skipped - report.skipped_sessions)
+        complete = f"; {report.skipped} session(s) and side store(s) already complete"
         typer.echo(
-            f"{verb} {report.sessions} session(s) and {report.side_stores} side store(s): "
-            f"{report.items} item(s) written, {report.skipped} already complete"
+            f"{verb} {sessions} session(s) and {side_stores} side store(s): "
+            f"{report.items} item(s) written{complete if report.skipped else ''}"
         )
     elif found:
         typer.echo(
@@ -829,10 +900,16 @@ def copy(
     src_opts = {**both, **_parse_options(src_option)}
     dst_opts = {**both, **_parse_options(dst_option)}
     if _store_identity(src_url, src_opts) == _store_identity(dst_url, dst_opts):
+        base = src_url.split("://")[0].lower().removeprefix("sdk+").split("+")[0]
+        other = {
+            "sqlite": "another file",
+            "redis": "another database number or --dst-option key_prefix=...",
+            "rediss": "another database number or --dst-option key_prefix=...",
+            "mongodb": "another database",
+        }.get(base, "another database or --dst-option table_prefix=...")
         _fail(
             f"{src_url} is both the source and the destination; a copy onto itself "
-            "would change nothing or, with --replace, erase what it reads. Name another "
-            "destination (or other options such as -o key_prefix=...)"
+            f"would change nothing or, with --replace, erase what it reads. Name {other}"
         )
     _confirm(f"Overwrite sessions in {dst_url} that hold other items?", yes or not replace)
 
@@ -886,19 +963,36 @@ def clear(
 @app.command()
 def delete(
     url: Url,
-    session_ids: Ids = None,
+    session_ids: DeleteIds = None,
     prefix: Prefix = None,
     all_sessions: Annotated[bool, _opt("delete every session of the store", "--all")] = False,
+    user: Annotated[
+        str | None,
+        _opt(
+            "erase a user everywhere: the sessions tagged with this user_id, the user's memory "
+            "scopes (memory:*:USER) and other scopes' recall entries of those sessions",
+            "--user",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, _opt("with --user: list what would be erased; change nothing", "--dry-run")
+    ] = False,
     yes: Yes = False,
     as_json: Json = False,
     option: Options = None,
 ) -> None:
     """Erase sessions with everything layers keep for them (a GDPR erase).
 
-    Name the ids, or select them with --prefix, or pass --all.
+    Name the ids, or select them with --prefix, or pass --all; --user erases a user everywhere.
     """
+    if user is not None:
+        if session_ids or prefix or all_sessions:
+            raise typer.BadParameter("--user selects by itself: drop the ids, --prefix and --all")
+        return _delete_user(url, user, dry_run, yes, as_json, option)
+    if dry_run:
+        raise typer.BadParameter("--dry-run goes with --user", param_hint="--dry-run")
     if not session_ids and not prefix and not all_sessions:
-        raise typer.BadParameter("name session ids, or pass --prefix or --all")
+        raise typer.BadParameter("name session ids, or pass --prefix, --all or --user")
 
     async def erase(store: Any) -> int:
         catalog = store.require_catalog()
@@ -928,6 +1022,45 @@ def delete(
         _json({"deleted": deleted})
         if as_json
         else f"deleted {deleted} session(s) with their side stores"
+    )
+
+
+def _delete_user(
+    url: str, user: str, dry_run: bool, yes: bool, as_json: bool, option: list[str] | None
+) -> None:
+    """``delete --user``: erase (or, ``dry_run``, list) everything of ``user``."""
+    from ..ops.users import erase_user
+
+    async def go(store: Any) -> Any:
+        catalog = store.require_catalog()
+        plan = await erase_user(catalog, user, dry_run=True)
+        found = plan.sessions or plan.memory_scopes or plan.recall
+        if dry_run or not found:
+            return plan
+        _confirm(
+            f"Erase user {user!r} from {url}: {len(plan.sessions)} session(s), "
+            f"{len(plan.memory_scopes)} memory scope(s) and their recall entries in "
+            f"{len(plan.recall)} other scope(s)?",
+            yes,
+        )
+        return await erase_user(catalog, user)
+
+    done = _in_store(url, option, go)
+    done.memory_scopes = [_shown(scope) for scope in done.memory_scopes]
+    done.recall = {_shown(scope): sids for scope, sids in done.recall.items()}
+    if as_json:
+        return typer.echo(_json(done.as_dict()))
+    verb = "would erase" if dry_run else "erased"
+    for sid in done.sessions:
+        typer.echo(f"{verb} session {sid!r}")
+    for scope in done.memory_scopes:
+        typer.echo(f"{verb} memory scope {scope!r}")
+    for scope, sids in done.recall.items():
+        typer.echo(f"{verb} the recall entries of {_names(sids)} in memory scope {scope!r}")
+    typer.echo(
+        f"{'dry run: ' if dry_run else ''}{verb} {len(done.sessions)} session(s), "
+        f"{len(done.memory_scopes)} memory scope(s) and recall entries in "
+        f"{len(done.recall)} other scope(s) of user {user!r}"
     )
 
 
@@ -1074,11 +1207,14 @@ def purge(
 
 @app.command()
 def demo(
-    db: Annotated[str | None, _opt("SQLite file to use (default: a new temporary file)")] = None,
+    db: Annotated[
+        str | None, _opt("SQLite file to use (default: a temporary file, removed at the end)")
+    ] = None,
+    keep: Annotated[bool, _opt("keep the temporary file and say where it is", "--keep")] = False,
     live: Annotated[bool, _opt("use a real model (needs OPENAI_API_KEY)")] = False,
     model: Annotated[str, _opt("model for --live")] = "gpt-4.1-mini",
 ) -> int:
     """Run a conversation, undo a wrong turn and re-ask (offline unless --live)."""
     from .demo import run_demo
 
-    return asyncio.run(run_demo(db, live, model, sys.stdout))
+    return asyncio.run(run_demo(db, live, model, sys.stdout, keep))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 import tempfile
 import uuid
 from typing import Any
@@ -39,12 +41,28 @@ def _show(items: list[Any], out: Any) -> None:
         print(f"    {n:2}. {role:9} {item_text(item)}", file=out)
 
 
-async def run_demo(db: str | None, live: bool, model: str, out: Any) -> int:
-    """Run the demo; returns a process exit code."""
+async def run_demo(db: str | None, live: bool, model: str, out: Any, keep: bool = False) -> int:
+    """Run the demo; returns a process exit code. Without ``db`` it writes a file in a new
+    temporary folder, removed at the end unless ``keep``."""
     if live and not os.environ.get("OPENAI_API_KEY"):
-        print("--live needs OPENAI_API_KEY in the environment.", file=out)
+        print(
+            "agent-sessions: error: --live needs OPENAI_API_KEY in the environment", file=sys.stderr
+        )
         return 2
-    path = db or os.path.join(tempfile.mkdtemp(prefix="agent-sessions-demo-"), "demo.db")
+    if db is not None:
+        return await _demo(db, live, model, out)
+    folder = tempfile.mkdtemp(prefix="agent-sessions-demo-")
+    try:
+        return await _demo(os.path.join(folder, "demo.db"), live, model, out)
+    finally:
+        if keep:
+            print(f"\nKept the SQLite file in {folder} (remove it when done).", file=out)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            print("\nRemoved the temporary SQLite file (pass --keep or --db to keep it).", file=out)
+
+
+async def _demo(path: str, live: bool, model: str, out: Any) -> int:
     session_id = f"demo-{uuid.uuid4().hex[:8]}"
     agent = _agent(live, model)
     mode = f"live model {model}" if live else "offline (agents.testing.ScriptedModel)"

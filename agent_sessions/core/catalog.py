@@ -16,12 +16,17 @@ from .ids import SIBLING_MARK
 @dataclass(frozen=True)
 class SessionInfo:
     """One session as the catalog sees it (no items are read): times are aware UTC or None
-    where the store keeps none; ``item_count`` excludes its side stores."""
+    where the store keeps none; ``item_count`` excludes its side stores. ``user_id``,
+    ``title`` and ``metadata`` are what ``SessionCatalog.tag`` set (None where the catalog
+    did not read them: see ``SessionCatalog.with_tags``)."""
 
     session_id: str
     created_at: datetime | None
     updated_at: datetime | None
     item_count: int
+    user_id: str | None = None
+    title: str | None = None
+    metadata: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Return the info as JSON-ready values (times as ISO 8601 text)."""

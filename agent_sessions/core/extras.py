@@ -4,6 +4,7 @@ is an unrelated project) and the ``pip install`` hint for optional parts."""
 from __future__ import annotations
 
 import importlib
+import re
 from types import ModuleType
 
 from ..errors import MissingDependencyError
@@ -19,7 +20,10 @@ def install_hint(extra: str | None = None) -> str:
 
 def missing(feature: str, extra: str | None, exc: ImportError) -> MissingDependencyError:
     """Return the error for ``feature`` needing the ``extra`` whose import raised ``exc``."""
-    name = exc.name or str(exc)
+    # An ImportError raised by hand (the SDK's "RedisSession requires the 'redis' extra...")
+    # names no module: take the quoted one, so every scheme reads the same (issue 41).
+    quoted = re.search(r"'([A-Za-z0-9_.\-]+)'", str(exc))
+    name = exc.name or (quoted.group(1) if quoted else extra or str(exc))
     return MissingDependencyError(
         f"{feature} needs the package {name!r}, which is not installed; install it with: "
         f"{install_hint(extra)}",

@@ -49,9 +49,9 @@ def _checked(
             if not unknown:
                 raise
             close = difflib.get_close_matches(unknown[0], valid, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise TypeError(
-                f"{owner} got unknown option(s) {', '.join(map(repr, unknown))}{hint} "
+                f"{owner} got unknown option(s) {', '.join(map(repr, unknown))}{hint}. "
                 f"Valid options: {', '.join(valid)}"
             ) from exc
 

@@ -15,10 +15,12 @@ common rules are here::
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -33,15 +35,77 @@ from ..core.catalog import (
     is_side_store,
     side_store_kind,
 )
-from ..core.family import REGISTRY
-from ..core.ids import SIBLING_MARK, validate_session_id
-from ..errors import SessionNotFoundError
+from ..core.family import REGISTRY, close_quietly
+from ..core.ids import (
+    SCOPE_MARK,
+    SCOPE_NAME,
+    SIBLING_MARK,
+    derive_sibling_id,
+    is_scope_id,
+    validate_session_id,
+)
+from ..errors import SessionError, SessionNotFoundError
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 10_000
 _PROBE_ID = "agent-sessions-catalog"
 _LISTING = f"{SIBLING_MARK}{REGISTRY}{SIBLING_MARK}"
 """Starts the id of every family's registry; the rest of that id is the family's root."""
+
+INFO = "info"
+"""The purpose of the side store that holds a session's ``user_id``, ``title`` and
+``metadata`` (one record, the newest). It is found by the store's listing like every side
+store (erased, copied and exported with its family), but not listed in the family's registry:
+layers (encryption, TTL) leave it as written."""
+_INFO_PREFIX = f"{SIBLING_MARK}{INFO}{SIBLING_MARK}"
+_INFO_TYPE = "agent_sessions.info"
+_USER_ID = re.compile(r"[A-Za-z0-9_.@+\-]{1,100}\Z")  # as a memory scope's user_id
+MAX_TITLE = 500
+"""Longest ``title``, in characters."""
+MAX_METADATA_BYTES = 16_384
+"""Largest ``metadata``, as compact UTF-8 JSON."""
+_KEEP: Any = object()
+
+
+class InvalidTagError(SessionError, ValueError):
+    """A ``user_id``, ``title`` or ``metadata`` that cannot be stored; nothing was written."""
+
+
+def check_tags(
+    user_id: str | None, title: str | None, metadata: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The info record for these tags (None: unset).
+
+    Raises:
+        InvalidTagError: a tag of the wrong type or size, or metadata that is not JSON.
+    """
+    if user_id is not None and (not isinstance(user_id, str) or not _USER_ID.match(user_id)):
+        raise InvalidTagError(
+            f"user_id must be 1-100 characters A-Z a-z 0-9 _ . @ + - (as a memory scope's), "
+            f"got {user_id!r}; hash other identifiers first"
+        )
+    if title is not None and (not isinstance(title, str) or len(title) > MAX_TITLE):
+        raise InvalidTagError(f"title must be a str of at most {MAX_TITLE} characters")
+    if metadata is not None:
+        if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+            raise InvalidTagError("metadata must be a dict with str keys")
+        try:
+            text = json.dumps(dict(metadata), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidTagError(f"metadata is not JSON: {exc}") from None
+        if len(text.encode()) > MAX_METADATA_BYTES:
+            raise InvalidTagError(
+                f"metadata is {len(text.encode())} bytes as JSON, above {MAX_METADATA_BYTES}"
+            )
+        metadata = json.loads(text)
+    return {"type": _INFO_TYPE, "user_id": user_id, "title": title, "metadata": metadata}
+
+
+def _tags(record: Any) -> dict[str, Any]:
+    """The ``user_id``, ``title`` and ``metadata`` of a stored info record."""
+    if not isinstance(record, dict) or record.get("type") != _INFO_TYPE:
+        return {"user_id": None, "title": None, "metadata": None}
+    return {name: record.get(name) for name in ("user_id", "title", "metadata")}
 
 
 @dataclass(frozen=True)
@@ -253,6 +317,74 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
 
     erase = delete_sessions
 
+    @asynccontextmanager
+    async def _info_store(self, session_id: str) -> AsyncIterator[Any]:
+        info = self.session.sibling(derive_sibling_id(session_id, INFO))  # type: ignore[attr-defined]
+        try:
+            yield info
+        finally:
+            await close_quietly(info)
+
+    async def tags(self, session_id: str) -> dict[str, Any]:
+        """The ``user_id``, ``title`` and ``metadata`` of ``session_id`` (None: unset)."""
+        async with self._info_store(validate_session_id(session_id)) as info:
+            return _tags(next(iter(await info.get_items(1)), None))
+
+    async def tag(
+        self,
+        session_id: str,
+        *,
+        user_id: str | None = _KEEP,
+        title: str | None = _KEEP,
+        metadata: Mapping[str, Any] | None = _KEEP,
+    ) -> dict[str, Any]:
+        """Set the ``user_id``, ``title`` and/or JSON ``metadata`` of ``session_id`` (one not
+        passed stays, None unsets it; the session need not hold items yet); return them all.
+
+        Raises:
+            InvalidTagError: a bad tag (nothing written).
+        """
+        given = {"user_id": user_id, "title": title, "metadata": metadata}
+        tags = {**await self.tags(session_id)}
+        tags.update({name: value for name, value in given.items() if value is not _KEEP})
+        record = check_tags(**tags)
+        async with self._info_store(session_id) as info:
+            if not any(tags.values()):
+                await self.store.delete([info.session_id])
+                return _tags(record)
+            await info.add_items([record])
+            # One record is kept: the older ones (titles a user changed) do not stay behind.
+            newest = await info.get_sequenced_items(1)
+            await info.delete_items(before=newest[0][0])
+        return _tags(record)
+
+    async def with_tags(self, infos: Sequence[SessionInfo]) -> list[SessionInfo]:
+        """``infos`` with their ``user_id``, ``title`` and ``metadata`` read (one read each)."""
+        return [replace(info, **await self.tags(info.session_id)) for info in infos]
+
+    async def tagged(
+        self, *, user_id: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[SessionInfo]:
+        """Yield the tagged sessions of ``user_id`` (any user: None) whose metadata holds each
+        key of ``metadata`` with that value, ordered by id, with their tags; a session tagged
+        before its first item has no times and 0 items."""
+        after: str | None = None
+        while True:
+            query = CatalogQuery(limit=1000, after=after, prefix=_INFO_PREFIX, internal=True)
+            page = await self.store.list_page(query)
+            for found in (info for info in page if query.matches(info)):
+                root = family_root(found.session_id)
+                tags = await self.tags(root)
+                held = tags["metadata"] or {}
+                if (user_id is None or tags["user_id"] == user_id) and all(
+                    key in held and held[key] == value for key, value in (metadata or {}).items()
+                ):
+                    info = await self.get(root) or SessionInfo(root, None, None, 0)
+                    yield replace(info, **tags)
+            if len(page) < 1000:
+                return
+            after = page[-1].session_id
+
     async def erase_all(self) -> int:
         """Delete every session and side store of the store, also side stores no family
         lists any more (a registry lost to an older version's erase); return how many ids
@@ -265,7 +397,7 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
 
     async def stats(self) -> dict[str, Any]:
         """Return totals: sessions, items, side stores (also by kind, e.g. ``branches``,
-        ``usage``), oldest/newest update."""
+        ``branch segments``, ``usage``, ``info``), oldest/newest update."""
         sessions = items = 0
         kinds: defaultdict[str, Counter[str]] = defaultdict(Counter)
         oldest: datetime | None = None
@@ -275,7 +407,10 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
             page = await self.store.list_page(CatalogQuery(limit=1000, after=after, internal=True))
             for info in page:
                 if is_side_store(info.session_id):
-                    kind = kinds[side_store_kind(info.session_id)]
+                    name = side_store_kind(info.session_id)
+                    # A branch's own items are one store per branch (seg.<key>): counted under
+                    # one kind, so the table does not grow with every branch (issue 41).
+                    kind = kinds["branch segments" if name.startswith("seg.") else name]
                     kind["stores"] += 1
                     kind["items"] += info.item_count
                     continue
@@ -296,14 +431,42 @@ class SessionCatalog(AbstractAsyncContextManager["SessionCatalog"]):
         }
 
 
+async def memory_scopes(catalog: SessionCatalog) -> list[str]:
+    """The root ids of the store's memory scopes, sorted: those in the reserved namespace
+    (``SCOPE_MARK + "memory:<agent>:<user>"``), and those v0.3 wrote under
+    ``memory:<agent>:<user>`` (told from a conversation of that name by their memory side
+    stores)."""
+    found = []
+    async for info in catalog.iter_sessions(prefix=SCOPE_MARK + SCOPE_NAME, page_size=1000):
+        if is_scope_id(info.session_id):
+            found.append(info.session_id)
+    async for info in catalog.iter_sessions(prefix=SCOPE_NAME, page_size=1000):
+        sid = info.session_id
+        if is_scope_id(SCOPE_MARK + sid) and any(
+            side_store_kind(member).startswith("memory.") for member in await catalog.family(sid)
+        ):
+            found.append(sid)
+    return sorted(found)
+
+
+async def memory_scopes_of_user(catalog: SessionCatalog, user_id: str) -> list[str]:
+    """The root ids of ``user_id``'s memory scopes (``memory:*:<user_id>``), sorted."""
+    return [sid for sid in await memory_scopes(catalog) if sid.rpartition(":")[2] == user_id]
+
+
 __all__ = [
+    "INFO",
     "CatalogQuery",
     "CatalogStore",
+    "InvalidTagError",
     "Page",
     "SessionCatalog",
     "SessionInfo",
     "SupportsCatalog",
     "family_root",
+    "check_tags",
     "is_side_store",
+    "memory_scopes",
+    "memory_scopes_of_user",
     "side_store_kind",
 ]

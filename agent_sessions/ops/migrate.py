@@ -67,6 +67,9 @@ class TransferReport:
     sessions: int = 0
     side_stores: int = 0
     skipped: int = 0
+    """Sessions and side stores skipped as already complete (counted in the two above)."""
+    skipped_sessions: int = 0
+    """The user sessions among ``skipped``."""
     items: int = 0
     ids: list[str] = field(default_factory=list)
     renumbered: int = 0
@@ -106,11 +109,7 @@ class Store(AbstractAsyncContextManager["Store"]):
         store = cls(url, base, SessionCatalog(base) if isinstance(base, SupportsCatalog) else None)
         try:
             if read_only and store.catalog is not None and not await store.catalog.exists():
-                raise StoreNotFoundError(
-                    f"no session store at {redacted(url)} (no such database file, tables or "
-                    "collections; check the URL and options such as table_prefix); nothing "
-                    "was created"
-                )
+                raise StoreNotFoundError(f"{_absent(url)}; nothing was created")
         except BaseException:
             await store.close()
             raise
@@ -150,6 +149,24 @@ class Store(AbstractAsyncContextManager["Store"]):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+def _absent(url: str) -> str:
+    """Why there is no session store at ``url``: for a SQLite file, what the file is."""
+    scheme, _, rest = url.partition("://")
+    why = "no such tables, keys or collections; check the URL and options such as table_prefix"
+    if scheme.lower().removeprefix("sdk+").split("+")[0] == "sqlite":
+        path = rest.removeprefix("/").split("?")[0]
+        try:
+            with open(path, "rb") as file:
+                head = file.read(16)
+        except OSError:
+            why = f"no file {path} (sqlite:///relative/path or sqlite:////absolute/path)"
+        else:
+            sqlite = not head or head == b"SQLite format 3\x00"
+            why = "it holds no session tables; check options such as table_prefix"
+            why = why if sqlite else f"{path} is not a SQLite database file"
+    return f"no session store at {redacted(url)} ({why})"
 
 
 def redacted(url: str) -> str:
@@ -390,7 +407,9 @@ def _tally(
     else:
         report.sessions += 1
         report.ids.append(sid)
-    report.skipped += bool(total and not written)
+    complete = bool(total and not written)
+    report.skipped += complete
+    report.skipped_sessions += complete and not is_side_store(sid)
     report.items += written
     if on_session is not None:
         on_session(sid, total)

@@ -173,6 +173,18 @@ class _Store:
             await self.checkin(fairy)
 
 
+def _settle(store: _Store, checkout: asyncio.Future[PoolProxiedConnection]) -> None:
+    """Keep (idle) or drop the connection of a checkout its caller no longer waits for; no
+    I/O, as a done callback."""
+    if checkout.cancelled() or checkout.exception() is not None:
+        return
+    fairy = checkout.result()
+    if len(store.idle) < store.keep_idle and store.usable(fairy):
+        store.idle.append(fairy)
+    else:
+        _drop(fairy)
+
+
 def _drop(fairy: PoolProxiedConnection, exc: BaseException | None = None) -> None:
     """Invalidate and return a connection (no I/O: the driver connection is terminated)."""
     try:
@@ -649,13 +661,31 @@ class SQLAlchemySession(BaseSession):
         )
 
     async def _checkout(self, store: _Store) -> PoolProxiedConnection:
-        try:
-            if store.connect_limit is None:
+        if store.connect_limit is None:
+            try:
                 return await store.engine.raw_connection()
-            # The MySQL drivers' connect_timeout does not cover the server's handshake.
-            return await asyncio.wait_for(store.engine.raw_connection(), store.connect_limit)
-        except Exception as exc:
-            raise self._translate(store, exc, False) from exc
+            except Exception as exc:
+                raise self._translate(store, exc, False) from exc
+        # The MySQL drivers' connect_timeout does not cover the server's handshake, so the
+        # checkout runs as a task of its own; a caller cancelled meanwhile leaves it to finish
+        # and settle (wait_for would cancel it mid-checkout or drop the connection it just
+        # got: "non-checked-in connection" warnings; tests/test_sql_faults.py::
+        # test_a_checkout_abandoned_by_its_caller_leaves_no_connection_out).
+        checkout = asyncio.ensure_future(store.engine.raw_connection())
+        try:
+            done, _ = await asyncio.wait({checkout}, timeout=store.connect_limit)
+        except BaseException:
+            checkout.add_done_callback(functools.partial(_settle, store))
+            raise
+        if not done:
+            checkout.cancel()
+            checkout.add_done_callback(functools.partial(_settle, store))
+        failed = checkout.exception() if done else asyncio.TimeoutError()
+        if failed is None:
+            return checkout.result()
+        if not isinstance(failed, Exception):
+            raise failed
+        raise self._translate(store, failed, False) from failed
 
     @staticmethod
     def _discard(store: _Store, fairy: PoolProxiedConnection, exc: BaseException) -> None:
