@@ -26,6 +26,7 @@ from agents.memory import Session
 from ..core.capabilities import Capability, supports
 from ..core.codec import encode_batch
 from ..core.family import close_quietly
+from ..core.ids import validate_session_id
 from ..core.mutation import run_to_completion
 from .base import SessionWrapper
 
@@ -147,26 +148,57 @@ _LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Locks] = weakref.W
 (a server seeing many sessions does not keep one lock per id it ever saw)."""
 
 
-def _store_key(session: Session) -> tuple[str, ...]:
+def _store_key(session: Session, session_id: str) -> tuple[str, ...]:
     kind = type(session)
     where = getattr(session, "db_path", None) or getattr(
         getattr(session, "inner", None), "db_path", ""
     )
-    return (f"{kind.__module__}.{kind.__qualname__}", str(where), session.session_id)
+    return (f"{kind.__module__}.{kind.__qualname__}", str(where), session_id)
+
+
+_PENDING = "\x1epending"
+"""The stand-in id SessionWrapper sees for an inner session whose id comes later."""
+
+
+def _has_id(session: Session) -> bool:
+    try:
+        session.session_id  # noqa: B018  (the SDK's OpenAIConversationsSession raises)
+    except ValueError:
+        return False
+    return True
+
+
+class _IdLater:
+    """``inner`` with a stand-in id, for SessionWrapper's constructor only."""
+
+    session_id = _PENDING
+
+    def __init__(self, inner: Session) -> None:
+        self.wrapped = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
 
 
 class ForeignSession(SessionWrapper):
     """A foreign session with sequence numbers (see the module docstring for the guarantees).
 
     Args:
-        inner: any Session whose reads return every stored item (no expiry of its own).
-        sibling_factory: opens a session of the same store for a derived id; needed when
-            ``inner`` has no ``sibling()`` (e.g. ``lambda sid: SQLiteSession(sid, db_path)``).
-            It also opens this session's numbering log and, for layers above, side stores
-            (each of them wrapped in a ForeignSession in turn).
+        inner: any Session whose reads return every stored item (no expiry of its own). One
+            that creates its id on first use (the SDK's ``OpenAIConversationsSession()``
+            without ``conversation_id``) is accepted: this session's id is its id once the
+            first operation here has created it, unless ``session_id`` is given.
+        side_store_factory: opens a session of a store for a derived id; needed when
+            ``inner`` cannot open side stores itself, e.g. ``lambda sid: SQLiteSession(sid,
+            "chat.db")`` (this package's or the SDK's) or ``store.session``. It opens this
+            session's numbering log and, for layers above, side stores (each of them wrapped
+            in a ForeignSession in turn). ``sibling_factory`` is the old name.
+        session_id: the id the numbering and side stores are kept under (default: the inner
+            session's); for an inner whose id comes later or changes (the SDK's
+            ``OpenAIConversationsSession`` starts a new conversation after a clear).
 
     Raises:
-        TypeError: no side store can be opened (pass ``sibling_factory``).
+        TypeError: no side store can be opened (pass ``side_store_factory``).
         ValueError: ``inner``'s items expire on their own.
     """
 
@@ -174,10 +206,21 @@ class ForeignSession(SessionWrapper):
         self,
         inner: Session,
         *,
+        side_store_factory: SiblingFactory | None = None,
         sibling_factory: SiblingFactory | None = None,
+        session_id: str | None = None,
         wrapper: str = "ForeignSession",
     ) -> None:
-        super().__init__(inner, sibling_factory=sibling_factory)
+        if side_store_factory is not None and sibling_factory is not None:
+            raise TypeError("pass side_store_factory= or sibling_factory= (its old name), not both")
+        sibling_factory = side_store_factory or sibling_factory
+        self._id = None if session_id is None else validate_session_id(session_id)
+        # SessionWrapper reads inner.session_id at construction; an id created on first use
+        # raises there (the SDK's ValueError), so it sees a stand-in until then
+        # (tests/test_foreign.py::test_a_conversation_created_on_first_use_is_numbered).
+        named = inner if _has_id(inner) else _IdLater(inner)
+        super().__init__(named, sibling_factory=sibling_factory)
+        self.inner = inner
         layer = expiring_layer(inner)
         if layer is not None:
             raise ValueError(
@@ -188,18 +231,50 @@ class ForeignSession(SessionWrapper):
             )
         if sibling_factory is None and not supports(inner, Capability.FAMILY):
             raise TypeError(
-                f"{wrapper} keeps side data (item numbering, branches, records) in the same "
-                f"store as the session, but a {type(inner).__name__} cannot open other "
-                "sessions; pass sibling_factory=, e.g. "
-                "sibling_factory=lambda sid: SQLiteSession(sid, db_path)"
+                f"{wrapper} keeps side data (item numbering, branches, records) in a store, "
+                f"but a {type(inner).__name__} cannot open other sessions; pass "
+                "side_store_factory=, e.g. side_store_factory=lambda sid: "
+                "SQLiteSession(sid, \"chat.db\") (this package's sessions or the SDK's), "
+                "or store.session for a store from agent_sessions.open_store"
             )
         self.capabilities = frozenset(
             {Capability.SEQUENCED, Capability.FAMILY, Capability.CHECKED_POP}
         )
-        self._log = self._plain_member("seq")
-        self._key = _store_key(inner)
+        self._opened_log: Session | None = None
+        self._key: tuple[str, ...] | None = None
         self._resolved: tuple[Any, Numbering] | None = None
         self._newest: str | None = None
+
+    @property  # type: ignore[override]
+    def session_id(self) -> str:
+        """The id the numbering and side stores are kept under (see ``session_id=``)."""
+        if self._id is None:
+            try:
+                self._id = self.inner.session_id  # pinned: a later change is the inner's own
+            except ValueError as exc:
+                raise ValueError(
+                    f"{type(self.inner).__name__} has no id until its first operation; await "
+                    "one operation on this ForeignSession first (e.g. get_items()), or pass "
+                    "ForeignSession(..., session_id=...)"
+                ) from exc
+        return self._id
+
+    @session_id.setter
+    def session_id(self, value: str) -> None:
+        if self._id is None and value is not _PENDING:
+            self._id = value
+
+    async def _started(self) -> None:
+        """Let an inner session that creates its id on first use create it (one read)."""
+        if self._id is None and not _has_id(self.inner):
+            await self.inner.get_items(1)
+
+    @property
+    def _log(self) -> Session:
+        """The numbering log, opened on first use (when the id is known)."""
+        if self._opened_log is None:
+            self._opened_log = self._plain_member("seq")
+        return self._opened_log
 
     def wrap_member(self, member: Session) -> Session:
         """Side stores for the layers above are numbered in turn."""
@@ -207,6 +282,8 @@ class ForeignSession(SessionWrapper):
 
     def _lock(self) -> asyncio.Lock:
         locks = _LOCKS.setdefault(asyncio.get_running_loop(), weakref.WeakValueDictionary())
+        if self._key is None:  # known once the id is (an inner's own id may come later)
+            self._key = _store_key(self.inner, self.session_id)
         self._held = locks.setdefault(self._key, asyncio.Lock())
         return self._held
 
@@ -304,6 +381,7 @@ class ForeignSession(SessionWrapper):
         encode_batch(items)
         if not items:
             return []
+        await self._started()
         async with self._lock():
             before = await self._numbering()
             was, last = self._newest, _digest(items[-1])
@@ -337,6 +415,11 @@ class ForeignSession(SessionWrapper):
         mine = [_digest(item) for item in batch]
         found = [_digest(item) for item in items[first:]]
         starts = [p for p in range(len(found) - k, -1, -1) if found[p : p + k] == mine]
+        if not starts and first == before.n and m == first + k:
+            # Exactly k items landed behind the old newest: the batch, read back in the store's
+            # own form (the OpenAI Conversations API adds ids; tests/test_foreign.py::
+            # test_a_conversation_created_on_first_use_is_numbered).
+            starts = [0]
         if starts:
             seqs = [state.seq_at(first + starts[0] + 1 + i) for i in range(k)]
         else:  # already removed by another writer: numbers that nothing holds
@@ -349,6 +432,7 @@ class ForeignSession(SessionWrapper):
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item, or None."""
+        await self._started()
         async with self._lock():
             return await self._pop()
 
@@ -356,6 +440,7 @@ class ForeignSession(SessionWrapper):
         """Remove the newest item and return ``check(item)`` (None when empty); when ``check``
         raises, nothing is removed (CHECKED_POP: one step for writers through this adapter,
         which it serialises per store and session id)."""
+        await self._started()
         async with self._lock():
             newest = await self.inner.get_items(2)
             if not newest:
@@ -380,6 +465,8 @@ class ForeignSession(SessionWrapper):
     async def clear_session(self) -> None:
         """Delete every item and the numbering's history, keeping its high-water mark: later
         numbers are higher than every number given out before (layers keep numbers)."""
+        if self._id is None and not _has_id(self.inner):
+            return await self.inner.clear_session()  # nothing numbered yet, nothing to keep
         async with self._lock():
             before = await self._numbering()
             cleared = Numbering(0, before.high)
@@ -400,6 +487,7 @@ class ForeignSession(SessionWrapper):
         first. Reads the foreign items from the first one returned to the newest."""
         if limit is not None and limit <= 0:
             return []
+        await self._started()
         async with self._lock():
             for _ in range(3):
                 state = await self._numbering()
@@ -420,6 +508,7 @@ class ForeignSession(SessionWrapper):
 
     async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
         """Return how many items have after < seq < before."""
+        await self._started()
         async with self._lock():
             state = await self._numbering()
         lo = 0 if after is None else state.below(after + 1)
@@ -428,7 +517,8 @@ class ForeignSession(SessionWrapper):
 
     async def _release(self) -> None:
         """Close the numbering log, then the side stores and the foreign session."""
-        await close_quietly(self._log)
+        if self._opened_log is not None:
+            await close_quietly(self._opened_log)
         await super()._release()
 
 
