@@ -230,12 +230,13 @@ class ForeignSession(SessionWrapper):
                 "layer over one of agent_sessions' backends, or over ForeignSession(session)"
             )
         if sibling_factory is None and not supports(inner, Capability.FAMILY):
+            option = "side_store_factory" if wrapper == "ForeignSession" else "sibling_factory"
             raise TypeError(
                 f"{wrapper} keeps side data (item numbering, branches, records) in a store, "
-                f"but a {type(inner).__name__} cannot open other sessions; pass "
-                "side_store_factory=, e.g. side_store_factory=lambda sid: "
-                "SQLiteSession(sid, \"chat.db\") (this package's sessions or the SDK's), "
-                "or store.session for a store from agent_sessions.open_store"
+                f"but a {type(inner).__name__} cannot open other sessions; pass {option}=, "
+                f'e.g. {option}=lambda sid: SQLiteSession(sid, "chat.db") (this package\'s '
+                "sessions or the SDK's), or store.session for a store from "
+                "agent_sessions.open_store"
             )
         self.capabilities = frozenset(
             {Capability.SEQUENCED, Capability.FAMILY, Capability.CHECKED_POP}
