@@ -13,7 +13,7 @@ import pytest
 from agents.memory import Session
 from agents.memory import SQLiteSession as SDKSQLiteSession
 
-from agent_sessions import InMemorySession, TTLSession
+from agent_sessions import BranchingSession, InMemorySession, TTLSession
 from agent_sessions.core.ids import derive_sibling_id
 from agent_sessions.testing import CoreConformance, SessionConformanceSuite
 from agent_sessions.testing.helpers import item_text, texts
@@ -329,6 +329,14 @@ async def test_a_conversation_created_on_first_use_is_numbered() -> None:
     await s.clear_session()  # the SDK's class drops the conversation; the numbers keep rising
     assert await s.add_sequenced_items([msg("e")]) == [5]
     assert s.session_id == cid, "the family stays under the first id"
+    named = ForeignSession(  # an id of the caller's: layers above need one at construction
+        OpenAIConversationsSession(openai_client=client),  # type: ignore[arg-type]
+        session_id="ticket-1",
+        side_store_factory=lambda sid: InMemorySession(sid, store=store),
+    )
+    view = BranchingSession(named)
+    await view.add_items([msg("x")])
+    assert texts(await view.get_items()) == ["x"] and view.session_id == "ticket-1"
 
 
 def test_side_store_factories_accept_this_packages_sessions_and_one_spelling(
