@@ -241,7 +241,8 @@ class ForeignSession(SessionWrapper):
         self.capabilities = frozenset(
             {Capability.SEQUENCED, Capability.FAMILY, Capability.CHECKED_POP}
         )
-        self._opened_log: Session | None = None
+        # Opened now when the id is known, so a factory that fails says so at construction.
+        self._opened_log = None if self._id is None else self._plain_member("seq")
         self._key: tuple[str, ...] | None = None
         self._resolved: tuple[Any, Numbering] | None = None
         self._newest: str | None = None
