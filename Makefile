@@ -89,3 +89,13 @@ test-interleavings-long: install
 # Long runs of the resilient layer: more random fault sequences, more kill -9 rounds.
 test-resilient-long: install services
 	RESILIENT_EXAMPLES=500 RESILIENT_KILLS=4 $(PY) -m pytest tests/test_resilient.py tests/test_resilient_faults.py -q
+
+# The SDK users get: the SDK-facing tests (the SDK's own session test files, the adapter for its
+# classes, Runner runs through the layers) on the newest openai-agents on the index and on the
+# oldest pyproject.toml allows, each in its own venv (.venv-sdk-latest, .venv-sdk-oldest) with
+# constraints.txt for everything else. Prints the SDK version that ran.
+.PHONY: test-sdk-latest test-sdk-oldest
+test-sdk-latest: services
+	PYTHON=$(PYTHON) bash scripts/sdk-pass.sh latest
+test-sdk-oldest: services
+	PYTHON=$(PYTHON) bash scripts/sdk-pass.sh oldest

@@ -104,3 +104,49 @@ async def test_a_pop_retried_behind_another_writer_keeps_the_numbering() -> None
     assert await s.add_sequenced_items([msg("b")]) == [2]
     rows = [(seq, item_text(item)) for seq, item in await s.get_sequenced_items()]
     assert rows == [(1, "a"), (2, "b")]
+
+
+@pytest.mark.asyncio
+async def test_state_store_calls_per_operation() -> None:
+    """The calls docs/dapr.md gives, counted on the SDK's fake client: DaprSession keeps a
+    session in one key (a read or write moves its whole value) plus a metadata key; through
+    ForeignSession each write also appends a record to the numbering log (another session)."""
+    from collections import Counter
+
+    calls: Counter[str] = Counter()
+    fake = _CLIENT[0]
+    for name in ("get_state", "save_state", "delete_state"):
+        method = getattr(fake, name)
+
+        async def counted(*a: Any, _name: str = name, _method: Any = method, **k: Any) -> Any:
+            calls[_name] += 1
+            return await _method(*a, **k)
+
+        setattr(fake, name, counted)
+
+    async def count(op: Any) -> dict[str, int]:
+        calls.clear()
+        await op
+        return dict(calls)
+
+    get, save, delete = "get_state", "save_state", "delete_state"
+    bare = {
+        "add": {get: 2, save: 2},  # messages, then metadata: each read, then saved
+        "get": {get: 1},
+        "pop": {get: 1, save: 1},
+        "clear": {delete: 2},
+    }
+    numbered = {
+        "add": {get: 7, save: 4},  # + log newest, newest, the log record's add, a read-back
+        "get": {get: 1},
+        "pop": {get: 6, save: 3},  # + log newest, newest, the 2 newest, the log record's add
+        "clear": {get: 6, save: 4, delete: 4},  # + the log's clear and its restart record
+    }
+    for session, expected in ((dapr("bare"), bare), (foreign_dapr("numbered"), numbered)):
+        await session.add_items([msg(f"old {i}") for i in range(10)])
+        assert {
+            "add": await count(session.add_items([msg("a"), msg("b"), msg("c")])),
+            "get": await count(session.get_items(2)),
+            "pop": await count(session.pop_item()),
+            "clear": await count(session.clear_session()),
+        } == expected

@@ -13,7 +13,7 @@ import pytest
 from agents.memory import Session
 from agents.memory import SQLiteSession as SDKSQLiteSession
 
-from agent_sessions import InMemorySession, TTLSession
+from agent_sessions import BranchingSession, InMemorySession, TTLSession
 from agent_sessions.core.ids import derive_sibling_id
 from agent_sessions.testing import CoreConformance, SessionConformanceSuite
 from agent_sessions.testing.helpers import item_text, texts
@@ -215,7 +215,7 @@ async def test_layers_see_what_is_written_after_an_expiry_and_a_clear(tmp_path: 
 def test_expiring_or_unopenable_foreign_sessions_are_refused(tmp_path: Path) -> None:
     db = str(tmp_path / "f.db")
     sdk = SDKSQLiteSession("x", db)
-    with pytest.raises(TypeError, match="sibling_factory"):
+    with pytest.raises(TypeError, match="side_store_factory"):
         ForeignSession(sdk)
     with pytest.raises(ValueError, match="TTLSession in it removes old items"):
         ForeignSession(TTLSession(sdk, ttl=60), sibling_factory=lambda i: SDKSQLiteSession(i, db))
@@ -245,3 +245,114 @@ async def test_locks_of_sessions_no_longer_in_use_are_not_kept(tmp_path: Path) -
     assert twin._lock() is kept._lock(), "objects of one session share its lock"
     await twin.close()
     await kept.close()
+
+
+class _Item(dict[str, Any]):
+    """An item as the OpenAI SDK returns it (a model with model_dump)."""
+
+    def model_dump(self, **_: Any) -> dict[str, Any]:
+        return dict(self)
+
+
+class _FakeConversations:
+    """The OpenAI client's conversations API, in memory: ``create`` starts a conversation,
+    ``items`` lists (asc/desc), creates (each item gets an id, as the API adds) and deletes."""
+
+    def __init__(self) -> None:
+        self.store: dict[str, list[_Item]] = {}
+        self.calls: list[str] = []
+        self.items = self
+
+    async def create(self, items: list[Any] | None = None, **kw: Any) -> Any:
+        self.calls.append("conversations.create")
+        if "conversation_id" in kw:  # items.create
+            for item in items or []:
+                self.store[kw["conversation_id"]].append(_Item(item, id=uuid.uuid4().hex))
+            return None
+        cid = f"conv_{uuid.uuid4().hex[:12]}"
+        self.store[cid] = []
+        return type("Conversation", (), {"id": cid})()
+
+    async def list(self, conversation_id: str, order: str = "asc", **_: Any) -> Any:
+        for item in self.store[conversation_id][:: 1 if order == "asc" else -1]:
+            yield item
+
+    async def delete(self, conversation_id: str, item_id: str | None = None) -> None:
+        if item_id is None:
+            del self.store[conversation_id]
+        else:
+            self.store[conversation_id] = [
+                i for i in self.store[conversation_id] if i["id"] != item_id
+            ]
+
+
+class _FakeOpenAI:
+    def __init__(self) -> None:
+        self.conversations = _FakeConversations()
+
+    def with_options(self, **_: Any) -> _FakeOpenAI:
+        return self
+
+
+@pytest.mark.asyncio
+async def test_a_conversation_created_on_first_use_is_numbered() -> None:
+    """The SDK's OpenAIConversationsSession() creates its conversation (and id) on first use:
+    ForeignSession accepts it at construction, numbers the items the API returns with ids
+    added, and keeps its side stores in this package's own sessions."""
+    from agents.memory import OpenAIConversationsSession
+
+    from agent_sessions.backends.memory import InMemoryStore
+
+    client, store = _FakeOpenAI(), InMemoryStore()
+
+    def conversation(cid: str | None = None) -> ForeignSession:
+        inner = OpenAIConversationsSession(conversation_id=cid, openai_client=client)  # type: ignore[arg-type]
+        return ForeignSession(
+            inner, side_store_factory=lambda sid: InMemorySession(sid, store=store)
+        )
+
+    s = conversation()
+    assert client.conversations.calls == [], "construction calls nothing"
+    with pytest.raises(ValueError, match="no id until its first operation"):
+        s.session_id  # noqa: B018
+    assert await s.add_sequenced_items([msg("a"), msg("b")]) == [1, 2]
+    cid = s.session_id
+    assert list(client.conversations.store) == [cid]
+    popped = await s.pop_item()
+    assert popped is not None and item_text(popped) == "b"
+    assert await s.add_sequenced_items([msg("c")]) == [3]
+    assert _pairs(await s.get_sequenced_items()) == [(1, "a"), (3, "c")]
+    again = conversation(cid)  # another object on the same conversation: the same numbers
+    assert _pairs(await again.get_sequenced_items()) == [(1, "a"), (3, "c")]
+    assert await again.add_sequenced_items([msg("d")]) == [4]
+    assert any(sid.endswith(cid) for sid in store.session_ids()), "the log is in our store"
+    await s.clear_session()  # the SDK's class drops the conversation; the numbers keep rising
+    assert await s.add_sequenced_items([msg("e")]) == [5]
+    assert s.session_id == cid, "the family stays under the first id"
+    named = ForeignSession(  # an id of the caller's: layers above need one at construction
+        OpenAIConversationsSession(openai_client=client),  # type: ignore[arg-type]
+        session_id="ticket-1",
+        side_store_factory=lambda sid: InMemorySession(sid, store=store),
+    )
+    view = BranchingSession(named)
+    await view.add_items([msg("x")])
+    assert texts(await view.get_items()) == ["x"] and view.session_id == "ticket-1"
+
+
+def test_side_store_factories_accept_this_packages_sessions_and_one_spelling(
+    tmp_path: Path,
+) -> None:
+    """A derived id (it starts with \\x1e, refused as a user's id) is accepted when a
+    side-store factory passes it on; side_store_factory= and sibling_factory= are one option."""
+    from agent_sessions import SQLiteSession
+
+    sid = derive_sibling_id("u1", "seq")
+    assert InMemorySession(sid).session_id == sid
+    assert type(SQLiteSession(sid, str(tmp_path / "s.db")).session_id) is str
+    with pytest.raises(ValueError, match="reserved for derived ids"):
+        InMemorySession(str(sid))  # the same text typed in stays refused
+    inner = SDKSQLiteSession("u1", str(tmp_path / "f.db"))
+    with pytest.raises(TypeError, match="not both"):
+        ForeignSession(inner, side_store_factory=InMemorySession, sibling_factory=InMemorySession)
+    with pytest.raises(TypeError, match="side_store_factory="):
+        ForeignSession(inner)

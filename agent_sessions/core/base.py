@@ -14,7 +14,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, cast
 
 # From the submodules, not agents.memory: the CLI preloads just these (cli/light_sdk.py).
 from agents.memory.session import SessionABC
-from agents.memory.session_settings import SessionSettings, coerce_session_settings
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
 
 from ..errors import CorruptItemError, InvalidItemError, SessionClosedError
 from .capabilities import Capability, supports
@@ -186,8 +190,7 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items (None: ``session_settings.limit``, else all),
         oldest first; ``limit <= 0`` returns ``[]``."""
-        if limit is None and self.session_settings is not None:
-            limit = self.session_settings.limit
+        limit = resolve_session_limit(limit, self.session_settings)
         if limit is not None and limit <= 0:
             return []
         self._check_open()

@@ -38,6 +38,8 @@ def display_id(session_id: str) -> str:
 
 def validate_session_id(session_id: Any, *, internal: bool = False) -> str:
     """Return ``session_id`` if it is acceptable, else raise :class:`InvalidSessionIdError`."""
+    if type(session_id) is DerivedId:  # from derive_sibling_id: a side-store factory's argument
+        return str(session_id)
     if not isinstance(session_id, str):
         raise InvalidSessionIdError(
             f"session_id must be a str, got {type(session_id).__name__}; pass e.g. str(user_id)"
@@ -75,4 +77,14 @@ def derive_sibling_id(session_id: str, purpose: str) -> str:
     injective (``purpose`` holds no separator), starting with :data:`SIBLING_MARK`."""
     if not purpose or SIBLING_MARK in purpose or "\x00" in purpose or len(purpose) > 64:
         raise ValueError(f"invalid sibling purpose {purpose!r}")
-    return validate_session_id(f"{SIBLING_MARK}{purpose}{SIBLING_MARK}{session_id}", internal=True)
+    return DerivedId(
+        validate_session_id(f"{SIBLING_MARK}{purpose}{SIBLING_MARK}{session_id}", internal=True)
+    )
+
+
+class DerivedId(str):
+    """A side store's id as :func:`derive_sibling_id` made it: every session constructor of this
+    package accepts it (a plain str starting with ``\\x1e`` is refused), so a side-store
+    factory such as ``lambda sid: InMemorySession(sid)`` works; the session keeps a plain str."""
+
+    __slots__ = ()

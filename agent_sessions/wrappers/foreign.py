@@ -31,6 +31,7 @@ from agents.memory import Session
 from ..core.capabilities import Capability, supports
 from ..core.codec import encode_batch
 from ..core.family import close_quietly
+from ..core.ids import validate_session_id
 from ..core.mutation import run_to_completion
 from .base import ContextForwardingWrapper
 
@@ -152,26 +153,57 @@ _LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Locks] = weakref.W
 (a server seeing many sessions does not keep one lock per id it ever saw)."""
 
 
-def _store_key(session: Session) -> tuple[str, ...]:
+def _store_key(session: Session, session_id: str) -> tuple[str, ...]:
     kind = type(session)
     where = getattr(session, "db_path", None) or getattr(
         getattr(session, "inner", None), "db_path", ""
     )
-    return (f"{kind.__module__}.{kind.__qualname__}", str(where), session.session_id)
+    return (f"{kind.__module__}.{kind.__qualname__}", str(where), session_id)
+
+
+_PENDING = "\x1epending"
+"""The stand-in id SessionWrapper sees for an inner session whose id comes later."""
+
+
+def _has_id(session: Session) -> bool:
+    try:
+        session.session_id  # noqa: B018  (the SDK's OpenAIConversationsSession raises)
+    except ValueError:
+        return False
+    return True
+
+
+class _IdLater:
+    """``inner`` with a stand-in id, for SessionWrapper's constructor only."""
+
+    session_id = _PENDING
+
+    def __init__(self, inner: Session) -> None:
+        self.wrapped = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
 
 
 class ForeignSession(ContextForwardingWrapper):
     """A foreign session with sequence numbers (see the module docstring for the guarantees).
 
     Args:
-        inner: any Session whose reads return every stored item (no expiry of its own).
-        sibling_factory: opens a session of the same store for a derived id; needed when
-            ``inner`` has no ``sibling()`` (e.g. ``lambda sid: SQLiteSession(sid, db_path)``).
-            It also opens this session's numbering log and, for layers above, side stores
-            (each of them wrapped in a ForeignSession in turn).
+        inner: any Session whose reads return every stored item (no expiry of its own). One
+            that creates its id on first use (the SDK's ``OpenAIConversationsSession()``
+            without ``conversation_id``) is accepted: this session's id is its id once the
+            first operation here has created it, unless ``session_id`` is given.
+        side_store_factory: opens a session of a store for a derived id; needed when
+            ``inner`` cannot open side stores itself, e.g. ``lambda sid: SQLiteSession(sid,
+            "chat.db")`` (this package's or the SDK's) or ``store.session``. It opens this
+            session's numbering log and, for layers above, side stores (each of them wrapped
+            in a ForeignSession in turn). ``sibling_factory`` is the old name.
+        session_id: the id the numbering and side stores are kept under (default: the inner
+            session's); for an inner whose id comes later or changes (the SDK's
+            ``OpenAIConversationsSession`` starts a new conversation after a clear).
 
     Raises:
-        TypeError: no side store can be opened (pass ``sibling_factory``).
+        TypeError: no side store can be opened (pass ``side_store_factory``).
         ValueError: ``inner``'s items expire on their own.
     """
 
@@ -179,10 +211,22 @@ class ForeignSession(ContextForwardingWrapper):
         self,
         inner: Session,
         *,
+        side_store_factory: SiblingFactory | None = None,
         sibling_factory: SiblingFactory | None = None,
+        session_id: str | None = None,
         wrapper: str = "ForeignSession",
     ) -> None:
-        super().__init__(inner, sibling_factory=sibling_factory)
+        if side_store_factory is not None and sibling_factory is not None:
+            raise TypeError("pass side_store_factory= or sibling_factory= (its old name), not both")
+        sibling_factory = side_store_factory or sibling_factory
+        self._id = None if session_id is None else validate_session_id(session_id)
+        # SessionWrapper reads inner.session_id at construction; an id created on first use
+        # raises there (the SDK's ValueError), so it sees a stand-in until then
+        # (tests/test_foreign.py::test_a_conversation_created_on_first_use_is_numbered).
+        named = inner if _has_id(inner) else _IdLater(inner)
+        super().__init__(named, sibling_factory=sibling_factory)
+        self.inner = inner
+        self._opened_log: Session | None = None
         if self.context_aware:  # passed through, unnumbered (module docstring)
             return
         layer = expiring_layer(inner)
@@ -194,19 +238,53 @@ class ForeignSession(ContextForwardingWrapper):
                 "layer over one of agent_sessions' backends, or over ForeignSession(session)"
             )
         if sibling_factory is None and not supports(inner, Capability.FAMILY):
+            option = "side_store_factory" if wrapper == "ForeignSession" else "sibling_factory"
             raise TypeError(
-                f"{wrapper} keeps side data (item numbering, branches, records) in the same "
-                f"store as the session, but a {type(inner).__name__} cannot open other "
-                "sessions; pass sibling_factory=, e.g. "
-                "sibling_factory=lambda sid: SQLiteSession(sid, db_path)"
+                f"{wrapper} keeps side data (item numbering, branches, records) in a store, "
+                f"but a {type(inner).__name__} cannot open other sessions; pass {option}=, "
+                f'e.g. {option}=lambda sid: SQLiteSession(sid, "chat.db") (this package\'s '
+                "sessions or the SDK's), or store.session for a store from "
+                "agent_sessions.open_store"
             )
         self.capabilities = frozenset(
             {Capability.SEQUENCED, Capability.FAMILY, Capability.CHECKED_POP}
         )
-        self._log = self._plain_member("seq")
-        self._key = _store_key(inner)
+        # Opened now when the id is known, so a factory that fails says so at construction.
+        self._opened_log = None if self._id is None else self._plain_member("seq")
+        self._key: tuple[str, ...] | None = None
         self._resolved: tuple[Any, Numbering] | None = None
         self._newest: str | None = None
+
+    @property  # type: ignore[override]
+    def session_id(self) -> str:
+        """The id the numbering and side stores are kept under (see ``session_id=``)."""
+        if self._id is None:
+            try:
+                self._id = self.inner.session_id  # pinned: a later change is the inner's own
+            except ValueError as exc:
+                raise ValueError(
+                    f"{type(self.inner).__name__} has no id until its first operation; await "
+                    "one operation on this ForeignSession first (e.g. get_items()), or pass "
+                    "ForeignSession(..., session_id=...)"
+                ) from exc
+        return self._id
+
+    @session_id.setter
+    def session_id(self, value: str) -> None:
+        if self._id is None and value is not _PENDING:
+            self._id = value
+
+    async def _started(self) -> None:
+        """Let an inner session that creates its id on first use create it (one read)."""
+        if self._id is None and not _has_id(self.inner):
+            await self.inner.get_items(1)
+
+    @property
+    def _log(self) -> Session:
+        """The numbering log, opened on first use (when the id is known)."""
+        if self._opened_log is None:
+            self._opened_log = self._plain_member("seq")
+        return self._opened_log
 
     def wrap_member(self, member: Session) -> Session:
         """Side stores for the layers above are numbered in turn."""
@@ -214,6 +292,8 @@ class ForeignSession(ContextForwardingWrapper):
 
     def _lock(self) -> asyncio.Lock:
         locks = _LOCKS.setdefault(asyncio.get_running_loop(), weakref.WeakValueDictionary())
+        if self._key is None:  # known once the id is (an inner's own id may come later)
+            self._key = _store_key(self.inner, self.session_id)
         self._held = locks.setdefault(self._key, asyncio.Lock())
         return self._held
 
@@ -317,6 +397,7 @@ class ForeignSession(ContextForwardingWrapper):
         encode_batch(items)
         if not items:
             return []
+        await self._started()
         async with self._lock():
             before = await self._numbering()
             was, last = self._newest, _digest(items[-1])
@@ -350,6 +431,11 @@ class ForeignSession(ContextForwardingWrapper):
         mine = [_digest(item) for item in batch]
         found = [_digest(item) for item in items[first:]]
         starts = [p for p in range(len(found) - k, -1, -1) if found[p : p + k] == mine]
+        if not starts and first == before.n and m == first + k:
+            # Exactly k items landed behind the old newest: the batch, read back in the store's
+            # own form (the OpenAI Conversations API adds ids; tests/test_foreign.py::
+            # test_a_conversation_created_on_first_use_is_numbered).
+            starts = [0]
         if starts:
             seqs = [state.seq_at(first + starts[0] + 1 + i) for i in range(k)]
         else:  # already removed by another writer: numbers that nothing holds
@@ -364,6 +450,7 @@ class ForeignSession(ContextForwardingWrapper):
         """Remove and return the newest item, or None."""
         if self.context_aware:
             return await self.in_scope(wrapper).pop_item()  # type: ignore[no-any-return]
+        await self._started()
         async with self._lock():
             return await self._pop()
 
@@ -371,6 +458,7 @@ class ForeignSession(ContextForwardingWrapper):
         """Remove the newest item and return ``check(item)`` (None when empty); when ``check``
         raises, nothing is removed (CHECKED_POP: one step for writers through this adapter,
         which it serialises per store and session id)."""
+        await self._started()
         async with self._lock():
             newest = await self.inner.get_items(2)
             if not newest:
@@ -398,6 +486,8 @@ class ForeignSession(ContextForwardingWrapper):
         if self.context_aware:
             await self.in_scope(wrapper).clear_session()
             return
+        if self._id is None and not _has_id(self.inner):
+            return await self.inner.clear_session()  # nothing numbered yet, nothing to keep
         async with self._lock():
             before = await self._numbering()
             cleared = Numbering(0, before.high)
@@ -418,6 +508,7 @@ class ForeignSession(ContextForwardingWrapper):
         first. Reads the foreign items from the first one returned to the newest."""
         if limit is not None and limit <= 0:
             return []
+        await self._started()
         async with self._lock():
             for _ in range(3):
                 state = await self._numbering()
@@ -438,6 +529,7 @@ class ForeignSession(ContextForwardingWrapper):
 
     async def count_items(self, *, after: int | None = None, before: int | None = None) -> int:
         """Return how many items have after < seq < before."""
+        await self._started()
         async with self._lock():
             state = await self._numbering()
         lo = 0 if after is None else state.below(after + 1)
@@ -446,8 +538,8 @@ class ForeignSession(ContextForwardingWrapper):
 
     async def _release(self) -> None:
         """Close the numbering log, then the side stores and the foreign session."""
-        if not self.context_aware:
-            await close_quietly(self._log)
+        if self._opened_log is not None:
+            await close_quietly(self._opened_log)
         await super()._release()
 
 

@@ -30,6 +30,14 @@ def sdk_version() -> str:
     return importlib.metadata.version("openai-agents")
 
 
+def pinned_version() -> str:
+    """Return the openai-agents version constraints.txt pins (what ``make test`` installs)."""
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        if line.startswith("openai-agents=="):
+            return line.split("==", 1)[1].strip()
+    raise LookupError("constraints.txt pins no openai-agents version")
+
+
 def sdk_tree(version: str | None = None) -> Path:
     """Return a directory holding the sdist's ``pyproject.toml`` and ``tests/``, fetching it
     on first use.
