@@ -22,6 +22,7 @@ import asyncpg.exceptions as pg  # type: ignore[import-untyped]
 from sqlalchemy.engine import Dialect
 
 from ...core.base import Row
+from ...core.textsearch import TEXT_MARK, postgres_search_text
 from ...errors import BackendDataError
 from .common import (
     BACKFILL_ROWS,
@@ -82,6 +83,8 @@ _JSON = "replace({col}, '\\u0000', '\\u0020')::json"
 """An item as ``json`` (TEXT, not JSONB: see the DDL). A ``\\u0000`` escape cannot become
 text (``->>`` refuses it), so it is read as a space: the index and filters see a space there,
 and a write never fails because of what the index makes of it."""
+_TSV = "to_tsvector('simple', " + postgres_search_text("j.d ->> 'text'") + ")"
+"""What the index holds for an item ``j.d``: its text and its CJK terms (``core.textsearch``)."""
 _FILTERS = (
     "json_typeof(j.d -> '{f}') = 'string' AND j.d ->> '{f}' = ANY({values}::text[])",
     "json_typeof(j.d -> '{f}') = 'number'",
@@ -118,12 +121,13 @@ def text_statements(t: Tables) -> list[str]:
         f"""CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $f$
 DECLARE ids text[];
 BEGIN
+  -- {TEXT_MARK}
   IF TG_OP = 'INSERT' THEN
     ids := ARRAY(SELECT r.session_id FROM {x.registry} r
                  WHERE r.session_id = ANY (ARRAY(SELECT DISTINCT session_id FROM new_rows)));
     IF cardinality(ids) > 0 THEN
       INSERT INTO {x.index} (session_id, seq, tsv)
-      SELECT n.session_id, n.seq, to_tsvector('simple', j.d ->> 'text')
+      SELECT n.session_id, n.seq, {_TSV}
       FROM new_rows n CROSS JOIN LATERAL (SELECT {new} AS d) j
       WHERE n.session_id = ANY (ids) AND json_typeof(j.d -> 'text') = 'string'
         AND j.d ->> 'text' <> ''
@@ -133,7 +137,7 @@ BEGIN
     DELETE FROM {x.index} WHERE session_id = OLD.session_id AND seq = OLD.seq;
     IF EXISTS (SELECT 1 FROM {x.registry} WHERE session_id = NEW.session_id) THEN
       INSERT INTO {x.index} (session_id, seq, tsv)
-      SELECT NEW.session_id, NEW.seq, to_tsvector('simple', j.d ->> 'text')
+      SELECT NEW.session_id, NEW.seq, {_TSV}
       FROM (SELECT {row} AS d) j
       WHERE json_typeof(j.d -> 'text') = 'string' AND j.d ->> 'text' <> ''
       ON CONFLICT (session_id, seq) DO UPDATE SET tsv = EXCLUDED.tsv;
@@ -229,7 +233,9 @@ class PostgresDialect(SqlDialect):
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", t.lock_key())
                 if await self._text_present(conn):
                     return
-                for statement in text_statements(t):
+                # Absent, or built under another tokenization policy (TEXT_MARK): dropped and
+                # made again, so each session's next search indexes it with today's terms.
+                for statement in drop_text_statements(t) + text_statements(t):
                     await conn.execute(statement)
         except pg.InsufficientPrivilegeError as exc:
             raise BackendDataError(
@@ -254,11 +260,14 @@ class PostgresDialect(SqlDialect):
         found = await conn.fetchval(
             "SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) "
             "AND tgname = ANY($2::text[]) AND to_regclass($3) IS NOT NULL "
-            "AND to_regclass($4) IS NOT NULL",
+            "AND to_regclass($4) IS NOT NULL AND coalesce((SELECT strpos(prosrc, $5) > 0 "
+            "FROM pg_proc WHERE oid = to_regproc($6)), false)",
             self.t.messages,
             [x.name("ins"), x.name("upd")],
             x.index,
             x.registry,
+            TEXT_MARK,
+            x.name("sync"),
         )
         return int(found) == 2
 
@@ -269,7 +278,7 @@ class PostgresDialect(SqlDialect):
             # FOR SHARE: a pop or rewrite in flight is waited for, so its row is indexed as
             # it ends (or not at all), never as it was; a row its trigger indexed is kept.
             f"INSERT INTO {x.index} (session_id, seq, tsv) "
-            "SELECT m.session_id, m.seq, to_tsvector('simple', j.d ->> 'text') "
+            f"SELECT m.session_id, m.seq, {_TSV} "
             f"FROM {self.t.messages} m CROSS JOIN LATERAL (SELECT {doc} AS d) j "
             "WHERE m.session_id = $1 AND m.seq > $2 AND m.seq <= coalesce($3, m.seq) "
             "AND json_typeof(j.d -> 'text') = 'string' AND j.d ->> 'text' <> '' "
