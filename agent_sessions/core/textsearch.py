@@ -39,7 +39,8 @@ _CJK_RANGES = (
     (0x20000, 0x3134F),  # CJK Extensions B-G
 )
 """The characters whose runs are indexed as bigrams (every one of them is a ``\\w``)."""
-_CLASS = "[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES) + "]"
+CJK_CLASS = _CLASS = "[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES) + "]"
+"""A regular-expression class of those characters (also the token estimate's)."""
 _RUN = re.compile(_CLASS + "+")
 TOKENS_VERSION = 2
 """The version of this policy: an index built under another (a snapshot, a database's
@@ -97,19 +98,18 @@ def is_cjk_term(word: str) -> bool:
 def sqlite_search_text(expr: str) -> str:
     """SQLite's form of :func:`search_text` over the SQL text ``expr`` (repeated, so a column
     or a short expression): a recursive walk over the bytes of the UTF-8 text (``substr`` of a
-    blob costs O(1), of text O(position)), taken only when a CJK character is present."""
+    blob costs O(1), of text O(position)), taken only when a CJK character is present: about
+    10-20 µs a character of such a text (a 40-character Korean line: under 1 ms a write)."""
     lead = "hex(substr(b.v, c.p, 1))"
     width = (
         f"CASE WHEN {lead} < '80' THEN 1 WHEN {lead} < 'E0' THEN 2 "
         f"WHEN {lead} < 'F0' THEN 3 ELSE 4 END"
     )
-    code = "unicode(ch)"
-    is_cjk = " OR ".join(f"{code} BETWEEN {lo} AND {hi}" for lo, hi in _CJK_RANGES)
     terms = (
         f"(WITH RECURSIVE b(v) AS (SELECT CAST({expr} AS BLOB)), "
         f"c(i, p, ch) AS (SELECT 0, 1, NULL UNION ALL SELECT c.i + 1, c.p + {width}, "
         f"CAST(substr(b.v, c.p, {width}) AS TEXT) FROM c, b WHERE c.p <= length(b.v)), "
-        f"k(i, ch, k) AS (SELECT i, ch, coalesce({is_cjk}, 0) FROM c WHERE i > 0), "
+        f"k(i, ch, k) AS (SELECT i, ch, ch GLOB '{_CLASS}' FROM c WHERE i > 0), "
         "w(ch, k, pk, nk, nch) AS (SELECT ch, k, lag(k, 1, 0) OVER o, lead(k, 1, 0) OVER o, "
         "lead(ch) OVER o FROM k WINDOW o AS (ORDER BY i)) "
         "SELECT group_concat(CASE WHEN k AND nk THEN ch || nch "
@@ -134,29 +134,44 @@ def postgres_search_text(expr: str) -> str:
     return f"({expr} || coalesce(' ' || {terms}, ''))"
 
 
-def mariadb_terms_function(name: str, mariadb: bool = True) -> str:
-    """MariaDB's form of :func:`search_text`: the ``CREATE FUNCTION`` of ``name(text)``, which
-    writes each bigram with a ``_`` after it (see the module's note) by ``REGEXP_REPLACE``
-    over pieces of 2000 characters (and one more, so a bigram across two pieces is written
-    once): over the whole text it costs O(n²) (30k Hangul: 4.1 s), in pieces about 30 µs a
-    CJK character (30k: 0.5-1.2 s; a text without CJK: one ``REGEXP`` test). Everything else
-    becomes a lone ``_``, shorter than any indexed token. Backslashes are written as
-    ``CHAR(92)``, so ``NO_BACKSLASH_ESCAPES`` does not matter (MySQL 8's ICU names groups
-    ``$1``; untested here: no MySQL server in CI).
-    Its comment is :data:`TEXT_MARK`."""
+def _mariadb_replace(expr: str, mariadb: bool) -> str:
     other = "[^" + _CLASS[1:]
     pattern = f"({_CLASS})(?=({_CLASS}))|{_CLASS}|{other}++"
-    text = "LONGTEXT CHARACTER SET utf8mb4"
     groups = "CONCAT(CHAR(92), '1', CHAR(92), '2_ ')" if mariadb else "'$1$2_ '"
+    return f"REGEXP_REPLACE({expr}, '{pattern}', {groups})"
+
+
+def mariadb_search_text(expr: str, function: str, mariadb: bool = True) -> str:
+    """MariaDB's form of :func:`search_text` over the SQL text ``expr``: each bigram written
+    with a ``_`` after it (see the module's note) by one ``REGEXP_REPLACE``, which leaves a
+    lone ``_`` (shorter than any indexed token) for everything else. Inline up to 2000
+    characters (a Korean line: 80 µs); a longer text goes to ``function``
+    (:func:`mariadb_terms_function`): one ``REGEXP_REPLACE`` costs O(n²), as the server checks
+    the whole subject's UTF-8 at each match (30k Hangul: 4.1 s), and a stored function call
+    costs 3-10 ms however short its text. A text without CJK: one ``REGEXP`` test.
+    Backslashes are written as ``CHAR(92)``, so ``NO_BACKSLASH_ESCAPES`` does not matter
+    (MySQL 8's ICU names groups ``$1``; untested here: no MySQL server in CI)."""
+    inline = f"CONCAT({expr}, ' ', {_mariadb_replace(expr, mariadb)})"
+    return (
+        f"IF({expr} REGEXP '{_CLASS}', IF(CHAR_LENGTH({expr}) <= 2000, {inline}, "
+        f"{function}({expr})), {expr})"
+    )
+
+
+def mariadb_terms_function(name: str, mariadb: bool = True) -> str:
+    """The ``CREATE FUNCTION`` of ``name(text)``, :func:`mariadb_search_text` for a long text:
+    ``REGEXP_REPLACE`` over pieces of 2000 characters (and one more, so a bigram across two
+    pieces is written once), about 30 µs a CJK character (30k: 0.5-1.2 s). Its comment is
+    :data:`TEXT_MARK`."""
+    text = "LONGTEXT CHARACTER SET utf8mb4"
+    piece = _mariadb_replace("SUBSTRING(t, i + 1, 2001)", mariadb)
     return (
         f"CREATE FUNCTION {name}(t {text}) RETURNS {text} DETERMINISTIC NO SQL "
         f"COMMENT '{TEXT_MARK}' BEGIN "
         f"DECLARE i BIGINT DEFAULT 0; DECLARE o {text} DEFAULT ''; "
         f"IF t IS NULL OR t NOT REGEXP '{_CLASS}' THEN RETURN t; END IF; "
-        "WHILE i < CHAR_LENGTH(t) DO "
-        f"SET o = CONCAT(o, REGEXP_REPLACE(SUBSTRING(t, i + 1, 2001), '{pattern}', "
-        f"{groups})); SET i = i + 2000; END WHILE; "
-        "RETURN CONCAT(t, ' ', o); END"
+        f"WHILE i < CHAR_LENGTH(t) DO SET o = CONCAT(o, {piece}); SET i = i + 2000; "
+        "END WHILE; RETURN CONCAT(t, ' ', o); END"
     )
 
 
@@ -238,6 +253,7 @@ def passes(item: Any, equal: Equal, between: Between) -> bool:
 
 
 __all__ = [
+    "CJK_CLASS",
     "TEXT_MARK",
     "TOKENS_VERSION",
     "Between",
@@ -247,6 +263,7 @@ __all__ = [
     "fold",
     "is_cjk_term",
     "item_text",
+    "mariadb_search_text",
     "mariadb_terms_function",
     "mariadb_words",
     "passes",

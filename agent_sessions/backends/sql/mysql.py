@@ -29,7 +29,12 @@ from typing import Any
 from sqlalchemy.engine import Dialect
 
 from ...core.base import Row
-from ...core.textsearch import TEXT_MARK, mariadb_terms_function, mariadb_words
+from ...core.textsearch import (
+    TEXT_MARK,
+    mariadb_search_text,
+    mariadb_terms_function,
+    mariadb_words,
+)
 from ...errors import BackendDataError, ItemTooLargeError
 from .common import (
     BACKFILL_ROWS,
@@ -82,6 +87,9 @@ def create_statements(t: Tables, mariadb: bool = True) -> list[str]:
 
 
 _TEXT = "JSON_EXTRACT({row}.message_data, '$.text')"
+_BODY = f"CONVERT(JSON_UNQUOTE({_TEXT}) USING utf8mb4)"
+"""An item's text in the default collation: under ``utf8mb4_bin`` (``message_data``'s) the
+server's regular expressions match bytes, not characters."""
 _INDEXABLE = f"JSON_TYPE({_TEXT}) = 'STRING' AND JSON_UNQUOTE({_TEXT}) <> ''"
 _NUMBER_TYPES = "'INTEGER', 'UNSIGNED INTEGER', 'DOUBLE', 'DECIMAL'"
 _FIELD = "JSON_EXTRACT(m.message_data, '$.{f}')"
@@ -108,7 +116,7 @@ def text_statements(t: Tables, mariadb: bool = True) -> list[str]:
     ins, upd, terms = x.name("ins"), x.name("upd"), x.name("terms")
     add = (
         f"INSERT INTO {x.index} (session_id, seq, body) VALUES (NEW.session_id, NEW.seq, "
-        f"{terms}(JSON_UNQUOTE({_TEXT.format(row='NEW')}))) "
+        f"{mariadb_search_text(_BODY.format(row='NEW'), terms, mariadb)}) "
         "ON DUPLICATE KEY UPDATE body = VALUES(body);"
     )
     registered = f"EXISTS (SELECT 1 FROM {x.registry} WHERE session_id = NEW.session_id)"
@@ -318,7 +326,8 @@ class MySQLDialect(SqlDialect):
             # Shared locks: a pop or rewrite in flight is waited for, so its row is indexed as
             # it ends (or not at all), never as it was; a row its trigger indexed is kept.
             f"INSERT INTO {x.index} (session_id, seq, body) "
-            f"SELECT m.session_id, m.seq, {x.name('terms')}(JSON_UNQUOTE({_TEXT.format(row='m')})) "
+            "SELECT m.session_id, m.seq, "
+            f"{mariadb_search_text(_BODY.format(row='m'), x.name('terms'), self.mariadb)} "
             f"FROM {self.t.messages} m WHERE m.session_id = %s AND m.seq > %s "
             f"AND m.seq <= COALESCE(%s, m.seq) AND {_INDEXABLE.format(row='m')} "
             "LOCK IN SHARE MODE ON DUPLICATE KEY UPDATE body = body",
