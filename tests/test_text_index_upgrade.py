@@ -20,7 +20,7 @@ pytestmark = pytest.mark.asyncio
 LINE = "그럼 부산은요?"
 
 
-def note(value: str) -> dict[str, Any]:
+def note(value: str) -> Any:
     return {"type": "note", "text": value}
 
 
@@ -66,8 +66,8 @@ async def test_sql_rebuilds_an_index_of_an_older_policy(url: str, sql_prefix: st
         elif dialect in ("mysql", "mariadb"):
             await conn.execute(text(f"ALTER FUNCTION {x.name('terms')} COMMENT 'older'"))
         else:
-            raw = await conn.get_raw_connection()
-            _unmark(raw.driver_connection._conn, x.name("ins"))  # aiosqlite's sqlite3
+            raw: Any = (await conn.get_raw_connection()).driver_connection
+            _unmark(raw._conn, x.name("ins"))  # aiosqlite's sqlite3 connection
     await session.close()
     session = SQLAlchemySession.from_url("chat", url=url, table_prefix=sql_prefix)
     assert await _found(session, "부산") == [LINE]
