@@ -16,12 +16,14 @@ from agents import Agent, Runner
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agent_sessions.memory import Memory
+from agent_sessions.memory import _snapshot as snapshot_module
 from tests.test_memory import (  # noqa: F401 (fixtures)
     Opener,
     _drop_leftovers_at_end,
     _memory,
     store,
 )
+from tests.test_memory_recall import recall_of
 
 EVAL = json.loads((Path(__file__).parent / "data" / "cjk_eval.json").read_text("utf-8"))
 LINES = {
@@ -126,3 +128,25 @@ async def test_evaluation_set_recall_at_3(store: Opener, request: pytest.Fixture
     # A sane floor, not the measured numbers (those are in docs/memory.md).
     for kind, per_lang in scores.items():
         assert all(score >= 0.6 for score in per_lang.values()), (kind, per_lang)
+
+
+@pytest.mark.asyncio
+async def test_a_recall_snapshot_of_another_tokenization_is_not_loaded(
+    store: Opener,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its postings hold another policy's terms (no bigrams): loading it would miss 부산.
+    memory = await _memory(store)
+    memory.recall = recall_of(memory.root, "in-process")
+    await memory.recall.index("a", [(1, {"role": "user", "content": LINES["부산"]})])
+    await memory.recall.refresh()
+    with monkeypatch.context() as patched:
+        patched.setattr(snapshot_module, "TOKENS_VERSION", 1)  # as an older version wrote it
+        assert await memory.recall.save_snapshot()
+    cold = recall_of(memory.root, "in-process")
+    assert [hit.text for hit in await cold.search("부산")] == [LINES["부산"]]
+    assert cold.from_snapshot is None  # the log was read instead
+    assert await cold.save_snapshot()
+    again = recall_of(memory.root, "in-process")
+    assert [hit.text for hit in await again.search("부산")] == [LINES["부산"]]
+    assert again.from_snapshot is not None
