@@ -72,6 +72,11 @@ class TextSearchConformance(ConformanceBase):
     """Whether the store's ranking weighs a word by its rarity (BM25: SQLite FTS5, the
     in-memory index). False for a ranking by frequency alone (PostgreSQL's ``ts_rank``)."""
 
+    finds_words_inside_cjk_runs: ClassVar[bool] = True
+    """Whether a Korean, Chinese or Japanese word is found inside the run it sits in (this
+    package's stores: ``core.textsearch``'s policy). False for a store of your own whose
+    engine indexes such a run as one word: those checks are then skipped."""
+
     async def searchable(self, *needs: Capability, suffix: str | None = None) -> Any:
         return await self.new_session(Capability.TEXT_SEARCH, *needs, suffix=suffix)
 
@@ -293,12 +298,17 @@ class TextSearchConformance(ConformanceBase):
         )
         assert await self.found(s, "Müller") == ["Müller schreibt"]
         assert await self.found(s, "schreibt!") == ["Müller schreibt"]
-        assert await self.found(s, "日本語") == ["日本語 テキスト"]
+        expected = (
+            [["日本語 テキスト"]] if self.finds_words_inside_cjk_runs else [[], ["日本語 テキスト"]]
+        )
+        assert await self.found(s, "日本語") in expected
         assert await self.found(s, "🙂 ∑") == []
 
     async def test_cjk_words_are_found_inside_their_runs(self) -> None:
         # Korean attaches particles to words, Chinese and Japanese write no spaces: a word is
         # found by the bigrams it shares with the run it sits in (core.textsearch).
+        if not self.finds_words_inside_cjk_runs:
+            pytest.skip("this store indexes a run of CJK characters as one word")
         s = await self.searchable()
         lines = [
             "그럼 부산은요?",
