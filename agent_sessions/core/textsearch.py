@@ -97,23 +97,29 @@ def is_cjk_term(word: str) -> bool:
 
 def sqlite_search_text(expr: str) -> str:
     """SQLite's form of :func:`search_text` over the SQL text ``expr`` (repeated, so a column
-    or a short expression): a recursive walk over the bytes of the UTF-8 text (``substr`` of a
-    blob costs O(1), of text O(position)), taken only when a CJK character is present: about
-    10-20 µs a character of such a text (a 40-character Korean line: under 1 ms a write)."""
-    lead = "hex(substr(b.v, c.p, 1))"
+    or a short expression), taken only when a CJK character is present: a recursive walk over
+    the bytes of the UTF-8 text, each step carrying the two characters before. It reads a
+    window of 4096 bytes at a time (``r = 1`` rows, which emit nothing): each read of the
+    whole value costs its length, so a walk over it was O(n²) (100k characters: 12 s). About
+    4 µs a character of such a text (a 40-character Korean line: 0.2 ms a write)."""
+    lead = "substr(hex(substr(c.win, c.p, 1)), 1, 1)"
     width = (
-        f"CASE WHEN {lead} < '80' THEN 1 WHEN {lead} < 'E0' THEN 2 "
-        f"WHEN {lead} < 'F0' THEN 3 ELSE 4 END"
+        f"(CASE {lead} WHEN 'E' THEN 3 WHEN 'F' THEN 4 WHEN 'C' THEN 2 WHEN 'D' THEN 2 ELSE 1 END)"
     )
+    char = f"CAST(substr(c.win, c.p, {width}) AS TEXT)"
+    more = "c.base + length(c.win) <= b.n"  # bytes beyond the window
     terms = (
-        f"(WITH RECURSIVE b(v) AS (SELECT CAST({expr} AS BLOB)), "
-        f"c(i, p, ch) AS (SELECT 0, 1, NULL UNION ALL SELECT c.i + 1, c.p + {width}, "
-        f"CAST(substr(b.v, c.p, {width}) AS TEXT) FROM c, b WHERE c.p <= length(b.v)), "
-        f"k(i, ch, k) AS (SELECT i, ch, ch GLOB '{_CLASS}' FROM c WHERE i > 0), "
-        "w(ch, k, pk, nk, nch) AS (SELECT ch, k, lag(k, 1, 0) OVER o, lead(k, 1, 0) OVER o, "
-        "lead(ch) OVER o FROM k WINDOW o AS (ORDER BY i)) "
-        "SELECT group_concat(CASE WHEN k AND nk THEN ch || nch "
-        "WHEN k AND NOT pk AND NOT nk THEN ch END, ' ') FROM w)"
+        f"(WITH RECURSIVE b(n, v) AS MATERIALIZED (SELECT length(CAST({expr} AS BLOB)), "
+        f"CAST({expr} AS BLOB)), "
+        "c(r, base, win, p, ch, k, pch, pk, ppk) AS ("
+        "SELECT 1, 1, substr(b.v, 1, 4096), 1, '', 0, '', 0, 0 FROM b UNION ALL "
+        f"SELECT 0, c.base, c.win, c.p + {width}, {char}, {char} GLOB '{_CLASS}', c.ch, c.k, "
+        f"c.pk FROM c, b WHERE (c.p <= length(c.win) - 4 OR NOT ({more})) "
+        "AND c.p <= length(c.win) + 1 UNION ALL "  # one step past the end: the last one's turn
+        "SELECT 1, c.base + c.p - 1, substr(b.v, c.base + c.p - 1, 4096), 1, c.ch, c.k, c.pch, "
+        f"c.pk, c.ppk FROM c, b WHERE c.p > length(c.win) - 4 AND {more}) "
+        "SELECT group_concat(CASE WHEN r THEN NULL WHEN pk AND k THEN pch || ch "
+        "WHEN pk AND NOT ppk AND NOT k THEN pch END, ' ') FROM c)"
     )
     return (
         f"(CASE WHEN {expr} GLOB '*{_CLASS}*' THEN {expr} || coalesce(' ' || {terms}, '') "
