@@ -140,7 +140,9 @@ def postgres_search_text(expr: str) -> str:
     return f"({expr} || coalesce(' ' || {terms}, ''))"
 
 
-_MARIADB_CLASS = "[" + "".join(f"~x{{{lo:X}}}-~x{{{hi:X}}}" for lo, hi in _CJK_RANGES[:-1]) + "]"
+_MARIADB_CLASS = (
+    "[" + "".join(f"~x{{{lo:X}}}-~x{{{hi:X}}}" for lo, hi in _CJK_RANGES if hi <= 0xFFFF) + "]"
+)
 """MariaDB's class leaves out CJK Extensions B-G (beyond U+FFFF, rare characters): with them
 the server takes about 4 ms to compile the expression, which a trigger does for every row
 (0.5 ms without); a run of them stays a whole word there."""
