@@ -5,6 +5,13 @@ archival=3 over 10k recall items and 1k passages), against the raw query a user 
     python benchmarks/bench_recall.py [--items 100000] [--passages 10000 100000] [--dim 256]
                     [--backends memory sqlite redis postgres mariadb mongodb]
                     [--parts recall archive render] [--no-in-process]
+                    [--corpus english korean]
+
+Recall runs on each corpus: ``english`` (words ``w0``..``w4999``, queries of two words) and
+``korean`` (sentences of Korean nouns with their particles and verb endings attached, as
+Korean is written; queries of two bare nouns, as a user types them). Both contenders get the
+same raw query: the raw full-text engines find no Korean word with a particle attached, which
+``hits_per_query`` beside ``raw_hits_per_query`` shows.
 
 Recall's raw contender is the idiomatic full-text query on the same server over the same texts
 (RAW_RECALL): PostgreSQL a ``tsvector`` + GIN table ranked by ``ts_rank``, MariaDB an InnoDB
@@ -64,6 +71,29 @@ PG_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 
 def sentence(rng: random.Random, n: int = 12) -> str:
     return " ".join(rng.choices(WORDS, k=n))
+
+
+NOUNS = [
+    f"{a}{b}"
+    for a in "가나다라마바사아자차카타파하서부대광울제"
+    for b in "산울구주원천시강물길집책밥차문꽃"
+]
+"""Korean nouns of two syllables (a few real ones, 300 in all: 부산, 서울, 대구, 광주...)."""
+PARTICLES = ["은", "는", "이", "가", "을", "를", "에서", "에", "으로", "의", "도", "와", "하고"]
+ENDINGS = ["있어요.", "했어요.", "좋아요?", "갈까요?", "봤어요.", "먹었어요.", "어때요?"]
+
+
+def korean_sentence(rng: random.Random, n: int = 6) -> str:
+    """A Korean line: nouns, each with a particle attached, then a verb ending."""
+    words = [noun + rng.choice(PARTICLES) for noun in rng.choices(NOUNS, k=n)]
+    return " ".join([*words, rng.choice(ENDINGS)])
+
+
+CORPORA: dict[str, tuple[Callable[[random.Random], str], Callable[[random.Random], str]]] = {
+    "english": (sentence, lambda rng: " ".join(rng.choices(WORDS, k=2))),
+    "korean": (korean_sentence, lambda rng: " ".join(rng.choices(NOUNS, k=2))),
+}
+"""Per corpus: a line, and the raw query a user would write."""
 
 
 PREFIX = f"benchrecall{uuid.uuid4().hex[:6]}"
@@ -191,7 +221,7 @@ class FileFTS5(MemoryFTS5):
     has_cold = True
 
     def __init__(self, folder: str) -> None:
-        self.path = os.path.join(folder, "raw-fts5.db")
+        self.path = os.path.join(folder, f"raw-fts5-{uuid.uuid4().hex[:6]}.db")  # one per corpus
         self.db = sqlite3.connect(self.path)
 
     async def connect(self) -> None:
@@ -208,7 +238,7 @@ class PostgresTsvector:
     has_cold = True
 
     def __init__(self, folder: str) -> None:
-        self.table = f"{PREFIX}_raw"
+        self.table = f"{PREFIX}_raw{uuid.uuid4().hex[:6]}"  # one per corpus
         self.conn: Any = None
 
     async def fill(self, texts: list[str]) -> None:
@@ -255,7 +285,7 @@ class MariaDBFulltext:
     has_cold = True
 
     def __init__(self, folder: str) -> None:
-        self.table = f"{PREFIX}_raw"
+        self.table = f"{PREFIX}_raw{uuid.uuid4().hex[:6]}"  # one per corpus
         self.conn: Any = None
 
     async def _connect(self) -> Any:
@@ -322,13 +352,15 @@ async def bench_recall(
     backend: str = "memory",
     folder: str = "",
     in_process: bool = True,
+    corpus: str = "english",
 ) -> dict[str, Any]:
     """conversation_search over ``items`` items: ours on the first search ever (it builds the
     store's index), then cold (a new reader) and warm, against
     ``backend``'s raw contender (see RAW_RECALL) cold (a new connection) and warm, the two
     alternating in a new order every query; then the in-process index (``in_process``)."""
     rng = random.Random(1)
-    texts = [sentence(rng) for _ in range(items)]
+    line, query = CORPORA[corpus]
+    texts = [line(rng) for _ in range(items)]
     root = await open_("memory:bench:recall")
     memory = Memory(root)
     started = time.perf_counter()
@@ -339,8 +371,8 @@ async def bench_recall(
         ]
         await memory.recall.index("chat", pairs)
     fill = time.perf_counter() - started
-    queries = [" ".join(rng.choices(WORDS, k=2)) for _ in range(QUERIES)]
-    result: dict[str, Any] = {"items": items, "fill_s": round(fill, 2)}
+    queries = [query(rng) for _ in range(QUERIES)]
+    result: dict[str, Any] = {"corpus": corpus, "items": items, "fill_s": round(fill, 2)}
     raw = RAW_RECALL.get(backend, MemoryFTS5)(folder)
     result["raw"] = raw.name
     try:
@@ -662,16 +694,18 @@ async def collect(quick: bool) -> list[str]:
             label = LABELS[backend]
             try:
                 open_ = await opener(backend, folder)
-                r = await bench_recall(open_, items, backend, folder, in_process=False)
-                raw_cold = r["raw_cold_ms"]
-                lines.append(
-                    f"Recall, {label}, {items:,} items: ours warm {r['warm_ms']} ms vs raw "
-                    f"{r['raw_warm_ms']} ms ({r['warm_ratio']}x; raw = {r['raw']}); first "
-                    f"search (builds the store's index) {r['first_search_ms']} ms; cold "
-                    f"{r['cold_ms']} ms vs raw "
-                    + (f"{raw_cold} ms" if raw_cold is not None else "n/a")
-                    + "."
-                )
+                for corpus in CORPORA:
+                    r = await bench_recall(open_, items, backend, folder, False, corpus)
+                    raw_cold = r["raw_cold_ms"]
+                    lines.append(
+                        f"Recall, {label}, {items:,} {corpus} items: ours warm {r['warm_ms']} ms "
+                        f"vs raw {r['raw_warm_ms']} ms ({r['warm_ratio']}x; raw = {r['raw']}); "
+                        f"hits per query {r['hits_per_query']} vs raw "
+                        f"{r['raw_hits_per_query']}; first search (builds the store's index) "
+                        f"{r['first_search_ms']} ms; cold {r['cold_ms']} ms vs raw "
+                        + (f"{raw_cold} ms" if raw_cold is not None else "n/a")
+                        + "."
+                    )
                 for n in passages:
                     a = await bench_archive(open_, n)
                     lines.append(
@@ -701,6 +735,9 @@ async def main() -> None:
         "--no-in-process", action="store_true", help="skip recall's in-process index numbers"
     )
     parser.add_argument(
+        "--corpus", nargs="+", default=list(CORPORA), choices=list(CORPORA), help="recall corpora"
+    )
+    parser.add_argument(
         "--parts", nargs="+", default=["recall", "archive", "render"], help="what to measure"
     )
     args = parser.parse_args()
@@ -709,9 +746,9 @@ async def main() -> None:
             label = LABELS[backend]
             try:
                 open_ = await opener(backend, folder)
-                if "recall" in args.parts:
+                for corpus in args.corpus if "recall" in args.parts else []:
                     found = await bench_recall(
-                        open_, args.items, backend, folder, not args.no_in_process
+                        open_, args.items, backend, folder, not args.no_in_process, corpus
                     )
                     print(label, "recall", found, flush=True)
                 for n in args.passages if "archive" in args.parts else []:

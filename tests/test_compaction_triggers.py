@@ -40,7 +40,7 @@ async def test_trigger_context_and_sdk_style_callbacks() -> None:
     first, second = seen
     assert first["response_id"] == "resp-1" and first["item_count"] == 5
     assert first["items_since_last_compaction"] == 5 and first["archived_item_count"] == 0
-    assert (first["estimated_tokens"] > 0 and first["token_estimate_method"] == "chars/4") or (
+    assert (first["estimated_tokens"] > 0 and first["token_estimate_method"] == "offline") or (
         first["token_estimate_method"].startswith("tiktoken:")
     )
     assert len(second["compaction_candidate_items"]) == 10
@@ -309,10 +309,10 @@ async def test_default_trigger_uses_the_token_estimate() -> None:
 async def test_token_estimator_methods() -> None:
     plain = TokenEstimator(encoding=None)
     assert await plain.count_items([msg("abcdefgh"), msg("")]) == [2 + 4, 0 + 4]
-    assert plain.method == "chars/4"
+    assert plain.method == "offline"
     unknown = TokenEstimator(encoding="no-such-encoding", load_timeout=5)
     assert await unknown.count_items([msg("abcd")]) == [5]  # falls back, never raises
-    assert unknown.method == "chars/4"
+    assert unknown.method == "offline"
 
     class FakeEncoding:
         def encode(self, text: str, disallowed_special: Any = ()) -> list[int]:

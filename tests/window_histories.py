@@ -19,7 +19,7 @@ from agent_sessions.wrappers.compaction import TokenEstimator
 from agent_sessions.wrappers.window import MicroCompaction
 
 Item = dict[str, Any]
-ESTIMATOR = TokenEstimator(encoding=None)  # characters / 4: deterministic on any machine
+ESTIMATOR = TokenEstimator(encoding=None)  # the offline estimate: deterministic on any machine
 
 _text = st.one_of(
     st.text(alphabet="abc xyz", min_size=0, max_size=40),

@@ -6,16 +6,10 @@ the store) and by ``agent_sessions.memory`` (recall and archival keyword search)
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from itertools import islice
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def tokenize(text: str) -> list[str]:
-    """Lower-cased word tokens of ``text``."""
-    return _WORD.findall(text.lower())
+from .textsearch import tokens as tokenize
 
 
 class BM25Index:

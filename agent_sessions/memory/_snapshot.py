@@ -23,6 +23,7 @@ from typing import Any
 from agents.memory import Session
 
 from ..core.capabilities import Capability, supports
+from ..core.textsearch import TOKENS_VERSION
 from .search import BM25Index
 
 CHUNK_BYTES = 256 * 1024
@@ -172,6 +173,7 @@ async def write_snapshot(
         "upto": upto,
         "last": last,
         "at": at,
+        "tokens": TOKENS_VERSION,
     }
     [seq] = await sequenced.add_sequenced_items([marker])
     if supports(store, Capability.RANGE_DELETE):
@@ -196,7 +198,13 @@ async def _complete(store: Any, marker: dict[str, Any], seq: int) -> list[dict[s
 
 
 def _is_marker(item: Any) -> bool:
-    return isinstance(item, dict) and item.get("kind") == "snapshot"
+    # A snapshot of postings made under another tokenization policy is no snapshot: its terms
+    # are not the ones a query looks up (the log is read instead, and a new one written).
+    return (
+        isinstance(item, dict)
+        and item.get("kind") == "snapshot"
+        and item.get("tokens", 1) == TOKENS_VERSION
+    )
 
 
 async def read_snapshot(store: Session) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:

@@ -115,9 +115,11 @@ _PIECE = re.compile(r"[^\W_]+")
 def split_words(words: list[str]) -> list[str]:
     """A query's words (``\\w+``) as the databases' parsers split text: ``_`` separates
     words there (as in FTS5's ``unicode61``), so ``snake_case`` is searched as two words.
-    Lower-cased, first occurrence kept, at most 64."""
-    pieces = (p.lower() for w in words for p in _PIECE.findall(w))
-    return list(dict.fromkeys(pieces))[:64]
+    First occurrence kept, every one (no cut: issue 40, defect 8), not folded: the database
+    folds them as it folded the text it indexed (Python's ``lower`` turns ``İ`` into ``i``
+    and a combining dot, which no index holds: defect 9)."""
+    pieces = (p for w in words for p in _PIECE.findall(w))
+    return list(dict.fromkeys(pieces))
 
 
 def text_missing(t: Tables, module: str) -> BackendDataError:

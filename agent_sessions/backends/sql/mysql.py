@@ -29,6 +29,12 @@ from typing import Any
 from sqlalchemy.engine import Dialect
 
 from ...core.base import Row
+from ...core.textsearch import (
+    TEXT_MARK,
+    mariadb_search_text,
+    mariadb_terms_function,
+    mariadb_words,
+)
 from ...errors import BackendDataError, ItemTooLargeError
 from .common import (
     BACKFILL_ROWS,
@@ -81,6 +87,9 @@ def create_statements(t: Tables, mariadb: bool = True) -> list[str]:
 
 
 _TEXT = "JSON_EXTRACT({row}.message_data, '$.text')"
+_BODY = f"CONVERT(JSON_UNQUOTE({_TEXT}) USING utf8mb4)"
+"""An item's text in the default collation: under ``utf8mb4_bin`` (``message_data``'s) the
+server's regular expressions match bytes, not characters."""
 _INDEXABLE = f"JSON_TYPE({_TEXT}) = 'STRING' AND JSON_UNQUOTE({_TEXT}) <> ''"
 _NUMBER_TYPES = "'INTEGER', 'UNSIGNED INTEGER', 'DOUBLE', 'DECIMAL'"
 _FIELD = "JSON_EXTRACT(m.message_data, '$.{f}')"
@@ -104,10 +113,11 @@ def text_statements(t: Tables, mariadb: bool = True) -> list[str]:
     Deletes cascade through foreign keys: InnoDB's cascades do not fire triggers, and a
     foreign key also covers a user's own cascade into the messages table."""
     x, sid = TextTables.of(t), _sid(mariadb)
-    ins, upd = x.name("ins"), x.name("upd")
+    ins, upd, terms = x.name("ins"), x.name("upd"), x.name("terms")
     add = (
         f"INSERT INTO {x.index} (session_id, seq, body) VALUES (NEW.session_id, NEW.seq, "
-        f"JSON_UNQUOTE({_TEXT.format(row='NEW')})) ON DUPLICATE KEY UPDATE body = VALUES(body);"
+        f"{mariadb_search_text(_BODY.format(row='NEW'), terms, mariadb)}) "
+        "ON DUPLICATE KEY UPDATE body = VALUES(body);"
     )
     registered = f"EXISTS (SELECT 1 FROM {x.registry} WHERE session_id = NEW.session_id)"
     return [
@@ -120,6 +130,9 @@ def text_statements(t: Tables, mariadb: bool = True) -> list[str]:
         "body LONGTEXT CHARACTER SET utf8mb4 NOT NULL, PRIMARY KEY (session_id, seq), "
         f"FULLTEXT KEY {x.name('ft')} (body), FOREIGN KEY (session_id, seq) REFERENCES "
         f"{t.messages} (session_id, seq) ON DELETE CASCADE) ENGINE=InnoDB",
+        f"DROP FUNCTION IF EXISTS {terms}",
+        # The text and its CJK terms (core.textsearch: one tokenization policy everywhere).
+        mariadb_terms_function(terms, mariadb),
         f"DROP TRIGGER IF EXISTS {ins}",
         f"CREATE TRIGGER {ins} AFTER INSERT ON {t.messages} FOR EACH ROW BEGIN "
         f"IF {registered} AND {_INDEXABLE.format(row='NEW')} THEN {add} END IF; END",
@@ -236,19 +249,14 @@ class MySQLDialect(SqlDialect):
             async with _store_lock(cur, t):
                 try:
                     if not await self._text_present(cur):
-                        await cur.execute(
-                            "SELECT trigger_name FROM information_schema.triggers "
-                            "WHERE trigger_schema = DATABASE() AND event_object_table = %s",
-                            (t.messages,),
-                        )
-                        existing = {str(r[0]) for r in await cur.fetchall()}
+                        # Absent, or built under another tokenization policy (TEXT_MARK):
+                        # dropped and made again; each session's next search re-indexes it.
+                        await self._drop_all(cur)
                         await cur.execute("SET SESSION innodb_ft_enable_stopword = OFF")
                         try:
                             for statement in text_statements(t, self.mariadb):
-                                if statement.startswith("DROP TRIGGER IF EXISTS ") and (
-                                    statement.rsplit(" ", 1)[-1] not in existing
-                                ):
-                                    continue  # the driver would print the server's warning
+                                if statement.startswith("DROP "):
+                                    continue  # dropped above, only what exists (no warning)
                                 await cur.execute(statement)
                         finally:
                             await cur.execute("SET SESSION innodb_ft_enable_stopword = DEFAULT")
@@ -265,28 +273,39 @@ class MySQLDialect(SqlDialect):
                     raise
 
     async def drop_text(self, conn: Any) -> None:
-        x = TextTables.of(self.t)
         async with conn.cursor() as cur:
-            await cur.execute(
-                "SELECT trigger_name FROM information_schema.triggers "
-                "WHERE trigger_schema = DATABASE() AND trigger_name IN (%s, %s)",
-                (x.name("ins"), x.name("upd")),
-            )
-            existing = {str(r[0]) for r in await cur.fetchall()}
-            await cur.execute(
-                "SELECT COUNT(*) FROM information_schema.tables "
-                "WHERE table_schema = DATABASE() AND table_name IN (%s, %s)",
-                (x.index, x.registry),
-            )
-            (tables,) = await cur.fetchone()
-            # Triggers first: one naming a dropped table would fail every write to the
-            # messages table. Only what exists: the driver would print the server's warning.
-            for name in (x.name("ins"), x.name("upd")):
-                if name in existing:
-                    await cur.execute(f"DROP TRIGGER IF EXISTS {name}")
-            if tables:
-                await cur.execute(f"DROP TABLE IF EXISTS {x.index}, {x.registry}")
+            await self._drop_all(cur)
         await _end_read(conn)
+
+    async def _drop_all(self, cur: Any) -> None:
+        x = TextTables.of(self.t)
+        await cur.execute(
+            "SELECT trigger_name FROM information_schema.triggers "
+            "WHERE trigger_schema = DATABASE() AND trigger_name IN (%s, %s)",
+            (x.name("ins"), x.name("upd")),
+        )
+        existing = {str(r[0]) for r in await cur.fetchall()}
+        await cur.execute(
+            "SELECT COUNT(*) FROM information_schema.tables "
+            "WHERE table_schema = DATABASE() AND table_name IN (%s, %s)",
+            (x.index, x.registry),
+        )
+        (tables,) = await cur.fetchone()
+        await cur.execute(
+            "SELECT COUNT(*) FROM information_schema.routines "
+            "WHERE routine_schema = DATABASE() AND routine_name = %s",
+            (x.name("terms"),),
+        )
+        (function,) = await cur.fetchone()
+        # Triggers first: one naming a dropped table would fail every write to the
+        # messages table. Only what exists: the driver would print the server's warning.
+        for name in (x.name("ins"), x.name("upd")):
+            if name in existing:
+                await cur.execute(f"DROP TRIGGER IF EXISTS {name}")
+        if tables:
+            await cur.execute(f"DROP TABLE IF EXISTS {x.index}, {x.registry}")
+        if function:
+            await cur.execute(f"DROP FUNCTION IF EXISTS {x.name('terms')}")
 
     async def _text_present(self, cur: Any) -> bool:
         x = TextTables.of(self.t)
@@ -294,11 +313,12 @@ class MySQLDialect(SqlDialect):
             "SELECT (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
             "DATABASE() AND table_name IN (%s, %s)) + (SELECT COUNT(*) FROM "
             "information_schema.triggers WHERE trigger_schema = DATABASE() AND "
-            "trigger_name IN (%s, %s))",
-            (x.index, x.registry, x.name("ins"), x.name("upd")),
+            "trigger_name IN (%s, %s)) + (SELECT COUNT(*) FROM information_schema.routines "
+            "WHERE routine_schema = DATABASE() AND routine_name = %s AND routine_comment = %s)",
+            (x.index, x.registry, x.name("ins"), x.name("upd"), x.name("terms"), TEXT_MARK),
         )
         (found,) = await cur.fetchone()
-        return int(found) == 4
+        return int(found) == 5
 
     def text_writes(self, x: TextTables) -> tuple[str, str, int]:
         return (
@@ -306,7 +326,8 @@ class MySQLDialect(SqlDialect):
             # Shared locks: a pop or rewrite in flight is waited for, so its row is indexed as
             # it ends (or not at all), never as it was; a row its trigger indexed is kept.
             f"INSERT INTO {x.index} (session_id, seq, body) "
-            f"SELECT m.session_id, m.seq, JSON_UNQUOTE({_TEXT.format(row='m')}) "
+            "SELECT m.session_id, m.seq, "
+            f"{mariadb_search_text(_BODY.format(row='m'), x.name('terms'), self.mariadb)} "
             f"FROM {self.t.messages} m WHERE m.session_id = %s AND m.seq > %s "
             f"AND m.seq <= COALESCE(%s, m.seq) AND {_INDEXABLE.format(row='m')} "
             "LOCK IN SHARE MODE ON DUPLICATE KEY UPDATE body = body",
@@ -318,7 +339,7 @@ class MySQLDialect(SqlDialect):
     ) -> list[tuple[int, str, float]] | None:
         t, x = self.t, TextTables.of(self.t)
         against = "MATCH (i.body) AGAINST (%s IN NATURAL LANGUAGE MODE)"
-        text = " ".join(words)
+        text = " ".join(mariadb_words(words))
         where, args = filter_clause(filters, _FILTERS, lambda i: "%s")
         # Ranked and cut before the payloads are read, in the index alone when nothing filters
         # (100k items, 2-word queries: 3.8-7.9 ms joining every hit, 2.7-4.0 ms this way).

@@ -22,7 +22,8 @@ import asyncpg.exceptions as pg  # type: ignore[import-untyped]
 from sqlalchemy.engine import Dialect
 
 from ...core.base import Row
-from ...core.sqltext import tsvector_sql
+from ...core.sqltext import TSVECTOR_CHARS, tsvector_sql
+from ...core.textsearch import TEXT_MARK, postgres_search_text
 from ...errors import BackendDataError
 from .common import (
     BACKFILL_ROWS,
@@ -83,16 +84,16 @@ _JSON = "replace({col}, '\\u0000', '\\u0020')::json"
 """An item as ``json`` (TEXT, not JSONB: see the DDL). A ``\\u0000`` escape cannot become
 text (``->>`` refuses it), so it is read as a space: the index and filters see a space there,
 and a write never fails because of what the index makes of it."""
+_TSV = tsvector_sql(postgres_search_text(f"left(j.d ->> 'text', {TSVECTOR_CHARS})"))
+"""What the index holds for an item ``j.d``: its text and its CJK terms (``core.textsearch``),
+of its first ``TSVECTOR_CHARS`` characters (cut before the terms are made, and the whole
+again, as a tsvector holds at most 1 MB)."""
 _FILTERS = (
     "json_typeof(j.d -> '{f}') = 'string' AND j.d ->> '{f}' = ANY({values}::text[])",
     "json_typeof(j.d -> '{f}') = 'number'",
     "(j.d ->> '{f}')::float8 {op} {mark}::float8",
 )
 """``search_text``'s filter templates (``filter_clause``) on ``j.d``, the item's JSON."""
-
-
-_TSV = tsvector_sql("j.d ->> 'text'")
-"""The indexed words of ``j.d``, an item's JSON."""
 
 
 def text_statements(t: Tables) -> list[str]:
@@ -123,6 +124,7 @@ def text_statements(t: Tables) -> list[str]:
         f"""CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $f$
 DECLARE ids text[];
 BEGIN
+  -- {TEXT_MARK}
   IF TG_OP = 'INSERT' THEN
     ids := ARRAY(SELECT r.session_id FROM {x.registry} r
                  WHERE r.session_id = ANY (ARRAY(SELECT DISTINCT session_id FROM new_rows)));
@@ -236,7 +238,9 @@ class PostgresDialect(SqlDialect):
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", t.lock_key())
                 if await self._text_present(conn) and await self._text_bounded(conn):
                     return
-                for statement in text_statements(t):
+                # Absent, or built under another tokenization policy (TEXT_MARK): dropped and
+                # made again, so each session's next search indexes it with today's terms.
+                for statement in drop_text_statements(t) + text_statements(t):
                     await conn.execute(statement)
         except pg.InsufficientPrivilegeError as exc:
             raise BackendDataError(
@@ -261,11 +265,14 @@ class PostgresDialect(SqlDialect):
         found = await conn.fetchval(
             "SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) "
             "AND tgname = ANY($2::text[]) AND to_regclass($3) IS NOT NULL "
-            "AND to_regclass($4) IS NOT NULL",
+            "AND to_regclass($4) IS NOT NULL AND coalesce((SELECT strpos(prosrc, $5) > 0 "
+            "FROM pg_proc WHERE oid = to_regproc($6)), false)",
             self.t.messages,
             [x.name("ins"), x.name("upd")],
             x.index,
             x.registry,
+            TEXT_MARK,
+            x.name("sync"),
         )
         return int(found) == 2
 

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Dialect
 
 from ...core.base import Row
 from ...core.sqltext import sqlite_indexable, sqlite_time
+from ...core.textsearch import TEXT_MARK, sqlite_search_text
 from ...errors import BackendDataError
 from .common import (
     BACKFILL_ROWS,
@@ -46,6 +47,10 @@ def create_statements(t: Tables) -> list[str]:
     ]
 
 
+_BODY = sqlite_search_text("json_extract({row}.message_data, '$.text')")
+"""What the index holds for an item: its text and its CJK terms (``core.textsearch``)."""
+
+
 def text_statements(t: Tables) -> list[str]:
     """The DDL of the full-text index (Capability.TEXT_SEARCH), made on the first
     ``search_text``: a table of the registered sessions' texts keyed by ``(session_id, seq)``,
@@ -57,7 +62,7 @@ def text_statements(t: Tables) -> list[str]:
     fts = x.name("fts")
     add = (
         f"INSERT OR REPLACE INTO {x.index} (session_id, seq, body) SELECT NEW.session_id, "
-        "NEW.seq, json_extract(NEW.message_data, '$.text') WHERE EXISTS (SELECT 1 FROM "
+        f"NEW.seq, {_BODY.format(row='NEW')} WHERE EXISTS (SELECT 1 FROM "
         f"{x.registry} WHERE session_id = NEW.session_id) AND {sqlite_indexable('NEW')};"
     )
     return [
@@ -72,7 +77,7 @@ def text_statements(t: Tables) -> list[str]:
         f"CREATE TRIGGER IF NOT EXISTS {x.name('fts_del')} AFTER DELETE ON {x.index} BEGIN "
         f"INSERT INTO {fts} ({fts}, rowid, body) VALUES ('delete', OLD.id, OLD.body); END",
         f"CREATE TRIGGER IF NOT EXISTS {x.name('ins')} AFTER INSERT ON {t.messages} "
-        f"BEGIN {add} END",
+        f"BEGIN /* {TEXT_MARK} */ {add} END",
         f"CREATE TRIGGER IF NOT EXISTS {x.name('upd')} AFTER UPDATE OF message_data ON "
         f"{t.messages} WHEN OLD.message_data IS NOT NEW.message_data BEGIN "
         f"DELETE FROM {x.index} WHERE session_id = OLD.session_id AND seq = OLD.seq; {add} END",
@@ -88,6 +93,13 @@ def _text_names(t: Tables) -> list[str]:
     return [x.registry, x.index] + [
         x.name(suffix) for suffix in ("fts", "fts_ins", "fts_del", "ins", "upd", "del", "off")
     ]
+
+
+def _drop_statements(t: Tables) -> list[str]:
+    names = _text_names(t)
+    # triggers first: a trigger naming a dropped table fails writes
+    drops = [f"DROP TRIGGER IF EXISTS {name}" for name in names[3:]]
+    return drops + [f"DROP TABLE IF EXISTS {name}" for name in names[2::-1]]
 
 
 async def _one(conn: Any, sql: str, args: Any) -> Any:
@@ -163,13 +175,19 @@ class SqliteDialect(SqlDialect):
         names = _text_names(t)
         marks = ", ".join("?" * len(names))
         sql = f"SELECT COUNT(*) FROM sqlite_master WHERE name IN ({marks})"
-        (found,) = await _one(conn, sql, names)
-        if int(found) == len(names):
+        sql += " UNION ALL SELECT instr(sql, ?) > 0 FROM sqlite_master WHERE name = ?"
+        cur = await conn.execute(sql, [*names, TEXT_MARK, names[5]])
+        rows = await cur.fetchall()
+        await cur.close()
+        if int(rows[0][0]) == len(names) and len(rows) == 2 and rows[1][0]:
             return
         if not create:
             raise text_missing(t, "sqlite")
+        # Absent, or built under another tokenization policy (TEXT_MARK): dropped and made
+        # again in one transaction; each session's next search indexes it with today's terms.
+        drops = _drop_statements(t)
         try:
-            await self.write(conn, lambda: _execute_all(conn, text_statements(t)))
+            await self.write(conn, lambda: _execute_all(conn, drops + text_statements(t)))
         except sqlite3.OperationalError as exc:
             if "fts5" in str(exc):
                 raise BackendDataError(
@@ -179,17 +197,14 @@ class SqliteDialect(SqlDialect):
             raise
 
     async def drop_text(self, conn: Any) -> None:
-        names = _text_names(self.t)
-        # triggers first: a trigger naming a dropped table fails writes
-        drops = [f"DROP TRIGGER IF EXISTS {name}" for name in names[3:]]
-        drops += [f"DROP TABLE IF EXISTS {name}" for name in names[2::-1]]
+        drops = _drop_statements(self.t)
         await self.write(conn, lambda: _execute_all(conn, drops))
 
     def text_writes(self, x: TextTables) -> tuple[str, str, int]:
         return (
             f"INSERT OR IGNORE INTO {x.registry} (session_id) VALUES (?)",
             f"INSERT OR IGNORE INTO {x.index} (session_id, seq, body) SELECT m.session_id, "
-            f"m.seq, json_extract(m.message_data, '$.text') FROM {self.t.messages} m "
+            f"m.seq, {_BODY.format(row='m')} FROM {self.t.messages} m "
             "WHERE m.session_id = ? AND m.seq > ? AND m.seq <= coalesce(?, m.seq) "
             f"AND {sqlite_indexable('m')} ORDER BY m.seq",
             BACKFILL_ROWS,

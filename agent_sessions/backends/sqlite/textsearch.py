@@ -38,12 +38,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ...core.sqltext import sqlite_indexable
-from ...core.textsearch import Between, Equal
+from ...core.textsearch import TEXT_MARK, Between, Equal, sqlite_search_text
 
 T = TypeVar("T")
-_TEXT = "'$.text'"
 SECURE_DELETE = sqlite3.sqlite_version_info >= (3, 42, 0)
 """Whether FTS5 has the ``secure-delete`` option (a delete takes its words at once)."""
+_BODY = sqlite_search_text("json_extract({row}.message_data, '$.text')")
+"""What the index holds for an item: its text and its CJK terms (``core.textsearch``)."""
 _INT64_MAX = 2**63 - 1
 
 
@@ -65,25 +66,24 @@ class TextIndexSchema:
         self.create = [
             f"CREATE TABLE IF NOT EXISTS {listed} (session_id TEXT PRIMARY KEY) WITHOUT ROWID",
             f"CREATE VIEW IF NOT EXISTS {src} AS SELECT m.id AS id, "
-            f"json_extract(m.message_data, {_TEXT}) AS body FROM {m} AS m "
+            f"{_BODY.format(row='m')} AS body FROM {m} AS m "
             f"WHERE m.session_id IN (SELECT session_id FROM {listed}) AND {sqlite_indexable('m')}",
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {f} USING fts5(body, content='{src}', "
             "content_rowid='id', tokenize='unicode61 remove_diacritics 2')",
             f"CREATE TRIGGER IF NOT EXISTS {m}_text_insert AFTER INSERT ON {m} "
-            f"WHEN {new_listed} AND {sqlite_indexable('new')} BEGIN "
-            f"INSERT INTO {f} (rowid, body) "
-            f"VALUES (new.id, json_extract(new.message_data, {_TEXT})); END",
+            f"WHEN {new_listed} AND {sqlite_indexable('new')} BEGIN /* {TEXT_MARK} */ "
+            f"INSERT INTO {f} (rowid, body) VALUES (new.id, {_BODY.format(row='new')}); END",
             f"CREATE TRIGGER IF NOT EXISTS {m}_text_delete AFTER DELETE ON {m} "
             f"WHEN {old_listed} AND {sqlite_indexable('old')} BEGIN "
             f"INSERT INTO {f} ({f}, rowid, body) "
-            f"VALUES ('delete', old.id, json_extract(old.message_data, {_TEXT})); END",
+            f"VALUES ('delete', old.id, {_BODY.format(row='old')}); END",
             f"CREATE TRIGGER IF NOT EXISTS {m}_text_update AFTER UPDATE ON {m} "
             f"WHEN {old_listed} OR {new_listed} BEGIN "
             f"INSERT INTO {f} ({f}, rowid, body) "
-            f"SELECT 'delete', old.id, json_extract(old.message_data, {_TEXT}) "
+            f"SELECT 'delete', old.id, {_BODY.format(row='old')} "
             f"WHERE {old_listed} AND {sqlite_indexable('old')}; "
             f"INSERT INTO {f} (rowid, body) "
-            f"SELECT new.id, json_extract(new.message_data, {_TEXT}) "
+            f"SELECT new.id, {_BODY.format(row='new')} "
             f"WHERE {new_listed} AND {sqlite_indexable('new')}; END",
             f"CREATE TRIGGER IF NOT EXISTS {m}_text_unlist AFTER DELETE ON {s} BEGIN "
             f"DELETE FROM {listed} WHERE session_id = old.session_id "
@@ -104,11 +104,13 @@ class TextIndexSchema:
         self.any_listed = (
             f"SELECT 1 FROM {listed} WHERE session_id IN (SELECT value FROM json_each(?))"
         )
+        self.insert_trigger = f"{m}_text_insert"
+        self.current = "SELECT instr(sql, ?) > 0 FROM sqlite_master WHERE name = ?"
         self.is_listed = f"SELECT 1 FROM {listed} WHERE session_id = ?"
         self.holds_items = f"SELECT 1 FROM {m} WHERE session_id = ? LIMIT 1"
         self.list = f"INSERT INTO {listed} (session_id) VALUES (?)"
         self.backfill = (
-            f"INSERT INTO {f} (rowid, body) SELECT m.id, json_extract(m.message_data, {_TEXT}) "
+            f"INSERT INTO {f} (rowid, body) SELECT m.id, {_BODY.format(row='m')} "
             f"FROM {m} AS m WHERE m.session_id = ? AND {sqlite_indexable('m')}"
         )
         # The best ``?`` hits among the session's row ids, ranked with no join per hit, each
@@ -188,7 +190,12 @@ class TextIndexSchema:
         return raw.execute(sql, [match, sid, *params, sid, sid, limit]).fetchall()
 
     def create_all(self, raw: sqlite3.Connection) -> None:
-        """Create the index, its view, table and triggers if missing (in a write transaction)."""
+        """Create the index, its view, table and triggers if missing (in a write transaction);
+        an index built under another tokenization policy (no :data:`TEXT_MARK` in its insert
+        trigger) is dropped first, so each session's next search indexes it again."""
+        row = raw.execute(self.current, (TEXT_MARK, self.insert_trigger)).fetchone()
+        if row is not None and not row[0]:
+            self.drop_all(raw)
         for statement in self.create:
             raw.execute(statement)
 

@@ -100,7 +100,7 @@ class CompactionSession(SessionWrapper):
         compact_on_write: also consult the trigger after every ``add_items`` (for use without
             the Runner, whose hook already does so after each turn). A failure there is logged
             and kept in ``last_error``, never raised: the items were written.
-        token_estimator: how tokens are estimated (default tiktoken, else characters / 4).
+        token_estimator: how tokens are estimated (default tiktoken, else an offline estimate).
         session_settings: SDK settings, set on the inner session (the stack shares one).
     """
 

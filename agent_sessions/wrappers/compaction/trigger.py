@@ -32,7 +32,7 @@ class CompactionTriggerContext(TypedDict):
     estimated_tokens: int
     """Token estimate of ``session_items`` (see ``token_estimate_method``)."""
     token_estimate_method: str
-    """``"tiktoken:<encoding>"`` or ``"chars/4"``."""
+    """``"tiktoken:<encoding>"`` or ``"offline"`` (the estimate without an encoding)."""
 
 
 CompactionTrigger = Callable[[CompactionTriggerContext], "bool | Awaitable[bool]"]

@@ -41,7 +41,7 @@ class WindowSession(ContextForwardingWrapper):
         inner: any Session.
         max_turns: at most this many user turns of history (a turn starts at a user message).
         max_tokens: at most this many tokens of history (estimated as compaction does:
-            tiktoken when installed, else characters / 4).
+            tiktoken when installed, else an offline estimate).
         micro_compaction: shorten long texts of older turns on read (see
             :class:`MicroCompaction`); None shows items whole.
         token_estimator: how tokens are estimated.

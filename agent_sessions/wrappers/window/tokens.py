@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..compaction.text import item_text
-from ..compaction.tokens import TokenEstimator
+from ..compaction.tokens import OFFLINE, TokenEstimator, media_tokens
 
 _CACHE_SIZE = 8192
 
@@ -22,7 +22,7 @@ class ItemTokens:
     async def counts(self, items: Sequence[Any]) -> list[int]:
         """Per-item token estimates, framing included."""
         await self.estimator.ensure_loaded()
-        if self.estimator.method == "chars/4":
+        if self.estimator.method == OFFLINE:
             return [self.estimator.count_item(item) for item in items]
         texts = [item_text(item) for item in items]
         missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
@@ -33,4 +33,4 @@ class ItemTokens:
             if len(self._cache) + len(missing) > _CACHE_SIZE:
                 self._cache.clear()
             self._cache.update(zip(missing, counted, strict=True))
-        return [self._cache[t] for t in texts]
+        return [self._cache[t] + media_tokens(item) for t, item in zip(texts, items, strict=True)]
