@@ -30,7 +30,7 @@ _MODULES: dict[str, tuple[str | None, str]] = {
     "backends.redis": ("redis", "RedisSession"),
     "backends.sql": ("sqlalchemy", "SQLAlchemySession"),
     "backends.mongodb": ("mongodb", "MongoDBSession"),
-    "wrappers.encrypted": ("encryption", "EncryptedSession is_encrypted"),
+    "wrappers.encrypted": ("encryption", "EncryptedSession Keyring is_encrypted"),
     "wrappers.ttl": (None, "TTLSession"),
     "wrappers.usage": (None, "UsageTrackingSession"),
     "wrappers.branching": (None, "BranchingSession"),
@@ -75,6 +75,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .wrappers.branching import BranchingSession as BranchingSession
     from .wrappers.compaction import CompactionSession as CompactionSession
     from .wrappers.encrypted import EncryptedSession as EncryptedSession
+    from .wrappers.encrypted import Keyring as Keyring
     from .wrappers.encrypted import is_encrypted as is_encrypted
     from .wrappers.resilient import CircuitBreaker as CircuitBreaker
     from .wrappers.resilient import ResilientSession as ResilientSession

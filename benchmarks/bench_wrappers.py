@@ -1,6 +1,7 @@
-"""Wrapper cost: the bare backend vs EncryptedSession, TTLSession, EncryptedSession over
-TTLSession, AdvancedSession (branching + usage) and CompactionSession (a trigger that never
-fires), on SQLite and Redis, warm and on a fresh object per call.
+"""Wrapper cost: the bare backend vs EncryptedSession (``encryption_key=``, and a shared
+``Keyring``), TTLSession, EncryptedSession over TTLSession, AdvancedSession (branching +
+usage) and CompactionSession (a trigger that never fires), on SQLite and Redis, warm and on
+a fresh object per call.
 
     python benchmarks/bench_wrappers.py [--quick]
 
@@ -22,7 +23,7 @@ from typing import Any
 from cryptography.fernet import Fernet
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from agent_sessions import SQLiteSession
+from agent_sessions import Keyring, SQLiteSession
 from agent_sessions.wrappers.advanced import AdvancedSession
 from agent_sessions.wrappers.compaction import CompactionSession
 from agent_sessions.wrappers.encrypted import EncryptedSession
@@ -43,6 +44,7 @@ PREFIX = run_prefix("wrappers")
 REDIS_URL = os.environ.get("AGENT_SESSIONS_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 KEY = Fernet.generate_key().decode()
+RING = Keyring(KEY)  # one per process, as a web server would hold it
 ITEM_BYTES = 1024
 BareFactory = Callable[[str], Awaitable[Any]]
 
@@ -54,6 +56,7 @@ def never(_context: Any) -> bool:
 STACKS: dict[str, Callable[[Any], Any]] = {
     "bare": lambda s: s,
     "Encrypted": lambda s: EncryptedSession(s, encryption_key=KEY),
+    "Encrypted (Keyring)": lambda s: EncryptedSession(s, keyring=RING),
     "TTL": lambda s: TTLSession(s, ttl=3600),
     "Encrypted+TTL": lambda s: EncryptedSession(TTLSession(s, ttl=3600), encryption_key=KEY),
     "AdvancedSession": lambda s: AdvancedSession(s),

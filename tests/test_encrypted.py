@@ -338,7 +338,7 @@ async def test_plaintext_cache_is_bounded_per_object_and_hands_out_independent_c
 async def test_an_object_derives_its_key_on_first_use_and_caches_reads_from_its_second_on() -> None:
     """Issue 25 item 7: an object built per call pays for no work it cannot use."""
     module = EncryptedSession.__module__
-    with patch(f"{module}._session_key", side_effect=AssertionError("derived at construction")):
+    with patch(f"{module}._hkdf_extract", side_effect=AssertionError("derived at construction")):
         s, inner = await _stack(encryption_key=KEY)
     await s.add_items([msg("a"), msg("b")])
     assert len(s._ciphers) == 1  # derived once, for the write

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard, TypeVar
 from ...core.extras import missing
 
 try:
-    from redis.asyncio import Redis, RedisCluster
+    from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
     from redis.exceptions import (
@@ -187,7 +187,10 @@ class RedisStore:
             # No retries: a retried write may run twice; fail and let the caller decide.
             defaults = {"socket_connect_timeout": timeout, "socket_timeout": timeout}
             options = {"retry": Retry(NoBackoff(), 0), **defaults, **(redis_kwargs or {})}
-            return (RedisCluster if cluster else Redis).from_url(url, **options)
+            if cluster:
+                return RedisCluster.from_url(url, **options)
+            # redis-py's blocking pool waits up to timeout for a free connection, then raises.
+            return Redis.from_pool(BlockingConnectionPool.from_url(url, timeout=timeout, **options))
 
         try:
             loop = asyncio.get_running_loop()
@@ -357,7 +360,8 @@ class RedisSession(BaseSession):
                 (e.g. ``decode_responses``, ``ssl_ca_certs``, ``max_connections``).
             cluster: connect with ``RedisCluster`` (url names any one node).
             timeout: the client's ``socket_connect_timeout`` and ``socket_timeout`` (seconds;
-                None: no limit), and the wait for a free pooled connection.
+                None: no limit), and the wait for a free pooled connection (the client is
+                built on redis-py's ``BlockingConnectionPool``, except on a cluster).
             key_prefix, ttl, session_settings, max_item_bytes, strict: as in the constructor.
         """
         store = RedisStore.for_url(url, redis_kwargs, cluster, timeout)
@@ -692,7 +696,9 @@ class RedisSession(BaseSession):
             raise self._unavailable(exc, reads) from exc
 
     async def _when_pool_frees(self, command: Callable[[], Awaitable[T]]) -> T:
-        """Retry ``command`` while the pool is full, backing off, up to ``timeout``."""
+        """Retry ``command`` while the pool is full, backing off, up to ``timeout``: for pools
+        that cannot wait themselves, RedisCluster's and a caller's plain ConnectionPool
+        (test_a_full_pool_that_cannot_wait_is_retried_until_timeout)."""
         loop = asyncio.get_running_loop()
         give_up = None if self.timeout is None else loop.time() + self.timeout
         pause = 0.0005
@@ -716,6 +722,8 @@ class RedisSession(BaseSession):
             reason = "did not answer within the client's socket timeout"
         elif isinstance(exc, BusyLoadingError):
             reason = "is loading its dataset"
+        elif isinstance(exc, MaxConnectionsError) or str(exc) == "No connection available.":
+            reason = f"had no free pooled connection within timeout={self.timeout} s"
         else:
             reason = f"failed: {type(exc).__name__}: {exc}"
         return BackendUnavailableError(

@@ -6,6 +6,7 @@ from .session import (
     ENC_TYPE,
     EncryptedSession,
     KeyMismatchError,
+    Keyring,
     is_encrypted,
     master_key_bytes,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "ENC_TYPE",
     "EncryptedSession",
     "KeyMismatchError",
+    "Keyring",
     "is_encrypted",
     "master_key_bytes",
 ]

@@ -14,8 +14,10 @@ import hmac
 import logging
 import os
 import re
+import threading
 import time
 from binascii import a2b_base64, b2a_base64
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from functools import partial
@@ -168,10 +170,80 @@ def _item(plain: bytes) -> Any:
     return item
 
 
-def _session_key(master: bytes, info: bytes) -> bytes:
-    """HKDF-SHA256 (RFC 5869) of 32 bytes: one HMAC to extract, one to expand. The same bytes
-    as ``cryptography``'s ``HKDF``, at a tenth of its cost on each new object."""
-    return hmac.digest(hmac.digest(_HKDF_SALT, master, "sha256"), info + b"\x01", "sha256")
+def _hkdf_extract(master: bytes) -> bytes:
+    """HKDF-SHA256's extract step (RFC 5869); with one HMAC to expand, the same bytes as
+    ``cryptography``'s ``HKDF`` at a tenth of its cost."""
+    return hmac.digest(_HKDF_SALT, master, "sha256")
+
+
+class Keyring:
+    """Master keys parsed once, for any number of :class:`EncryptedSession` objects
+    (``EncryptedSession(inner, keyring=ring)``): the caller owns it and its derived keys.
+
+    HKDF-SHA256's extract step runs once per master key here; a session's cipher (the expand
+    step) is kept in a least-recently-used cache of ``max_sessions`` entries, so a fresh
+    object per request skips key derivation. The same keys as ``encryption_key=`` / ``keys=``:
+    items written one way read the other way.
+
+    Args:
+        encryption_key: one master key (key id ``"default"``), as for EncryptedSession.
+        keys: keyring form ``{"k2": new, "k1": old}``; ``active``: the key id new items use.
+        max_sessions: per-session ciphers kept (positive).
+    """
+
+    def __init__(
+        self,
+        encryption_key: str | bytes | None = None,
+        *,
+        keys: Mapping[str, str | bytes] | None = None,
+        active: str | None = None,
+        max_sessions: int = 1024,
+    ) -> None:
+        masters, self.active_key_id = _keyring(encryption_key, keys, active)
+        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
+            raise ValueError(f"max_sessions must be a positive int, got {max_sessions!r}")
+        self.max_sessions = max_sessions
+        self.key_ids = frozenset(masters)
+        """The key ids this ring opens."""
+        self._masters = masters
+        self._prk: dict[str, bytes] = {}  # HKDF's extract step, once per master key, on first use
+        # Bounded: one entry per (session, key id) ever seen would grow with every conversation
+        # a long-lived process serves (test_keyring_cache_is_bounded_and_clear_drops_it).
+        self._ciphers: OrderedDict[tuple[str, str], tuple[AESGCM, bytes]] = OrderedDict()
+        # A pop's check may derive a cipher off the event loop's thread.
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:  # never the keys
+        return f"Keyring(key_ids={sorted(self.key_ids)}, active={self.active_key_id!r})"
+
+    def cipher(self, session_id: str, kid: str) -> tuple[AESGCM, bytes]:
+        """The AEAD of key ``kid``'s per-session key for ``session_id`` and its associated data
+        (KeyError for a key id not in the ring)."""
+        key = (session_id, kid)
+        with self._lock:
+            entry = self._ciphers.get(key)
+            if entry is not None:
+                self._ciphers.move_to_end(key)
+                return entry
+        sid = session_id.encode("utf-8")
+        info = b"agent_sessions.enc.session-key\x00" + sid
+        aad = f"{ENC_TYPE}\x00{ENVELOPE_VERSION}\x00{kid}\x00".encode() + sid
+        prk = self._prk.get(kid) or self._prk.setdefault(kid, _hkdf_extract(self._masters[kid]))
+        entry = (AESGCM(hmac.digest(prk, info + b"\x01", "sha256")), aad)
+        with self._lock:
+            self._ciphers[key] = entry
+            if len(self._ciphers) > self.max_sessions:
+                self._ciphers.popitem(last=False)
+        return entry
+
+    def cached(self) -> int:
+        """How many per-session ciphers the ring holds."""
+        return len(self._ciphers)
+
+    def clear(self) -> None:
+        """Drop every per-session key derived so far (the ring derives them again on use)."""
+        with self._lock:
+            self._ciphers.clear()
 
 
 class EncryptedSession(ContextForwardingWrapper):
@@ -185,6 +257,8 @@ class EncryptedSession(ContextForwardingWrapper):
         keys: keyring form instead of ``encryption_key``: ``{"k2": new, "k1": old}``; every key
             still decrypts, new items use ``active``. Key ids: 1-64 of ``A-Za-z0-9._-``.
         active: the key id new items are written with (may be omitted for one key).
+        keyring: a :class:`Keyring` instead of ``encryption_key``/``keys``/``active``: keys
+            parsed and derived once for every object built on it (a fresh object per request).
         ttl: item lifetime in seconds or ``timedelta``, like the SDK's: an item older than
             ``ttl`` (by its authenticated write time) is skipped by reads and removed by
             ``pop_item`` on its way, but stays stored (stack a ``TTLSession`` under this layer
@@ -237,6 +311,7 @@ class EncryptedSession(ContextForwardingWrapper):
         *,
         keys: Mapping[str, str | bytes] | None = None,
         active: str | None = None,
+        keyring: Keyring | None = None,
         strict: bool = False,
         session_id: str | None = None,
         max_item_bytes: int | None = None,
@@ -275,7 +350,15 @@ class EncryptedSession(ContextForwardingWrapper):
                 f"session_id {session_id!r} differs from the wrapped session's "
                 f"{inner.session_id!r}; omit session_id or make them equal"
             )
-        self._keys, self.active_key_id = _keyring(encryption_key, keys, active)
+        if keyring is None:  # the SDK's form: keys derived per object, as its class does
+            keyring = Keyring(encryption_key, keys=keys, active=active)
+        elif not isinstance(keyring, Keyring):
+            raise TypeError(f"keyring must be a Keyring, got {type(keyring).__name__}")
+        elif encryption_key is not None or keys is not None or active is not None:
+            raise ValueError("pass either keyring= or encryption_key=/keys=/active=, not both")
+        self.keyring = keyring
+        """The :class:`Keyring` this object's keys come from (its own unless one was passed)."""
+        self.active_key_id = keyring.active_key_id
         self.underlying_session = inner
         """The wrapped session (the SDK's attribute name; ``inner`` is the same)."""
         super().__init__(inner)
@@ -298,7 +381,7 @@ class EncryptedSession(ContextForwardingWrapper):
             inner_cap = getattr(inner, "max_item_bytes", None)
             max_item_bytes = DEFAULT_MAX_ITEM_BYTES
             if isinstance(inner_cap, int):  # the base64 left once the envelope and kid are in
-                b64_budget = inner_cap - _ENVELOPE_FIXED - max(map(len, self._keys)) - 16
+                b64_budget = inner_cap - _ENVELOPE_FIXED - max(map(len, keyring.key_ids)) - 16
                 max_item_bytes = max(1, (b64_budget // 4) * 3 - _TAG_BYTES)
         self.max_item_bytes = check_max_item_bytes(max_item_bytes)
 
@@ -306,8 +389,7 @@ class EncryptedSession(ContextForwardingWrapper):
         """Return an EncryptedSession with the same keys over the side store ``member``."""
         return EncryptedSession(
             member,
-            keys=self._keys,
-            active=self.active_key_id,
+            keyring=self.keyring,
             strict=self.strict,
             cache_bytes=self.cache_bytes,
         )
@@ -315,15 +397,10 @@ class EncryptedSession(ContextForwardingWrapper):
     # -- crypto --------------------------------------------------------------------------------
 
     def _cipher(self, kid: str) -> tuple[AESGCM, bytes]:
-        """The AEAD of ``kid``'s per-session key (HKDF-SHA256) and the associated data,
-        derived on first use, once per object (a pop's check may derive it off the event loop's
+        """The AEAD of ``kid``'s per-session key and the associated data, from the keyring on
+        first use, then kept by this object (a pop's check may ask off the event loop's
         thread: two threads would store equal entries, one dict assignment each)."""
-        entry = self._ciphers.get(kid)
-        if entry is None:
-            sid = self.session_id.encode("utf-8")
-            info = b"agent_sessions.enc.session-key\x00" + sid
-            aad = f"{ENC_TYPE}\x00{ENVELOPE_VERSION}\x00{kid}\x00".encode() + sid
-            entry = self._ciphers[kid] = (AESGCM(_session_key(self._keys[kid], info)), aad)
+        entry = self._ciphers[kid] = self.keyring.cipher(self.session_id, kid)
         return entry
 
     def _seal(self, text: str, t: int | None = None) -> dict[str, Any]:
@@ -377,7 +454,7 @@ class EncryptedSession(ContextForwardingWrapper):
         t, kid = envelope.get("t"), envelope.get("kid")
         if t is not None and type(t) is not int:
             raise _Unreadable("the envelope's write time is malformed")
-        if type(kid) is not str or kid not in self._keys:
+        if type(kid) is not str or kid not in self.keyring.key_ids:
             raise _Unreadable(f"key id {kid!r} is not in the keyring")
         cipher, aad = self._ciphers.get(kid) or self._cipher(kid)
         try:
