@@ -35,8 +35,8 @@ note=""
 [ "$version" = "$pinned" ] && note=" (the same as the pinned one in constraints.txt: run anyway, it is cheap)"
 echo "test-sdk-$which: openai-agents $version$note; newest on the index: $newest, pinned: $pinned"
 
-# Install once per version and per change of pyproject.toml or constraints.txt.
-stamp="$venv/.installed-$version-$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
+# Install once per version and per change of pyproject.toml, constraints.txt or this script.
+stamp="$venv/.installed-$version-$(cat pyproject.toml constraints.txt "$0" | sha256sum | cut -c1-16)"
 if [ ! -e "$stamp" ]; then
     rm -rf "$venv"
     "$python" -m venv "$venv"
@@ -44,15 +44,16 @@ if [ ! -e "$stamp" ]; then
     # The extras and the dev packages these tests import (not the docs, lint or memory tools).
     "$venv/bin/python" -m pip install -q --disable-pip-version-check -c "$venv/constraints.txt" \
         -e ".[all,testing]" pytest-timeout hypothesis mongomock-motor motor aiomysql hatchling \
-        dapr "openai-agents==$version" 2>&1 | quiet
+        dapr fastapi httpx "openai-agents==$version" 2>&1 | quiet
     touch "$stamp"
 fi
 ran="$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("openai-agents"))')"
 [ "$ran" = "$version" ] || { echo "installed openai-agents $ran, not $version" >&2; exit 1; }
 
 # The SDK seam: the SDK's own session test files (the budgeted CI cases), the adapter for its
-# classes (SQLiteSession, DaprSession, OpenAIConversationsSession), Runner runs through the
-# layers, and the conformance kit's core tier on every backend.
+# classes (SQLiteSession, DaprSession, OpenAIConversationsSession; the kit's core tier runs on
+# them there), Runner runs through the layers; more files as arguments (the latest pass adds the
+# context-scope tests, which need the Runner of 0.25 or later).
 PYTHONPATH="$repo" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
     tests/test_sdk_suite.py tests/test_foreign.py tests/test_dapr.py \
     tests/test_compaction_runner.py tests/test_usage.py tests/test_sdk_layouts.py \
