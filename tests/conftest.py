@@ -39,9 +39,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Collect the run's garbage while ``warnings`` still works and list the asyncpg
-    connections still open: left for interpreter exit, they printed only "Exception ignored
-    in Connection.__del__ ... no attribute 'warn'" after the summary (issue 41)."""
+    """Fail the run when it left driver connections unclosed: collect its garbage while
+    ``warnings`` still works and list the asyncpg connections still open. Left for interpreter
+    exit, they printed only "Exception ignored in Connection.__del__ ... no attribute 'warn'"
+    after the summary (issue 41: tests/test_text_index_upgrade.py held a shared engine)."""
     with warnings.catch_warnings(record=True) as collected:
         warnings.simplefilter("always")
         gc.collect()
@@ -53,6 +54,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             for conn in gc.get_objects()
             if isinstance(conn, asyncpg.Connection) and not conn.is_closed()
         )
+    if UNCLOSED and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -108,7 +111,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(f"[servers]   {name}")
     if UNCLOSED:
         terminalreporter.write_line(
-            f"[connections] {len(UNCLOSED)} driver connection(s) left unclosed by this run "
+            f"[connections] {len(UNCLOSED)} driver connection(s) left unclosed: the run fails "
             "(PYTHONASYNCIODEBUG=1 shows where each was opened):"
         )
         for line in UNCLOSED[:10]:
