@@ -101,9 +101,12 @@ SAMPLES = [
 
 
 async def test_each_database_derives_the_terms_python_does(url: str, sql_prefix: str) -> None:  # noqa: F811
-    engine = SQLAlchemySession.from_url("probe", url=url, table_prefix=sql_prefix).engine
+    # Closing the session gives back its share of the engine shared by every session of this
+    # URL; disposing the engine alone left the share held, and that engine's pool open to
+    # interpreter exit for every later test on the URL (issue 41).
+    probe = SQLAlchemySession.from_url("probe", url=url, table_prefix=sql_prefix)
     function = f"{sql_prefix}terms_probe"
-    async with engine.begin() as conn:
+    async with probe, probe.engine.begin() as conn:
         dialect = conn.dialect.name
         if dialect in ("mysql", "mariadb"):
             await conn.execute(text(mariadb_terms_function(function)))
@@ -127,4 +130,3 @@ async def test_each_database_derives_the_terms_python_does(url: str, sql_prefix:
         finally:
             if dialect in ("mysql", "mariadb"):
                 await conn.execute(text(f"DROP FUNCTION IF EXISTS {function}"))
-    await engine.dispose()
