@@ -98,6 +98,10 @@ class YieldingSession(InMemorySession):
         await self._yield()
         return await super()._append_if_newest(guard, seq, payloads)
 
+    async def _commit(self, ops: Any, expect: Any) -> list[Any] | None:
+        await self._yield()
+        return await super()._commit(ops, expect)
+
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
     ) -> list[Row]:

@@ -207,7 +207,11 @@ class MongoDBSession(BaseSession):
             ``max_item_bytes`` defaults to what one MongoDB document can hold.
     """
 
-    capabilities = STORE_CAPABILITIES | {Capability.NATIVE_EXPIRY}
+    capabilities = (STORE_CAPABILITIES - {Capability.GUARDED_WRITE, Capability.COMMIT}) | {
+        Capability.NATIVE_EXPIRY
+    }
+    """No COMMIT (nor its GUARDED_WRITE form): without transactions a write cannot be made
+    only while another session is unchanged; ``core.commit.commit_by_api`` serves it."""
 
     def __init__(
         self,

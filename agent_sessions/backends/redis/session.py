@@ -38,13 +38,18 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
 
 from agents.memory.session_settings import SessionSettings
 
-from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, one_guarded
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
 from ...core.family import SharedMembers
 from ...core.options import explicit_options
 from ...core.registry import StoreHold
-from ...errors import BackendDataError, BackendUnavailableError, SequenceConflictError
+from ...errors import (
+    BackendDataError,
+    BackendUnavailableError,
+    CommitConflictError,
+    SequenceConflictError,
+)
 from . import layout
 from .layout import ITEMS_TYPE, META_TYPE, check_key_prefix, session_keys
 
@@ -505,26 +510,31 @@ class RedisSession(BaseSession):
             for s, (_, limit, after, before), members in zip(near, reads, answers, strict=True)
         ]
 
-    async def _append_if_newest(
-        self, guard: BaseSession, seq: int | None, payloads: list[str]
-    ) -> list[int] | None:
-        if not self._near(guard):
+    async def _commit(
+        self,
+        ops: list[tuple[str, BaseSession, list[str]]],
+        expect: list[tuple[BaseSession, int | None]],
+    ) -> list[Any] | None:
+        # One script per shape the layout writes with a guard (one op, one guard).
+        shape = one_guarded(ops, expect)
+        if shape is None or not all(self._near(s) for s in (shape[1], shape[3] or self)):
             return None
+        kind, target, payloads, guard, seq, own = shape
+        assert isinstance(target, RedisSession) and (guard is None or self._near(guard))
+        if guard is None:
+            return [await (target._append(payloads) if kind == "append" else target._pop())]
         expected = "" if seq is None else str(seq)
-        last = await self._script(layout.APPEND_IF_NEWEST, expected, *payloads, guard=guard)
-        return None if int(last) < 0 else self._appended(payloads, last)
-
-    async def _pop_if_newest(
-        self, guard: BaseSession, seq: int | None, newest: int | None
-    ) -> tuple[bool, Any]:
-        if not self._near(guard):
-            return False, None
-        self._note_newest(None)
-        expected, own = "" if seq is None else str(seq), "*" if newest is None else str(newest)
-        reply = await self._script(layout.POP_IF_NEWEST, expected, own, guard=guard)
+        if kind == "append":
+            last = await target._script(layout.APPEND_IF_NEWEST, expected, *payloads, guard=guard)
+            if int(last) < 0:
+                raise CommitConflictError(f"session {guard.session_id!r} moved past {seq}")
+            return [target._appended(payloads, last)]
+        target._note_newest(None)
+        mine = "*" if own is None else str(own)
+        reply = await target._script(layout.POP_IF_NEWEST, expected, mine, guard=guard)
         if not int(reply[0]):
-            return False, None
-        return True, None if len(reply) < 2 or reply[1] is None else self._rows([reply[1]])[0][1]
+            raise CommitConflictError(f"session {guard.session_id!r} moved past {seq}")
+        return [None if len(reply) < 2 or reply[1] is None else target._rows([reply[1]])[0][1]]
 
     async def _pop(self) -> str | None:
         self._note_newest(None)

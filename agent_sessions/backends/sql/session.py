@@ -34,12 +34,17 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("SQLAlchemySession", "sqlalchemy", _exc) from _exc
 
-from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, one_guarded
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES
 from ...core.mutation import finish
 from ...core.options import explicit_options
-from ...errors import BackendDataError, BackendUnavailableError, SequenceConflictError
+from ...errors import (
+    BackendDataError,
+    BackendUnavailableError,
+    CommitConflictError,
+    SequenceConflictError,
+)
 from .common import Refused, SqlDialect, Tables, TextFilters, causes, split_words
 
 if TYPE_CHECKING:
@@ -738,26 +743,33 @@ class SQLAlchemySession(BaseSession):
             == (self.sessions_table, self.messages_table)
         )
 
-    async def _append_if_newest(
-        self, guard: BaseSession, seq: int | None, payloads: list[str]
-    ) -> list[int] | None:
-        if not self._same_store(guard):
+    async def _commit(
+        self,
+        ops: list[tuple[str, BaseSession, list[str]]],
+        expect: list[tuple[BaseSession, int | None]],
+    ) -> list[Any] | None:
+        # One transaction per shape the dialects write with a guard (one op, one guard).
+        shape = one_guarded(ops, expect)
+        if shape is None or not all(self._same_store(s) for s in (shape[1], shape[3] or self)):
             return None
-        sid, gid = self.session_id, guard.session_id
-        last = await self._run(
-            lambda d, conn: d.append_if_newest(conn, sid, payloads, gid, seq), write=True
+        kind, target, payloads, guard, seq, own = shape
+        assert isinstance(target, SQLAlchemySession)
+        if guard is None:
+            return [await (target._append(payloads) if kind == "append" else target._pop())]
+        sid, gid = target.session_id, guard.session_id
+        if kind == "append":
+            last = await target._run(
+                lambda d, conn: d.append_if_newest(conn, sid, payloads, gid, seq), write=True
+            )
+            if last is None:
+                raise CommitConflictError(f"session {gid!r} moved past {seq}; nothing written")
+            return [list(range(last - len(payloads) + 1, last + 1))]
+        done, payload = await target._run(
+            lambda d, conn: d.pop_if_newest(conn, sid, gid, seq, own), write=True
         )
-        return None if last is None else list(range(last - len(payloads) + 1, last + 1))
-
-    async def _pop_if_newest(
-        self, guard: BaseSession, seq: int | None, newest: int | None
-    ) -> tuple[bool, Any]:
-        if not self._same_store(guard):
-            return False, None
-        sid, gid = self.session_id, guard.session_id
-        return await self._run(
-            lambda d, conn: d.pop_if_newest(conn, sid, gid, seq, newest), write=True
-        )
+        if not done:
+            raise CommitConflictError(f"session {gid!r} moved past {seq}; nothing popped")
+        return [payload]
 
     async def _append_unnumbered(self, payloads: list[str]) -> None:
         await self._run(

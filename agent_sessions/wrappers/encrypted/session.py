@@ -17,7 +17,7 @@ import os
 import re
 import time
 from binascii import a2b_base64, b2a_base64
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from functools import lru_cache, partial
 from types import SimpleNamespace
@@ -29,6 +29,7 @@ from ...core import capabilities
 from ...core.base import pop_checked_of
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
+from ...core.commit import Expect, Op, commit_below
 from ...core.extras import missing
 from ...core.options import check_int
 from ...errors import DecryptionError
@@ -254,6 +255,7 @@ class EncryptedSession(SessionWrapper):
             Capability.REWRITE,
             Capability.FAMILY,
             Capability.CHECKED_POP,
+            Capability.COMMIT,
         }
     )
 
@@ -675,6 +677,15 @@ class EncryptedSession(SessionWrapper):
             return []
         return await self._inner(Capability.SEQUENCED).add_sequenced_items(sealed)  # type: ignore[no-any-return]
 
+    async def commit(self, ops: Sequence[Op], expect: Expect = ()) -> list[Any]:
+        """``core.commit.commit`` in the inner sessions' one commit: items sealed, a popped
+        one opened (None when it does not open) (COMMIT)."""
+
+        async def seal(session: EncryptedSession, items: list[Any]) -> list[Any]:
+            return session._seal_items(items)
+
+        return await commit_below(ops, expect, EncryptedSession, seal, _opened)
+
     async def get_sequenced_items(
         self, limit: int | None = None, *, after: int | None = None, before: int | None = None
     ) -> list[tuple[int, TResponseInputItem]]:
@@ -768,6 +779,14 @@ class EncryptedSession(SessionWrapper):
                 if envelope["kid"] != self.active_key_id:
                     plan.append((seq, self._seal(dumps(item), envelope.get("t"))))
             before = rows[0][0]
+
+
+def _opened(session: EncryptedSession, envelope: Any) -> Any:
+    """The item a commit popped, or None when it does not open (its removal stands)."""
+    try:
+        return session._open(envelope, remember=False)
+    except _Unreadable:
+        return None
 
 
 def _keyring(
