@@ -504,8 +504,10 @@ class _Scripted:
                 return await super()._append(payloads)
 
             async def _append_if_newest(self, guard: Any, seq: Any, payloads: Any) -> Any:
+                # The guarded write before core.commit (none calls it since): kept so that the
+                # test replays the same schedule, and fails, on the code before the fix.
                 await self._step("write")
-                return await super()._append_if_newest(guard, seq, payloads)
+                return await super()._append_if_newest(guard, seq, payloads)  # type: ignore[misc]
 
             async def _commit(self, ops: Any, expect: Any) -> Any:
                 await self._step("write")

@@ -409,12 +409,15 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         self, guard: Session, seq: int | None, items: list[TResponseInputItem]
     ) -> list[int] | None:
         """Append ``items`` only if ``guard``'s newest number is ``seq`` (None: empty), as one
-        ``commit``: the new numbers, or None when the guard moved (nothing written)
-        (GUARDED_WRITE).
+        ``commit``: the new numbers, or None when the guard moved (nothing written) or, in a
+        store without COMMIT, always (declined) (GUARDED_WRITE).
 
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
         """
+        if not supports(self, Capability.COMMIT):  # no one-step check here: declined
+            encode_batch(items, self.max_item_bytes)  # (bad items still raise)
+            return None
         try:
             (numbers,) = await self.commit([Append(self, items)], [(guard, seq)])
         except CommitConflictError:
@@ -426,36 +429,16 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
     ) -> tuple[bool, Any]:
         """``pop_item`` only if ``guard``'s newest number is ``seq`` and (when given) this
         session's is ``newest``, as one ``commit``: ``(True, item or None)`` (None also for an
-        item that does not decode), else ``(False, None)`` (GUARDED_WRITE)."""
+        item that does not decode), else ``(False, None)`` (also, declined, in a store without
+        COMMIT) (GUARDED_WRITE)."""
+        if not supports(self, Capability.COMMIT):  # no one-step check here: declined
+            return False, None
         expect = [(guard, seq), *([(self, newest)] if newest is not None else [])]
         try:
             (item,) = await self.commit([Pop(self)], expect)
         except CommitConflictError:
             return False, None
         return True, item
-
-    async def _pop_if_newest(
-        self, guard: BaseSession, seq: int | None, newest: int | None
-    ) -> tuple[bool, Any]:
-        """``_pop`` under ``pop_if_newest``'s atomic check (one ``_commit``): ``(True,
-        payload or None)``, else ``(False, None)``."""
-        expect = [(guard, seq), *([(self, newest)] if newest is not None else [])]
-        try:
-            done = await self._mutate(self._commit([("pop", self, [])], expect))
-        except CommitConflictError:
-            return False, None
-        return (False, None) if done is None else (True, done[0])
-
-    async def _append_if_newest(
-        self, guard: BaseSession, seq: int | None, payloads: list[str]
-    ) -> list[int] | None:
-        """``_append`` under that check (one ``_commit``): the new numbers, or None when
-        nothing was written."""
-        try:
-            done = await self._mutate(self._commit([("append", self, payloads)], [(guard, seq)]))
-        except CommitConflictError:
-            return None
-        return None if done is None else done[0]  # type: ignore[no-any-return]
 
     # -- a pop checked by a layer (capability) -------------------------------------------------
 

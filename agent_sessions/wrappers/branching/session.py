@@ -227,7 +227,7 @@ class BranchingSession(SessionWrapper):
         """Pop the newest item of storage ``key`` (the branch's own, seen by no other branch):
         only ``found`` ``(seq, item)`` when given, and only while the branch log holds nothing
         this object has not applied (no branch forked onto it since), in one commit where the
-        store commits (GUARDED_WRITE or COMMIT). ``(True, item or None)``; ``(False, None)``:
+        store commits (COMMIT). ``(True, item or None)``; ``(False, None)``:
         something changed: read again. Elsewhere a pop of ``found`` is checked (it never
         removes an item below, which a child may see); without ``found``, a plain pop."""
         storage = self._storages.storage(key)
@@ -502,8 +502,9 @@ class BranchingSession(SessionWrapper):
 
 
 def _guards(storage: Session) -> bool:
-    """Whether a write to ``storage`` can be guarded by the branch log in one commit."""
-    return supports(storage, Capability.GUARDED_WRITE) or supports(storage, Capability.COMMIT)
+    """Whether a write to ``storage`` can be guarded by the branch log in one commit, whose
+    refusal always means "it moved" (COMMIT; a GUARDED_WRITE alone may also decline)."""
+    return supports(storage, Capability.COMMIT)
 
 
 def _used(name: str) -> BranchError:
