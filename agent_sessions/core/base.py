@@ -20,7 +20,16 @@ from ..errors import CommitConflictError, CorruptItemError, InvalidItemError, Se
 from .capabilities import Capability, supports
 from .closing import Closing, release_here
 from .codec import DEFAULT_MAX_ITEM_BYTES, decode_item, encode_batch
-from .commit import Append, Expect, Op, Pop, commit_by_api
+from .commit import (
+    Append,
+    Expect,
+    Op,
+    Pop,
+    commit_by_api,
+    pop_checked_by_api,
+    pop_checked_of,
+    pop_if_newest_is,
+)
 from .family import REGISTRY, Family, SharedMembers, purposes_in
 from .ids import derive_sibling_id, validate_session_id
 from .mutation import run_to_completion
@@ -36,7 +45,7 @@ if TYPE_CHECKING:
     from agents.memory import Session
     from typing_extensions import Self
 
-    from .capabilities import Read, SupportsCheckedPop, SupportsSequencedItems
+    from .capabilities import Read, SupportsSequencedItems
 
 logger = logging.getLogger("agent_sessions")
 
@@ -775,53 +784,6 @@ def keeps_write_path(session: object, *methods: str) -> bool:
     )
 
 
-async def pop_checked_of(session: Session, check: Callable[[Any], Any]) -> Any:
-    """``session.pop_checked(check)``, or :func:`pop_checked_by_api` without CHECKED_POP."""
-    if supports(session, Capability.CHECKED_POP):
-        return await cast("SupportsCheckedPop", session).pop_checked(check)
-    return await pop_checked_by_api(session, check)
-
-
-class _Moved(Exception):
-    """The newest item is not the one a pop read: another object popped meanwhile."""
-
-
-def _same(expected: Any, item: Any) -> Any:
-    if item != expected:
-        raise _Moved
-    return item
-
-
-async def pop_if_newest_is(session: Session, item: Any) -> tuple[bool, Any]:
-    """Pop ``session``'s newest item only if it is still ``item`` (a checked pop):
-    ``(True, popped or None)``, or ``(False, None)`` when another item is newest now."""
-    try:
-        popped = await pop_checked_of(session, functools.partial(_same, item))
-    except _Moved:
-        return False, None
-    return True, popped
-
-
-async def pop_checked_by_api(session: Any, check: Callable[[Any], Any]) -> Any:
-    """``pop_checked`` in two steps (read and check the newest, pop); an item that replaced
-    it meanwhile is checked after its removal and added back when that check raises."""
-    while True:
-        newest = await session.get_items(limit=1)
-        if not newest:
-            return None
-        result = check(newest[-1])  # raises: nothing was removed
-        popped = await session.pop_item()
-        if popped is None:
-            continue  # emptied meanwhile
-        if popped == newest[-1]:
-            return result
-        try:  # another writer's item replaced the checked one
-            return check(popped)
-        except Exception:
-            await session.add_items([popped])
-            raise
-
-
 __all__ = [
     "STORE_CAPABILITIES",
     "BaseSession",
@@ -833,5 +795,6 @@ __all__ = [
     "keeps_write_path",
     "pop_checked_by_api",
     "pop_checked_of",
+    "pop_if_newest_is",
     "short_page_is_start",
 ]

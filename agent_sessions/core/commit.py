@@ -10,15 +10,18 @@ the expectations, then writes, in separate steps."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import CommitConflictError
 from .capabilities import Capability, supports
 
 if TYPE_CHECKING:
     from agents.memory import Session
+
+    from .capabilities import SupportsCheckedPop
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,6 @@ async def commit_by_api(ops: Sequence[Op], expect: Expect = ()) -> list[Any]:
     then run the ops in order; a pop of an expected session removes only the item read there
     (a checked pop; CommitConflictError, with the ops before it written, when it moved).
     Another writer may act between the steps: the guard narrows races, it does not close them."""
-    from .base import pop_if_newest_is  # base imports this module
-
     seen: dict[int, Any] = {}
     for session, seq in expect:
         reader: Any = session
@@ -86,6 +87,53 @@ async def commit_by_api(ops: Sequence[Op], expect: Expect = ()) -> list[Any]:
         else:
             out.append(await target.pop_item())
     return out
+
+
+async def pop_checked_of(session: Session, check: Callable[[Any], Any]) -> Any:
+    """``session.pop_checked(check)``, or :func:`pop_checked_by_api` without CHECKED_POP."""
+    if supports(session, Capability.CHECKED_POP):
+        return await cast("SupportsCheckedPop", session).pop_checked(check)
+    return await pop_checked_by_api(session, check)
+
+
+class _Moved(Exception):
+    """The newest item is not the one a pop read: another object popped meanwhile."""
+
+
+def _same(expected: Any, item: Any) -> Any:
+    if item != expected:
+        raise _Moved
+    return item
+
+
+async def pop_if_newest_is(session: Session, item: Any) -> tuple[bool, Any]:
+    """Pop ``session``'s newest item only if it is still ``item`` (a checked pop):
+    ``(True, popped or None)``, or ``(False, None)`` when another item is newest now."""
+    try:
+        popped = await pop_checked_of(session, functools.partial(_same, item))
+    except _Moved:
+        return False, None
+    return True, popped
+
+
+async def pop_checked_by_api(session: Any, check: Callable[[Any], Any]) -> Any:
+    """``pop_checked`` in two steps (read and check the newest, pop); an item that replaced
+    it meanwhile is checked after its removal and added back when that check raises."""
+    while True:
+        newest = await session.get_items(limit=1)
+        if not newest:
+            return None
+        result = check(newest[-1])  # raises: nothing was removed
+        popped = await session.pop_item()
+        if popped is None:
+            continue  # emptied meanwhile
+        if popped == newest[-1]:
+            return result
+        try:  # another writer's item replaced the checked one
+            return check(popped)
+        except Exception:
+            await session.add_items([popped])
+            raise
 
 
 async def append_if_newest_of(
@@ -157,5 +205,8 @@ __all__ = [
     "commit_below",
     "commit_by_api",
     "append_if_newest_of",
+    "pop_checked_by_api",
+    "pop_checked_of",
+    "pop_if_newest_is",
     "pop_if_newest_of",
 ]

@@ -330,6 +330,8 @@ class RedisSession(BaseSession):
         self.store = _store
         self._client: Any = _store.client
         self._cluster = isinstance(_store.client, RedisCluster)
+        if self._cluster:  # sessions live in different slots: no script reaches two of them
+            vars(self)["capabilities"] = type(self).capabilities - {Capability.COMMIT}
         self.key_prefix = check_key_prefix(key_prefix)
         self.timeout = timeout
         self.keys = session_keys(self.key_prefix, self.session_id)  # (items, meta)
@@ -517,24 +519,24 @@ class RedisSession(BaseSession):
     ) -> list[Any] | None:
         # One script per shape the layout writes with a guard (one op, one guard).
         shape = one_guarded(ops, expect)
-        if shape is None or not all(self._near(s) for s in (shape[1], shape[3] or self)):
+        if shape is None or shape[1] is not self or not self._near(shape[3] or self):
             return None
-        kind, target, payloads, guard, seq, own = shape
-        assert isinstance(target, RedisSession) and (guard is None or self._near(guard))
+        kind, _, payloads, guard, seq, own = shape
         if guard is None:
-            return [await (target._append(payloads) if kind == "append" else target._pop())]
+            return [await (self._append(payloads) if kind == "append" else self._pop())]
+        assert self._near(guard)  # checked above; narrows its type
         expected = "" if seq is None else str(seq)
         if kind == "append":
-            last = await target._script(layout.APPEND_IF_NEWEST, expected, *payloads, guard=guard)
+            last = await self._script(layout.APPEND_IF_NEWEST, expected, *payloads, guard=guard)
             if int(last) < 0:
                 raise CommitConflictError(f"session {guard.session_id!r} moved past {seq}")
-            return [target._appended(payloads, last)]
-        target._note_newest(None)
+            return [self._appended(payloads, last)]
+        self._note_newest(None)
         mine = "*" if own is None else str(own)
-        reply = await target._script(layout.POP_IF_NEWEST, expected, mine, guard=guard)
+        reply = await self._script(layout.POP_IF_NEWEST, expected, mine, guard=guard)
         if not int(reply[0]):
             raise CommitConflictError(f"session {guard.session_id!r} moved past {seq}")
-        return [None if len(reply) < 2 or reply[1] is None else target._rows([reply[1]])[0][1]]
+        return [None if len(reply) < 2 or reply[1] is None else self._rows([reply[1]])[0][1]]
 
     async def _pop(self) -> str | None:
         self._note_newest(None)

@@ -750,21 +750,20 @@ class SQLAlchemySession(BaseSession):
     ) -> list[Any] | None:
         # One transaction per shape the dialects write with a guard (one op, one guard).
         shape = one_guarded(ops, expect)
-        if shape is None or not all(self._same_store(s) for s in (shape[1], shape[3] or self)):
+        if shape is None or shape[1] is not self or not self._same_store(shape[3] or self):
             return None
-        kind, target, payloads, guard, seq, own = shape
-        assert isinstance(target, SQLAlchemySession)
+        kind, _, payloads, guard, seq, own = shape
         if guard is None:
-            return [await (target._append(payloads) if kind == "append" else target._pop())]
-        sid, gid = target.session_id, guard.session_id
+            return [await (self._append(payloads) if kind == "append" else self._pop())]
+        sid, gid = self.session_id, guard.session_id
         if kind == "append":
-            last = await target._run(
+            last = await self._run(
                 lambda d, conn: d.append_if_newest(conn, sid, payloads, gid, seq), write=True
             )
             if last is None:
                 raise CommitConflictError(f"session {gid!r} moved past {seq}; nothing written")
             return [list(range(last - len(payloads) + 1, last + 1))]
-        done, payload = await target._run(
+        done, payload = await self._run(
             lambda d, conn: d.pop_if_newest(conn, sid, gid, seq, own), write=True
         )
         if not done:
