@@ -521,7 +521,23 @@ class _Scripted:
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("stack", ["memory", "encrypted ttl"])
+@pytest.mark.parametrize(
+    "stack",
+    [
+        "memory",
+        pytest.param(
+            "encrypted ttl",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason=(
+                    "TTLSession passes no COMMIT yet (a guard on its stored newest number, not "
+                    "the visible one, livelocked test_properties[redis-advanced-ttl]): through "
+                    "it the move is checked, then appended, in two steps"
+                ),
+            ),
+        ),
+    ],
+)
 async def test_a_pop_moving_a_fork_point_never_hides_an_acknowledged_add(stack: str) -> None:
     """A pop of an item a child sees moves the branch's fork point below it, guarded by the
     item still being its storage's newest. Here the guard fails (B's add of x landed above

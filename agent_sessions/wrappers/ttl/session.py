@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -24,7 +24,6 @@ from agents.memory import Session
 from ...core.base import keeps_write_path, pop_checked_of
 from ...core.capabilities import Capability, SupportsFamilyBatch, supports
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, check_size, dumps, encode_batch
-from ...core.commit import Expect, Op, commit_below
 from ...core.family import member_purposes
 from ..base import SessionWrapper, atomic_replace, check_max_item_bytes
 from .boundary import Boundary, newest_dead_by_scan
@@ -70,11 +69,6 @@ def _time(envelope: Any, key: str) -> float | None:
     return float(value) if type(value) is int else None
 
 
-def _unwrapped(session: TTLSession, envelope: Any) -> Any:
-    """The item of an envelope a commit popped (None: not ours)."""
-    return envelope["item"] if _time(envelope, "t") is not None else None
-
-
 class TTLSession(SessionWrapper):
     """Expire a session ``ttl`` after its last write (or its creation), and/or each item
     ``item_ttl`` after it was written.
@@ -104,13 +98,7 @@ class TTLSession(SessionWrapper):
     """Items vanish from reads on their own (see ``foreign.expiring_layer``)."""
 
     passes: ClassVar[frozenset[Capability]] = frozenset(
-        {
-            Capability.SEQUENCED,
-            Capability.RANGE_DELETE,
-            Capability.REWRITE,
-            Capability.FAMILY,
-            Capability.COMMIT,
-        }
+        {Capability.SEQUENCED, Capability.RANGE_DELETE, Capability.REWRITE, Capability.FAMILY}
     )
     offers: ClassVar[frozenset[Capability]] = frozenset({Capability.CHECKED_POP})
 
@@ -296,15 +284,6 @@ class TTLSession(SessionWrapper):
         """Like ``add_items``; returns the new items' sequence numbers (the inner's)."""
         self._inner(Capability.SEQUENCED)
         return await self._add(items, "add_sequenced_items")  # type: ignore[no-any-return]
-
-    async def commit(self, ops: Sequence[Op], expect: Expect = ()) -> list[Any]:
-        """``core.commit.commit`` in the inner sessions' one commit: items stamped (the
-        family's lifecycle touched first), a popped one unwrapped (None: not ours) (COMMIT)."""
-
-        async def stamp(session: TTLSession, items: list[Any]) -> list[Any]:
-            return await session._stamp(items)
-
-        return await commit_below(ops, expect, TTLSession, stamp, _unwrapped)
 
     @cached_property
     def _boundary(self) -> Boundary:
