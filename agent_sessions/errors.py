@@ -63,6 +63,11 @@ class SequenceConflictError(SessionError, ValueError):
     taken in the store; nothing was written."""
 
 
+class CommitConflictError(SessionError, RuntimeError):
+    """A ``commit`` was refused: a session's newest number was no longer the one expected;
+    nothing was written."""
+
+
 class MemoryEditError(SessionError, ValueError):
     """An edit of agent memory was refused; the message says what to do (it is shown to the
     model)."""
@@ -95,6 +100,7 @@ __all__ = [
     "BlockConflictError",
     "BranchError",
     "BranchNotFoundError",
+    "CommitConflictError",
     "CorruptItemError",
     "DecryptionError",
     "InvalidItemError",

@@ -233,14 +233,14 @@ async def test_append_if_newest_writes_only_while_the_guard_is_unchanged(
     kind: str, tmp_path: Path
 ) -> None:
     s, other = _guarded_pair(kind, tmp_path)
-    assert await s._append_if_newest(s, None, ['{"n":0}']) == [1]  # empty: newest is None
-    assert await s._append_if_newest(s, None, ['{"n":1}']) is None
-    seqs = await s._append_if_newest(s, 1, ['{"n":1}', '{"n":2}'])
+    assert await s.append_if_newest(s, None, [{"n": 0}]) == [1]  # empty: newest is None
+    assert await s.append_if_newest(s, None, [{"n": 1}]) is None
+    seqs = await s.append_if_newest(s, 1, [{"n": 1}, {"n": 2}])
     assert seqs == [2, 3]
     await other.add_items([{"n": 3}])  # another object moves the newest item
-    assert await s._append_if_newest(s, 3, ['{"n":9}']) is None
+    assert await s.append_if_newest(s, 3, [{"n": 9}]) is None
     await other.pop_item()  # back to 3 items, but the number 4 is not reused
-    assert await s._append_if_newest(s, 3, ['{"n":4}']) == [5]
+    assert await s.append_if_newest(s, 3, [{"n": 4}]) == [5]
     assert [i["n"] for i in await s.get_items()] == [0, 1, 2, 4]
     await s.clear_session()
     await s.close()
@@ -256,8 +256,7 @@ async def test_pop_if_newest_pops_only_while_the_guard_is_unchanged(
     guard = s.side_store("log")
 
     async def pop(seq: int | None) -> tuple[bool, Any]:
-        done, payload = await s._pop_if_newest(guard, seq, None)
-        return done, None if payload is None else json.loads(payload)
+        return await s.pop_if_newest(guard, seq)
 
     await s.add_items([{"n": 0}, {"n": 1}])
     assert await pop(None) == (True, {"n": 1})  # the guard is empty

@@ -92,11 +92,9 @@ class YieldingSession(InMemorySession):
         await self._yield()
         return await super()._append(payloads)
 
-    async def _append_if_newest(
-        self, guard: Any, seq: int | None, payloads: list[str]
-    ) -> list[int] | None:
+    async def _commit(self, ops: Any, expect: Any) -> list[Any] | None:
         await self._yield()
-        return await super()._append_if_newest(guard, seq, payloads)
+        return await super()._commit(ops, expect)
 
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
@@ -107,12 +105,6 @@ class YieldingSession(InMemorySession):
     async def _pop(self) -> str | None:
         await self._yield()
         return await super()._pop()
-
-    async def _pop_if_newest(
-        self, guard: Any, seq: int | None, newest: int | None
-    ) -> tuple[bool, Any]:
-        await self._yield()
-        return await super()._pop_if_newest(guard, seq, newest)
 
     async def _clear(self) -> None:
         await self._yield()

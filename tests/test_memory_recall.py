@@ -19,7 +19,7 @@ from agent_sessions.core.family import side_store
 from agent_sessions.memory import Memory
 from agent_sessions.memory import _snapshot as snapshot_module
 from agent_sessions.memory._snapshot import write_snapshot
-from agent_sessions.memory.recall import RecallIndex
+from agent_sessions.memory.recall import RecallIndex, RecallSession
 from agent_sessions.memory.search import BM25Index
 from tests.test_memory import (  # noqa: F401 (fixtures)
     Opener,
@@ -153,6 +153,59 @@ async def test_recall_finds_what_compaction_folded_away(memory: Memory, store: O
         assert "4417" in early.text and early.seq == stored[0][0]
     _upto, pending, compacted = await memory.recall.since(0)
     assert compacted and [e["seq"] for e in pending] == [seq for seq, _ in stored]
+
+
+class DiesOnAppend:
+    """A recall log whose appends fail once ``dead`` is set: the process died after the
+    conversation's write and before the index entry's."""
+
+    def __init__(self, inner: Session) -> None:
+        self.inner = inner
+        self.session_id = inner.session_id
+        self.capabilities = capabilities_of(inner)
+        self.dead = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def add_sequenced_items(self, items: list[Any]) -> list[int]:
+        if self.dead:
+            raise RuntimeError("the process died before indexing")
+        return await self.inner.add_sequenced_items(items)  # type: ignore[attr-defined,no-any-return]
+
+    async def add_items(self, items: list[Any]) -> None:
+        await self.add_sequenced_items(items)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("compacted", [False, True])
+async def test_an_item_stored_but_never_indexed_is_found_after_the_next_write(
+    memory: Memory,
+    store: Opener,  # noqa: F811
+    compacted: bool,
+) -> None:
+    chat = f"chat{uuid.uuid4().hex[:8]}"
+
+    async def conversation() -> Session:
+        raw = await store(chat)
+        return _compacting(raw) if compacted else raw
+
+    dying = DiesOnAppend(side_store(memory.root, "memory.recall"))
+    doomed = RecallSession(
+        await conversation(),
+        RecallIndex(dying, marks=side_store(memory.root, "memory.recall.marks"), native=False),
+    )
+    await doomed.add_items([{"role": "user", "content": "my first pet was a hamster"}])
+    dying.dead = True
+    with pytest.raises(RuntimeError, match="died"):
+        await doomed.add_items([{"role": "user", "content": "the spare key is under the gnome"}])
+    fresh = memory.session(await conversation())  # a new process: a fresh object
+    await fresh.add_items([{"role": "assistant", "content": "noted"}])
+    for index in (memory.recall, recall_of(memory.root, _path(memory))):
+        [hit] = await index.search("spare key gnome", limit=1)
+        assert "gnome" in hit.text and hit.session_id == chat
+        [pet] = await index.search("hamster", limit=5)  # indexed once, not again
+        assert pet.seq is not None
 
 
 @pytest.mark.asyncio

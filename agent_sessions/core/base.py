@@ -20,10 +20,20 @@ from agents.memory.session_settings import (
     resolve_session_limit,
 )
 
-from ..errors import CorruptItemError, InvalidItemError, SessionClosedError
+from ..errors import CommitConflictError, CorruptItemError, InvalidItemError, SessionClosedError
 from .capabilities import Capability, supports
 from .closing import Closing, release_here
 from .codec import DEFAULT_MAX_ITEM_BYTES, decode_item, encode_batch
+from .commit import (
+    Append,
+    Expect,
+    Op,
+    Pop,
+    commit_by_api,
+    pop_checked_by_api,
+    pop_checked_of,
+    pop_if_newest_is,
+)
 from .family import REGISTRY, Family, SharedMembers, purposes_in
 from .ids import derive_sibling_id, validate_session_id
 from .mutation import run_to_completion
@@ -33,13 +43,13 @@ from .telemetry import traced
 from .textsearch import Between, Equal, check_search
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping
+    from collections.abc import Collection, Mapping, Sequence
 
     from agents.items import TResponseInputItem
     from agents.memory import Session
     from typing_extensions import Self
 
-    from .capabilities import Read, SupportsCheckedPop, SupportsSequencedItems
+    from .capabilities import Read, SupportsSequencedItems
 
 logger = logging.getLogger("agent_sessions")
 
@@ -82,6 +92,7 @@ STORE_CAPABILITIES: frozenset[Capability] = frozenset(
         Capability.FAMILY_BATCH,
         Capability.GUARDED_WRITE,
         Capability.CHECKED_POP,
+        Capability.COMMIT,
     }
 )
 """What a backend built on this template offers once it implements every hook."""
@@ -355,48 +366,91 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
             return await run_to_completion(each())  # several steps: never stop half-way
         return await each()
 
+    async def commit(self, ops: Sequence[Op], expect: Expect = ()) -> list[Any]:
+        """``core.commit.commit``: one ``_commit`` when every session is of this store, else
+        ``commit_by_api`` (COMMIT). A side store an op appends to is listed in its family's
+        registry first (listed and empty is harmless; written and unlisted is not).
+
+        Raises:
+            CommitConflictError: an expectation did not hold; nothing was written.
+            InvalidItemError: an item is not a JSON object or is too large (nothing written).
+        """
+        plain: list[tuple[str, BaseSession, list[str]]] = []
+        for op in ops:
+            target = op.session
+            if not isinstance(target, BaseSession):
+                return await commit_by_api(ops, expect)
+            target._check_open()
+            if isinstance(op, Append):
+                plain.append(("append", target, encode_batch(op.items, target.max_item_bytes)))
+            else:
+                plain.append(("pop", target, []))
+        guards = list(expect)
+        if not all(isinstance(g, BaseSession) for g, _ in guards):
+            return await commit_by_api(ops, expect)
+        for _, target, payloads in plain:
+            if payloads and target._registration is not None:
+                await target._register()
+        wanted = [op for op in plain if op[0] == "pop" or op[2]]
+        done = await self._mutate(self._commit(wanted, guards))  # type: ignore[arg-type]
+        if done is None:
+            return await commit_by_api(ops, expect)
+        results = iter(done)
+        return [
+            ([] if not payloads else next(results))
+            if kind == "append"
+            else target._decode_popped(next(results))
+            for kind, target, payloads in plain
+        ]
+
+    def _decode_popped(self, payload: str | None) -> Any:
+        return None if payload is None else self._decode(payload, None)
+
+    async def _commit(
+        self,
+        ops: list[tuple[str, BaseSession, list[str]]],
+        expect: list[tuple[BaseSession, int | None]],
+    ) -> list[Any] | None:
+        """Run each ``("append", session, payloads)`` (result: the numbers) or ``("pop",
+        session, [])`` (result: the payload or None) in one atomic step while each expected
+        session's newest number is as given, else raise CommitConflictError having written
+        nothing; None: not atomic here (another store's session), nothing written (COMMIT)."""
+        return None
+
     async def append_if_newest(
         self, guard: Session, seq: int | None, items: list[TResponseInputItem]
     ) -> list[int] | None:
-        """Atomically append ``items`` only if ``guard``'s newest number is ``seq`` (None:
-        empty); the new numbers, or None when nothing was written (guard changed or of
-        another store, no atomic check here, or an unlisted side store) (GUARDED_WRITE).
+        """Append ``items`` only if ``guard``'s newest number is ``seq`` (None: empty), as one
+        ``commit``: the new numbers, or None when the guard moved (nothing written) or, in a
+        store without COMMIT, always (declined) (GUARDED_WRITE).
 
         Raises:
             InvalidItemError: an item is not a JSON object or is too large (nothing written).
         """
-        self._check_open()
-        payloads = encode_batch(items, self.max_item_bytes)
-        if not isinstance(guard, BaseSession) or self._registration is not None:
+        if not supports(self, Capability.COMMIT):  # no one-step check here: declined
+            encode_batch(items, self.max_item_bytes)  # (bad items still raise)
             return None
-        if not payloads:
-            return []
-        return await self._append_if_newest(guard, seq, payloads)
+        try:
+            (numbers,) = await self.commit([Append(self, items)], [(guard, seq)])
+        except CommitConflictError:
+            return None
+        return numbers  # type: ignore[no-any-return]
 
     async def pop_if_newest(
         self, guard: Session, seq: int | None, *, newest: int | None = None
     ) -> tuple[bool, Any]:
-        """Atomically ``pop_item`` only if ``guard``'s newest number is ``seq`` and (when
-        given) this session's is ``newest``: ``(True, item or None)`` (None also for an item
-        that does not decode), else ``(False, None)`` (GUARDED_WRITE)."""
-        self._check_open()
-        if not isinstance(guard, BaseSession):
+        """``pop_item`` only if ``guard``'s newest number is ``seq`` and (when given) this
+        session's is ``newest``, as one ``commit``: ``(True, item or None)`` (None also for an
+        item that does not decode), else ``(False, None)`` (also, declined, in a store without
+        COMMIT) (GUARDED_WRITE)."""
+        if not supports(self, Capability.COMMIT):  # no one-step check here: declined
             return False, None
-        done, payload = await self._pop_if_newest(guard, seq, newest)
-        return done, None if payload is None else self._decode(payload, None)
-
-    async def _pop_if_newest(
-        self, guard: BaseSession, seq: int | None, newest: int | None
-    ) -> tuple[bool, Any]:
-        """``_pop`` under ``pop_if_newest``'s atomic check: ``(True, payload or None)``, else
-        (also by default: no atomic check) ``(False, None)``."""
-        return False, None
-
-    async def _append_if_newest(
-        self, guard: BaseSession, seq: int | None, payloads: list[str]
-    ) -> list[int] | None:
-        """``_append`` under that check: the new numbers, or None when nothing was written."""
-        return None
+        expect = [(guard, seq), *([(self, newest)] if newest is not None else [])]
+        try:
+            (item,) = await self.commit([Pop(self)], expect)
+        except CommitConflictError:
+            return False, None
+        return True, item
 
     # -- a pop checked by a layer (capability) -------------------------------------------------
 
@@ -696,6 +750,30 @@ class BaseSession(OptionsChecked, SDKCompactionHooks, SessionABC):
         return out
 
 
+Guarded = tuple[str, BaseSession, list[str], "BaseSession | None", "int | None", "int | None"]
+
+
+def one_guarded(
+    ops: list[tuple[str, BaseSession, list[str]]], expect: list[tuple[BaseSession, int | None]]
+) -> Guarded | None:
+    """A ``_commit`` of the shape a backend with one guarded script or statement serves:
+    ``(kind, session, payloads, guard, seq, own)``, one op made while ``guard``'s newest number
+    is ``seq`` (guard None: no expectation) and, for a pop, its own is ``own`` (None: any);
+    None for any other shape (the caller declines it)."""
+    if len(ops) != 1:
+        return None
+    kind, target, payloads = ops[0]
+    mine = [seq for g, seq in expect if g.session_id == target.session_id]
+    others = [(g, seq) for g, seq in expect if g.session_id != target.session_id]
+    if len(others) > 1 or len(mine) > 1 or (others and mine and (kind != "pop" or not mine[0])):
+        return None
+    if others:
+        return kind, target, payloads, others[0][0], others[0][1], mine[0] if mine else None
+    if mine:
+        return kind, target, payloads, target, mine[0], None
+    return kind, target, payloads, None, None, None
+
+
 def short_page_is_start(session: object) -> bool:
     """Whether a short page of ``get_sequenced_items`` means no older items (backends; not
     layers that hide items, where only an empty page does)."""
@@ -709,53 +787,6 @@ def keeps_write_path(session: object, *methods: str) -> bool:
     )
 
 
-async def pop_checked_of(session: Session, check: Callable[[Any], Any]) -> Any:
-    """``session.pop_checked(check)``, or :func:`pop_checked_by_api` without CHECKED_POP."""
-    if supports(session, Capability.CHECKED_POP):
-        return await cast("SupportsCheckedPop", session).pop_checked(check)
-    return await pop_checked_by_api(session, check)
-
-
-class _Moved(Exception):
-    """The newest item is not the one a pop read: another object popped meanwhile."""
-
-
-def _same(expected: Any, item: Any) -> Any:
-    if item != expected:
-        raise _Moved
-    return item
-
-
-async def pop_if_newest_is(session: Session, item: Any) -> tuple[bool, Any]:
-    """Pop ``session``'s newest item only if it is still ``item`` (a checked pop):
-    ``(True, popped or None)``, or ``(False, None)`` when another item is newest now."""
-    try:
-        popped = await pop_checked_of(session, functools.partial(_same, item))
-    except _Moved:
-        return False, None
-    return True, popped
-
-
-async def pop_checked_by_api(session: Any, check: Callable[[Any], Any]) -> Any:
-    """``pop_checked`` in two steps (read and check the newest, pop); an item that replaced
-    it meanwhile is checked after its removal and added back when that check raises."""
-    while True:
-        newest = await session.get_items(limit=1)
-        if not newest:
-            return None
-        result = check(newest[-1])  # raises: nothing was removed
-        popped = await session.pop_item()
-        if popped is None:
-            continue  # emptied meanwhile
-        if popped == newest[-1]:
-            return result
-        try:  # another writer's item replaced the checked one
-            return check(popped)
-        except Exception:
-            await session.add_items([popped])
-            raise
-
-
 __all__ = [
     "STORE_CAPABILITIES",
     "BaseSession",
@@ -763,8 +794,10 @@ __all__ = [
     "Row",
     "StoreOptions",
     "check_before",
+    "one_guarded",
     "keeps_write_path",
     "pop_checked_by_api",
     "pop_checked_of",
+    "pop_if_newest_is",
     "short_page_is_start",
 ]

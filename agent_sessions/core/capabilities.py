@@ -8,7 +8,7 @@ import enum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Mapping
+    from collections.abc import Callable, Collection, Mapping, Sequence
     from datetime import datetime
 
     from agents.items import TResponseInputItem
@@ -34,6 +34,9 @@ class Capability(enum.Enum):
     """Several sessions' reads or appends in one round trip (:class:`SupportsFamilyBatch`)."""
     GUARDED_WRITE = "guarded_write"
     """A write made only while another session is unchanged (:class:`SupportsGuardedWrite`)."""
+    COMMIT = "commit"
+    """Several sessions' writes in one atomic step, guarded by expected newest numbers
+    (:class:`SupportsCommit`; call :func:`agent_sessions.core.commit.commit`)."""
     CHECKED_POP = "checked_pop"
     """Pop the newest item only if a check accepts it (:class:`SupportsCheckedPop`)."""
     TEXT_SEARCH = "text_search"
@@ -172,6 +175,18 @@ class SupportsGuardedWrite(Protocol):
 
 
 @runtime_checkable
+class SupportsCommit(Protocol):
+    """:attr:`Capability.COMMIT`."""
+
+    async def commit(
+        self, ops: Sequence[Any], expect: Sequence[tuple[Session, int | None]]
+    ) -> list[Any]:
+        """Run ``ops`` (``core.commit.Append``/``Pop``) in order as one atomic step while
+        each ``(session, seq)`` of ``expect`` holds, else raise ``CommitConflictError`` having
+        written nothing; sessions of another store go through ``core.commit.commit_by_api``."""
+
+
+@runtime_checkable
 class SupportsCheckedPop(Protocol):
     """:attr:`Capability.CHECKED_POP`."""
 
@@ -221,6 +236,7 @@ __all__ = [
     "Capability",
     "Read",
     "SupportsCheckedPop",
+    "SupportsCommit",
     "SupportsFamily",
     "SupportsFamilyBatch",
     "SupportsGuardedWrite",

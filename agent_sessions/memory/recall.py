@@ -305,6 +305,21 @@ class RecallIndex:
             await self._marks.append({"kind": "backfilled", "session": session_id, "at": now})
             self.backfilled.add(session_id)
 
+    async def last_indexed(self, session_id: str) -> int:
+        """The highest number of ``session_id`` among the newest log records naming it with
+        one (0: none), read newest first in growing pages: where a fresh writer resumes."""
+        store: Any = self.store
+        if not supports(store, Capability.SEQUENCED):
+            found = [r.get("seq") for r in await store.get_items() if _names(r, session_id)]
+            return max(found, default=0)
+        page, before = 64, None
+        while True:
+            rows = await store.get_sequenced_items(page, before=before)
+            found = [r["seq"] for _, r in rows if _names(r, session_id)]
+            if found or len(rows) < page:
+                return max(found, default=0)
+            page, before = min(page * 4, 4096), rows[0][0]
+
     async def since(self, cursor: int) -> tuple[int, list[dict[str, Any]], bool]:
         """What was indexed after ``cursor`` (a position in the log; 0 for its start):
         ``(new cursor, entries, compacted)``, the entries not forgotten since, each once, and
@@ -401,6 +416,16 @@ class RecallIndex:
             fetch *= 4
 
 
+def _names(record: Any, session_id: str) -> bool:
+    """Whether ``record`` is a recall entry of item number ``seq`` of ``session_id``."""
+    return (
+        isinstance(record, dict)
+        and record.get("kind") == "recall"
+        and record.get("session") == session_id
+        and isinstance(record.get("seq"), int)
+    )
+
+
 def _numbered(session: Session) -> Session | None:
     """The session whose sequence numbers the items written to ``session`` get: itself when
     it declares them, a CompactionSession's inner session (which keeps every original item
@@ -449,7 +474,7 @@ class RecallSession(SessionWrapper):
         self.recall = recall
         self._numbered = _numbered(inner)
         self._cursor: int | None = None
-        """Over a CompactionSession: the highest number this object saw indexed."""
+        """The highest number this object saw indexed (None: not known yet)."""
         self._compactions = inner.compactions if isinstance(inner, CompactionSession) else 0
         if is_openai_responses_compaction_aware_session(inner):
             self.run_compaction = self._run_compaction
@@ -486,13 +511,20 @@ class RecallSession(SessionWrapper):
         await self._backfill()
         numbered: Any = self._numbered
         pairs: list[tuple[int | None, Any]]
+        resume = numbered is not None and self._cursor is None
+        if resume:
+            # Resume after the newest number indexed, not at the newest stored: an item a
+            # writer stored but never indexed (it died in between) is indexed with this write
+            # (test_an_item_stored_but_never_indexed_is_found_after_the_next_write).
+            self._cursor = await self.recall.last_indexed(self.session_id)
         if supports(self.inner, Capability.SEQUENCED):
             seqs = await numbered.add_sequenced_items(items)
             pairs = list(zip(seqs, items, strict=True))
+            if resume and seqs and seqs[0] > (self._cursor or 0) + 1:
+                missed = await numbered.get_sequenced_items(after=self._cursor, before=seqs[0])
+                pairs = [*missed, *pairs]
+            self._cursor = seqs[-1] if seqs else self._cursor
         elif numbered is not None:
-            if self._cursor is None:  # backfilled by another object: start at the newest
-                newest = await numbered.get_sequenced_items(1)
-                self._cursor = newest[-1][0] if newest else 0
             await self.inner.add_items(items)
             # Everything after the cursor: these items and any a concurrent writer added
             # (indexing an item twice is harmless: readers keep one per number).

@@ -19,6 +19,7 @@ random session ids and clears and closes what it created.
 from .base import HOSTILE_ID_SUFFIXES
 from .capability_tiers import (
     CheckedPopConformance,
+    CommitConformance,
     GuardedWriteConformance,
     RangeDeleteConformance,
     RewriteConformance,
@@ -44,6 +45,7 @@ class SessionConformanceSuite(
     SequencedWriteConformance,
     FamilyBatchConformance,
     GuardedWriteConformance,
+    CommitConformance,
     CheckedPopConformance,
     SDKCompactionConformance,
     TextSearchConformance,
@@ -54,6 +56,7 @@ class SessionConformanceSuite(
 __all__ = [
     "HOSTILE_ID_SUFFIXES",
     "CheckedPopConformance",
+    "CommitConformance",
     "CoreConformance",
     "FamilyBatchConformance",
     "FamilyConformance",

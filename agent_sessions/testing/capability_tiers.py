@@ -1,8 +1,8 @@
 """Capability tiers: one class per optional capability, each skipping sessions without it.
 
-Sequence numbers, range deletion, rewrite in place, writes at given numbers, guarded writes, the
-checked pop, and the SDK's compaction session over the session; the family tiers live in
-``family_tiers``.
+Sequence numbers, range deletion, rewrite in place, writes at given numbers, guarded writes,
+commits, the checked pop, and the SDK's compaction session over the session; the family tiers
+live in ``family_tiers``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import pytest
 
 from ..core.capabilities import Capability, supports
 from ..core.catalog import CatalogQuery, SupportsCatalog
+from ..core.commit import Append, Pop, commit
 from ..core.family import close_quietly, side_store
-from ..errors import InvalidItemError, SequenceConflictError
+from ..errors import CommitConflictError, InvalidItemError, SequenceConflictError
 from .base import ConformanceBase, msg
 from .helpers import item_text, texts
 
@@ -315,6 +316,70 @@ class GuardedWriteConformance(ConformanceBase):
                 assert item is None and texts(await s.get_items()) == ["a", "b"]
         finally:
             await guard.clear_session()
+
+
+class CommitConformance(ConformanceBase):
+    """``commit(ops, expect)``: the ops run in order in one step, only while every expected
+    newest number holds; a refused commit (CommitConflictError) writes nothing."""
+
+    async def test_one_commit_writes_several_sessions(self) -> None:
+        s = await self.new_session(Capability.SEQUENCED, Capability.COMMIT, Capability.FAMILY)
+        side: Any = side_store(s, "commit")
+        try:
+            (first,) = await s.add_sequenced_items([msg("a")])
+            numbers, popped, more = await commit(
+                [Append(side, [msg("x"), msg("y")]), Pop(s), Append(s, [msg("b")])],
+                [(s, first), (side, None)],
+            )
+            assert item_text(popped) == "a"
+            assert [seq for seq, _ in await side.get_sequenced_items()] == numbers
+            assert await s.get_sequenced_items() == [(more[0], msg("b"))]
+            assert more[0] > first
+            assert await commit([Pop(side)], [(side, numbers[-1])]) == [msg("y")]
+        finally:
+            await side.clear_session()
+
+    async def test_a_refused_commit_writes_nothing(self) -> None:
+        s = await self.new_session(Capability.SEQUENCED, Capability.COMMIT, Capability.FAMILY)
+        side: Any = side_store(s, "commit")
+        try:
+            seqs = await s.add_sequenced_items([msg("a"), msg("b")])
+            for expect in ([(s, seqs[0])], [(s, None)], [(s, seqs[1]), (side, seqs[1])]):
+                with pytest.raises(CommitConflictError):
+                    await commit([Append(side, [msg("x")]), Pop(s)], expect)
+                with pytest.raises(CommitConflictError):
+                    await commit([Pop(s)], expect)
+            with pytest.raises(InvalidItemError):
+                await commit([Append(s, [msg("x"), "not an object"])], [(s, seqs[1])])
+            assert texts(await s.get_items()) == ["a", "b"]
+            assert await side.get_items() == []
+        finally:
+            await side.clear_session()
+
+    async def test_guarded_commits_race_as_compare_and_set(self) -> None:
+        s = await self.new_session(Capability.SEQUENCED, Capability.COMMIT, suffix="cas")
+        taken: list[tuple[int | None, int]] = []  # (expected newest, first number written)
+
+        async def rival() -> None:
+            for k in range(6):
+                await s.add_items([msg(f"r{k}")])
+
+        async def guarded(task: int) -> None:
+            for k in range(6):
+                last = await s.get_sequenced_items(1)
+                seq = last[-1][0] if last else None
+                try:
+                    (numbers,) = await commit([Append(s, [msg(f"{task}:{k}")])], [(s, seq)])
+                except CommitConflictError:
+                    continue
+                taken.append((seq, numbers[0]))
+
+        await asyncio.gather(*(rival() for _ in range(3)), *(guarded(t) for t in range(4)))
+        numbers = [seq for seq, _ in await s.get_sequenced_items()]
+        assert len(numbers) == 18 + len(taken), "a commit or an append was lost"
+        for seq, first in taken:
+            between = [n for n in numbers if (seq or 0) < n < first]
+            assert not between, f"committed under {seq} though {between} came after it"
 
 
 class CheckedPopConformance(ConformanceBase):

@@ -19,7 +19,7 @@ from ...core.capabilities import Capability
 from ...core.catalog import CatalogQuery, SessionInfo, group_families, utc
 from ...core.codec import decode_item
 from ...core.textsearch import Between, Equal, item_text, passes
-from ...errors import SequenceConflictError
+from ...errors import CommitConflictError, SequenceConflictError
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -172,16 +172,23 @@ class InMemorySession(BaseSession):
         with self.store.lock:
             return self._append_locked(payloads)
 
-    async def _append_if_newest(
-        self, guard: BaseSession, seq: int | None, payloads: list[str]
-    ) -> list[int] | None:
-        if not (isinstance(guard, InMemorySession) and guard.store is self.store):
+    async def _commit(
+        self,
+        ops: list[tuple[str, BaseSession, list[str]]],
+        expect: list[tuple[BaseSession, int | None]],
+    ) -> list[Any] | None:
+        near = [s for _, s, _ in ops] + [g for g, _ in expect]
+        if not all(isinstance(s, InMemorySession) and s.store is self.store for s in near):
             return None
         with self.store.lock:
-            entries = self.store.sessions.get(guard.session_id, _EMPTY)
-            if (entries.seqs[-1] if entries.seqs else None) != seq:
-                return None
-            return self._append_locked(payloads)
+            for guard, seq in expect:
+                seqs = self.store.sessions.get(guard.session_id, _EMPTY).seqs
+                if (seqs[-1] if seqs else None) != seq:
+                    raise CommitConflictError(f"session {guard.session_id!r} moved past {seq}")
+            return [
+                s._append_locked(payloads) if kind == "append" else s._pop_locked()  # type: ignore[attr-defined]
+                for kind, s, payloads in ops
+            ]
 
     def _append_locked(self, payloads: list[str]) -> list[int]:
         entries = self.store.entries(self.session_id)
@@ -220,20 +227,6 @@ class InMemorySession(BaseSession):
             if limit is not None:
                 lo = max(lo, hi - limit)
             return list(zip(entries.seqs[lo:hi], entries.payloads[lo:hi], strict=True))
-
-    async def _pop_if_newest(
-        self, guard: BaseSession, seq: int | None, newest: int | None
-    ) -> tuple[bool, Any]:
-        if not (isinstance(guard, InMemorySession) and guard.store is self.store):
-            return False, None
-        with self.store.lock:
-            guarded = self.store.sessions.get(guard.session_id, _EMPTY).seqs
-            own = self.store.sessions.get(self.session_id, _EMPTY).seqs
-            if (guarded[-1] if guarded else None) != seq:
-                return False, None
-            if newest is not None and (own[-1] if own else None) != newest:
-                return False, None
-            return True, self._pop_locked()
 
     async def _pop(self) -> str | None:
         with self.store.lock:

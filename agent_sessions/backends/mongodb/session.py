@@ -207,7 +207,9 @@ class MongoDBSession(BaseSession):
             ``max_item_bytes`` defaults to what one MongoDB document can hold.
     """
 
-    capabilities = STORE_CAPABILITIES | {Capability.NATIVE_EXPIRY}
+    capabilities = (STORE_CAPABILITIES - {Capability.COMMIT}) | {Capability.NATIVE_EXPIRY}
+    """No COMMIT: without transactions a write cannot be made only while another session is
+    unchanged (``core.commit.commit_by_api`` serves it; guarded writes decline)."""
 
     def __init__(
         self,

@@ -38,13 +38,18 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
 
 from agents.memory.session_settings import SessionSettings
 
-from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, one_guarded
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, encode_item
 from ...core.family import SharedMembers
 from ...core.options import explicit_options
 from ...core.registry import StoreHold
-from ...errors import BackendDataError, BackendUnavailableError, SequenceConflictError
+from ...errors import (
+    BackendDataError,
+    BackendUnavailableError,
+    CommitConflictError,
+    SequenceConflictError,
+)
 from . import layout
 from .layout import ITEMS_TYPE, META_TYPE, check_key_prefix, session_keys
 
@@ -328,6 +333,8 @@ class RedisSession(BaseSession):
         self.store = _store
         self._client: Any = _store.client
         self._cluster = isinstance(_store.client, RedisCluster)
+        if self._cluster:  # sessions live in different slots: no script reaches two of them
+            vars(self)["capabilities"] = type(self).capabilities - {Capability.COMMIT}
         self.key_prefix = check_key_prefix(key_prefix)
         self.timeout = timeout
         self.keys = session_keys(self.key_prefix, self.session_id)  # (items, meta)
@@ -509,26 +516,31 @@ class RedisSession(BaseSession):
             for s, (_, limit, after, before), members in zip(near, reads, answers, strict=True)
         ]
 
-    async def _append_if_newest(
-        self, guard: BaseSession, seq: int | None, payloads: list[str]
-    ) -> list[int] | None:
-        if not self._near(guard):
+    async def _commit(
+        self,
+        ops: list[tuple[str, BaseSession, list[str]]],
+        expect: list[tuple[BaseSession, int | None]],
+    ) -> list[Any] | None:
+        # One script per shape the layout writes with a guard (one op, one guard).
+        shape = one_guarded(ops, expect)
+        if shape is None or shape[1] is not self or not self._near(shape[3] or self):
             return None
+        kind, _, payloads, guard, seq, own = shape
+        if guard is None:
+            return [await (self._append(payloads) if kind == "append" else self._pop())]
+        assert self._near(guard)  # checked above; narrows its type
         expected = "" if seq is None else str(seq)
-        last = await self._script(layout.APPEND_IF_NEWEST, expected, *payloads, guard=guard)
-        return None if int(last) < 0 else self._appended(payloads, last)
-
-    async def _pop_if_newest(
-        self, guard: BaseSession, seq: int | None, newest: int | None
-    ) -> tuple[bool, Any]:
-        if not self._near(guard):
-            return False, None
+        if kind == "append":
+            last = await self._script(layout.APPEND_IF_NEWEST, expected, *payloads, guard=guard)
+            if int(last) < 0:
+                raise CommitConflictError(f"session {guard.session_id!r} moved past {seq}")
+            return [self._appended(payloads, last)]
         self._note_newest(None)
-        expected, own = "" if seq is None else str(seq), "*" if newest is None else str(newest)
-        reply = await self._script(layout.POP_IF_NEWEST, expected, own, guard=guard)
+        mine = "*" if own is None else str(own)
+        reply = await self._script(layout.POP_IF_NEWEST, expected, mine, guard=guard)
         if not int(reply[0]):
-            return False, None
-        return True, None if len(reply) < 2 or reply[1] is None else self._rows([reply[1]])[0][1]
+            raise CommitConflictError(f"session {guard.session_id!r} moved past {seq}")
+        return [None if len(reply) < 2 or reply[1] is None else self._rows([reply[1]])[0][1]]
 
     async def _pop(self) -> str | None:
         self._note_newest(None)

@@ -34,7 +34,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise missing("SQLAlchemySession", "sqlalchemy", _exc) from _exc
 
-from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions
+from ...core.base import STORE_CAPABILITIES, BaseSession, Row, StoreOptions, one_guarded
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES
 from ...core.mutation import finish
@@ -42,6 +42,7 @@ from ...core.options import explicit_options
 from ...errors import (
     BackendDataError,
     BackendUnavailableError,
+    CommitConflictError,
     InvalidItemError,
     SequenceConflictError,
 )
@@ -778,26 +779,32 @@ class SQLAlchemySession(BaseSession):
             == (self.sessions_table, self.messages_table)
         )
 
-    async def _append_if_newest(
-        self, guard: BaseSession, seq: int | None, payloads: list[str]
-    ) -> list[int] | None:
-        if not self._same_store(guard):
+    async def _commit(
+        self,
+        ops: list[tuple[str, BaseSession, list[str]]],
+        expect: list[tuple[BaseSession, int | None]],
+    ) -> list[Any] | None:
+        # One transaction per shape the dialects write with a guard (one op, one guard).
+        shape = one_guarded(ops, expect)
+        if shape is None or shape[1] is not self or not self._same_store(shape[3] or self):
             return None
+        kind, _, payloads, guard, seq, own = shape
+        if guard is None:
+            return [await (self._append(payloads) if kind == "append" else self._pop())]
         sid, gid = self.session_id, guard.session_id
-        last = await self._run(
-            lambda d, conn: d.append_if_newest(conn, sid, payloads, gid, seq), write=True
+        if kind == "append":
+            last = await self._run(
+                lambda d, conn: d.append_if_newest(conn, sid, payloads, gid, seq), write=True
+            )
+            if last is None:
+                raise CommitConflictError(f"session {gid!r} moved past {seq}; nothing written")
+            return [list(range(last - len(payloads) + 1, last + 1))]
+        done, payload = await self._run(
+            lambda d, conn: d.pop_if_newest(conn, sid, gid, seq, own), write=True
         )
-        return None if last is None else list(range(last - len(payloads) + 1, last + 1))
-
-    async def _pop_if_newest(
-        self, guard: BaseSession, seq: int | None, newest: int | None
-    ) -> tuple[bool, Any]:
-        if not self._same_store(guard):
-            return False, None
-        sid, gid = self.session_id, guard.session_id
-        return await self._run(
-            lambda d, conn: d.pop_if_newest(conn, sid, gid, seq, newest), write=True
-        )
+        if not done:
+            raise CommitConflictError(f"session {gid!r} moved past {seq}; nothing popped")
+        return [payload]
 
     async def _append_unnumbered(self, payloads: list[str]) -> None:
         await self._run(

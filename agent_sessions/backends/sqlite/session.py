@@ -30,6 +30,7 @@ from ...core.registry import StoreHold
 from ...core.sqltext import IDENTIFIER, check_identifier, sqlite_time
 from ...errors import (
     BackendUnavailableError,
+    CommitConflictError,
     SequenceConflictError,
     SessionClosedError,
     UnknownSchemeError,
@@ -640,35 +641,32 @@ class SQLiteSession(BaseSession):
             session.listed()
         return result
 
-    def _guarded(
+    async def _commit(
         self,
-        guard: BaseSession,
-        seq: int | None,
-        fn: Callable[[sqlite3.Connection], T],
-        own: int | None = None,
-    ) -> Callable[[sqlite3.Connection], T | object]:
-        """``fn`` run only while ``guard``'s newest item is numbered ``seq`` (and, when ``own``
-        is not None, this session's newest is ``own``), else _STALE."""
-        newest = f"SELECT max(id) FROM {self.messages_table} WHERE session_id = ?"
-        gid, sid = guard.session_id, self.session_id
-
-        def guarded(raw: sqlite3.Connection) -> T | object:
-            if raw.execute(newest, (gid,)).fetchone()[0] != seq:
-                return _STALE
-            if own is not None and raw.execute(newest, (sid,)).fetchone()[0] != own:
-                return _STALE
-            return fn(raw)
-
-        return guarded
-
-    async def _append_if_newest(
-        self, guard: BaseSession, seq: int | None, payloads: list[str]
-    ) -> list[int] | None:
-        if not self._same_store(guard):
+        ops: list[tuple[str, BaseSession, list[str]]],
+        expect: list[tuple[BaseSession, int | None]],
+    ) -> list[Any] | None:
+        if not all(self._same_store(s) for s in [s for _, s, _ in ops] + [g for g, _ in expect]):
             return None
-        append = self.schema.appender(self.session_id, payloads)
-        result = await self._mutate(self._run(_write, self._guarded(guard, seq, append)))
-        return None if result is _STALE else result  # type: ignore[no-any-return]
+        newest = f"SELECT max(id) FROM {self.messages_table} WHERE session_id = ?"
+        checks = [(guard.session_id, seq) for guard, seq in expect]
+        steps = [
+            s.schema.appender(s.session_id, payloads)  # type: ignore[attr-defined]
+            if kind == "append"
+            else s.schema.popper(s.session_id, str)  # type: ignore[attr-defined]
+            for kind, s, payloads in ops
+        ]
+
+        def run(raw: sqlite3.Connection) -> list[Any] | object:  # one BEGIN IMMEDIATE job
+            for gid, seq in checks:
+                if raw.execute(newest, (gid,)).fetchone()[0] != seq:
+                    return _STALE
+            return [step(raw) for step in steps]
+
+        result = await self._run(_write, run)
+        if result is _STALE:
+            raise CommitConflictError("a session's newest item moved; nothing was written")
+        return result  # type: ignore[no-any-return]
 
     async def _load(
         self, limit: int | None, after: int | None = None, before: int | None = None
@@ -695,15 +693,6 @@ class SQLiteSession(BaseSession):
                     raw.execute("COMMIT")
 
         return await self._run(load)
-
-    async def _pop_if_newest(
-        self, guard: BaseSession, seq: int | None, newest: int | None
-    ) -> tuple[bool, Any]:
-        if not self._same_store(guard):
-            return False, None
-        pop = self.schema.popper(self.session_id, lambda text: text)
-        result = await self._mutate(self._run(_write, self._guarded(guard, seq, pop, newest)))
-        return (False, None) if result is _STALE else (True, result)
 
     async def _pop(self) -> str | None:
         return await self._pop_row_checked(lambda text: text)  # type: ignore[no-any-return]

@@ -18,6 +18,8 @@ from typing import Any
 from agents.memory import Session
 
 from ...core.capabilities import Read
+from ...core.commit import Append, commit
+from ...errors import CommitConflictError
 from .store import MAIN, read_family, read_rows
 from .view import Lineage
 
@@ -292,11 +294,12 @@ class BranchLog:
     async def append_op_if_newest(
         self, record: dict[str, Any], storage: Session, seq: int
     ) -> tuple[BranchState, str] | None:
-        """``append_op`` only while ``storage``'s newest number is ``seq``, in one atomic step
-        (GUARDED_WRITE); None: nothing appended (it changed, or the store declined)."""
+        """``append_op`` only while ``storage``'s newest number is ``seq``, in one commit
+        (``core.commit``); None: nothing appended (it changed: read again)."""
         op_id = uuid.uuid4().hex
-        log: Any = self.session
-        if await log.append_if_newest(storage, seq, [{**record, "id": op_id}]) is None:
+        try:
+            await commit([Append(self.session, [{**record, "id": op_id}])], [(storage, seq)])
+        except CommitConflictError:
             return None
         return await self._appended(), op_id
 

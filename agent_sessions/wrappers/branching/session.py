@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agents import _debug
 
 from ...core.base import pop_if_newest_is
-from ...core.capabilities import Capability, SupportsGuardedWrite, supports
+from ...core.capabilities import Capability, supports
+from ...core.commit import append_if_newest_of, pop_if_newest_of
 from ...errors import BranchError, BranchNotFoundError
 from ..base import SessionWrapper
 from ..foreign import SiblingFactory, sequenced
@@ -175,17 +176,14 @@ class BranchingSession(SessionWrapper):
             _, popped = await self._pop_if_log_unchanged()
             if popped is not None:
                 return popped  # type: ignore[no-any-return]
-            tried: tuple[Any, ...] | None = None  # a look the store declined to guard
             while True:  # each round that fails lost to another object's pop or write
                 state, name, lineage = await self._current()
                 key = lineage[-1][0]
                 if not state.shares(key, besides=name):
                     # No other branch reads this storage, so its newest item is nobody else's:
                     # pop it without reading it first (empty: the newest is in a parent).
-                    attempt: tuple[Any, ...] = (self._log.applied, key)
-                    done, popped = await self._pop_own(key, None, guard=attempt != tried)
+                    done, popped = await self._pop_own(key, None)
                     if not done:
-                        tried = attempt
                         continue  # a branch forked onto it meanwhile
                     if popped is not None:
                         return popped  # type: ignore[no-any-return]
@@ -195,10 +193,8 @@ class BranchingSession(SessionWrapper):
                 index, seq, item = found
                 key = lineage[index][0]
                 if index == len(lineage) - 1 and not state.shares(key, seq, besides=name):
-                    attempt = (self._log.applied, key, seq)
-                    done, popped = await self._pop_own(key, (seq, item), guard=attempt != tried)
+                    done, popped = await self._pop_own(key, (seq, item))
                     if not done:
-                        tried = attempt
                         continue  # another object popped it or forked onto it meanwhile
                     self._view.popped(key, seq)
                     return popped  # type: ignore[no-any-return]
@@ -211,20 +207,14 @@ class BranchingSession(SessionWrapper):
                     "from": encode_lineage(lineage),
                     "lineage": encode_lineage(moved),
                 }
-                attempt = (self._log.applied, key, seq, "move")
-                storage = self._storages.storage(key)
-                if (
-                    own
-                    and attempt != tried
-                    and supports(self._log.session, Capability.GUARDED_WRITE)
-                ):
+                if own:
                     # Only while the item is still its storage's newest: an add that landed
                     # above it meanwhile (and checked the log before this move) would be
-                    # hidden by the move. Read again then (or, declined with nothing changed,
-                    # move unguarded below).
+                    # hidden by the move; read again then, never move unguarded
+                    # (test_a_pop_moving_a_fork_point_never_hides_an_acknowledged_add).
+                    storage = self._storages.storage(key)
                     moving = await self._log.append_op_if_newest(record, storage, seq)
                     if moving is None:
-                        tried = attempt
                         continue
                     state, op_id = moving
                 else:
@@ -234,19 +224,17 @@ class BranchingSession(SessionWrapper):
                     return item  # type: ignore[no-any-return]
                 # another object moved this branch first: pop its new newest
 
-    async def _pop_own(
-        self, key: str, found: tuple[int, Any] | None, *, guard: bool
-    ) -> tuple[bool, Any]:
+    async def _pop_own(self, key: str, found: tuple[int, Any] | None) -> tuple[bool, Any]:
         """Pop the newest item of storage ``key`` (the branch's own, seen by no other branch):
-        only ``found`` ``(seq, item)`` when given and, with ``guard`` where the store guards
-        writes, only while the branch log holds nothing this object has not applied (no branch
-        forked onto it since). ``(True, item or None)``; ``(False, None)``: something changed
-        (or the store declined): read again. Unguarded, a pop of ``found`` is checked (it never
+        only ``found`` ``(seq, item)`` when given, and only while the branch log holds nothing
+        this object has not applied (no branch forked onto it since), in one commit where the
+        store commits (COMMIT). ``(True, item or None)``; ``(False, None)``:
+        something changed: read again. Elsewhere a pop of ``found`` is checked (it never
         removes an item below, which a child may see); without ``found``, a plain pop."""
         storage = self._storages.storage(key)
-        if guard and supports(storage, Capability.GUARDED_WRITE):
-            guarded: SupportsGuardedWrite = storage  # type: ignore[assignment]
-            return await guarded.pop_if_newest(
+        if _guards(storage):
+            return await pop_if_newest_of(
+                storage,
                 self._log.session,
                 self._log.applied or None,
                 newest=None if found is None else found[0],
@@ -256,7 +244,7 @@ class BranchingSession(SessionWrapper):
         done, popped = await pop_if_newest_is(storage, found[1])
         return done and popped is not None, popped
 
-    def _guarded_tail(self, *, popping: bool) -> SupportsGuardedWrite | None:
+    def _guarded_tail(self, *, popping: bool) -> Session | None:
         """The current branch's open storage when a write to it can be guarded, in the same
         round trip, by the branch log holding nothing this object has not applied (and, for
         a pop, no other branch reading the storage); None: take the general path."""
@@ -264,18 +252,18 @@ class BranchingSession(SessionWrapper):
         key = state.branches[state.current].lineage[-1][0]
         storage = self._storages.storage(key)
         if (
-            not supports(storage, Capability.GUARDED_WRITE)
+            not _guards(storage)
             or (popping and state.shares(key, besides=state.current))
             or not (self._log.applied or self._log.may_be_empty())
         ):
             return None
-        return storage  # type: ignore[return-value]
+        return storage
 
     async def _add_if_log_unchanged(self, items: list[TResponseInputItem]) -> bool:
         """``add_items``' common case in one round trip; False: nothing was written."""
         guarded = self._guarded_tail(popping=False)
         return guarded is not None and (
-            await guarded.append_if_newest(self._log.session, self._log.applied or None, items)
+            await append_if_newest_of(guarded, self._log.session, self._log.applied or None, items)
             is not None
         )
 
@@ -285,7 +273,7 @@ class BranchingSession(SessionWrapper):
         guarded = self._guarded_tail(popping=True)
         if guarded is None:
             return False, None
-        return await guarded.pop_if_newest(self._log.session, self._log.applied or None)
+        return await pop_if_newest_of(guarded, self._log.session, self._log.applied or None)
 
     async def clear_session(self) -> None:
         """Delete every branch and all their items, and make ``main`` current again.
@@ -512,6 +500,12 @@ class BranchingSession(SessionWrapper):
         """The current branch and every branch's lineage (called with ``_lock`` held)."""
         state = await self._log.sync()
         return state.current, {name: b.lineage for name, b in state.branches.items()}
+
+
+def _guards(storage: Session) -> bool:
+    """Whether a write to ``storage`` can be guarded by the branch log in one commit, whose
+    refusal always means "it moved" (COMMIT; a GUARDED_WRITE alone may also decline)."""
+    return supports(storage, Capability.COMMIT)
 
 
 def _used(name: str) -> BranchError:

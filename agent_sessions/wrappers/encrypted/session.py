@@ -18,7 +18,7 @@ import threading
 import time
 from binascii import a2b_base64, b2a_base64
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -29,6 +29,7 @@ from ...core import capabilities
 from ...core.base import pop_checked_of
 from ...core.capabilities import Capability
 from ...core.codec import DEFAULT_MAX_ITEM_BYTES, dumps, encode_batch, loads
+from ...core.commit import Expect, Op, commit_below
 from ...core.extras import missing
 from ...core.options import check_int
 from ...errors import DecryptionError
@@ -299,6 +300,7 @@ class EncryptedSession(ContextForwardingWrapper):
             Capability.REWRITE,
             Capability.FAMILY,
             Capability.CHECKED_POP,
+            Capability.COMMIT,
         }
     )
 
@@ -731,6 +733,15 @@ class EncryptedSession(ContextForwardingWrapper):
             return []
         return await self._inner(Capability.SEQUENCED).add_sequenced_items(sealed)  # type: ignore[no-any-return]
 
+    async def commit(self, ops: Sequence[Op], expect: Expect = ()) -> list[Any]:
+        """``core.commit.commit`` in the inner sessions' one commit: items sealed, a popped
+        one opened (None when it does not open) (COMMIT)."""
+
+        async def seal(session: EncryptedSession, items: list[Any]) -> list[Any]:
+            return session._seal_items(items)
+
+        return await commit_below(ops, expect, EncryptedSession, seal, _opened)
+
     async def get_sequenced_items(
         self, limit: int | None = None, *, after: int | None = None, before: int | None = None
     ) -> list[tuple[int, TResponseInputItem]]:
@@ -824,6 +835,14 @@ class EncryptedSession(ContextForwardingWrapper):
                 if envelope["kid"] != self.active_key_id:
                     plan.append((seq, self._seal(dumps(item), envelope.get("t"))))
             before = rows[0][0]
+
+
+def _opened(session: EncryptedSession, envelope: Any) -> Any:
+    """The item a commit popped, or None when it does not open (its removal stands)."""
+    try:
+        return session._open(envelope, remember=False)
+    except _Unreadable:
+        return None
 
 
 def _keyring(
