@@ -256,7 +256,7 @@ async def test_pop_if_newest_pops_only_while_the_guard_is_unchanged(
     guard = s.side_store("log")
 
     async def pop(seq: int | None) -> tuple[bool, Any]:
-        return await s.pop_if_newest(guard, seq)
+        return await s.pop_if_newest(guard, seq)  # type: ignore[no-any-return]
 
     await s.add_items([{"n": 0}, {"n": 1}])
     assert await pop(None) == (True, {"n": 1})  # the guard is empty
