@@ -754,13 +754,17 @@ Guarded = tuple[str, BaseSession, list[str], "BaseSession | None", "int | None",
 
 
 def one_guarded(
-    ops: list[tuple[str, BaseSession, list[str]]], expect: list[tuple[BaseSession, int | None]]
+    session: BaseSession,
+    ops: list[tuple[str, BaseSession, list[str]]],
+    expect: list[tuple[BaseSession, int | None]],
+    reaches: Callable[[BaseSession], bool],
 ) -> Guarded | None:
     """A ``_commit`` of the shape a backend with one guarded script or statement serves:
-    ``(kind, session, payloads, guard, seq, own)``, one op made while ``guard``'s newest number
-    is ``seq`` (guard None: no expectation) and, for a pop, its own is ``own`` (None: any);
-    None for any other shape (the caller declines it)."""
-    if len(ops) != 1:
+    ``(kind, session, payloads, guard, seq, own)``, one op on ``session`` made while
+    ``guard``'s newest number is ``seq`` (guard None: no expectation; else one ``reaches``
+    accepts) and, for a pop, its own is ``own`` (None: any); None for any other shape (the
+    caller declines it)."""
+    if len(ops) != 1 or ops[0][1] is not session:
         return None
     kind, target, payloads = ops[0]
     mine = [seq for g, seq in expect if g.session_id == target.session_id]
@@ -768,6 +772,8 @@ def one_guarded(
     if len(others) > 1 or len(mine) > 1 or (others and mine and (kind != "pop" or not mine[0])):
         return None
     if others:
+        if not reaches(others[0][0]):
+            return None
         return kind, target, payloads, others[0][0], others[0][1], mine[0] if mine else None
     if mine:
         return kind, target, payloads, target, mine[0], None

@@ -522,8 +522,8 @@ class RedisSession(BaseSession):
         expect: list[tuple[BaseSession, int | None]],
     ) -> list[Any] | None:
         # One script per shape the layout writes with a guard (one op, one guard).
-        shape = one_guarded(ops, expect)
-        if shape is None or shape[1] is not self or not self._near(shape[3] or self):
+        shape = one_guarded(self, ops, expect, self._near)
+        if shape is None:
             return None
         kind, _, payloads, guard, seq, own = shape
         if guard is None:

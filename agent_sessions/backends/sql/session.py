@@ -785,8 +785,8 @@ class SQLAlchemySession(BaseSession):
         expect: list[tuple[BaseSession, int | None]],
     ) -> list[Any] | None:
         # One transaction per shape the dialects write with a guard (one op, one guard).
-        shape = one_guarded(ops, expect)
-        if shape is None or shape[1] is not self or not self._same_store(shape[3] or self):
+        shape = one_guarded(self, ops, expect, self._same_store)
+        if shape is None:
             return None
         kind, _, payloads, guard, seq, own = shape
         if guard is None:
